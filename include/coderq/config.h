@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/* config.h - every setting of coderq, read from a CODERQ_* environment
+ * variable (a few also from a conventional name such as OPENAI_API_KEY) and
+ * overridable by a command-line flag derived from the variable's name:
+ * CODERQ_LOG_LEVEL <-> --log-level. Invalid values are rejected with a
+ * message that names the variable or flag.
+ *
+ * Adding a setting: a field in cq_config_t and one row in config.c's table;
+ * --help, the environment and the flag then all work. */
+#ifndef CODERQ_CONFIG_H
+#define CODERQ_CONFIG_H
+
+#include <stdio.h>
+
+#include "coderq/common.h"
+#include "coderq/log.h"
+
+typedef enum cq_cfg_type {
+        CQ_CFG_STRING, /* char *, may be NULL (unset) */
+        CQ_CFG_SECRET, /* like STRING, never printed */
+        CQ_CFG_INT,    /* long, within [min, max] */
+        CQ_CFG_BOOL,   /* bool: 1/0, true/false, yes/no, on/off */
+        CQ_CFG_SIZE,   /* size_t bytes, suffixes k, M, G (powers of 1024) */
+        CQ_CFG_LEVEL,  /* cq_log_level_t */
+        CQ_CFG_CHOICE, /* char *, one of a '|'-separated list */
+} cq_cfg_type_t;
+
+/** @brief All settings. Strings are owned by the struct. */
+typedef struct cq_config {
+        /* general */
+        cq_log_level_t log_level;
+        char *worker_id;
+        /* services */
+        char *pg_dsn;
+        char *kafka_brokers;
+} cq_config_t;
+
+/** @brief One row of the settings table; read-only. */
+typedef struct cq_cfg_entry {
+        const char *env;     /* "CODERQ_LOG_LEVEL" */
+        const char *alt_env; /* read when env is unset, or NULL */
+        const char *flag;    /* "log-level" (derived; for --help) */
+        cq_cfg_type_t type;
+        size_t offset;       /* into cq_config_t */
+        const char *defval;  /* textual default, NULL for unset */
+        long min, max;       /* CQ_CFG_INT and CQ_CFG_SIZE bounds */
+        const char *choices; /* CQ_CFG_CHOICE: "local|e2b" */
+        const char *help;
+} cq_cfg_entry_t;
+
+/** @brief The settings table, in --help order. */
+const cq_cfg_entry_t *cq_config_entries(size_t *np);
+
+/**
+ * @brief Fill \p cfg with the defaults.
+ * @returns 0, or -1 when out of memory.
+ */
+CQ_NODISCARD int cq_config_init(cq_config_t *cfg);
+
+/** @brief Free the strings, not the struct. */
+void cq_config_release(cq_config_t *cfg);
+
+/**
+ * @brief Apply every variable set in the environment.
+ * @returns 0, or -1 on the first invalid value with \p errstr filled:
+ *          invalid value "x" for CODERQ_SLOTS: expected an integer ...
+ */
+CQ_NODISCARD int
+cq_config_load_env(cq_config_t *cfg, char *errstr, size_t errstr_size);
+
+/**
+ * @brief Set one setting by variable name ("CODERQ_SLOTS") or flag name
+ *        ("slots"); \p source names it in errors.
+ * @returns 0; 1 when \p name is no setting; -1 on an invalid value.
+ */
+CQ_NODISCARD int cq_config_set(cq_config_t *cfg,
+                               const char *name,
+                               const char *value,
+                               const char *source,
+                               char *errstr,
+                               size_t errstr_size);
+
+/**
+ * @brief Consume "--flag=value" and "--flag value" arguments that name a
+ *        setting, compacting argv to what is left (argv[0] kept).
+ * @returns 0, or -1 on an invalid value or a flag missing its value.
+ */
+CQ_NODISCARD int cq_config_parse_args(cq_config_t *cfg,
+                                      int *argcp,
+                                      char **argv,
+                                      char *errstr,
+                                      size_t errstr_size);
+
+/** @brief Print every variable, its flag, default and help to \p fp. */
+void cq_config_print_help(FILE *fp);
+
+/**
+ * @brief Describe the current value of one setting for logs: secrets are
+ *        "(set)" or "(unset)".
+ */
+void cq_config_describe(const cq_config_t *cfg,
+                        const cq_cfg_entry_t *entry,
+                        char *out,
+                        size_t out_size);
+
+#endif

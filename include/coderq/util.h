@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/* util.h - small helpers shared by every folder: clocks, timestamps,
+ * text repair (ANSI escapes, invalid UTF-8), base64 and SHA-256. All are
+ * pure functions, safe from any thread. */
+#ifndef CODERQ_UTIL_H
+#define CODERQ_UTIL_H
+
+#include "coderq/common.h"
+
+/** @brief Monotonic milliseconds, for deadlines and durations. */
+int64_t cq_now_ms(void);
+
+/**
+ * @brief UTC ISO 8601 with microseconds zero-padded to 6 digits and a 'Z':
+ *        "2026-11-29T09:38:32.009516Z" (Jupyter's header.date form).
+ * @param out At least 32 bytes.
+ */
+void cq_iso8601_now(char *out, size_t size);
+
+/**
+ * @brief Copy \p in without ANSI escape sequences (CSI "ESC [ ... final",
+ *        8-bit CSI 0x9b, OSC "ESC ] ... BEL|ESC \", and two-byte escapes).
+ * @returns Caller owns the returned value (free()), NUL-terminated; NULL
+ *          when out of memory. \p outlenp (optional) gets its length.
+ */
+char *cq_ansi_strip(const char *in, size_t len, size_t *outlenp);
+
+/** @brief Whether \p in is valid UTF-8 (no overlongs, no surrogates). */
+bool cq_utf8_valid(const char *in, size_t len);
+
+/**
+ * @brief Copy \p in replacing each invalid UTF-8 sequence (including encoded
+ *        surrogates and overlong forms) with U+FFFD, as Python's
+ *        decode("utf-8", "replace") does. NUL bytes are kept.
+ * @returns Caller owns the returned value (free()); NULL when out of memory.
+ */
+char *cq_utf8_repair(const char *in, size_t len, size_t *outlenp);
+
+/**
+ * @brief Standard base64 with padding.
+ * @returns Caller owns the returned value (free()); NULL when out of memory.
+ */
+char *cq_b64_encode(const void *data, size_t len, size_t *outlenp);
+
+/**
+ * @brief Decode standard base64; ASCII whitespace (as in the "\n" that
+ *        IPython appends to PNG payloads) is skipped, padding is optional.
+ * @returns Caller owns the returned value (free()); NULL on invalid input
+ *          or when out of memory.
+ */
+unsigned char *cq_b64_decode(const char *in, size_t len, size_t *outlenp);
+
+/** @brief Lower-case hex SHA-256 of \p data into \p hex (65 bytes). */
+void cq_sha256_hex(const void *data, size_t len, char hex[65]);
+
+#endif

@@ -1,0 +1,20 @@
+# shellcheck shell=bash
+# Shared by the scripts: paths, ports and small helpers. Sourced, not run.
+
+CQ_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CQ_RUN_DIR=${CODERQ_RUNTIME_DIR:-$CQ_ROOT/.run}
+CQ_CACHE_DIR=${CODERQ_CACHE_DIR:-$CQ_ROOT/.cache}
+CQ_KAFKA_VERSION=3.9.1
+CQ_KAFKA_LIBS=$CQ_CACHE_DIR/kafka-$CQ_KAFKA_VERSION/libs
+CQ_PG_PORT=${CODERQ_PG_PORT:-55432}
+CQ_KAFKA_PORT=${CODERQ_KAFKA_PORT:-59092}
+CQ_KAFKA_CONTROLLER_PORT=$((CQ_KAFKA_PORT + 1))
+CQ_PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+
+cq_say() { printf '==> %s\n' "$*" >&2; }
+cq_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# cq_as_root CMD...: run as root, through sudo when we are not root.
+cq_as_root() {
+        if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}

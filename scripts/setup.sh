@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# setup.sh - install everything coderq needs on Debian 12: compilers and
+# -dev packages, PostgreSQL, Java 17 and Maven, Debian's Python kernel
+# stack, bubblewrap, kcat, Node.js with npm; then fetch the pinned Apache
+# Kafka broker jars with Maven into the cache folder. Idempotent: a second
+# run checks and does nothing slow.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+PACKAGES=(
+        build-essential cmake pkg-config clang-format valgrind
+        librdkafka-dev libcurl4-openssl-dev libjansson-dev libpq-dev
+        libzmq3-dev check libsubunit-dev libssl-dev
+        postgresql postgresql-contrib
+        openjdk-17-jre-headless maven
+        python3-ipykernel python3-jupyter-client python3-numpy
+        python3-pandas python3-matplotlib python3-nbformat python3-scipy
+        bubblewrap kcat util-linux procps iproute2 curl ca-certificates
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
+                grep -q 'install ok installed'; then
+                missing+=("$p")
+        fi
+done
+# Node.js may come from another source that already bundles npm (Debian's
+# npm package then conflicts); only install what is absent.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+
+if [ ${#missing[@]} -gt 0 ]; then
+        cq_say "installing Debian packages: ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        cq_as_root apt-get update -qq
+        cq_as_root apt-get install -y -qq --no-install-recommends \
+                "${missing[@]}" >/dev/null
+else
+        cq_say "Debian packages: all present"
+fi
+
+# The Kafka broker: the kafka_2.13 jar and its runtime dependencies.
+if [ -f "$CQ_KAFKA_LIBS/.complete" ]; then
+        cq_say "Kafka $CQ_KAFKA_VERSION jars: cached in $CQ_KAFKA_LIBS"
+else
+        cq_say "fetching Kafka $CQ_KAFKA_VERSION jars with Maven"
+        rm -rf "$CQ_KAFKA_LIBS"
+        mkdir -p "$CQ_KAFKA_LIBS"
+        mvn -q -B -f "$CQ_ROOT/scripts/kafka/pom.xml" \
+                -Dkafka.version="$CQ_KAFKA_VERSION" \
+                dependency:copy-dependencies -DincludeScope=runtime \
+                -DoutputDirectory="$CQ_KAFKA_LIBS" >"$CQ_CACHE_DIR/maven.log" 2>&1 ||
+                cq_die "Maven could not fetch Kafka; see $CQ_CACHE_DIR/maven.log"
+        ls "$CQ_KAFKA_LIBS"/kafka_2.13-"$CQ_KAFKA_VERSION".jar >/dev/null
+        touch "$CQ_KAFKA_LIBS/.complete"
+fi
+
+/usr/bin/python3 -c 'import ipykernel, numpy, pandas, matplotlib, nbformat' ||
+        cq_die "Debian's python3 lacks ipykernel/numpy/pandas/matplotlib/nbformat"
+cq_say "setup complete"

@@ -1,0 +1,382 @@
+/* SPDX-License-Identifier: MIT */
+/* check_common.c - buffers, logging, configuration and text utilities. */
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_support.h"
+#include "coderq/buf.h"
+#include "coderq/config.h"
+#include "coderq/log.h"
+#include "coderq/util.h"
+
+START_TEST(buf_caps_and_keeps_contents)
+{
+        cq_buf_t buf;
+        char *s;
+        size_t len;
+
+        cq_buf_init(&buf, 8);
+        ck_assert_ptr_null(buf.data);
+        ck_assert_int_eq(cq_buf_append(&buf, "abcd", 4), CQ_OK);
+        ck_assert_int_eq(cq_buf_append(&buf, "efghi", 5), CQ_ERR_TOO_LARGE);
+        ck_assert_str_eq(buf.data, "abcd");
+        ck_assert_uint_eq(cq_buf_room(&buf), 4);
+        ck_assert_int_eq(cq_buf_printf(&buf, "%d", 1234), CQ_OK);
+        ck_assert_str_eq(buf.data, "abcd1234");
+        ck_assert_int_eq(cq_buf_append(&buf, "x", 1), CQ_ERR_TOO_LARGE);
+        ck_assert_int_eq(cq_buf_printf(&buf, "%s", "y"), CQ_ERR_TOO_LARGE);
+        ck_assert_str_eq(buf.data, "abcd1234");
+        s = cq_buf_take(&buf, &len);
+        ck_assert_str_eq(s, "abcd1234");
+        ck_assert_uint_eq(len, 8);
+        free(s);
+        ck_assert_ptr_null(buf.data);
+        ck_assert_uint_eq(buf.len, 0);
+        s = cq_buf_take(&buf, &len);
+        ck_assert_str_eq(s, "");
+        free(s);
+        cq_buf_release(&buf);
+}
+END_TEST
+
+START_TEST(buf_grows_and_holds_nul_bytes)
+{
+        cq_buf_t buf;
+        size_t i;
+
+        cq_buf_init(&buf, 1 << 20);
+        for (i = 0; i < 10000; i++)
+                ck_assert_int_eq(cq_buf_append(&buf, "a\0b", 3), CQ_OK);
+        ck_assert_uint_eq(buf.len, 30000);
+        ck_assert_int_eq(buf.data[1], '\0');
+        ck_assert_int_eq(buf.data[29999], 'b');
+        ck_assert_int_eq(buf.data[30000], '\0');
+        cq_buf_reset(&buf);
+        ck_assert_uint_eq(buf.len, 0);
+        ck_assert_str_eq(buf.data, "");
+        cq_buf_release(&buf);
+}
+END_TEST
+
+START_TEST(buf_huge_append_cannot_wrap)
+{
+        cq_buf_t buf;
+
+        cq_buf_init(&buf, 16);
+        ck_assert_int_eq(cq_buf_append(&buf, "ab", 2), CQ_OK);
+        ck_assert_int_eq(cq_buf_append(&buf, "x", SIZE_MAX), CQ_ERR_TOO_LARGE);
+        ck_assert_int_eq(cq_buf_append(&buf, "x", SIZE_MAX - 1),
+                         CQ_ERR_TOO_LARGE);
+        ck_assert_str_eq(buf.data, "ab");
+        cq_buf_release(&buf);
+}
+END_TEST
+
+/* Capture log lines through a pipe and parse them back. */
+static json_t *log_capture(void (*fn)(void))
+{
+        int fds[2];
+        char text[8192];
+        ssize_t n;
+        json_t *line;
+        json_error_t jerr;
+
+        ck_assert_int_eq(pipe(fds), 0);
+        cq_log_set_fd(fds[1]);
+        fn();
+        cq_log_set_fd(2);
+        close(fds[1]);
+        n = read(fds[0], text, sizeof(text) - 1);
+        close(fds[0]);
+        if (n <= 0)
+                return NULL;
+        text[n] = '\0';
+        ck_assert_msg(text[n - 1] == '\n', "log line not newline-terminated");
+        ck_assert_msg(strchr(text, '\n') == text + n - 1,
+                      "expected exactly one line: %s", text);
+        line = json_loadb(text, (size_t)n, 0, &jerr);
+        ck_assert_msg(line != NULL, "log line is not JSON: %s (%s)", text,
+                      jerr.text);
+        return line;
+}
+
+static void log_kv_line(void)
+{
+        cq_log_set_level(CQ_LOG_INFO);
+        cq_log_kv(CQ_LOG_WARN, "job claimed", "job_id", "j-1", "slot", "3",
+                  "none", NULL, NULL);
+}
+
+static void log_filtered_line(void)
+{
+        cq_log_set_level(CQ_LOG_WARN);
+        cq_log_info("this is below the level");
+        cq_log_set_level(CQ_LOG_INFO);
+}
+
+static void log_fields_line(void)
+{
+        json_t *fields = json_pack("{s:s, s:i, s:s}", "job_id", "j\"2", "turn",
+                                   4, "msg", "overridden");
+
+        cq_log_json(CQ_LOG_ERROR, fields, "could not run %s: %s", "cell",
+                    "bad \xff byte");
+        json_decref(fields);
+}
+
+START_TEST(log_writes_json_lines)
+{
+        json_t *line;
+        const char *ts;
+
+        line = log_capture(log_kv_line);
+        ck_assert_ptr_nonnull(line);
+        ck_assert_str_eq(json_string_value(json_object_get(line, "level")),
+                         "warn");
+        ck_assert_str_eq(json_string_value(json_object_get(line, "msg")),
+                         "job claimed");
+        ck_assert_str_eq(json_string_value(json_object_get(line, "job_id")),
+                         "j-1");
+        ck_assert_str_eq(json_string_value(json_object_get(line, "slot")), "3");
+        ck_assert(json_is_null(json_object_get(line, "none")));
+        ts = json_string_value(json_object_get(line, "ts"));
+        ck_assert_ptr_nonnull(ts);
+        ck_assert_uint_eq(strlen(ts), 24); /* 2026-11-29T10:00:00.000Z */
+        ck_assert_int_eq(ts[23], 'Z');
+        json_decref(line);
+
+        ck_assert_ptr_null(log_capture(log_filtered_line));
+
+        line = log_capture(log_fields_line);
+        ck_assert_ptr_nonnull(line);
+        ck_assert_str_eq(json_string_value(json_object_get(line, "msg")),
+                         "could not run cell: bad ? byte");
+        ck_assert_str_eq(json_string_value(json_object_get(line, "job_id")),
+                         "j\"2");
+        ck_assert_int_eq(json_integer_value(json_object_get(line, "turn")), 4);
+        ck_assert_str_eq(json_string_value(json_object_get(line, "level")),
+                         "error");
+        json_decref(line);
+}
+END_TEST
+
+START_TEST(log_level_names)
+{
+        cq_log_level_t level = CQ_LOG_INFO;
+
+        ck_assert_int_eq(cq_log_level_parse("DEBUG", &level), 0);
+        ck_assert_int_eq(level, CQ_LOG_DEBUG);
+        ck_assert_int_eq(cq_log_level_parse("warning", &level), 0);
+        ck_assert_int_eq(level, CQ_LOG_WARN);
+        ck_assert_int_eq(cq_log_level_parse("loud", &level), -1);
+        ck_assert_int_eq(level, CQ_LOG_WARN);
+        ck_assert_str_eq(cq_log_level_name(CQ_LOG_ERROR), "error");
+}
+END_TEST
+
+START_TEST(config_defaults_env_and_flags)
+{
+        cq_config_t cfg;
+        char err[256] = "";
+        char a0[] = "coderq", a1[] = "--log-level=debug", a2[] = "worker",
+             a3[] = "--kafka-brokers", a4[] = "h:1", a5[] = "--other",
+             a6[] = "x";
+        char *argv[] = {a0, a1, a2, a3, a4, a5, a6, NULL};
+        int argc = 7;
+
+        ck_assert_int_eq(cq_config_init(&cfg), 0);
+        ck_assert_int_eq(cfg.log_level, CQ_LOG_INFO);
+        ck_assert_str_eq(cfg.kafka_brokers, "127.0.0.1:9092");
+        ck_assert_ptr_null(cfg.pg_dsn);
+
+        setenv("CODERQ_LOG_LEVEL", "error", 1);
+        setenv("CODERQ_PG_DSN", "dbname=x", 1);
+        ck_assert_int_eq(cq_config_load_env(&cfg, err, sizeof(err)), 0);
+        ck_assert_int_eq(cfg.log_level, CQ_LOG_ERROR);
+        ck_assert_str_eq(cfg.pg_dsn, "dbname=x");
+
+        ck_assert_int_eq(
+            cq_config_parse_args(&cfg, &argc, argv, err, sizeof(err)), 0);
+        ck_assert_int_eq(cfg.log_level, CQ_LOG_DEBUG);
+        ck_assert_str_eq(cfg.kafka_brokers, "h:1");
+        ck_assert_int_eq(argc, 4);
+        ck_assert_str_eq(argv[1], "worker");
+        ck_assert_str_eq(argv[2], "--other");
+        ck_assert_str_eq(argv[3], "x");
+        ck_assert_ptr_null(argv[4]);
+        unsetenv("CODERQ_LOG_LEVEL");
+        unsetenv("CODERQ_PG_DSN");
+        cq_config_release(&cfg);
+}
+END_TEST
+
+START_TEST(config_rejects_invalid_values_by_name)
+{
+        cq_config_t cfg;
+        char err[256] = "";
+        char a0[] = "coderq", a1[] = "--log-level";
+        char *argv[] = {a0, a1, NULL};
+        int argc = 2;
+
+        ck_assert_int_eq(cq_config_init(&cfg), 0);
+        setenv("CODERQ_LOG_LEVEL", "chatty", 1);
+        ck_assert_int_eq(cq_config_load_env(&cfg, err, sizeof(err)), -1);
+        ck_assert_msg(strstr(err, "CODERQ_LOG_LEVEL") &&
+                          strstr(err, "\"chatty\""),
+                      "message does not name the variable: %s", err);
+        unsetenv("CODERQ_LOG_LEVEL");
+        ck_assert_int_eq(
+            cq_config_parse_args(&cfg, &argc, argv, err, sizeof(err)), -1);
+        ck_assert_msg(strstr(err, "--log-level"), "%s", err);
+        ck_assert_int_eq(
+            cq_config_set(&cfg, "no-such-setting", "1", NULL, err, sizeof(err)),
+            1);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_LOG_LEVEL", "warn", NULL,
+                                       err, sizeof(err)),
+                         0);
+        ck_assert_int_eq(cfg.log_level, CQ_LOG_WARN);
+        cq_config_release(&cfg);
+}
+END_TEST
+
+START_TEST(config_help_lists_every_variable)
+{
+        const cq_cfg_entry_t *entries;
+        size_t n, i;
+        char *text = NULL;
+        size_t len = 0;
+        FILE *fp = open_memstream(&text, &len);
+
+        ck_assert_ptr_nonnull(fp);
+        cq_config_print_help(fp);
+        fclose(fp);
+        entries = cq_config_entries(&n);
+        ck_assert_uint_gt(n, 0);
+        for (i = 0; i < n; i++) {
+                ck_assert_msg(strstr(text, entries[i].env), "%s missing",
+                              entries[i].env);
+                ck_assert_msg(strstr(text, entries[i].flag), "--%s missing",
+                              entries[i].flag);
+                ck_assert_ptr_nonnull(entries[i].help);
+        }
+        free(text);
+}
+END_TEST
+
+START_TEST(ansi_strip_removes_escapes)
+{
+        const char in[] = "\x1b[0;31mNameError\x1b[0m: x\x1b]0;title\x07!\x1b";
+        size_t len;
+        char *out = cq_ansi_strip(in, sizeof(in) - 1, &len);
+
+        ck_assert_str_eq(out, "NameError: x!");
+        ck_assert_uint_eq(len, 13);
+        free(out);
+        out = cq_ansi_strip("\x1b[", 2, &len); /* truncated CSI */
+        ck_assert_str_eq(out, "");
+        free(out);
+}
+END_TEST
+
+START_TEST(utf8_repair_replaces_bad_sequences)
+{
+        /* a lone 0xff, an encoded surrogate (ED A0 80), an overlong '/' */
+        const char in[] = "a\xff"
+                          "b\xed\xa0\x80"
+                          "c\xc0\xaf"
+                          "\xc3\xa9";
+        size_t len;
+        char *out;
+
+        ck_assert(!cq_utf8_valid(in, sizeof(in) - 1));
+        out = cq_utf8_repair(in, sizeof(in) - 1, &len);
+        ck_assert(cq_utf8_valid(out, len));
+        ck_assert_str_eq(out, "a\xef\xbf\xbd"
+                              "b\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                              "c\xef\xbf\xbd\xef\xbf\xbd\xc3\xa9");
+        free(out);
+        ck_assert(cq_utf8_valid("\xf0\x9f\x98\x80", 4));
+        ck_assert(!cq_utf8_valid("\xf0\x9f\x98", 3));
+}
+END_TEST
+
+START_TEST(base64_round_trips_and_rejects_garbage)
+{
+        unsigned char data[256];
+        size_t i, n, m;
+        char *enc;
+        unsigned char *dec;
+
+        for (i = 0; i < sizeof(data); i++)
+                data[i] = (unsigned char)i;
+        for (n = 0; n < 10; n++) {
+                enc = cq_b64_encode(data, n, &m);
+                dec = cq_b64_decode(enc, m, &m);
+                ck_assert_ptr_nonnull(dec);
+                ck_assert_uint_eq(m, n);
+                ck_assert(memcmp(dec, data, n) == 0);
+                free(enc);
+                free(dec);
+        }
+        enc = cq_b64_encode("hello", 5, NULL);
+        ck_assert_str_eq(enc, "aGVsbG8=");
+        free(enc);
+        dec = cq_b64_decode("aGVs\nbG8=\n", 10, &m); /* IPython's "\n" */
+        ck_assert_ptr_nonnull(dec);
+        ck_assert_uint_eq(m, 5);
+        ck_assert(memcmp(dec, "hello", 5) == 0);
+        free(dec);
+        ck_assert_ptr_null(cq_b64_decode("aGV*", 4, &m));
+        ck_assert_ptr_null(cq_b64_decode("a", 1, &m));
+        ck_assert_ptr_null(cq_b64_decode("aG=V", 4, &m));
+        ck_assert_ptr_null(cq_b64_decode("aGVsbG8===", 10, &m));
+}
+END_TEST
+
+START_TEST(sha256_known_vector)
+{
+        char hex[65];
+
+        cq_sha256_hex("abc", 3, hex);
+        ck_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223"
+                              "b00361a396177a9cb410ff61f20015ad");
+}
+END_TEST
+
+START_TEST(iso8601_has_six_digit_microseconds)
+{
+        char ts[40];
+
+        cq_iso8601_now(ts, sizeof(ts));
+        ck_assert_uint_eq(strlen(ts), 27);
+        ck_assert_int_eq(ts[19], '.');
+        ck_assert_int_eq(ts[26], 'Z');
+}
+END_TEST
+
+static Suite *common_suite(void)
+{
+        Suite *s = suite_create("common");
+        TCase *tc = tcase_create("core");
+
+        tcase_add_test(tc, buf_caps_and_keeps_contents);
+        tcase_add_test(tc, buf_grows_and_holds_nul_bytes);
+        tcase_add_test(tc, buf_huge_append_cannot_wrap);
+        tcase_add_test(tc, log_writes_json_lines);
+        tcase_add_test(tc, log_level_names);
+        tcase_add_test(tc, config_defaults_env_and_flags);
+        tcase_add_test(tc, config_rejects_invalid_values_by_name);
+        tcase_add_test(tc, config_help_lists_every_variable);
+        tcase_add_test(tc, ansi_strip_removes_escapes);
+        tcase_add_test(tc, utf8_repair_replaces_bad_sequences);
+        tcase_add_test(tc, base64_round_trips_and_rejects_garbage);
+        tcase_add_test(tc, sha256_known_vector);
+        tcase_add_test(tc, iso8601_has_six_digit_microseconds);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+CQ_CHECK_MAIN(common_suite)
