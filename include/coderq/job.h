@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/* job.h - the job message (topic coderq.jobs, JSON, version 1): parsing and
+ * validation of untrusted input into a typed job. Used by the intake (bad
+ * messages go to the DLQ with the error text), by `coderq run` and
+ * `coderq submit`, and by storage (which keeps the whole spec as jsonb). */
+#ifndef CODERQ_JOB_H
+#define CODERQ_JOB_H
+
+#include <jansson.h>
+
+#include "coderq/common.h"
+
+#define CQ_JOB_ID_MAX      128
+#define CQ_JOB_VERSION     1
+#define CQ_JOB_DEFAULT_MAX ((size_t)16 << 20) /* whole message, bytes */
+
+/** @brief A file for the work dir: inline bytes or a URL to fetch. */
+typedef struct cq_job_file {
+        char *name;          /* safe relative path (cq_relpath_is_safe) */
+        unsigned char *data; /* decoded content_b64, or NULL for a URL */
+        size_t len;
+        char *url; /* http(s) URL, or NULL */
+} cq_job_file_t;
+
+/** @brief Per-job limits; -1 means "not given: use the configured one". */
+typedef struct cq_job_limits {
+        long max_turns;
+        long max_retries;
+        long cell_timeout_s;
+        long job_timeout_s;
+} cq_job_limits_t;
+
+/** @brief A validated job. Strings are owned; optional ones may be NULL. */
+typedef struct cq_job {
+        char *job_id;
+        char *prompt;
+        char *title;
+        char *task_id;
+        char *run_id;
+        char *parent_job_id;
+        char *backend; /* "local" or "e2b"; NULL when not given */
+        char *model;
+        char *system_prompt;
+        cq_job_file_t *files;
+        size_t nfiles;
+        json_t *tests; /* validated "cases" or "code" object, or NULL */
+        cq_job_limits_t limits;
+        long priority; /* 0 when not given */
+        json_t *spec;  /* the whole message as parsed; owned */
+} cq_job_t;
+
+void cq_job_init(cq_job_t *job);
+void cq_job_release(cq_job_t *job);
+
+/**
+ * @brief Parse and validate one job message.
+ * @param max Size cap for \p data (0: CQ_JOB_DEFAULT_MAX).
+ * @param job (out) Initialised by the caller; filled on CQ_OK, left
+ *            released on error.
+ * @returns CQ_OK; CQ_ERR_TOO_LARGE over \p max; CQ_ERR_FATAL for anything
+ *          else, with a readable reason in \p errstr naming the field:
+ *          field "limits.max_turns" must be a positive integer
+ * @locality Any thread.
+ */
+CQ_NODISCARD cq_err_t cq_job_parse(const char *data,
+                                   size_t len,
+                                   size_t max,
+                                   cq_job_t *job,
+                                   char *errstr,
+                                   size_t errstr_size);
+
+/** @brief As cq_job_parse() for an already parsed document (borrowed). */
+CQ_NODISCARD cq_err_t cq_job_from_json(const json_t *spec,
+                                       cq_job_t *job,
+                                       char *errstr,
+                                       size_t errstr_size);
+
+#endif
