@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/* testrun.h - a job's tests (DESIGN.md "tests"): turn them into one Python
+ * cell that runs in the job's own kernel, and read its report back.
+ *
+ *   {"kind":"cases","function":"f","cases":[{"args":[..],"expected":..}]}
+ *   {"kind":"code","code":"assert f(2) == 4"}
+ *
+ * Cases compare with numeric tolerance (math.isclose, rel 1e-6, abs 1e-9),
+ * element-wise through lists, tuples and dicts; numpy values are converted
+ * with tolist()/item() first. The report is printed on one line behind a
+ * per-run random marker, so ordinary output cannot be taken for it. */
+#ifndef CODERQ_TESTRUN_H
+#define CODERQ_TESTRUN_H
+
+#include <jansson.h>
+
+#include "coderq/common.h"
+#include "coderq/interp.h"
+
+/** @brief The outcome of one test run. Release with cq_testrun_release(). */
+typedef struct cq_testrun {
+        int passed;
+        int total;
+        char *feedback; /* for the LLM: each failure (case, args, expected,
+                           got, or the traceback); NULL when all passed */
+        json_t *report; /* {"passed","total","cases":[...]} for storage */
+} cq_testrun_t;
+
+void cq_testrun_init(cq_testrun_t *tr);
+void cq_testrun_release(cq_testrun_t *tr);
+
+/**
+ * @brief Build the Python cell that runs \p tests (a validated job "tests"
+ *        object, borrowed).
+ * @param marker (out) At least 33 bytes; the report line's marker.
+ * @returns Caller owns the returned value (free()); NULL with \p errstr
+ *          filled on an invalid tests object or out of memory.
+ */
+char *cq_testrun_code(const json_t *tests, char *marker, size_t marker_size,
+                      char *errstr, size_t errstr_size);
+
+/**
+ * @brief Read the report of a finished test cell.
+ * @param tests Borrowed; the same object given to cq_testrun_code().
+ * @param res Borrowed; the cell's result.
+ * @returns 0 with \p tr filled (a cell that raised, timed out or printed no
+ *          report counts as every case failed, with the reason as
+ *          feedback), -1 when out of memory.
+ */
+CQ_NODISCARD int cq_testrun_parse(const json_t *tests, const char *marker,
+                                  const cq_cell_result_t *res,
+                                  cq_testrun_t *tr);
+
+#endif

@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: MIT */
+/* check_testrun.c - job test cells: the generated Python runs under
+ * Debian's python3 as a script (no kernel needed) and its stdout is fed
+ * back through the report parser. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_support.h"
+#include "coderq/buf.h"
+#include "coderq/testrun.h"
+
+/* Run \p prelude + \p code with /usr/bin/python3; returns its stdout. */
+static char *run_python(const char *prelude, const char *code)
+{
+        char path[] = "/tmp/cq-testrun-XXXXXX";
+        char cmd[256];
+        int fd = mkstemp(path);
+        FILE *fp;
+        cq_buf_t buf;
+        char chunk[4096];
+        size_t n;
+        char *out;
+
+        ck_assert_int_ge(fd, 0);
+        fp = fdopen(fd, "w");
+        ck_assert_ptr_nonnull(fp);
+        fputs(prelude, fp);
+        fputs("\n", fp);
+        fputs(code, fp);
+        fclose(fp);
+        snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s 2>/dev/null", path);
+        fp = popen(cmd, "r");
+        ck_assert_ptr_nonnull(fp);
+        cq_buf_init(&buf, 1 << 20);
+        while ((n = fread(chunk, 1, sizeof(chunk), fp)) > 0)
+                ck_assert_int_eq(cq_buf_append(&buf, chunk, n), CQ_OK);
+        pclose(fp);
+        unlink(path);
+        out = cq_buf_take(&buf, NULL);
+        cq_buf_release(&buf);
+        return out;
+}
+
+static void result_with_stdout(cq_cell_result_t *res, const char *text)
+{
+        cq_cell_result_init(res);
+        res->outputs = json_pack("[{s:s, s:s, s:s}]", "output_type", "stream",
+                                 "name", "stdout", "text", text);
+        ck_assert_ptr_nonnull(res->outputs);
+}
+
+static void
+run_tests(const char *prelude, const char *tests_json, cq_testrun_t *tr)
+{
+        json_t *tests = json_loads(tests_json, 0, NULL);
+        char marker[40], err[256] = "";
+        char *code, *out;
+        cq_cell_result_t res;
+
+        ck_assert_ptr_nonnull(tests);
+        code = cq_testrun_code(tests, marker, sizeof(marker), err, sizeof(err));
+        ck_assert_msg(code != NULL, "%s", err);
+        out = run_python(prelude, code);
+        result_with_stdout(&res, out);
+        ck_assert_int_eq(cq_testrun_parse(tests, marker, &res, tr), 0);
+        cq_cell_result_release(&res);
+        free(out);
+        free(code);
+        json_decref(tests);
+}
+
+START_TEST(cases_all_pass_with_tolerance_and_numpy)
+{
+        cq_testrun_t tr;
+
+        run_tests("import numpy as np\n"
+                  "def f(x, y):\n"
+                  "    return np.array([x / 3, y]) if y else (x + 0.1 + 0.2)\n",
+                  "{\"kind\":\"cases\",\"function\":\"f\",\"cases\":["
+                  "{\"args\":[1,2],\"expected\":[0.3333333333,2]},"
+                  "{\"args\":[0.0,0],\"expected\":0.3}]}",
+                  &tr);
+        ck_assert_int_eq(tr.total, 2);
+        ck_assert_int_eq(tr.passed, 2);
+        ck_assert_ptr_null(tr.feedback);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(tr.report, "passed")), 2);
+        cq_testrun_release(&tr);
+}
+END_TEST
+
+START_TEST(cases_failures_say_which_expected_and_got)
+{
+        cq_testrun_t tr;
+
+        run_tests("def g(n):\n"
+                  "    if n < 0:\n"
+                  "        raise ValueError('negative')\n"
+                  "    return n * 2\n",
+                  "{\"kind\":\"cases\",\"function\":\"g\",\"cases\":["
+                  "{\"args\":[2],\"expected\":4},"
+                  "{\"args\":[3],\"expected\":7},"
+                  "{\"args\":[-1],\"expected\":0},"
+                  "{\"args\":[1],\"expected\":true}]}",
+                  &tr);
+        ck_assert_int_eq(tr.total, 4);
+        ck_assert_int_eq(tr.passed, 1);
+        ck_assert_ptr_nonnull(tr.feedback);
+        ck_assert_msg(strstr(tr.feedback, "1 of 4 tests passed"), "%s",
+                      tr.feedback);
+        ck_assert_msg(strstr(tr.feedback, "case 2: g(*[3]) expected 7, got 6"),
+                      "%s", tr.feedback);
+        ck_assert_msg(strstr(tr.feedback, "raised ValueError: negative"), "%s",
+                      tr.feedback);
+        /* true is not 2: booleans only equal booleans */
+        ck_assert_msg(strstr(tr.feedback, "case 4: g(*[1]) expected True, "
+                                          "got 2"),
+                      "%s", tr.feedback);
+        cq_testrun_release(&tr);
+}
+END_TEST
+
+START_TEST(cases_missing_function_fails_every_case)
+{
+        cq_testrun_t tr;
+
+        run_tests("",
+                  "{\"kind\":\"cases\",\"function\":\"nope\",\"cases\":["
+                  "{\"args\":[],\"expected\":1}]}",
+                  &tr);
+        ck_assert_int_eq(tr.passed, 0);
+        ck_assert_int_eq(tr.total, 1);
+        ck_assert_msg(strstr(tr.feedback, "NameError"), "%s", tr.feedback);
+        cq_testrun_release(&tr);
+}
+END_TEST
+
+START_TEST(code_tests_pass_and_fail)
+{
+        cq_testrun_t tr;
+
+        run_tests("x = 41\n",
+                  "{\"kind\":\"code\",\"code\":\"assert x + 1 == 42\"}", &tr);
+        ck_assert_int_eq(tr.passed, 1);
+        ck_assert_int_eq(tr.total, 1);
+        ck_assert_ptr_null(tr.feedback);
+        cq_testrun_release(&tr);
+
+        run_tests("x = 40\n",
+                  "{\"kind\":\"code\",\"code\":\"assert x == 42, "
+                  "'x is %d' % x\"}",
+                  &tr);
+        ck_assert_int_eq(tr.passed, 0);
+        ck_assert_msg(strstr(tr.feedback, "AssertionError: x is 40"), "%s",
+                      tr.feedback);
+        cq_testrun_release(&tr);
+}
+END_TEST
+
+START_TEST(report_must_carry_the_marker)
+{
+        json_t *tests =
+            json_loads("{\"kind\":\"code\",\"code\":\"pass\"}", 0, NULL);
+        char marker[40], err[128];
+        char *code =
+            cq_testrun_code(tests, marker, sizeof(marker), err, sizeof(err));
+        cq_cell_result_t res;
+        cq_testrun_t tr;
+
+        ck_assert_ptr_nonnull(code);
+        /* A forged report with another marker is not taken. */
+        result_with_stdout(&res, "@@CQTEST000000000000000000000000{\"cases\":"
+                                 "[{\"ok\":true}]}\n");
+        ck_assert_int_eq(cq_testrun_parse(tests, marker, &res, &tr), 0);
+        ck_assert_int_eq(tr.passed, 0);
+        ck_assert_msg(strstr(tr.feedback, "printed no report"), "%s",
+                      tr.feedback);
+        cq_testrun_release(&tr);
+        cq_cell_result_release(&res);
+
+        /* A cell that timed out fails with that reason. */
+        result_with_stdout(&res, "");
+        res.status = CQ_CELL_TIMEOUT;
+        ck_assert_int_eq(cq_testrun_parse(tests, marker, &res, &tr), 0);
+        ck_assert_int_eq(tr.passed, 0);
+        ck_assert_msg(strstr(tr.feedback, "status timeout"), "%s", tr.feedback);
+        cq_testrun_release(&tr);
+        cq_cell_result_release(&res);
+        free(code);
+        json_decref(tests);
+}
+END_TEST
+
+START_TEST(invalid_tests_objects_are_rejected)
+{
+        static const char *const bad[] = {"{}",
+                                          "{\"kind\":\"cases\"}",
+                                          "{\"kind\":\"cases\",\"function\":1}",
+                                          "{\"kind\":\"code\",\"code\":5}",
+                                          "{\"kind\":\"other\"}",
+                                          "[]"};
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(bad); i++) {
+                json_t *tests = json_loads(bad[i], 0, NULL);
+                char marker[40], err[128] = "";
+
+                ck_assert_ptr_null(cq_testrun_code(
+                    tests, marker, sizeof(marker), err, sizeof(err)));
+                ck_assert_msg(err[0] != '\0', "no error for %s", bad[i]);
+                json_decref(tests);
+        }
+}
+END_TEST
+
+static Suite *testrun_suite(void)
+{
+        Suite *s = suite_create("testrun");
+        TCase *tc = tcase_create("core");
+
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, cases_all_pass_with_tolerance_and_numpy);
+        tcase_add_test(tc, cases_failures_say_which_expected_and_got);
+        tcase_add_test(tc, cases_missing_function_fails_every_case);
+        tcase_add_test(tc, code_tests_pass_and_fail);
+        tcase_add_test(tc, report_must_carry_the_marker);
+        tcase_add_test(tc, invalid_tests_objects_are_rejected);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+CQ_CHECK_MAIN(testrun_suite)
