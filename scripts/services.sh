@@ -100,11 +100,21 @@ pg_stop() {
         fi
 }
 
+# A process that exited but was not reaped (PID 1 here may not reap) is a
+# zombie: kill -0 still succeeds on it, yet it holds nothing. Count only
+# live processes.
+pid_alive() {
+        local state
+        [ -r "/proc/$1/stat" ] || return 1
+        state=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+        [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
 kafka_pid() {
         local pid
         [ -f "$K_DIR/broker.pid" ] || return 1
         pid=$(cat "$K_DIR/broker.pid")
-        kill -0 "$pid" 2>/dev/null || return 1
+        pid_alive "$pid" || return 1
         grep -q 'kafka.Kafka' "/proc/$pid/cmdline" 2>/dev/null || return 1
         echo "$pid"
 }
@@ -173,12 +183,16 @@ kafka_stop() {
         cq_say "stopping Kafka"
         kill -TERM "$pid" 2>/dev/null || true
         for i in $(seq 1 120); do
-                kill -0 "$pid" 2>/dev/null || break
+                pid_alive "$pid" || break
                 sleep 0.25
         done
-        if kill -0 "$pid" 2>/dev/null; then
+        if pid_alive "$pid"; then
+                cq_say "Kafka did not stop within 30 s; killing it"
                 kill -KILL "$pid" 2>/dev/null || true
-                sleep 0.2
+                for i in $(seq 1 20); do
+                        pid_alive "$pid" || break
+                        sleep 0.1
+                done
         fi
         rm -f "$K_DIR/broker.pid"
 }
@@ -227,6 +241,9 @@ status) status ;;
 env)
         echo "export CODERQ_PG_DSN='$DSN'"
         echo "export CODERQ_KAFKA_BROKERS='$BROKERS'"
+        # the ports, so that tests restarting a service reach these ones
+        echo "export CODERQ_PG_PORT='$CQ_PG_PORT'"
+        echo "export CODERQ_KAFKA_PORT='$CQ_KAFKA_PORT'"
         ;;
 *)
         echo "usage: $0 start|stop|status|env (also start-pg, start-kafka, stop-pg, stop-kafka, restart-pg, restart-kafka)" >&2
