@@ -127,8 +127,22 @@ kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
                   NULL);
 }
 
+/* Served by rd_kafka_poll() on our thread. A refused connection to every
+ * broker is final for a health check: no need to wait out the timeout. */
+static void
+kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+        char *down = opaque;
+
+        (void)rk;
+        if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && !down[0])
+                snprintf(down, 256, "%s", reason);
+}
+
 static int check_kafka(const cq_config_t *cfg)
 {
+        char down[256] = "";
+        int64_t deadline = cq_now_ms() + DOCTOR_SERVICE_TIMEOUT_MS;
         char errstr[512], what[640], timeout[16];
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         rd_kafka_t *rk = NULL;
@@ -140,6 +154,8 @@ static int check_kafka(const cq_config_t *cfg)
         if (!conf)
                 goto out;
         rd_kafka_conf_set_log_cb(conf, kafka_log);
+        rd_kafka_conf_set_error_cb(conf, kafka_error);
+        rd_kafka_conf_set_opaque(conf, down);
         if (rd_kafka_conf_set(conf, "bootstrap.servers", cfg->kafka_brokers,
                               errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
             rd_kafka_conf_set(conf, "socket.connection.setup.timeout.ms",
@@ -160,7 +176,26 @@ static int check_kafka(const cq_config_t *cfg)
                 goto out;
         }
         conf = NULL; /* rd_kafka_t owns it now */
-        err = rd_kafka_metadata(rk, 0, NULL, &md, DOCTOR_SERVICE_TIMEOUT_MS);
+        /* Short slices, so that an "all brokers down" error between them
+         * ends the wait early. */
+        for (;;) {
+                int64_t left = deadline - cq_now_ms();
+                int slice = left < 1 ? 1 : left < 250 ? (int)left : 250;
+
+                err = rd_kafka_metadata(rk, 0, NULL, &md, slice);
+                if (!err || left <= 250)
+                        break;
+                rd_kafka_poll(rk, 0);
+                if (down[0])
+                        break;
+        }
+        if (err && down[0]) {
+                snprintf(what, sizeof(what),
+                         "could not connect to any broker of %s: %s",
+                         cfg->kafka_brokers, down);
+                report("kafka", CHECK_FAIL, what);
+                goto out;
+        }
         if (err) {
                 snprintf(what, sizeof(what),
                          "could not get metadata from %s: %s",

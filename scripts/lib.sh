@@ -18,3 +18,30 @@ cq_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 cq_as_root() {
         if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
+
+# cq_services CMD: scripts/services.sh CMD, as root (through sudo when we
+# are not root), with this shell's port and folder settings.
+cq_services() {
+        if [ "$(id -u)" -eq 0 ]; then
+                "$CQ_ROOT/scripts/services.sh" "$@"
+        else
+                sudo env CODERQ_PG_PORT="$CQ_PG_PORT" \
+                        CODERQ_KAFKA_PORT="$CQ_KAFKA_PORT" \
+                        CODERQ_RUNTIME_DIR="$CQ_RUN_DIR" \
+                        CODERQ_CACHE_DIR="$CQ_CACHE_DIR" \
+                        "$CQ_ROOT/scripts/services.sh" "$@"
+        fi
+}
+
+# cq_build DIR TYPE: configure (strict: -Werror) and build incrementally;
+# the compiler's output goes to DIR/build.log and is shown on failure.
+cq_build() {
+        local dir=$1 type=$2
+        mkdir -p "$dir"
+        if ! { cmake -S "$CQ_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" \
+                -DCQ_WERROR=ON &&
+                cmake --build "$dir" -j"$(nproc)"; } >"$dir/build.log" 2>&1; then
+                cat "$dir/build.log" >&2
+                cq_die "the $type build in $dir failed"
+        fi
+}

@@ -194,9 +194,9 @@ START_TEST(doctor_exits_4_when_services_are_unreachable)
         ck_assert_msg(strstr(proc.out, "postgresql  FAIL  could not connect") !=
                           NULL,
                       "%s", proc.out);
-        ck_assert_msg(strstr(proc.out, "kafka       FAIL  could not get "
-                                       "metadata from 127.0.0.1:1") != NULL,
+        ck_assert_msg(strstr(proc.out, "kafka       FAIL  could not ") != NULL,
                       "%s", proc.out);
+        ck_assert_msg(strstr(proc.out, " 127.0.0.1:1") != NULL, "%s", proc.out);
         ck_assert_ptr_nonnull(strstr(proc.out, "\npython "));
         ck_assert_ptr_nonnull(strstr(proc.out, "\nbubblewrap "));
         ck_assert_uint_eq(cq_check_count_lines(proc.out), 4);

@@ -120,9 +120,12 @@ START_TEST(failed_offset_commit_is_reported_by_sync_commit)
                 consumer = client(RD_KAFKA_CONSUMER, ckv);
         }
         ck_assert_int_eq(rd_kafka_poll_set_consumer(consumer), 0);
-        list = rd_kafka_topic_partition_list_new(1);
-        rd_kafka_topic_partition_list_add(list, TOPIC, RD_KAFKA_PARTITION_UA);
-        ck_assert_int_eq(rd_kafka_subscribe(consumer, list), 0);
+        /* An explicit assignment commits through the same group
+         * coordinator as a subscription, without the mock's slow join. */
+        list = rd_kafka_topic_partition_list_new(N_PARTITIONS);
+        for (i = 0; i < N_PARTITIONS; i++)
+                rd_kafka_topic_partition_list_add(list, TOPIC, i);
+        ck_assert_int_eq(rd_kafka_assign(consumer, list), 0);
         rd_kafka_topic_partition_list_destroy(list);
 
         deadline = cq_now_ms() + 60000;
@@ -172,6 +175,7 @@ START_TEST(failed_offset_commit_is_reported_by_sync_commit)
         ck_assert_int_eq(total, N_MESSAGES);
         rd_kafka_topic_partition_list_destroy(list);
 
+        ck_assert_int_eq(rd_kafka_assign(consumer, NULL), 0);
         ck_assert_int_eq(rd_kafka_consumer_close(consumer), 0);
         rd_kafka_destroy(consumer);
         rd_kafka_destroy(producer);
