@@ -45,16 +45,25 @@ for arg in "$@"; do
 done
 
 started=$(date +%s)
+# Seconds per phase, printed before the summary.
+times=()
+phase_start=$SECONDS
+phase_end() {
+        times+=("$1 $((SECONDS - phase_start)) s")
+        phase_start=$SECONDS
+}
 if [ "$stop" -eq 1 ] && [ "$unit_only" -eq 0 ]; then
         trap 'cq_services stop' EXIT
 fi
 
 "$CQ_ROOT/scripts/setup.sh"
+phase_end setup
 
 if [ "$unit_only" -eq 0 ]; then
         cq_services start
         eval "$("$CQ_ROOT/scripts/services.sh" env)"
 fi
+phase_end services
 
 builds=("$CQ_ROOT/build:Release")
 [ "$asan" -eq 1 ] && builds+=("$CQ_ROOT/build-asan:Asan")
@@ -62,6 +71,7 @@ for b in "${builds[@]}"; do
         cq_say "building ${b#*:} in ${b%:*}"
         cq_build "${b%:*}" "${b#*:}"
 done
+phase_end builds
 
 # Lint: formatting and banned functions, over our own C sources.
 lint_failed=0
@@ -87,6 +97,8 @@ if (cd "$CQ_ROOT" && grep -nE \
                 "lengths, strtok_r, strtol, fgets)" >&2
         lint_failed=1
 fi
+
+phase_end lint
 
 # Tests.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
@@ -161,7 +173,8 @@ for b in "${builds[@]}"; do
         fi
 done
 
+phase_end tests
 [ "$lint_failed" -eq 0 ] || echo "lint: FAILED (see above)"
-echo "test.sh: $(($(date +%s) - started)) s"
+echo "test.sh: $(($(date +%s) - started)) s ($(IFS=,; echo "${times[*]}" | sed 's/,/, /g'))"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$lint_failed" -eq 0 ]
