@@ -12,6 +12,7 @@
 #   --no-asan  skip the ASan+UBSan build and its test run
 #   --stop     stop the services at the end (default: leave them running)
 #   --no-cache rerun every suite even when nothing changed (see below)
+#   -h|--help  this text
 #
 # Result cache: when a build's suites all passed and nothing that could
 # change their outcome has changed since (every file of the source tree,
@@ -19,7 +20,6 @@
 # identity of the running PostgreSQL and Kafka), that build's results are
 # reused and said so. Any change reruns the whole build's suites; CI starts
 # from a clean clone and so always runs everything.
-#   -h|--help  this text
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
