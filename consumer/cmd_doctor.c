@@ -151,8 +151,15 @@ static int check_kafka(const cq_config_t *cfg)
         int rc = -1;
 
         snprintf(timeout, sizeof(timeout), "%d", DOCTOR_SERVICE_TIMEOUT_MS);
-        if (!conf)
+        if (!conf) {
+                report("kafka", CHECK_FAIL,
+                       "could not configure client: out of memory");
                 goto out;
+        }
+        if (!cfg->kafka_brokers || !*cfg->kafka_brokers) {
+                report("kafka", CHECK_FAIL, "CODERQ_KAFKA_BROKERS is empty");
+                goto out;
+        }
         rd_kafka_conf_set_log_cb(conf, kafka_log);
         rd_kafka_conf_set_error_cb(conf, kafka_error);
         rd_kafka_conf_set_opaque(conf, down);
