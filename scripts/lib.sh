@@ -33,14 +33,26 @@ cq_services() {
         fi
 }
 
-# cq_build DIR TYPE: configure (strict: -Werror) and build incrementally;
-# the compiler's output goes to DIR/build.log and is shown on failure.
+# cq_build DIR TYPE: configure (strict: -Werror) when DIR is not yet
+# configured that way, then build incrementally; the compiler's output goes
+# to DIR/build.log and is shown on failure. Configuring only when needed
+# matters: a second configure moves libzmq's pkg-config "-isystem" from the
+# include directories into the compile flags, which rebuilds everything.
 cq_build() {
-        local dir=$1 type=$2
+        local dir=$1 type=$2 configure=1
         mkdir -p "$dir"
-        if ! { cmake -S "$CQ_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" \
-                -DCQ_WERROR=ON &&
-                cmake --build "$dir" -j"$(nproc)"; } >"$dir/build.log" 2>&1; then
+        if [ -f "$dir/CMakeCache.txt" ] &&
+                grep -qx "CMAKE_BUILD_TYPE:STRING=$type" "$dir/CMakeCache.txt" &&
+                grep -qx "CQ_WERROR:BOOL=ON" "$dir/CMakeCache.txt"; then
+                configure=0
+        fi
+        if ! {
+                if [ "$configure" -eq 1 ]; then
+                        cmake -S "$CQ_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" \
+                                -DCQ_WERROR=ON
+                fi &&
+                        cmake --build "$dir" -j"$(nproc)"
+        } >"$dir/build.log" 2>&1; then
                 cat "$dir/build.log" >&2
                 cq_die "the $type build in $dir failed"
         fi
