@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "coderq/log.h"
+#include "commands.h"
 
 static cq_cmd_fn_t cmd_config;
 
@@ -18,6 +19,8 @@ static const cq_cmd_t commands[] = {
      "usage: coderq config\n"
      "Prints every setting with its current value (secrets as set/unset).\n",
      cmd_config},
+    {"doctor", "check PostgreSQL, Kafka, Python and the sandbox",
+     cq_cmd_doctor_usage, cq_cmd_doctor},
 };
 
 const cq_cmd_t *cq_cli_commands(size_t *np)

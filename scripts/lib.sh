@@ -18,3 +18,42 @@ cq_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 cq_as_root() {
         if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
+
+# cq_services CMD: scripts/services.sh CMD, as root (through sudo when we
+# are not root), with this shell's port and folder settings.
+cq_services() {
+        if [ "$(id -u)" -eq 0 ]; then
+                "$CQ_ROOT/scripts/services.sh" "$@"
+        else
+                sudo env CODERQ_PG_PORT="$CQ_PG_PORT" \
+                        CODERQ_KAFKA_PORT="$CQ_KAFKA_PORT" \
+                        CODERQ_RUNTIME_DIR="$CQ_RUN_DIR" \
+                        CODERQ_CACHE_DIR="$CQ_CACHE_DIR" \
+                        "$CQ_ROOT/scripts/services.sh" "$@"
+        fi
+}
+
+# cq_build DIR TYPE: configure (strict: -Werror) when DIR is not yet
+# configured that way, then build incrementally; the compiler's output goes
+# to DIR/build.log and is shown on failure. Configuring only when needed
+# matters: a second configure moves libzmq's pkg-config "-isystem" from the
+# include directories into the compile flags, which rebuilds everything.
+cq_build() {
+        local dir=$1 type=$2 configure=1
+        mkdir -p "$dir"
+        if [ -f "$dir/CMakeCache.txt" ] &&
+                grep -qx "CMAKE_BUILD_TYPE:STRING=$type" "$dir/CMakeCache.txt" &&
+                grep -qx "CQ_WERROR:BOOL=ON" "$dir/CMakeCache.txt"; then
+                configure=0
+        fi
+        if ! {
+                if [ "$configure" -eq 1 ]; then
+                        cmake -S "$CQ_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" \
+                                -DCQ_WERROR=ON
+                fi &&
+                        cmake --build "$dir" -j"$(nproc)"
+        } >"$dir/build.log" 2>&1; then
+                cat "$dir/build.log" >&2
+                cq_die "the $type build in $dir failed"
+        fi
+}

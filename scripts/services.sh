@@ -24,7 +24,8 @@ pg_running() {
 }
 
 pg_ready() {
-        psql "$DSN" -XAtqc 'select 1' 2>/dev/null | grep -qx 1
+        local out
+        out=$(psql "$DSN" -XAtqc 'select 1' 2>/dev/null) && [ "$out" = 1 ]
 }
 
 # The cluster's files must be reachable by the postgres account; a clone
@@ -52,6 +53,9 @@ pg_start() {
         if pg_running && pg_ready; then
                 cq_say "PostgreSQL already running on port $CQ_PG_PORT"
                 return
+        fi
+        if ! pg_running && (exec 3<>"/dev/tcp/127.0.0.1/$CQ_PG_PORT") 2>/dev/null; then
+                cq_die "port $CQ_PG_PORT is taken by another process; choose another CODERQ_PG_PORT"
         fi
         pg_prepare_dir
         if [ ! -f "$PG_DIR/data/PG_VERSION" ]; then
@@ -100,26 +104,62 @@ pg_stop() {
         fi
 }
 
+# A process that exited but was not reaped (PID 1 here may not reap) is a
+# zombie: kill -0 still succeeds on it, yet it holds nothing. Count only
+# live processes.
+pid_alive() {
+        local state
+        [ -r "/proc/$1/stat" ] || return 1
+        state=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+        [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
 kafka_pid() {
         local pid
         [ -f "$K_DIR/broker.pid" ] || return 1
         pid=$(cat "$K_DIR/broker.pid")
-        kill -0 "$pid" 2>/dev/null || return 1
+        pid_alive "$pid" || return 1
         grep -q 'kafka.Kafka' "/proc/$pid/cmdline" 2>/dev/null || return 1
         echo "$pid"
 }
 
+# Ready means a metadata request answered with our broker in it. A closed
+# port is checked first (instantly) so that a starting broker is not
+# probed with a full metadata timeout each time.
+kafka_port_open() {
+        (exec 3<>"/dev/tcp/127.0.0.1/$CQ_KAFKA_PORT") 2>/dev/null
+}
+
+# Our broker is ready when the process we started owns the listening
+# port and answers a metadata request that lists it. (Another broker on
+# the same port must never pass for ours.)
 kafka_ready() {
-        kcat -b "$BROKERS" -L -m 2 -t __coderq_probe >/dev/null 2>&1 ||
-                kcat -b "$BROKERS" -L -m 2 >/dev/null 2>&1
+        local pid md
+        pid=$(kafka_pid) || return 1
+        kafka_port_open || return 1
+        ss -ltnpH "( sport = :$CQ_KAFKA_PORT )" 2>/dev/null | grep -q "pid=$pid," ||
+                return 1
+        # not piped into grep -q: under pipefail kcat's SIGPIPE would fail it
+        md=$(kcat -b "$BROKERS" -L -m 5 2>/dev/null) || return 1
+        grep -q "broker 1 at" <<<"$md"
 }
 
 kafka_start() {
         [ -f "$CQ_KAFKA_LIBS/.complete" ] || cq_die "Kafka jars missing; run scripts/setup.sh"
-        if kafka_pid >/dev/null && kafka_ready; then
+        if kafka_ready; then
                 cq_say "Kafka already running on $BROKERS"
                 return
         fi
+        if kafka_pid >/dev/null; then
+                cq_say "Kafka runs but does not answer; restarting it"
+                kafka_stop
+        fi
+        local port
+        for port in "$CQ_KAFKA_PORT" "$CQ_KAFKA_CONTROLLER_PORT"; do
+                if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+                        cq_die "port $port is taken by another process; choose another CODERQ_KAFKA_PORT"
+                fi
+        done
         mkdir -p "$K_DIR/data"
         cat >"$K_DIR/server.properties" <<CONF
 process.roles=broker,controller
@@ -150,21 +190,28 @@ CONF
         fi
         cq_say "starting Kafka $CQ_KAFKA_VERSION on $BROKERS"
         # setsid: the broker must not die with the shell that started it.
-        setsid java -Xms256m -Xmx512m -XX:+UseSerialGC -Djava.awt.headless=true \
+        # setsid forks when it is a process group leader (under job
+        # control), so $! may not be the broker: the shell that becomes
+        # java writes its own pid.
+        rm -f "$K_DIR/broker.pid"
+        setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' bash "$K_DIR/broker.pid" \
+                java -Xms256m -Xmx512m -XX:+UseSerialGC -Djava.awt.headless=true \
                 -Dorg.slf4j.simpleLogger.defaultLogLevel=info \
                 -Dorg.slf4j.simpleLogger.showDateTime=true \
                 -cp "$cp" kafka.Kafka "$K_DIR/server.properties" \
                 >>"$K_DIR/broker.log" 2>&1 </dev/null &
-        echo $! >"$K_DIR/broker.pid"
-        local i
-        for i in $(seq 1 240); do
+        local deadline=$((SECONDS + 90))
+        while [ ! -s "$K_DIR/broker.pid" ] && [ "$SECONDS" -lt "$deadline" ]; do
+                sleep 0.05
+        done
+        while [ "$SECONDS" -lt "$deadline" ]; do
                 if kafka_ready; then
                         return
                 fi
                 kafka_pid >/dev/null || cq_die "Kafka exited during start; see $K_DIR/broker.log"
-                sleep 0.25
+                sleep 0.1
         done
-        cq_die "Kafka did not answer a metadata request in 60 s; see $K_DIR/broker.log"
+        cq_die "Kafka did not answer a metadata request in 90 s; see $K_DIR/broker.log"
 }
 
 kafka_stop() {
@@ -173,12 +220,16 @@ kafka_stop() {
         cq_say "stopping Kafka"
         kill -TERM "$pid" 2>/dev/null || true
         for i in $(seq 1 120); do
-                kill -0 "$pid" 2>/dev/null || break
+                pid_alive "$pid" || break
                 sleep 0.25
         done
-        if kill -0 "$pid" 2>/dev/null; then
+        if pid_alive "$pid"; then
+                cq_say "Kafka did not stop within 30 s; killing it"
                 kill -KILL "$pid" 2>/dev/null || true
-                sleep 0.2
+                for i in $(seq 1 20); do
+                        pid_alive "$pid" || break
+                        sleep 0.1
+                done
         fi
         rm -f "$K_DIR/broker.pid"
 }
@@ -191,7 +242,7 @@ status() {
                 echo "postgresql: stopped"
                 rc=3
         fi
-        if kafka_pid >/dev/null && kafka_ready; then
+        if kafka_ready; then
                 echo "kafka: running on $BROKERS (pid $(kafka_pid))"
         else
                 echo "kafka: stopped"
@@ -227,6 +278,9 @@ status) status ;;
 env)
         echo "export CODERQ_PG_DSN='$DSN'"
         echo "export CODERQ_KAFKA_BROKERS='$BROKERS'"
+        # the ports, so that tests restarting a service reach these ones
+        echo "export CODERQ_PG_PORT='$CQ_PG_PORT'"
+        echo "export CODERQ_KAFKA_PORT='$CQ_KAFKA_PORT'"
         ;;
 *)
         echo "usage: $0 start|stop|status|env (also start-pg, start-kafka, stop-pg, stop-kafka, restart-pg, restart-kafka)" >&2

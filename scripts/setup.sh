@@ -18,12 +18,12 @@ PACKAGES=(
         bubblewrap kcat util-linux procps iproute2 curl ca-certificates
 )
 
+# One dpkg-query for all packages keeps the no-op run fast.
 missing=()
+installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${PACKAGES[@]}" 2>/dev/null |
+        awk '$NF == "installed" && $(NF-1) == "ok" { print $1 }' || true)
 for p in "${PACKAGES[@]}"; do
-        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
-                grep -q 'install ok installed'; then
-                missing+=("$p")
-        fi
+        grep -qxF "$p" <<<"$installed" || missing+=("$p")
 done
 # Node.js may come from another source that already bundles npm (Debian's
 # npm package then conflicts); only install what is absent.
@@ -56,6 +56,12 @@ else
         touch "$CQ_KAFKA_LIBS/.complete"
 fi
 
-/usr/bin/python3 -c 'import ipykernel, numpy, pandas, matplotlib, nbformat' ||
-        cq_die "Debian's python3 lacks ipykernel/numpy/pandas/matplotlib/nbformat"
+# Importing the kernel stack takes a second: check it once per install.
+py_stamp=$CQ_CACHE_DIR/python-stack.ok
+if [ ${#missing[@]} -gt 0 ] || [ ! -f "$py_stamp" ]; then
+        /usr/bin/python3 -c 'import ipykernel, numpy, pandas, matplotlib, nbformat' ||
+                cq_die "Debian's python3 lacks ipykernel/numpy/pandas/matplotlib/nbformat"
+        mkdir -p "$CQ_CACHE_DIR"
+        touch "$py_stamp"
+fi
 cq_say "setup complete"

@@ -1,0 +1,30 @@
+# coderq on Debian 12: build with CMake, run with Debian's librdkafka,
+# libpq, libzmq and the Python kernel stack. Configuration comes only from
+# the environment (see README, "Configuration"); docker-compose.yml runs
+# `coderq migrate` once and then `coderq worker`.
+FROM debian:12 AS build
+RUN apt-get update && apt-get install -y --no-install-recommends \
+        build-essential cmake pkg-config ca-certificates \
+        librdkafka-dev libcurl4-openssl-dev libjansson-dev libpq-dev \
+        libzmq3-dev libssl-dev check libsubunit-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DCQ_WERROR=ON \
+    && cmake --build /build -j"$(nproc)" --target coderq
+
+FROM debian:12-slim
+RUN apt-get update && apt-get install -y --no-install-recommends \
+        librdkafka1 libcurl4 libjansson4 libpq5 libzmq5 libssl3 \
+        ca-certificates tini bubblewrap \
+        python3 python3-ipykernel python3-jupyter-client python3-numpy \
+        python3-pandas python3-matplotlib python3-nbformat python3-scipy \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --create-home --home-dir /var/lib/coderq coderq
+COPY --from=build /build/coderq /usr/local/bin/coderq
+# The migration runner reads the folder at the path it was built with.
+COPY --from=build /src/migrations /src/migrations
+USER coderq
+WORKDIR /var/lib/coderq
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/coderq"]
+CMD ["worker"]

@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: MIT */
+/* cmd_doctor.c - "coderq doctor": one line per check of what a worker needs
+ * (PostgreSQL, Kafka, Debian's Python kernel, the bubblewrap sandbox), each
+ * bounded by a short timeout so a dead service never hangs the command. */
+#include "commands.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "coderq/log.h"
+#include "coderq/util.h"
+
+extern char **environ;
+
+#define DOCTOR_SERVICE_TIMEOUT_MS 3000
+#define DOCTOR_TOOL_TIMEOUT_MS    5000
+#define DOCTOR_PYTHON             "/usr/bin/python3"
+
+const char cq_cmd_doctor_usage[] =
+    "usage: coderq doctor\n"
+    "Checks, each within a few seconds, and prints one line per check:\n"
+    "  postgresql  a query on CODERQ_PG_DSN (server version)\n"
+    "  kafka       a metadata request to CODERQ_KAFKA_BROKERS (broker "
+    "count)\n"
+    "  python      " DOCTOR_PYTHON " -c 'import ipykernel' (local "
+    "kernels)\n"
+    "  bubblewrap  bwrap --unshare-all --ro-bind / / true (the sandbox; a\n"
+    "              failure is a warning: kernels then run unsandboxed)\n"
+    "Exit status: 0 all required checks passed, 4 PostgreSQL or Kafka is\n"
+    "unreachable, 1 python cannot import ipykernel.\n";
+
+enum check_state { CHECK_OK, CHECK_WARN, CHECK_FAIL };
+
+static void report(const char *name, enum check_state state, const char *what)
+{
+        static const char *const words[] = {"ok", "WARN", "FAIL"};
+
+        printf("%-11s %-5s %s\n", name, words[state], what);
+        fflush(stdout);
+}
+
+/* libpq and bwrap messages may span lines; a report is one line. */
+static void one_line(char *s)
+{
+        char *end = s;
+
+        for (; *end; end++)
+                if (*end == '\n' || *end == '\r' || *end == '\t')
+                        *end = ' ';
+        while (end > s && end[-1] == ' ')
+                *--end = '\0';
+}
+
+static int check_postgres(const cq_config_t *cfg)
+{
+        const char *keys[5], *values[5];
+        char timeout[16], what[512];
+        PGconn *conn = NULL;
+        PGresult *res = NULL;
+        int n = 0, rc = -1;
+
+        snprintf(timeout, sizeof(timeout), "%d",
+                 DOCTOR_SERVICE_TIMEOUT_MS / 1000);
+        if (cfg->pg_dsn) {
+                keys[n] = "dbname"; /* expanded: a DSN or a URI */
+                values[n++] = cfg->pg_dsn;
+        }
+        keys[n] = "connect_timeout";
+        values[n++] = timeout;
+        keys[n] = "application_name";
+        values[n++] = "coderq-doctor";
+        keys[n] = "options";
+        values[n++] = "-c statement_timeout=3000";
+        keys[n] = NULL;
+        values[n] = NULL;
+        conn = PQconnectdbParams(keys, values, 1);
+        if (!conn) {
+                report("postgresql", CHECK_FAIL,
+                       "could not connect: out of "
+                       "memory");
+                goto out;
+        }
+        if (PQstatus(conn) != CONNECTION_OK) {
+                snprintf(what, sizeof(what), "could not connect: %s",
+                         PQerrorMessage(conn));
+                one_line(what);
+                report("postgresql", CHECK_FAIL, what);
+                goto out;
+        }
+        res = PQexec(conn, "SELECT current_setting('server_version'), "
+                           "current_database()");
+        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+                snprintf(what, sizeof(what), "could not run a query: %s",
+                         PQerrorMessage(conn));
+                one_line(what);
+                report("postgresql", CHECK_FAIL, what);
+                goto out;
+        }
+        snprintf(what, sizeof(what), "PostgreSQL %s, database \"%s\"",
+                 PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
+        report("postgresql", CHECK_OK, what);
+        rc = 0;
+out:
+        PQclear(res);
+        PQfinish(conn);
+        return rc;
+}
+
+/* Connection failures are the expected outcome of a check against a dead
+ * broker; keep librdkafka's own log lines out of the report. */
+static void
+kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+        (void)rk;
+        (void)level;
+        cq_log_kv(CQ_LOG_DEBUG, "librdkafka", "facility", fac, "message", buf,
+                  NULL);
+}
+
+/* Served by rd_kafka_poll() on our thread. A refused connection to every
+ * broker is final for a health check: no need to wait out the timeout. */
+static void
+kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+        char *down = opaque;
+
+        (void)rk;
+        if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && !down[0])
+                snprintf(down, 256, "%s", reason);
+}
+
+static int check_kafka(const cq_config_t *cfg)
+{
+        char down[256] = "";
+        int64_t deadline = cq_now_ms() + DOCTOR_SERVICE_TIMEOUT_MS;
+        char errstr[512], what[640], timeout[16];
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_t *rk = NULL;
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_resp_err_t err;
+        int rc = -1;
+
+        snprintf(timeout, sizeof(timeout), "%d", DOCTOR_SERVICE_TIMEOUT_MS);
+        if (!conf) {
+                report("kafka", CHECK_FAIL,
+                       "could not configure client: out of memory");
+                goto out;
+        }
+        if (!cfg->kafka_brokers || !*cfg->kafka_brokers) {
+                report("kafka", CHECK_FAIL, "CODERQ_KAFKA_BROKERS is empty");
+                goto out;
+        }
+        rd_kafka_conf_set_log_cb(conf, kafka_log);
+        rd_kafka_conf_set_error_cb(conf, kafka_error);
+        rd_kafka_conf_set_opaque(conf, down);
+        if (rd_kafka_conf_set(conf, "bootstrap.servers", cfg->kafka_brokers,
+                              errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "socket.connection.setup.timeout.ms",
+                              timeout, errstr,
+                              sizeof(errstr)) != RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "client.id", "coderq-doctor", errstr,
+                              sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+                snprintf(what, sizeof(what), "could not configure client: %s",
+                         errstr);
+                report("kafka", CHECK_FAIL, what);
+                goto out;
+        }
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+        if (!rk) {
+                snprintf(what, sizeof(what), "could not create client: %s",
+                         errstr);
+                report("kafka", CHECK_FAIL, what);
+                goto out;
+        }
+        conf = NULL; /* rd_kafka_t owns it now */
+        /* Short slices, so that an "all brokers down" error between them
+         * ends the wait early. */
+        for (;;) {
+                int64_t left = deadline - cq_now_ms();
+                int slice = left < 1 ? 1 : left < 250 ? (int)left : 250;
+
+                err = rd_kafka_metadata(rk, 0, NULL, &md, slice);
+                if (!err || left <= 250)
+                        break;
+                rd_kafka_poll(rk, 0);
+                if (down[0])
+                        break;
+        }
+        if (err && down[0]) {
+                snprintf(what, sizeof(what),
+                         "could not connect to any broker of %s: %s",
+                         cfg->kafka_brokers, down);
+                report("kafka", CHECK_FAIL, what);
+                goto out;
+        }
+        if (err) {
+                snprintf(what, sizeof(what),
+                         "could not get metadata from %s: %s",
+                         cfg->kafka_brokers, rd_kafka_err2str(err));
+                report("kafka", CHECK_FAIL, what);
+                goto out;
+        }
+        if (md->broker_cnt < 1) {
+                snprintf(what, sizeof(what), "metadata from %s lists no broker",
+                         cfg->kafka_brokers);
+                report("kafka", CHECK_FAIL, what);
+                goto out;
+        }
+        snprintf(what, sizeof(what), "%d broker%s, bootstrap %s",
+                 md->broker_cnt, md->broker_cnt == 1 ? "" : "s",
+                 cfg->kafka_brokers);
+        report("kafka", CHECK_OK, what);
+        rc = 0;
+out:
+        if (md)
+                rd_kafka_metadata_destroy(md);
+        if (rk)
+                rd_kafka_destroy(rk);
+        if (conf)
+                rd_kafka_conf_destroy(conf);
+        return rc;
+}
+
+/*
+ * Run argv (searched in PATH) with stdin and stdout on /dev/null, keep the
+ * first line of its stderr in errbuf, and kill it after timeout_ms.
+ * Returns its exit status, 128 + signal, or -1 when it could not start
+ * (errbuf says why).
+ */
+static int
+run_quiet(char *const argv[], int timeout_ms, char *errbuf, size_t errbuf_size)
+{
+        posix_spawn_file_actions_t fa;
+        int pipefd[2] = {-1, -1};
+        bool fa_ready = false;
+        pid_t pid = -1;
+        size_t used = 0;
+        int64_t deadline = cq_now_ms() + timeout_ms;
+        int status = 0, rc = -1, err;
+
+        errbuf[0] = '\0';
+        if (pipe2(pipefd, O_CLOEXEC) != 0) {
+                snprintf(errbuf, errbuf_size, "could not create a pipe: %s",
+                         strerror(errno));
+                goto out;
+        }
+        if (posix_spawn_file_actions_init(&fa) != 0)
+                goto out;
+        fa_ready = true;
+        if (posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY,
+                                             0) ||
+            posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY,
+                                             0) ||
+            posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2)) {
+                snprintf(errbuf, errbuf_size, "could not prepare to run %s",
+                         argv[0]);
+                goto out;
+        }
+        err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+        if (err) {
+                pid = -1;
+                snprintf(errbuf, errbuf_size, "could not run %s: %s", argv[0],
+                         strerror(err));
+                goto out;
+        }
+        close(pipefd[1]);
+        pipefd[1] = -1;
+        for (;;) {
+                struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+                int64_t left = deadline - cq_now_ms();
+                char chunk[512];
+                ssize_t got;
+
+                if (left <= 0) {
+                        snprintf(errbuf, errbuf_size,
+                                 "%s did not finish within %d ms", argv[0],
+                                 timeout_ms);
+                        kill(pid, SIGKILL);
+                        break;
+                }
+                if (poll(&pfd, 1, (int)left) < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        break;
+                }
+                if (!pfd.revents)
+                        continue;
+                got = read(pipefd[0], chunk, sizeof(chunk));
+                if (got < 0 && errno == EINTR)
+                        continue;
+                if (got <= 0)
+                        break;
+                if (used + 1 < errbuf_size) {
+                        size_t n = (size_t)got;
+
+                        if (n > errbuf_size - 1 - used)
+                                n = errbuf_size - 1 - used;
+                        memcpy(errbuf + used, chunk, n);
+                        used += n;
+                        errbuf[used] = '\0';
+                }
+        }
+        while (waitpid(pid, &status, 0) < 0) {
+                if (errno != EINTR)
+                        goto out;
+        }
+        pid = -1;
+        rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+out:
+        if (pid > 0) {
+                kill(pid, SIGKILL);
+                waitpid(pid, NULL, 0);
+        }
+        if (fa_ready)
+                posix_spawn_file_actions_destroy(&fa);
+        if (pipefd[0] >= 0)
+                close(pipefd[0]);
+        if (pipefd[1] >= 0)
+                close(pipefd[1]);
+        if (errbuf[0]) {
+                char *nl = strchr(errbuf, '\n');
+
+                if (nl && nl[1])
+                        *nl = '\0'; /* keep the first line */
+                one_line(errbuf);
+        }
+        return rc;
+}
+
+/* argv arrays are char *const[] for posix_spawn(); the strings are never
+ * written. */
+static int check_tool(const char *name,
+                      char *const argv[],
+                      const char *ok,
+                      enum check_state on_failure)
+{
+        char errbuf[400], what[512];
+        int status =
+            run_quiet(argv, DOCTOR_TOOL_TIMEOUT_MS, errbuf, sizeof(errbuf));
+
+        if (status == 0) {
+                report(name, CHECK_OK, ok);
+                return 0;
+        }
+        if (status < 0)
+                snprintf(what, sizeof(what), "%s", errbuf);
+        else
+                snprintf(what, sizeof(what), "%s exited with status %d%s%s",
+                         argv[0], status, errbuf[0] ? ": " : "", errbuf);
+        report(name, on_failure, what);
+        return -1;
+}
+
+int cq_cmd_doctor(const cq_config_t *cfg, int argc, char **argv)
+{
+        static char python[] = DOCTOR_PYTHON, dash_c[] = "-c",
+                    import[] = "import ipykernel", bwrap[] = "bwrap",
+                    unshare[] = "--unshare-all", ro_bind[] = "--ro-bind",
+                    root[] = "/", truecmd[] = "true";
+        char *const python_argv[] = {python, dash_c, import, NULL};
+        char *const bwrap_argv[] = {bwrap, unshare, ro_bind, root,
+                                    root,  truecmd, NULL};
+        bool services_ok = true, tools_ok = true;
+
+        (void)argv;
+        if (argc > 1) {
+                cq_cli_error("doctor takes no arguments; see coderq doctor "
+                             "--help");
+                return CQ_EXIT_USAGE;
+        }
+        if (check_postgres(cfg) != 0)
+                services_ok = false;
+        if (check_kafka(cfg) != 0)
+                services_ok = false;
+        if (check_tool("python", python_argv,
+                       DOCTOR_PYTHON " imports ipykernel", CHECK_FAIL) != 0)
+                tools_ok = false;
+        (void)check_tool("bubblewrap", bwrap_argv,
+                         "bwrap --unshare-all --ro-bind / / true works",
+                         CHECK_WARN);
+        if (!services_ok)
+                return CQ_EXIT_UNAVAILABLE;
+        return tools_ok ? CQ_EXIT_OK : CQ_EXIT_FAILED;
+}

@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/* check_cli.c - the coderq executable as a user meets it, run as a
+ * subprocess: help, version, usage and configuration errors, per-command
+ * help, and doctor against services that are certainly not there. Needs
+ * nothing running. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_support.h"
+#include "coderq/cli.h"
+#include "coderq/config.h"
+#include "support/proc.h"
+
+static const char *coderq_path(void)
+{
+        static char path[4096];
+        const char *dir = getenv("CQ_BINARY_DIR");
+
+        snprintf(path, sizeof(path), "%s/coderq", dir ? dir : CQ_BINARY_DIR);
+        return path;
+}
+
+/* Run coderq with up to four arguments (NULL-terminated) and \p env. */
+static void run(cq_check_proc_t *proc,
+                const char *const *env,
+                const char *a1,
+                const char *a2,
+                const char *a3)
+{
+        const char *argv[] = {coderq_path(), a1, a2, a3, NULL};
+
+        ck_assert_int_eq(cq_check_proc_run(argv, env, 60000, proc), 0);
+        ck_assert_msg(!proc->timed_out, "coderq did not finish");
+}
+
+START_TEST(help_lists_every_variable_and_command)
+{
+        cq_check_proc_t proc;
+        const cq_cfg_entry_t *entries;
+        const cq_cmd_t *cmds;
+        size_t n, i;
+
+        run(&proc, NULL, "--help", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_OK);
+        entries = cq_config_entries(&n);
+        ck_assert_uint_gt(n, 3);
+        for (i = 0; i < n; i++) {
+                char flag[128];
+
+                ck_assert_msg(strstr(proc.out, entries[i].env) != NULL,
+                              "--help does not list %s", entries[i].env);
+                snprintf(flag, sizeof(flag), "--%s", entries[i].flag);
+                ck_assert_msg(strstr(proc.out, flag) != NULL,
+                              "--help does not list %s", flag);
+        }
+        cmds = cq_cli_commands(&n);
+        ck_assert_uint_ge(n, 2);
+        for (i = 0; i < n; i++) {
+                char line[128];
+
+                snprintf(line, sizeof(line), "\n  %s ", cmds[i].name);
+                ck_assert_msg(strstr(proc.out, line) != NULL,
+                              "--help does not list command %s", cmds[i].name);
+        }
+        ck_assert_ptr_nonnull(strstr(proc.out, "\n  doctor "));
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
+START_TEST(no_arguments_is_a_usage_error_with_help_on_stderr)
+{
+        cq_check_proc_t proc;
+
+        run(&proc, NULL, NULL, NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_USAGE);
+        ck_assert_str_eq(proc.out, "");
+        ck_assert_ptr_nonnull(strstr(proc.err, "usage: coderq"));
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
+START_TEST(version_prints_the_project_version)
+{
+        cq_check_proc_t proc;
+
+        run(&proc, NULL, "--version", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_OK);
+        ck_assert_str_eq(proc.out, "coderq " CQ_VERSION "\n");
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
+START_TEST(unknown_command_exits_2)
+{
+        cq_check_proc_t proc;
+
+        run(&proc, NULL, "frobnicate", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_USAGE);
+        ck_assert_ptr_nonnull(
+            strstr(proc.err, "unknown command \"frobnicate\""));
+        ck_assert_uint_eq(cq_check_count_lines(proc.err), 1);
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
+START_TEST(invalid_log_level_exits_3_naming_the_variable)
+{
+        static const char *const env[] = {"CODERQ_LOG_LEVEL=loud", NULL};
+        cq_check_proc_t proc;
+
+        run(&proc, env, "config", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_CONFIG);
+        ck_assert_uint_eq(cq_check_count_lines(proc.err), 1);
+        ck_assert_msg(strstr(proc.err, "CODERQ_LOG_LEVEL") != NULL,
+                      "stderr does not name the variable: %s", proc.err);
+        ck_assert_ptr_nonnull(strstr(proc.err, "loud"));
+        ck_assert_str_eq(proc.out, "");
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
+START_TEST(invalid_flag_value_exits_3_naming_the_flag)
+{
+        cq_check_proc_t proc;
+
+        run(&proc, NULL, "--log-level=loud", "config", NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_CONFIG);
+        ck_assert_uint_eq(cq_check_count_lines(proc.err), 1);
+        ck_assert_ptr_nonnull(strstr(proc.err, "log-level"));
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
+START_TEST(every_command_has_help)
+{
+        const cq_cmd_t *cmds;
+        size_t n, i;
+
+        cmds = cq_cli_commands(&n);
+        for (i = 0; i < n; i++) {
+                cq_check_proc_t proc;
+                char want[128];
+
+                run(&proc, NULL, cmds[i].name, "--help", NULL);
+                ck_assert_msg(proc.status == CQ_EXIT_OK,
+                              "coderq %s --help exited %d", cmds[i].name,
+                              proc.status);
+                snprintf(want, sizeof(want), "usage: coderq %s", cmds[i].name);
+                ck_assert_msg(strncmp(proc.out, want, strlen(want)) == 0,
+                              "coderq %s --help printed: %s", cmds[i].name,
+                              proc.out);
+                cq_check_proc_release(&proc);
+        }
+}
+END_TEST
+
+START_TEST(config_prints_every_variable_and_hides_secrets)
+{
+        static const char *const env[] = {
+            "CODERQ_PG_DSN=postgresql://u:hunter2@db/x",
+            "CODERQ_KAFKA_BROKERS=kafka.example:9092", NULL};
+        cq_check_proc_t proc;
+        const cq_cfg_entry_t *entries;
+        size_t n, i;
+
+        run(&proc, env, "config", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_OK);
+        entries = cq_config_entries(&n);
+        for (i = 0; i < n; i++) {
+                char line[128];
+
+                snprintf(line, sizeof(line), "%s=", entries[i].env);
+                ck_assert_msg(strstr(proc.out, line) != NULL, "no %s", line);
+        }
+        ck_assert_ptr_nonnull(
+            strstr(proc.out, "CODERQ_KAFKA_BROKERS=kafka.example:9092\n"));
+        ck_assert_ptr_null(strstr(proc.out, "hunter2"));
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
+/* Port 1 on loopback refuses at once: both checks fail quickly, and the
+ * exit status says "a service is unavailable". */
+START_TEST(doctor_exits_4_when_services_are_unreachable)
+{
+        static const char *const env[] = {
+            "CODERQ_PG_DSN=postgresql://nobody@127.0.0.1:1/nothing",
+            "CODERQ_KAFKA_BROKERS=127.0.0.1:1", NULL};
+        cq_check_proc_t proc;
+
+        run(&proc, env, "doctor", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_UNAVAILABLE);
+        ck_assert_msg(strstr(proc.out, "postgresql  FAIL  could not connect") !=
+                          NULL,
+                      "%s", proc.out);
+        ck_assert_msg(strstr(proc.out, "kafka       FAIL  could not ") != NULL,
+                      "%s", proc.out);
+        ck_assert_msg(strstr(proc.out, " 127.0.0.1:1") != NULL, "%s", proc.out);
+        ck_assert_ptr_nonnull(strstr(proc.out, "\npython "));
+        ck_assert_ptr_nonnull(strstr(proc.out, "\nbubblewrap "));
+        ck_assert_uint_eq(cq_check_count_lines(proc.out), 4);
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
+START_TEST(doctor_rejects_arguments)
+{
+        cq_check_proc_t proc;
+
+        run(&proc, NULL, "doctor", "now", NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_USAGE);
+        ck_assert_str_eq(proc.out, "");
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
+static Suite *cli_suite(void)
+{
+        Suite *s = suite_create("cli");
+        TCase *tc = tcase_create("cli");
+
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, help_lists_every_variable_and_command);
+        tcase_add_test(tc, no_arguments_is_a_usage_error_with_help_on_stderr);
+        tcase_add_test(tc, version_prints_the_project_version);
+        tcase_add_test(tc, unknown_command_exits_2);
+        tcase_add_test(tc, invalid_log_level_exits_3_naming_the_variable);
+        tcase_add_test(tc, invalid_flag_value_exits_3_naming_the_flag);
+        tcase_add_test(tc, every_command_has_help);
+        tcase_add_test(tc, config_prints_every_variable_and_hides_secrets);
+        tcase_add_test(tc, doctor_exits_4_when_services_are_unreachable);
+        tcase_add_test(tc, doctor_rejects_arguments);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+CQ_CHECK_MAIN(cli_suite)
