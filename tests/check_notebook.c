@@ -613,6 +613,110 @@ START_TEST(nb_write_file_is_atomic_and_reports_errors)
 }
 END_TEST
 
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t rng(void)
+{
+        rng_state ^= rng_state >> 12;
+        rng_state ^= rng_state << 25;
+        rng_state ^= rng_state >> 27;
+        return rng_state * 0x2545f4914f6cdd1dULL;
+}
+
+/* Mutated notebooks (byte edits that still parse as JSON, and values of
+ * the wrong type at every path) never crash cq_nb_from_json; whatever it
+ * accepts can be continued and round-trips. */
+START_TEST(nb_from_json_fuzz)
+{
+        static const char *const wrong[] = {"null", "1",  "-1",  "\"x\"",
+                                            "[]",   "{}", "[1]", "true"};
+        size_t len, round, accepted = 0, rejected = 0;
+        char *base = slurp(
+            cq_check_srcpath("tests/data/notebook/rich/expected.ipynb"), &len);
+        char *work = malloc(len);
+
+        ck_assert_ptr_nonnull(work);
+        for (round = 0; round < 4000; round++) {
+                size_t k, edits = 1 + rng() % 3;
+                json_t *doc;
+                cq_nb_t *nb;
+                char errstr[256] = "";
+
+                memcpy(work, base, len);
+                for (k = 0; k < edits; k++)
+                        work[rng() % len] =
+                            "0123456789[]{}\",:nulltrue-a"[rng() % 28];
+                doc = json_loadb(work, len, JSON_ALLOW_NUL, NULL);
+                if (!doc)
+                        continue;
+                nb = cq_nb_from_json(doc, errstr, sizeof(errstr));
+                if (nb) {
+                        char *text;
+                        size_t tlen;
+
+                        ck_assert_int_eq(cq_nb_add_heading(nb, "more"), 0);
+                        assert_ids(cq_nb_json(nb));
+                        text = cq_nb_dumps(nb, &tlen);
+                        ck_assert_ptr_nonnull(text);
+                        assert_round_trip(text, tlen);
+                        free(text);
+                        cq_nb_destroy(&nb);
+                        accepted++;
+                } else {
+                        ck_assert(errstr[0] != '\0');
+                        rejected++;
+                }
+                json_decref(doc);
+        }
+        /* Structured: replace cells[1], its metadata, outputs[i] and their
+         * fields with wrong types. */
+        {
+                static const char *const paths[][3] = {
+                    {"cells", NULL, NULL},
+                    {"metadata", NULL, NULL},
+                    {"nbformat", NULL, NULL},
+                    {"nbformat_minor", NULL, NULL},
+                    {"cell_type", NULL, NULL},
+                    {"source", NULL, NULL},
+                    {"outputs", NULL, NULL},
+                    {"id", NULL, NULL},
+                    {"execution_count", NULL, NULL}};
+                size_t p, w;
+
+                for (p = 0; p < CQ_ARRAY_SIZE(paths); p++) {
+                        for (w = 0; w < CQ_ARRAY_SIZE(wrong); w++) {
+                                json_t *doc = json_loadb(base, len, 0, NULL);
+                                json_t *target = doc;
+                                char errstr[256] = "";
+                                cq_nb_t *nb;
+
+                                ck_assert_ptr_nonnull(doc);
+                                if (p >= 4)
+                                        target = json_array_get(
+                                            json_object_get(doc, "cells"), 1);
+                                json_object_set_new(target, paths[p][0],
+                                                    json_loads(wrong[w],
+                                                               JSON_DECODE_ANY,
+                                                               NULL));
+                                nb = cq_nb_from_json(doc, errstr,
+                                                     sizeof(errstr));
+                                if (nb)
+                                        accepted++;
+                                else
+                                        ck_assert(errstr[0] != '\0');
+                                rejected += nb == NULL;
+                                cq_nb_destroy(&nb);
+                                json_decref(doc);
+                        }
+                }
+        }
+        ck_assert_uint_gt(accepted, 10);
+        ck_assert_uint_gt(rejected, 100);
+        free(work);
+        free(base);
+}
+END_TEST
+
 static Suite *cq_notebook_suite(void)
 {
         Suite *s = suite_create("notebook");
@@ -626,6 +730,7 @@ static Suite *cq_notebook_suite(void)
         tcase_add_test(tc, nb_from_json_rejects_and_upgrades);
         tcase_add_test(tc, nb_ids_are_deterministic_and_unique);
         tcase_add_test(tc, nb_write_file_is_atomic_and_reports_errors);
+        tcase_add_test(tc, nb_from_json_fuzz);
         suite_add_tcase(s, tc);
         return s;
 }
