@@ -5,7 +5,14 @@
  * rejection names the field. Unknown top-level fields are accepted and kept
  * in job->spec (forward compatibility with newer producers); unknown keys
  * inside limits, files[] and tests are rejected, since a misspelt limit that
- * silently does not apply is worse than a bounced job. */
+ * silently does not apply is worse than a bounced job. JSON null counts as
+ * "not given" for every optional field.
+ *
+ * Bounds: ids (job_id, parent_job_id, task_id, run_id) are 1-128 printable
+ * ASCII bytes without spaces; at most 1000 files and 64 MiB of decoded
+ * inline content; URLs at most 2048 bytes; at most 10000 test cases;
+ * limits max_turns and max_retries 1..1000, cell_timeout_s 1..86400,
+ * job_timeout_s 1..604800; priority -1000..1000. */
 #include "coderq/job.h"
 
 #include <stdarg.h>
