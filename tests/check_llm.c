@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -101,6 +102,25 @@ static json_int_t req_int(const json_t *reqs, size_t i, const char *key)
 static const char *req_str(const json_t *reqs, size_t i, const char *key)
 {
         return json_string_value(json_object_get(json_array_get(reqs, i), key));
+}
+
+static char *slurp_text(const char *path, size_t *lenp)
+{
+        FILE *fp = fopen(path, "rb");
+        char *data;
+        long n;
+
+        ck_assert_msg(fp != NULL, "could not open %s", path);
+        fseek(fp, 0, SEEK_END);
+        n = ftell(fp);
+        fseek(fp, 0, SEEK_SET);
+        data = malloc((size_t)n + 1);
+        ck_assert_ptr_nonnull(data);
+        ck_assert_uint_eq(fread(data, 1, (size_t)n, fp), (size_t)n);
+        data[n] = '\0';
+        fclose(fp);
+        *lenp = (size_t)n;
+        return data;
 }
 
 /* --- talking to the fake --------------------------------------------- */
@@ -823,6 +843,133 @@ START_TEST(bad_arguments_fail_without_a_request)
 }
 END_TEST
 
+START_TEST(timeout_is_retriable)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:slow");
+        conf.timeout_s = 1;
+        conf.max_attempts = 2;
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        ck_assert_int_eq(reply.attempts, 2);
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "timed out"));
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 2);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+/* The fake refuses what a real server refuses, so client bugs surface. */
+START_TEST(fake_rejects_invalid_histories)
+{
+        static const struct {
+                const char *history;
+                const char *want;
+        } cases[] = {
+            {"[{\"role\": \"robot\", \"content\": \"x\"}]",
+             "messages[0].role 'robot' is invalid"},
+            {"[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"tool\", "
+             "\"tool_call_id\": \"c9\", \"content\": \"\"}]",
+             "answers no preceding tool call"},
+            {"[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": "
+             "\"assistant\", \"content\": null, \"tool_calls\": [{\"id\": "
+             "\"c1\", \"type\": \"function\", \"function\": {\"name\": "
+             "\"execute_code\", \"arguments\": \"{}\"}}]}, {\"role\": "
+             "\"user\", \"content\": \"next\"}]",
+             "must be followed by tool messages"},
+            {"[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": "
+             "\"assistant\", \"content\": \"hi\", \"tool_calls\": []}]",
+             "empty array"},
+            {"[{\"role\": \"user\"}]", "messages[0].content must be a string"},
+        };
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history, *reqs;
+        size_t i;
+
+        test_conf(&conf, "gpt-4o-mini");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                history = json_loads(cases[i].history, 0, NULL);
+                ck_assert_ptr_nonnull(history);
+                ck_assert_int_eq(cq_llm_chat(llm, history, &reply),
+                                 CQ_ERR_FATAL);
+                ck_assert_int_eq(reply.attempts, 1);
+                ck_assert_msg(strstr(cq_llm_errmsg(llm), "HTTP 400: ") &&
+                                  strstr(cq_llm_errmsg(llm), cases[i].want),
+                              "case %zu: %s", i, cq_llm_errmsg(llm));
+                json_decref(history);
+        }
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), CQ_ARRAY_SIZE(cases));
+        ck_assert(
+            json_is_false(json_object_get(json_array_get(reqs, 0), "valid")));
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(fake_log_file_and_port_file)
+{
+        char dir[] = "/tmp/cq-fake-llm-XXXXXX";
+        char log_path[128], port_path[128];
+        const char *args[] = {"--log",   log_path,       "--port-file",
+                              port_path, "--latency-ms", "5",
+                              NULL};
+        cq_fake_llm_t *other;
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *line;
+        char *text;
+        size_t len;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(log_path, sizeof(log_path), "%s/requests.jsonl", dir);
+        snprintf(port_path, sizeof(port_path), "%s/port", dir);
+        other = cq_fake_llm_start(args);
+        ck_assert_ptr_nonnull(other);
+        text = slurp_text(port_path, &len);
+        ck_assert_int_eq(strtol(text, NULL, 10), cq_fake_llm_port(other));
+        free(text);
+        test_conf(&conf, "script:one_call");
+        conf.base_url = cq_fake_llm_base_url(other);
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        cq_fake_llm_stop(&other);
+        text = slurp_text(log_path, &len);
+        ck_assert_uint_eq(len > 0 ? (size_t)(strchr(text, '\n') - text) + 1 : 0,
+                          len); /* exactly one line */
+        line = json_loads(text, 0, NULL);
+        ck_assert_ptr_nonnull(line);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_object_get(line, "body"), "model")),
+                         "script:one_call");
+        ck_assert_int_eq(json_integer_value(json_object_get(line, "status")),
+                         200);
+        json_decref(line);
+        free(text);
+        unlink(log_path);
+        unlink(port_path);
+        rmdir(dir);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
 /* --- pure functions ---------------------------------------------------- */
 
 START_TEST(tools_json_shape)
@@ -966,25 +1113,6 @@ END_TEST
 
 /* --- the reply parser: golden files and malformed input --------------- */
 
-static char *slurp(const char *path, size_t *lenp)
-{
-        FILE *fp = fopen(path, "rb");
-        char *data;
-        long n;
-
-        ck_assert_msg(fp != NULL, "could not open %s", path);
-        fseek(fp, 0, SEEK_END);
-        n = ftell(fp);
-        fseek(fp, 0, SEEK_SET);
-        data = malloc((size_t)n + 1);
-        ck_assert_ptr_nonnull(data);
-        ck_assert_uint_eq(fread(data, 1, (size_t)n, fp), (size_t)n);
-        data[n] = '\0';
-        fclose(fp);
-        *lenp = (size_t)n;
-        return data;
-}
-
 static json_t *str_or_null(const char *s)
 {
         return s ? json_string(s) : json_null();
@@ -1036,7 +1164,7 @@ START_TEST(parser_golden_replies)
                         continue;
                 snprintf(path, sizeof(path), "%s/%s/input.json", base,
                          de->d_name);
-                body = slurp(path, &len);
+                body = slurp_text(path, &len);
                 snprintf(path, sizeof(path), "%s/%s/expected.json", base,
                          de->d_name);
                 expected = json_load_file(path, 0, NULL);
@@ -1118,9 +1246,9 @@ START_TEST(parser_random_bytes_and_mutations)
                                  -1);
                 ck_assert(errstr[0] != '\0');
         }
-        golden = slurp(cq_check_srcpath("tests/data/llm/replies/"
-                                        "openai_tool_call/input.json"),
-                       &glen);
+        golden = slurp_text(cq_check_srcpath("tests/data/llm/replies/"
+                                             "openai_tool_call/input.json"),
+                            &glen);
         for (i = 0; i < 3000; i++) {
                 char *copy = malloc(glen);
                 size_t flips = 1 + fuzz_next() % 4;
@@ -1328,6 +1456,9 @@ static Suite *cq_llm_suite(void)
         tcase_add_test(tc, provider_variations);
         tcase_add_test(tc, connection_refused_is_retriable);
         tcase_add_test(tc, bad_arguments_fail_without_a_request);
+        tcase_add_test(tc, timeout_is_retriable);
+        tcase_add_test(tc, fake_rejects_invalid_histories);
+        tcase_add_test(tc, fake_log_file_and_port_file);
         suite_add_tcase(s, tc);
 
         tcase_set_timeout(pure, 120);

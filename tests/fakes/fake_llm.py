@@ -199,6 +199,9 @@ def validate(body, allow_no_tools):
             if calls is not None:
                 if not isinstance(calls, list):
                     return where + ".tool_calls must be an array"
+                if not calls:
+                    return "Invalid '%s.tool_calls': empty array. Expected " \
+                        "an array with minimum length 1" % where
                 for j, call in enumerate(calls):
                     cw = "%s.tool_calls[%d]" % (where, j)
                     if not isinstance(call, dict) or \
