@@ -60,7 +60,8 @@ struct cq_llm {
         CURLM *multi;
         struct curl_slist *headers;
         char *url;
-        char *api_key; /* only for redaction; wiped on destroy */
+        char *url_shown; /* url without user:password@ and ?query */
+        char *api_key;   /* only for redaction; wiped on destroy */
         char *conf_model;
         char *model_override; /* NULL: conf_model */
         cq_llm_conf_t conf;   /* string fields point at the copies above */
@@ -154,6 +155,33 @@ static void redact(const char *key, const char *in, char *out, size_t out_size)
         out[o] = '\0';
 }
 
+/* Replace each byte that does not start a valid UTF-8 sequence with '?',
+ * in place: provider messages are cut at a byte count and error pages may
+ * be in any encoding, but errmsg ends up in JSON (events, the jobs table),
+ * which must be valid UTF-8. */
+static void sanitize_utf8(char *s)
+{
+        unsigned char *p = (unsigned char *)s;
+
+        while (*p) {
+                size_t n = *p < 0x80             ? 1
+                           : (*p & 0xe0) == 0xc0 ? 2
+                           : (*p & 0xf0) == 0xe0 ? 3
+                           : (*p & 0xf8) == 0xf0 ? 4
+                                                 : 0;
+                size_t i;
+
+                for (i = 1; n > 1 && i < n; i++)
+                        if (!p[i])
+                                n = 0; /* cut short by the NUL */
+                if (n == 0 || !cq_utf8_valid((const char *)p, n)) {
+                        *p++ = '?';
+                        continue;
+                }
+                p += n;
+        }
+}
+
 static void llm_set_error(cq_llm_t *llm, const char *fmt, ...) CQ_PRINTF(2, 3);
 
 static void llm_set_error(cq_llm_t *llm, const char *fmt, ...)
@@ -165,6 +193,7 @@ static void llm_set_error(cq_llm_t *llm, const char *fmt, ...)
         vsnprintf(raw, sizeof(raw), fmt, ap);
         va_end(ap);
         redact(llm->api_key, raw, llm->errmsg, sizeof(llm->errmsg));
+        sanitize_utf8(llm->errmsg);
 }
 
 const char *cq_llm_errmsg(const cq_llm_t *llm) { return llm->errmsg; }
@@ -242,6 +271,41 @@ static size_t header_cb(char *p, size_t size, size_t n, void *opaque)
         return len;
 }
 
+/* The URL for messages: credentials in its userinfo or its query (some
+ * gateways take "?api-key=") must not reach logs. */
+static char *shown_url(const char *url)
+{
+        const char *host = strstr(url, "://");
+        const char *at, *slash, *query;
+        char *out;
+        size_t scheme_len, rest_len;
+
+        host = host ? host + 3 : url;
+        slash = strchr(host, '/');
+        at = strchr(host, '@');
+        if (at && (!slash || at < slash))
+                host = at + 1;
+        query = strchr(host, '?');
+        scheme_len =
+            (size_t)(strstr(url, "://") ? strstr(url, "://") + 3 - url : 0);
+        rest_len = query ? (size_t)(query - host) : strlen(host);
+        out = malloc(scheme_len + rest_len + 1);
+        if (!out)
+                return NULL;
+        memcpy(out, url, scheme_len);
+        memcpy(out + scheme_len, host, rest_len);
+        out[scheme_len + rest_len] = '\0';
+        return out;
+}
+
+static bool has_control_chars(const char *s)
+{
+        for (; *s; s++)
+                if ((unsigned char)*s < 0x20 || *s == 0x7f)
+                        return true;
+        return false;
+}
+
 cq_llm_t *
 cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
 {
@@ -258,6 +322,14 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
                         snprintf(errstr, errstr_size,
                                  "could not create LLM client: no model "
                                  "configured (CODERQ_LLM_MODEL)");
+                return NULL;
+        }
+        if (conf->api_key && has_control_chars(conf->api_key)) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create LLM client: the API key "
+                                 "contains control characters (a stray "
+                                 "newline?)");
                 return NULL;
         }
         while (base_len && base[base_len - 1] == '/')
@@ -285,6 +357,9 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
         memcpy(llm->url, base, base_len);
         memcpy(llm->url + base_len, "/chat/completions",
                sizeof("/chat/completions"));
+        llm->url_shown = shown_url(llm->url);
+        if (!llm->url_shown)
+                goto out;
         if (conf->api_key && *conf->api_key) {
                 size_t klen = strlen(conf->api_key);
 
@@ -386,6 +461,7 @@ void cq_llm_destroy(cq_llm_t **llmp)
                 free(llm->api_key);
         }
         free(llm->url);
+        free(llm->url_shown);
         free(llm->conf_model);
         free(llm->model_override);
         cq_buf_release(&llm->body);
@@ -1170,6 +1246,7 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                                 delay = budget_ms - waited_ms;
                 }
                 redact(llm->api_key, why, shown, sizeof(shown));
+                sanitize_utf8(shown);
                 {
                         char attempt_text[32], delay_text[32];
 
@@ -1178,9 +1255,9 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                         snprintf(delay_text, sizeof(delay_text), "%" PRId64,
                                  delay);
                         cq_log_kv(CQ_LOG_WARN, "LLM request failed, retrying",
-                                  "url", llm->url, "model", cq_llm_model(llm),
-                                  "attempt", attempt_text, "error", shown,
-                                  "delay_ms", delay_text, NULL);
+                                  "url", llm->url_shown, "model",
+                                  cq_llm_model(llm), "attempt", attempt_text,
+                                  "error", shown, "delay_ms", delay_text, NULL);
                 }
                 if (!sleep_ms(llm, delay)) {
                         kind = ATTEMPT_CANCELLED;
@@ -1195,7 +1272,7 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                 llm_set_error(llm,
                               "could not get a reply from %s (model %s) after "
                               "%d attempt%s: %s",
-                              llm->url, cq_llm_model(llm), attempts,
+                              llm->url_shown, cq_llm_model(llm), attempts,
                               attempts == 1 ? "" : "s", why);
                 break;
         case ATTEMPT_INVALID:
@@ -1203,24 +1280,24 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                 llm_set_error(llm,
                               "could not get a usable reply from %s (model "
                               "%s) after %d attempt%s: %s",
-                              llm->url, cq_llm_model(llm), attempts,
+                              llm->url_shown, cq_llm_model(llm), attempts,
                               attempts == 1 ? "" : "s", why);
                 break;
         case ATTEMPT_CANCELLED:
                 rc = CQ_ERR_RETRIABLE;
                 llm_set_error(llm, "could not get a reply from %s: %s",
-                              llm->url, why);
+                              llm->url_shown, why);
                 break;
         case ATTEMPT_TOO_LARGE:
                 rc = CQ_ERR_TOO_LARGE;
                 llm_set_error(llm, "could not read the reply from %s: %s",
-                              llm->url, why);
+                              llm->url_shown, why);
                 break;
         case ATTEMPT_FATAL:
         case ATTEMPT_OK:
                 rc = CQ_ERR_FATAL;
                 llm_set_error(llm, "LLM request to %s (model %s) failed: %s",
-                              llm->url, cq_llm_model(llm), why);
+                              llm->url_shown, cq_llm_model(llm), why);
                 break;
         }
 out:

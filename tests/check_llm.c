@@ -970,6 +970,50 @@ START_TEST(fake_log_file_and_port_file)
 }
 END_TEST
 
+START_TEST(messages_hide_url_credentials_and_stay_utf8)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *script, *event;
+        char url[128], errstr[256];
+
+        /* A Latin-1 error page: "Serveur surcharg\xe9" and a cut sequence. */
+        script =
+            json_pack("[{s:[{s:s, s:i, s:i, s:s}], s:s}]", "faults", "kind",
+                      "http", "status", 502, "times", -1, "raw_body_hex",
+                      "3c703e53657276657572207375726368617267e93c2f703ee6",
+                      "content", "never");
+        ck_assert_ptr_nonnull(script);
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, "latin1", script), 0);
+        json_decref(script);
+        snprintf(url, sizeof(url), "http://bob:sekrit@127.0.0.1:%d/v1",
+                 cq_fake_llm_port(fake));
+        test_conf(&conf, "script:latin1");
+        conf.base_url = url;
+        conf.max_attempts = 1;
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        ck_assert_ptr_null(strstr(cq_llm_errmsg(llm), "sekrit"));
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "http://127.0.0.1:"));
+        ck_assert_ptr_nonnull(
+            strstr(cq_llm_errmsg(llm), "HTTP 502: <p>Serveur surcharg?</p>?"));
+        /* It can go into JSON as it is. */
+        event = json_pack("{s:s}", "reason", cq_llm_errmsg(llm));
+        ck_assert_ptr_nonnull(event);
+        json_decref(event);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+
+        conf.api_key = "sk-abc\n";
+        ck_assert_ptr_null(cq_llm_new(&conf, errstr, sizeof(errstr)));
+        ck_assert_ptr_nonnull(strstr(errstr, "control characters"));
+        ck_assert_ptr_null(strstr(errstr, "sk-abc"));
+}
+END_TEST
+
 /* --- pure functions ---------------------------------------------------- */
 
 START_TEST(tools_json_shape)
@@ -1459,6 +1503,7 @@ static Suite *cq_llm_suite(void)
         tcase_add_test(tc, timeout_is_retriable);
         tcase_add_test(tc, fake_rejects_invalid_histories);
         tcase_add_test(tc, fake_log_file_and_port_file);
+        tcase_add_test(tc, messages_hide_url_credentials_and_stay_utf8);
         suite_add_tcase(s, tc);
 
         tcase_set_timeout(pure, 120);

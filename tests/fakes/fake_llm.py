@@ -40,7 +40,8 @@ A step is a reply, optionally preceded by faults:
                 "retry_after" (sent verbatim as Retry-After; "date+N"
                 sends the HTTP-date N seconds ahead), "type",
                 "code", "echo_auth" (append the Authorization header to
-                the message, as careless providers do)
+                the message, as careless providers do), "raw_body_hex"
+                (send these bytes as a text/html body instead)
         "slow": "delay_ms" then the normal reply
         "truncated": the reply's JSON cut in half (valid HTTP)
         "invalid_json": a 200 whose body is not JSON
@@ -406,6 +407,10 @@ class Handler(BaseHTTPRequestHandler):
                     ra = email.utils.formatdate(
                         time.time() + float(ra[5:]), usegmt=True)
                 headers["Retry-After"] = ra
+            if "raw_body_hex" in fault:
+                self.send_bytes(status, bytes.fromhex(fault["raw_body_hex"]),
+                                headers, ctype="text/html")
+                return
             msg = fault.get("message", "fake error %d" % status)
             if fault.get("echo_auth"):
                 msg += " (you sent: %s)" % self.headers.get("Authorization")
