@@ -14,7 +14,7 @@ number to --port-file, atomically, when given).
 Scripts. The request's "model" selects a script: "script:<name>" names
 DIR/<name>.json or one registered with POST /_fake/scripts
 ({"name": ..., "steps": [...]} or {"name": ..., "script": {...}}). Any
-other model gets the default script: one final text reply. A script file
+other model gets the default script: a final text reply at every turn. A script file
 is either a list of steps or {"steps": [...], "deepseek_reasoning": bool}.
 
 The step is chosen statelessly: step i answers a request whose history
@@ -251,6 +251,9 @@ class Server(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fake-llm/1"
+    # Headers and body leave in separate writes; with Nagle on, a
+    # keep-alive client waits for the delayed ACK (~40 ms) on every reply.
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):
         if self.server.state.args.verbose:
@@ -377,6 +380,9 @@ class Handler(BaseHTTPRequestHandler):
         step_no = count_assistant(body["messages"])
         entry.update(script=name, step=step_no)
         steps = script["steps"]
+        if script is DEFAULT_SCRIPT:
+            step_no = 0  # any conversation gets the final text
+            entry["step"] = 0
         if step_no >= len(steps):
             entry.update(status=400, error="script has no such step")
             state.record(entry)
