@@ -33,6 +33,17 @@ typedef struct cq_config {
         /* services */
         char *pg_dsn;
         char *kafka_brokers;
+        /* LLM */
+        char *llm_base_url;
+        char *llm_api_key;
+        char *llm_model;
+        long llm_max_tokens;
+        long llm_connect_timeout_s;
+        long llm_timeout_s;
+        long llm_max_attempts;
+        long llm_max_wait_s;
+        size_t llm_response_max;
+        long llm_context_window;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */

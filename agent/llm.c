@@ -1,0 +1,1310 @@
+/* SPDX-License-Identifier: MIT */
+/* llm.c - OpenAI-compatible Chat Completions over libcurl: one easy handle
+ * driven through a private multi handle so a cancel flag is seen within
+ * 100 ms, a capped reply buffer, bounded retries with full-jitter backoff
+ * and Retry-After, and a tolerant reply parser. The API key is scrubbed
+ * from every message this file produces. */
+#include "coderq/llm.h"
+
+#include <curl/curl.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coderq/buf.h"
+#include "coderq/log.h"
+#include "coderq/util.h"
+
+#define DEFAULT_BASE_URL        "https://api.openai.com/v1"
+#define DEFAULT_CONNECT_TIMEOUT 10
+#define DEFAULT_TIMEOUT         300
+#define DEFAULT_MAX_ATTEMPTS    5
+#define DEFAULT_MAX_WAIT        120
+#define DEFAULT_RESPONSE_MAX    ((size_t)8 * 1024 * 1024)
+#define DEFAULT_BACKOFF_BASE_MS 500
+#define DEFAULT_BACKOFF_MAX_MS  30000
+#define CANCEL_POLL_MS          100
+#define PROVIDER_MSG_MAX        400
+#define REDACTED                "[redacted]"
+
+static const char tool_description[] =
+    "Run Python code in a stateful Jupyter kernel (IPython). Variables, "
+    "imports and files persist across calls; the working directory holds "
+    "the task's data files, so use relative paths and save every file you "
+    "produce (plots, tables, models) there. Returns the cell's output as "
+    "text: stdout, stderr, the value of the last expression and, on "
+    "failure, the error with its traceback; long outputs are shortened to "
+    "their head and tail. Rich output cannot be shown: each image the code "
+    "displays or saves is returned as the text \"[image NAME: MIME, N bytes, "
+    "not shown]\", so print the numbers a plot shows if you need them.";
+
+/* Which outcome one HTTP attempt had. */
+enum attempt_kind {
+        ATTEMPT_OK,
+        ATTEMPT_TRANSIENT, /* 429, 408, 5xx, network: retry */
+        ATTEMPT_INVALID,   /* 2xx with a body we cannot use: retry */
+        ATTEMPT_FATAL,     /* other 4xx, bad URL, TLS trust: give up */
+        ATTEMPT_TOO_LARGE, /* reply over the cap: give up */
+        ATTEMPT_CANCELLED,
+};
+
+struct cq_llm {
+        CURL *curl;
+        CURLM *multi;
+        struct curl_slist *headers;
+        char *url;
+        char *url_shown; /* url without user:password@ and ?query */
+        char *api_key;   /* only for redaction; wiped on destroy */
+        char *conf_model;
+        char *model_override; /* NULL: conf_model */
+        cq_llm_conf_t conf;   /* string fields point at the copies above */
+        const atomic_int *cancel;
+        uint64_t rng;
+        int64_t prompt_tokens;
+        int64_t completion_tokens;
+        /* Per attempt. */
+        cq_buf_t body;
+        bool too_large;
+        int64_t retry_after_ms; /* -1: none */
+        char curl_err[CURL_ERROR_SIZE];
+        char errmsg[1024];
+};
+
+void cq_llm_conf_init(cq_llm_conf_t *conf)
+{
+        memset(conf, 0, sizeof(*conf));
+        conf->base_url = DEFAULT_BASE_URL;
+        conf->temperature = -1.0;
+        conf->connect_timeout_s = DEFAULT_CONNECT_TIMEOUT;
+        conf->timeout_s = DEFAULT_TIMEOUT;
+        conf->max_attempts = DEFAULT_MAX_ATTEMPTS;
+        conf->max_wait_s = DEFAULT_MAX_WAIT;
+        conf->response_max = DEFAULT_RESPONSE_MAX;
+        conf->backoff_base_ms = DEFAULT_BACKOFF_BASE_MS;
+        conf->backoff_max_ms = DEFAULT_BACKOFF_MAX_MS;
+}
+
+void cq_llm_conf_from_config(cq_llm_conf_t *conf, const cq_config_t *cfg)
+{
+        cq_llm_conf_init(conf);
+        if (cfg->llm_base_url && *cfg->llm_base_url)
+                conf->base_url = cfg->llm_base_url;
+        conf->api_key = cfg->llm_api_key;
+        conf->model = cfg->llm_model;
+        conf->max_tokens = cfg->llm_max_tokens;
+        conf->connect_timeout_s = cfg->llm_connect_timeout_s;
+        conf->timeout_s = cfg->llm_timeout_s;
+        conf->max_attempts = cfg->llm_max_attempts;
+        conf->max_wait_s = cfg->llm_max_wait_s;
+        conf->response_max = cfg->llm_response_max;
+}
+
+void cq_llm_reply_init(cq_llm_reply_t *reply)
+{
+        memset(reply, 0, sizeof(*reply));
+}
+
+void cq_llm_reply_release(cq_llm_reply_t *reply)
+{
+        size_t i;
+
+        for (i = 0; i < reply->ncalls; i++) {
+                free(reply->calls[i].id);
+                free(reply->calls[i].name);
+                free(reply->calls[i].arguments);
+                free(reply->calls[i].code);
+                free(reply->calls[i].error);
+        }
+        free(reply->calls);
+        free(reply->finish_reason);
+        json_decref(reply->message);
+        cq_llm_reply_init(reply);
+}
+
+/* --- redaction and errors ------------------------------------------- */
+
+/* Copy \p in to \p out replacing every occurrence of the key. Keys shorter
+ * than 4 bytes are no secret worth mangling every message for. */
+static void redact(const char *key, const char *in, char *out, size_t out_size)
+{
+        size_t klen = key ? strlen(key) : 0;
+        size_t o = 0;
+
+        if (!out_size)
+                return;
+        while (*in && o + 1 < out_size) {
+                if (klen >= 4 && strncmp(in, key, klen) == 0) {
+                        size_t r = strlen(REDACTED);
+
+                        if (r > out_size - 1 - o)
+                                r = out_size - 1 - o;
+                        memcpy(out + o, REDACTED, r);
+                        o += r;
+                        in += klen;
+                        continue;
+                }
+                out[o++] = *in++;
+        }
+        out[o] = '\0';
+}
+
+/* Replace each byte that does not start a valid UTF-8 sequence with '?',
+ * in place: provider messages are cut at a byte count and error pages may
+ * be in any encoding, but errmsg ends up in JSON (events, the jobs table),
+ * which must be valid UTF-8. */
+static void sanitize_utf8(char *s)
+{
+        unsigned char *p = (unsigned char *)s;
+
+        while (*p) {
+                size_t n = *p < 0x80             ? 1
+                           : (*p & 0xe0) == 0xc0 ? 2
+                           : (*p & 0xf0) == 0xe0 ? 3
+                           : (*p & 0xf8) == 0xf0 ? 4
+                                                 : 0;
+                size_t i;
+
+                for (i = 1; n > 1 && i < n; i++)
+                        if (!p[i])
+                                n = 0; /* cut short by the NUL */
+                if (n == 0 || !cq_utf8_valid((const char *)p, n)) {
+                        *p++ = '?';
+                        continue;
+                }
+                p += n;
+        }
+}
+
+static void llm_set_error(cq_llm_t *llm, const char *fmt, ...) CQ_PRINTF(2, 3);
+
+static void llm_set_error(cq_llm_t *llm, const char *fmt, ...)
+{
+        char raw[sizeof(llm->errmsg)];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(raw, sizeof(raw), fmt, ap);
+        va_end(ap);
+        redact(llm->api_key, raw, llm->errmsg, sizeof(llm->errmsg));
+        sanitize_utf8(llm->errmsg);
+}
+
+const char *cq_llm_errmsg(const cq_llm_t *llm) { return llm->errmsg; }
+
+/* --- lifecycle ------------------------------------------------------ */
+
+static size_t write_cb(char *p, size_t size, size_t n, void *opaque)
+{
+        cq_llm_t *llm = opaque;
+        size_t len = size * n;
+
+        if (cq_buf_append(&llm->body, p, len) != CQ_OK) {
+                /* A short count makes curl fail with CURLE_WRITE_ERROR. */
+                llm->too_large = true;
+                return 0;
+        }
+        return len;
+}
+
+static void trim(const char **sp, size_t *lenp)
+{
+        const char *s = *sp;
+        size_t len = *lenp;
+
+        while (len && isspace((unsigned char)*s)) {
+                s++;
+                len--;
+        }
+        while (len && isspace((unsigned char)s[len - 1]))
+                len--;
+        *sp = s;
+        *lenp = len;
+}
+
+static size_t header_cb(char *p, size_t size, size_t n, void *opaque)
+{
+        cq_llm_t *llm = opaque;
+        size_t len = size * n;
+        const char *colon = memchr(p, ':', len);
+        const char *value;
+        size_t name_len, value_len;
+        char text[128];
+        int64_t ms = -1;
+
+        if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
+                llm->retry_after_ms = -1; /* a new response begins */
+                return len;
+        }
+        if (!colon)
+                return len;
+        name_len = (size_t)(colon - p);
+        value = colon + 1;
+        value_len = len - name_len - 1;
+        trim(&value, &value_len);
+        if (value_len == 0 || value_len >= sizeof(text))
+                return len;
+        memcpy(text, value, value_len);
+        text[value_len] = '\0';
+        if (name_len == 14 && strncasecmp(p, "retry-after-ms", 14) == 0) {
+                char *end;
+                double v;
+
+                errno = 0;
+                v = strtod(text, &end);
+                if (!errno && !*end && v >= 0 && v < 86400e3)
+                        ms = (int64_t)v;
+                /* The finer header wins over Retry-After. */
+                if (ms >= 0)
+                        llm->retry_after_ms = ms;
+        } else if (name_len == 11 && strncasecmp(p, "retry-after", 11) == 0) {
+                ms = cq_llm_parse_retry_after(text, (int64_t)time(NULL));
+                if (ms >= 0 && llm->retry_after_ms < 0)
+                        llm->retry_after_ms = ms;
+        }
+        return len;
+}
+
+/* The URL for messages: credentials in its userinfo or its query (some
+ * gateways take "?api-key=") must not reach logs. */
+static char *shown_url(const char *url)
+{
+        const char *host = strstr(url, "://");
+        const char *at, *slash, *query;
+        char *out;
+        size_t scheme_len, rest_len;
+
+        host = host ? host + 3 : url;
+        slash = strchr(host, '/');
+        at = strchr(host, '@');
+        if (at && (!slash || at < slash))
+                host = at + 1;
+        query = strchr(host, '?');
+        scheme_len =
+            (size_t)(strstr(url, "://") ? strstr(url, "://") + 3 - url : 0);
+        rest_len = query ? (size_t)(query - host) : strlen(host);
+        out = malloc(scheme_len + rest_len + 1);
+        if (!out)
+                return NULL;
+        memcpy(out, url, scheme_len);
+        memcpy(out + scheme_len, host, rest_len);
+        out[scheme_len + rest_len] = '\0';
+        return out;
+}
+
+static bool has_control_chars(const char *s)
+{
+        for (; *s; s++)
+                if ((unsigned char)*s < 0x20 || *s == 0x7f)
+                        return true;
+        return false;
+}
+
+cq_llm_t *
+cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
+{
+        cq_llm_t *llm = NULL;
+        const char *base = conf->base_url && *conf->base_url ? conf->base_url
+                                                             : DEFAULT_BASE_URL;
+        size_t base_len = strlen(base);
+        char *auth = NULL;
+        char ua[64];
+        bool ok = false;
+
+        if (!conf->model || !*conf->model) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create LLM client: no model "
+                                 "configured (CODERQ_LLM_MODEL)");
+                return NULL;
+        }
+        if (conf->api_key && has_control_chars(conf->api_key)) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create LLM client: the API key "
+                                 "contains control characters (a stray "
+                                 "newline?)");
+                return NULL;
+        }
+        while (base_len && base[base_len - 1] == '/')
+                base_len--;
+        if (strncmp(base, "http://", 7) != 0 &&
+            strncmp(base, "https://", 8) != 0) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create LLM client: base URL "
+                                 "\"%s\" is not http:// or https://",
+                                 base);
+                return NULL;
+        }
+        llm = calloc(1, sizeof(*llm));
+        if (!llm)
+                goto out;
+        llm->conf = *conf;
+        cq_buf_init(&llm->body, conf->response_max ? conf->response_max
+                                                   : DEFAULT_RESPONSE_MAX);
+        llm->retry_after_ms = -1;
+        llm->url = malloc(base_len + sizeof("/chat/completions"));
+        llm->conf_model = strdup(conf->model);
+        if (!llm->url || !llm->conf_model)
+                goto out;
+        memcpy(llm->url, base, base_len);
+        memcpy(llm->url + base_len, "/chat/completions",
+               sizeof("/chat/completions"));
+        llm->url_shown = shown_url(llm->url);
+        if (!llm->url_shown)
+                goto out;
+        if (conf->api_key && *conf->api_key) {
+                size_t klen = strlen(conf->api_key);
+
+                llm->api_key = strdup(conf->api_key);
+                auth = malloc(klen + sizeof("Authorization: Bearer "));
+                if (!llm->api_key || !auth)
+                        goto out;
+                memcpy(auth, "Authorization: Bearer ", 22);
+                memcpy(auth + 22, conf->api_key, klen + 1);
+        }
+        llm->conf.base_url = NULL; /* only the url is kept */
+        llm->conf.api_key = NULL;
+        llm->conf.model = NULL;
+        if (llm->conf.connect_timeout_s <= 0)
+                llm->conf.connect_timeout_s = DEFAULT_CONNECT_TIMEOUT;
+        if (llm->conf.timeout_s <= 0)
+                llm->conf.timeout_s = DEFAULT_TIMEOUT;
+        if (llm->conf.max_attempts <= 0)
+                llm->conf.max_attempts = DEFAULT_MAX_ATTEMPTS;
+        if (llm->conf.max_wait_s < 0)
+                llm->conf.max_wait_s = DEFAULT_MAX_WAIT;
+        if (llm->conf.backoff_base_ms <= 0)
+                llm->conf.backoff_base_ms = DEFAULT_BACKOFF_BASE_MS;
+        if (llm->conf.backoff_max_ms <= 0)
+                llm->conf.backoff_max_ms = DEFAULT_BACKOFF_MAX_MS;
+        llm->rng = (uint64_t)cq_now_ms() ^ ((uint64_t)(uintptr_t)llm << 16) ^
+                   ((uint64_t)getpid() << 40) ^ 0x9e3779b97f4a7c15ULL;
+
+        llm->headers =
+            curl_slist_append(NULL, "Content-Type: application/json");
+        if (!llm->headers)
+                goto out;
+#define ADD_HEADER(h)                                                          \
+        do {                                                                   \
+                struct curl_slist *l = curl_slist_append(llm->headers, (h));   \
+                if (!l)                                                        \
+                        goto out;                                              \
+                llm->headers = l;                                              \
+        } while (0)
+        ADD_HEADER("Accept: application/json");
+        ADD_HEADER("Expect:"); /* no 100-continue round trip */
+        if (auth)
+                ADD_HEADER(auth);
+#undef ADD_HEADER
+
+        llm->curl = curl_easy_init();
+        llm->multi = curl_multi_init();
+        if (!llm->curl || !llm->multi)
+                goto out;
+        snprintf(ua, sizeof(ua), "coderq/%s", CQ_VERSION);
+        if (curl_easy_setopt(llm->curl, CURLOPT_URL, llm->url) ||
+            curl_easy_setopt(llm->curl, CURLOPT_NOSIGNAL, 1L) ||
+            curl_easy_setopt(llm->curl, CURLOPT_HTTPHEADER, llm->headers) ||
+            curl_easy_setopt(llm->curl, CURLOPT_USERAGENT, ua) ||
+            curl_easy_setopt(llm->curl, CURLOPT_ACCEPT_ENCODING, "") ||
+            curl_easy_setopt(llm->curl, CURLOPT_CONNECTTIMEOUT,
+                             llm->conf.connect_timeout_s) ||
+            curl_easy_setopt(llm->curl, CURLOPT_TIMEOUT, llm->conf.timeout_s) ||
+            curl_easy_setopt(llm->curl, CURLOPT_WRITEFUNCTION, write_cb) ||
+            curl_easy_setopt(llm->curl, CURLOPT_WRITEDATA, llm) ||
+            curl_easy_setopt(llm->curl, CURLOPT_HEADERFUNCTION, header_cb) ||
+            curl_easy_setopt(llm->curl, CURLOPT_HEADERDATA, llm) ||
+            curl_easy_setopt(llm->curl, CURLOPT_ERRORBUFFER, llm->curl_err) ||
+            curl_easy_setopt(llm->curl, CURLOPT_TCP_KEEPALIVE, 1L) ||
+            curl_easy_setopt(llm->curl, CURLOPT_PROTOCOLS_STR, "http,https"))
+                goto out;
+        ok = true;
+out:
+        if (auth) {
+                explicit_bzero(auth, strlen(auth));
+                free(auth);
+        }
+        if (!ok) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create LLM client: out of memory "
+                                 "or libcurl setup failed");
+                cq_llm_destroy(&llm);
+        }
+        return llm;
+}
+
+void cq_llm_destroy(cq_llm_t **llmp)
+{
+        cq_llm_t *llm = *llmp;
+        struct curl_slist *h;
+
+        if (!llm)
+                return;
+        if (llm->multi)
+                curl_multi_cleanup(llm->multi);
+        if (llm->curl)
+                curl_easy_cleanup(llm->curl);
+        for (h = llm->headers; h; h = h->next)
+                explicit_bzero(h->data, strlen(h->data));
+        curl_slist_free_all(llm->headers);
+        if (llm->api_key) {
+                explicit_bzero(llm->api_key, strlen(llm->api_key));
+                free(llm->api_key);
+        }
+        free(llm->url);
+        free(llm->url_shown);
+        free(llm->conf_model);
+        free(llm->model_override);
+        cq_buf_release(&llm->body);
+        free(llm);
+        *llmp = NULL;
+}
+
+int cq_llm_set_model(cq_llm_t *llm, const char *model)
+{
+        char *copy = NULL;
+
+        if (model && *model) {
+                copy = strdup(model);
+                if (!copy)
+                        return -1;
+        }
+        free(llm->model_override);
+        llm->model_override = copy;
+        return 0;
+}
+
+const char *cq_llm_model(const cq_llm_t *llm)
+{
+        return llm->model_override ? llm->model_override : llm->conf_model;
+}
+
+void cq_llm_set_cancel(cq_llm_t *llm, const atomic_int *cancel)
+{
+        llm->cancel = cancel;
+}
+
+void cq_llm_usage(const cq_llm_t *llm,
+                  int64_t *prompt_tokensp,
+                  int64_t *completion_tokensp)
+{
+        if (prompt_tokensp)
+                *prompt_tokensp = llm->prompt_tokens;
+        if (completion_tokensp)
+                *completion_tokensp = llm->completion_tokens;
+}
+
+void cq_llm_usage_reset(cq_llm_t *llm)
+{
+        llm->prompt_tokens = 0;
+        llm->completion_tokens = 0;
+}
+
+/* --- tools and estimates -------------------------------------------- */
+
+json_t *cq_llm_tools_json(void)
+{
+        return json_pack(
+            "[{s:s, s:{s:s, s:s, s:{s:s, s:{s:{s:s, s:s}}, s:[s], s:b}}}]",
+            "type", "function", "function", "name", CQ_LLM_TOOL_NAME,
+            "description", tool_description, "parameters", "type", "object",
+            "properties", "code", "type", "string", "description",
+            "the Python code to run as one notebook cell", "required", "code",
+            "additionalProperties", 0);
+}
+
+void cq_llm_image_placeholder(char *out,
+                              size_t out_size,
+                              const char *name,
+                              const char *mime,
+                              size_t bytes)
+{
+        snprintf(out, out_size, CQ_LLM_IMAGE_PLACEHOLDER_FMT, name, mime,
+                 bytes);
+}
+
+static int64_t text_tokens(const char *s)
+{
+        const unsigned char *p = (const unsigned char *)s;
+        int64_t ascii = 0, other = 0;
+
+        if (!s)
+                return 0;
+        for (; *p; p++) {
+                if (*p < 0x80)
+                        ascii++;
+                else if ((*p & 0xc0) != 0x80)
+                        other++; /* a lead byte: one code point */
+        }
+        return (ascii + 2) / 3 + other;
+}
+
+static int64_t content_tokens(const json_t *content)
+{
+        int64_t n = 0;
+        size_t i;
+        const json_t *part;
+
+        if (json_is_string(content))
+                return text_tokens(json_string_value(content));
+        if (!json_is_array(content))
+                return 0;
+        json_array_foreach(content, i, part)
+        {
+                n += text_tokens(
+                    json_string_value(json_object_get(part, "text")));
+        }
+        return n;
+}
+
+int64_t cq_llm_estimate_tokens(const json_t *messages)
+{
+        int64_t n = 3;
+        size_t i, j;
+        const json_t *msg, *call;
+
+        if (!json_is_array(messages))
+                return 0;
+        json_array_foreach(messages, i, msg)
+        {
+                const json_t *calls = json_object_get(msg, "tool_calls");
+
+                n += 4;
+                n += content_tokens(json_object_get(msg, "content"));
+                n += text_tokens(json_string_value(
+                    json_object_get(msg, "reasoning_content")));
+                n += text_tokens(
+                    json_string_value(json_object_get(msg, "reasoning")));
+                n += text_tokens(
+                    json_string_value(json_object_get(msg, "name")));
+                n += text_tokens(
+                    json_string_value(json_object_get(msg, "tool_call_id")));
+                if (!json_is_array(calls))
+                        continue;
+                json_array_foreach(calls, j, call)
+                {
+                        const json_t *fn = json_object_get(call, "function");
+                        const json_t *args = json_object_get(fn, "arguments");
+
+                        n += 8;
+                        n += text_tokens(
+                            json_string_value(json_object_get(fn, "name")));
+                        if (json_is_string(args)) {
+                                n += text_tokens(json_string_value(args));
+                        } else if (args) {
+                                char *text = json_dumps(args, JSON_COMPACT);
+
+                                n += text_tokens(text);
+                                free(text);
+                        }
+                }
+        }
+        return n;
+}
+
+/* --- reply parsing -------------------------------------------------- */
+
+static void set_errstr(char *errstr, size_t errstr_size, const char *fmt, ...)
+    CQ_PRINTF(3, 4);
+
+static void set_errstr(char *errstr, size_t errstr_size, const char *fmt, ...)
+{
+        va_list ap;
+
+        if (!errstr || !errstr_size)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(errstr, errstr_size, fmt, ap);
+        va_end(ap);
+}
+
+static char *dup_printf(const char *fmt, ...) CQ_PRINTF(1, 2);
+
+static char *dup_printf(const char *fmt, ...)
+{
+        va_list ap;
+        char *s;
+        int n;
+
+        va_start(ap, fmt);
+        n = vsnprintf(NULL, 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+                return NULL;
+        s = malloc((size_t)n + 1);
+        if (!s)
+                return NULL;
+        va_start(ap, fmt);
+        vsnprintf(s, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        return s;
+}
+
+/* Fill call->code or call->error from call->name and call->arguments.
+ * Returns -1 only when out of memory. */
+static int parse_code(cq_llm_tool_call_t *call)
+{
+        json_t *args = NULL;
+        const json_t *code;
+        json_error_t jerr;
+        int rc = -1;
+
+        if (strcmp(call->name, CQ_LLM_TOOL_NAME) != 0) {
+                call->error = dup_printf("unknown tool \"%.100s\"; the only "
+                                         "tool is " CQ_LLM_TOOL_NAME,
+                                         call->name);
+                goto done;
+        }
+        if (!call->arguments) {
+                call->error = strdup("the tool call has no arguments");
+                goto done;
+        }
+        args = json_loads(call->arguments, 0, &jerr);
+        if (!args) {
+                call->error = dup_printf("arguments are not valid JSON: %s "
+                                         "(at character %d)",
+                                         jerr.text, jerr.position);
+                goto done;
+        }
+        if (!json_is_object(args)) {
+                call->error = strdup("arguments are not a JSON object");
+                goto done;
+        }
+        code = json_object_get(args, "code");
+        if (!json_is_string(code)) {
+                call->error =
+                    strdup(code ? "argument \"code\" is not a string"
+                                : "arguments have no \"code\" string");
+                goto done;
+        }
+        call->code = strdup(json_string_value(code));
+        rc = call->code ? 0 : -1;
+        goto out;
+done:
+        rc = call->error ? 0 : -1;
+out:
+        json_decref(args);
+        return rc;
+}
+
+static int64_t usage_value(const json_t *usage, const char *key)
+{
+        const json_t *v = json_object_get(usage, key);
+
+        if (json_is_integer(v) && json_integer_value(v) >= 0)
+                return (int64_t)json_integer_value(v);
+        if (json_is_real(v) && json_real_value(v) >= 0 &&
+            json_real_value(v) < 9e15)
+                return (int64_t)json_real_value(v);
+        return 0;
+}
+
+/* A provider's own words about a failure: error.message, error (a string),
+ * message or detail; NULL when the body holds none of them. */
+static const char *provider_message(const json_t *root)
+{
+        const json_t *error = json_object_get(root, "error");
+        const json_t *v;
+
+        if (json_is_object(error)) {
+                v = json_object_get(error, "message");
+                if (json_is_string(v))
+                        return json_string_value(v);
+        }
+        if (json_is_string(error))
+                return json_string_value(error);
+        v = json_object_get(root, "message");
+        if (json_is_string(v))
+                return json_string_value(v);
+        v = json_object_get(root, "detail");
+        if (json_is_string(v))
+                return json_string_value(v);
+        return NULL;
+}
+
+static int parse_tool_calls(const json_t *calls,
+                            cq_llm_reply_t *reply,
+                            char *errstr,
+                            size_t errstr_size)
+{
+        size_t i, n;
+        const json_t *call;
+
+        if (!calls || json_is_null(calls))
+                return 0;
+        if (!json_is_array(calls)) {
+                set_errstr(errstr, errstr_size,
+                           "invalid reply: message.tool_calls is not an "
+                           "array");
+                return -1;
+        }
+        n = json_array_size(calls);
+        if (n == 0)
+                return 0;
+        reply->calls = calloc(n, sizeof(*reply->calls));
+        if (!reply->calls)
+                goto oom;
+        json_array_foreach(calls, i, call)
+        {
+                cq_llm_tool_call_t *out = &reply->calls[i];
+                const json_t *id = json_object_get(call, "id");
+                const json_t *fn = json_object_get(call, "function");
+                const json_t *name = json_object_get(fn, "name");
+                const json_t *args = json_object_get(fn, "arguments");
+
+                if (!json_is_object(call)) {
+                        set_errstr(errstr, errstr_size,
+                                   "invalid reply: tool_calls[%zu] is not "
+                                   "an object",
+                                   i);
+                        return -1;
+                }
+                if (!json_is_string(id) || !*json_string_value(id)) {
+                        set_errstr(errstr, errstr_size,
+                                   "invalid reply: tool_calls[%zu] has no "
+                                   "id",
+                                   i);
+                        return -1;
+                }
+                if (!json_is_object(fn) || !json_is_string(name)) {
+                        set_errstr(errstr, errstr_size,
+                                   "invalid reply: tool_calls[%zu] has no "
+                                   "function name",
+                                   i);
+                        return -1;
+                }
+                reply->ncalls = i + 1; /* release frees what is set */
+                out->id = strdup(json_string_value(id));
+                out->name = strdup(json_string_value(name));
+                if (!out->id || !out->name)
+                        goto oom;
+                if (json_is_string(args)) {
+                        out->arguments = strdup(json_string_value(args));
+                        if (!out->arguments)
+                                goto oom;
+                } else if (json_is_object(args)) {
+                        /* Some servers send the object itself. */
+                        out->arguments = json_dumps(args, JSON_COMPACT);
+                        if (!out->arguments)
+                                goto oom;
+                } else if (args && !json_is_null(args)) {
+                        out->error = strdup("arguments are neither a JSON "
+                                            "string nor an object");
+                        if (!out->error)
+                                goto oom;
+                        continue;
+                }
+                if (parse_code(out) != 0)
+                        goto oom;
+        }
+        return 0;
+oom:
+        set_errstr(errstr, errstr_size, "could not parse reply: out of memory");
+        return -1;
+}
+
+int cq_llm_parse_reply(const char *body,
+                       size_t len,
+                       cq_llm_reply_t *reply,
+                       char *errstr,
+                       size_t errstr_size)
+{
+        json_t *root = NULL;
+        const json_t *choices, *choice, *v, *usage;
+        json_t *message;
+        json_error_t jerr;
+        int rc = -1;
+
+        cq_llm_reply_init(reply);
+        if (!body) {
+                set_errstr(errstr, errstr_size, "invalid reply: empty body");
+                goto out;
+        }
+        root = json_loadb(body, len, 0, &jerr);
+        if (!root) {
+                set_errstr(errstr, errstr_size,
+                           "invalid reply: not valid JSON: %s (at byte %d "
+                           "of %zu)",
+                           jerr.text, jerr.position, len);
+                goto out;
+        }
+        if (!json_is_object(root)) {
+                set_errstr(errstr, errstr_size,
+                           "invalid reply: not a JSON object");
+                goto out;
+        }
+        choices = json_object_get(root, "choices");
+        if (!json_is_array(choices) || json_array_size(choices) == 0) {
+                const char *pm = provider_message(root);
+
+                if (pm)
+                        set_errstr(errstr, errstr_size,
+                                   "invalid reply: no choices; the server "
+                                   "said: %.*s",
+                                   PROVIDER_MSG_MAX, pm);
+                else
+                        set_errstr(errstr, errstr_size, "invalid reply: %s",
+                                   choices ? "choices is not a non-empty "
+                                             "array"
+                                           : "no choices");
+                goto out;
+        }
+        choice = json_array_get(choices, 0);
+        message = json_object_get(choice, "message");
+        if (!json_is_object(message)) {
+                set_errstr(errstr, errstr_size,
+                           "invalid reply: choices[0].message is missing or "
+                           "not an object");
+                goto out;
+        }
+        reply->message = json_incref(message);
+        v = json_object_get(message, "content");
+        if (json_is_string(v))
+                reply->content = json_string_value(v);
+        v = json_object_get(message, "reasoning_content");
+        if (!json_is_string(v))
+                v = json_object_get(message, "reasoning");
+        if (json_is_string(v))
+                reply->reasoning = json_string_value(v);
+        v = json_object_get(choice, "finish_reason");
+        if (json_is_string(v)) {
+                reply->finish_reason = strdup(json_string_value(v));
+                if (!reply->finish_reason) {
+                        set_errstr(errstr, errstr_size,
+                                   "could not parse reply: out of memory");
+                        goto out;
+                }
+        }
+        if (parse_tool_calls(json_object_get(message, "tool_calls"), reply,
+                             errstr, errstr_size) != 0)
+                goto out;
+        usage = json_object_get(root, "usage");
+        if (json_is_object(usage)) {
+                reply->has_usage = true;
+                reply->prompt_tokens = usage_value(usage, "prompt_tokens");
+                reply->completion_tokens =
+                    usage_value(usage, "completion_tokens");
+        }
+        rc = 0;
+out:
+        json_decref(root);
+        if (rc != 0)
+                cq_llm_reply_release(reply);
+        return rc;
+}
+
+int64_t cq_llm_parse_retry_after(const char *value, int64_t now)
+{
+        const char *p = value;
+        char *end;
+        double secs;
+        time_t t;
+
+        if (!value)
+                return -1;
+        while (isspace((unsigned char)*p))
+                p++;
+        if (isdigit((unsigned char)*p)) {
+                errno = 0;
+                secs = strtod(p, &end);
+                while (isspace((unsigned char)*end))
+                        end++;
+                if (!errno && !*end && secs >= 0) {
+                        if (secs > 86400.0 * 365)
+                                secs = 86400.0 * 365;
+                        return (int64_t)(secs * 1000.0);
+                }
+                /* Not a number: perhaps a date that starts with one. */
+        }
+        t = curl_getdate(p, NULL);
+        if (t == (time_t)-1)
+                return -1;
+        if ((int64_t)t <= now)
+                return 0;
+        if ((int64_t)t - now > 86400LL * 365)
+                return 86400LL * 365 * 1000;
+        return ((int64_t)t - now) * 1000;
+}
+
+/* --- the request ---------------------------------------------------- */
+
+static bool cancelled(const cq_llm_t *llm)
+{
+        return llm->cancel && atomic_load(llm->cancel) != 0;
+}
+
+/* The body: {"messages": <verbatim>, "model", "max_tokens", ...}. The
+ * messages are serialised separately so that the caller's const history is
+ * never copied or modified. */
+static char *build_body(cq_llm_t *llm, const json_t *messages, size_t *lenp)
+{
+        json_t *head = NULL;
+        char *head_text = NULL, *msgs_text = NULL, *body = NULL;
+        size_t hlen, mlen;
+
+        head = json_pack("{s:s, s:o, s:s, s:b}", "model", cq_llm_model(llm),
+                         "tools", cq_llm_tools_json(), "tool_choice", "auto",
+                         "stream", 0);
+        if (!head)
+                goto out;
+        if (llm->conf.max_tokens > 0 &&
+            json_object_set_new(head, "max_tokens",
+                                json_integer(llm->conf.max_tokens)))
+                goto out;
+        if (llm->conf.temperature >= 0 &&
+            json_object_set_new(head, "temperature",
+                                json_real(llm->conf.temperature)))
+                goto out;
+        head_text = json_dumps(head, JSON_COMPACT);
+        msgs_text = json_dumps(messages, JSON_COMPACT);
+        if (!head_text || !msgs_text)
+                goto out;
+        hlen = strlen(head_text); /* "{...}" with at least one member */
+        mlen = strlen(msgs_text);
+        body = malloc(sizeof("{\"messages\":,") + mlen + hlen);
+        if (!body)
+                goto out;
+        memcpy(body, "{\"messages\":", 12);
+        memcpy(body + 12, msgs_text, mlen);
+        body[12 + mlen] = ',';
+        memcpy(body + 13 + mlen, head_text + 1, hlen); /* with its NUL */
+        *lenp = 12 + mlen + hlen;
+out:
+        json_decref(head);
+        free(head_text);
+        free(msgs_text);
+        return body;
+}
+
+static bool curl_code_transient(CURLcode code)
+{
+        switch (code) {
+        case CURLE_COULDNT_RESOLVE_HOST:
+        case CURLE_COULDNT_RESOLVE_PROXY:
+        case CURLE_COULDNT_CONNECT:
+        case CURLE_OPERATION_TIMEDOUT:
+        case CURLE_SEND_ERROR:
+        case CURLE_RECV_ERROR:
+        case CURLE_GOT_NOTHING:
+        case CURLE_PARTIAL_FILE:
+        case CURLE_SSL_CONNECT_ERROR:
+        case CURLE_HTTP2:
+        case CURLE_HTTP2_STREAM:
+        case CURLE_HTTP3:
+        case CURLE_BAD_CONTENT_ENCODING:
+                return true;
+        default:
+                return false;
+        }
+}
+
+/* Run one HTTP attempt with the multi handle, so that the cancel flag is
+ * looked at every CANCEL_POLL_MS even while the server is silent. */
+static CURLcode perform(cq_llm_t *llm, bool *was_cancelled)
+{
+        CURLcode result = CURLE_OK;
+        CURLMcode mc;
+        int running = 1, left;
+        CURLMsg *msg;
+
+        *was_cancelled = false;
+        mc = curl_multi_add_handle(llm->multi, llm->curl);
+        if (mc != CURLM_OK)
+                return CURLE_OUT_OF_MEMORY;
+        while (running) {
+                mc = curl_multi_perform(llm->multi, &running);
+                if (mc != CURLM_OK) {
+                        result = CURLE_OUT_OF_MEMORY;
+                        goto out;
+                }
+                if (!running)
+                        break;
+                if (cancelled(llm)) {
+                        *was_cancelled = true;
+                        result = CURLE_ABORTED_BY_CALLBACK;
+                        goto out;
+                }
+                mc = curl_multi_poll(llm->multi, NULL, 0, CANCEL_POLL_MS, NULL);
+                if (mc != CURLM_OK) {
+                        result = CURLE_OUT_OF_MEMORY;
+                        goto out;
+                }
+        }
+        while ((msg = curl_multi_info_read(llm->multi, &left)) != NULL) {
+                if (msg->msg == CURLMSG_DONE && msg->easy_handle == llm->curl)
+                        result = msg->data.result;
+        }
+out:
+        curl_multi_remove_handle(llm->multi, llm->curl);
+        return result;
+}
+
+/* Describe a failed response in \p out: the provider's message, else the
+ * start of the body with control bytes replaced. */
+static void describe_body(const cq_llm_t *llm, char *out, size_t out_size)
+{
+        json_t *root = NULL;
+        const char *pm = NULL;
+        size_t i, n;
+
+        out[0] = '\0';
+        if (!llm->body.data || !llm->body.len)
+                return;
+        root = json_loadb(llm->body.data, llm->body.len, 0, NULL);
+        if (root)
+                pm = provider_message(root);
+        if (pm) {
+                snprintf(out, out_size, "%.*s", PROVIDER_MSG_MAX, pm);
+        } else {
+                n = llm->body.len < PROVIDER_MSG_MAX ? llm->body.len
+                                                     : PROVIDER_MSG_MAX;
+                if (n >= out_size)
+                        n = out_size - 1;
+                for (i = 0; i < n; i++) {
+                        unsigned char c = (unsigned char)llm->body.data[i];
+
+                        out[i] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+                }
+                out[n] = '\0';
+        }
+        json_decref(root);
+}
+
+/* One attempt. On anything but ATTEMPT_OK, \p why says what happened (not
+ * yet redacted) and \p retry_after_msp is the server's wish or -1. */
+static enum attempt_kind attempt(cq_llm_t *llm,
+                                 const char *body,
+                                 size_t body_len,
+                                 cq_llm_reply_t *reply,
+                                 char *why,
+                                 size_t why_size,
+                                 int64_t *retry_after_msp)
+{
+        CURLcode code;
+        long status = 0;
+        bool was_cancelled;
+        char detail[PROVIDER_MSG_MAX + 1];
+
+        cq_buf_reset(&llm->body);
+        llm->too_large = false;
+        llm->retry_after_ms = -1;
+        llm->curl_err[0] = '\0';
+        *retry_after_msp = -1;
+        if (curl_easy_setopt(llm->curl, CURLOPT_POSTFIELDS, body) ||
+            curl_easy_setopt(llm->curl, CURLOPT_POSTFIELDSIZE_LARGE,
+                             (curl_off_t)body_len)) {
+                snprintf(why, why_size, "libcurl refused the request body");
+                return ATTEMPT_FATAL;
+        }
+        code = perform(llm, &was_cancelled);
+        if (was_cancelled) {
+                snprintf(why, why_size, "request cancelled");
+                return ATTEMPT_CANCELLED;
+        }
+        if (code == CURLE_WRITE_ERROR && llm->too_large) {
+                snprintf(why, why_size,
+                         "reply exceeds the limit of %zu bytes "
+                         "(CODERQ_LLM_RESPONSE_MAX)",
+                         llm->body.max);
+                return ATTEMPT_TOO_LARGE;
+        }
+        if (code != CURLE_OK) {
+                snprintf(why, why_size, "%s",
+                         llm->curl_err[0] ? llm->curl_err
+                                          : curl_easy_strerror(code));
+                return curl_code_transient(code) ? ATTEMPT_TRANSIENT
+                                                 : ATTEMPT_FATAL;
+        }
+        curl_easy_getinfo(llm->curl, CURLINFO_RESPONSE_CODE, &status);
+        if (status >= 200 && status < 300) {
+                if (cq_llm_parse_reply(llm->body.data, llm->body.len, reply,
+                                       why, why_size) != 0)
+                        return ATTEMPT_INVALID;
+                return ATTEMPT_OK;
+        }
+        describe_body(llm, detail, sizeof(detail));
+        snprintf(why, why_size, "HTTP %ld%s%s", status, detail[0] ? ": " : "",
+                 detail);
+        if (status == 429 || status == 408 || status >= 500) {
+                *retry_after_msp = llm->retry_after_ms;
+                return ATTEMPT_TRANSIENT;
+        }
+        return ATTEMPT_FATAL;
+}
+
+static uint64_t next_random(cq_llm_t *llm)
+{
+        /* xorshift64*: enough for jitter, and per handle, so lock-free. */
+        llm->rng ^= llm->rng >> 12;
+        llm->rng ^= llm->rng << 25;
+        llm->rng ^= llm->rng >> 27;
+        return llm->rng * 0x2545f4914f6cdd1dULL;
+}
+
+/* Full jitter: uniform in [0, min(max, base * 2^(attempt-1))]. */
+static int64_t backoff_ms(cq_llm_t *llm, int attempt_no)
+{
+        int64_t ceiling = llm->conf.backoff_base_ms;
+        int i;
+
+        for (i = 1; i < attempt_no && ceiling < llm->conf.backoff_max_ms; i++)
+                ceiling *= 2;
+        if (ceiling > llm->conf.backoff_max_ms)
+                ceiling = llm->conf.backoff_max_ms;
+        return (int64_t)(next_random(llm) % (uint64_t)(ceiling + 1));
+}
+
+/* Sleep \p ms unless the cancel flag rises; returns false if it did. */
+static bool sleep_ms(const cq_llm_t *llm, int64_t ms)
+{
+        int64_t end = cq_now_ms() + ms;
+
+        for (;;) {
+                int64_t left = end - cq_now_ms();
+                struct timespec ts;
+
+                if (cancelled(llm))
+                        return false;
+                if (left <= 0)
+                        return true;
+                if (left > 50)
+                        left = 50;
+                ts.tv_sec = 0;
+                ts.tv_nsec = (long)left * 1000000L;
+                nanosleep(&ts, NULL);
+        }
+}
+
+cq_err_t
+cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
+{
+        cq_err_t rc = CQ_ERR_FATAL;
+        char *body = NULL;
+        size_t body_len = 0;
+        char why[1024], shown[1024];
+        int64_t waited_ms = 0, budget_ms, retry_after_ms, delay;
+        enum attempt_kind kind = ATTEMPT_FATAL;
+        int n, attempts = 0, max_attempts = (int)llm->conf.max_attempts;
+
+        llm->errmsg[0] = '\0';
+        cq_llm_reply_release(reply);
+        if (!json_is_array(messages) || json_array_size(messages) == 0) {
+                llm_set_error(llm, "could not call the LLM: messages must be "
+                                   "a non-empty array");
+                return CQ_ERR_FATAL;
+        }
+        body = build_body(llm, messages, &body_len);
+        if (!body) {
+                llm_set_error(llm, "could not build the LLM request: out of "
+                                   "memory");
+                return CQ_ERR_FATAL;
+        }
+        budget_ms = llm->conf.max_wait_s * 1000;
+        for (n = 1; n <= max_attempts; n++) {
+                attempts = n;
+                if (cancelled(llm)) {
+                        kind = ATTEMPT_CANCELLED;
+                        snprintf(why, sizeof(why), "request cancelled");
+                        break;
+                }
+                kind = attempt(llm, body, body_len, reply, why, sizeof(why),
+                               &retry_after_ms);
+                if (kind == ATTEMPT_OK) {
+                        llm->prompt_tokens += reply->prompt_tokens;
+                        llm->completion_tokens += reply->completion_tokens;
+                        rc = CQ_OK;
+                        goto out;
+                }
+                if (kind != ATTEMPT_TRANSIENT && kind != ATTEMPT_INVALID)
+                        break;
+                if (n == max_attempts)
+                        break;
+                if (retry_after_ms >= 0) {
+                        if (retry_after_ms > budget_ms - waited_ms) {
+                                size_t l = strlen(why);
+
+                                snprintf(why + l, sizeof(why) - l,
+                                         "; the server asked to wait %" PRId64
+                                         " ms, beyond the retry budget "
+                                         "(CODERQ_LLM_MAX_WAIT_S)",
+                                         retry_after_ms);
+                                break;
+                        }
+                        delay = retry_after_ms;
+                } else {
+                        delay = backoff_ms(llm, n);
+                        if (delay > budget_ms - waited_ms)
+                                delay = budget_ms - waited_ms;
+                }
+                redact(llm->api_key, why, shown, sizeof(shown));
+                sanitize_utf8(shown);
+                {
+                        char attempt_text[32], delay_text[32];
+
+                        snprintf(attempt_text, sizeof(attempt_text), "%d/%d", n,
+                                 max_attempts);
+                        snprintf(delay_text, sizeof(delay_text), "%" PRId64,
+                                 delay);
+                        cq_log_kv(CQ_LOG_WARN, "LLM request failed, retrying",
+                                  "url", llm->url_shown, "model",
+                                  cq_llm_model(llm), "attempt", attempt_text,
+                                  "error", shown, "delay_ms", delay_text, NULL);
+                }
+                if (!sleep_ms(llm, delay)) {
+                        kind = ATTEMPT_CANCELLED;
+                        snprintf(why, sizeof(why), "request cancelled");
+                        break;
+                }
+                waited_ms += delay;
+        }
+        switch (kind) {
+        case ATTEMPT_TRANSIENT:
+                rc = CQ_ERR_RETRIABLE;
+                llm_set_error(llm,
+                              "could not get a reply from %s (model %s) after "
+                              "%d attempt%s: %s",
+                              llm->url_shown, cq_llm_model(llm), attempts,
+                              attempts == 1 ? "" : "s", why);
+                break;
+        case ATTEMPT_INVALID:
+                rc = CQ_ERR_FATAL;
+                llm_set_error(llm,
+                              "could not get a usable reply from %s (model "
+                              "%s) after %d attempt%s: %s",
+                              llm->url_shown, cq_llm_model(llm), attempts,
+                              attempts == 1 ? "" : "s", why);
+                break;
+        case ATTEMPT_CANCELLED:
+                rc = CQ_ERR_RETRIABLE;
+                llm_set_error(llm, "could not get a reply from %s: %s",
+                              llm->url_shown, why);
+                break;
+        case ATTEMPT_TOO_LARGE:
+                rc = CQ_ERR_TOO_LARGE;
+                llm_set_error(llm, "could not read the reply from %s: %s",
+                              llm->url_shown, why);
+                break;
+        case ATTEMPT_FATAL:
+        case ATTEMPT_OK:
+                rc = CQ_ERR_FATAL;
+                llm_set_error(llm, "LLM request to %s (model %s) failed: %s",
+                              llm->url_shown, cq_llm_model(llm), why);
+                break;
+        }
+out:
+        /* The parser re-initialises the reply: set the count last. */
+        if (rc != CQ_OK)
+                cq_llm_reply_release(reply);
+        reply->attempts = attempts;
+        free(body);
+        return rc;
+}

@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/* llm.h - an OpenAI-compatible Chat Completions client (OpenAI, DeepSeek,
+ * vLLM, Ollama, llama.cpp servers) offering the single execute_code tool.
+ *
+ * One handle per thread: it owns one curl easy handle. The caller keeps the
+ * conversation; cq_llm_chat() sends it verbatim and returns the assistant
+ * message verbatim, so it can be appended to the history unchanged (with
+ * its tool_calls and a provider's reasoning_content).
+ *
+ * Errors: 429, 5xx, 408 and network errors or timeouts are retried with
+ * exponential backoff and full jitter (Retry-After honoured), bounded in
+ * attempts and in total wait; a reply that is not valid JSON or has no
+ * choices[0].message is retried the same way. Other 4xx fail at once with
+ * the provider's message. A reply larger than the cap fails at once. The
+ * API key never appears in an error message or a log line.
+ *
+ * curl_global_init() must have run (main() does it; tests call it). */
+#ifndef CODERQ_LLM_H
+#define CODERQ_LLM_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+
+#include "coderq/common.h"
+#include "coderq/config.h"
+
+/** @brief The only tool offered to the model. */
+#define CQ_LLM_TOOL_NAME "execute_code"
+
+/**
+ * @brief The exact text a tool result shows in place of an image, as a
+ *        printf format taking the file name, the mime type and the size in
+ *        bytes (%zu). The tool description quotes the same wording; use
+ *        cq_llm_image_placeholder() to format it.
+ */
+#define CQ_LLM_IMAGE_PLACEHOLDER_FMT "[image %s: %s, %zu bytes, not shown]"
+
+/** @brief How to reach the model. Strings are borrowed by cq_llm_new(),
+ *         which copies them. */
+typedef struct cq_llm_conf {
+        const char *base_url;   /* NULL: https://api.openai.com/v1; the
+                                   request goes to {base}/chat/completions */
+        const char *api_key;    /* NULL or "": no Authorization header */
+        const char *model;      /* required */
+        long max_tokens;        /* <= 0: not sent */
+        double temperature;     /* < 0: not sent (the server's default) */
+        long connect_timeout_s; /* <= 0: 10 */
+        long timeout_s;         /* per attempt, whole transfer; <= 0: 300 */
+        long max_attempts;      /* attempts per call, >= 1; <= 0: 5 */
+        long max_wait_s;        /* total backoff sleep per call; < 0: 120 */
+        size_t response_max;    /* reply body cap in bytes; 0: 8 MiB */
+        long backoff_base_ms;   /* first backoff ceiling; <= 0: 500 */
+        long backoff_max_ms;    /* backoff ceiling cap; <= 0: 30000 */
+} cq_llm_conf_t;
+
+/** @brief Defaults for every field (model and key unset). */
+void cq_llm_conf_init(cq_llm_conf_t *conf);
+
+/**
+ * @brief Fill \p conf from the CODERQ_LLM_* settings.
+ * @param cfg Borrowed; its strings must outlive \p conf's use.
+ */
+void cq_llm_conf_from_config(cq_llm_conf_t *conf, const cq_config_t *cfg);
+
+/** @brief One tool call of a reply. All strings owned by the reply. */
+typedef struct cq_llm_tool_call {
+        char *id;        /* never NULL */
+        char *name;      /* never NULL */
+        char *arguments; /* the arguments as the model sent them (an object
+                            is serialised); NULL when absent */
+        char *code;      /* the parsed "code" argument, or NULL ... */
+        char *error;     /* ... and then why: "arguments are not valid
+                            JSON: ...", "unknown tool \"x\"", ... */
+} cq_llm_tool_call_t;
+
+/** @brief One assistant reply. Init with cq_llm_reply_init(), release with
+ *         cq_llm_reply_release(). Read-only for the caller. */
+typedef struct cq_llm_reply {
+        json_t *message;       /* choices[0].message exactly as received; owned.
+                                  json_incref() it to keep it in a history */
+        const char *content;   /* borrowed from message: text content, NULL
+                                  when null or absent */
+        const char *reasoning; /* borrowed: reasoning_content (or
+                                  "reasoning"), NULL when absent */
+        cq_llm_tool_call_t *calls; /* in the order the model sent them */
+        size_t ncalls;
+        char *finish_reason; /* "stop", "tool_calls", "length", ...; NULL
+                                when the server sent none */
+        bool has_usage;      /* the server reported usage */
+        int64_t prompt_tokens;
+        int64_t completion_tokens;
+        int attempts; /* HTTP requests this call made, retries included */
+} cq_llm_reply_t;
+
+void cq_llm_reply_init(cq_llm_reply_t *reply);
+void cq_llm_reply_release(cq_llm_reply_t *reply);
+
+typedef struct cq_llm cq_llm_t;
+
+/**
+ * @brief Create a client.
+ * @param conf Borrowed; copied.
+ * @returns Caller owns the returned value; free with cq_llm_destroy().
+ *          NULL on failure with \p errstr filled (NULL allowed).
+ * @locality Any thread; the handle then belongs to one thread at a time.
+ */
+cq_llm_t *
+cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size);
+
+/** @brief Free the handle; accepts *llmp == NULL and sets it to NULL. */
+void cq_llm_destroy(cq_llm_t **llmp);
+
+/**
+ * @brief Use \p model instead of the configured one (a job's override);
+ *        NULL restores the configured model.
+ * @param model Borrowed; copied.
+ * @returns 0, or -1 when out of memory (the model is then unchanged).
+ */
+CQ_NODISCARD int cq_llm_set_model(cq_llm_t *llm, const char *model);
+
+/** @brief The model requests name now; borrowed, valid until the next
+ *         cq_llm_set_model(). */
+const char *cq_llm_model(const cq_llm_t *llm);
+
+/**
+ * @brief While \p cancel is non-NULL and raised (non-zero), a request in
+ *        flight is aborted within about 100 ms and backoff sleeps end, so
+ *        cq_llm_chat() returns CQ_ERR_RETRIABLE ("request cancelled").
+ * @param cancel Borrowed; must outlive its use by \p llm. NULL disables.
+ */
+void cq_llm_set_cancel(cq_llm_t *llm, const atomic_int *cancel);
+
+/**
+ * @brief Ask the model for the next assistant message.
+ * @param messages Borrowed; a JSON array of Chat Completions messages, sent
+ *                 verbatim.
+ * @param reply    (out) Initialised by the caller; filled on CQ_OK,
+ *                 released and re-initialised otherwise (attempts is set
+ *                 either way).
+ * @returns CQ_OK; CQ_ERR_RETRIABLE when every attempt met a transient
+ *          error (429, 5xx, network, timeout) or the call was cancelled;
+ *          CQ_ERR_FATAL for a 4xx other than 429/408, a reply that stayed
+ *          invalid after every attempt, or bad arguments;
+ *          CQ_ERR_TOO_LARGE when the reply exceeded response_max (never
+ *          retried: treat it as fatal). See cq_llm_errmsg().
+ * @remark Usage of a successful call is added to the handle's totals.
+ * @locality The thread that owns \p llm.
+ */
+CQ_NODISCARD cq_err_t cq_llm_chat(cq_llm_t *llm,
+                                  const json_t *messages,
+                                  cq_llm_reply_t *reply);
+
+/** @brief The last error, never containing the API key; borrowed, valid
+ *         until the next call on \p llm. "" when none. */
+const char *cq_llm_errmsg(const cq_llm_t *llm);
+
+/** @brief Token usage summed over every successful call since creation or
+ *         the last cq_llm_usage_reset(); pointers may be NULL. */
+void cq_llm_usage(const cq_llm_t *llm,
+                  int64_t *prompt_tokensp,
+                  int64_t *completion_tokensp);
+
+/** @brief Start a new usage total (e.g. when the handle moves to the next
+ *         job). */
+void cq_llm_usage_reset(cq_llm_t *llm);
+
+/**
+ * @brief The "tools" array of every request: execute_code with one
+ *        required string parameter "code".
+ * @returns A new reference (json_decref()); NULL when out of memory.
+ * @locality Any thread.
+ */
+json_t *cq_llm_tools_json(void);
+
+/** @brief Format CQ_LLM_IMAGE_PLACEHOLDER_FMT into \p out. */
+void cq_llm_image_placeholder(char *out,
+                              size_t out_size,
+                              const char *name,
+                              const char *mime,
+                              size_t bytes);
+
+/**
+ * @brief Estimate the prompt tokens of \p messages without a tokenizer.
+ *
+ * Heuristic, deliberately pessimistic so that context management acts
+ * before a real limit: per message 4 tokens of framing; for the text of
+ * "content" (a string, or the "text" of content parts), "reasoning_content"
+ * (or "reasoning"), "name", "tool_call_id" and each tool call's name and
+ * "arguments" (the code travels there), one token per 3 ASCII bytes
+ * (rounded up; BPE vocabularies average 3.5-4 for English and code) plus
+ * one token per non-ASCII code point (a CJK character is about one token);
+ * 8 more tokens per tool call; 3 for the reply's priming.
+ * @param messages Borrowed; anything that is not an array counts 0.
+ * @locality Any thread.
+ */
+int64_t cq_llm_estimate_tokens(const json_t *messages);
+
+/**
+ * @brief Parse a Chat Completions reply body (exposed for tests and
+ *        fuzzing; cq_llm_chat() uses it).
+ * @param reply (out) Initialised by the caller; filled on 0, left
+ *              initialised-empty on -1.
+ * @returns 0, or -1 with \p errstr filled when the body is not JSON, has no
+ *          choices[0].message object, or a tool call lacks an id or a
+ *          function name. Bad arguments of one call are not an error: that
+ *          call gets code NULL and an error text.
+ * @locality Any thread.
+ */
+CQ_NODISCARD int cq_llm_parse_reply(const char *body,
+                                    size_t len,
+                                    cq_llm_reply_t *reply,
+                                    char *errstr,
+                                    size_t errstr_size);
+
+/**
+ * @brief Parse a Retry-After header value: delay-seconds (fractions
+ *        allowed) or an HTTP-date, relative to \p now (seconds since the
+ *        epoch).
+ * @returns The delay in ms (0 for a date in the past), or -1 when the
+ *          value is neither.
+ * @locality Any thread.
+ */
+int64_t cq_llm_parse_retry_after(const char *value, int64_t now);
+
+#endif

@@ -1,0 +1,1522 @@
+/* SPDX-License-Identifier: MIT */
+/* check_llm.c - the Chat Completions client against tests/fakes/fake_llm.py
+ * (started per test on a loopback port), the reply parser on golden and
+ * malformed replies, Retry-After parsing, the token estimate and the
+ * settings. */
+#include <curl/curl.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check_support.h"
+#include "coderq/config.h"
+#include "coderq/llm.h"
+#include "coderq/log.h"
+#include "support/fake_llm.h"
+
+#define TEST_KEY "sk-test-SECRET-4f9a0c1d2e3b5a6978"
+
+static cq_fake_llm_t *fake;
+
+static void fake_setup(void)
+{
+        ck_assert_int_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
+        fake = cq_fake_llm_start(NULL);
+        ck_assert_msg(fake != NULL, "could not start the fake LLM");
+}
+
+static void fake_teardown(void)
+{
+        cq_fake_llm_stop(&fake);
+        curl_global_cleanup();
+}
+
+/* A client for the fake with fast backoff; tests adjust \p conf first. */
+static void test_conf(cq_llm_conf_t *conf, const char *model)
+{
+        cq_llm_conf_init(conf);
+        conf->base_url = cq_fake_llm_base_url(fake);
+        conf->api_key = TEST_KEY;
+        conf->model = model;
+        conf->max_tokens = 1024;
+        conf->timeout_s = 30;
+        conf->max_attempts = 4;
+        conf->max_wait_s = 30;
+        conf->backoff_base_ms = 10;
+        conf->backoff_max_ms = 50;
+}
+
+static cq_llm_t *new_llm(const cq_llm_conf_t *conf)
+{
+        char errstr[256] = "";
+        cq_llm_t *llm = cq_llm_new(conf, errstr, sizeof(errstr));
+
+        ck_assert_msg(llm != NULL, "cq_llm_new: %s", errstr);
+        return llm;
+}
+
+static json_t *start_history(void)
+{
+        return json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "system",
+                         "content", "You are a careful data analyst.", "role",
+                         "user", "content", "Compute 1 + 1 in Python.");
+}
+
+/* Append the reply verbatim and answer each of its tool calls. */
+static void append_turn(json_t *history, const cq_llm_reply_t *reply)
+{
+        size_t i;
+
+        ck_assert_int_eq(json_array_append(history, reply->message), 0);
+        for (i = 0; i < reply->ncalls; i++)
+                ck_assert_int_eq(
+                    json_array_append_new(
+                        history,
+                        json_pack("{s:s, s:s, s:s, s:s}", "role", "tool",
+                                  "tool_call_id", reply->calls[i].id, "name",
+                                  CQ_LLM_TOOL_NAME, "content", "2\n")),
+                    0);
+}
+
+static json_t *requests(void)
+{
+        json_t *reqs = cq_fake_llm_requests(fake);
+
+        ck_assert_msg(json_is_array(reqs), "no request log from the fake");
+        return reqs;
+}
+
+static json_int_t req_int(const json_t *reqs, size_t i, const char *key)
+{
+        return json_integer_value(
+            json_object_get(json_array_get(reqs, i), key));
+}
+
+static const char *req_str(const json_t *reqs, size_t i, const char *key)
+{
+        return json_string_value(json_object_get(json_array_get(reqs, i), key));
+}
+
+static char *slurp_text(const char *path, size_t *lenp)
+{
+        FILE *fp = fopen(path, "rb");
+        char *data;
+        long n;
+
+        ck_assert_msg(fp != NULL, "could not open %s", path);
+        fseek(fp, 0, SEEK_END);
+        n = ftell(fp);
+        fseek(fp, 0, SEEK_SET);
+        data = malloc((size_t)n + 1);
+        ck_assert_ptr_nonnull(data);
+        ck_assert_uint_eq(fread(data, 1, (size_t)n, fp), (size_t)n);
+        data[n] = '\0';
+        fclose(fp);
+        *lenp = (size_t)n;
+        return data;
+}
+
+/* --- talking to the fake --------------------------------------------- */
+
+START_TEST(one_tool_call_then_final)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs, *body, *tools, *fn;
+        int64_t prompt, completion;
+        size_t i;
+
+        test_conf(&conf, "script:one_call");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_int_eq(reply.attempts, 1);
+        ck_assert_uint_eq(reply.ncalls, 1);
+        ck_assert_str_eq(reply.calls[0].id, "call_one_call_0_0");
+        ck_assert_str_eq(reply.calls[0].name, "execute_code");
+        ck_assert_str_eq(reply.calls[0].code, "print(1 + 1)");
+        ck_assert_ptr_null(reply.calls[0].error);
+        ck_assert_str_eq(reply.finish_reason, "tool_calls");
+        ck_assert_ptr_null(reply.content);
+        ck_assert(reply.has_usage);
+        ck_assert_int_eq(reply.prompt_tokens, 100);
+        ck_assert_int_eq(reply.completion_tokens, 20);
+        append_turn(history, &reply);
+
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_uint_eq(reply.ncalls, 0);
+        ck_assert_str_eq(reply.content, "The answer is 2.");
+        ck_assert_str_eq(reply.finish_reason, "stop");
+        cq_llm_usage(llm, &prompt, &completion);
+        ck_assert_int_eq(prompt, 250);
+        ck_assert_int_eq(completion, 30);
+        cq_llm_usage_reset(llm);
+        cq_llm_usage(llm, &prompt, NULL);
+        ck_assert_int_eq(prompt, 0);
+
+        /* What the server saw: valid bodies with our tool and settings, the
+         * assistant message sent back unchanged, the tool answer's id. */
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 2);
+        for (i = 0; i < 2; i++) {
+                body = json_object_get(json_array_get(reqs, i), "body");
+                ck_assert_msg(json_is_true(json_object_get(
+                                  json_array_get(reqs, i), "valid")),
+                              "request %zu invalid: %s", i,
+                              req_str(reqs, i, "error"));
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(body, "model")),
+                    "script:one_call");
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(body, "tool_choice")),
+                    "auto");
+                ck_assert_int_eq(
+                    json_integer_value(json_object_get(body, "max_tokens")),
+                    1024);
+                tools = json_object_get(body, "tools");
+                ck_assert_uint_eq(json_array_size(tools), 1);
+                fn = json_object_get(json_array_get(tools, 0), "function");
+                ck_assert_str_eq(json_string_value(json_object_get(fn, "name")),
+                                 "execute_code");
+                ck_assert_str_eq(req_str(reqs, i, "authorization"),
+                                 "Bearer " TEST_KEY);
+                ck_assert_str_eq(req_str(reqs, i, "content_type"),
+                                 "application/json");
+        }
+        body = json_object_get(json_array_get(reqs, 1), "body");
+        ck_assert_uint_eq(json_array_size(json_object_get(body, "messages")),
+                          4);
+        ck_assert(
+            json_equal(json_array_get(json_object_get(body, "messages"), 2),
+                       json_array_get(history, 2)));
+        ck_assert_int_eq(req_int(reqs, 1, "step"), 1);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+        ck_assert_ptr_null(llm);
+}
+END_TEST
+
+START_TEST(two_tool_calls_in_one_reply)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:two_calls");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_uint_eq(reply.ncalls, 2);
+        ck_assert_str_eq(reply.calls[0].id, "call_two_calls_0_0");
+        ck_assert_str_eq(reply.calls[0].code, "x = 41 + 1");
+        ck_assert_str_eq(reply.calls[1].id, "call_two_calls_0_1");
+        ck_assert_str_eq(reply.calls[1].code, "print(x)");
+        ck_assert_str_eq(reply.content, "I will define x, then print it.");
+        ck_assert_uint_eq(
+            json_array_size(json_object_get(reply.message, "tool_calls")), 2);
+        append_turn(history, &reply);
+        /* The fake rejects a history where a call is left unanswered, so
+         * this succeeding proves both answers went out with their ids. */
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_str_eq(reply.content, "x is 42.");
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 2);
+        ck_assert(
+            json_is_true(json_object_get(json_array_get(reqs, 1), "valid")));
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(unanswered_tool_call_is_rejected_by_the_fake)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history();
+
+        test_conf(&conf, "script:two_calls");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        /* Answer only the first call, as upstream does. */
+        ck_assert_int_eq(json_array_append(history, reply.message), 0);
+        ck_assert_int_eq(
+            json_array_append_new(history,
+                                  json_pack("{s:s, s:s, s:s}", "role", "tool",
+                                            "tool_call_id", reply.calls[0].id,
+                                            "content", "")),
+            0);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_FATAL);
+        ck_assert_int_eq(reply.attempts, 1);
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm),
+                                     "HTTP 400: an assistant message with "
+                                     "'tool_calls' must be followed"));
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "call_two_calls_0_1"));
+        ck_assert_ptr_null(reply.message);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(final_text_from_default_script)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history();
+
+        test_conf(&conf, "gpt-4o-mini");
+        conf.temperature = 0.2;
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_uint_eq(reply.ncalls, 0);
+        ck_assert_str_eq(reply.content, "This is the fake LLM's final answer.");
+        ck_assert_str_eq(reply.finish_reason, "stop");
+        ck_assert(reply.has_usage);
+        ck_assert_int_gt(reply.prompt_tokens, 0);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(model_override_selects_the_script)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history();
+
+        test_conf(&conf, "gpt-4o-mini");
+        llm = new_llm(&conf);
+        ck_assert_int_eq(cq_llm_set_model(llm, "script:two_calls"), 0);
+        ck_assert_str_eq(cq_llm_model(llm), "script:two_calls");
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_uint_eq(reply.ncalls, 2);
+        ck_assert_int_eq(cq_llm_set_model(llm, NULL), 0);
+        ck_assert_str_eq(cq_llm_model(llm), "gpt-4o-mini");
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(reasoning_content_kept_verbatim)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *stripped;
+
+        test_conf(&conf, "script:reasoning");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_str_eq(reply.reasoning,
+                         "The user wants a greeting; I will print one.");
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             reply.message, "reasoning_content")),
+                         "The user wants a greeting; I will print one.");
+        ck_assert(json_is_null(json_object_get(reply.message, "content")));
+
+        /* Like DeepSeek's thinking mode, the fake refuses a history whose
+         * assistant message lost its reasoning_content ... */
+        stripped = json_deep_copy(history);
+        append_turn(history, &reply);
+        {
+                json_t *msg = json_deep_copy(reply.message);
+                cq_llm_reply_t r2;
+
+                json_object_del(msg, "reasoning_content");
+                json_array_append_new(stripped, msg);
+                json_array_append_new(
+                    stripped,
+                    json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id",
+                              reply.calls[0].id, "content", "hello\n"));
+                cq_llm_reply_init(&r2);
+                ck_assert_int_eq(cq_llm_chat(llm, stripped, &r2), CQ_ERR_FATAL);
+                ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm),
+                                             "reasoning_content in the "
+                                             "thinking mode must be passed "
+                                             "back"));
+                cq_llm_reply_release(&r2);
+        }
+        /* ... and accepts the verbatim one. */
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_str_eq(reply.content, "Printed hello.");
+        ck_assert_str_eq(reply.reasoning, "It printed hello, so I am done.");
+        cq_llm_reply_release(&reply);
+        json_decref(stripped);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(rate_limit_honours_retry_after)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+        double gap;
+
+        test_conf(&conf, "script:rate_limited");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_str_eq(reply.content, "after the rate limit");
+        ck_assert_int_eq(reply.attempts, 2);
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 2);
+        ck_assert_int_eq(req_int(reqs, 0, "status"), 429);
+        ck_assert_int_eq(req_int(reqs, 1, "status"), 200);
+        /* Backoff here is at most 50 ms; only Retry-After: 1 can separate
+         * the attempts by a second. A lower bound on a sleep cannot flake. */
+        gap = json_real_value(json_object_get(json_array_get(reqs, 1), "ts")) -
+              json_real_value(json_object_get(json_array_get(reqs, 0), "ts"));
+        ck_assert_msg(gap >= 0.9, "Retry-After not honoured: gap %.3f s", gap);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(rate_limit_with_http_date)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history();
+
+        test_conf(&conf, "script:rate_limited_date");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_str_eq(reply.content, "after the dated rate limit");
+        ck_assert_int_eq(reply.attempts, 2);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(retry_after_beyond_budget_gives_up)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:rate_limited");
+        conf.max_wait_s = 0;
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        ck_assert_int_eq(reply.attempts, 1);
+        ck_assert_ptr_nonnull(
+            strstr(cq_llm_errmsg(llm), "HTTP 429: Rate limit reached"));
+        ck_assert_ptr_nonnull(
+            strstr(cq_llm_errmsg(llm), "beyond the retry budget"));
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(server_error_then_success)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:server_error");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_str_eq(reply.content, "after two 500s");
+        ck_assert_int_eq(reply.attempts, 3);
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 3);
+        ck_assert_int_eq(req_int(reqs, 0, "status"), 500);
+        ck_assert_int_eq(req_int(reqs, 1, "status"), 500);
+        ck_assert_int_eq(req_int(reqs, 2, "status"), 200);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(server_down_bounded_attempts)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:server_down");
+        conf.max_attempts = 3;
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        ck_assert_int_eq(reply.attempts, 3);
+        ck_assert_ptr_null(reply.message);
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "after 3 attempts"));
+        ck_assert_ptr_nonnull(
+            strstr(cq_llm_errmsg(llm),
+                   "HTTP 503: The engine is currently overloaded"));
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 3);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(unauthorized_fails_at_once_without_the_key)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:bad_key");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_FATAL);
+        ck_assert_int_eq(reply.attempts, 1);
+        ck_assert_ptr_nonnull(
+            strstr(cq_llm_errmsg(llm), "HTTP 401: Incorrect API key provided"));
+        /* The fake echoed the Authorization header into its message. */
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "Bearer [redacted]"));
+        ck_assert_ptr_null(strstr(cq_llm_errmsg(llm), TEST_KEY));
+        ck_assert_ptr_null(strstr(cq_llm_errmsg(llm), "SECRET"));
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+/* Read everything written to the log pipe so far. */
+static char *drain(int fd)
+{
+        static char text[65536];
+        size_t len = 0;
+        ssize_t n;
+
+        while (len + 1 < sizeof(text) &&
+               (n = read(fd, text + len, sizeof(text) - 1 - len)) > 0)
+                len += (size_t)n;
+        text[len] = '\0';
+        return text;
+}
+
+START_TEST(key_never_in_logs)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *script;
+        int fds[2];
+        char *logs;
+
+        script = json_pack("[{s:[{s:s, s:i, s:i, s:s, s:b}], s:s}]", "faults",
+                           "kind", "http", "status", 502, "times", 2, "message",
+                           "bad gateway", "echo_auth", 1, "content",
+                           "through at last");
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, "echo_502", script), 0);
+        json_decref(script);
+        ck_assert_int_eq(pipe(fds), 0);
+        cq_log_set_fd(fds[1]);
+        test_conf(&conf, "script:echo_502");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_str_eq(reply.content, "through at last");
+        ck_assert_int_eq(reply.attempts, 3);
+        cq_log_set_fd(2);
+        close(fds[1]);
+        logs = drain(fds[0]);
+        close(fds[0]);
+        /* Two retry warnings that quote the provider's echo, redacted. */
+        ck_assert_ptr_nonnull(strstr(logs, "LLM request failed, retrying"));
+        ck_assert_ptr_nonnull(strstr(logs, "\"attempt\":\"2/4\""));
+        ck_assert_ptr_nonnull(strstr(logs, "bad gateway (you sent: Bearer "
+                                           "[redacted])"));
+        ck_assert_ptr_null(strstr(logs, TEST_KEY));
+        ck_assert_ptr_null(strstr(logs, "SECRET"));
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(invalid_replies_then_success)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:garbage_then_ok");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_str_eq(reply.content, "after three bad replies");
+        ck_assert_int_eq(reply.attempts, 4);
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 4);
+        ck_assert_str_eq(req_str(reqs, 0, "fault"), "invalid_json");
+        ck_assert_str_eq(req_str(reqs, 1, "fault"), "truncated");
+        ck_assert_str_eq(req_str(reqs, 2, "fault"), "no_choices");
+        ck_assert(
+            json_is_null(json_object_get(json_array_get(reqs, 3), "fault")));
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(invalid_replies_forever_fail_clearly)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:garbage_forever");
+        conf.max_attempts = 3;
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_FATAL);
+        ck_assert_int_eq(reply.attempts, 3);
+        ck_assert_ptr_nonnull(
+            strstr(cq_llm_errmsg(llm), "could not get a usable reply"));
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "after 3 attempts"));
+        ck_assert_ptr_nonnull(
+            strstr(cq_llm_errmsg(llm), "invalid reply: not valid JSON"));
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 3);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(dropped_connection_is_retried)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history();
+
+        test_conf(&conf, "script:disconnect_then_ok");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_str_eq(reply.content, "after a dropped connection");
+        ck_assert_int_eq(reply.attempts, 2);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(response_over_cap_is_fatal)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:huge");
+        conf.response_max = 64 * 1024;
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_TOO_LARGE);
+        ck_assert_int_eq(reply.attempts, 1);
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm),
+                                     "reply exceeds the limit of 65536 "
+                                     "bytes"));
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        cq_llm_destroy(&llm);
+
+        /* The same reply fits a larger cap. */
+        conf.response_max = 1024 * 1024;
+        llm = new_llm(&conf);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_uint_eq(strlen(reply.content), 300000);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+static void *raise_later(void *opaque)
+{
+        atomic_int *cancel = opaque;
+        struct timespec ts = {0, 300 * 1000000L};
+
+        nanosleep(&ts, NULL);
+        atomic_store(cancel, 1);
+        return NULL;
+}
+
+START_TEST(cancel_aborts_a_slow_reply)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+        atomic_int cancel = 0;
+        pthread_t thread;
+
+        test_conf(&conf, "script:slow");
+        conf.timeout_s = 120; /* longer than the fake's 20 s delay */
+        llm = new_llm(&conf);
+        cq_llm_set_cancel(llm, &cancel);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(pthread_create(&thread, NULL, raise_later, &cancel),
+                         0);
+        /* Without the cancel this call would succeed with "too late"
+         * after 20 s; the error proves the flag ended it. */
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        pthread_join(thread, NULL);
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "request cancelled"));
+        ck_assert_int_eq(reply.attempts, 1);
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+
+        /* A raised flag stops the next call before any request. */
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(provider_variations)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history();
+
+        test_conf(&conf, "script:variants");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_str_eq(reply.finish_reason, "eos");
+        ck_assert(!reply.has_usage);
+        ck_assert_str_eq(reply.content, "");
+        ck_assert_uint_eq(reply.ncalls, 4);
+        ck_assert_str_eq(reply.calls[0].code, "print('object arguments')");
+        ck_assert_ptr_null(reply.calls[1].code);
+        ck_assert_ptr_nonnull(
+            strstr(reply.calls[1].error, "arguments are not valid JSON"));
+        ck_assert_str_eq(reply.calls[1].arguments, "{\"code\": \"print(1)\"");
+        ck_assert_ptr_null(reply.calls[2].code);
+        ck_assert_str_eq(reply.calls[2].error,
+                         "arguments have no \"code\" string");
+        ck_assert_str_eq(reply.calls[3].name, "run_shell");
+        ck_assert_ptr_nonnull(
+            strstr(reply.calls[3].error, "unknown tool \"run_shell\""));
+        /* Vendor fields stay in the verbatim message. */
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(
+                json_object_get(reply.message, "vendor_field"), "a")),
+            1);
+        ck_assert(json_is_null(json_object_get(reply.message, "refusal")));
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+/* A port nothing listens on: bind an ephemeral one, then close it. */
+static int dead_port(void)
+{
+        struct sockaddr_in sa;
+        socklen_t len = sizeof(sa);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int port;
+
+        ck_assert_int_ge(fd, 0);
+        memset(&sa, 0, sizeof(sa));
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+        port = ntohs(sa.sin_port);
+        close(fd);
+        return port;
+}
+
+START_TEST(connection_refused_is_retriable)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history();
+        char url[64];
+
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/", dead_port());
+        test_conf(&conf, "gpt-4o-mini");
+        conf.base_url = url;
+        conf.max_attempts = 2;
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        ck_assert_int_eq(reply.attempts, 2);
+        /* The trailing slash of the base URL was dropped. */
+        ck_assert_ptr_nonnull(
+            strstr(cq_llm_errmsg(llm), "/v1/chat/completions"));
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "after 2 attempts"));
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "onnect"));
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(bad_arguments_fail_without_a_request)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *empty = json_array(), *reqs;
+        char errstr[256];
+
+        test_conf(&conf, "gpt-4o-mini");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, empty, &reply), CQ_ERR_FATAL);
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "non-empty array"));
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 0);
+        json_decref(reqs);
+        cq_llm_destroy(&llm);
+
+        conf.model = NULL;
+        ck_assert_ptr_null(cq_llm_new(&conf, errstr, sizeof(errstr)));
+        ck_assert_ptr_nonnull(strstr(errstr, "no model configured"));
+        conf.model = "m";
+        conf.base_url = "ftp://example.com/v1";
+        ck_assert_ptr_null(cq_llm_new(&conf, errstr, sizeof(errstr)));
+        ck_assert_ptr_nonnull(strstr(errstr, "is not http:// or https://"));
+        ck_assert_ptr_null(cq_llm_new(&conf, NULL, 0));
+        json_decref(empty);
+}
+END_TEST
+
+START_TEST(timeout_is_retriable)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:slow");
+        conf.timeout_s = 1;
+        conf.max_attempts = 2;
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        ck_assert_int_eq(reply.attempts, 2);
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "timed out"));
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 2);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+/* The fake refuses what a real server refuses, so client bugs surface. */
+START_TEST(fake_rejects_invalid_histories)
+{
+        static const struct {
+                const char *history;
+                const char *want;
+        } cases[] = {
+            {"[{\"role\": \"robot\", \"content\": \"x\"}]",
+             "messages[0].role 'robot' is invalid"},
+            {"[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"tool\", "
+             "\"tool_call_id\": \"c9\", \"content\": \"\"}]",
+             "answers no preceding tool call"},
+            {"[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": "
+             "\"assistant\", \"content\": null, \"tool_calls\": [{\"id\": "
+             "\"c1\", \"type\": \"function\", \"function\": {\"name\": "
+             "\"execute_code\", \"arguments\": \"{}\"}}]}, {\"role\": "
+             "\"user\", \"content\": \"next\"}]",
+             "must be followed by tool messages"},
+            {"[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": "
+             "\"assistant\", \"content\": \"hi\", \"tool_calls\": []}]",
+             "empty array"},
+            {"[{\"role\": \"user\"}]", "messages[0].content must be a string"},
+        };
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history, *reqs;
+        size_t i;
+
+        test_conf(&conf, "gpt-4o-mini");
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                history = json_loads(cases[i].history, 0, NULL);
+                ck_assert_ptr_nonnull(history);
+                ck_assert_int_eq(cq_llm_chat(llm, history, &reply),
+                                 CQ_ERR_FATAL);
+                ck_assert_int_eq(reply.attempts, 1);
+                ck_assert_msg(strstr(cq_llm_errmsg(llm), "HTTP 400: ") &&
+                                  strstr(cq_llm_errmsg(llm), cases[i].want),
+                              "case %zu: %s", i, cq_llm_errmsg(llm));
+                json_decref(history);
+        }
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), CQ_ARRAY_SIZE(cases));
+        ck_assert(
+            json_is_false(json_object_get(json_array_get(reqs, 0), "valid")));
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(fake_log_file_and_port_file)
+{
+        char dir[] = "/tmp/cq-fake-llm-XXXXXX";
+        char log_path[128], port_path[128];
+        const char *args[] = {"--log",   log_path,       "--port-file",
+                              port_path, "--latency-ms", "5",
+                              NULL};
+        cq_fake_llm_t *other;
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *line;
+        char *text;
+        size_t len;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(log_path, sizeof(log_path), "%s/requests.jsonl", dir);
+        snprintf(port_path, sizeof(port_path), "%s/port", dir);
+        other = cq_fake_llm_start(args);
+        ck_assert_ptr_nonnull(other);
+        text = slurp_text(port_path, &len);
+        ck_assert_int_eq(strtol(text, NULL, 10), cq_fake_llm_port(other));
+        free(text);
+        test_conf(&conf, "script:one_call");
+        conf.base_url = cq_fake_llm_base_url(other);
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        cq_fake_llm_stop(&other);
+        text = slurp_text(log_path, &len);
+        ck_assert_uint_eq(len > 0 ? (size_t)(strchr(text, '\n') - text) + 1 : 0,
+                          len); /* exactly one line */
+        line = json_loads(text, 0, NULL);
+        ck_assert_ptr_nonnull(line);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_object_get(line, "body"), "model")),
+                         "script:one_call");
+        ck_assert_int_eq(json_integer_value(json_object_get(line, "status")),
+                         200);
+        json_decref(line);
+        free(text);
+        unlink(log_path);
+        unlink(port_path);
+        rmdir(dir);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+START_TEST(messages_hide_url_credentials_and_stay_utf8)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *script, *event;
+        char url[128], errstr[256];
+
+        /* A Latin-1 error page: "Serveur surcharg\xe9" and a cut sequence. */
+        script =
+            json_pack("[{s:[{s:s, s:i, s:i, s:s}], s:s}]", "faults", "kind",
+                      "http", "status", 502, "times", -1, "raw_body_hex",
+                      "3c703e53657276657572207375726368617267e93c2f703ee6",
+                      "content", "never");
+        ck_assert_ptr_nonnull(script);
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, "latin1", script), 0);
+        json_decref(script);
+        snprintf(url, sizeof(url), "http://bob:sekrit@127.0.0.1:%d/v1",
+                 cq_fake_llm_port(fake));
+        test_conf(&conf, "script:latin1");
+        conf.base_url = url;
+        conf.max_attempts = 1;
+        llm = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        ck_assert_ptr_null(strstr(cq_llm_errmsg(llm), "sekrit"));
+        ck_assert_ptr_nonnull(strstr(cq_llm_errmsg(llm), "http://127.0.0.1:"));
+        ck_assert_ptr_nonnull(
+            strstr(cq_llm_errmsg(llm), "HTTP 502: <p>Serveur surcharg?</p>?"));
+        /* It can go into JSON as it is. */
+        event = json_pack("{s:s}", "reason", cq_llm_errmsg(llm));
+        ck_assert_ptr_nonnull(event);
+        json_decref(event);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+
+        conf.api_key = "sk-abc\n";
+        ck_assert_ptr_null(cq_llm_new(&conf, errstr, sizeof(errstr)));
+        ck_assert_ptr_nonnull(strstr(errstr, "control characters"));
+        ck_assert_ptr_null(strstr(errstr, "sk-abc"));
+}
+END_TEST
+
+/* --- pure functions ---------------------------------------------------- */
+
+START_TEST(tools_json_shape)
+{
+        json_t *tools = cq_llm_tools_json();
+        json_t *tool, *fn, *params, *code;
+        const char *desc;
+        char text[128];
+
+        ck_assert_uint_eq(json_array_size(tools), 1);
+        tool = json_array_get(tools, 0);
+        ck_assert_str_eq(json_string_value(json_object_get(tool, "type")),
+                         "function");
+        fn = json_object_get(tool, "function");
+        ck_assert_str_eq(json_string_value(json_object_get(fn, "name")),
+                         "execute_code");
+        params = json_object_get(fn, "parameters");
+        ck_assert_str_eq(json_string_value(json_object_get(params, "type")),
+                         "object");
+        ck_assert(
+            json_is_false(json_object_get(params, "additionalProperties")));
+        ck_assert_uint_eq(json_array_size(json_object_get(params, "required")),
+                          1);
+        ck_assert_str_eq(json_string_value(json_array_get(
+                             json_object_get(params, "required"), 0)),
+                         "code");
+        ck_assert_uint_eq(
+            json_object_size(json_object_get(params, "properties")), 1);
+        code = json_object_get(json_object_get(params, "properties"), "code");
+        ck_assert_str_eq(json_string_value(json_object_get(code, "type")),
+                         "string");
+        desc = json_string_value(json_object_get(fn, "description"));
+        ck_assert_ptr_nonnull(
+            strstr(desc, "\"[image NAME: MIME, N bytes, not shown]\""));
+        ck_assert_ptr_nonnull(strstr(desc, "stderr"));
+        cq_llm_image_placeholder(text, sizeof(text), "fig1.png", "image/png",
+                                 52311);
+        ck_assert_str_eq(text, "[image fig1.png: image/png, 52311 bytes, not "
+                               "shown]");
+        json_decref(tools);
+}
+END_TEST
+
+START_TEST(estimate_tokens_counts_code_and_reasoning)
+{
+        json_t *msgs;
+        char code[301];
+
+        ck_assert_int_eq(cq_llm_estimate_tokens(NULL), 0);
+        msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "abcdef");
+        ck_assert_int_eq(cq_llm_estimate_tokens(msgs), 3 + 4 + 2);
+        json_decref(msgs);
+        /* Two CJK code points are two tokens; "ab" one. */
+        msgs = json_pack("[{s:s, s:s}]", "role", "user", "content",
+                         "ab\xe6\x95\xb0\xe6\x8d\xae");
+        ck_assert_int_eq(cq_llm_estimate_tokens(msgs), 3 + 4 + 1 + 2);
+        json_decref(msgs);
+        /* The code in the arguments and the reasoning count (upstream
+         * counted neither). */
+        memset(code, 'a', 300);
+        code[300] = '\0';
+        msgs = json_pack("[{s:s, s:n, s:s, s:[{s:s, s:s, s:{s:s, s:s}}]}]",
+                         "role", "assistant", "content", "reasoning_content",
+                         "xyz", "tool_calls", "id", "c1", "type", "function",
+                         "function", "name", "execute_code", "arguments", code);
+        /* 3 + 4 + reasoning 1 + call 8 + name 4 + args 100 */
+        ck_assert_int_eq(cq_llm_estimate_tokens(msgs), 3 + 4 + 1 + 8 + 4 + 100);
+        json_decref(msgs);
+        /* Content parts and tool messages. */
+        msgs =
+            json_pack("[{s:s, s:[{s:s, s:s}]}, {s:s, s:s, s:s}]", "role",
+                      "user", "content", "type", "text", "text", "abc", "role",
+                      "tool", "tool_call_id", "c1", "content", "abcdef");
+        ck_assert_int_eq(cq_llm_estimate_tokens(msgs), 3 + 4 + 1 + 4 + 1 + 2);
+        json_decref(msgs);
+}
+END_TEST
+
+START_TEST(retry_after_values)
+{
+        int64_t now = 1764400000; /* 2025-11-29T07:06:40Z */
+
+        ck_assert_int_eq(cq_llm_parse_retry_after("5", now), 5000);
+        ck_assert_int_eq(cq_llm_parse_retry_after(" 2 ", now), 2000);
+        ck_assert_int_eq(cq_llm_parse_retry_after("1.5", now), 1500);
+        ck_assert_int_eq(cq_llm_parse_retry_after("0", now), 0);
+        ck_assert_int_eq(
+            cq_llm_parse_retry_after("Sat, 29 Nov 2025 07:06:50 GMT", now),
+            10000);
+        ck_assert_int_eq(
+            cq_llm_parse_retry_after("Sat, 29 Nov 2025 07:00:00 GMT", now), 0);
+        ck_assert_int_eq(cq_llm_parse_retry_after("99999999999", now),
+                         86400LL * 365 * 1000);
+        ck_assert_int_eq(cq_llm_parse_retry_after("soon", now), -1);
+        ck_assert_int_eq(cq_llm_parse_retry_after("", now), -1);
+        ck_assert_int_eq(cq_llm_parse_retry_after("-3", now), -1);
+        ck_assert_int_eq(cq_llm_parse_retry_after("5s", now), -1);
+        ck_assert_int_eq(cq_llm_parse_retry_after(NULL, now), -1);
+}
+END_TEST
+
+START_TEST(settings_rows)
+{
+        cq_config_t cfg;
+        cq_llm_conf_t conf;
+        char errstr[256];
+
+        unsetenv("CODERQ_LLM_API_KEY");
+        setenv("OPENAI_API_KEY", "sk-from-openai-var", 1);
+        setenv("CODERQ_LLM_MAX_TOKENS", "2048", 1);
+        ck_assert_int_eq(cq_config_init(&cfg), 0);
+        ck_assert_str_eq(cfg.llm_base_url, "https://api.openai.com/v1");
+        ck_assert_int_eq(cfg.llm_max_attempts, 5);
+        ck_assert_uint_eq(cfg.llm_response_max, 8u * 1024 * 1024);
+        ck_assert_int_eq(cfg.llm_context_window, 128000);
+        ck_assert_int_eq(cq_config_load_env(&cfg, errstr, sizeof(errstr)), 0);
+        ck_assert_str_eq(cfg.llm_api_key, "sk-from-openai-var");
+        ck_assert_int_eq(cfg.llm_max_tokens, 2048);
+        setenv("CODERQ_LLM_API_KEY", "sk-coderq-var", 1);
+        ck_assert_int_eq(cq_config_load_env(&cfg, errstr, sizeof(errstr)), 0);
+        ck_assert_str_eq(cfg.llm_api_key, "sk-coderq-var");
+        ck_assert_int_eq(cq_config_set(&cfg, "llm-timeout-s", "0", "--x",
+                                       errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_int_eq(cq_config_set(&cfg, "llm-response-max", "1M", NULL,
+                                       errstr, sizeof(errstr)),
+                         0);
+        cq_llm_conf_from_config(&conf, &cfg);
+        ck_assert_str_eq(conf.api_key, "sk-coderq-var");
+        ck_assert_str_eq(conf.model, "gpt-4o-mini");
+        ck_assert_int_eq(conf.max_tokens, 2048);
+        ck_assert_int_eq(conf.timeout_s, 300);
+        ck_assert_uint_eq(conf.response_max, 1024 * 1024);
+        ck_assert(conf.temperature < 0);
+        cq_config_release(&cfg);
+        unsetenv("OPENAI_API_KEY");
+        unsetenv("CODERQ_LLM_API_KEY");
+        unsetenv("CODERQ_LLM_MAX_TOKENS");
+}
+END_TEST
+
+/* --- the reply parser: golden files and malformed input --------------- */
+
+static json_t *str_or_null(const char *s)
+{
+        return s ? json_string(s) : json_null();
+}
+
+static json_t *summarize(const cq_llm_reply_t *reply)
+{
+        json_t *calls = json_array();
+        size_t i;
+
+        for (i = 0; i < reply->ncalls; i++)
+                json_array_append_new(
+                    calls,
+                    json_pack("{s:s, s:s, s:o, s:o}", "id", reply->calls[i].id,
+                              "name", reply->calls[i].name, "code",
+                              str_or_null(reply->calls[i].code), "error",
+                              str_or_null(reply->calls[i].error)));
+        return json_pack("{s:o, s:o, s:o, s:b, s:I, s:I, s:o}", "content",
+                         str_or_null(reply->content), "reasoning",
+                         str_or_null(reply->reasoning), "finish_reason",
+                         str_or_null(reply->finish_reason), "has_usage",
+                         reply->has_usage, "prompt_tokens",
+                         (json_int_t)reply->prompt_tokens, "completion_tokens",
+                         (json_int_t)reply->completion_tokens, "calls", calls);
+}
+
+START_TEST(parser_golden_replies)
+{
+        const char *dir = cq_check_srcpath("tests/data/llm/replies");
+        char base[4096];
+        DIR *d;
+        struct dirent *de;
+        int cases = 0;
+
+        snprintf(base, sizeof(base), "%s", dir);
+        d = opendir(base);
+        ck_assert_ptr_nonnull(d);
+        while ((de = readdir(d)) != NULL) {
+                char path[8192];
+                char *body;
+                size_t len, cut;
+                json_t *expected, *got;
+                cq_llm_reply_t reply;
+                char errstr[512] = "";
+                const char *want_err;
+                int rc;
+
+                if (de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s/input.json", base,
+                         de->d_name);
+                body = slurp_text(path, &len);
+                snprintf(path, sizeof(path), "%s/%s/expected.json", base,
+                         de->d_name);
+                expected = json_load_file(path, 0, NULL);
+                ck_assert_msg(expected != NULL, "bad %s", path);
+                cq_llm_reply_init(&reply);
+                rc = cq_llm_parse_reply(body, len, &reply, errstr,
+                                        sizeof(errstr));
+                want_err = json_string_value(
+                    json_object_get(expected, "error_contains"));
+                if (want_err) {
+                        ck_assert_msg(rc == -1, "%s: parsed", de->d_name);
+                        ck_assert_msg(strstr(errstr, want_err) != NULL,
+                                      "%s: error \"%s\" lacks \"%s\"",
+                                      de->d_name, errstr, want_err);
+                } else {
+                        char *a, *b;
+
+                        ck_assert_msg(rc == 0, "%s: %s", de->d_name, errstr);
+                        got = summarize(&reply);
+                        a = json_dumps(got, JSON_SORT_KEYS);
+                        b = json_dumps(expected, JSON_SORT_KEYS);
+                        ck_assert_msg(json_equal(got, expected),
+                                      "%s:\n got %s\nwant %s", de->d_name, a,
+                                      b);
+                        free(a);
+                        free(b);
+                        json_decref(got);
+                }
+                cq_llm_reply_release(&reply);
+                /* Every strict prefix of the body is rejected cleanly. */
+                while (len && (body[len - 1] == '\n' || body[len - 1] == ' '))
+                        len--;
+                for (cut = 0; cut < len; cut++) {
+                        errstr[0] = '\0';
+                        ck_assert_int_eq(cq_llm_parse_reply(body, cut, &reply,
+                                                            errstr,
+                                                            sizeof(errstr)),
+                                         -1);
+                        ck_assert_msg(errstr[0] != '\0', "no error at %zu",
+                                      cut);
+                        ck_assert_ptr_null(reply.message);
+                }
+                json_decref(expected);
+                free(body);
+                cases++;
+        }
+        closedir(d);
+        ck_assert_int_ge(cases, 7);
+}
+END_TEST
+
+static uint64_t fuzz_rng = 0x12345678abcdefULL;
+
+static uint64_t fuzz_next(void)
+{
+        fuzz_rng ^= fuzz_rng << 13;
+        fuzz_rng ^= fuzz_rng >> 7;
+        fuzz_rng ^= fuzz_rng << 17;
+        return fuzz_rng;
+}
+
+START_TEST(parser_random_bytes_and_mutations)
+{
+        char buf[1024];
+        char errstr[256];
+        cq_llm_reply_t reply;
+        char *golden;
+        size_t glen, i, j;
+
+        cq_llm_reply_init(&reply);
+        for (i = 0; i < 3000; i++) {
+                size_t len = fuzz_next() % sizeof(buf);
+
+                for (j = 0; j < len; j++)
+                        buf[j] = (char)fuzz_next();
+                errstr[0] = '\0';
+                ck_assert_int_eq(cq_llm_parse_reply(buf, len, &reply, errstr,
+                                                    sizeof(errstr)),
+                                 -1);
+                ck_assert(errstr[0] != '\0');
+        }
+        golden = slurp_text(cq_check_srcpath("tests/data/llm/replies/"
+                                             "openai_tool_call/input.json"),
+                            &glen);
+        for (i = 0; i < 3000; i++) {
+                char *copy = malloc(glen);
+                size_t flips = 1 + fuzz_next() % 4;
+                int rc;
+
+                memcpy(copy, golden, glen);
+                for (j = 0; j < flips; j++)
+                        copy[fuzz_next() % glen] = (char)fuzz_next();
+                errstr[0] = '\0';
+                rc = cq_llm_parse_reply(copy, glen, &reply, errstr,
+                                        sizeof(errstr));
+                if (rc == 0) {
+                        ck_assert_ptr_nonnull(reply.message);
+                        for (j = 0; j < reply.ncalls; j++)
+                                ck_assert(reply.calls[j].code ||
+                                          reply.calls[j].error);
+                } else {
+                        ck_assert_int_eq(rc, -1);
+                        ck_assert(errstr[0] != '\0');
+                        ck_assert_ptr_null(reply.message);
+                }
+                cq_llm_reply_release(&reply);
+                free(copy);
+        }
+        free(golden);
+        ck_assert_int_eq(cq_llm_parse_reply(NULL, 0, &reply, NULL, 0), -1);
+}
+END_TEST
+
+/* Malformed shapes: body, expected rc, text the error or the first call's
+ * error must contain. */
+static const struct {
+        const char *body;
+        int rc;
+        const char *want;
+} malformed[] = {
+    {"", -1, "not valid JSON"},
+    {"[]", -1, "not a JSON object"},
+    {"{}", -1, "no choices"},
+    {"{\"choices\": {}}", -1, "choices is not a non-empty array"},
+    {"{\"choices\": []}", -1, "choices is not a non-empty array"},
+    {"{\"choices\": [1]}", -1, "choices[0].message is missing"},
+    {"{\"choices\": [{\"message\": \"hi\"}]}", -1, "not an object"},
+    {"{\"choices\": [{\"message\": null}]}", -1, "not an object"},
+    {"{\"choices\": [{}]}", -1, "choices[0].message is missing"},
+    {"{\"error\": \"model not found\"}", -1, "the server said: model not"},
+    {"{\"detail\": \"Not Found\", \"choices\": null}", -1,
+     "the server said: Not Found"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": {}}}]}", -1,
+     "tool_calls is not an array"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [1]}}]}", -1,
+     "tool_calls[0] is not an object"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"function\": "
+     "{\"name\": \"execute_code\", \"arguments\": \"{}\"}}]}}]}",
+     -1, "tool_calls[0] has no id"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"id\": 7, "
+     "\"function\": {\"name\": \"execute_code\"}}]}}]}",
+     -1, "tool_calls[0] has no id"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"id\": \"a\"}]}}]}", -1,
+     "tool_calls[0] has no function name"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"id\": \"a\", "
+     "\"function\": {\"arguments\": \"{}\"}}]}}]}",
+     -1, "has no function name"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"id\": \"a\", "
+     "\"function\": {\"name\": \"execute_code\"}}]}}]}",
+     0, "the tool call has no arguments"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"id\": \"a\", "
+     "\"function\": {\"name\": \"execute_code\", \"arguments\": 5}}]}}]}",
+     0, "neither a JSON string nor an object"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"id\": \"a\", "
+     "\"function\": {\"name\": \"execute_code\", \"arguments\": "
+     "\"print(1)\"}}]}}]}",
+     0, "arguments are not valid JSON"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"id\": \"a\", "
+     "\"function\": {\"name\": \"execute_code\", \"arguments\": "
+     "\"[1, 2]\"}}]}}]}",
+     0, "arguments are not a JSON object"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"id\": \"a\", "
+     "\"function\": {\"name\": \"execute_code\", \"arguments\": "
+     "\"{\\\"code\\\": 3}\"}}]}}]}",
+     0, "argument \"code\" is not a string"},
+    {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"id\": \"a\", "
+     "\"function\": {\"name\": \"execute_code\", \"arguments\": "
+     "\"{\\\"code\\\": \\\"a\\\\u0000b\\\"}\"}}]}}]}",
+     0, "arguments are not valid JSON"},
+    {"{\"choices\": [{\"message\": {\"content\": 5, \"tool_calls\": null}, "
+     "\"finish_reason\": 3}], \"usage\": {\"prompt_tokens\": \"x\", "
+     "\"completion_tokens\": -4}}",
+     0, NULL},
+    {"{\"choices\": [{\"message\": {\"content\": \"\\ud800\"}}]}", -1,
+     "not valid JSON"},
+};
+
+START_TEST(parser_malformed_shapes)
+{
+        size_t i;
+        char errstr[512];
+        cq_llm_reply_t reply;
+
+        cq_llm_reply_init(&reply);
+        for (i = 0; i < CQ_ARRAY_SIZE(malformed); i++) {
+                int rc;
+
+                errstr[0] = '\0';
+                rc = cq_llm_parse_reply(malformed[i].body,
+                                        strlen(malformed[i].body), &reply,
+                                        errstr, sizeof(errstr));
+                ck_assert_msg(rc == malformed[i].rc, "case %zu: rc %d (%s)", i,
+                              rc, errstr);
+                if (rc == -1) {
+                        ck_assert_msg(strstr(errstr, malformed[i].want) != NULL,
+                                      "case %zu: \"%s\" lacks \"%s\"", i,
+                                      errstr, malformed[i].want);
+                        ck_assert_ptr_null(reply.message);
+                        continue;
+                }
+                ck_assert_ptr_nonnull(reply.message);
+                if (malformed[i].want) {
+                        ck_assert_uint_eq(reply.ncalls, 1);
+                        ck_assert_ptr_null(reply.calls[0].code);
+                        ck_assert_msg(strstr(reply.calls[0].error,
+                                             malformed[i].want) != NULL,
+                                      "case %zu: \"%s\" lacks \"%s\"", i,
+                                      reply.calls[0].error, malformed[i].want);
+                } else {
+                        /* Wrong types are ignored, not trusted. */
+                        ck_assert_ptr_null(reply.content);
+                        ck_assert_ptr_null(reply.finish_reason);
+                        ck_assert_int_eq(reply.prompt_tokens, 0);
+                        ck_assert_int_eq(reply.completion_tokens, 0);
+                }
+                cq_llm_reply_release(&reply);
+        }
+}
+END_TEST
+
+START_TEST(parser_huge_and_deep_input)
+{
+        size_t n = 4u * 1024 * 1024, depth = 100000, i;
+        const char *head = "{\"choices\": [{\"message\": {\"content\": \"";
+        const char *tail = "\"}}]}";
+        char *body = malloc(strlen(head) + n + strlen(tail) + 1);
+        char *deep = malloc(depth * 2 + 64);
+        char errstr[256];
+        cq_llm_reply_t reply;
+        size_t off = 0;
+
+        ck_assert_ptr_nonnull(body);
+        ck_assert_ptr_nonnull(deep);
+        memcpy(body, head, strlen(head));
+        memset(body + strlen(head), 'y', n);
+        memcpy(body + strlen(head) + n, tail, strlen(tail) + 1);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_parse_reply(body, strlen(body), &reply, errstr,
+                                            sizeof(errstr)),
+                         0);
+        ck_assert_uint_eq(strlen(reply.content), n);
+        cq_llm_reply_release(&reply);
+
+        /* 100000 nested arrays inside the message: refused, not a crash. */
+        off += (size_t)snprintf(deep, 64,
+                                "{\"choices\": [{\"message\": "
+                                "{\"content\": ");
+        for (i = 0; i < depth; i++)
+                deep[off++] = '[';
+        for (i = 0; i < depth; i++)
+                deep[off++] = ']';
+        memcpy(deep + off, "}}]}", 5);
+        off += 4;
+        errstr[0] = '\0';
+        ck_assert_int_eq(
+            cq_llm_parse_reply(deep, off, &reply, errstr, sizeof(errstr)), -1);
+        ck_assert_ptr_nonnull(strstr(errstr, "not valid JSON"));
+        free(deep);
+        free(body);
+}
+END_TEST
+
+static Suite *cq_llm_suite(void)
+{
+        Suite *s = suite_create("llm");
+        TCase *tc = tcase_create("fake");
+        TCase *pure = tcase_create("pure");
+
+        tcase_add_checked_fixture(tc, fake_setup, fake_teardown);
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, one_tool_call_then_final);
+        tcase_add_test(tc, two_tool_calls_in_one_reply);
+        tcase_add_test(tc, unanswered_tool_call_is_rejected_by_the_fake);
+        tcase_add_test(tc, final_text_from_default_script);
+        tcase_add_test(tc, model_override_selects_the_script);
+        tcase_add_test(tc, reasoning_content_kept_verbatim);
+        tcase_add_test(tc, rate_limit_honours_retry_after);
+        tcase_add_test(tc, rate_limit_with_http_date);
+        tcase_add_test(tc, retry_after_beyond_budget_gives_up);
+        tcase_add_test(tc, server_error_then_success);
+        tcase_add_test(tc, server_down_bounded_attempts);
+        tcase_add_test(tc, unauthorized_fails_at_once_without_the_key);
+        tcase_add_test(tc, key_never_in_logs);
+        tcase_add_test(tc, invalid_replies_then_success);
+        tcase_add_test(tc, invalid_replies_forever_fail_clearly);
+        tcase_add_test(tc, dropped_connection_is_retried);
+        tcase_add_test(tc, response_over_cap_is_fatal);
+        tcase_add_test(tc, cancel_aborts_a_slow_reply);
+        tcase_add_test(tc, provider_variations);
+        tcase_add_test(tc, connection_refused_is_retriable);
+        tcase_add_test(tc, bad_arguments_fail_without_a_request);
+        tcase_add_test(tc, timeout_is_retriable);
+        tcase_add_test(tc, fake_rejects_invalid_histories);
+        tcase_add_test(tc, fake_log_file_and_port_file);
+        tcase_add_test(tc, messages_hide_url_credentials_and_stay_utf8);
+        suite_add_tcase(s, tc);
+
+        tcase_set_timeout(pure, 120);
+        tcase_add_test(pure, tools_json_shape);
+        tcase_add_test(pure, estimate_tokens_counts_code_and_reasoning);
+        tcase_add_test(pure, retry_after_values);
+        tcase_add_test(pure, settings_rows);
+        tcase_add_test(pure, parser_golden_replies);
+        tcase_add_test(pure, parser_random_bytes_and_mutations);
+        tcase_add_test(pure, parser_malformed_shapes);
+        tcase_add_test(pure, parser_huge_and_deep_input);
+        suite_add_tcase(s, pure);
+        return s;
+}
+
+CQ_CHECK_MAIN(cq_llm_suite)

@@ -1,0 +1,545 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""fake_llm.py - an OpenAI-compatible Chat Completions server for tests,
+demos and benchmarks. Python standard library only.
+
+Usage:
+  /usr/bin/python3 tests/fakes/fake_llm.py [--host 127.0.0.1] [--port 0]
+      [--port-file FILE] [--scripts DIR] [--log FILE] [--latency-ms N]
+      [--require-key KEY] [--allow-no-tools] [--verbose]
+
+On start it prints "PORT <n>" as the first line on stdout (and writes the
+number to --port-file, atomically, when given).
+
+Scripts. The request's "model" selects a script: "script:<name>" names
+DIR/<name>.json or one registered with POST /_fake/scripts
+({"name": ..., "steps": [...]} or {"name": ..., "script": {...}}). Any
+other model gets the default script: a final text reply at every turn. A script file
+is either a list of steps or {"steps": [...], "deepseek_reasoning": bool}.
+
+The step is chosen statelessly: step i answers a request whose history
+holds i assistant messages, so a resumed conversation continues at the
+right step and a repeated turn is visible. A request beyond the last step
+gets 400.
+
+A step is a reply, optionally preceded by faults:
+  {"tool_calls": [{"code": "..."}, ...]}     tool calls; ids are
+      "call_<script>_<step>_<i>"; a call may give "arguments" (a raw
+      string, sent as is), "arguments_object" (sent as a JSON object),
+      "name" or "id" instead
+  {"content": "final text"}                  a final answer
+  common keys: "content" (also beside tool calls), "reasoning_content",
+      "finish_reason", "usage" ({prompt_tokens, completion_tokens} or null
+      to omit usage), "message_extra" / "reply_extra" (merged into the
+      message / the reply), "delay_ms" (a slow reply), "content_size" (a
+      content of N 'x' bytes)
+  "faults": [{"kind": K, "times": n, ...}, ...]   served in order before
+      the reply; "times" defaults to 1, -1 means forever. The counter is
+      per script and step (stateful; POST /_fake/reset clears it). Kinds:
+        "http": "status" (429, 500, 401, 400, ...), "message",
+                "retry_after" (sent verbatim as Retry-After; "date+N"
+                sends the HTTP-date N seconds ahead), "type",
+                "code", "echo_auth" (append the Authorization header to
+                the message, as careless providers do), "raw_body_hex"
+                (send these bytes as a text/html body instead)
+        "slow": "delay_ms" then the normal reply
+        "truncated": the reply's JSON cut in half (valid HTTP)
+        "invalid_json": a 200 whose body is not JSON
+        "no_choices": a 200 without choices
+        "disconnect": headers promise more bytes than are sent
+
+Every request is validated as a Chat Completions body (model, message
+roles, each assistant tool call answered by a tool message with its id
+before the next non-tool message, tools schema present); an invalid one
+gets 400 with the reason. Every request is recorded: GET /_fake/requests
+returns them as a JSON array (--log FILE appends JSONL). GET /_fake/health
+answers {"ok": true}.
+"""
+
+import argparse
+import email.utils
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ROLES = {"system", "developer", "user", "assistant", "tool"}
+DEFAULT_SCRIPT = {
+    "steps": [{"content": "This is the fake LLM's final answer."}]
+}
+
+
+class State:
+    def __init__(self, args):
+        self.args = args
+        self.lock = threading.Lock()
+        self.requests = []
+        self.scripts = {}
+        self.fault_counts = {}
+        self.log = open(args.log, "a", encoding="utf-8") if args.log else None
+
+    def script(self, name):
+        with self.lock:
+            if name in self.scripts:
+                return self.scripts[name]
+        if self.args.scripts and "/" not in name and not name.startswith("."):
+            path = os.path.join(self.args.scripts, name + ".json")
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as f:
+                    return normalise_script(json.load(f))
+        return None
+
+    def record(self, entry):
+        with self.lock:
+            entry["seq"] = len(self.requests)
+            self.requests.append(entry)
+            if self.log:
+                self.log.write(json.dumps(entry) + "\n")
+                self.log.flush()
+
+    def next_fault(self, key, faults):
+        with self.lock:
+            n = self.fault_counts.get(key, 0)
+            self.fault_counts[key] = n + 1
+        for fault in faults:
+            times = fault.get("times", 1)
+            if times < 0 or n < times:
+                return fault
+            n -= times
+        return None
+
+
+def normalise_script(obj):
+    if isinstance(obj, list):
+        obj = {"steps": obj}
+    if not isinstance(obj, dict) or not isinstance(obj.get("steps"), list):
+        raise ValueError("a script is a list of steps or {\"steps\": [...]}")
+    for i, step in enumerate(obj["steps"]):
+        if not isinstance(step, dict):
+            raise ValueError("step %d is not an object" % i)
+    return obj
+
+
+def validate(body, allow_no_tools):
+    """Return None for a valid Chat Completions body, else the reason."""
+    if not isinstance(body, dict):
+        return "the body is not a JSON object"
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return "'model' must be a non-empty string"
+    if body.get("stream"):
+        return "streaming is not supported by this server"
+    mt = body.get("max_tokens")
+    if mt is not None and (not isinstance(mt, int) or isinstance(mt, bool)
+                           or mt <= 0):
+        return "'max_tokens' must be a positive integer"
+    tools = body.get("tools")
+    if tools is None:
+        if not allow_no_tools:
+            return "'tools' is missing"
+    else:
+        if not isinstance(tools, list) or not tools:
+            return "'tools' must be a non-empty array"
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or tool.get("type") != "function":
+                return "tools[%d].type must be 'function'" % i
+            fn = tool.get("function")
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                return "tools[%d].function.name is missing" % i
+            params = fn.get("parameters")
+            if not isinstance(params, dict) or params.get("type") != "object":
+                return "tools[%d].function.parameters must be an object " \
+                    "schema" % i
+            req = params.get("required", [])
+            props = params.get("properties", {})
+            if not isinstance(props, dict) or not all(
+                    r in props for r in req):
+                return "tools[%d]: every required parameter needs a " \
+                    "property" % i
+    tc = body.get("tool_choice")
+    if tc is not None and tc not in ("auto", "none", "required") and \
+            not isinstance(tc, dict):
+        return "'tool_choice' is invalid"
+    if tc is not None and tools is None:
+        return "'tool_choice' is only allowed when 'tools' are specified"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "'messages' must be a non-empty array"
+    pending = []  # tool_call ids still to be answered, in order
+    for i, msg in enumerate(messages):
+        where = "messages[%d]" % i
+        if not isinstance(msg, dict):
+            return where + " is not an object"
+        role = msg.get("role")
+        if role not in ROLES:
+            return "%s.role %r is invalid" % (where, role)
+        content = msg.get("content")
+        if role == "tool":
+            tid = msg.get("tool_call_id")
+            if not isinstance(tid, str):
+                return where + ".tool_call_id is missing"
+            if tid not in pending:
+                return "%s: tool message with tool_call_id %r answers no " \
+                    "preceding tool call" % (where, tid)
+            pending.remove(tid)
+            if not isinstance(content, (str, list)):
+                return where + ".content must be a string"
+            continue
+        if pending:
+            return "an assistant message with 'tool_calls' must be " \
+                "followed by tool messages responding to each " \
+                "'tool_call_id'; %s (role %s) comes before the answer " \
+                "to %s" % (where, role, ", ".join(pending))
+        if role == "assistant":
+            calls = msg.get("tool_calls")
+            if content is not None and not isinstance(content, (str, list)):
+                return where + ".content must be a string or null"
+            if calls is not None:
+                if not isinstance(calls, list):
+                    return where + ".tool_calls must be an array"
+                if not calls:
+                    return "Invalid '%s.tool_calls': empty array. Expected " \
+                        "an array with minimum length 1" % where
+                for j, call in enumerate(calls):
+                    cw = "%s.tool_calls[%d]" % (where, j)
+                    if not isinstance(call, dict) or \
+                            not isinstance(call.get("id"), str):
+                        return cw + ".id is missing"
+                    fn = call.get("function")
+                    if not isinstance(fn, dict) or \
+                            not isinstance(fn.get("name"), str):
+                        return cw + ".function.name is missing"
+                    if not isinstance(fn.get("arguments"), (str, dict)):
+                        return cw + ".function.arguments is missing"
+                    pending.append(call["id"])
+            elif content is None:
+                return where + ": an assistant message needs content or " \
+                    "tool_calls"
+        else:
+            if not isinstance(content, (str, list)):
+                return "%s.content must be a string (role %s)" % (where, role)
+    if pending:
+        return "an assistant message with 'tool_calls' must be followed " \
+            "by tool messages responding to each 'tool_call_id'; " \
+            "unanswered: " + ", ".join(pending)
+    return None
+
+
+def count_assistant(messages):
+    return sum(1 for m in messages
+               if isinstance(m, dict) and m.get("role") == "assistant")
+
+
+def estimate_tokens(obj):
+    return max(1, len(json.dumps(obj)) // 4)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # Clients that give up (a cancel, a size cap) reset the connection;
+        # that is their right, not a server error worth a traceback.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-llm/1"
+    # Headers and body leave in separate writes; with Nagle on, a
+    # keep-alive client waits for the delayed ACK (~40 ms) on every reply.
+    disable_nagle_algorithm = True
+
+    def log_message(self, fmt, *args):
+        if self.server.state.args.verbose:
+            sys.stderr.write("fake_llm: " + (fmt % args) + "\n")
+
+    # -- plumbing ------------------------------------------------------
+    def read_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n > 0 else b""
+
+    def send_bytes(self, status, data, headers=None, ctype="application/json",
+                   length=None):
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length",
+                             str(len(data) if length is None else length))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+        except ConnectionError:
+            self.close_connection = True
+
+    def send_json(self, status, obj, headers=None):
+        self.send_bytes(status, json.dumps(obj).encode(), headers)
+
+    def send_error_json(self, status, message, etype="invalid_request_error",
+                        code=None, headers=None):
+        self.send_json(status, {"error": {"message": message, "type": etype,
+                                          "param": None, "code": code}},
+                       headers)
+
+    # -- routes ----------------------------------------------------------
+    def do_GET(self):
+        state = self.server.state
+        if self.path == "/_fake/health":
+            self.send_json(200, {"ok": True})
+        elif self.path == "/_fake/requests":
+            with state.lock:
+                data = json.dumps(state.requests).encode()
+            self.send_bytes(200, data)
+        else:
+            self.send_error_json(404, "no route GET " + self.path)
+
+    def do_DELETE(self):
+        if self.path == "/_fake/requests":
+            with self.server.state.lock:
+                self.server.state.requests.clear()
+            self.send_json(200, {"ok": True})
+        else:
+            self.send_error_json(404, "no route DELETE " + self.path)
+
+    def do_POST(self):
+        state = self.server.state
+        raw = self.read_body()
+        if self.path == "/_fake/scripts":
+            try:
+                obj = json.loads(raw)
+                name = obj["name"]
+                script = normalise_script(obj.get("script", obj.get("steps")))
+            except (ValueError, KeyError, TypeError) as e:
+                self.send_error_json(400, "bad script: %s" % e)
+                return
+            with state.lock:
+                state.scripts[name] = script
+                state.fault_counts = {k: v for k, v in
+                                      state.fault_counts.items()
+                                      if k[0] != name}
+            self.send_json(200, {"ok": True, "name": name})
+        elif self.path == "/_fake/reset":
+            with state.lock:
+                state.requests.clear()
+                state.fault_counts.clear()
+            self.send_json(200, {"ok": True})
+        elif self.path.rstrip("/").endswith("/chat/completions"):
+            self.chat(raw)
+        else:
+            self.send_error_json(404, "no route POST " + self.path)
+
+    def chat(self, raw):
+        state = self.server.state
+        entry = {"ts": time.time(), "path": self.path,
+                 "authorization": self.headers.get("Authorization"),
+                 "content_type": self.headers.get("Content-Type")}
+        try:
+            body = json.loads(raw)
+        except ValueError as e:
+            entry.update(body=raw.decode("utf-8", "replace"), valid=False,
+                         error="body is not JSON: %s" % e, status=400)
+            state.record(entry)
+            self.send_error_json(400, "We could not parse the JSON body of "
+                                 "your request: %s" % e)
+            return
+        entry["body"] = body
+        err = validate(body, state.args.allow_no_tools)
+        if err:
+            entry.update(valid=False, error=err, status=400)
+            state.record(entry)
+            self.send_error_json(400, err)
+            return
+        entry["valid"] = True
+        want = state.args.require_key
+        if want is not None and \
+                self.headers.get("Authorization") != "Bearer " + want:
+            entry.update(status=401)
+            state.record(entry)
+            self.send_error_json(401, "Incorrect API key provided.",
+                                 code="invalid_api_key")
+            return
+        model = body["model"]
+        if model.startswith("script:"):
+            name = model[len("script:"):]
+            script = state.script(name)
+            if script is None:
+                entry.update(status=404)
+                state.record(entry)
+                self.send_error_json(404, "The model `%s` does not exist"
+                                     % model, code="model_not_found")
+                return
+        else:
+            name, script = "default", DEFAULT_SCRIPT
+        step_no = count_assistant(body["messages"])
+        entry.update(script=name, step=step_no)
+        steps = script["steps"]
+        if script is DEFAULT_SCRIPT:
+            step_no = 0  # any conversation gets the final text
+            entry["step"] = 0
+        if step_no >= len(steps):
+            entry.update(status=400, error="script has no such step")
+            state.record(entry)
+            self.send_error_json(400, "fake: script %r has %d steps but the "
+                                 "history holds %d assistant messages"
+                                 % (name, len(steps), step_no))
+            return
+        if script.get("deepseek_reasoning"):
+            err = check_reasoning_echo(steps, body["messages"])
+            if err:
+                entry.update(status=400, error=err)
+                state.record(entry)
+                self.send_error_json(400, err)
+                return
+        step = steps[step_no]
+        fault = state.next_fault((name, step_no), step.get("faults", []))
+        entry["fault"] = fault.get("kind") if fault else None
+        if state.args.latency_ms:
+            time.sleep(state.args.latency_ms / 1000.0)
+        if fault and fault.get("kind") == "http":
+            status = int(fault.get("status", 500))
+            entry["status"] = status
+            state.record(entry)
+            headers = {}
+            if "retry_after" in fault:
+                ra = str(fault["retry_after"])
+                if ra.startswith("date+"):
+                    ra = email.utils.formatdate(
+                        time.time() + float(ra[5:]), usegmt=True)
+                headers["Retry-After"] = ra
+            if "raw_body_hex" in fault:
+                self.send_bytes(status, bytes.fromhex(fault["raw_body_hex"]),
+                                headers, ctype="text/html")
+                return
+            msg = fault.get("message", "fake error %d" % status)
+            if fault.get("echo_auth"):
+                msg += " (you sent: %s)" % self.headers.get("Authorization")
+            self.send_error_json(status, msg, fault.get("type", "fake_error"),
+                                 fault.get("code"), headers)
+            return
+        delay = step.get("delay_ms", 0)
+        if fault and fault.get("kind") == "slow":
+            delay = fault.get("delay_ms", 2000)
+        reply = build_reply(name, step_no, step, body)
+        entry["status"] = 200
+        state.record(entry)
+        if delay:
+            time.sleep(delay / 1000.0)
+        data = json.dumps(reply).encode()
+        kind = fault.get("kind") if fault else None
+        if kind == "truncated":
+            self.send_bytes(200, data[:len(data) // 2])
+        elif kind == "invalid_json":
+            self.send_bytes(200, b"<html>upstream proxy error</html> {")
+        elif kind == "no_choices":
+            self.send_json(200, {"id": reply["id"], "object": "chat.completion",
+                                 "model": model, "choices": []})
+        elif kind == "disconnect":
+            self.send_bytes(200, data[:len(data) // 2], length=len(data))
+            self.close_connection = True
+        else:
+            self.send_bytes(200, data)
+
+
+def check_reasoning_echo(steps, messages):
+    """DeepSeek thinking mode: an assistant message that came with
+    reasoning_content must be sent back with it (else HTTP 400)."""
+    k = 0
+    for i, m in enumerate(messages):
+        if isinstance(m, dict) and m.get("role") == "assistant":
+            want = steps[k].get("reasoning_content") if k < len(steps) \
+                else None
+            if want is not None and m.get("reasoning_content") != want:
+                return ("The reasoning_content in the thinking mode must be "
+                        "passed back to the API (messages[%d])" % i)
+            k += 1
+    return None
+
+
+def build_reply(name, step_no, step, body):
+    msg = {"role": "assistant", "content": step.get("content")}
+    if "content_size" in step:
+        msg["content"] = "x" * int(step["content_size"])
+    if "reasoning_content" in step:
+        msg["reasoning_content"] = step["reasoning_content"]
+    calls = []
+    for i, call in enumerate(step.get("tool_calls", [])):
+        if "arguments_object" in call:
+            args = call["arguments_object"]
+        elif "arguments" in call:
+            args = call["arguments"]
+        else:
+            args = json.dumps({"code": call.get("code", "")})
+        calls.append({"id": call.get("id", "call_%s_%d_%d"
+                                     % (name, step_no, i)),
+                      "type": "function",
+                      "function": {"name": call.get("name", "execute_code"),
+                                   "arguments": args}})
+    if calls:
+        msg["tool_calls"] = calls
+    msg.update(step.get("message_extra", {}))
+    finish = step.get("finish_reason", "tool_calls" if calls else "stop")
+    reply = {"id": "chatcmpl-fake-%s-%d" % (name, step_no),
+             "object": "chat.completion", "created": int(time.time()),
+             "model": body["model"], "system_fingerprint": "fp_fake",
+             "choices": [{"index": 0, "message": msg, "logprobs": None,
+                          "finish_reason": finish}]}
+    if "usage" in step:
+        usage = step["usage"]
+    else:
+        usage = {"prompt_tokens": estimate_tokens(body["messages"]),
+                 "completion_tokens": estimate_tokens(msg)}
+    if usage is not None:
+        usage = dict(usage)
+        usage["total_tokens"] = usage.get("prompt_tokens", 0) + \
+            usage.get("completion_tokens", 0)
+        reply["usage"] = usage
+    reply.update(step.get("reply_extra", {}))
+    return reply
+
+
+def on_term(*_):
+    raise KeyboardInterrupt
+
+
+def main():
+    # SIGTERM ends serve_forever the way Ctrl-C does.
+    signal.signal(signal.SIGTERM, on_term)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--port-file")
+    ap.add_argument("--scripts", help="directory of <name>.json scripts")
+    ap.add_argument("--log", help="append every request as JSONL")
+    ap.add_argument("--latency-ms", type=int, default=0)
+    ap.add_argument("--require-key", help="answer 401 to other keys")
+    ap.add_argument("--allow-no-tools", action="store_true")
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args()
+
+    server = Server((args.host, args.port), Handler)
+    server.state = State(args)
+    port = server.server_address[1]
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d\n" % port)
+        os.replace(tmp, args.port_file)
+    sys.stdout.write("PORT %d\n" % port)
+    sys.stdout.flush()
+    try:
+        server.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()
