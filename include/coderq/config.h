@@ -33,6 +33,16 @@ typedef struct cq_config {
         /* services */
         char *pg_dsn;
         char *kafka_brokers;
+        /* local kernels */
+        char *python;
+        char *work_root;
+        long kpool_size;
+        long kernel_startup_timeout_s;
+        size_t output_max;
+        char *sandbox;
+        size_t sandbox_mem;
+        long sandbox_nproc;
+        size_t sandbox_fsize;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */
