@@ -31,33 +31,75 @@
 
 #define POLL_SLICE_MS 100
 
-/* Run silently in every kernel once it is ready: make ipykernel's stdout
- * and stderr publish at most about 1 MiB per message (and block the
- * writer until it is sent), so a print flood reaches the client as many
- * small messages it can drop, never as one message above the frame cap. */
-static const char shim_code[] =
-    "def _cq_setup():\n"
+/* Run silently in every kernel once it is ready (format: head budget,
+ * tail kept per stream, both in characters). ipykernel buffers stdout for
+ * 0.2 s and publishes it as one message however large, so a print flood
+ * would reach us as huge messages and fill our receive queue faster than
+ * we drop it. This makes the kernel itself keep a head and a tail per
+ * cell, send at most about 1 MiB per message (blocking the writer until
+ * it is sent), and write a marker saying how much it dropped. The client
+ * still enforces its own cap: code can undo this. */
+static const char shim_fmt[] =
+    "def _cq_setup(budget, keep):\n"
+    "    import collections\n"
     "    import ipykernel.iostream as m\n"
-    "    if getattr(m.OutStream, '_cq_chunked', False):\n"
+    "    from IPython import get_ipython\n"
+    "    if getattr(m.OutStream, '_cq_capped', False):\n"
     "        return\n"
     "    w = m.OutStream.write\n"
-    "    def write(self, s, _w=w, _n=1 << 20):\n"
-    "        if not isinstance(s, str) or len(s) <= _n:\n"
-    "            _w(self, s)\n"
-    "        else:\n"
-    "            for i in range(0, len(s), _n):\n"
-    "                _w(self, s[i:i + _n])\n"
-    "                self.flush()\n"
-    "        try:\n"
-    "            if self._buffer.tell() >= _n:\n"
-    "                self.flush()\n"
-    "        except Exception:\n"
-    "            pass\n"
+    "    st = {'sent': 0, 'tails': {}}\n"
+    "    def send(self, s, n=1 << 20):\n"
+    "        for i in range(0, len(s), n):\n"
+    "            w(self, s[i:i + n])\n"
+    "            try:\n"
+    "                if self._buffer.tell() >= n:\n"
+    "                    self.flush()\n"
+    "            except Exception:\n"
+    "                pass\n"
+    "    def write(self, s):\n"
+    "        if not isinstance(s, str):\n"
+    "            return w(self, s)\n"
+    "        rest = s\n"
+    "        room = budget - st['sent']\n"
+    "        if room > 0:\n"
+    "            st['sent'] += min(room, len(s))\n"
+    "            send(self, s[:room])\n"
+    "            rest = s[room:]\n"
+    "        if rest:\n"
+    "            t = st['tails'].setdefault(self, [collections.deque(), 0, "
+    "0])\n"
+    "            t[0].append(rest)\n"
+    "            t[1] += len(rest)\n"
+    "            while len(t[0]) > 1 and t[1] - len(t[0][0]) >= keep:\n"
+    "                k = len(t[0].popleft())\n"
+    "                t[1] -= k\n"
+    "                t[2] += k\n"
     "        return len(s)\n"
+    "    def pre(*args):\n"
+    "        st['sent'] = 0\n"
+    "        st['tails'] = {}\n"
+    "    def post(*args):\n"
+    "        tails = st['tails']\n"
+    "        st['tails'] = {}\n"
+    "        for stream, (chunks, n, dropped) in tails.items():\n"
+    "            text = ''.join(chunks)\n"
+    "            if n > keep:\n"
+    "                dropped += n - keep\n"
+    "                text = text[n - keep:]\n"
+    "            if dropped:\n"
+    "                text = ('\\n[... output truncated by coderq: %%d "
+    "characters dropped ...]\\n' %% dropped) + text\n"
+    "            send(stream, text)\n"
     "    m.OutStream.write = write\n"
-    "    m.OutStream._cq_chunked = True\n"
-    "_cq_setup()\n"
+    "    m.OutStream._cq_capped = True\n"
+    "    ip = get_ipython()\n"
+    "    ip.events.register('pre_execute', pre)\n"
+    "    ip.events.register('post_execute', post)\n"
+    "_cq_setup(%zu, %zu)\n"
     "del _cq_setup\n";
+
+/* A marker in stream text, from the shim or from collector_finish(). */
+#define TRUNC_MARK "[... output truncated by coderq: "
 
 struct cq_kernel {
         /* options, copied */
@@ -565,6 +607,7 @@ typedef struct collector {
         size_t head_bytes, tail_bytes, head_max, tail_max;
         size_t dropped;
         bool truncated;
+        bool kernel_truncated; /* the kernel's shim dropped output */
         bool clear_pending;
         cq_interp_output_cb_t *cb;
         void *opaque;
@@ -778,8 +821,7 @@ static json_t *collector_finish(collector_t *col)
                 char note[160];
 
                 snprintf(note, sizeof(note),
-                         "\n[... output truncated by coderq: %zu bytes "
-                         "dropped ...]\n",
+                         "\n" TRUNC_MARK "%zu bytes dropped ...]\n",
                          col->dropped);
                 append_merged(all, stream_part("stderr", note, strlen(note)));
         }
@@ -884,6 +926,9 @@ static void handle_iopub(collector_t *col,
                         return;
                 out = json_pack("{s:s, s:s, s:O}", "output_type", "stream",
                                 "name", name, "text", text);
+                if (memmem(json_string_value(text), json_string_length(text),
+                           TRUNC_MARK, sizeof(TRUNC_MARK) - 1))
+                        col->kernel_truncated = true;
         } else if (strcmp(type, "display_data") == 0 ||
                    strcmp(type, "execute_result") == 0) {
                 json_t *data = json_object_get(c, "data");
@@ -1053,7 +1098,11 @@ static int start(cq_kernel_t *kernel)
 
                 cq_buf_init(&code, 1 << 20);
                 eo.timeout_ms = kernel->startup_timeout_ms;
-                if (cq_buf_append_str(&code, shim_code) ||
+                size_t half = kernel->output_max / 2;
+
+                if (cq_buf_printf(&code, shim_fmt,
+                                  half > 2048 ? half - 1024 : half / 2,
+                                  half > 2048 ? half / 2 - 512 : half / 4) ||
                     (kernel->preload &&
                      (cq_buf_append_str(&code, "\n") ||
                       cq_buf_append_str(&code, kernel->preload)))) {
@@ -1432,7 +1481,7 @@ finish:
         }
         json_decref(res->outputs);
         res->outputs = collector_finish(&col);
-        res->truncated = col.truncated;
+        res->truncated = col.truncated || col.kernel_truncated;
         if (!res->outputs) {
                 kernel_set_error(kernel, "could not run cell: out of memory");
                 err = CQ_ERR_RETRIABLE;
@@ -1499,10 +1548,10 @@ void cq_kernel_destroy(cq_kernel_t **kernelp)
                 if (content &&
                     send_request(kernel, kernel->control, "shutdown_request",
                                  content, NULL) == 0)
-                        wait_exit(kernel, 1000);
+                        wait_exit(kernel, 500);
                 if (kernel->pid > 0) {
                         killpg(kernel->pid, SIGTERM);
-                        wait_exit(kernel, 500);
+                        wait_exit(kernel, 300);
                 }
         }
         teardown(kernel);
