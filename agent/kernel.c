@@ -127,6 +127,9 @@ struct cq_kernel {
         json_t *language_info;
 
         atomic_int interrupt_req;
+        /* kernel->pid for cq_kernel_interrupt() from other threads; -1
+         * from just before the process is reaped */
+        atomic_int sig_pid;
         cq_jmsg_stats_t stats;
         char errmsg[512];
 };
@@ -441,7 +444,10 @@ static void reap(cq_kernel_t *kernel, bool block)
 
         if (kernel->pid <= 0)
                 return;
+        if (block)
+                atomic_store(&kernel->sig_pid, -1);
         if (waitpid(kernel->pid, &status, block ? 0 : WNOHANG) == kernel->pid) {
+                atomic_store(&kernel->sig_pid, -1);
                 kernel->pid = -1;
         }
 }
@@ -588,6 +594,7 @@ static int spawn(cq_kernel_t *kernel)
                 execve(argv[0], argv, envp);
                 _exit(127);
         }
+        atomic_store(&kernel->sig_pid, (int)kernel->pid);
         kernel->pidfd = (int)syscall(SYS_pidfd_open, kernel->pid, 0);
         rc = 0;
 out:
@@ -1156,6 +1163,8 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
         }
         kernel->pid = -1;
         kernel->pidfd = -1;
+        atomic_init(&kernel->sig_pid, -1);
+        atomic_init(&kernel->interrupt_req, 0);
         kernel->python =
             strdup(opts->python ? opts->python : "/usr/bin/python3");
         kernel->work_dir = opts->work_dir ? strdup(opts->work_dir) : NULL;
@@ -1222,7 +1231,7 @@ fail:
 
 int cq_kernel_interrupt(cq_kernel_t *kernel)
 {
-        pid_t pid = kernel->pid;
+        pid_t pid = (pid_t)atomic_load(&kernel->sig_pid);
 
         atomic_store(&kernel->interrupt_req, 1);
         /* In the sandbox the kernel is in bubblewrap's own session, out of
@@ -1235,16 +1244,15 @@ int cq_kernel_interrupt(cq_kernel_t *kernel)
 
 static void send_interrupt(cq_kernel_t *kernel)
 {
-        json_t *content = json_object();
+        json_t *content;
 
-        if (!cq_sandbox_enabled(kernel->sandbox) && kernel->pid > 0)
+        if (!cq_sandbox_enabled(kernel->sandbox) && kernel->pid > 0) {
                 killpg(kernel->pid, SIGINT);
-        else
-                (void)send_request(kernel, kernel->control, "interrupt_request",
-                                   content, NULL);
-        if (cq_sandbox_enabled(kernel->sandbox))
                 return;
-        json_decref(content);
+        }
+        content = json_object();
+        (void)send_request(kernel, kernel->control, "interrupt_request",
+                           content, NULL);
 }
 
 static json_t *status_error(const char *ename, const char *evalue)

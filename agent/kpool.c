@@ -213,3 +213,12 @@ void cq_kpool_destroy(cq_kpool_t **poolp)
         pthread_mutex_destroy(&pool->lock);
         free(pool);
 }
+
+void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
+                               const cq_config_t *cfg,
+                               const cq_sandbox_t *sandbox)
+{
+        memset(opts, 0, sizeof(*opts));
+        opts->size = cfg->kpool_size > 0 ? (size_t)cfg->kpool_size : 0;
+        cq_local_opts_from_config(&opts->local, cfg, sandbox);
+}

@@ -77,6 +77,18 @@ int cq_sandbox_mode_parse(const char *s, cq_sandbox_mode_t *mp)
         return 0;
 }
 
+int cq_sandbox_opts_from_config(cq_sandbox_opts_t *opts, const cq_config_t *cfg)
+{
+        memset(opts, 0, sizeof(*opts));
+        opts->python = cfg->python;
+        opts->probe_dir = cfg->work_root;
+        opts->mem = cfg->sandbox_mem;
+        opts->nproc = cfg->sandbox_nproc;
+        opts->fsize = cfg->sandbox_fsize;
+        return cq_sandbox_mode_parse(cfg->sandbox ? cfg->sandbox : "auto",
+                                     &opts->mode);
+}
+
 bool cq_sandbox_enabled(const cq_sandbox_t *sandbox)
 {
         return sandbox && sandbox->enabled;

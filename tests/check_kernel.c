@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
+#include "coderq/config.h"
 #include "coderq/kpool.h"
 #include "coderq/util.h"
 
@@ -664,6 +665,47 @@ START_TEST(pool_hands_out_ready_kernels)
 }
 END_TEST
 
+START_TEST(config_and_start_failure)
+{
+        cq_config_t cfg;
+        cq_sandbox_opts_t sopts;
+        cq_kpool_opts_t popts;
+        cq_local_opts_t lopts;
+        char errstr[512] = "";
+        cq_interp_t *interp;
+
+        ck_assert_int_eq(cq_config_init(&cfg), 0);
+        ck_assert_str_eq(cfg.python, "/usr/bin/python3");
+        ck_assert_int_eq(cfg.kpool_size, 2);
+        ck_assert_uint_eq(cfg.output_max, 1 << 20);
+        ck_assert_int_eq(cq_sandbox_opts_from_config(&sopts, &cfg), 0);
+        ck_assert_int_eq(sopts.mode, CQ_SANDBOX_AUTO);
+        ck_assert_uint_eq(sopts.mem, 4UL << 30);
+        cq_kpool_opts_from_config(&popts, &cfg, NULL);
+        ck_assert_uint_eq(popts.size, 2);
+        ck_assert_int_eq(popts.local.kernel.startup_timeout_ms, 60000);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX", "maybe",
+                                       "CODERQ_SANDBOX", errstr,
+                                       sizeof(errstr)),
+                         -1);
+        /* an interpreter that cannot start: a clear error, nothing left */
+        cq_local_opts_from_config(&lopts, &cfg, NULL);
+        lopts.kernel.python = "/nonexistent/python3";
+        lopts.work_root = root;
+        interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
+        ck_assert_ptr_null(interp);
+        ck_assert_msg(strstr(errstr, "exited during startup") != NULL, "%s",
+                      errstr);
+        /* a python without ipykernel says why */
+        lopts.kernel.python = "/bin/false";
+        interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
+        ck_assert_ptr_null(interp);
+        ck_assert_ptr_nonnull(strstr(errstr, "kernel"));
+        cq_config_release(&cfg);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 START_TEST(nothing_left_behind)
 {
         DIR *dir;
@@ -700,6 +742,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, output_flood_is_bounded);
         tcase_add_test(tc, sandbox_confines_the_kernel);
         tcase_add_test(tc, pool_hands_out_ready_kernels);
+        tcase_add_test(tc, config_and_start_failure);
         tcase_add_test(tc, nothing_left_behind);
         suite_add_tcase(s, tc);
         return s;

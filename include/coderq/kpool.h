@@ -86,6 +86,12 @@ typedef struct cq_kpool_opts {
         cq_local_opts_t local; /* kernel.work_dir is ignored */
 } cq_kpool_opts_t;
 
+/** @brief Fill \p opts from \p cfg (CODERQ_KPOOL_SIZE and the local
+ *         kernel settings); \p sandbox is borrowed. */
+void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
+                               const cq_config_t *cfg,
+                               const cq_sandbox_t *sandbox);
+
 /**
  * @brief Start the pool and its refill thread, which starts kernels until
  *        \p size are ready or starting.

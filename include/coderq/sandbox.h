@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "coderq/common.h"
+#include "coderq/config.h"
 
 /* The uid and gid kernels run as when the worker is root. */
 #define CQ_SANDBOX_UID 65534
@@ -30,6 +31,15 @@ typedef struct cq_sandbox_opts {
         long nproc;            /* RLIMIT_NPROC; 0: unlimited */
         size_t fsize;          /* RLIMIT_FSIZE bytes; 0: unlimited */
 } cq_sandbox_opts_t;
+
+/**
+ * @brief Fill \p opts from CODERQ_SANDBOX, CODERQ_SANDBOX_MEM/_NPROC/_FSIZE,
+ *        CODERQ_PYTHON and CODERQ_WORK_ROOT. Strings stay borrowed from
+ *        \p cfg (probe_dir may be NULL: /tmp).
+ * @returns 0, or -1 when cfg->sandbox is not auto, on or off.
+ */
+CQ_NODISCARD int cq_sandbox_opts_from_config(cq_sandbox_opts_t *opts,
+                                             const cq_config_t *cfg);
 
 /** @brief Immutable after cq_sandbox_new(); shared by every kernel. */
 typedef struct cq_sandbox cq_sandbox_t;
