@@ -701,6 +701,22 @@ START_TEST(config_and_start_failure)
         interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
         ck_assert_ptr_null(interp);
         ck_assert_ptr_nonnull(strstr(errstr, "kernel"));
+        /* ipc socket paths must fit in sun_path (108 bytes) */
+        {
+                char longroot[512];
+
+                mkdir(root, 0711);
+                snprintf(
+                    longroot, sizeof(longroot), "%s/%s", root,
+                    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+                lopts.kernel.python = "/usr/bin/python3";
+                lopts.work_root = longroot;
+                interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
+                ck_assert_ptr_null(interp);
+                ck_assert_msg(strstr(errstr, "too long") != NULL, "%s", errstr);
+                ck_assert_int_eq(rmdir(longroot), 0);
+        }
         cq_config_release(&cfg);
         ck_assert_int_eq(count_kernels(), 0);
 }
