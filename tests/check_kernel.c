@@ -281,6 +281,19 @@ START_TEST(outputs_errors_and_text)
             json_object_get(find_output(&res, "display_data"), "transient"));
         cq_cell_result_release(&res);
 
+        /* language_info kept for the notebook; nothing was dropped */
+        {
+                cq_kernel_t *kernel = cq_local_interp_kernel(interp);
+                cq_jmsg_stats_t stats;
+
+                ck_assert_str_eq(json_string_value(json_object_get(
+                                     cq_kernel_language_info(kernel), "name")),
+                                 "python");
+                cq_kernel_stats(kernel, &stats);
+                ck_assert_uint_gt(stats.received, 10);
+                ck_assert_uint_eq(stats.bad_signature, 0);
+                ck_assert_uint_eq(stats.malformed, 0);
+        }
         cq_interp_destroy(&interp);
         ck_assert_ptr_null(interp);
         ck_assert_int_eq(count_kernels(), 0);
