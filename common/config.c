@@ -60,6 +60,33 @@ static const cq_cfg_entry_t entries[] = {
      F(llm_context_window), "128000", 1024, 100000000, NULL,
      "the model's context window in tokens; old tool outputs are elided "
      "as the history nears it"},
+    {"CODERQ_PYTHON", NULL, "python", CQ_CFG_STRING, F(python),
+     "/usr/bin/python3", 0, 0, NULL,
+     "Python interpreter with ipykernel that runs local kernels"},
+    {"CODERQ_WORK_ROOT", NULL, "work-root", CQ_CFG_STRING, F(work_root), NULL,
+     0, 0, NULL,
+     "directory holding one work dir per local kernel (default: "
+     "$TMPDIR/coderq or /tmp/coderq)"},
+    {"CODERQ_KPOOL_SIZE", NULL, "kpool-size", CQ_CFG_INT, F(kpool_size), "2", 0,
+     64, NULL, "local kernels kept started and ready for new jobs"},
+    {"CODERQ_KERNEL_STARTUP_TIMEOUT_S", NULL, "kernel-startup-timeout-s",
+     CQ_CFG_INT, F(kernel_startup_timeout_s), "60", 1, 3600, NULL,
+     "seconds a local kernel may take to become ready"},
+    {"CODERQ_OUTPUT_MAX", NULL, "output-max", CQ_CFG_SIZE, F(output_max), "1M",
+     1024, 0, NULL,
+     "output kept per cell (head and tail around a truncation marker)"},
+    {"CODERQ_SANDBOX", NULL, "sandbox", CQ_CFG_CHOICE, F(sandbox), "auto", 0, 0,
+     "auto|on|off",
+     "bubblewrap sandbox for local kernels: auto uses it when a startup "
+     "probe works, on fails without it"},
+    {"CODERQ_SANDBOX_MEM", NULL, "sandbox-mem", CQ_CFG_SIZE, F(sandbox_mem),
+     "4G", 0, 0, NULL, "address-space limit (RLIMIT_AS) of a kernel; 0: none"},
+    {"CODERQ_SANDBOX_NPROC", NULL, "sandbox-nproc", CQ_CFG_INT,
+     F(sandbox_nproc), "512", 0, 1000000, NULL,
+     "process and thread limit (RLIMIT_NPROC) of the kernel uid; 0: none"},
+    {"CODERQ_SANDBOX_FSIZE", NULL, "sandbox-fsize", CQ_CFG_SIZE,
+     F(sandbox_fsize), "1G", 0, 0, NULL,
+     "largest file a kernel may write (RLIMIT_FSIZE); 0: none"},
 };
 
 #undef F

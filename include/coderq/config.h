@@ -44,6 +44,16 @@ typedef struct cq_config {
         long llm_max_wait_s;
         size_t llm_response_max;
         long llm_context_window;
+        /* local kernels */
+        char *python;
+        char *work_root;
+        long kpool_size;
+        long kernel_startup_timeout_s;
+        size_t output_max;
+        char *sandbox;
+        size_t sandbox_mem;
+        long sandbox_nproc;
+        size_t sandbox_fsize;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */

@@ -1,0 +1,1574 @@
+/* SPDX-License-Identifier: MIT */
+/* kernel.c - one local Jupyter kernel over ZeroMQ: launch, readiness,
+ * execute with a deadline, interrupt, recovery by replacement, shutdown.
+ * Message signing and parsing live in jmsg.c; confinement in sandbox.c.
+ * Kernel output is untrusted: frames are capped by ZMQ_MAXMSGSIZE, each
+ * cell's outputs by output_max (head and tail kept around a marker). */
+#include "coderq/kernel.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "coderq/buf.h"
+#include "coderq/log.h"
+#include "coderq/util.h"
+
+#define POLL_SLICE_MS 100
+
+/* Run silently in every kernel once it is ready (format: head budget,
+ * tail kept per stream, both in characters). ipykernel buffers stdout for
+ * 0.2 s and publishes it as one message however large, so a print flood
+ * would reach us as huge messages and fill our receive queue faster than
+ * we drop it. This makes the kernel itself keep a head and a tail per
+ * cell, send at most about 1 MiB per message (blocking the writer until
+ * it is sent), and write a marker saying how much it dropped. The client
+ * still enforces its own cap: code can undo this. */
+static const char shim_fmt[] =
+    "def _cq_setup(budget, keep):\n"
+    "    import collections\n"
+    "    import ipykernel.iostream as m\n"
+    "    from IPython import get_ipython\n"
+    "    if getattr(m.OutStream, '_cq_capped', False):\n"
+    "        return\n"
+    "    w = m.OutStream.write\n"
+    "    st = {'sent': 0, 'tails': {}}\n"
+    "    def send(self, s, n=1 << 20):\n"
+    "        for i in range(0, len(s), n):\n"
+    "            w(self, s[i:i + n])\n"
+    "            try:\n"
+    "                if self._buffer.tell() >= n:\n"
+    "                    self.flush()\n"
+    "            except Exception:\n"
+    "                pass\n"
+    "    def write(self, s):\n"
+    "        if not isinstance(s, str):\n"
+    "            return w(self, s)\n"
+    "        rest = s\n"
+    "        room = budget - st['sent']\n"
+    "        if room > 0:\n"
+    "            st['sent'] += min(room, len(s))\n"
+    "            send(self, s[:room])\n"
+    "            rest = s[room:]\n"
+    "        if rest:\n"
+    "            t = st['tails'].setdefault(self, [collections.deque(), 0, "
+    "0])\n"
+    "            t[0].append(rest)\n"
+    "            t[1] += len(rest)\n"
+    "            while len(t[0]) > 1 and t[1] - len(t[0][0]) >= keep:\n"
+    "                k = len(t[0].popleft())\n"
+    "                t[1] -= k\n"
+    "                t[2] += k\n"
+    "        return len(s)\n"
+    "    def pre(*args):\n"
+    "        st['sent'] = 0\n"
+    "        st['tails'] = {}\n"
+    "    def post(*args):\n"
+    "        tails = st['tails']\n"
+    "        st['tails'] = {}\n"
+    "        for stream, (chunks, n, dropped) in tails.items():\n"
+    "            text = ''.join(chunks)\n"
+    "            if n > keep:\n"
+    "                dropped += n - keep\n"
+    "                text = text[n - keep:]\n"
+    "            if dropped:\n"
+    "                text = ('\\n[... output truncated by coderq: %%d "
+    "characters dropped ...]\\n' %% dropped) + text\n"
+    "            send(stream, text)\n"
+    "    m.OutStream.write = write\n"
+    "    m.OutStream._cq_capped = True\n"
+    "    ip = get_ipython()\n"
+    "    ip.events.register('pre_execute', pre)\n"
+    "    ip.events.register('post_execute', post)\n"
+    "_cq_setup(%zu, %zu)\n"
+    "del _cq_setup\n";
+
+/* A marker in stream text, from the shim or from collector_finish(). */
+#define TRUNC_MARK "[... output truncated by coderq: "
+
+struct cq_kernel {
+        /* options, copied */
+        char *python;
+        char *work_dir;
+        char *preload;
+        int64_t startup_timeout_ms;
+        size_t output_max;
+        size_t msg_max;
+        int64_t interrupt_grace_ms;
+        int64_t idle_wait_ms;
+        const cq_sandbox_t *sandbox;
+        void *zctx;
+        bool own_ctx;
+
+        /* one incarnation of the kernel process */
+        char run_dir[PATH_MAX];
+        char conn_path[PATH_MAX + 16];
+        char key[33];
+        char session[37];
+        uint64_t seq;
+        void *shell, *control, *iopub;
+        pid_t pid;
+        int pidfd;
+        json_t *language_info;
+
+        atomic_int interrupt_req;
+        /* kernel->pid for cq_kernel_interrupt() from other threads; -1
+         * from just before the process is reaped */
+        atomic_int sig_pid;
+        cq_jmsg_stats_t stats;
+        char errmsg[512];
+};
+
+CQ_PRINTF(2, 3)
+static void kernel_set_error(cq_kernel_t *kernel, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(kernel->errmsg, sizeof(kernel->errmsg), fmt, ap);
+        va_end(ap);
+}
+
+const char *cq_kernel_errmsg(const cq_kernel_t *kernel)
+{
+        return kernel->errmsg;
+}
+
+pid_t cq_kernel_pid(const cq_kernel_t *kernel) { return kernel->pid; }
+
+const char *cq_kernel_work_dir(const cq_kernel_t *kernel)
+{
+        return kernel->work_dir;
+}
+
+const json_t *cq_kernel_language_info(const cq_kernel_t *kernel)
+{
+        return kernel->language_info;
+}
+
+void cq_kernel_stats(const cq_kernel_t *kernel, cq_jmsg_stats_t *stats)
+{
+        *stats = kernel->stats;
+}
+
+static int random_hex(char *out, size_t nbytes)
+{
+        static const char digits[] = "0123456789abcdef";
+        unsigned char raw[32];
+        size_t i;
+
+        if (nbytes > sizeof(raw))
+                return -1;
+        if (getrandom(raw, nbytes, 0) != (ssize_t)nbytes)
+                return -1;
+        for (i = 0; i < nbytes; i++) {
+                out[2 * i] = digits[raw[i] >> 4];
+                out[2 * i + 1] = digits[raw[i] & 0xf];
+        }
+        out[2 * nbytes] = '\0';
+        return 0;
+}
+
+/* ---- files ---- */
+
+static void remove_tree(const char *path)
+{
+        DIR *dir = opendir(path);
+        struct dirent *de;
+
+        if (!dir) {
+                unlink(path);
+                return;
+        }
+        while ((de = readdir(dir))) {
+                char sub[PATH_MAX];
+                struct stat st;
+
+                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                        continue;
+                if (snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) >=
+                    (int)sizeof(sub))
+                        continue;
+                if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+                        remove_tree(sub);
+                else
+                        unlink(sub);
+        }
+        closedir(dir);
+        rmdir(path);
+}
+
+/* The last bytes of the kernel's log, for error messages. */
+static void log_tail(const cq_kernel_t *kernel, char *out, size_t size)
+{
+        char path[PATH_MAX + 16];
+        char buf[400];
+        ssize_t n;
+        off_t end;
+        int fd;
+        size_t i;
+
+        out[0] = '\0';
+        snprintf(path, sizeof(path), "%s/kernel.log", kernel->run_dir);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        end = lseek(fd, 0, SEEK_END);
+        if (end > (off_t)sizeof(buf) - 1)
+                lseek(fd, end - (off_t)sizeof(buf) + 1, SEEK_SET);
+        else
+                lseek(fd, 0, SEEK_SET);
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        for (i = 0; i < (size_t)n; i++)
+                if (buf[i] == '\n' || buf[i] == '\r')
+                        buf[i] = ' ';
+        snprintf(out, size, "; kernel log: ...%s", buf);
+}
+
+static int write_conn_file(cq_kernel_t *kernel)
+{
+        json_t *conn = NULL;
+        char ip[PATH_MAX + 8];
+        int rc = -1, fd = -1;
+        char *text = NULL;
+        size_t len, off = 0;
+
+        snprintf(ip, sizeof(ip), "%s/k", kernel->run_dir);
+        conn = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}",
+                         "shell_port", 1, "iopub_port", 2, "stdin_port", 3,
+                         "control_port", 4, "hb_port", 5, "ip", ip, "key",
+                         kernel->key, "transport", "ipc", "signature_scheme",
+                         "hmac-sha256", "kernel_name", "python3");
+        text = conn ? json_dumps(conn, JSON_COMPACT) : NULL;
+        if (!text) {
+                kernel_set_error(kernel, "could not build connection file: "
+                                         "out of memory");
+                goto out;
+        }
+        unlink(kernel->conn_path);
+        fd = open(kernel->conn_path,
+                  O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+                kernel_set_error(kernel, "could not create \"%s\": %s",
+                                 kernel->conn_path, strerror(errno));
+                goto out;
+        }
+        len = strlen(text);
+        while (off < len) {
+                ssize_t n = write(fd, text + off, len - off);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        kernel_set_error(kernel, "could not write \"%s\": %s",
+                                         kernel->conn_path, strerror(errno));
+                        goto out;
+                }
+                off += (size_t)n;
+        }
+        if (cq_sandbox_own(kernel->sandbox, kernel->conn_path)) {
+                kernel_set_error(kernel, "could not chown \"%s\": %s",
+                                 kernel->conn_path, strerror(errno));
+                goto out;
+        }
+        rc = 0;
+out:
+        if (fd >= 0)
+                close(fd);
+        free(text);
+        json_decref(conn);
+        return rc;
+}
+
+/* ---- sockets and messages ---- */
+
+static void *open_socket(cq_kernel_t *kernel, int type, int port)
+{
+        char endpoint[PATH_MAX + 32];
+        int zero = 0;
+        int64_t maxmsg = (int64_t)kernel->msg_max;
+        void *sock = zmq_socket(kernel->zctx, type);
+
+        if (!sock) {
+                kernel_set_error(kernel, "could not create socket: %s",
+                                 zmq_strerror(zmq_errno()));
+                return NULL;
+        }
+        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+        zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+        if (type == ZMQ_DEALER)
+                zmq_setsockopt(sock, ZMQ_ROUTING_ID, kernel->session,
+                               strlen(kernel->session));
+        if (type == ZMQ_SUB) {
+                /* The default HWM of 1000 drops output, idle included. */
+                zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof(zero));
+                zmq_setsockopt(sock, ZMQ_SUBSCRIBE, "", 0);
+        }
+        snprintf(endpoint, sizeof(endpoint), "ipc://%s/k-%d", kernel->run_dir,
+                 port);
+        if (zmq_connect(sock, endpoint)) {
+                kernel_set_error(kernel, "could not connect to \"%s\": %s",
+                                 endpoint, zmq_strerror(zmq_errno()));
+                zmq_close(sock);
+                return NULL;
+        }
+        return sock;
+}
+
+static void close_sockets(cq_kernel_t *kernel)
+{
+        int zero = 0;
+
+        if (kernel->shell) {
+                zmq_setsockopt(kernel->shell, ZMQ_LINGER, &zero, sizeof(zero));
+                zmq_close(kernel->shell);
+        }
+        if (kernel->control) {
+                zmq_setsockopt(kernel->control, ZMQ_LINGER, &zero,
+                               sizeof(zero));
+                zmq_close(kernel->control);
+        }
+        if (kernel->iopub)
+                zmq_close(kernel->iopub);
+        kernel->shell = kernel->control = kernel->iopub = NULL;
+}
+
+/* Send a request; its msg_id goes to \p msg_id (64 bytes). */
+static int send_request(cq_kernel_t *kernel,
+                        void *sock,
+                        const char *msg_type,
+                        json_t *content,
+                        char *msg_id)
+{
+        cq_jmsg_out_t out;
+        int rc = -1, i;
+
+        if (cq_jmsg_build(kernel->key, strlen(kernel->key), kernel->session,
+                          ++kernel->seq, msg_type, &content, NULL, &out)) {
+                kernel_set_error(kernel, "could not build %s: out of memory",
+                                 msg_type);
+                goto out;
+        }
+        if (zmq_send(sock, CQ_JMSG_DELIM, sizeof(CQ_JMSG_DELIM) - 1,
+                     ZMQ_SNDMORE) < 0 ||
+            zmq_send(sock, out.sig, strlen(out.sig), ZMQ_SNDMORE) < 0)
+                goto send_failed;
+        for (i = 0; i < 4; i++)
+                if (zmq_send(sock, out.frames[i], out.lens[i],
+                             i < 3 ? ZMQ_SNDMORE : 0) < 0)
+                        goto send_failed;
+        if (msg_id)
+                snprintf(msg_id, 64, "%s", out.msg_id);
+        rc = 0;
+        goto out;
+send_failed:
+        kernel_set_error(kernel, "could not send %s: %s", msg_type,
+                         zmq_strerror(zmq_errno()));
+out:
+        cq_jmsg_out_release(&out);
+        return rc;
+}
+
+/* Receive one message without blocking: 1 with \p msg filled, 0 when none
+ * is waiting, -1 when one arrived but was dropped. */
+static int recv_msg(cq_kernel_t *kernel, void *sock, cq_jmsg_t *msg)
+{
+        zmq_msg_t parts[CQ_JMSG_MAX_FRAMES];
+        cq_jframe_t frames[CQ_JMSG_MAX_FRAMES];
+        size_t n = 0, i;
+        bool overflow = false;
+        int more = 1, rc = -1;
+
+        cq_jmsg_init(msg);
+        while (more) {
+                zmq_msg_t scratch, *part;
+
+                part = n < CQ_JMSG_MAX_FRAMES ? &parts[n] : &scratch;
+                zmq_msg_init(part);
+                if (zmq_msg_recv(part, sock, ZMQ_DONTWAIT) < 0) {
+                        zmq_msg_close(part);
+                        if (n == 0 && !overflow) {
+                                rc = 0;
+                                goto out;
+                        }
+                        break;
+                }
+                more = zmq_msg_more(part);
+                if (part == &scratch) {
+                        overflow = true;
+                        zmq_msg_close(part);
+                        continue;
+                }
+                frames[n].data = zmq_msg_data(part);
+                frames[n].len = zmq_msg_size(part);
+                n++;
+        }
+        if (overflow) {
+                kernel->stats.malformed++;
+                goto out;
+        }
+        if (cq_jmsg_parse(kernel->key, strlen(kernel->key), frames, n,
+                          kernel->msg_max, msg, &kernel->stats, NULL,
+                          0) == CQ_JMSG_DROP_NONE)
+                rc = 1;
+out:
+        for (i = 0; i < n; i++)
+                zmq_msg_close(&parts[i]);
+        return rc;
+}
+
+/* ---- process ---- */
+
+static void reap(cq_kernel_t *kernel, bool block)
+{
+        int status;
+
+        if (kernel->pid <= 0)
+                return;
+        if (block)
+                atomic_store(&kernel->sig_pid, -1);
+        if (waitpid(kernel->pid, &status, block ? 0 : WNOHANG) == kernel->pid) {
+                atomic_store(&kernel->sig_pid, -1);
+                kernel->pid = -1;
+        }
+}
+
+static bool kernel_alive(cq_kernel_t *kernel)
+{
+        reap(kernel, false);
+        return kernel->pid > 0;
+}
+
+/* SIGKILL the process group, reap, close sockets, remove the files. */
+static void teardown(cq_kernel_t *kernel)
+{
+        char path[PATH_MAX + 16];
+        int port;
+
+        if (kernel->pid > 0) {
+                killpg(kernel->pid, SIGKILL);
+                kill(kernel->pid, SIGKILL);
+                reap(kernel, true);
+        }
+        kernel->pid = -1;
+        if (kernel->pidfd >= 0)
+                close(kernel->pidfd);
+        kernel->pidfd = -1;
+        close_sockets(kernel);
+        for (port = 1; port <= 5; port++) {
+                snprintf(path, sizeof(path), "%s/k-%d", kernel->run_dir, port);
+                unlink(path);
+        }
+        unlink(kernel->conn_path);
+        json_decref(kernel->language_info);
+        kernel->language_info = NULL;
+}
+
+static char *env_kv(const char *k, const char *v)
+{
+        size_t len = strlen(k) + strlen(v) + 2;
+        char *s = malloc(len);
+
+        if (s)
+                snprintf(s, len, "%s=%s", k, v);
+        return s;
+}
+
+/* The kernel's whole environment, built from scratch: nothing of the
+ * worker's (API keys, database DSN, CODERQ_*) reaches model-written
+ * code. MPLBACKEND stays unset so figures are published inline. */
+static char **build_env(const cq_kernel_t *kernel)
+{
+        char sub[PATH_MAX + 32], pid[32];
+        char **env = calloc(16, sizeof(*env));
+        size_t n = 0, i;
+
+        if (!env)
+                return NULL;
+        env[n++] = env_kv("PATH", "/usr/local/bin:/usr/bin:/bin");
+        env[n++] = env_kv("HOME", kernel->work_dir);
+        env[n++] = env_kv("LANG", "C.UTF-8");
+        env[n++] = env_kv("LC_ALL", "C.UTF-8");
+        env[n++] = env_kv("PYTHONUTF8", "1");
+        env[n++] = env_kv("PYTHONIOENCODING", "utf-8");
+        env[n++] = env_kv("PYTHONDONTWRITEBYTECODE", "1");
+        env[n++] = env_kv("PYDEVD_DISABLE_FILE_VALIDATION", "1");
+        snprintf(sub, sizeof(sub), "%s/mpl", kernel->run_dir);
+        env[n++] = env_kv("MPLCONFIGDIR", sub);
+        snprintf(sub, sizeof(sub), "%s/ipython", kernel->run_dir);
+        env[n++] = env_kv("IPYTHONDIR", sub);
+        snprintf(sub, sizeof(sub), "%s/cache", kernel->run_dir);
+        env[n++] = env_kv("XDG_CACHE_HOME", sub);
+        /* In the sandbox the kernel's parent is bubblewrap's pid 1, which
+         * ipykernel's parent poller takes for an orphaning: there
+         * --die-with-parent does that job instead. */
+        if (!cq_sandbox_enabled(kernel->sandbox)) {
+                snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+                env[n++] = env_kv("JPY_PARENT_PID", pid);
+        }
+        env[n] = NULL;
+        for (i = 0; i < n; i++) {
+                if (!env[i]) {
+                        cq_sandbox_argv_free(env);
+                        return NULL;
+                }
+        }
+        return env;
+}
+
+static int spawn(cq_kernel_t *kernel)
+{
+        char logpath[PATH_MAX + 16];
+        const char *cmd[] = {kernel->python,
+                             "-m",
+                             "ipykernel_launcher",
+                             "-f",
+                             kernel->conn_path,
+                             "--HistoryManager.hist_file=:memory:",
+                             "--InteractiveShell.colors=NoColor",
+                             NULL};
+        char **argv = NULL, **envp = NULL;
+        pid_t parent = getpid();
+        int logfd = -1, nullfd = -1, rc = -1;
+
+        snprintf(logpath, sizeof(logpath), "%s/kernel.log", kernel->run_dir);
+        logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        argv = cq_sandbox_argv(kernel->sandbox, kernel->work_dir, cmd);
+        envp = build_env(kernel);
+        if (logfd < 0 || nullfd < 0 || !argv || !envp) {
+                kernel_set_error(kernel, "could not prepare kernel launch: %s",
+                                 strerror(errno));
+                goto out;
+        }
+        kernel->pid = fork();
+        if (kernel->pid < 0) {
+                kernel_set_error(kernel, "could not fork: %s", strerror(errno));
+                goto out;
+        }
+        if (kernel->pid == 0) {
+                sigset_t none;
+                struct sigaction dfl;
+
+                /* Only async-signal-safe calls until execve(). */
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                memset(&dfl, 0, sizeof(dfl));
+                dfl.sa_handler = SIG_DFL;
+                sigaction(SIGINT, &dfl, NULL);
+                sigaction(SIGTERM, &dfl, NULL);
+                sigaction(SIGPIPE, &dfl, NULL);
+                sigaction(SIGCHLD, &dfl, NULL);
+                setsid();
+                dup2(nullfd, 0);
+                dup2(logfd, 1);
+                dup2(logfd, 2);
+                syscall(SYS_close_range, 3U, ~0U, 0U);
+                if (chdir(kernel->work_dir) != 0)
+                        _exit(126);
+                if (cq_sandbox_child(kernel->sandbox) != 0)
+                        _exit(125);
+                /* After the uid change, which clears the death signal. */
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() != parent)
+                        _exit(124);
+                execve(argv[0], argv, envp);
+                _exit(127);
+        }
+        atomic_store(&kernel->sig_pid, (int)kernel->pid);
+        kernel->pidfd = (int)syscall(SYS_pidfd_open, kernel->pid, 0);
+        rc = 0;
+out:
+        if (logfd >= 0)
+                close(logfd);
+        if (nullfd >= 0)
+                close(nullfd);
+        cq_sandbox_argv_free(argv);
+        cq_sandbox_argv_free(envp);
+        return rc;
+}
+
+/* ---- output collection ---- */
+
+typedef struct collector {
+        json_t *head, *tail; /* arrays of outputs (with "transient") */
+        size_t head_bytes, tail_bytes, head_max, tail_max;
+        size_t dropped;
+        bool truncated;
+        bool kernel_truncated; /* the kernel's shim dropped output */
+        bool clear_pending;
+        cq_interp_output_cb_t *cb;
+        void *opaque;
+} collector_t;
+
+static size_t output_size(json_t *out)
+{
+        const char *type =
+            json_string_value(json_object_get(out, "output_type"));
+        json_t *data;
+        const char *key;
+        json_t *v;
+        size_t n = 64;
+
+        if (type && strcmp(type, "stream") == 0)
+                return json_string_length(json_object_get(out, "text"));
+        data = json_object_get(out, "data");
+        json_object_foreach(data, key, v)
+        {
+                n += strlen(key);
+                if (json_is_string(v))
+                        n += json_string_length(v);
+                else
+                        n += 256;
+        }
+        if (type && strcmp(type, "error") == 0) {
+                size_t i;
+
+                json_array_foreach(json_object_get(out, "traceback"), i, v) n +=
+                    json_string_length(v);
+                n += json_string_length(json_object_get(out, "evalue"));
+        }
+        return n;
+}
+
+static bool is_stream(const json_t *out, const char **namep)
+{
+        const char *type =
+            json_string_value(json_object_get(out, "output_type"));
+
+        if (!type || strcmp(type, "stream") != 0)
+                return false;
+        if (namep)
+                *namep = json_string_value(json_object_get(out, "name"));
+        return true;
+}
+
+/* Append \p out (stolen) to \p arr, merging a stream into a preceding
+ * stream of the same name. */
+static int append_merged(json_t *arr, json_t *out)
+{
+        const char *name, *lname;
+        json_t *last = json_array_get(arr, json_array_size(arr) - 1);
+
+        if (last && is_stream(out, &name) && is_stream(last, &lname) && name &&
+            lname && strcmp(name, lname) == 0) {
+                json_t *a = json_object_get(last, "text");
+                json_t *b = json_object_get(out, "text");
+                size_t alen = json_string_length(a),
+                       blen = json_string_length(b);
+                char *joined = malloc(alen + blen + 1);
+                int rc;
+
+                if (!joined) {
+                        json_decref(out);
+                        return -1;
+                }
+                memcpy(joined, json_string_value(a), alen);
+                memcpy(joined + alen, json_string_value(b), blen);
+                rc = json_object_set_new(
+                    last, "text", json_stringn_nocheck(joined, alen + blen));
+                free(joined);
+                json_decref(out);
+                return rc;
+        }
+        return json_array_append_new(arr, out);
+}
+
+/* Largest n <= want that does not cut a UTF-8 sequence at s[n]. */
+static size_t utf8_floor(const char *s, size_t len, size_t want)
+{
+        if (want >= len)
+                return len;
+        while (want > 0 && ((unsigned char)s[want] & 0xc0) == 0x80)
+                want--;
+        return want;
+}
+
+static json_t *stream_part(const char *name, const char *text, size_t len)
+{
+        return json_pack("{s:s, s:s, s:o}", "output_type", "stream", "name",
+                         name, "text", json_stringn_nocheck(text, len));
+}
+
+static void collector_clear(collector_t *col)
+{
+        json_array_clear(col->head);
+        json_array_clear(col->tail);
+        col->head_bytes = col->tail_bytes = col->dropped = 0;
+        col->truncated = false;
+}
+
+/* Keep the tail within tail_max by dropping from its front. */
+static void trim_tail(collector_t *col)
+{
+        while (col->tail_bytes > col->tail_max &&
+               json_array_size(col->tail) > 0) {
+                json_t *front = json_array_get(col->tail, 0);
+                size_t excess = col->tail_bytes - col->tail_max;
+                size_t size = output_size(front);
+                const char *name;
+
+                if (is_stream(front, &name) && excess < size) {
+                        json_t *text = json_object_get(front, "text");
+                        const char *s = json_string_value(text);
+                        size_t cut = excess;
+
+                        while (cut < size &&
+                               ((unsigned char)s[cut] & 0xc0) == 0x80)
+                                cut++;
+                        json_object_set_new(
+                            front, "text",
+                            json_stringn_nocheck(s + cut, size - cut));
+                        col->tail_bytes -= cut;
+                        col->dropped += cut;
+                        continue;
+                }
+                col->tail_bytes -=
+                    size < col->tail_bytes ? size : col->tail_bytes;
+                col->dropped += size;
+                json_array_remove(col->tail, 0);
+        }
+}
+
+/* Add one output (stolen) in arrival order. */
+static void collector_add(collector_t *col, json_t *out)
+{
+        size_t size;
+        const char *name;
+
+        if (!out)
+                return;
+        if (col->clear_pending) {
+                collector_clear(col);
+                col->clear_pending = false;
+        }
+        size = output_size(out);
+        if (!col->truncated && col->head_bytes + size <= col->head_max) {
+                if (col->cb)
+                        col->cb(col->opaque, out);
+                col->head_bytes += size;
+                append_merged(col->head, out);
+                return;
+        }
+        if (!col->truncated) {
+                static const char note[] =
+                    "\n[coderq: output cap reached; only the tail of the "
+                    "remaining output is kept]\n";
+                json_t *marker;
+
+                col->truncated = true;
+                if (is_stream(out, &name) && name) {
+                        const char *s =
+                            json_string_value(json_object_get(out, "text"));
+                        size_t room = utf8_floor(
+                            s, size, col->head_max - col->head_bytes);
+
+                        if (room > 0) {
+                                json_t *part = stream_part(name, s, room);
+                                json_t *rest =
+                                    stream_part(name, s + room, size - room);
+
+                                if (part && col->cb)
+                                        col->cb(col->opaque, part);
+                                col->head_bytes += room;
+                                if (part)
+                                        append_merged(col->head, part);
+                                json_decref(out);
+                                out = rest;
+                                if (!out)
+                                        return;
+                                size -= room;
+                        }
+                }
+                marker = stream_part("stderr", note, sizeof(note) - 1);
+                if (marker && col->cb)
+                        col->cb(col->opaque, marker);
+                json_decref(marker);
+        }
+        col->tail_bytes += size;
+        append_merged(col->tail, out);
+        trim_tail(col);
+}
+
+/* The final output list: head, a marker when something was dropped, tail;
+ * "transient" removed and streams merged. */
+static json_t *collector_finish(collector_t *col)
+{
+        json_t *all = json_array();
+        json_t *v;
+        size_t i;
+
+        if (!all)
+                return NULL;
+        json_array_foreach(col->head, i, v)
+        {
+                json_object_del(v, "transient");
+                append_merged(all, json_incref(v));
+        }
+        if (col->truncated) {
+                char note[160];
+
+                snprintf(note, sizeof(note),
+                         "\n" TRUNC_MARK "%zu bytes dropped ...]\n",
+                         col->dropped);
+                append_merged(all, stream_part("stderr", note, strlen(note)));
+        }
+        json_array_foreach(col->tail, i, v)
+        {
+                json_object_del(v, "transient");
+                append_merged(all, json_incref(v));
+        }
+        return all;
+}
+
+static void update_display(json_t *arr, const char *id, const json_t *content)
+{
+        size_t i;
+        json_t *v;
+
+        json_array_foreach(arr, i, v)
+        {
+                const char *have = json_string_value(json_object_get(
+                    json_object_get(v, "transient"), "display_id"));
+
+                if (!have || strcmp(have, id) != 0)
+                        continue;
+                json_object_set(v, "data", json_object_get(content, "data"));
+                json_object_set(v, "metadata",
+                                json_object_get(content, "metadata"));
+        }
+}
+
+static json_t *error_output(const json_t *content)
+{
+        json_t *tb = json_array(), *v;
+        const char *ename =
+            json_string_value(json_object_get(content, "ename"));
+        const char *evalue =
+            json_string_value(json_object_get(content, "evalue"));
+        size_t i;
+
+        if (!tb)
+                return NULL;
+        json_array_foreach(json_object_get(content, "traceback"), i, v)
+        {
+                size_t len;
+                char *clean;
+
+                if (!json_is_string(v))
+                        continue;
+                clean = cq_ansi_strip(json_string_value(v),
+                                      json_string_length(v), &len);
+                if (clean)
+                        json_array_append_new(tb,
+                                              json_stringn_nocheck(clean, len));
+                free(clean);
+        }
+        return json_pack("{s:s, s:s, s:s, s:o}", "output_type", "error",
+                         "ename", ename ? ename : "Error", "evalue",
+                         evalue ? evalue : "", "traceback", tb);
+}
+
+/* One iopub message of the running cell, turned into outputs. */
+static void handle_iopub(collector_t *col,
+                         const cq_jmsg_t *msg,
+                         cq_cell_result_t *res,
+                         bool *idle,
+                         bool *saw_error)
+{
+        const char *type = msg->msg_type;
+        const json_t *c = msg->content;
+        json_t *out = NULL;
+
+        if (strcmp(type, "status") == 0) {
+                const char *state =
+                    json_string_value(json_object_get(c, "execution_state"));
+
+                if (state && strcmp(state, "idle") == 0)
+                        *idle = true;
+                if (res->timing && state)
+                        json_object_set(res->timing,
+                                        strcmp(state, "idle") == 0
+                                            ? "iopub.status.idle"
+                                            : "iopub.status.busy",
+                                        json_object_get(msg->header, "date"));
+                return;
+        }
+        if (strcmp(type, "execute_input") == 0) {
+                json_t *n = json_object_get(c, "execution_count");
+
+                if (json_is_integer(n))
+                        res->execution_count = (int)json_integer_value(n);
+                if (res->timing)
+                        json_object_set(res->timing, "iopub.execute_input",
+                                        json_object_get(msg->header, "date"));
+                return;
+        }
+        if (strcmp(type, "stream") == 0) {
+                const json_t *text = json_object_get(c, "text");
+                const char *name =
+                    json_string_value(json_object_get(c, "name"));
+
+                if (!json_is_string(text) || !name ||
+                    (strcmp(name, "stdout") && strcmp(name, "stderr")))
+                        return;
+                out = json_pack("{s:s, s:s, s:O}", "output_type", "stream",
+                                "name", name, "text", text);
+                if (memmem(json_string_value(text), json_string_length(text),
+                           TRUNC_MARK, sizeof(TRUNC_MARK) - 1))
+                        col->kernel_truncated = true;
+        } else if (strcmp(type, "display_data") == 0 ||
+                   strcmp(type, "execute_result") == 0) {
+                json_t *data = json_object_get(c, "data");
+                json_t *meta = json_object_get(c, "metadata");
+
+                if (!json_is_object(data))
+                        return;
+                out = json_pack("{s:s, s:O, s:o}", "output_type", type, "data",
+                                data, "metadata",
+                                json_is_object(meta) ? json_incref(meta)
+                                                     : json_object());
+                if (out && strcmp(type, "execute_result") == 0) {
+                        json_t *n = json_object_get(c, "execution_count");
+
+                        json_object_set_new(out, "execution_count",
+                                            json_is_integer(n) ? json_incref(n)
+                                                               : json_null());
+                        if (json_is_integer(n))
+                                res->execution_count =
+                                    (int)json_integer_value(n);
+                }
+                if (out && json_is_object(json_object_get(c, "transient")))
+                        json_object_set(out, "transient",
+                                        json_object_get(c, "transient"));
+        } else if (strcmp(type, "error") == 0) {
+                out = error_output(c);
+                *saw_error = true;
+        } else if (strcmp(type, "clear_output") == 0) {
+                if (json_is_true(json_object_get(c, "wait")))
+                        col->clear_pending = true;
+                else
+                        collector_clear(col);
+                return;
+        } else if (strcmp(type, "update_display_data") == 0) {
+                const char *id = json_string_value(json_object_get(
+                    json_object_get(c, "transient"), "display_id"));
+
+                if (id) {
+                        update_display(col->head, id, c);
+                        update_display(col->tail, id, c);
+                }
+                return;
+        }
+        collector_add(col, out);
+}
+
+/* ---- lifecycle ---- */
+
+static cq_err_t run_cell(cq_kernel_t *kernel,
+                         const char *code,
+                         bool silent,
+                         const cq_exec_opts_t *opts,
+                         cq_cell_result_t *res);
+
+/* Drain iopub for up to \p ms of silence, dropping everything. */
+static void drain_iopub(cq_kernel_t *kernel, int ms)
+{
+        zmq_pollitem_t item = {kernel->iopub, 0, ZMQ_POLLIN, 0};
+        cq_jmsg_t msg;
+
+        while (zmq_poll(&item, 1, ms) > 0) {
+                while (recv_msg(kernel, kernel->iopub, &msg) != 0)
+                        cq_jmsg_release(&msg);
+        }
+}
+
+/* Spawn and wait until the kernel answered kernel_info and published on
+ * iopub: iopub is PUB/SUB and drops what was sent before our subscription
+ * reached it, so resend kernel_info every 100 ms until iopub speaks. */
+static int start(cq_kernel_t *kernel)
+{
+        char tail[420];
+        int64_t deadline, next_send = 0;
+        bool got_reply = false, got_iopub = false;
+        cq_jmsg_t msg;
+        int port;
+
+        if (random_hex(kernel->key, 16) || random_hex(kernel->session, 16)) {
+                kernel_set_error(kernel, "could not get random bytes: %s",
+                                 strerror(errno));
+                return -1;
+        }
+        kernel->seq = 0;
+        atomic_store(&kernel->interrupt_req, 0);
+        for (port = 1; port <= 5; port++) {
+                char path[PATH_MAX + 16];
+
+                snprintf(path, sizeof(path), "%s/k-%d", kernel->run_dir, port);
+                unlink(path);
+        }
+        if (write_conn_file(kernel))
+                return -1;
+        kernel->shell = open_socket(kernel, ZMQ_DEALER, 1);
+        kernel->iopub = kernel->shell ? open_socket(kernel, ZMQ_SUB, 2) : NULL;
+        kernel->control =
+            kernel->iopub ? open_socket(kernel, ZMQ_DEALER, 4) : NULL;
+        if (!kernel->control)
+                goto fail;
+        if (spawn(kernel))
+                goto fail;
+        deadline = cq_now_ms() + kernel->startup_timeout_ms;
+        while (!got_reply || !got_iopub) {
+                zmq_pollitem_t items[3] = {
+                    {kernel->shell, 0, ZMQ_POLLIN, 0},
+                    {kernel->iopub, 0, ZMQ_POLLIN, 0},
+                    {NULL, kernel->pidfd, ZMQ_POLLIN, 0},
+                };
+                int64_t now = cq_now_ms();
+
+                if (now >= deadline) {
+                        log_tail(kernel, tail, sizeof(tail));
+                        kernel_set_error(
+                            kernel, "kernel did not respond in %lld ms%s",
+                            (long long)kernel->startup_timeout_ms, tail);
+                        goto fail;
+                }
+                if (!kernel_alive(kernel)) {
+                        log_tail(kernel, tail, sizeof(tail));
+                        kernel_set_error(
+                            kernel, "kernel exited during startup%s", tail);
+                        goto fail;
+                }
+                if (now >= next_send) {
+                        json_t *content = json_object();
+
+                        if (send_request(kernel, kernel->shell,
+                                         "kernel_info_request", content, NULL))
+                                goto fail;
+                        next_send = now + 100;
+                }
+                if (zmq_poll(items, kernel->pidfd >= 0 ? 3 : 2, 50) < 0 &&
+                    zmq_errno() != EINTR) {
+                        kernel_set_error(kernel, "could not poll: %s",
+                                         zmq_strerror(zmq_errno()));
+                        goto fail;
+                }
+                if (items[0].revents & ZMQ_POLLIN) {
+                        while (recv_msg(kernel, kernel->shell, &msg) != 0) {
+                                if (msg.content &&
+                                    strcmp(msg.msg_type, "kernel_info_reply") ==
+                                        0) {
+                                        json_t *li = json_object_get(
+                                            msg.content, "language_info");
+
+                                        if (json_is_object(li) &&
+                                            !kernel->language_info)
+                                                kernel->language_info =
+                                                    json_deep_copy(li);
+                                        got_reply = true;
+                                }
+                                cq_jmsg_release(&msg);
+                        }
+                }
+                if (items[1].revents & ZMQ_POLLIN) {
+                        while (recv_msg(kernel, kernel->iopub, &msg) != 0) {
+                                if (msg.content)
+                                        got_iopub = true;
+                                cq_jmsg_release(&msg);
+                        }
+                }
+        }
+        drain_iopub(kernel, 20);
+        {
+                cq_cell_result_t res;
+                cq_exec_opts_t eo = {0};
+                cq_buf_t code;
+
+                cq_buf_init(&code, 1 << 20);
+                eo.timeout_ms = kernel->startup_timeout_ms;
+                size_t half = kernel->output_max / 2;
+
+                if (cq_buf_printf(&code, shim_fmt,
+                                  half > 2048 ? half - 1024 : half / 2,
+                                  half > 2048 ? half / 2 - 512 : half / 4) ||
+                    (kernel->preload &&
+                     (cq_buf_append_str(&code, "\n") ||
+                      cq_buf_append_str(&code, kernel->preload)))) {
+                        cq_buf_release(&code);
+                        kernel_set_error(kernel, "out of memory");
+                        goto fail;
+                }
+                cq_cell_result_init(&res);
+                if (run_cell(kernel, code.data, true, &eo, &res) != CQ_OK ||
+                    res.status != CQ_CELL_OK) {
+                        char *dump = json_dumps(res.outputs, JSON_COMPACT);
+
+                        cq_log_kv(CQ_LOG_WARN, "kernel warm-up failed",
+                                  "status", cq_cell_status_name(res.status),
+                                  "outputs", dump ? dump : "", NULL);
+                        free(dump);
+                        if (!kernel_alive(kernel)) {
+                                cq_buf_release(&code);
+                                cq_cell_result_release(&res);
+                                kernel_set_error(kernel,
+                                                 "kernel died during warm-up");
+                                goto fail;
+                        }
+                }
+                cq_buf_release(&code);
+                cq_cell_result_release(&res);
+        }
+        return 0;
+fail:
+        teardown(kernel);
+        return -1;
+}
+
+static cq_err_t respawn(cq_kernel_t *kernel)
+{
+        teardown(kernel);
+        return start(kernel) == 0 ? CQ_OK : CQ_ERR_RETRIABLE;
+}
+
+cq_kernel_t *
+cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
+{
+        cq_kernel_t *kernel = calloc(1, sizeof(*kernel));
+        struct stat st;
+
+        if (!kernel) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not start kernel: out of memory");
+                return NULL;
+        }
+        kernel->pid = -1;
+        kernel->pidfd = -1;
+        atomic_init(&kernel->sig_pid, -1);
+        atomic_init(&kernel->interrupt_req, 0);
+        kernel->python =
+            strdup(opts->python ? opts->python : "/usr/bin/python3");
+        kernel->work_dir = opts->work_dir ? strdup(opts->work_dir) : NULL;
+        kernel->preload = opts->preload ? strdup(opts->preload) : NULL;
+        kernel->startup_timeout_ms =
+            opts->startup_timeout_ms > 0 ? opts->startup_timeout_ms : 60000;
+        kernel->output_max = opts->output_max ? opts->output_max : 1 << 20;
+        kernel->msg_max = opts->msg_max ? opts->msg_max : 64u << 20;
+        kernel->interrupt_grace_ms =
+            opts->interrupt_grace_ms > 0 ? opts->interrupt_grace_ms : 2500;
+        kernel->idle_wait_ms =
+            opts->idle_wait_ms > 0 ? opts->idle_wait_ms : 4000;
+        kernel->sandbox = opts->sandbox;
+        kernel->zctx = opts->zmq_ctx;
+        if (!kernel->python || !kernel->work_dir ||
+            (opts->preload && !kernel->preload)) {
+                kernel_set_error(kernel, "could not start kernel: %s",
+                                 kernel->work_dir ? "out of memory"
+                                                  : "no work dir");
+                goto fail;
+        }
+        if (!kernel->zctx) {
+                kernel->zctx = zmq_ctx_new();
+                kernel->own_ctx = true;
+                if (!kernel->zctx) {
+                        kernel_set_error(kernel,
+                                         "could not create ZeroMQ context");
+                        goto fail;
+                }
+        }
+        snprintf(kernel->run_dir, sizeof(kernel->run_dir), "%s/%s",
+                 kernel->work_dir, CQ_KERNEL_RUN_DIR);
+        snprintf(kernel->conn_path, sizeof(kernel->conn_path), "%s/conn.json",
+                 kernel->run_dir);
+        if (strlen(kernel->run_dir) + sizeof("/k-5") >
+            sizeof(((struct sockaddr_un *)0)->sun_path)) {
+                kernel_set_error(kernel,
+                                 "could not start kernel: ipc path in \"%s\" "
+                                 "is too long for a Unix socket",
+                                 kernel->run_dir);
+                goto fail;
+        }
+        if (mkdir(kernel->run_dir, 0700) && errno != EEXIST) {
+                kernel_set_error(kernel, "could not create \"%s\": %s",
+                                 kernel->run_dir, strerror(errno));
+                goto fail;
+        }
+        if (lstat(kernel->run_dir, &st) || !S_ISDIR(st.st_mode) ||
+            chmod(kernel->run_dir, 0700) ||
+            cq_sandbox_own(kernel->sandbox, kernel->run_dir)) {
+                kernel_set_error(kernel, "could not prepare \"%s\": %s",
+                                 kernel->run_dir, strerror(errno));
+                goto fail;
+        }
+        if (start(kernel))
+                goto fail;
+        return kernel;
+fail:
+        if (errstr)
+                snprintf(errstr, errstr_size, "%s", kernel->errmsg);
+        cq_kernel_destroy(&kernel);
+        return NULL;
+}
+
+int cq_kernel_interrupt(cq_kernel_t *kernel)
+{
+        pid_t pid = (pid_t)atomic_load(&kernel->sig_pid);
+
+        atomic_store(&kernel->interrupt_req, 1);
+        /* In the sandbox the kernel is in bubblewrap's own session, out of
+         * reach of our signal: the owner thread sends interrupt_request on
+         * control instead (see run_cell()). */
+        if (!cq_sandbox_enabled(kernel->sandbox) && pid > 0)
+                return killpg(pid, SIGINT) == 0 ? 0 : -1;
+        return 0;
+}
+
+static void send_interrupt(cq_kernel_t *kernel)
+{
+        json_t *content;
+
+        if (!cq_sandbox_enabled(kernel->sandbox) && kernel->pid > 0) {
+                killpg(kernel->pid, SIGINT);
+                return;
+        }
+        content = json_object();
+        (void)send_request(kernel, kernel->control, "interrupt_request",
+                           content, NULL);
+}
+
+static json_t *status_error(const char *ename, const char *evalue)
+{
+        return json_pack("{s:s, s:s, s:s, s:[]}", "output_type", "error",
+                         "ename", ename, "evalue", evalue, "traceback");
+}
+
+/* All six fields: without "silent" ipykernel 6.17 never replies. */
+static json_t *execute_content(const char *code, bool silent)
+{
+        return json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code,
+                         "silent", silent, "store_history", !silent,
+                         "user_expressions", "allow_stdin", 0, "stop_on_error",
+                         1);
+}
+
+static cq_err_t run_cell(cq_kernel_t *kernel,
+                         const char *code,
+                         bool silent,
+                         const cq_exec_opts_t *opts,
+                         cq_cell_result_t *res)
+{
+        collector_t col;
+        char msg_id[64];
+        json_t *content, *reply = NULL;
+        int64_t start_ms = cq_now_ms(), deadline, reply_at = 0;
+        int64_t interrupted_at = 0;
+        bool got_reply = false, idle = false, saw_error = false;
+        bool timed_out = false, cancelled = false, died = false;
+        bool kill_it = false, resend = false;
+        int aborts = 0;
+        cq_err_t err = CQ_OK;
+        cq_jmsg_t msg;
+
+        memset(&col, 0, sizeof(col));
+        col.head = json_array();
+        col.tail = json_array();
+        col.head_max = kernel->output_max / 2;
+        col.tail_max = kernel->output_max - col.head_max;
+        col.cb = silent ? NULL : opts->on_output;
+        col.opaque = opts->opaque;
+        json_decref(res->timing);
+        res->timing = silent ? NULL : json_object();
+        if (!col.head || !col.tail) {
+                kernel_set_error(kernel, "could not run cell: out of memory");
+                err = CQ_ERR_RETRIABLE;
+                goto out;
+        }
+        atomic_store(&kernel->interrupt_req, 0);
+        if (!kernel_alive(kernel)) {
+                died = true;
+                goto finish;
+        }
+        content = execute_content(code, silent);
+        if (!content || send_request(kernel, kernel->shell, "execute_request",
+                                     content, msg_id)) {
+                if (!content)
+                        kernel_set_error(kernel,
+                                         "could not run cell: out of memory");
+                err = CQ_ERR_RETRIABLE;
+                goto out;
+        }
+        deadline = opts->timeout_ms > 0 ? start_ms + opts->timeout_ms : 0;
+        while (!(got_reply && idle)) {
+                zmq_pollitem_t items[3] = {
+                    {kernel->shell, 0, ZMQ_POLLIN, 0},
+                    {kernel->iopub, 0, ZMQ_POLLIN, 0},
+                    {NULL, kernel->pidfd, ZMQ_POLLIN, 0},
+                };
+                int64_t now = cq_now_ms();
+                long wait = POLL_SLICE_MS;
+
+                if (got_reply && now - reply_at >= kernel->idle_wait_ms)
+                        break; /* idle lost; the reply is authoritative */
+                if (interrupted_at &&
+                    now - interrupted_at >= kernel->interrupt_grace_ms) {
+                        kill_it = true;
+                        break;
+                }
+                if (!interrupted_at && !got_reply) {
+                        bool cancel =
+                            opts->cancel && atomic_load(opts->cancel) != 0;
+
+                        if (deadline && now >= deadline)
+                                timed_out = true;
+                        else if (cancel)
+                                cancelled = true;
+                        if (timed_out || cancelled) {
+                                send_interrupt(kernel);
+                                interrupted_at = now;
+                        }
+                }
+                if (atomic_exchange(&kernel->interrupt_req, 0) &&
+                    cq_sandbox_enabled(kernel->sandbox))
+                        send_interrupt(kernel);
+                if (deadline && !interrupted_at && deadline - now < wait)
+                        wait = (long)(deadline - now) > 0
+                                   ? (long)(deadline - now)
+                                   : 0;
+                if (zmq_poll(items, kernel->pidfd >= 0 ? 3 : 2, wait) < 0 &&
+                    zmq_errno() != EINTR) {
+                        kernel_set_error(kernel, "could not poll: %s",
+                                         zmq_strerror(zmq_errno()));
+                        kill_it = true;
+                        break;
+                }
+                /* iopub first: a reply may not end the cell before the
+                 * outputs that preceded it were read. */
+                if (items[1].revents & ZMQ_POLLIN) {
+                        int k;
+
+                        for (k = 0; k < 256; k++) {
+                                int r = recv_msg(kernel, kernel->iopub, &msg);
+
+                                if (r == 0)
+                                        break;
+                                if (r > 0 && msg.parent_id &&
+                                    strcmp(msg.parent_id, msg_id) == 0)
+                                        handle_iopub(&col, &msg, res, &idle,
+                                                     &saw_error);
+                                cq_jmsg_release(&msg);
+                        }
+                }
+                if (items[0].revents & ZMQ_POLLIN) {
+                        int r;
+
+                        while ((r = recv_msg(kernel, kernel->shell, &msg)) !=
+                               0) {
+                                if (r > 0 && msg.parent_id &&
+                                    strcmp(msg.parent_id, msg_id) == 0 &&
+                                    strcmp(msg.msg_type, "execute_reply") ==
+                                        0 &&
+                                    !got_reply) {
+                                        const char *st =
+                                            json_string_value(json_object_get(
+                                                msg.content, "status"));
+
+                                        /* ipykernel keeps aborting for a
+                                         * moment after an error
+                                         * (stop_on_error); our one cell in
+                                         * flight can only have been caught
+                                         * by that, so send it again. */
+                                        if (st && !strcmp(st, "aborted") &&
+                                            aborts < 20) {
+                                                aborts++;
+                                                cq_jmsg_release(&msg);
+                                                resend = true;
+                                                break;
+                                        }
+                                        got_reply = true;
+                                        reply_at = cq_now_ms();
+                                        reply = json_incref(msg.content);
+                                        if (res->timing)
+                                                json_object_set(
+                                                    res->timing,
+                                                    "shell.execute_reply",
+                                                    json_object_get(msg.header,
+                                                                    "date"));
+                                }
+                                cq_jmsg_release(&msg);
+                        }
+                }
+                if (resend) {
+                        struct timespec ts = {0, 5 * 1000 * 1000};
+
+                        resend = false;
+                        nanosleep(&ts, NULL);
+                        content = execute_content(code, silent);
+                        if (!content ||
+                            send_request(kernel, kernel->shell,
+                                         "execute_request", content, msg_id)) {
+                                err = CQ_ERR_RETRIABLE;
+                                goto out;
+                        }
+                }
+                if ((kernel->pidfd >= 0 && (items[2].revents & ZMQ_POLLIN)) ||
+                    (kernel->pidfd < 0 && !kernel_alive(kernel))) {
+                        reap(kernel, true);
+                        died = true;
+                        break;
+                }
+        }
+finish:
+        if (reply) {
+                const char *st =
+                    json_string_value(json_object_get(reply, "status"));
+                json_t *n = json_object_get(reply, "execution_count");
+
+                if (json_is_integer(n))
+                        res->execution_count = (int)json_integer_value(n);
+                if (st && strcmp(st, "error") == 0) {
+                        res->status = CQ_CELL_ERROR;
+                        if (!saw_error)
+                                collector_add(&col, error_output(reply));
+                } else if (st && strcmp(st, "aborted") == 0) {
+                        res->status = CQ_CELL_ERROR;
+                        collector_add(&col,
+                                      status_error("Aborted",
+                                                   "the kernel aborted this "
+                                                   "cell"));
+                }
+        }
+        if (timed_out) {
+                char text[200];
+
+                res->status = CQ_CELL_TIMEOUT;
+                kill_it = true;
+                snprintf(text, sizeof(text),
+                         "the cell exceeded its %lld ms deadline; the kernel "
+                         "was restarted and its state (variables, imports) "
+                         "is lost",
+                         (long long)opts->timeout_ms);
+                collector_add(&col, status_error("TimeoutError", text));
+        } else if (died) {
+                res->status = CQ_CELL_DIED;
+                collector_add(&col,
+                              status_error("DeadKernelError",
+                                           "the kernel died while running the "
+                                           "cell; a fresh kernel was started "
+                                           "and its state (variables, imports) "
+                                           "is lost"));
+        } else if (cancelled) {
+                res->status = CQ_CELL_CANCELLED;
+                if (kill_it)
+                        collector_add(&col,
+                                      status_error("Cancelled",
+                                                   "the cell was cancelled and "
+                                                   "did not stop; the kernel "
+                                                   "was restarted and its "
+                                                   "state is lost"));
+        } else if (kill_it && res->status == CQ_CELL_OK) {
+                res->status = CQ_CELL_TIMEOUT;
+        }
+        json_decref(res->outputs);
+        res->outputs = collector_finish(&col);
+        res->truncated = col.truncated || col.kernel_truncated;
+        if (!res->outputs) {
+                kernel_set_error(kernel, "could not run cell: out of memory");
+                err = CQ_ERR_RETRIABLE;
+        }
+        if (kill_it || died) {
+                res->state_lost = true;
+                if (respawn(kernel) != CQ_OK)
+                        err = CQ_ERR_RETRIABLE;
+        }
+out:
+        res->duration_ms = cq_now_ms() - start_ms;
+        json_decref(reply);
+        json_decref(col.head);
+        json_decref(col.tail);
+        return err;
+}
+
+cq_err_t cq_kernel_execute(cq_kernel_t *kernel,
+                           const char *code,
+                           const cq_exec_opts_t *opts,
+                           cq_cell_result_t *res)
+{
+        static const cq_exec_opts_t defaults = {0};
+
+        if (kernel->pid <= 0 && respawn(kernel) != CQ_OK)
+                return CQ_ERR_RETRIABLE;
+        return run_cell(kernel, code, false, opts ? opts : &defaults, res);
+}
+
+cq_err_t cq_kernel_restart(cq_kernel_t *kernel) { return respawn(kernel); }
+
+/* Wait up to \p ms for the process to exit. */
+static bool wait_exit(cq_kernel_t *kernel, int ms)
+{
+        int64_t until = cq_now_ms() + ms;
+
+        while (kernel_alive(kernel)) {
+                struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
+                int64_t left = until - cq_now_ms();
+
+                if (left <= 0)
+                        return false;
+                if (kernel->pidfd >= 0)
+                        poll(&pfd, 1, (int)(left < 20 ? left : 20));
+                else {
+                        struct timespec ts = {0, 10 * 1000 * 1000};
+
+                        nanosleep(&ts, NULL);
+                }
+        }
+        return true;
+}
+
+void cq_kernel_destroy(cq_kernel_t **kernelp)
+{
+        cq_kernel_t *kernel = *kernelp;
+
+        if (!kernel)
+                return;
+        *kernelp = NULL;
+        if (kernel->pid > 0 && kernel->control) {
+                json_t *content = json_pack("{s:b}", "restart", 0);
+
+                if (content &&
+                    send_request(kernel, kernel->control, "shutdown_request",
+                                 content, NULL) == 0)
+                        wait_exit(kernel, 500);
+                if (kernel->pid > 0) {
+                        killpg(kernel->pid, SIGTERM);
+                        wait_exit(kernel, 300);
+                }
+        }
+        teardown(kernel);
+        if (kernel->run_dir[0])
+                remove_tree(kernel->run_dir);
+        if (kernel->own_ctx && kernel->zctx)
+                zmq_ctx_term(kernel->zctx);
+        free(kernel->python);
+        free(kernel->work_dir);
+        free(kernel->preload);
+        free(kernel);
+}

@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/* kpool.c - a pool of pre-started kernels: a refill thread keeps `size`
+ * kernels ready or starting (starting ones count toward the limit), each
+ * in a new empty work dir; acquire hands one out once. A kernel moves
+ * between threads only whole and under the pool mutex. */
+#include "coderq/kpool.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coderq/log.h"
+#include "coderq/util.h"
+#include "kpool_int.h"
+
+struct cq_kpool {
+        pthread_mutex_t lock; /* guards everything below it */
+        pthread_cond_t cond;  /* ready list changed, or stop */
+        cq_kernel_t **ready;
+        size_t nready;
+        size_t starting;
+        bool stop;
+        char errmsg[512];
+        /* read-only after cq_kpool_new() */
+        size_t size;
+        cq_local_opts_t local;
+        char *python, *preload, *work_root;
+        pthread_t thread;
+        bool thread_started;
+};
+
+static void deadline_in(struct timespec *ts, int64_t ms)
+{
+        clock_gettime(CLOCK_REALTIME, ts);
+        ts->tv_sec += ms / 1000;
+        ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts->tv_nsec >= 1000000000L) {
+                ts->tv_sec++;
+                ts->tv_nsec -= 1000000000L;
+        }
+}
+
+static void *refill_main(void *arg)
+{
+        cq_kpool_t *pool = arg;
+        char errstr[512];
+
+        pthread_mutex_lock(&pool->lock);
+        while (!pool->stop) {
+                cq_kernel_opts_t kopts;
+                cq_kernel_t *kernel = NULL;
+                char dir[PATH_MAX];
+                bool failed = false;
+
+                if (pool->nready + pool->starting >= pool->size) {
+                        pthread_cond_wait(&pool->cond, &pool->lock);
+                        continue;
+                }
+                pool->starting++;
+                pthread_mutex_unlock(&pool->lock);
+
+                kopts = pool->local.kernel;
+                if (cq_work_dir_new(pool->work_root, kopts.sandbox, dir,
+                                    sizeof(dir), errstr, sizeof(errstr)) == 0) {
+                        kopts.work_dir = dir;
+                        kernel = cq_kernel_new(&kopts, errstr, sizeof(errstr));
+                        if (!kernel)
+                                cq_work_dir_remove(dir);
+                }
+                failed = kernel == NULL;
+                if (failed)
+                        cq_log_kv(CQ_LOG_WARN, "could not start pool kernel",
+                                  "error", errstr, NULL);
+
+                pthread_mutex_lock(&pool->lock);
+                pool->starting--;
+                if (kernel) {
+                        pool->ready[pool->nready++] = kernel;
+                        pthread_cond_broadcast(&pool->cond);
+                } else {
+                        struct timespec ts;
+
+                        snprintf(pool->errmsg, sizeof(pool->errmsg), "%s",
+                                 errstr);
+                        /* Back off so a broken setup does not spin. */
+                        deadline_in(&ts, 1000);
+                        if (!pool->stop)
+                                pthread_cond_timedwait(&pool->cond, &pool->lock,
+                                                       &ts);
+                }
+        }
+        pthread_mutex_unlock(&pool->lock);
+        return NULL;
+}
+
+cq_kpool_t *
+cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
+{
+        cq_kpool_t *pool = calloc(1, sizeof(*pool));
+        const cq_local_opts_t *lo = &opts->local;
+
+        if (!pool)
+                goto oom;
+        pthread_mutex_init(&pool->lock, NULL);
+        pthread_cond_init(&pool->cond, NULL);
+        pool->size = opts->size;
+        pool->local = *lo;
+        pool->python = lo->kernel.python ? strdup(lo->kernel.python) : NULL;
+        pool->preload =
+            strdup(lo->kernel.preload ? lo->kernel.preload : CQ_KPOOL_PRELOAD);
+        pool->work_root = lo->work_root ? strdup(lo->work_root) : NULL;
+        pool->ready = calloc(opts->size ? opts->size : 1, sizeof(*pool->ready));
+        if ((lo->kernel.python && !pool->python) || !pool->preload ||
+            (lo->work_root && !pool->work_root) || !pool->ready)
+                goto oom;
+        pool->local.kernel.python = pool->python;
+        pool->local.kernel.preload = pool->preload;
+        pool->local.kernel.work_dir = NULL;
+        pool->local.work_root = pool->work_root;
+        if (pthread_create(&pool->thread, NULL, refill_main, pool)) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not start kernel pool thread: %s",
+                                 strerror(errno));
+                cq_kpool_destroy(&pool);
+                return NULL;
+        }
+        pool->thread_started = true;
+        return pool;
+oom:
+        if (errstr)
+                snprintf(errstr, errstr_size,
+                         "could not create kernel pool: out of memory");
+        cq_kpool_destroy(&pool);
+        return NULL;
+}
+
+cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
+                              int64_t timeout_ms,
+                              char *errstr,
+                              size_t errstr_size)
+{
+        cq_kernel_t *kernel = NULL;
+        struct timespec ts;
+
+        deadline_in(&ts, timeout_ms > 0 ? timeout_ms : 0);
+        pthread_mutex_lock(&pool->lock);
+        while (!pool->stop && pool->nready == 0 && timeout_ms > 0) {
+                if (pthread_cond_timedwait(&pool->cond, &pool->lock, &ts) ==
+                    ETIMEDOUT)
+                        break;
+        }
+        if (!pool->stop && pool->nready > 0) {
+                kernel = pool->ready[--pool->nready];
+                pool->ready[pool->nready] = NULL;
+                pthread_cond_broadcast(&pool->cond); /* refill */
+        } else if (errstr) {
+                snprintf(errstr, errstr_size,
+                         "could not acquire a kernel: %s%s%s",
+                         pool->stop ? "pool is stopping" : "none ready in time",
+                         pool->errmsg[0] ? "; last start error: " : "",
+                         pool->errmsg);
+        }
+        pthread_mutex_unlock(&pool->lock);
+        if (!kernel)
+                return NULL;
+        return cq_local_interp_wrap(&kernel, pool->local.kernel.sandbox, true,
+                                    errstr, errstr_size);
+}
+
+size_t cq_kpool_ready(cq_kpool_t *pool)
+{
+        size_t n;
+
+        pthread_mutex_lock(&pool->lock);
+        n = pool->nready;
+        pthread_mutex_unlock(&pool->lock);
+        return n;
+}
+
+void cq_kpool_destroy(cq_kpool_t **poolp)
+{
+        cq_kpool_t *pool = *poolp;
+        size_t i;
+
+        if (!pool)
+                return;
+        *poolp = NULL;
+        if (pool->thread_started) {
+                pthread_mutex_lock(&pool->lock);
+                pool->stop = true;
+                pthread_cond_broadcast(&pool->cond);
+                pthread_mutex_unlock(&pool->lock);
+                pthread_join(pool->thread, NULL);
+        }
+        for (i = 0; pool->ready && i < pool->nready; i++) {
+                char dir[PATH_MAX];
+
+                snprintf(dir, sizeof(dir), "%s",
+                         cq_kernel_work_dir(pool->ready[i]));
+                cq_kernel_destroy(&pool->ready[i]);
+                cq_work_dir_remove(dir);
+        }
+        free(pool->ready);
+        free(pool->python);
+        free(pool->preload);
+        free(pool->work_root);
+        pthread_cond_destroy(&pool->cond);
+        pthread_mutex_destroy(&pool->lock);
+        free(pool);
+}
+
+void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
+                               const cq_config_t *cfg,
+                               const cq_sandbox_t *sandbox)
+{
+        memset(opts, 0, sizeof(*opts));
+        opts->size = cfg->kpool_size > 0 ? (size_t)cfg->kpool_size : 0;
+        cq_local_opts_from_config(&opts->local, cfg, sandbox);
+}

@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+/* kpool.h - the local interpreter backend: a kernel in its own work dir
+ * behind cq_interp_t, standalone or from a pool of pre-started kernels.
+ * Each pooled kernel is handed out once and destroyed with its work dir
+ * after the job, so no state leaks between jobs. */
+#ifndef CODERQ_KPOOL_H
+#define CODERQ_KPOOL_H
+
+#include "coderq/common.h"
+#include "coderq/config.h"
+#include "coderq/interp.h"
+#include "coderq/kernel.h"
+
+/* Imports run silently in pooled kernels before they are handed out, so
+ * the first plot of a job does not pay for them. */
+#define CQ_KPOOL_PRELOAD                                                       \
+        "def _cq_preload():\n"                                                 \
+        "    import importlib\n"                                               \
+        "    for m in ('numpy', 'pandas', 'matplotlib.pyplot'):\n"             \
+        "        try:\n"                                                       \
+        "            importlib.import_module(m)\n"                             \
+        "        except Exception:\n"                                          \
+        "            pass\n"                                                   \
+        "_cq_preload()\n"                                                      \
+        "del _cq_preload\n"
+
+typedef struct cq_local_opts {
+        /* work_dir NULL: a new empty dir under work_root, removed on
+         * destroy; otherwise that dir, kept. */
+        cq_kernel_opts_t kernel;
+        const char *work_root; /* NULL: $TMPDIR/coderq or /tmp/coderq */
+} cq_local_opts_t;
+
+/**
+ * @brief Fill \p opts from \p cfg (python, timeouts, output cap).
+ *        \p sandbox is borrowed and stored in the options.
+ */
+void cq_local_opts_from_config(cq_local_opts_t *opts,
+                               const cq_config_t *cfg,
+                               const cq_sandbox_t *sandbox);
+
+/**
+ * @brief Start a standalone local interpreter (one kernel).
+ * @param opts Borrowed.
+ * @returns Caller owns the returned value; free with cq_interp_destroy().
+ *          NULL on failure with \p errstr filled.
+ * @locality Any thread; then the calling thread owns it.
+ */
+cq_interp_t *cq_local_interp_new(const cq_local_opts_t *opts,
+                                 char *errstr,
+                                 size_t errstr_size);
+
+/** @brief The kernel behind a local interpreter; borrowed. NULL when
+ *         \p interp is not a local one. */
+cq_kernel_t *cq_local_interp_kernel(cq_interp_t *interp);
+
+/**
+ * @brief Create a new empty 0700 work dir under \p root (created 0711 if
+ *        missing), owned by the sandbox uid when the sandbox drops
+ *        privileges.
+ * @param out (out) Its path.
+ * @returns 0, or -1 with \p errstr filled.
+ */
+CQ_NODISCARD int cq_work_dir_new(const char *root,
+                                 const cq_sandbox_t *sandbox,
+                                 char *out,
+                                 size_t out_size,
+                                 char *errstr,
+                                 size_t errstr_size);
+
+/** @brief Remove \p path and everything under it (no symlinks followed). */
+void cq_work_dir_remove(const char *path);
+
+/** @brief The default work root: $TMPDIR/coderq, or /tmp/coderq. */
+void cq_work_root_default(char *out, size_t size);
+
+/**
+ * @brief Thread-safe pool of ready kernels.
+ * @locks pool->lock (a pthread mutex) guards the ready list, the number
+ *        of kernels starting, the stop flag and the last error.
+ */
+typedef struct cq_kpool cq_kpool_t;
+
+typedef struct cq_kpool_opts {
+        size_t size;           /* kernels kept ready (and starting) */
+        cq_local_opts_t local; /* kernel.work_dir is ignored */
+} cq_kpool_opts_t;
+
+/** @brief Fill \p opts from \p cfg (CODERQ_KPOOL_SIZE and the local
+ *         kernel settings); \p sandbox is borrowed. */
+void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
+                               const cq_config_t *cfg,
+                               const cq_sandbox_t *sandbox);
+
+/**
+ * @brief Start the pool and its refill thread, which starts kernels until
+ *        \p size are ready or starting.
+ * @param opts Borrowed; strings copied. opts->local.kernel.preload NULL
+ *        means CQ_KPOOL_PRELOAD.
+ * @returns Caller owns the returned value; free with cq_kpool_destroy().
+ * @locality Any thread.
+ */
+cq_kpool_t *
+cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size);
+
+/**
+ * @brief Take a ready kernel, waiting up to \p timeout_ms for one when
+ *        none is ready (0: do not wait). The refill thread then starts a
+ *        replacement.
+ * @returns Caller owns the returned interpreter (destroying it destroys
+ *          the kernel and removes its work dir); NULL on timeout or when
+ *          the pool is stopping, with \p errstr filled.
+ * @locality Any thread. The kernel moves to the calling thread under the
+ *           pool's mutex. Kernels are tied to the refill thread's life
+ *           (PR_SET_PDEATHSIG): destroy interpreters before the pool.
+ */
+cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
+                              int64_t timeout_ms,
+                              char *errstr,
+                              size_t errstr_size);
+
+/** @brief Kernels ready now. @locality Any thread. */
+size_t cq_kpool_ready(cq_kpool_t *pool);
+
+/**
+ * @brief Stop the refill thread and destroy every kernel it holds.
+ *        Accepts *poolp == NULL and sets it to NULL.
+ */
+void cq_kpool_destroy(cq_kpool_t **poolp);
+
+#endif

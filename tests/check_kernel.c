@@ -1,0 +1,780 @@
+/* SPDX-License-Identifier: MIT */
+/* check_kernel.c - the local kernel backend against a real ipykernel
+ * (/usr/bin/python3 with Debian's ipykernel): outputs, errors, figures,
+ * timeouts, death, cancel, output floods, text edge cases, the sandbox,
+ * the pool and created files. Each test reuses one kernel for many cells
+ * since a start costs about a second of CPU. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check_support.h"
+#include "coderq/config.h"
+#include "coderq/kpool.h"
+#include "coderq/util.h"
+
+/* Work root of this run, set before the test processes fork. */
+static char root[256];
+
+static void root_setup(void)
+{
+        snprintf(root, sizeof(root), "/tmp/cqcheck-kernel-%ld", (long)getpid());
+}
+
+/* Processes whose command line mentions our work root. */
+static int count_kernels(void)
+{
+        DIR *proc = opendir("/proc");
+        struct dirent *de;
+        int n = 0;
+
+        ck_assert_ptr_nonnull(proc);
+        while ((de = readdir(proc))) {
+                char path[300], buf[4096];
+                size_t len, i;
+                FILE *fp;
+
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+                fp = fopen(path, "rb");
+                if (!fp)
+                        continue;
+                len = fread(buf, 1, sizeof(buf) - 1, fp);
+                fclose(fp);
+                for (i = 0; i < len; i++)
+                        if (buf[i] == '\0')
+                                buf[i] = ' ';
+                buf[len] = '\0';
+                if (strstr(buf, root))
+                        n++;
+        }
+        closedir(proc);
+        return n;
+}
+
+static cq_interp_t *start_local(const cq_sandbox_t *sandbox, size_t out_max)
+{
+        cq_local_opts_t opts;
+        char errstr[512] = "";
+        cq_interp_t *interp;
+
+        memset(&opts, 0, sizeof(opts));
+        opts.work_root = root;
+        opts.kernel.sandbox = sandbox;
+        opts.kernel.output_max = out_max;
+        opts.kernel.startup_timeout_ms = 60000;
+        interp = cq_local_interp_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(interp != NULL, "kernel start failed: %s", errstr);
+        return interp;
+}
+
+static void run(cq_interp_t *interp,
+                const char *code,
+                int64_t timeout_ms,
+                cq_cell_result_t *res)
+{
+        cq_exec_opts_t opts = {0};
+
+        opts.timeout_ms = timeout_ms;
+        cq_cell_result_init(res);
+        ck_assert_int_eq(cq_interp_execute(interp, code, &opts, res), CQ_OK);
+        ck_assert_ptr_nonnull(res->outputs);
+}
+
+/* Text of all streams called \p name, joined (caller frees). */
+static char *stream_text(const cq_cell_result_t *res, const char *name)
+{
+        size_t i, len = 0;
+        json_t *v;
+        char *out = calloc(1, 1);
+
+        json_array_foreach(res->outputs, i, v)
+        {
+                const char *type =
+                    json_string_value(json_object_get(v, "output_type"));
+                json_t *text = json_object_get(v, "text");
+                char *grown;
+
+                if (strcmp(type, "stream") ||
+                    strcmp(json_string_value(json_object_get(v, "name")), name))
+                        continue;
+                grown = realloc(out, len + json_string_length(text) + 1);
+                ck_assert_ptr_nonnull(grown);
+                out = grown;
+                memcpy(out + len, json_string_value(text),
+                       json_string_length(text));
+                len += json_string_length(text);
+                out[len] = '\0';
+        }
+        return out;
+}
+
+static const json_t *find_output(const cq_cell_result_t *res, const char *type)
+{
+        size_t i;
+        json_t *v;
+
+        json_array_foreach(res->outputs, i, v)
+        {
+                if (!strcmp(
+                        json_string_value(json_object_get(v, "output_type")),
+                        type))
+                        return v;
+        }
+        return NULL;
+}
+
+static void
+assert_stdout(cq_interp_t *interp, const char *code, const char *want)
+{
+        cq_cell_result_t res;
+        char *text;
+
+        run(interp, code, 30000, &res);
+        text = stream_text(&res, "stdout");
+        ck_assert_msg(strcmp(text, want) == 0,
+                      "cell %s: stdout \"%s\", want \"%s\"", code, text, want);
+        free(text);
+        cq_cell_result_release(&res);
+}
+
+static int ncallbacks;
+
+static void count_output(void *opaque, const json_t *output)
+{
+        (void)opaque;
+        ck_assert_ptr_nonnull(json_object_get(output, "output_type"));
+        ncallbacks++;
+}
+
+START_TEST(outputs_errors_and_text)
+{
+        cq_interp_t *interp;
+        cq_cell_result_t res;
+        cq_exec_opts_t opts = {0};
+        const json_t *err, *tb, *img;
+        char *out, *errtext;
+        size_t i;
+        json_t *v;
+
+        setenv("OPENAI_API_KEY", "sk-secret-from-test", 1);
+        setenv("CODERQ_PG_DSN", "postgres://secret", 1);
+        interp = start_local(NULL, 0);
+        ck_assert_str_eq(cq_interp_backend(interp), "local");
+
+        /* stdout and stderr both captured, streaming callback per output */
+        opts.on_output = count_output;
+        cq_cell_result_init(&res);
+        ck_assert_int_eq(
+            cq_interp_execute(interp,
+                              "import sys\nprint('out1')\n"
+                              "print('err1', file=sys.stderr)\n"
+                              "sys.stdout.flush(); sys.stderr.flush()\n"
+                              "print('out2')\n6*7",
+                              &opts, &res),
+            CQ_OK);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert_int_eq(res.execution_count, 1);
+        out = stream_text(&res, "stdout");
+        errtext = stream_text(&res, "stderr");
+        ck_assert_str_eq(out, "out1\nout2\n");
+        ck_assert_str_eq(errtext, "err1\n");
+        free(out);
+        free(errtext);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(
+                json_object_get(find_output(&res, "execute_result"), "data"),
+                "text/plain")),
+            "42");
+        ck_assert_int_ge(ncallbacks, 3);
+        ck_assert_ptr_nonnull(
+            json_object_get(res.timing, "shell.execute_reply"));
+        cq_cell_result_release(&res);
+
+        /* an exception: error output with an ANSI-free traceback */
+        run(interp, "x = 1\ndef f():\n    raise ValueError('boom')\nf()", 30000,
+            &res);
+        ck_assert_int_eq(res.status, CQ_CELL_ERROR);
+        err = find_output(&res, "error");
+        ck_assert_ptr_nonnull(err);
+        ck_assert_str_eq(json_string_value(json_object_get(err, "ename")),
+                         "ValueError");
+        ck_assert_str_eq(json_string_value(json_object_get(err, "evalue")),
+                         "boom");
+        tb = json_object_get(err, "traceback");
+        ck_assert_int_gt(json_array_size(tb), 1);
+        json_array_foreach(tb, i, v)
+            ck_assert_ptr_null(strchr(json_string_value(v), '\x1b'));
+        ck_assert_ptr_nonnull(strstr(
+            json_string_value(json_array_get(tb, json_array_size(tb) - 1)),
+            "ValueError: boom"));
+        cq_cell_result_release(&res);
+
+        /* the next cell runs normally right after an error */
+        assert_stdout(interp, "print(x + 1)", "2\n");
+
+        /* input() fails at once instead of hanging */
+        run(interp, "input('name? ')", 30000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_ERROR);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             find_output(&res, "error"), "ename")),
+                         "StdinNotImplementedError");
+        cq_cell_result_release(&res);
+
+        /* NUL kept, lone surrogate becomes U+FFFD */
+        run(interp, "print('a\\x00b')\nprint('\\udcff')", 30000, &res);
+        out = stream_text(&res, "stdout");
+        ck_assert_int_eq(memcmp(out, "a\0b\n\xef\xbf\xbd\n", 9), 0);
+        free(out);
+        cq_cell_result_release(&res);
+
+        /* no secret of the worker reaches the kernel */
+        assert_stdout(interp,
+                      "import os\nprint(sorted(k for k in os.environ "
+                      "if k.startswith(('OPENAI', 'CODERQ', 'PG', 'E2B'))))\n"
+                      "print(os.environ.get('MPLBACKEND', '').startswith("
+                      "'module://matplotlib_inline'))",
+                      "[]\nTrue\n");
+
+        /* a matplotlib figure arrives as image/png display_data */
+        run(interp,
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()",
+            60000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        img = json_object_get(
+            json_object_get(find_output(&res, "display_data"), "data"),
+            "image/png");
+        ck_assert_ptr_nonnull(img);
+        ck_assert_int_eq(strncmp(json_string_value(img), "iVBORw0KGgo", 11), 0);
+        cq_cell_result_release(&res);
+
+        /* update_display_data replaces, clear_output(wait) clears */
+        run(interp,
+            "from IPython.display import display, clear_output\n"
+            "h = display('one', display_id=True)\nh.update('two')\n"
+            "print('gone')\nclear_output(wait=True)\nprint('kept')",
+            30000, &res);
+        out = stream_text(&res, "stdout");
+        ck_assert_str_eq(out, "kept\n");
+        free(out);
+        ck_assert_ptr_null(find_output(&res, "display_data"));
+        cq_cell_result_release(&res);
+        run(interp, "h = display('one', display_id=True)\nh.update('two')",
+            30000, &res);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(
+                json_object_get(find_output(&res, "display_data"), "data"),
+                "text/plain")),
+            "'two'");
+        ck_assert_ptr_null(
+            json_object_get(find_output(&res, "display_data"), "transient"));
+        cq_cell_result_release(&res);
+
+        /* language_info kept for the notebook; nothing was dropped */
+        {
+                cq_kernel_t *kernel = cq_local_interp_kernel(interp);
+                cq_jmsg_stats_t stats;
+
+                ck_assert_str_eq(json_string_value(json_object_get(
+                                     cq_kernel_language_info(kernel), "name")),
+                                 "python");
+                cq_kernel_stats(kernel, &stats);
+                ck_assert_uint_gt(stats.received, 10);
+                ck_assert_uint_eq(stats.bad_signature, 0);
+                ck_assert_uint_eq(stats.malformed, 0);
+        }
+        cq_interp_destroy(&interp);
+        ck_assert_ptr_null(interp);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+START_TEST(files_created_and_inputs)
+{
+        cq_interp_t *interp = start_local(NULL, 0);
+        cq_files_t files = {0};
+        cq_file_t file = {0};
+        cq_cell_result_t res;
+        bool png = false, csv = false;
+        size_t i;
+
+        ck_assert_int_eq(
+            cq_interp_put_file(interp, "data/in.csv", "a,b\n1,2\n", 8), CQ_OK);
+        ck_assert_int_eq(cq_interp_put_file(interp, "../evil", "x", 1),
+                         CQ_ERR_FATAL);
+        ck_assert_int_eq(cq_interp_put_file(interp, "/etc/evil", "x", 1),
+                         CQ_ERR_FATAL);
+        ck_assert_int_eq(
+            cq_interp_put_file(interp, ".coderq/conn.json", "x", 1),
+            CQ_ERR_FATAL);
+        run(interp,
+            "import os, matplotlib\nmatplotlib.use('Agg')\n"
+            "import matplotlib.pyplot as plt\n"
+            "os.makedirs('out/figs', exist_ok=True)\n"
+            "plt.plot([1, 2]); plt.savefig('out/figs/p.png')\n"
+            "open('table.csv', 'w').write(open('data/in.csv').read())",
+            60000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        cq_cell_result_release(&res);
+        ck_assert_int_eq(cq_interp_created_files(interp, true, &files), CQ_OK);
+        for (i = 0; i < files.n; i++) {
+                ck_assert_str_ne(files.v[i].name, "data/in.csv");
+                ck_assert_ptr_null(strstr(files.v[i].name, ".coderq"));
+                if (!strcmp(files.v[i].name, "out/figs/p.png")) {
+                        png = true;
+                        ck_assert_str_eq(files.v[i].mime, "image/png");
+                        ck_assert_int_eq(memcmp(files.v[i].data, "\x89PNG", 4),
+                                         0);
+                }
+                if (!strcmp(files.v[i].name, "table.csv"))
+                        csv = files.v[i].len == 8;
+        }
+        ck_assert(png);
+        ck_assert(csv);
+        ck_assert_uint_eq(files.n, 2);
+        cq_files_release(&files);
+        ck_assert_int_eq(cq_interp_get_file(interp, "table.csv", 4, &file),
+                         CQ_ERR_TOO_LARGE);
+        ck_assert_int_eq(cq_interp_get_file(interp, "table.csv", 100, &file),
+                         CQ_OK);
+        ck_assert_int_eq(memcmp(file.data, "a,b\n1,2\n", 8), 0);
+        free(file.name);
+        free(file.mime);
+        free(file.data);
+        cq_interp_destroy(&interp);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+static void *raise_later(void *arg)
+{
+        struct timespec ts = {0, 700 * 1000 * 1000};
+
+        nanosleep(&ts, NULL);
+        atomic_store((atomic_int *)arg, 1);
+        return NULL;
+}
+
+static void *interrupt_later(void *arg)
+{
+        struct timespec ts = {0, 700 * 1000 * 1000};
+
+        nanosleep(&ts, NULL);
+        ck_assert_int_eq(cq_interp_interrupt(arg), 0);
+        return NULL;
+}
+
+static void cancel_and_interrupt(cq_interp_t *interp)
+{
+        cq_cell_result_t res;
+        cq_exec_opts_t opts = {0};
+        atomic_int cancel = 0;
+        pthread_t thread;
+
+        assert_stdout(interp, "import time\nkeep = 5", "");
+        opts.cancel = &cancel;
+        pthread_create(&thread, NULL, raise_later, &cancel);
+        cq_cell_result_init(&res);
+        ck_assert_int_eq(
+            cq_interp_execute(interp, "time.sleep(30)", &opts, &res), CQ_OK);
+        pthread_join(thread, NULL);
+        ck_assert_int_eq(res.status, CQ_CELL_CANCELLED);
+        ck_assert(!res.state_lost);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             find_output(&res, "error"), "ename")),
+                         "KeyboardInterrupt");
+        cq_cell_result_release(&res);
+        /* interrupt from another thread: a KeyboardInterrupt error */
+        pthread_create(&thread, NULL, interrupt_later, interp);
+        run(interp, "time.sleep(30)", 0, &res);
+        pthread_join(thread, NULL);
+        ck_assert_int_eq(res.status, CQ_CELL_ERROR);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             find_output(&res, "error"), "ename")),
+                         "KeyboardInterrupt");
+        cq_cell_result_release(&res);
+        assert_stdout(interp, "print(keep)", "5\n");
+}
+
+START_TEST(timeout_and_death_replace_the_kernel)
+{
+        cq_interp_t *interp = start_local(NULL, 0);
+        cq_cell_result_t res;
+        const json_t *err;
+
+        /* cancel and interrupt keep the kernel and its state */
+        cancel_and_interrupt(interp);
+        assert_stdout(interp, "x = 41\nprint(x)", "41\n");
+        run(interp, "print('before', flush=True)\nwhile True: pass", 1500,
+            &res);
+        ck_assert_int_eq(res.status, CQ_CELL_TIMEOUT);
+        ck_assert(res.state_lost);
+        err = json_array_get(res.outputs, json_array_size(res.outputs) - 1);
+        ck_assert_str_eq(json_string_value(json_object_get(err, "ename")),
+                         "TimeoutError");
+        ck_assert_ptr_nonnull(
+            strstr(json_string_value(json_object_get(err, "evalue")), "state"));
+        cq_cell_result_release(&res);
+        /* a fresh kernel: the variable is gone */
+        run(interp, "x", 30000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_ERROR);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             find_output(&res, "error"), "ename")),
+                         "NameError");
+        ck_assert_int_eq(res.execution_count, 1);
+        cq_cell_result_release(&res);
+
+        run(interp, "y = 1\nimport os\nos._exit(1)", 30000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_DIED);
+        ck_assert(res.state_lost);
+        cq_cell_result_release(&res);
+        assert_stdout(interp, "print('alive', 'y' in dir())", "alive False\n");
+
+        /* the same through an explicit restart */
+        assert_stdout(interp, "z = 3", "");
+        ck_assert_int_eq(cq_interp_restart(interp), CQ_OK);
+        assert_stdout(interp, "print('z' in dir())", "False\n");
+        cq_interp_destroy(&interp);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+static long vm_hwm_kb(void)
+{
+        FILE *fp = fopen("/proc/self/status", "r");
+        char line[256];
+        long kb = -1;
+
+        ck_assert_ptr_nonnull(fp);
+        while (fgets(line, sizeof(line), fp))
+                if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+                        break;
+        fclose(fp);
+        return kb;
+}
+
+START_TEST(output_flood_is_bounded)
+{
+        cq_interp_t *interp = start_local(NULL, 1 << 20);
+        cq_cell_result_t res;
+        long before, after;
+        size_t total = 0, i;
+        json_t *v;
+        char *out, *err;
+
+        /* make sure the baseline includes a warmed-up client */
+        assert_stdout(interp, "print('warm')", "warm\n");
+        before = vm_hwm_kb();
+        run(interp,
+            "import sys\nline = 'x' * 999 + '\\n'\n"
+            "for i in range(200000):\n    sys.stdout.write(line)\n"
+            "print('THE END')",
+            0, &res);
+        after = vm_hwm_kb();
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert(res.truncated);
+        json_array_foreach(res.outputs, i, v)
+        {
+                json_t *text = json_object_get(v, "text");
+
+                total += json_string_length(text);
+        }
+        ck_assert_uint_le(total, (1 << 20) + 200);
+        out = stream_text(&res, "stdout");
+        err = stream_text(&res, "stderr");
+        ck_assert_int_eq(strncmp(out, "xxxx", 4), 0);
+        ck_assert_ptr_nonnull(strstr(out, "THE END\n"));
+        ck_assert_msg(strstr(out, "output truncated by coderq") ||
+                          strstr(err, "output truncated by coderq"),
+                      "no truncation marker");
+        ck_assert(strstr(out, " dropped ...]") || strstr(err, " dropped ...]"));
+        free(out);
+        free(err);
+        cq_cell_result_release(&res);
+        /* 200 MB went through; the peak grew by far less */
+        ck_assert_msg(after - before < 64 * 1024, "peak RSS grew by %ld kB",
+                      after - before);
+        assert_stdout(interp, "print('after')", "after\n");
+        cq_interp_destroy(&interp);
+}
+END_TEST
+
+static int listen_loopback(int *portp)
+{
+        struct sockaddr_in addr;
+        socklen_t len = sizeof(addr);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+        ck_assert_int_ge(fd, 0);
+        memset(&addr, 0, sizeof(addr));
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+        ck_assert_int_eq(listen(fd, 4), 0);
+        ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&addr, &len), 0);
+        *portp = ntohs(addr.sin_port);
+        return fd;
+}
+
+START_TEST(sandbox_confines_the_kernel)
+{
+        cq_sandbox_opts_t sopts = {0};
+        cq_sandbox_t *sandbox;
+        cq_interp_t *interp;
+        char errstr[512], code[1024], want[256];
+        int lfd, port;
+
+        mkdir(root, 0711);
+        sopts.mode = CQ_SANDBOX_AUTO;
+        sopts.probe_dir = root;
+        sopts.mem = 4UL << 30;
+        sopts.nproc = 512;
+        sopts.fsize = 1UL << 30;
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_msg(sandbox != NULL, "%s", errstr);
+        if (!cq_sandbox_enabled(sandbox)) {
+                fprintf(stderr,
+                        "SKIP sandbox_confines_the_kernel: bubblewrap does "
+                        "not work here: %s\n",
+                        cq_sandbox_reason(sandbox));
+                cq_sandbox_destroy(&sandbox);
+                return;
+        }
+        setenv("OPENAI_API_KEY", "sk-secret-from-test", 1);
+        lfd = listen_loopback(&port);
+        interp = start_local(sandbox, 0);
+        snprintf(code, sizeof(code),
+                 "import socket, os\n"
+                 "def tryit(f):\n"
+                 "    try:\n        f()\n        return 'ok'\n"
+                 "    except Exception as e:\n"
+                 "        return type(e).__name__\n"
+                 "print(tryit(lambda: socket.create_connection(('127.0.0.1', "
+                 "%d), timeout=3)))\n"
+                 "print(tryit(lambda: open('/etc/coderq-escape', 'w')))\n"
+                 "print(tryit(lambda: open('/var/tmp/coderq-escape', 'w')))\n"
+                 "print(tryit(lambda: open('/etc/shadow').read()))\n"
+                 "print(tryit(lambda: open('inside.txt', 'w').write('x')))\n"
+                 "print('OPENAI_API_KEY' in os.environ, os.getuid())",
+                 port);
+        snprintf(want, sizeof(want),
+                 "ConnectionRefusedError\nOSError\nFileNotFoundError\n"
+                 "PermissionError\nok\nFalse %d\n",
+                 geteuid() == 0 ? CQ_SANDBOX_UID : (int)geteuid());
+        /* OSError: read-only file system (errno EROFS) */
+        {
+                cq_cell_result_t res;
+                char *out;
+
+                run(interp, code, 60000, &res);
+                out = stream_text(&res, "stdout");
+                ck_assert_msg(strcmp(out, want) == 0, "sandbox said:\n%s", out);
+                free(out);
+                cq_cell_result_release(&res);
+        }
+        ck_assert_int_ne(access("/var/tmp/coderq-escape", F_OK), 0);
+        ck_assert_int_ne(access("/etc/coderq-escape", F_OK), 0);
+        /* a figure still arrives from inside the sandbox */
+        {
+                cq_cell_result_t res;
+
+                run(interp,
+                    "import matplotlib.pyplot as plt\nplt.plot([1])\n"
+                    "plt.show()",
+                    60000, &res);
+                ck_assert_ptr_nonnull(json_object_get(
+                    json_object_get(find_output(&res, "display_data"), "data"),
+                    "image/png"));
+                cq_cell_result_release(&res);
+        }
+        close(lfd);
+        /* timeouts, cancel and interrupt work through bubblewrap too */
+        cancel_and_interrupt(interp);
+        {
+                cq_cell_result_t res;
+
+                run(interp, "v = 1\nwhile True: pass", 1000, &res);
+                ck_assert_int_eq(res.status, CQ_CELL_TIMEOUT);
+                cq_cell_result_release(&res);
+                run(interp, "import os\nos._exit(3)", 30000, &res);
+                ck_assert_int_eq(res.status, CQ_CELL_DIED);
+                cq_cell_result_release(&res);
+                assert_stdout(interp, "print('v' in dir())", "False\n");
+        }
+        cq_interp_destroy(&interp);
+        cq_sandbox_destroy(&sandbox);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+START_TEST(pool_hands_out_ready_kernels)
+{
+        cq_kpool_opts_t opts;
+        cq_kpool_t *pool;
+        cq_interp_t *a, *b;
+        char errstr[512] = "", dir[4096];
+        struct stat st;
+        int i;
+
+        memset(&opts, 0, sizeof(opts));
+        opts.size = 1;
+        opts.local.work_root = root;
+        opts.local.kernel.startup_timeout_ms = 60000;
+        pool = cq_kpool_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(pool != NULL, "%s", errstr);
+        for (i = 0; i < 1200 && cq_kpool_ready(pool) < 1; i++) {
+                struct timespec ts = {0, 100 * 1000 * 1000};
+
+                nanosleep(&ts, NULL);
+        }
+        ck_assert_uint_eq(cq_kpool_ready(pool), 1);
+        /* a ready kernel comes out without waiting for a start */
+        a = cq_kpool_acquire(pool, 0, errstr, sizeof(errstr));
+        ck_assert_msg(a != NULL, "%s", errstr);
+        ck_assert_uint_eq(cq_kpool_ready(pool), 0);
+        /* the refill thread replaces it */
+        b = cq_kpool_acquire(pool, 60000, errstr, sizeof(errstr));
+        ck_assert_msg(b != NULL, "%s", errstr);
+        snprintf(dir, sizeof(dir), "%s",
+                 cq_kernel_work_dir(cq_local_interp_kernel(a)));
+        ck_assert_str_ne(dir, cq_kernel_work_dir(cq_local_interp_kernel(b)));
+        /* warmed up silently: modules loaded, counter and namespace clean */
+        {
+                cq_cell_result_t res;
+                char *out;
+
+                run(a,
+                    "import sys\nprint('numpy' in sys.modules, "
+                    "'matplotlib.pyplot' in sys.modules, "
+                    "[n for n in dir() if 'cq' in n])",
+                    30000, &res);
+                out = stream_text(&res, "stdout");
+                ck_assert_str_eq(out, "True True []\n");
+                free(out);
+                ck_assert_int_eq(res.execution_count, 1);
+                ck_assert_uint_eq(json_array_size(res.outputs), 1);
+                cq_cell_result_release(&res);
+        }
+        /* a job's state stays in its kernel */
+        assert_stdout(a, "secret = 1", "");
+        assert_stdout(b, "print('secret' in dir())", "False\n");
+        cq_interp_destroy(&a);
+        ck_assert_int_ne(stat(dir, &st), 0); /* work dir removed */
+        cq_interp_destroy(&b);
+        cq_kpool_destroy(&pool);
+        ck_assert_ptr_null(pool);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+START_TEST(config_and_start_failure)
+{
+        cq_config_t cfg;
+        cq_sandbox_opts_t sopts;
+        cq_kpool_opts_t popts;
+        cq_local_opts_t lopts;
+        char errstr[512] = "";
+        cq_interp_t *interp;
+
+        ck_assert_int_eq(cq_config_init(&cfg), 0);
+        ck_assert_str_eq(cfg.python, "/usr/bin/python3");
+        ck_assert_int_eq(cfg.kpool_size, 2);
+        ck_assert_uint_eq(cfg.output_max, 1 << 20);
+        ck_assert_int_eq(cq_sandbox_opts_from_config(&sopts, &cfg), 0);
+        ck_assert_int_eq(sopts.mode, CQ_SANDBOX_AUTO);
+        ck_assert_uint_eq(sopts.mem, 4UL << 30);
+        cq_kpool_opts_from_config(&popts, &cfg, NULL);
+        ck_assert_uint_eq(popts.size, 2);
+        ck_assert_int_eq(popts.local.kernel.startup_timeout_ms, 60000);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX", "maybe",
+                                       "CODERQ_SANDBOX", errstr,
+                                       sizeof(errstr)),
+                         -1);
+        /* an interpreter that cannot start: a clear error, nothing left */
+        cq_local_opts_from_config(&lopts, &cfg, NULL);
+        lopts.kernel.python = "/nonexistent/python3";
+        lopts.work_root = root;
+        interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
+        ck_assert_ptr_null(interp);
+        ck_assert_msg(strstr(errstr, "exited during startup") != NULL, "%s",
+                      errstr);
+        /* a python without ipykernel says why */
+        lopts.kernel.python = "/bin/false";
+        interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
+        ck_assert_ptr_null(interp);
+        ck_assert_ptr_nonnull(strstr(errstr, "kernel"));
+        /* ipc socket paths must fit in sun_path (108 bytes) */
+        {
+                char longroot[512];
+
+                mkdir(root, 0711);
+                snprintf(
+                    longroot, sizeof(longroot), "%s/%s", root,
+                    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+                lopts.kernel.python = "/usr/bin/python3";
+                lopts.work_root = longroot;
+                interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
+                ck_assert_ptr_null(interp);
+                ck_assert_msg(strstr(errstr, "too long") != NULL, "%s", errstr);
+                ck_assert_int_eq(rmdir(longroot), 0);
+        }
+        cq_config_release(&cfg);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+START_TEST(nothing_left_behind)
+{
+        DIR *dir;
+        struct dirent *de;
+        int entries = 0;
+
+        ck_assert_int_eq(count_kernels(), 0);
+        dir = opendir(root);
+        if (dir) {
+                while ((de = readdir(dir)))
+                        if (strcmp(de->d_name, ".") &&
+                            strcmp(de->d_name, "..")) {
+                                fprintf(stderr, "left behind: %s/%s\n", root,
+                                        de->d_name);
+                                entries++;
+                        }
+                closedir(dir);
+                rmdir(root);
+        }
+        ck_assert_int_eq(entries, 0);
+}
+END_TEST
+
+static Suite *cq_kernel_suite(void)
+{
+        Suite *s = suite_create("kernel");
+        TCase *tc = tcase_create("kernel");
+
+        root_setup();
+        tcase_set_timeout(tc, 240);
+        tcase_add_test(tc, outputs_errors_and_text);
+        tcase_add_test(tc, files_created_and_inputs);
+        tcase_add_test(tc, timeout_and_death_replace_the_kernel);
+        tcase_add_test(tc, output_flood_is_bounded);
+        tcase_add_test(tc, sandbox_confines_the_kernel);
+        tcase_add_test(tc, pool_hands_out_ready_kernels);
+        tcase_add_test(tc, config_and_start_failure);
+        tcase_add_test(tc, nothing_left_behind);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+CQ_CHECK_MAIN(cq_kernel_suite)
