@@ -19,14 +19,16 @@ static const char SQL_UPSERT[] =
     " ON CONFLICT (job_id) DO NOTHING RETURNING 1";
 
 /* The parent check is inside the locked subquery, so a child becomes
- * claimable in the same statement that sees its parent succeeded. */
+ * claimable in the same statement that sees its parent succeeded. It is a
+ * scalar subquery on purpose: an EXISTS under OR is planned as a hashed
+ * subplan that scans every succeeded job, where this is one index probe. */
 static const char SQL_CLAIM[] =
     "WITH next AS ("
     " SELECT j.job_id FROM jobs j"
     " WHERE j.status = 'queued' AND j.run_after <= now()"
     "  AND j.attempts < j.max_attempts"
-    "  AND (j.parent_job_id IS NULL OR EXISTS (SELECT 1 FROM jobs p"
-    "       WHERE p.job_id = j.parent_job_id AND p.status = 'succeeded'))"
+    "  AND (j.parent_job_id IS NULL OR (SELECT p.status FROM jobs p"
+    "       WHERE p.job_id = j.parent_job_id) = 'succeeded')"
     " ORDER BY j.priority DESC, j.created_at, j.job_id"
     " LIMIT 1 FOR UPDATE OF j SKIP LOCKED)"
     " UPDATE jobs SET status = 'running', lease_owner = $1,"
