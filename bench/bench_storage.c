@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "coderq/store.h"
@@ -21,6 +22,7 @@ typedef struct bench_slot {
         int n;
         int64_t deadline;
         long cycles;
+        int64_t claim_us, heartbeat_us, finish_us;
         int failed;
         char errmsg[512];
 } bench_slot_t;
@@ -60,6 +62,14 @@ static int dsn_for(const char *base, const char *dbname, char *out, size_t size)
         return len < size ? 0 : -1;
 }
 
+static int64_t now_us(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static void *slot_main(void *arg)
 {
         bench_slot_t *slot = arg;
@@ -82,9 +92,13 @@ static void *slot_main(void *arg)
                 const char *ids[1];
                 bool found, lost[1], was_lost;
 
+                int64_t t0 = now_us(), t1, t2;
+
                 cq_claim_init(&claim);
                 if (cq_store_claim(store, &claim, &found) != CQ_OK)
                         goto fail;
+                t1 = now_us();
+                slot->claim_us += t1 - t0;
                 if (!found)
                         break; /* out of jobs: the figure still holds */
                 ids[0] = claim.job_id;
@@ -92,6 +106,8 @@ static void *slot_main(void *arg)
                         cq_claim_release(&claim);
                         goto fail;
                 }
+                t2 = now_us();
+                slot->heartbeat_us += t2 - t1;
                 memset(&fin, 0, sizeof(fin));
                 fin.job_id = claim.job_id;
                 fin.status = "succeeded";
@@ -104,6 +120,7 @@ static void *slot_main(void *arg)
                         goto fail;
                 }
                 cq_claim_release(&claim);
+                slot->finish_us += now_us() - t2;
                 slot->cycles++;
         }
         cq_store_destroy(&store);
@@ -123,6 +140,7 @@ static double run(const char *dsn, PGconn *conn, int n, int seconds)
         pthread_t th[8];
         int64_t start, end;
         long total = 0;
+        int64_t claim_us = 0, heartbeat_us = 0, finish_us = 0;
         int i;
         char sql[256];
 
@@ -155,7 +173,16 @@ static double run(const char *dsn, PGconn *conn, int n, int seconds)
                         return -1;
                 }
                 total += slots[i].cycles;
+                claim_us += slots[i].claim_us;
+                heartbeat_us += slots[i].heartbeat_us;
+                finish_us += slots[i].finish_us;
         }
+        if (total > 0)
+                printf("connections=%d mean_ms claim=%.2f heartbeat=%.2f "
+                       "finish=%.2f\n",
+                       n, (double)claim_us / 1000.0 / (double)total,
+                       (double)heartbeat_us / 1000.0 / (double)total,
+                       (double)finish_us / 1000.0 / (double)total);
         printf("connections=%d cycles=%ld seconds=%.2f cycles_per_s=%.1f\n", n,
                total, (double)(end - start) / 1000.0,
                (double)total * 1000.0 / (double)(end - start));

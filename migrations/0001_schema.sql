@@ -208,6 +208,55 @@ LANGUAGE sql STABLE AS $$
     WHERE j.job_id = p_job_id
 $$;
 
+-- Finish a job in one statement (one round trip, one implicit
+-- transaction): the job row guarded by its lease, the result, the final
+-- notebook and the completion event. Returns 'finished'; 'done' when this
+-- owner already finished it with this status (a retry after a lost
+-- COMMIT reply); 'lost' when the lease is not this owner's (nothing
+-- written).
+CREATE FUNCTION coderq_finish(p_job_id text, p_owner text, p_status text,
+                              p_reason text, p_turns integer,
+                              p_retries integer, p_prompt_tokens bigint,
+                              p_completion_tokens bigint, p_answer text,
+                              p_tests_passed integer, p_tests_total integer,
+                              p_report jsonb, p_notebook jsonb,
+                              p_notebook_bytes integer, p_topic text)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE jobs SET status = p_status, lease_owner = NULL,
+           lease_until = NULL, finished_at = now(), finished_by = p_owner,
+           updated_at = now(), reason = p_reason, turns = p_turns,
+           retries = p_retries, prompt_tokens = p_prompt_tokens,
+           completion_tokens = p_completion_tokens
+     WHERE job_id = p_job_id AND lease_owner = p_owner
+       AND status = 'running';
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM jobs WHERE job_id = p_job_id
+                   AND finished_by = p_owner AND status = p_status) THEN
+            RETURN 'done';
+        END IF;
+        RETURN 'lost';
+    END IF;
+    INSERT INTO results (job_id, status, answer, tests_passed, tests_total,
+                         report)
+    VALUES (p_job_id, p_status, p_answer, p_tests_passed, p_tests_total,
+            p_report);
+    IF p_notebook IS NOT NULL THEN
+        INSERT INTO notebooks (job_id, doc, bytes, ncells)
+        VALUES (p_job_id, p_notebook, p_notebook_bytes,
+                COALESCE(jsonb_array_length(
+                    CASE WHEN jsonb_typeof(p_notebook->'cells') = 'array'
+                         THEN p_notebook->'cells' END), 0))
+        ON CONFLICT (job_id) DO UPDATE SET doc = EXCLUDED.doc,
+            bytes = EXCLUDED.bytes, ncells = EXCLUDED.ncells,
+            updated_at = now();
+    END IF;
+    INSERT INTO outbox (job_id, topic, key, payload)
+    VALUES (p_job_id, p_topic, p_job_id, coderq_completion_event(p_job_id));
+    RETURN 'finished';
+END
+$$;
+
 -- For people: one row per job.
 CREATE VIEW job_overview AS
 SELECT j.job_id, j.run_id, j.task_id, j.title, j.status, j.priority,

@@ -90,33 +90,16 @@ static const char SQL_RELEASE[] =
     " WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'"
     " RETURNING 1";
 
-static const char SQL_FINISH_JOB[] =
-    "UPDATE jobs SET status = $3, lease_owner = NULL, lease_until = NULL,"
-    " finished_at = now(), finished_by = $2, updated_at = now(),"
-    " reason = $4, turns = $5, retries = $6, prompt_tokens = $7,"
-    " completion_tokens = $8"
-    " WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'"
-    " RETURNING 1";
-
-static const char SQL_FINISH_RESULT[] =
-    "INSERT INTO results (job_id, status, answer, tests_passed, tests_total,"
-    " report) VALUES ($1, $2, $3, $4, $5, $6::jsonb)";
-
 static const char SQL_NOTEBOOK[] =
     "INSERT INTO notebooks (job_id, doc, bytes, ncells)"
     " VALUES ($1, $2::jsonb, $3, $4)"
     " ON CONFLICT (job_id) DO UPDATE SET doc = EXCLUDED.doc,"
     " bytes = EXCLUDED.bytes, ncells = EXCLUDED.ncells, updated_at = now()";
 
-static const char SQL_FINISH_EVENT[] =
-    "INSERT INTO outbox (job_id, topic, key, payload)"
-    " VALUES ($1, $2, $1, coderq_completion_event($1))";
-
-/* A finish whose COMMIT reply was lost looks like a lost lease on the
- * retry; this tells the two apart. */
-static const char SQL_FINISHED_BY_ME[] =
-    "SELECT 1 FROM jobs WHERE job_id = $1 AND finished_by = $2"
-    " AND status = $3";
+/* One statement: see coderq_finish() in migrations/0001_schema.sql. */
+static const char SQL_FINISH[] =
+    "SELECT coderq_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
+    " $12::jsonb, $13::jsonb, $14, $15)";
 
 static const char SQL_OUTBOX_FETCH[] =
     "SELECT event_id::text, topic, key, payload::text FROM outbox"
@@ -451,8 +434,8 @@ cq_err_t cq_store_finish(cq_store_t *store, const cq_finish_t *fin, bool *lostp)
         PGresult *res = NULL;
         char *nb = NULL, *report = NULL;
         size_t nblen = 0;
+        const char *outcome;
         cq_err_t err;
-        bool updated;
 
         *lostp = false;
         if (!valid_final_status(fin->status)) {
@@ -481,9 +464,6 @@ cq_err_t cq_store_finish(cq_store_t *store, const cq_finish_t *fin, bool *lostp)
                         goto out;
                 }
         }
-        err = store_begin(store, "finish a job");
-        if (err != CQ_OK)
-                goto out;
         sp_init(&sp);
         sp_text(&sp, fin->job_id);
         sp_text(&sp, store->owner);
@@ -493,33 +473,6 @@ cq_err_t cq_store_finish(cq_store_t *store, const cq_finish_t *fin, bool *lostp)
         sp_long(&sp, fin->retries < 0 ? 0 : fin->retries);
         sp_long(&sp, fin->prompt_tokens < 0 ? 0 : fin->prompt_tokens);
         sp_long(&sp, fin->completion_tokens < 0 ? 0 : fin->completion_tokens);
-        err = store_exec(store, "finish a job", SQL_FINISH_JOB, &sp, 0, false,
-                         &res);
-        if (err != CQ_OK)
-                goto out;
-        updated = PQntuples(res) == 1;
-        PQclear(res);
-        res = NULL;
-        if (!updated) {
-                store_rollback(store);
-                sp_init(&sp);
-                sp_text(&sp, fin->job_id);
-                sp_text(&sp, store->owner);
-                sp_text(&sp, fin->status);
-                err = store_exec(store, "check a finished job",
-                                 SQL_FINISHED_BY_ME, &sp, 0, true, &res);
-                if (err == CQ_OK && PQntuples(res) == 0) {
-                        *lostp = true;
-                        store_set_error(store,
-                                        "could not finish job \"%s\": worker "
-                                        "\"%s\" no longer holds its lease",
-                                        fin->job_id, store->owner);
-                }
-                goto out;
-        }
-        sp_init(&sp);
-        sp_text(&sp, fin->job_id);
-        sp_text(&sp, fin->status);
         sp_text(&sp, fin->answer);
         if (fin->tests_total >= 0 && fin->tests_passed >= 0) {
                 sp_long(&sp, fin->tests_passed);
@@ -529,23 +482,22 @@ cq_err_t cq_store_finish(cq_store_t *store, const cq_finish_t *fin, bool *lostp)
                 sp_text(&sp, NULL);
         }
         sp_text(&sp, report);
-        err = store_exec(store, "store the result", SQL_FINISH_RESULT, &sp, 0,
-                         false, NULL);
-        if (err == CQ_OK && nb)
-                err = store_write_notebook(store, fin->job_id, fin->notebook,
-                                           nb, nblen);
+        sp_text(&sp, nb);
+        sp_long(&sp, (long long)nblen);
+        sp_text(&sp, store->topic);
+        /* Retry-safe: a second run after a lost reply answers 'done'. */
+        err = store_exec(store, "finish a job", SQL_FINISH, &sp, 0, true, &res);
         if (err != CQ_OK)
                 goto out;
-        sp_init(&sp);
-        sp_text(&sp, fin->job_id);
-        sp_text(&sp, store->topic);
-        err = store_exec(store, "queue the completion event", SQL_FINISH_EVENT,
-                         &sp, 0, false, NULL);
-        if (err == CQ_OK)
-                err = store_commit(store, "commit the finished job");
+        outcome = PQgetvalue(res, 0, 0);
+        if (strcmp(outcome, "lost") == 0) {
+                *lostp = true;
+                store_set_error(store,
+                                "could not finish job \"%s\": worker \"%s\" "
+                                "no longer holds its lease",
+                                fin->job_id, store->owner);
+        }
 out:
-        if (err != CQ_OK)
-                store_rollback(store);
         PQclear(res);
         free(nb);
         free(report);

@@ -562,6 +562,38 @@ static void *finisher_main(void *arg)
         return NULL;
 }
 
+/* Whether backend \p pid waits for a lock inside coderq_finish(). */
+static bool finish_waits(PGconn *conn, int pid)
+{
+        char num[16];
+        const char *param = num;
+        PGresult *res;
+        bool waiting;
+
+        snprintf(num, sizeof(num), "%d", pid);
+        res = PQexecParams(conn,
+                           "SELECT count(*) FROM pg_stat_activity WHERE pid ="
+                           " $1 AND wait_event_type = 'Lock' AND query LIKE"
+                           " '%coderq_finish%'",
+                           1, NULL, &param, NULL, NULL, 0);
+        waiting = strcmp(PQgetvalue(res, 0, 0), "1") == 0;
+        PQclear(res);
+        return waiting;
+}
+
+static int wait_for_blocked_finish(PGconn *conn, cq_store_t *store)
+{
+        int i;
+
+        /* The handle may be reconnecting: read its pid each time. */
+        for (i = 0; i < 400; i++) {
+                if (finish_waits(conn, cq_store_backend_pid(store)))
+                        return cq_store_backend_pid(store);
+                usleep(25000);
+        }
+        return 0;
+}
+
 START_TEST(finish_is_atomic_when_the_backend_is_killed)
 {
         cq_store_t *store = store_for("w1", 120);
@@ -569,57 +601,48 @@ START_TEST(finish_is_atomic_when_the_backend_is_killed)
         struct finisher f = {store, nb, CQ_OK, false};
         PGconn *locker = connect_to(g_dsn), *killer = connect_to(g_dsn);
         pthread_t th;
-        char pid[16], *s;
-        int i, waiting = 0;
+        char num[16], *s;
+        const char *param = num;
+        PGresult *res;
+        int pid;
 
         add_job(store, "atomic", 0, NULL, NULL);
         s = claim_id(store);
         free(s);
-        snprintf(pid, sizeof(pid), "%d", cq_store_backend_pid(store));
-        /* The finish will block on its last statement, the outbox row. */
+        /* The finish will block on its last write, the outbox row. */
         exec_ok(locker, "BEGIN");
         exec_ok(locker, "LOCK TABLE outbox IN SHARE MODE");
         ck_assert_int_eq(pthread_create(&th, NULL, finisher_main, &f), 0);
-        for (i = 0; i < 200 && !waiting; i++) {
-                const char *param = pid;
-                PGresult *res = PQexecParams(
-                    killer,
-                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 "
-                    "AND wait_event_type = 'Lock' AND query LIKE "
-                    "'INSERT INTO outbox%'",
-                    1, NULL, &param, NULL, NULL, 0);
-
-                waiting = strcmp(PQgetvalue(res, 0, 0), "1") == 0;
-                PQclear(res);
-                if (!waiting)
-                        usleep(50000);
-        }
-        ck_assert_msg(waiting, "the finish never blocked on the outbox");
-        /* The job row, result and notebook are written but uncommitted. */
-        {
-                const char *param = pid;
-                PGresult *res =
-                    PQexecParams(killer, "SELECT pg_terminate_backend($1)", 1,
-                                 NULL, &param, NULL, NULL, 0);
-
-                ck_assert_str_eq(PQgetvalue(res, 0, 0), "t");
-                PQclear(res);
-        }
-        pthread_join(th, NULL);
-        ck_assert_int_eq(f.err, CQ_ERR_RETRIABLE);
-        exec_ok(locker, "ROLLBACK");
-        /* Nothing partial is visible. */
+        pid = wait_for_blocked_finish(killer, store);
+        ck_assert_msg(pid != 0, "the finish never blocked on the outbox");
+        /* It already updated the job row (which it holds locked)... */
+        res = PQexec(killer, "SELECT 1 FROM jobs WHERE job_id = 'atomic'"
+                             " FOR UPDATE NOWAIT");
+        ck_assert_str_eq(PQresultErrorField(res, PG_DIAG_SQLSTATE), "55P03");
+        PQclear(res);
+        /* ...when its backend dies. */
+        snprintf(num, sizeof(num), "%d", pid);
+        res = PQexecParams(killer, "SELECT pg_terminate_backend($1)", 1, NULL,
+                           &param, NULL, NULL, 0);
+        ck_assert_str_eq(PQgetvalue(res, 0, 0), "t");
+        PQclear(res);
+        /* The handle reconnects and retries; the retry blocks on the same
+         * lock, so nothing can have committed since the kill: nothing
+         * partial is visible. */
+        pid = wait_for_blocked_finish(killer, store);
+        ck_assert_msg(pid != 0, "the finish was not retried");
+        ck_assert_uint_eq(cq_store_reconnects(store), 1);
         s = q1("SELECT status || ' ' || lease_owner FROM jobs", NULL);
         ck_assert_str_eq(s, "running w1");
         free(s);
         ck_assert_int_eq(qn("SELECT count(*) FROM results", NULL), 0);
         ck_assert_int_eq(qn("SELECT count(*) FROM notebooks", NULL), 0);
         ck_assert_int_eq(qn("SELECT count(*) FROM outbox", NULL), 0);
-        /* The caller retries: the handle reconnects and it lands whole. */
-        finisher_main(&f);
+        /* Released, the retry lands whole. */
+        exec_ok(locker, "ROLLBACK");
+        pthread_join(th, NULL);
         ck_assert_msg(f.err == CQ_OK, "%s", cq_store_errmsg(store));
         ck_assert(!f.lost);
-        ck_assert_uint_ge(cq_store_reconnects(store), 1);
         s = q1("SELECT j.status || ' ' || r.answer || ' ' || n.ncells || ' ' "
                "|| (o.payload->>'status') FROM jobs j JOIN results r USING "
                "(job_id) JOIN notebooks n USING (job_id) JOIN outbox o USING "
@@ -632,6 +655,7 @@ START_TEST(finish_is_atomic_when_the_backend_is_killed)
         ck_assert_int_eq(f.err, CQ_OK);
         ck_assert(!f.lost);
         ck_assert_int_eq(qn("SELECT count(*) FROM outbox", NULL), 1);
+        ck_assert_int_eq(qn("SELECT count(*) FROM results", NULL), 1);
         PQfinish(locker);
         PQfinish(killer);
         json_decref(nb);

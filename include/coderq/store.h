@@ -9,10 +9,13 @@
  * Every statement is parameterised; bytea travels in binary format. A lost
  * connection is re-established with bounded backoff; a statement is retried
  * after a reconnect only when running it twice is harmless (reads and
- * idempotent writes). A multi-statement transaction is never retried here:
- * it lands whole or not at all, and the call returns CQ_ERR_RETRIABLE so
- * the caller can run it again (finishing is idempotent for the lease
- * owner, see cq_store_finish()).
+ * idempotent writes, including cq_store_finish()). A multi-statement
+ * transaction is never retried here: it lands whole or not at all, and the
+ * call returns CQ_ERR_RETRIABLE so the caller can run it again.
+ *
+ * @locality Every cq_store_* call on a handle: the one thread that owns
+ * it (a PGconn is not thread-safe). Handles are independent: one per
+ * slot, heartbeat, relay and intake thread.
  *
  * Errors: calls return CQ_OK; CQ_ERR_RETRIABLE when PostgreSQL could not be
  * reached or the connection broke (try again later); CQ_ERR_TOO_LARGE when
@@ -169,9 +172,11 @@ typedef struct cq_finish {
 } cq_finish_t;
 
 /**
- * @brief Finish a job in ONE transaction: job status and figures (guarded
- *        by lease_owner = this owner), the results row, the final
- *        notebook and an outbox row with the completion event.
+ * @brief Finish a job in ONE transaction (one statement, coderq_finish()
+ *        in the schema): job status and figures (guarded by lease_owner =
+ *        this owner), the results row, the final notebook and an outbox
+ *        row with the completion event built from the stored rows.
+ *        Retried once after a reconnect, which is safe (see below).
  * @param lostp (out) true when the lease is no longer ours: nothing was
  *        written. A repeat call after this owner already finished the job
  *        with the same status (a commit whose reply was lost) is CQ_OK.
