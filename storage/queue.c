@@ -52,12 +52,16 @@ static const char SQL_REQUEUE[] =
     " SELECT job_id FROM jobs WHERE status = 'running' AND lease_until < now()"
     " FOR UPDATE SKIP LOCKED)"
     " UPDATE jobs j SET"
-    "  status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed'"
+    "  status = CASE WHEN j.cancel_requested THEN 'cancelled'"
+    "           WHEN j.attempts >= j.max_attempts THEN 'failed'"
     "           ELSE 'queued' END,"
-    "  finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,"
-    "  finished_by = CASE WHEN j.attempts >= j.max_attempts"
-    "                THEN j.lease_owner END,"
-    "  reason = CASE WHEN j.attempts >= j.max_attempts"
+    "  finished_at = CASE WHEN j.cancel_requested"
+    "                OR j.attempts >= j.max_attempts THEN now() END,"
+    "  finished_by = CASE WHEN j.cancel_requested"
+    "                OR j.attempts >= j.max_attempts THEN j.lease_owner END,"
+    "  reason = CASE WHEN j.cancel_requested"
+    "           THEN 'cancelled; its worker lost the lease'"
+    "           WHEN j.attempts >= j.max_attempts"
     "           THEN format('lease expired after %s attempts (last worker %s)',"
     "                       j.attempts, j.lease_owner)"
     "           ELSE j.reason END,"
@@ -324,7 +328,7 @@ cq_store_requeue_expired(cq_store_t *store, int *requeuedp, int *failedp)
                 goto out;
         }
         for (row = 0; row < PQntuples(res); row++) {
-                if (strcmp(PQgetvalue(res, row, 1), "failed") == 0)
+                if (strcmp(PQgetvalue(res, row, 1), "queued") != 0)
                         failed[nfailed++] = PQgetvalue(res, row, 0);
                 else
                         requeued++;

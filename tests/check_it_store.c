@@ -562,36 +562,33 @@ static void *finisher_main(void *arg)
         return NULL;
 }
 
-/* Whether backend \p pid waits for a lock inside coderq_finish(). */
-static bool finish_waits(PGconn *conn, int pid)
+/* The pid of a backend of this database that waits for a lock inside
+ * coderq_finish(), other than \p not_pid (a killed backend may still be
+ * listed for a moment); 0 after 10 s. Read from pg_stat_activity, not from
+ * the store, which another thread is using. */
+static int wait_for_blocked_finish(PGconn *conn, int not_pid)
 {
         char num[16];
         const char *param = num;
-        PGresult *res;
-        bool waiting;
+        int i, pid = 0;
 
-        snprintf(num, sizeof(num), "%d", pid);
-        res = PQexecParams(conn,
-                           "SELECT count(*) FROM pg_stat_activity WHERE pid ="
-                           " $1 AND wait_event_type = 'Lock' AND query LIKE"
-                           " '%coderq_finish%'",
-                           1, NULL, &param, NULL, NULL, 0);
-        waiting = strcmp(PQgetvalue(res, 0, 0), "1") == 0;
-        PQclear(res);
-        return waiting;
-}
+        snprintf(num, sizeof(num), "%d", not_pid);
+        for (i = 0; i < 400 && !pid; i++) {
+                PGresult *res = PQexecParams(
+                    conn,
+                    "SELECT pid FROM pg_stat_activity WHERE datname ="
+                    " current_database() AND pid <> $1 AND wait_event_type ="
+                    " 'Lock' AND query LIKE '%coderq_finish%'",
+                    1, NULL, &param, NULL, NULL, 0);
 
-static int wait_for_blocked_finish(PGconn *conn, cq_store_t *store)
-{
-        int i;
-
-        /* The handle may be reconnecting: read its pid each time. */
-        for (i = 0; i < 400; i++) {
-                if (finish_waits(conn, cq_store_backend_pid(store)))
-                        return cq_store_backend_pid(store);
-                usleep(25000);
+                ck_assert_int_eq(PQresultStatus(res), PGRES_TUPLES_OK);
+                if (PQntuples(res) == 1)
+                        pid = (int)strtol(PQgetvalue(res, 0, 0), NULL, 10);
+                PQclear(res);
+                if (!pid)
+                        usleep(25000);
         }
-        return 0;
+        return pid;
 }
 
 START_TEST(finish_is_atomic_when_the_backend_is_killed)
@@ -613,7 +610,7 @@ START_TEST(finish_is_atomic_when_the_backend_is_killed)
         exec_ok(locker, "BEGIN");
         exec_ok(locker, "LOCK TABLE outbox IN SHARE MODE");
         ck_assert_int_eq(pthread_create(&th, NULL, finisher_main, &f), 0);
-        pid = wait_for_blocked_finish(killer, store);
+        pid = wait_for_blocked_finish(killer, 0);
         ck_assert_msg(pid != 0, "the finish never blocked on the outbox");
         /* It already updated the job row (which it holds locked)... */
         res = PQexec(killer, "SELECT 1 FROM jobs WHERE job_id = 'atomic'"
@@ -629,9 +626,8 @@ START_TEST(finish_is_atomic_when_the_backend_is_killed)
         /* The handle reconnects and retries; the retry blocks on the same
          * lock, so nothing can have committed since the kill: nothing
          * partial is visible. */
-        pid = wait_for_blocked_finish(killer, store);
+        pid = wait_for_blocked_finish(killer, pid);
         ck_assert_msg(pid != 0, "the finish was not retried");
-        ck_assert_uint_eq(cq_store_reconnects(store), 1);
         s = q1("SELECT status || ' ' || lease_owner FROM jobs", NULL);
         ck_assert_str_eq(s, "running w1");
         free(s);
@@ -643,6 +639,7 @@ START_TEST(finish_is_atomic_when_the_backend_is_killed)
         pthread_join(th, NULL);
         ck_assert_msg(f.err == CQ_OK, "%s", cq_store_errmsg(store));
         ck_assert(!f.lost);
+        ck_assert_uint_eq(cq_store_reconnects(store), 1);
         s = q1("SELECT j.status || ' ' || r.answer || ' ' || n.ncells || ' ' "
                "|| (o.payload->>'status') FROM jobs j JOIN results r USING "
                "(job_id) JOIN notebooks n USING (job_id) JOIN outbox o USING "
@@ -1237,6 +1234,7 @@ START_TEST(cancel_queued_now_running_by_flag)
         cq_store_t *other = store_for("other", 120);
         cq_cancel_outcome_t out;
         bool requested = true;
+        int requeued = -1, failed = -1;
         char *s;
 
         add_job(store, "q", 0, NULL, NULL);
@@ -1276,6 +1274,27 @@ START_TEST(cancel_queued_now_running_by_flag)
         ck_assert_int_eq(cq_store_cancel(other, "nope", &out), CQ_OK);
         ck_assert_int_eq(out, CQ_CANCEL_NOT_FOUND);
         ck_assert_int_eq(qn("SELECT count(*) FROM outbox", NULL), 2);
+        /* A cancelled job whose worker vanished is cancelled by the reaper,
+         * not run again. */
+        add_job(store, "gone", 0, NULL, NULL);
+        s = claim_id(store);
+        ck_assert_str_eq(s, "gone");
+        free(s);
+        ck_assert_int_eq(cq_store_cancel(other, "gone", &out), CQ_OK);
+        ck_assert_int_eq(out, CQ_CANCEL_REQUESTED);
+        qexec("UPDATE jobs SET lease_until = now() - interval '1 s'");
+        ck_assert_int_eq(cq_store_requeue_expired(other, &requeued, &failed),
+                         CQ_OK);
+        ck_assert_int_eq(requeued, 0);
+        ck_assert_int_eq(failed, 1);
+        s = q1("SELECT status || ': ' || reason || ' ' || (SELECT"
+               " payload->>'status' FROM outbox o WHERE o.job_id = j.job_id)"
+               " FROM jobs j WHERE job_id = 'gone'",
+               NULL);
+        ck_assert_str_eq(s, "cancelled: cancelled; its worker lost the lease "
+                            "cancelled");
+        free(s);
+        ck_assert_ptr_null(claim_id(store));
         cq_store_destroy(&store);
         cq_store_destroy(&other);
 }

@@ -142,9 +142,11 @@ CQ_NODISCARD cq_err_t cq_store_heartbeat(cq_store_t *store,
 /**
  * @brief Requeue running jobs whose lease expired; a job that used all its
  *        attempts fails instead, with the reason "lease expired after N
- *        attempts" and a completion event in the outbox. Queued jobs whose
- *        parent failed or was cancelled fail too ("parent job X failed").
- * @param requeuedp, failedp (out, optional) Counts.
+ *        attempts" and a completion event in the outbox; one whose cancel
+ *        was requested is cancelled. Queued jobs whose parent failed or
+ *        was cancelled fail too ("parent job X failed").
+ * @param requeuedp, failedp (out, optional) Counts; failedp counts every
+ *        job this call finished (failed or cancelled).
  */
 CQ_NODISCARD cq_err_t cq_store_requeue_expired(cq_store_t *store,
                                                int *requeuedp,
