@@ -963,6 +963,7 @@ END_TEST
 
 struct migrator {
         const char *dsn;
+        const char *dir;
         cq_err_t err;
         int applied;
         char errstr[512];
@@ -972,9 +973,8 @@ static void *migrator_main(void *arg)
 {
         struct migrator *m = arg;
 
-        m->err =
-            cq_migrate_run(m->dsn, cq_check_srcpath("migrations"), NULL, NULL,
-                           &m->applied, m->errstr, sizeof(m->errstr));
+        m->err = cq_migrate_run(m->dsn, m->dir, NULL, NULL, &m->applied,
+                                m->errstr, sizeof(m->errstr));
         return NULL;
 }
 
@@ -983,7 +983,7 @@ START_TEST(migrations_twice_noop_and_concurrent_safe)
         enum { N = 6 };
         struct migrator m[N];
         pthread_t th[N];
-        char dsn[2048], name[64], errstr[512];
+        char dsn[2048], name[64], errstr[512], dir[4096];
         int applied = -1, total = 0, i;
         long files;
 
@@ -995,11 +995,14 @@ START_TEST(migrations_twice_noop_and_concurrent_safe)
         ck_assert_int_eq(applied, 0);
         files = qn("SELECT count(*) FROM schema_migrations", NULL);
         ck_assert_int_ge(files, 1);
-        /* Concurrent runners on an empty database. */
+        /* Concurrent runners on an empty database. cq_check_srcpath()
+         * uses a static buffer: copy it before the threads start. */
+        snprintf(dir, sizeof(dir), "%s", cq_check_srcpath("migrations"));
         fresh_db(dsn, sizeof(dsn), name, sizeof(name));
         for (i = 0; i < N; i++) {
                 memset(&m[i], 0, sizeof(m[i]));
                 m[i].dsn = dsn;
+                m[i].dir = dir;
                 ck_assert_int_eq(
                     pthread_create(&th[i], NULL, migrator_main, &m[i]), 0);
         }
