@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,12 +140,38 @@ static void drop_db(const char *name)
         PQfinish(admin);
 }
 
+/* Drop the databases of earlier test processes that are gone (a failed
+ * test exits before its teardown); those of live processes stay. */
+static void sweep_stale_dbs(void)
+{
+        PGconn *admin = connect_to(g_admin);
+        PGresult *res = PQexec(admin, "SELECT datname FROM pg_database WHERE"
+                                      " datname LIKE 'cqt\\_%'");
+        int row;
+
+        for (row = 0; row < PQntuples(res); row++) {
+                const char *name = PQgetvalue(res, row, 0);
+                long pid = strtol(name + 4, NULL, 10);
+                char sql[160];
+
+                if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
+                        snprintf(sql, sizeof(sql),
+                                 "DROP DATABASE IF EXISTS \"%s\" WITH (FORCE)",
+                                 name);
+                        PQclear(PQexec(admin, sql));
+                }
+        }
+        PQclear(res);
+        PQfinish(admin);
+}
+
 static void setup(void)
 {
         char errstr[1024];
         int applied = 0;
 
         snprintf(g_admin, sizeof(g_admin), "%s", cq_check_env("CODERQ_PG_DSN"));
+        sweep_stale_dbs();
         fresh_db(g_dsn, sizeof(g_dsn), g_dbname, sizeof(g_dbname));
         ck_assert_msg(cq_migrate_run(g_dsn, cq_check_srcpath("migrations"),
                                      NULL, NULL, &applied, errstr,
