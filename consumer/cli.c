@@ -12,6 +12,7 @@
 #include "commands.h"
 
 static cq_cmd_fn_t cmd_config;
+cq_cmd_fn_t cq_cmd_migrate;
 
 /* One row per command; commands live in consumer/cmd_<name>.c. */
 static const cq_cmd_t commands[] = {
@@ -21,6 +22,13 @@ static const cq_cmd_t commands[] = {
      cmd_config},
     {"doctor", "check PostgreSQL, Kafka, Python and the sandbox",
      cq_cmd_doctor_usage, cq_cmd_doctor},
+    {"migrate", "apply pending PostgreSQL schema migrations",
+     "usage: coderq migrate\n"
+     "Applies the pending NNNN_name.sql files of CODERQ_MIGRATIONS_DIR in\n"
+     "order, each in one transaction, and prints each one applied. Safe to\n"
+     "run concurrently. Exit 4 when PostgreSQL is unreachable, 1 when a\n"
+     "migration fails or an applied one was changed.\n",
+     cq_cmd_migrate},
 };
 
 const cq_cmd_t *cq_cli_commands(size_t *np)

@@ -54,6 +54,14 @@ typedef struct cq_config {
         size_t sandbox_mem;
         long sandbox_nproc;
         size_t sandbox_fsize;
+        /* storage */
+        char *migrations_dir;
+        long lease_s;
+        long max_attempts;
+        size_t notebook_max;
+        size_t image_max;
+        long memory_threshold; /* percent */
+        long pg_reconnect_s;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */
