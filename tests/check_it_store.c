@@ -1,0 +1,1671 @@
+/* SPDX-License-Identifier: MIT */
+/* check_it_store.c - storage against a real PostgreSQL (CODERQ_PG_DSN):
+ * every test runs in a fresh database, migrated from migrations/, and
+ * drops it afterwards, so tests are independent and re-runnable. */
+#include <errno.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check_support.h"
+#include "coderq/store.h"
+#include "coderq/util.h"
+
+static char g_dsn[2048];   /* the test's own database */
+static char g_admin[2048]; /* the database named by CODERQ_PG_DSN */
+static char g_dbname[64];
+
+/* ------------------------------------------------------------ helpers */
+
+/* \p base with dbname replaced, as a keyword=value conninfo. */
+static void
+dsn_for(const char *base, const char *dbname, char *out, size_t size)
+{
+        PQconninfoOption *opts, *o;
+        char *err = NULL;
+        size_t len = 0;
+
+        opts = PQconninfoParse(base, &err);
+        ck_assert_msg(opts != NULL, "bad CODERQ_PG_DSN: %s", err ? err : "");
+        out[0] = '\0';
+        for (o = opts; o->keyword; o++) {
+                const char *val =
+                    strcmp(o->keyword, "dbname") == 0 ? dbname : o->val;
+                const char *p;
+
+                if (!val || !*val)
+                        continue;
+                len +=
+                    (size_t)snprintf(out + len, size - len, "%s='", o->keyword);
+                for (p = val; *p && len + 3 < size; p++) {
+                        if (*p == '\'' || *p == '\\')
+                                out[len++] = '\\';
+                        out[len++] = *p;
+                }
+                len += (size_t)snprintf(out + len, size - len, "' ");
+                ck_assert_uint_lt(len, size - 1);
+        }
+        PQconninfoFree(opts);
+}
+
+static PGconn *connect_to(const char *dsn)
+{
+        PGconn *conn = PQconnectdb(dsn);
+
+        ck_assert_msg(PQstatus(conn) == CONNECTION_OK, "connect: %s",
+                      PQerrorMessage(conn));
+        return conn;
+}
+
+static void exec_ok(PGconn *conn, const char *sql)
+{
+        PGresult *res = PQexec(conn, sql);
+        ExecStatusType st = PQresultStatus(res);
+
+        ck_assert_msg(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK, "%s: %s",
+                      sql, PQerrorMessage(conn));
+        PQclear(res);
+}
+
+/* The first value of a query with up to one parameter, on a fresh
+ * connection to the test database; caller frees; NULL for no row/NULL. */
+static char *q1(const char *sql, const char *param)
+{
+        PGconn *conn = connect_to(g_dsn);
+        PGresult *res =
+            PQexecParams(conn, sql, param ? 1 : 0, NULL, &param, NULL, NULL, 0);
+        char *out = NULL;
+
+        ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK, "%s: %s", sql,
+                      PQerrorMessage(conn));
+        if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+                out = strdup(PQgetvalue(res, 0, 0));
+        PQclear(res);
+        PQfinish(conn);
+        return out;
+}
+
+static long qn(const char *sql, const char *param)
+{
+        char *s = q1(sql, param);
+        long v;
+
+        ck_assert_msg(s != NULL, "%s: no value", sql);
+        v = strtol(s, NULL, 10);
+        free(s);
+        return v;
+}
+
+static void qexec(const char *sql)
+{
+        PGconn *conn = connect_to(g_dsn);
+
+        exec_ok(conn, sql);
+        PQfinish(conn);
+}
+
+static void fresh_db(char *dsn, size_t size, char *name, size_t nsize)
+{
+        static unsigned counter;
+        PGconn *admin;
+        char sql[128];
+
+        snprintf(name, nsize, "cqt_%ld_%u_%ld", (long)getpid(), counter++,
+                 (long)(cq_now_ms() % 100000));
+        admin = connect_to(g_admin);
+        snprintf(sql, sizeof(sql), "CREATE DATABASE %s", name);
+        exec_ok(admin, sql);
+        PQfinish(admin);
+        dsn_for(cq_check_env("CODERQ_PG_DSN"), name, dsn, size);
+}
+
+static void drop_db(const char *name)
+{
+        PGconn *admin = PQconnectdb(g_admin);
+        char sql[128];
+
+        if (PQstatus(admin) == CONNECTION_OK) {
+                snprintf(sql, sizeof(sql),
+                         "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
+                PQclear(PQexec(admin, sql));
+        }
+        PQfinish(admin);
+}
+
+static void setup(void)
+{
+        char errstr[1024];
+        int applied = 0;
+
+        snprintf(g_admin, sizeof(g_admin), "%s", cq_check_env("CODERQ_PG_DSN"));
+        fresh_db(g_dsn, sizeof(g_dsn), g_dbname, sizeof(g_dbname));
+        ck_assert_msg(cq_migrate_run(g_dsn, cq_check_srcpath("migrations"),
+                                     NULL, NULL, &applied, errstr,
+                                     sizeof(errstr)) == CQ_OK,
+                      "migrate: %s", errstr);
+        ck_assert_int_ge(applied, 1);
+}
+
+static void teardown(void)
+{
+        if (g_dbname[0])
+                drop_db(g_dbname);
+}
+
+static cq_store_t *store_for(const char *owner, int lease_s)
+{
+        cq_store_opts_t opts;
+        char errstr[512];
+        cq_store_t *store;
+
+        cq_store_opts_init(&opts);
+        opts.dsn = g_dsn;
+        opts.owner = owner;
+        opts.lease_s = lease_s;
+        opts.reconnect_ms = 60000;
+        store = cq_store_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(store != NULL, "%s", errstr);
+        return store;
+}
+
+static char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
+
+/* A job filled by hand (the parser lives elsewhere). */
+static void job_fill(cq_job_t *job,
+                     const char *id,
+                     const char *prompt,
+                     long priority,
+                     const char *parent,
+                     const char *run_id)
+{
+        memset(job, 0, sizeof(*job));
+        job->job_id = xstrdup(id);
+        job->prompt = xstrdup(prompt);
+        job->parent_job_id = xstrdup(parent);
+        job->run_id = xstrdup(run_id);
+        job->title = xstrdup("A title");
+        job->priority = priority;
+        job->limits.max_turns = -1;
+        job->limits.max_retries = -1;
+        job->limits.cell_timeout_s = -1;
+        job->limits.job_timeout_s = -1;
+        job->spec = json_pack("{s:s, s:s, s:i}", "job_id", id, "prompt", prompt,
+                              "priority", (int)priority);
+        if (parent)
+                json_object_set_new(job->spec, "parent_job_id",
+                                    json_string(parent));
+        if (run_id)
+                json_object_set_new(job->spec, "run_id", json_string(run_id));
+}
+
+static void job_free(cq_job_t *job)
+{
+        free(job->job_id);
+        free(job->prompt);
+        free(job->parent_job_id);
+        free(job->run_id);
+        free(job->title);
+        free(job->task_id);
+        json_decref(job->spec);
+        memset(job, 0, sizeof(*job));
+}
+
+static void add_job(cq_store_t *store,
+                    const char *id,
+                    long priority,
+                    const char *parent,
+                    const char *run_id)
+{
+        cq_job_t job;
+        bool created = false;
+
+        job_fill(&job, id, "compute something", priority, parent, run_id);
+        ck_assert_msg(cq_store_upsert_job(store, &job, NULL, &created) == CQ_OK,
+                      "%s", cq_store_errmsg(store));
+        ck_assert(created);
+        job_free(&job);
+}
+
+/* Claim one job and return its id (caller frees), or NULL. */
+static char *claim_id(cq_store_t *store)
+{
+        cq_claim_t claim;
+        bool found;
+        char *id;
+
+        cq_claim_init(&claim);
+        ck_assert_msg(cq_store_claim(store, &claim, &found) == CQ_OK, "%s",
+                      cq_store_errmsg(store));
+        if (!found)
+                return NULL;
+        id = claim.job_id;
+        claim.job_id = NULL;
+        cq_claim_release(&claim);
+        return id;
+}
+
+static void
+finish(cq_store_t *store, const char *id, const char *status, const json_t *nb)
+{
+        cq_finish_t fin;
+        bool lost = true;
+
+        memset(&fin, 0, sizeof(fin));
+        fin.job_id = id;
+        fin.status = status;
+        fin.answer = "42";
+        fin.tests_passed = 2;
+        fin.tests_total = 3;
+        fin.turns = 4;
+        fin.retries = 1;
+        fin.prompt_tokens = 100;
+        fin.completion_tokens = 50;
+        fin.notebook = nb;
+        fin.reason = strcmp(status, "failed") == 0 ? "tests failed" : NULL;
+        ck_assert_msg(cq_store_finish(store, &fin, &lost) == CQ_OK, "%s",
+                      cq_store_errmsg(store));
+        ck_assert_msg(!lost, "%s", cq_store_errmsg(store));
+}
+
+static json_t *notebook_doc(const char *text)
+{
+        return json_pack(
+            "{s:i, s:i, s:{s:{s:s, s:s}}, s:[{s:s, s:{}, s:s}, "
+            "{s:s, s:i, s:{}, s:s, s:[{s:s, s:s, s:s}, "
+            "{s:s, s:{s:s, s:s}, s:{}}]}]}",
+            "nbformat", 4, "nbformat_minor", 5, "metadata", "kernelspec",
+            "name", "python3", "display_name", "Python 3", "cells", "cell_type",
+            "markdown", "metadata", "source", text, "cell_type", "code",
+            "execution_count", 1, "metadata", "source",
+            "print('h\\u00e9')\nx = 1.5e-7", "outputs", "output_type", "stream",
+            "name", "stdout", "text", "h\xc3\xa9\n", "output_type",
+            "display_data", "data", "image/png", "iVBORw0KGgo=\n", "text/plain",
+            "<Figure size 640x480 with 1 Axes>", "metadata");
+}
+
+/* --------------------------------------------------------- the tests */
+
+struct claimer {
+        int n;
+        char **ids;
+        int nids;
+        cq_err_t err;
+        char errmsg[512];
+};
+
+static void *claimer_main(void *arg)
+{
+        struct claimer *c = arg;
+        cq_store_opts_t opts;
+        cq_store_t *store;
+        char owner[32];
+
+        snprintf(owner, sizeof(owner), "worker-%d", c->n);
+        cq_store_opts_init(&opts);
+        opts.dsn = g_dsn;
+        opts.owner = owner;
+        store = cq_store_new(&opts, c->errmsg, sizeof(c->errmsg));
+        if (!store) {
+                c->err = CQ_ERR_FATAL;
+                return NULL;
+        }
+        for (;;) {
+                cq_claim_t claim;
+                bool found;
+
+                cq_claim_init(&claim);
+                c->err = cq_store_claim(store, &claim, &found);
+                if (c->err != CQ_OK) {
+                        snprintf(c->errmsg, sizeof(c->errmsg), "%s",
+                                 cq_store_errmsg(store));
+                        break;
+                }
+                if (!found)
+                        break;
+                c->ids[c->nids++] = claim.job_id;
+                claim.job_id = NULL;
+                cq_claim_release(&claim);
+        }
+        cq_store_destroy(&store);
+        return NULL;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+START_TEST(claim_8_threads_1000_jobs_exactly_once)
+{
+        enum { NJOBS = 1000, NTHREADS = 8 };
+        cq_store_t *store = store_for("intake", 120);
+        struct claimer c[NTHREADS];
+        pthread_t th[NTHREADS];
+        char **all = calloc(NJOBS * 2, sizeof(*all));
+        int i, j, total = 0;
+
+        for (i = 0; i < NJOBS; i++) {
+                char id[32];
+
+                snprintf(id, sizeof(id), "job-%04d", i);
+                add_job(store, id, i % 5, NULL, "r");
+        }
+        for (i = 0; i < NTHREADS; i++) {
+                memset(&c[i], 0, sizeof(c[i]));
+                c[i].n = i;
+                c[i].ids = calloc(NJOBS + 1, sizeof(char *));
+                ck_assert_int_eq(
+                    pthread_create(&th[i], NULL, claimer_main, &c[i]), 0);
+        }
+        for (i = 0; i < NTHREADS; i++) {
+                pthread_join(th[i], NULL);
+                ck_assert_msg(c[i].err == CQ_OK, "thread %d: %s", i,
+                              c[i].errmsg);
+                for (j = 0; j < c[i].nids; j++)
+                        all[total++] = c[i].ids[j];
+        }
+        ck_assert_int_eq(total, NJOBS);
+        qsort(all, (size_t)total, sizeof(*all), cmp_str);
+        for (i = 1; i < total; i++)
+                ck_assert_msg(strcmp(all[i - 1], all[i]) != 0,
+                              "%s claimed twice", all[i]);
+        /* Several threads took part, and the database agrees. */
+        for (i = 0, j = 0; i < NTHREADS; i++)
+                j += c[i].nids > 0;
+        ck_assert_int_ge(j, 2);
+        ck_assert_int_eq(qn("SELECT count(*) FROM jobs WHERE status = "
+                            "'running' AND attempts = 1 AND lease_owner LIKE "
+                            "'worker-%'",
+                            NULL),
+                         NJOBS);
+        for (i = 0; i < total; i++)
+                free(all[i]);
+        for (i = 0; i < NTHREADS; i++)
+                free(c[i].ids);
+        free(all);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(claim_order_priority_then_age)
+{
+        cq_store_t *store = store_for("w", 120);
+        char *id;
+
+        add_job(store, "old-low", 0, NULL, NULL);
+        add_job(store, "old-high", 5, NULL, NULL);
+        add_job(store, "new-high", 5, NULL, NULL);
+        add_job(store, "new-low", 0, NULL, NULL);
+        qexec("UPDATE jobs SET created_at = now() - interval '1 hour'"
+              " WHERE job_id LIKE 'old-%'");
+        id = claim_id(store);
+        ck_assert_str_eq(id, "old-high");
+        free(id);
+        id = claim_id(store);
+        ck_assert_str_eq(id, "new-high");
+        free(id);
+        id = claim_id(store);
+        ck_assert_str_eq(id, "old-low");
+        free(id);
+        id = claim_id(store);
+        ck_assert_str_eq(id, "new-low");
+        free(id);
+        ck_assert_ptr_null(claim_id(store));
+        cq_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(expired_leases_requeued_then_attempt_cap_fails)
+{
+        cq_store_t *w1 = store_for("w1", 120), *w2 = store_for("w2", 120);
+        cq_store_t *reaper = store_for("reaper", 120);
+        const char *ids[1] = {"j1"};
+        bool lost[1] = {true};
+        size_t nlost = 9;
+        int requeued = -1, failed = -1;
+        cq_claim_t claim;
+        bool found;
+        char *s;
+
+        qexec("SELECT 1"); /* the database answers */
+        add_job(w1, "j1", 0, NULL, NULL);
+        qexec("UPDATE jobs SET max_attempts = 2");
+        s = claim_id(w1);
+        ck_assert_str_eq(s, "j1");
+        free(s);
+        /* A heartbeat renews the lease. */
+        qexec("UPDATE jobs SET lease_until = now() + interval '1 second'");
+        ck_assert_int_eq(cq_store_heartbeat(w1, ids, 1, lost, &nlost), CQ_OK);
+        ck_assert(!lost[0]);
+        ck_assert_uint_eq(nlost, 0);
+        ck_assert_int_eq(qn("SELECT count(*) FROM jobs WHERE lease_until > "
+                            "now() + interval '100 seconds'",
+                            NULL),
+                         1);
+        /* Nothing expired yet: the reaper leaves it alone. */
+        ck_assert_int_eq(cq_store_requeue_expired(reaper, &requeued, &failed),
+                         CQ_OK);
+        ck_assert_int_eq(requeued, 0);
+        ck_assert_int_eq(failed, 0);
+        /* The lease expires: requeued, the next worker resumes it. */
+        qexec("UPDATE jobs SET lease_until = now() - interval '1 second'");
+        ck_assert_int_eq(cq_store_requeue_expired(reaper, &requeued, &failed),
+                         CQ_OK);
+        ck_assert_int_eq(requeued, 1);
+        ck_assert_int_eq(failed, 0);
+        s = q1("SELECT status FROM jobs WHERE job_id = 'j1'", NULL);
+        ck_assert_str_eq(s, "queued");
+        free(s);
+        s = q1("SELECT error FROM jobs WHERE job_id = 'j1'", NULL);
+        ck_assert_ptr_nonnull(strstr(s, "lease of worker w1 expired"));
+        free(s);
+        ck_assert_int_eq(cq_store_heartbeat(w1, ids, 1, lost, &nlost), CQ_OK);
+        ck_assert(lost[0]);
+        ck_assert_uint_eq(nlost, 1);
+        cq_claim_init(&claim);
+        ck_assert_int_eq(cq_store_claim(w2, &claim, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert_str_eq(claim.job_id, "j1");
+        ck_assert_int_eq(claim.attempt, 2);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(claim.spec, "prompt")),
+            "compute something");
+        cq_claim_release(&claim);
+        {
+                /* The old owner cannot finish it any more. */
+                cq_finish_t fin;
+                bool was_lost = false;
+
+                memset(&fin, 0, sizeof(fin));
+                fin.job_id = "j1";
+                fin.status = "succeeded";
+                fin.tests_passed = fin.tests_total = -1;
+                ck_assert_int_eq(cq_store_finish(w1, &fin, &was_lost), CQ_OK);
+                ck_assert(was_lost);
+                ck_assert_ptr_nonnull(
+                    strstr(cq_store_errmsg(w1), "no longer holds its lease"));
+        }
+        /* Second expiry: the attempt cap fails the job with an event. */
+        qexec("UPDATE jobs SET lease_until = now() - interval '1 second'");
+        ck_assert_int_eq(cq_store_requeue_expired(reaper, &requeued, &failed),
+                         CQ_OK);
+        ck_assert_int_eq(requeued, 0);
+        ck_assert_int_eq(failed, 1);
+        s = q1("SELECT status || ' | ' || reason FROM jobs", NULL);
+        ck_assert_str_eq(s, "failed | lease expired after 2 attempts (last "
+                            "worker w2)");
+        free(s);
+        ck_assert_ptr_null(claim_id(w1));
+        s = q1("SELECT payload->>'status' || ' ' || (payload->>'attempt') ||"
+               " ' ' || (payload->>'worker') FROM outbox WHERE job_id = 'j1'",
+               NULL);
+        ck_assert_str_eq(s, "failed 2 w2");
+        free(s);
+        ck_assert_int_eq(qn("SELECT count(*) FROM results", NULL), 0);
+        cq_store_destroy(&w1);
+        cq_store_destroy(&w2);
+        cq_store_destroy(&reaper);
+}
+END_TEST
+
+START_TEST(release_gives_the_job_back)
+{
+        cq_store_t *w1 = store_for("w1", 120), *w2 = store_for("w2", 120);
+        char *s;
+
+        add_job(w1, "r1", 0, NULL, NULL);
+        s = claim_id(w1);
+        free(s);
+        ck_assert_int_eq(cq_store_release(w2, "r1"), CQ_ERR_FATAL);
+        ck_assert_ptr_nonnull(
+            strstr(cq_store_errmsg(w2), "does not hold its lease"));
+        ck_assert_int_eq(cq_store_release(w1, "r1"), CQ_OK);
+        s = q1("SELECT status || ' ' || attempts || ' ' ||"
+               " (lease_owner IS NULL) FROM jobs",
+               NULL);
+        ck_assert_str_eq(s, "queued 0 true");
+        free(s);
+        s = claim_id(w2);
+        ck_assert_str_eq(s, "r1");
+        free(s);
+        cq_store_destroy(&w1);
+        cq_store_destroy(&w2);
+}
+END_TEST
+
+struct finisher {
+        cq_store_t *store;
+        const json_t *nb;
+        cq_err_t err;
+        bool lost;
+};
+
+static void *finisher_main(void *arg)
+{
+        struct finisher *f = arg;
+        cq_finish_t fin;
+
+        memset(&fin, 0, sizeof(fin));
+        fin.job_id = "atomic";
+        fin.status = "succeeded";
+        fin.answer = "done";
+        fin.tests_passed = fin.tests_total = -1;
+        fin.notebook = f->nb;
+        f->err = cq_store_finish(f->store, &fin, &f->lost);
+        return NULL;
+}
+
+START_TEST(finish_is_atomic_when_the_backend_is_killed)
+{
+        cq_store_t *store = store_for("w1", 120);
+        json_t *nb = notebook_doc("final");
+        struct finisher f = {store, nb, CQ_OK, false};
+        PGconn *locker = connect_to(g_dsn), *killer = connect_to(g_dsn);
+        pthread_t th;
+        char pid[16], *s;
+        int i, waiting = 0;
+
+        add_job(store, "atomic", 0, NULL, NULL);
+        s = claim_id(store);
+        free(s);
+        snprintf(pid, sizeof(pid), "%d", cq_store_backend_pid(store));
+        /* The finish will block on its last statement, the outbox row. */
+        exec_ok(locker, "BEGIN");
+        exec_ok(locker, "LOCK TABLE outbox IN SHARE MODE");
+        ck_assert_int_eq(pthread_create(&th, NULL, finisher_main, &f), 0);
+        for (i = 0; i < 200 && !waiting; i++) {
+                const char *param = pid;
+                PGresult *res = PQexecParams(
+                    killer,
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 "
+                    "AND wait_event_type = 'Lock' AND query LIKE "
+                    "'INSERT INTO outbox%'",
+                    1, NULL, &param, NULL, NULL, 0);
+
+                waiting = strcmp(PQgetvalue(res, 0, 0), "1") == 0;
+                PQclear(res);
+                if (!waiting)
+                        usleep(50000);
+        }
+        ck_assert_msg(waiting, "the finish never blocked on the outbox");
+        /* The job row, result and notebook are written but uncommitted. */
+        {
+                const char *param = pid;
+                PGresult *res =
+                    PQexecParams(killer, "SELECT pg_terminate_backend($1)", 1,
+                                 NULL, &param, NULL, NULL, 0);
+
+                ck_assert_str_eq(PQgetvalue(res, 0, 0), "t");
+                PQclear(res);
+        }
+        pthread_join(th, NULL);
+        ck_assert_int_eq(f.err, CQ_ERR_RETRIABLE);
+        exec_ok(locker, "ROLLBACK");
+        /* Nothing partial is visible. */
+        s = q1("SELECT status || ' ' || lease_owner FROM jobs", NULL);
+        ck_assert_str_eq(s, "running w1");
+        free(s);
+        ck_assert_int_eq(qn("SELECT count(*) FROM results", NULL), 0);
+        ck_assert_int_eq(qn("SELECT count(*) FROM notebooks", NULL), 0);
+        ck_assert_int_eq(qn("SELECT count(*) FROM outbox", NULL), 0);
+        /* The caller retries: the handle reconnects and it lands whole. */
+        finisher_main(&f);
+        ck_assert_msg(f.err == CQ_OK, "%s", cq_store_errmsg(store));
+        ck_assert(!f.lost);
+        ck_assert_uint_ge(cq_store_reconnects(store), 1);
+        s = q1("SELECT j.status || ' ' || r.answer || ' ' || n.ncells || ' ' "
+               "|| (o.payload->>'status') FROM jobs j JOIN results r USING "
+               "(job_id) JOIN notebooks n USING (job_id) JOIN outbox o USING "
+               "(job_id)",
+               NULL);
+        ck_assert_str_eq(s, "succeeded done 2 succeeded");
+        free(s);
+        /* A repeat (a COMMIT whose reply was lost) is harmless. */
+        finisher_main(&f);
+        ck_assert_int_eq(f.err, CQ_OK);
+        ck_assert(!f.lost);
+        ck_assert_int_eq(qn("SELECT count(*) FROM outbox", NULL), 1);
+        PQfinish(locker);
+        PQfinish(killer);
+        json_decref(nb);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(child_waits_for_parent_success)
+{
+        cq_store_t *store = store_for("w", 120);
+        cq_store_t *reaper = store_for("reaper", 120);
+        char *s;
+        int requeued, failed;
+
+        /* The child arrives first; its parent is not even known yet. */
+        add_job(store, "child", 9, "parent", NULL);
+        ck_assert_ptr_null(claim_id(store));
+        add_job(store, "parent", 0, NULL, NULL);
+        s = claim_id(store);
+        ck_assert_str_eq(s, "parent");
+        free(s);
+        /* Parent running: the child still waits. */
+        ck_assert_ptr_null(claim_id(store));
+        finish(store, "parent", "succeeded", NULL);
+        s = claim_id(store);
+        ck_assert_str_eq(s, "child");
+        free(s);
+        /* A parent that fails fails its waiting children. */
+        add_job(store, "p2", 0, NULL, NULL);
+        add_job(store, "c2", 5, "p2", NULL);
+        s = claim_id(store);
+        ck_assert_str_eq(s, "p2");
+        free(s);
+        finish(store, "p2", "failed", NULL);
+        ck_assert_ptr_null(claim_id(store));
+        ck_assert_int_eq(cq_store_requeue_expired(reaper, &requeued, &failed),
+                         CQ_OK);
+        ck_assert_int_eq(failed, 1);
+        s = q1("SELECT status || ': ' || reason FROM jobs WHERE job_id = "
+               "'c2'",
+               NULL);
+        ck_assert_str_eq(s, "failed: parent job p2 failed");
+        free(s);
+        ck_assert_int_eq(
+            qn("SELECT count(*) FROM outbox WHERE job_id = 'c2'", NULL), 1);
+        cq_store_destroy(&store);
+        cq_store_destroy(&reaper);
+}
+END_TEST
+
+START_TEST(strings_and_bytes_stored_verbatim)
+{
+        cq_store_t *store = store_for("w'; DROP TABLE jobs; --", 120);
+        static const char *const nasty[] = {
+            "it's \"quoted\" and back\\slashed \\\\ \\n \\x00",
+            "'); DROP TABLE jobs; --",
+            "$1 $2 ? %s %n E'\\\\' $$dollar$$ /* c */ -- x",
+            "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xe4\xb8\xad",
+            "{\"a\",\"b\"} {} NULL null",
+        };
+        char ascii[128];
+        unsigned char bin[512];
+        cq_job_t job;
+        cq_claim_t claim;
+        cq_images_t images;
+        cq_checkpoint_t cp;
+        json_t *msg;
+        bool found, created, lost;
+        char *s;
+        size_t i;
+        int seq;
+
+        for (i = 0; i < sizeof(ascii) - 1; i++)
+                ascii[i] = (char)(i + 1); /* every ASCII byte but NUL */
+        ascii[sizeof(ascii) - 1] = '\0';
+        for (i = 0; i < sizeof(bin); i++)
+                bin[i] = (unsigned char)(i * 7 + 3);
+        for (i = 0; i < CQ_ARRAY_SIZE(nasty); i++) {
+                char id[64];
+
+                snprintf(id, sizeof(id), "id '%zu\" \\ --", i);
+                job_fill(&job, id, nasty[i], 0, NULL, nasty[i]);
+                free(job.title);
+                job.title = strdup(ascii);
+                ck_assert_int_eq(
+                    cq_store_upsert_job(store, &job, NULL, &created), CQ_OK);
+                ck_assert(created);
+                s = q1("SELECT prompt FROM jobs WHERE job_id = $1", id);
+                ck_assert_str_eq(s, nasty[i]);
+                free(s);
+                s = q1("SELECT run_id FROM jobs WHERE job_id = $1", id);
+                ck_assert_str_eq(s, nasty[i]);
+                free(s);
+                s = q1("SELECT title FROM jobs WHERE job_id = $1", id);
+                ck_assert_str_eq(s, ascii);
+                free(s);
+                cq_claim_init(&claim);
+                ck_assert_int_eq(cq_store_claim(store, &claim, &found), CQ_OK);
+                ck_assert(found);
+                ck_assert_str_eq(claim.job_id, id);
+                ck_assert(json_equal(claim.spec, job.spec));
+                /* Conversation and bytes of the same job. */
+                msg = json_pack("{s:s, s:s}", "role", "user", "content",
+                                nasty[i]);
+                ck_assert_int_eq(
+                    cq_store_append_message(store, id, msg, &seq, &lost),
+                    CQ_OK);
+                ck_assert(!lost);
+                ck_assert_int_eq(
+                    cq_store_put_image(store, id, nasty[i], "image/png", bin,
+                                       sizeof(bin), 0, NULL, &created),
+                    CQ_OK);
+                cq_images_init(&images);
+                ck_assert_int_eq(cq_store_get_images(store, id, &images),
+                                 CQ_OK);
+                ck_assert_uint_eq(images.n, 1);
+                ck_assert_str_eq(images.v[0].name, nasty[i]);
+                ck_assert_uint_eq(images.v[0].len, sizeof(bin));
+                ck_assert_mem_eq(images.v[0].data, bin, sizeof(bin));
+                cq_images_release(&images);
+                cq_checkpoint_init(&cp);
+                ck_assert_int_eq(cq_store_load_checkpoint(store, id, &cp),
+                                 CQ_OK);
+                ck_assert_uint_eq(json_array_size(cp.messages), 1);
+                ck_assert(json_equal(json_array_get(cp.messages, 0), msg));
+                cq_checkpoint_release(&cp);
+                json_decref(msg);
+                cq_claim_release(&claim);
+                job_free(&job);
+        }
+        ck_assert_int_eq(qn("SELECT count(*) FROM jobs", NULL), 5);
+        s = q1("SELECT lease_owner FROM jobs LIMIT 1", NULL);
+        ck_assert_str_eq(s, "w'; DROP TABLE jobs; --");
+        free(s);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(image_20mb_round_trips_and_caps)
+{
+        cq_store_opts_t opts;
+        cq_store_t *store, *small;
+        const size_t len = (size_t)20 << 20;
+        unsigned char *data = malloc(len);
+        char sha[65], expect[65], errstr[256];
+        cq_images_t images;
+        uint64_t x = 88172645463325252ULL;
+        bool created;
+        size_t i;
+
+        for (i = 0; i < len; i++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                data[i] = (unsigned char)x;
+        }
+        cq_sha256_hex(data, len, expect);
+        store = store_for("w", 120);
+        add_job(store, "img", 0, NULL, NULL);
+        ck_assert_msg(cq_store_put_image(store, "img", "plot.png", "image/png",
+                                         data, len, 3, sha, &created) == CQ_OK,
+                      "%s", cq_store_errmsg(store));
+        ck_assert(created);
+        ck_assert_str_eq(sha, expect);
+        /* The same bytes again: one row. */
+        ck_assert_int_eq(cq_store_put_image(store, "img", "again.png",
+                                            "image/png", data, len, 4, NULL,
+                                            &created),
+                         CQ_OK);
+        ck_assert(!created);
+        cq_images_init(&images);
+        ck_assert_int_eq(cq_store_get_images(store, "img", &images), CQ_OK);
+        ck_assert_uint_eq(images.n, 1);
+        ck_assert_uint_eq(images.v[0].len, len);
+        ck_assert_int_eq(memcmp(images.v[0].data, data, len), 0);
+        ck_assert_str_eq(images.v[0].sha256, expect);
+        ck_assert_str_eq(images.v[0].name, "plot.png");
+        ck_assert_str_eq(images.v[0].mime, "image/png");
+        ck_assert_int_eq(images.v[0].cell_seq, 3);
+        cq_images_release(&images);
+        ck_assert_int_eq(qn("SELECT octet_length(data) FROM images", NULL),
+                         (long)len);
+        {
+                char *s =
+                    q1("SELECT encode(sha256(data), 'hex') FROM images", NULL);
+
+                ck_assert_str_eq(s, expect);
+                free(s);
+        }
+        /* Over the cap: refused with a clear error, nothing written. */
+        cq_store_opts_init(&opts);
+        opts.dsn = g_dsn;
+        opts.image_max = 1 << 20;
+        small = cq_store_new(&opts, errstr, sizeof(errstr));
+        ck_assert_ptr_nonnull(small);
+        ck_assert_int_eq(cq_store_put_image(small, "img", "big.png",
+                                            "image/png", data + 1,
+                                            (1 << 20) + 1, 0, NULL, &created),
+                         CQ_ERR_TOO_LARGE);
+        ck_assert_ptr_nonnull(strstr(cq_store_errmsg(small),
+                                     "exceeds the cap of 1048576 "
+                                     "(CODERQ_IMAGE_MAX)"));
+        ck_assert_int_eq(qn("SELECT count(*) FROM images", NULL), 1);
+        cq_store_destroy(&small);
+        cq_store_destroy(&store);
+        free(data);
+}
+END_TEST
+
+static void record(cq_store_t *store,
+                   const char *id,
+                   const char *code,
+                   cq_cell_status_t status,
+                   const json_t *nb,
+                   int expect_seq)
+{
+        cq_cell_result_t res;
+        bool lost = true;
+        int seq = 0;
+
+        memset(&res, 0, sizeof(res));
+        res.status = status;
+        res.outputs = json_pack("[{s:s, s:s, s:s}]", "output_type", "stream",
+                                "name", "stdout", "text", code);
+        res.execution_count = expect_seq;
+        res.duration_ms = 12;
+        ck_assert_msg(cq_store_record_cell(store, id, code, &res, nb, &seq,
+                                           &lost) == CQ_OK,
+                      "%s", cq_store_errmsg(store));
+        ck_assert(!lost);
+        ck_assert_int_eq(seq, expect_seq);
+        json_decref(res.outputs);
+}
+
+START_TEST(notebook_jsonb_equals_what_was_written)
+{
+        cq_store_t *store = store_for("w", 120);
+        json_t *nb = notebook_doc("# T\xc3\xadtulo \"q\" \\ '"), *big;
+        cq_checkpoint_t cp;
+        cq_export_t exp;
+        cq_cell_result_t res;
+        bool found, lost;
+        char *pad, *s;
+        cq_store_opts_t opts;
+        cq_store_t *small;
+        char errstr[256];
+
+        add_job(store, "nb", 0, NULL, NULL);
+        free(claim_id(store));
+        json_object_set_new(nb, "x_float", json_real(0.1));
+        json_object_set_new(nb, "x_big", json_integer(9007199254740993LL));
+        json_object_set_new(nb, "x_null", json_null());
+        record(store, "nb", "print(1)", CQ_CELL_OK, nb, 1);
+        cq_checkpoint_init(&cp);
+        ck_assert_int_eq(cq_store_load_checkpoint(store, "nb", &cp), CQ_OK);
+        ck_assert_ptr_nonnull(cp.notebook);
+        ck_assert_msg(json_equal(cp.notebook, nb), "notebook differs");
+        cq_checkpoint_release(&cp);
+        s = q1("SELECT doc->'metadata'->'kernelspec'->>'name' FROM notebooks",
+               NULL);
+        ck_assert_str_eq(s, "python3");
+        free(s);
+        /* The final notebook through finish and export. */
+        json_object_set_new(nb, "x_final", json_true());
+        finish(store, "nb", "succeeded", nb);
+        cq_export_init(&exp);
+        ck_assert_int_eq(cq_store_export(store, "nb", &exp, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert(json_equal(exp.notebook, nb));
+        ck_assert_str_eq(exp.answer, "42");
+        ck_assert_str_eq(
+            json_string_value(json_object_get(exp.status, "status")),
+            "succeeded");
+        cq_export_release(&exp);
+        /* Over the notebook cap: refused, nothing written. */
+        add_job(store, "nb2", 0, NULL, NULL);
+        cq_store_opts_init(&opts);
+        opts.dsn = g_dsn;
+        opts.owner = "w";
+        opts.notebook_max = 8192;
+        small = cq_store_new(&opts, errstr, sizeof(errstr));
+        ck_assert_ptr_nonnull(small);
+        free(claim_id(small));
+        pad = malloc(10000);
+        memset(pad, 'x', 9999);
+        pad[9999] = '\0';
+        big = json_deep_copy(nb);
+        json_object_set_new(big, "pad", json_string(pad));
+        memset(&res, 0, sizeof(res));
+        res.status = CQ_CELL_OK;
+        res.execution_count = -1;
+        ck_assert_int_eq(
+            cq_store_record_cell(small, "nb2", "x", &res, big, NULL, &lost),
+            CQ_ERR_TOO_LARGE);
+        ck_assert_ptr_nonnull(
+            strstr(cq_store_errmsg(small), "(CODERQ_NOTEBOOK_MAX)"));
+        ck_assert_int_eq(
+            qn("SELECT count(*) FROM cells WHERE job_id = 'nb2'", NULL), 0);
+        ck_assert_int_eq(
+            qn("SELECT count(*) FROM notebooks WHERE job_id = 'nb2'", NULL), 0);
+        free(pad);
+        json_decref(big);
+        json_decref(nb);
+        cq_store_destroy(&small);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+struct migrator {
+        const char *dsn;
+        cq_err_t err;
+        int applied;
+        char errstr[512];
+};
+
+static void *migrator_main(void *arg)
+{
+        struct migrator *m = arg;
+
+        m->err =
+            cq_migrate_run(m->dsn, cq_check_srcpath("migrations"), NULL, NULL,
+                           &m->applied, m->errstr, sizeof(m->errstr));
+        return NULL;
+}
+
+START_TEST(migrations_twice_noop_and_concurrent_safe)
+{
+        enum { N = 6 };
+        struct migrator m[N];
+        pthread_t th[N];
+        char dsn[2048], name[64], errstr[512];
+        int applied = -1, total = 0, i;
+        long files;
+
+        /* The fixture migrated this database: again is a no-op. */
+        ck_assert_int_eq(cq_migrate_run(g_dsn, cq_check_srcpath("migrations"),
+                                        NULL, NULL, &applied, errstr,
+                                        sizeof(errstr)),
+                         CQ_OK);
+        ck_assert_int_eq(applied, 0);
+        files = qn("SELECT count(*) FROM schema_migrations", NULL);
+        ck_assert_int_ge(files, 1);
+        /* Concurrent runners on an empty database. */
+        fresh_db(dsn, sizeof(dsn), name, sizeof(name));
+        for (i = 0; i < N; i++) {
+                memset(&m[i], 0, sizeof(m[i]));
+                m[i].dsn = dsn;
+                ck_assert_int_eq(
+                    pthread_create(&th[i], NULL, migrator_main, &m[i]), 0);
+        }
+        for (i = 0; i < N; i++) {
+                pthread_join(th[i], NULL);
+                ck_assert_msg(m[i].err == CQ_OK, "runner %d: %s", i,
+                              m[i].errstr);
+                total += m[i].applied;
+        }
+        ck_assert_int_eq(total, files);
+        {
+                PGconn *conn = connect_to(dsn);
+                PGresult *res =
+                    PQexec(conn, "SELECT count(*) FROM schema_migrations");
+
+                ck_assert_int_eq(strtol(PQgetvalue(res, 0, 0), NULL, 10),
+                                 files);
+                PQclear(res);
+                PQfinish(conn);
+        }
+        drop_db(name);
+}
+END_TEST
+
+static void copy_file(const char *from, const char *to, const char *extra)
+{
+        FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+        char buf[8192];
+        size_t n;
+
+        ck_assert_ptr_nonnull(in);
+        ck_assert_ptr_nonnull(out);
+        while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+                ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
+        if (extra)
+                fputs(extra, out);
+        fclose(in);
+        fclose(out);
+}
+
+static void write_file(const char *path, const char *text)
+{
+        FILE *fp = fopen(path, "w");
+
+        ck_assert_ptr_nonnull(fp);
+        fputs(text, fp);
+        fclose(fp);
+}
+
+static int run_migrate_cli(const char *dsn, const char *dir)
+{
+        char cmd[8192];
+        int rc;
+
+        snprintf(cmd, sizeof(cmd),
+                 "CODERQ_PG_DSN=\"%s\" CODERQ_MIGRATIONS_DIR='%s' "
+                 "'%s/coderq' migrate >/dev/null 2>&1",
+                 dsn, dir, CQ_BINARY_DIR);
+        rc = system(cmd);
+        ck_assert(WIFEXITED(rc));
+        return WEXITSTATUS(rc);
+}
+
+START_TEST(changed_applied_migration_is_refused)
+{
+        char dir[] = "/tmp/cq-migrations-XXXXXX";
+        char path[512], path2[512], errstr[1024];
+        int applied = -1;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(path, sizeof(path), "%s/0001_schema.sql", dir);
+        snprintf(path2, sizeof(path2), "%s/0002_more.sql", dir);
+        copy_file(cq_check_srcpath("migrations/0001_schema.sql"), path, NULL);
+        ck_assert_int_eq(cq_migrate_run(g_dsn, dir, NULL, NULL, &applied,
+                                        errstr, sizeof(errstr)),
+                         CQ_OK);
+        ck_assert_int_eq(applied, 0);
+        ck_assert_int_eq(run_migrate_cli(g_dsn, dir), 0);
+        /* One changed byte (a comment) is refused. */
+        copy_file(cq_check_srcpath("migrations/0001_schema.sql"), path,
+                  "-- harmless?\n");
+        ck_assert_int_eq(cq_migrate_run(g_dsn, dir, NULL, NULL, &applied,
+                                        errstr, sizeof(errstr)),
+                         CQ_ERR_FATAL);
+        ck_assert_msg(strstr(errstr, "migration \"0001_schema.sql\" was "
+                                     "changed after it was applied") != NULL,
+                      "%s", errstr);
+        ck_assert_int_eq(run_migrate_cli(g_dsn, dir), 1);
+        copy_file(cq_check_srcpath("migrations/0001_schema.sql"), path, NULL);
+        /* A failing migration rolls back whole and is not recorded. */
+        write_file(path2, "CREATE TABLE half_done (x int);\n"
+                          "SELECT no_such_function();\n");
+        ck_assert_int_eq(cq_migrate_run(g_dsn, dir, NULL, NULL, &applied,
+                                        errstr, sizeof(errstr)),
+                         CQ_ERR_FATAL);
+        ck_assert_msg(strstr(errstr, "could not apply migration "
+                                     "\"0002_more.sql\"") != NULL,
+                      "%s", errstr);
+        ck_assert_int_eq(applied, 0);
+        ck_assert_ptr_null(q1("SELECT to_regclass('half_done')::text", NULL));
+        ck_assert_int_eq(qn("SELECT count(*) FROM schema_migrations", NULL), 1);
+        /* Fixed, it applies once. */
+        write_file(path2, "CREATE TABLE half_done (x int);\n");
+        ck_assert_int_eq(cq_migrate_run(g_dsn, dir, NULL, NULL, &applied,
+                                        errstr, sizeof(errstr)),
+                         CQ_OK);
+        ck_assert_int_eq(applied, 1);
+        ck_assert_int_eq(run_migrate_cli(g_dsn, dir), 0);
+        ck_assert_int_eq(qn("SELECT count(*) FROM schema_migrations", NULL), 2);
+        /* An older folder that lacks an applied migration is refused. */
+        unlink(path2);
+        ck_assert_int_eq(cq_migrate_run(g_dsn, dir, NULL, NULL, &applied,
+                                        errstr, sizeof(errstr)),
+                         CQ_ERR_FATAL);
+        ck_assert_ptr_nonnull(strstr(errstr, "has no file"));
+        ck_assert_int_eq(
+            run_migrate_cli("postgresql://nobody@127.0.0.1:1/none", dir), 4);
+        unlink(path);
+        rmdir(dir);
+}
+END_TEST
+
+START_TEST(duplicate_upserts_give_one_job)
+{
+        cq_store_t *a = store_for("intake-a", 120);
+        cq_store_t *b = store_for("intake-b", 120);
+        cq_job_src_t src = {"coderq.jobs", 2, 41};
+        cq_job_t job;
+        bool created;
+        int i, n = 0;
+        char *s;
+
+        job_fill(&job, "dup", "first", 0, NULL, NULL);
+        for (i = 0; i < 6; i++) {
+                ck_assert_int_eq(
+                    cq_store_upsert_job(i % 2 ? a : b, &job, &src, &created),
+                    CQ_OK);
+                n += created;
+                src.offset++;
+                free(job.prompt);
+                job.prompt = strdup("a later duplicate");
+        }
+        ck_assert_int_eq(n, 1);
+        s = q1("SELECT count(*) || ' ' || min(prompt) || ' ' ||"
+               " min(source_topic) || ':' || min(source_partition) || ':' ||"
+               " min(source_offset) FROM jobs",
+               NULL);
+        ck_assert_str_eq(s, "1 first coderq.jobs:2:41");
+        free(s);
+        job_free(&job);
+        cq_store_destroy(&a);
+        cq_store_destroy(&b);
+}
+END_TEST
+
+START_TEST(outbox_rows_marked_sent_only_when_asked)
+{
+        cq_store_t *store = store_for("w", 120);
+        cq_outbox_t box;
+        json_t *payload;
+        char sha[65];
+        int i;
+
+        for (i = 0; i < 3; i++) {
+                char id[16];
+
+                snprintf(id, sizeof(id), "o%d", i);
+                add_job(store, id, 0, NULL, "run");
+                free(claim_id(store));
+                ck_assert_int_eq(cq_store_put_image(store, id, "a.png",
+                                                    "image/png", "PNG", 3, 1,
+                                                    NULL, NULL),
+                                 CQ_OK);
+                finish(store, id, i == 1 ? "failed" : "succeeded", NULL);
+        }
+        cq_outbox_init(&box);
+        ck_assert_int_eq(cq_store_outbox_fetch(store, 10, &box), CQ_OK);
+        ck_assert_uint_eq(box.n, 3);
+        ck_assert_str_eq(box.v[0].key, "o0");
+        ck_assert_str_eq(box.v[2].key, "o2");
+        ck_assert_str_eq(box.v[1].topic, CQ_STORE_RESULTS_TOPIC);
+        payload = json_loads(box.v[1].payload, 0, NULL);
+        ck_assert_ptr_nonnull(payload);
+        ck_assert_str_eq(json_string_value(json_object_get(payload, "status")),
+                         "failed");
+        ck_assert_str_eq(json_string_value(json_object_get(payload, "reason")),
+                         "tests failed");
+        ck_assert_str_eq(json_string_value(json_object_get(payload, "run_id")),
+                         "run");
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_object_get(payload, "tests"), "passed")),
+                         2);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(
+                json_object_get(payload, "usage"), "prompt_tokens")),
+            100);
+        cq_sha256_hex("PNG", 3, sha);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(
+                json_array_get(json_object_get(payload, "images"), 0),
+                "sha256")),
+            sha);
+        json_decref(payload);
+        /* Fetching again does not mark anything. */
+        cq_outbox_release(&box);
+        ck_assert_int_eq(cq_store_outbox_fetch(store, 10, &box), CQ_OK);
+        ck_assert_uint_eq(box.n, 3);
+        ck_assert_int_eq(cq_store_outbox_mark_sent(store, box.v[1].event_id),
+                         CQ_OK);
+        ck_assert_int_eq(cq_store_outbox_mark_sent(store, box.v[1].event_id),
+                         CQ_OK);
+        cq_outbox_release(&box);
+        ck_assert_int_eq(cq_store_outbox_fetch(store, 1, &box), CQ_OK);
+        ck_assert_uint_eq(box.n, 1);
+        ck_assert_str_eq(box.v[0].key, "o0");
+        cq_outbox_release(&box);
+        ck_assert_int_eq(cq_store_outbox_fetch(store, 10, &box), CQ_OK);
+        ck_assert_uint_eq(box.n, 2);
+        ck_assert_str_eq(box.v[1].key, "o2");
+        cq_outbox_release(&box);
+        ck_assert_int_eq(qn("SELECT count(*) FROM outbox WHERE sent_at IS "
+                            "NOT NULL AND job_id = 'o1'",
+                            NULL),
+                         1);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(cancel_queued_now_running_by_flag)
+{
+        cq_store_t *store = store_for("w", 120);
+        cq_store_t *other = store_for("other", 120);
+        cq_cancel_outcome_t out;
+        bool requested = true;
+        char *s;
+
+        add_job(store, "q", 0, NULL, NULL);
+        add_job(store, "r", 0, NULL, NULL);
+        qexec("UPDATE jobs SET priority = 1 WHERE job_id = 'r'");
+        s = claim_id(store);
+        ck_assert_str_eq(s, "r");
+        free(s);
+        ck_assert_int_eq(cq_store_cancel_requested(store, "r", &requested),
+                         CQ_OK);
+        ck_assert(!requested);
+        /* Queued: cancelled at once, with its event. */
+        ck_assert_int_eq(cq_store_cancel(other, "q", &out), CQ_OK);
+        ck_assert_int_eq(out, CQ_CANCEL_DONE);
+        s = q1("SELECT status || ' ' || (finished_at IS NOT NULL) || ' ' ||"
+               " (SELECT payload->>'status' FROM outbox o WHERE o.job_id ="
+               " j.job_id) FROM jobs j WHERE job_id = 'q'",
+               NULL);
+        ck_assert_str_eq(s, "cancelled true cancelled");
+        free(s);
+        ck_assert_ptr_null(claim_id(store));
+        /* Running: a flag the owner polls; the owner then finishes it. */
+        ck_assert_int_eq(cq_store_cancel(other, "r", &out), CQ_OK);
+        ck_assert_int_eq(out, CQ_CANCEL_REQUESTED);
+        s = q1("SELECT status FROM jobs WHERE job_id = 'r'", NULL);
+        ck_assert_str_eq(s, "running");
+        free(s);
+        ck_assert_int_eq(cq_store_cancel_requested(store, "r", &requested),
+                         CQ_OK);
+        ck_assert(requested);
+        ck_assert_int_eq(cq_store_cancel_requested(other, "r", &requested),
+                         CQ_OK);
+        ck_assert(!requested); /* not its job */
+        finish(store, "r", "cancelled", NULL);
+        ck_assert_int_eq(cq_store_cancel(other, "r", &out), CQ_OK);
+        ck_assert_int_eq(out, CQ_CANCEL_FINISHED);
+        ck_assert_int_eq(cq_store_cancel(other, "nope", &out), CQ_OK);
+        ck_assert_int_eq(out, CQ_CANCEL_NOT_FOUND);
+        ck_assert_int_eq(qn("SELECT count(*) FROM outbox", NULL), 2);
+        cq_store_destroy(&store);
+        cq_store_destroy(&other);
+}
+END_TEST
+
+START_TEST(checkpoint_loads_in_order)
+{
+        cq_store_t *store = store_for("w", 120);
+        cq_store_t *thief = store_for("thief", 120);
+        static const char *const roles[] = {"system", "user", "assistant",
+                                            "tool", "assistant"};
+        cq_checkpoint_t cp;
+        cq_claim_t claim;
+        json_t *msg;
+        bool lost, found;
+        int i, seq;
+
+        add_job(store, "cp", 0, NULL, NULL);
+        free(claim_id(store));
+        for (i = 0; i < 5; i++) {
+                msg = json_pack("{s:s, s:s, s:i}", "role", roles[i], "content",
+                                roles[i], "n", i);
+                ck_assert_int_eq(
+                    cq_store_append_message(store, "cp", msg, &seq, &lost),
+                    CQ_OK);
+                ck_assert(!lost);
+                ck_assert_int_eq(seq, i + 1);
+                json_decref(msg);
+                if (i < 3)
+                        record(store, "cp", i == 1 ? "1/0" : "x = 1",
+                               i == 1 ? CQ_CELL_ERROR : CQ_CELL_OK, NULL,
+                               i + 1);
+        }
+        /* Someone without the lease cannot append. */
+        msg = json_pack("{s:s}", "role", "user");
+        ck_assert_int_eq(cq_store_append_message(thief, "cp", msg, &seq, &lost),
+                         CQ_OK);
+        ck_assert(lost);
+        json_decref(msg);
+        msg = json_pack("{s:i}", "role", 3);
+        ck_assert_int_eq(cq_store_append_message(store, "cp", msg, &seq, &lost),
+                         CQ_ERR_FATAL);
+        json_decref(msg);
+        cq_checkpoint_init(&cp);
+        ck_assert_int_eq(cq_store_load_checkpoint(store, "cp", &cp), CQ_OK);
+        ck_assert_uint_eq(json_array_size(cp.messages), 5);
+        for (i = 0; i < 5; i++)
+                ck_assert_int_eq(
+                    json_integer_value(json_object_get(
+                        json_array_get(cp.messages, (size_t)i), "n")),
+                    i);
+        /* Successful cells only, in order. */
+        ck_assert_uint_eq(json_array_size(cp.cells), 2);
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_array_get(cp.cells, 0), "seq")),
+                         1);
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_array_get(cp.cells, 1), "seq")),
+                         3);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(cp.cells, 1), "code")),
+                         "x = 1");
+        ck_assert_str_eq(
+            json_string_value(json_object_get(
+                json_array_get(
+                    json_object_get(json_array_get(cp.cells, 1), "outputs"), 0),
+                "text")),
+            "x = 1");
+        ck_assert_ptr_null(cp.notebook);
+        cq_checkpoint_release(&cp);
+        /* A resumed job says it has a checkpoint. */
+        qexec("UPDATE jobs SET lease_until = now() - interval '1 s'");
+        ck_assert_int_eq(cq_store_requeue_expired(thief, NULL, NULL), CQ_OK);
+        cq_claim_init(&claim);
+        ck_assert_int_eq(cq_store_claim(thief, &claim, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert(claim.has_checkpoint);
+        ck_assert_int_eq(claim.attempt, 2);
+        cq_claim_release(&claim);
+        cq_checkpoint_init(&cp);
+        ck_assert_int_eq(cq_store_load_checkpoint(store, "none", &cp), CQ_OK);
+        ck_assert_uint_eq(json_array_size(cp.messages), 0);
+        ck_assert_uint_eq(json_array_size(cp.cells), 0);
+        cq_checkpoint_release(&cp);
+        cq_store_destroy(&store);
+        cq_store_destroy(&thief);
+}
+END_TEST
+
+START_TEST(memory_recalls_similar_not_unrelated)
+{
+        cq_store_t *store = store_for("w", 120);
+        cq_solution_t sol;
+        bool found;
+
+        add_job(store, "m1", 0, NULL, NULL);
+        ck_assert_int_eq(
+            cq_store_remember(store, "m1",
+                              "Write a function that computes the factorial "
+                              "of a number n recursively",
+                              "def fact(n):\n    return 1 if n < 2 else n * "
+                              "fact(n - 1)",
+                              "fact(5) = 120"),
+            CQ_OK);
+        ck_assert_int_eq(
+            cq_store_remember(store, NULL,
+                              "Load the titanic CSV and plot a histogram of "
+                              "passenger ages",
+                              "df.age.hist()", NULL),
+            CQ_OK);
+        ck_assert_int_eq(
+            cq_store_remember(store, NULL,
+                              "Solve the linear system Ax = b with numpy",
+                              "np.linalg.solve(A, b)", NULL),
+            CQ_OK);
+        cq_solution_init(&sol);
+        ck_assert_int_eq(
+            cq_store_recall(store,
+                            "Compute the factorial of a number n with a "
+                            "recursive function",
+                            -1, &sol, &found),
+            CQ_OK);
+        ck_assert(found);
+        ck_assert_str_eq(sol.job_id, "m1");
+        ck_assert_ptr_nonnull(strstr(sol.code, "def fact"));
+        ck_assert_str_eq(sol.answer, "fact(5) = 120");
+        ck_assert(sol.similarity >= 0.3 && sol.similarity <= 1.0);
+        cq_solution_release(&sol);
+        ck_assert_int_eq(cq_store_recall(store,
+                                         "Fetch the weather forecast for "
+                                         "Paris from an HTTP API",
+                                         -1, &sol, &found),
+                         CQ_OK);
+        ck_assert(!found);
+        ck_assert_ptr_null(sol.prompt);
+        /* A stricter threshold turns a near match away. */
+        ck_assert_int_eq(
+            cq_store_recall(store,
+                            "Compute the factorial of a number n with a "
+                            "recursive function",
+                            0.99, &sol, &found),
+            CQ_OK);
+        ck_assert(!found);
+        ck_assert_int_eq(cq_store_recall(store, "x", 1.5, &sol, &found),
+                         CQ_ERR_FATAL);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(run_queries_for_people)
+{
+        cq_store_t *store = store_for("w", 120);
+        json_t *rows, *row, *summary;
+        cq_export_t exp;
+        const char *key;
+        json_t *value;
+        bool found;
+        static const char *const keys[] = {
+            "job_id",      "title",        "status",     "reason",
+            "attempts",    "turns",        "retries",    "tests_passed",
+            "tests_total", "total_tokens", "duration_ms"};
+        size_t i;
+
+        add_job(store, "a", 3, NULL, "run1");
+        add_job(store, "b", 2, NULL, "run1");
+        add_job(store, "c", 1, NULL, "run1");
+        add_job(store, "d", 0, NULL, "run1");
+        add_job(store, "other", 0, NULL, "run2");
+        free(claim_id(store));
+        ck_assert_int_eq(cq_store_put_image(store, "a", "fig.png", "image/png",
+                                            "\x89PNG\0\x01", 6, 1, NULL, NULL),
+                         CQ_OK);
+        finish(store, "a", "succeeded", NULL);
+        free(claim_id(store));
+        finish(store, "b", "succeeded", NULL);
+        free(claim_id(store));
+        finish(store, "c", "failed", NULL);
+        qexec("UPDATE jobs SET started_at = finished_at - interval '1 second'"
+              " WHERE job_id = 'a'");
+        qexec("UPDATE jobs SET started_at = finished_at - interval '3 second'"
+              " WHERE job_id = 'b'");
+        ck_assert_int_eq(cq_store_run_summary(store, "run1", &summary), CQ_OK);
+        ck_assert_ptr_nonnull(summary);
+        ck_assert_int_eq(json_integer_value(json_object_get(summary, "jobs")),
+                         4);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(summary, "succeeded")), 2);
+        ck_assert_int_eq(json_integer_value(json_object_get(summary, "failed")),
+                         1);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(summary, "pending")), 1);
+        ck_assert_double_eq_tol(
+            json_number_value(json_object_get(summary, "pass_rate")), 0.6667,
+            1e-9);
+        ck_assert_double_eq_tol(
+            json_number_value(json_object_get(summary, "mean_turns")), 4.0,
+            1e-9);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(summary, "prompt_tokens")), 300);
+        ck_assert(json_number_value(
+                      json_object_get(summary, "p50_duration_ms")) >= 900);
+        ck_assert(json_number_value(
+                      json_object_get(summary, "p95_duration_ms")) >= 2500);
+        json_decref(summary);
+        ck_assert_int_eq(cq_store_run_summary(store, "none", &summary), CQ_OK);
+        ck_assert_ptr_null(summary);
+        ck_assert_int_eq(cq_store_run_results(store, "run1", &rows), CQ_OK);
+        ck_assert_uint_eq(json_array_size(rows), 4);
+        json_array_foreach(rows, i, row)
+        {
+                size_t k = 0;
+
+                json_object_foreach(row, key, value)
+                {
+                        ck_assert_uint_lt(k, CQ_ARRAY_SIZE(keys));
+                        ck_assert_str_eq(key, keys[k]);
+                        k++;
+                }
+                ck_assert_uint_eq(k, CQ_ARRAY_SIZE(keys));
+        }
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(rows, 2), "reason")),
+                         "tests failed");
+        json_decref(rows);
+        ck_assert_int_eq(cq_store_job_status(store, "c", &row), CQ_OK);
+        ck_assert_str_eq(json_string_value(json_object_get(row, "status")),
+                         "failed");
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(row, "tests_total")), 3);
+        json_decref(row);
+        ck_assert_int_eq(cq_store_job_status(store, "zz", &row), CQ_OK);
+        ck_assert_ptr_null(row);
+        cq_export_init(&exp);
+        ck_assert_int_eq(cq_store_export(store, "a", &exp, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert_ptr_null(exp.notebook);
+        ck_assert_str_eq(exp.answer, "42");
+        ck_assert_uint_eq(exp.images.n, 1);
+        ck_assert_uint_eq(exp.images.v[0].len, 6);
+        ck_assert_mem_eq(exp.images.v[0].data, "\x89PNG\0\x01", 6);
+        cq_export_release(&exp);
+        ck_assert_int_eq(cq_store_export(store, "zz", &exp, &found), CQ_OK);
+        ck_assert(!found);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+struct runner {
+        int total;       /* jobs to finish */
+        atomic_int done; /* finished so far */
+        int retriable;   /* transient errors seen and retried */
+        unsigned reconnects;
+        char errmsg[512];
+        bool failed;
+};
+
+/* claim -> heartbeat -> finish until every job is finished, retrying
+ * transient errors as a worker slot would; also upserts late jobs. */
+static void *runner_main(void *arg)
+{
+        struct runner *r = arg;
+        cq_store_t *store = store_for("survivor", 2);
+        int64_t deadline = cq_now_ms() + 120000;
+        int late = 0;
+
+        while (atomic_load(&r->done) < r->total && cq_now_ms() < deadline) {
+                cq_claim_t claim;
+                bool found = false, lost = false, lostv[1];
+                cq_finish_t fin;
+                const char *ids[1];
+                cq_err_t err;
+
+                if (late < 20) {
+                        cq_job_t job;
+                        char id[32];
+
+                        snprintf(id, sizeof(id), "late-%02d", late);
+                        job_fill(&job, id, "late", 0, NULL, NULL);
+                        err = cq_store_upsert_job(store, &job, NULL, NULL);
+                        job_free(&job);
+                        if (err == CQ_ERR_RETRIABLE) {
+                                r->retriable++;
+                                continue;
+                        }
+                        if (err != CQ_OK)
+                                goto fail;
+                        late++;
+                }
+                cq_claim_init(&claim);
+                err = cq_store_claim(store, &claim, &found);
+                if (err == CQ_ERR_RETRIABLE) {
+                        r->retriable++;
+                        continue;
+                }
+                if (err != CQ_OK)
+                        goto fail;
+                if (!found) {
+                        /* A claim whose reply was lost: its lease expires. */
+                        if (cq_store_requeue_expired(store, NULL, NULL) ==
+                            CQ_ERR_FATAL)
+                                goto fail;
+                        usleep(100000);
+                        continue;
+                }
+                ids[0] = claim.job_id;
+                while ((err = cq_store_heartbeat(store, ids, 1, lostv, NULL)) ==
+                       CQ_ERR_RETRIABLE)
+                        r->retriable++;
+                if (err != CQ_OK)
+                        goto fail;
+                memset(&fin, 0, sizeof(fin));
+                fin.job_id = claim.job_id;
+                fin.status = "succeeded";
+                fin.tests_passed = fin.tests_total = -1;
+                while ((err = cq_store_finish(store, &fin, &lost)) ==
+                       CQ_ERR_RETRIABLE)
+                        r->retriable++;
+                cq_claim_release(&claim);
+                if (err != CQ_OK)
+                        goto fail;
+                if (!lost)
+                        atomic_fetch_add(&r->done, 1);
+        }
+        r->reconnects = cq_store_reconnects(store);
+        cq_store_destroy(&store);
+        return NULL;
+fail:
+        snprintf(r->errmsg, sizeof(r->errmsg), "%s", cq_store_errmsg(store));
+        r->failed = true;
+        cq_store_destroy(&store);
+        return NULL;
+}
+
+START_TEST(postgres_restart_loses_nothing)
+{
+        enum { NJOBS = 300 };
+        cq_store_t *store = store_for("intake", 120);
+        struct runner r;
+        pthread_t th;
+        PQconninfoOption *opts, *o;
+        const char *port = cq_check_env("CODERQ_PG_PORT");
+        char cmd[4096], *s;
+        int i, rc;
+
+        /* Restart only the server this test talks to. */
+        opts = PQconninfoParse(g_dsn, NULL);
+        for (o = opts; o->keyword; o++)
+                if (strcmp(o->keyword, "port") == 0)
+                        ck_assert_msg(o->val && strcmp(o->val, port) == 0,
+                                      "CODERQ_PG_DSN is not on "
+                                      "CODERQ_PG_PORT %s",
+                                      port);
+        PQconninfoFree(opts);
+        for (i = 0; i < NJOBS; i++) {
+                char id[32];
+
+                snprintf(id, sizeof(id), "job-%03d", i);
+                add_job(store, id, 0, NULL, NULL);
+        }
+        memset(&r, 0, sizeof(r));
+        r.total = NJOBS + 20;
+        ck_assert_int_eq(pthread_create(&th, NULL, runner_main, &r), 0);
+        while (atomic_load(&r.done) < 50 && !r.failed)
+                usleep(10000);
+        snprintf(cmd, sizeof(cmd), "'%s' restart-pg >/dev/null 2>&1",
+                 cq_check_srcpath("scripts/services.sh"));
+        rc = system(cmd);
+        pthread_join(th, NULL);
+        ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0,
+                      "services.sh restart-pg failed");
+        ck_assert_msg(!r.failed, "%s", r.errmsg);
+        ck_assert_int_eq(atomic_load(&r.done), NJOBS + 20);
+        ck_assert_uint_ge(r.reconnects, 1);
+        /* Nothing lost, nothing doubled. */
+        s = q1("SELECT count(*) || ' ' || count(*) FILTER (WHERE status ="
+               " 'succeeded') || ' ' || (SELECT count(*) FROM outbox) || ' '"
+               " || (SELECT count(*) FROM results) FROM jobs",
+               NULL);
+        ck_assert_str_eq(s, "320 320 320 320");
+        free(s);
+        /* The intake's handle reconnects too. */
+        add_job(store, "after-restart", 0, NULL, NULL);
+        ck_assert_uint_ge(cq_store_reconnects(store), 1);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+static Suite *it_store_suite(void)
+{
+        Suite *s = suite_create("it_store");
+        TCase *tc = tcase_create("postgres");
+
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 300);
+        tcase_add_test(tc, claim_8_threads_1000_jobs_exactly_once);
+        tcase_add_test(tc, claim_order_priority_then_age);
+        tcase_add_test(tc, expired_leases_requeued_then_attempt_cap_fails);
+        tcase_add_test(tc, release_gives_the_job_back);
+        tcase_add_test(tc, finish_is_atomic_when_the_backend_is_killed);
+        tcase_add_test(tc, child_waits_for_parent_success);
+        tcase_add_test(tc, strings_and_bytes_stored_verbatim);
+        tcase_add_test(tc, image_20mb_round_trips_and_caps);
+        tcase_add_test(tc, notebook_jsonb_equals_what_was_written);
+        tcase_add_test(tc, migrations_twice_noop_and_concurrent_safe);
+        tcase_add_test(tc, changed_applied_migration_is_refused);
+        tcase_add_test(tc, duplicate_upserts_give_one_job);
+        tcase_add_test(tc, outbox_rows_marked_sent_only_when_asked);
+        tcase_add_test(tc, cancel_queued_now_running_by_flag);
+        tcase_add_test(tc, checkpoint_loads_in_order);
+        tcase_add_test(tc, memory_recalls_similar_not_unrelated);
+        tcase_add_test(tc, run_queries_for_people);
+        tcase_add_test(tc, postgres_restart_loses_nothing);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+CQ_CHECK_MAIN(it_store_suite)
