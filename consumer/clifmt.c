@@ -455,6 +455,20 @@ static size_t utf8_cut(const char *s, size_t n)
         return n;
 }
 
+/* Copy \p n bytes of \p s into \p out, unsafe bytes as '_'. */
+static size_t copy_clean(char *out, const char *s, size_t n)
+{
+        size_t i;
+
+        for (i = 0; i < n; i++) {
+                unsigned char c = (unsigned char)s[i];
+
+                out[i] = c < 0x20 || c == 0x7F || c == ':' ? '_' : s[i];
+        }
+        out[n] = '\0';
+        return n;
+}
+
 void cq_fmt_image_name(const char *name,
                        const char *mime,
                        const char *sha256,
@@ -462,36 +476,31 @@ void cq_fmt_image_name(const char *name,
                        size_t size)
 {
         const char *base = name ? name : "", *p, *ext;
-        char clean[256];
-        size_t len = 0, n, elen;
+        char clean[128];
+        size_t len, elen, stem;
 
         for (p = base; *p; p++)
                 if (*p == '/' || *p == '\\')
                         base = p + 1;
         while (*base == '.')
                 base++;
-        for (p = base; *p && len < sizeof(clean) - 1; p++) {
-                unsigned char c = (unsigned char)*p;
-
-                clean[len++] = c < 0x20 || c == 0x7F || c == ':' ? '_' : *p;
-        }
-        clean[len] = '\0';
+        len = strlen(base);
         if (len == 0) {
                 snprintf(out, size, "image-%.12s%s",
                          sha256 && *sha256 ? sha256 : "unnamed",
                          ext_of_mime(mime));
                 return;
         }
-        if (len <= 100) {
-                snprintf(out, size, "%s", clean);
-                return;
-        }
-        /* Too long: keep a short extension, cut the stem. */
-        ext = strrchr(clean, '.');
+        /* At most 100 bytes: a short extension is kept, the stem is cut
+         * at a code point boundary. */
+        ext = strrchr(base, '.');
         elen = ext && strlen(ext) <= 16 ? strlen(ext) : 0;
-        n = utf8_cut(clean, 100 - elen);
-        snprintf(out, size, "%.*s%s", (int)n, clean,
-                 elen ? clean + len - elen : "");
+        stem = len - elen;
+        if (stem + elen > 100)
+                stem = utf8_cut(base, 100 - elen);
+        copy_clean(clean, base, stem);
+        copy_clean(clean + stem, base + len - elen, elen);
+        snprintf(out, size, "%s%s", stem == 0 ? "image" : "", clean);
 }
 
 void cq_fmt_name_variant(const char *name, int n, char *out, size_t size)
