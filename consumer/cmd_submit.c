@@ -155,7 +155,7 @@ static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
         FILE *fp = NULL;
         const char *name;
         char *line = NULL, *id = NULL, *value = NULL;
-        size_t cap = 0, i, kept;
+        size_t cap = 0, i, kept, start;
         ssize_t got;
         long lineno = 0, nbad = 0, dups;
         char errstr[512];
@@ -188,9 +188,17 @@ static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
                 if (len > 0 && line[len - 1] == '\r')
                         len--;
                 line[len] = '\0';
-                if (is_blank(line, len))
+                /* A UTF-8 byte order mark (editors on Windows) is not part
+                 * of the first message. */
+                start = lineno == 1 && len >= 3 &&
+                                memcmp(line, "\xef\xbb\xbf", 3) == 0
+                            ? 3
+                            : 0;
+                len -= start;
+                if (is_blank(line + start, len))
                         continue;
-                err = cq_job_parse(line, len, 0, &job, errstr, sizeof(errstr));
+                err = cq_job_parse(line + start, len, 0, &job, errstr,
+                                   sizeof(errstr));
                 if (err != CQ_OK) {
                         if (++nbad <= SUBMIT_MAX_INVALID_SHOWN)
                                 cq_cli_error("%s line %ld: %s", name, lineno,
@@ -202,7 +210,7 @@ static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
                 cq_job_release(&job);
                 if (!id || !value)
                         goto oom;
-                memcpy(value, line, len + 1);
+                memcpy(value, line + start, len + 1);
                 if (batch_add(batch, id, value, len, lineno)) {
                         id = value = NULL;
                         goto oom;

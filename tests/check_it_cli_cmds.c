@@ -457,9 +457,10 @@ START_TEST(submit_jsonl_messages_arrive_unchanged)
         cli_run_t run;
         int i;
 
-        /* blank lines and a CRLF line end are not part of any message */
-        snprintf(text, sizeof(text), "%s\n\n   \n%s\r\n%s", lines[0], lines[1],
-                 lines[2]);
+        /* a byte order mark, blank lines and a CRLF line end are not part
+         * of any message */
+        snprintf(text, sizeof(text), "\xef\xbb\xbf%s\n\n   \n%s\r\n%s",
+                 lines[0], lines[1], lines[2]);
         spit(file, text, strlen(text));
         cli(&run, NULL, args);
         ck_assert_msg(run.code == 0, "exit %d: %s", run.code, run.err);
