@@ -112,6 +112,9 @@ static const cq_cfg_entry_t entries[] = {
      F(pg_reconnect_s), "30", 0, 3600, NULL,
      "seconds to keep trying to reconnect to PostgreSQL before an operation "
      "fails"},
+    {"CODERQ_TOPIC_JOBS", NULL, "topic-jobs", CQ_CFG_STRING, F(topic_jobs),
+     "coderq.jobs", 0, 0, NULL,
+     "Kafka topic of job messages (coderq submit produces to it)"},
 };
 
 #undef F

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "coderq/cmd_cli.h"
 #include "coderq/log.h"
 #include "commands.h"
 
@@ -29,6 +30,60 @@ static const cq_cmd_t commands[] = {
      "run concurrently. Exit 4 when PostgreSQL is unreachable, 1 when a\n"
      "migration fails or an applied one was changed.\n",
      cq_cmd_migrate},
+    {"submit", "send jobs to the jobs topic; optionally wait for them",
+     "usage: coderq submit FILE.jsonl|- [--skip-invalid] [--wait "
+     "[--timeout S]]\n"
+     "       coderq submit --prompt TEXT [--job-id ID] [--title T] "
+     "[--run-id R]\n"
+     "                     [--task-id T] [--priority N] [--model M] "
+     "[--parent JOB]\n"
+     "                     [--wait [--timeout S]]\n"
+     "Sends one job message per non-blank line of FILE (- reads stdin), or\n"
+     "one job built from the flags (a random UUID when --job-id is not\n"
+     "given), to CODERQ_TOPIC_JOBS with key = job_id and the line as the\n"
+     "value, through an idempotent producer, and prints each delivered job\n"
+     "id on stdout. Every line is validated first: an invalid line or a\n"
+     "repeated job_id is reported with its line number and nothing is sent\n"
+     "(--skip-invalid sends the valid lines anyway).\n"
+     "--wait follows the jobs in PostgreSQL with a progress bar on stderr\n"
+     "until all have finished (or --timeout S seconds passed; 0 = no\n"
+     "limit), then prints a summary table.\n"
+     "Exit: 0 sent (and with --wait, all succeeded); 1 invalid input, a\n"
+     "job failed or was cancelled, or --timeout passed; 2 usage; 4 Kafka\n"
+     "or PostgreSQL unreachable; 5 FILE not found.\n",
+     cq_cmd_submit},
+    {"status", "show one job",
+     "usage: coderq status JOB [--json]\n"
+     "Prints the job's overview (status, attempts, turns, tests, tokens,\n"
+     "lease, timings, reason, the start of the answer) as key: value\n"
+     "lines, or as one JSON object with --json.\n"
+     "Exit: 0 found; 4 PostgreSQL unreachable; 5 no such job.\n",
+     cq_cmd_status},
+    {"results", "show the jobs of a run and its summary",
+     "usage: coderq results [--run RUN] [--format table|json|csv]\n"
+     "Lists every job of RUN (default: the run of the most recently\n"
+     "created job that has a run_id), oldest first. table: aligned columns\n"
+     "and a summary line (pass rate, mean turns and retries, tokens,\n"
+     "p50/p95 duration); json: an array of objects; csv: RFC 4180 with a\n"
+     "header row and CRLF line ends.\n"
+     "Exit: 0 ok; 2 usage; 4 PostgreSQL unreachable; 5 no such run.\n",
+     cq_cmd_results},
+    {"export", "write a job's notebook, images and answer to a folder",
+     "usage: coderq export JOB --out DIR\n"
+     "Writes DIR/notebook.ipynb (nbformat 4), DIR/images/<name> (names\n"
+     "made safe and unique) and DIR/answer.md (status, tests, reason and\n"
+     "the final answer), creating DIR if needed, and prints each path.\n"
+     "Exit: 0 ok; 1 a file could not be written; 4 PostgreSQL\n"
+     "unreachable; 5 no such job.\n",
+     cq_cmd_export},
+    {"cancel", "cancel a job",
+     "usage: coderq cancel JOB\n"
+     "A queued job is cancelled at once; a running job is flagged and its\n"
+     "worker stops it at its next turn or cell; a finished job is left as\n"
+     "it is. Prints which of these happened.\n"
+     "Exit: 0 ok (also when already finished); 4 PostgreSQL unreachable;\n"
+     "5 no such job.\n",
+     cq_cmd_cancel},
 };
 
 const cq_cmd_t *cq_cli_commands(size_t *np)

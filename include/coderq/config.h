@@ -62,6 +62,8 @@ typedef struct cq_config {
         size_t image_max;
         long memory_threshold; /* percent */
         long pg_reconnect_s;
+        /* kafka topics */
+        char *topic_jobs;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */

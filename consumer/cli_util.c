@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/* cli_util.c - what the user-facing commands share: option matching,
+ * number parsing and opening the store, each failure reported as one
+ * line on stderr with the exit code it maps to. */
+#include "coderq/cmd_cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cq_cli_opt(
+    int argc, char **argv, int *ip, const char *name, const char **valuep)
+{
+        const char *arg = argv[*ip];
+        size_t n = strlen(name);
+
+        if (strncmp(arg, name, n) != 0)
+                return 0;
+        if (arg[n] == '=') {
+                *valuep = arg + n + 1;
+                return 1;
+        }
+        if (arg[n] != '\0')
+                return 0;
+        if (*ip + 1 >= argc) {
+                cq_cli_error("option %s needs a value", name);
+                return -1;
+        }
+        (*ip)++;
+        *valuep = argv[*ip];
+        return 1;
+}
+
+int cq_cli_parse_long(
+    const char *name, const char *text, long min, long max, long *valuep)
+{
+        char *end = NULL;
+        long v;
+
+        errno = 0;
+        v = strtol(text, &end, 10);
+        if (errno != 0 || end == text || *end != '\0' || v < min || v > max) {
+                cq_cli_error("invalid value \"%s\" for %s: expected an "
+                             "integer from %ld to %ld",
+                             text, name, min, max);
+                return -1;
+        }
+        *valuep = v;
+        return 0;
+}
+
+int cq_cli_store_exit(cq_err_t err)
+{
+        return err == CQ_ERR_RETRIABLE ? CQ_EXIT_UNAVAILABLE : CQ_EXIT_FAILED;
+}
+
+int cq_cli_store_open(const cq_config_t *cfg, cq_store_t **storep)
+{
+        cq_store_opts_t opts;
+        char errstr[512];
+
+        cq_store_opts_from_config(&opts, cfg);
+        *storep = cq_store_new(&opts, errstr, sizeof(errstr));
+        if (!*storep) {
+                cq_cli_error("%s", errstr);
+                return CQ_EXIT_UNAVAILABLE;
+        }
+        return CQ_EXIT_OK;
+}

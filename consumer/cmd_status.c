@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/* cmd_status.c - `coderq status JOB`: one job's job_overview row as
+ * aligned "key: value" lines, or as a JSON object with --json. */
+#include "coderq/cmd_cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coderq/clifmt.h"
+
+/* One "key: value" line; control characters in the value are escaped so
+ * every key stays on one line. */
+static cq_err_t status_line(cq_buf_t *buf,
+                            const char *key,
+                            size_t key_width,
+                            const json_t *value)
+{
+        cq_buf_t text;
+        size_t i;
+        cq_err_t err;
+
+        if (cq_buf_printf(buf, "%s:", key) != CQ_OK)
+                return CQ_ERR_TOO_LARGE;
+        for (i = strlen(key); i < key_width + 1; i++)
+                if (cq_buf_append(buf, " ", 1) != CQ_OK)
+                        return CQ_ERR_TOO_LARGE;
+        if (json_is_null(value))
+                return cq_buf_append_str(buf, "-\n");
+        cq_buf_init(&text, SIZE_MAX);
+        err = cq_fmt_scalar(&text, value);
+        for (i = 0; err == CQ_OK && i < text.len; i++) {
+                unsigned char c = (unsigned char)text.data[i];
+
+                if (c == '\n')
+                        err = cq_buf_append_str(buf, "\\n");
+                else if (c == '\r')
+                        err = cq_buf_append_str(buf, "\\r");
+                else if (c == '\t')
+                        err = cq_buf_append_str(buf, "\\t");
+                else if (c < 0x20 || c == 0x7F)
+                        err = cq_buf_printf(buf, "\\x%02x", c);
+                else
+                        err = cq_buf_append(buf, &text.data[i], 1);
+        }
+        if (err == CQ_OK)
+                err = cq_buf_append(buf, "\n", 1);
+        cq_buf_release(&text);
+        return err;
+}
+
+int cq_cmd_status(const cq_config_t *cfg, int argc, char **argv)
+{
+        int rc = CQ_EXIT_INTERNAL, i;
+        const char *job_id = NULL;
+        bool as_json = false;
+        cq_store_t *store = NULL;
+        json_t *row = NULL;
+        const char *key;
+        json_t *value;
+        size_t key_width = 0;
+        char *text = NULL;
+        cq_buf_t buf;
+        cq_err_t err;
+
+        cq_buf_init(&buf, SIZE_MAX);
+        for (i = 1; i < argc; i++) {
+                if (strcmp(argv[i], "--json") == 0) {
+                        as_json = true;
+                } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+                        cq_cli_error("unknown option \"%s\" for status; see "
+                                     "coderq status --help",
+                                     argv[i]);
+                        rc = CQ_EXIT_USAGE;
+                        goto out;
+                } else if (!job_id) {
+                        job_id = argv[i];
+                } else {
+                        cq_cli_error("status takes one job id");
+                        rc = CQ_EXIT_USAGE;
+                        goto out;
+                }
+        }
+        if (!job_id) {
+                cq_cli_error("status needs a job id: coderq status JOB");
+                rc = CQ_EXIT_USAGE;
+                goto out;
+        }
+        rc = cq_cli_store_open(cfg, &store);
+        if (rc != CQ_EXIT_OK)
+                goto out;
+        err = cq_store_job_status(store, job_id, &row);
+        if (err != CQ_OK) {
+                cq_cli_error("%s", cq_store_errmsg(store));
+                rc = cq_cli_store_exit(err);
+                goto out;
+        }
+        if (!row) {
+                cq_cli_error("no job \"%s\"", job_id);
+                rc = CQ_EXIT_NOT_FOUND;
+                goto out;
+        }
+        rc = CQ_EXIT_INTERNAL;
+        if (as_json) {
+                text = json_dumps(row, JSON_INDENT(2));
+                if (!text) {
+                        cq_cli_error("could not format job \"%s\": out of "
+                                     "memory",
+                                     job_id);
+                        goto out;
+                }
+                printf("%s\n", text);
+                rc = CQ_EXIT_OK;
+                goto out;
+        }
+        json_object_foreach(row, key, value) if (strlen(key) > key_width)
+            key_width = strlen(key);
+        json_object_foreach(row, key, value)
+        {
+                if (status_line(&buf, key, key_width, value) != CQ_OK) {
+                        cq_cli_error("could not format job \"%s\": out of "
+                                     "memory",
+                                     job_id);
+                        goto out;
+                }
+        }
+        if (buf.len > 0)
+                fwrite(buf.data, 1, buf.len, stdout);
+        rc = CQ_EXIT_OK;
+out:
+        free(text);
+        cq_buf_release(&buf);
+        json_decref(row);
+        cq_store_destroy(&store);
+        return rc;
+}

@@ -1,0 +1,809 @@
+/* SPDX-License-Identifier: MIT */
+/* cmd_submit.c - `coderq submit`: job messages from a JSONL file (or one
+ * from flags) produced to the jobs topic with the idempotent producer,
+ * key = job_id, value = the line exactly as given. Every line is validated
+ * first: by default one invalid line means nothing is sent. With --wait
+ * the batch is followed in PostgreSQL (the source of truth) with a
+ * progress bar until every job has finished or the timeout passes. */
+#include "coderq/cmd_cli.h"
+
+#include <errno.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coderq/clifmt.h"
+#include "coderq/job.h"
+#include "coderq/log.h"
+#include "coderq/util.h"
+
+/* Delivery of every message must be decided within this time (librdkafka
+ * message.timeout.ms); a broker that stays unreachable fails the submit
+ * with exit 4 after it. */
+#define SUBMIT_DELIVERY_TIMEOUT_MS 30000
+#define SUBMIT_MAX_INVALID_SHOWN   20
+
+typedef struct sub_job {
+        char *id;
+        char *value; /* the message as sent */
+        size_t len;
+        long line;               /* 0 for a job from flags */
+        rd_kafka_resp_err_t err; /* delivery result */
+        bool reported;           /* delivery report received */
+        json_t *row;             /* --wait: last job_overview row, or NULL */
+        bool finished;
+} sub_job_t;
+
+typedef struct sub_batch {
+        sub_job_t *v;
+        size_t n, alloc;
+} sub_batch_t;
+
+typedef struct sub_opts {
+        const char *file;
+        const char *prompt, *job_id, *title, *run_id, *task_id, *model, *parent;
+        const char *priority;
+        bool wait, skip_invalid;
+        long timeout_s; /* 0: wait forever */
+} sub_opts_t;
+
+static void batch_release(sub_batch_t *batch)
+{
+        size_t i;
+
+        for (i = 0; i < batch->n; i++) {
+                free(batch->v[i].id);
+                free(batch->v[i].value);
+                json_decref(batch->v[i].row);
+        }
+        free(batch->v);
+        memset(batch, 0, sizeof(*batch));
+}
+
+/* Takes ownership of id and value, even on failure. */
+static int
+batch_add(sub_batch_t *batch, char *id, char *value, size_t len, long line)
+{
+        sub_job_t *job;
+
+        if (batch->n == batch->alloc) {
+                size_t alloc = batch->alloc ? batch->alloc * 2 : 64;
+                sub_job_t *v = realloc(batch->v, alloc * sizeof(*v));
+
+                if (!v) {
+                        free(id);
+                        free(value);
+                        return -1;
+                }
+                batch->v = v;
+                batch->alloc = alloc;
+        }
+        job = &batch->v[batch->n++];
+        memset(job, 0, sizeof(*job));
+        job->id = id;
+        job->value = value;
+        job->len = len;
+        job->line = line;
+        return 0;
+}
+
+static bool is_blank(const char *s, size_t len)
+{
+        size_t i;
+
+        for (i = 0; i < len; i++)
+                if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' &&
+                    s[i] != '\n' && s[i] != '\f' && s[i] != '\v')
+                        return false;
+        return true;
+}
+
+static int cmp_job_id(const void *a, const void *b)
+{
+        const sub_job_t *const *x = a, *const *y = b;
+        int c = strcmp((*x)->id, (*y)->id);
+
+        if (c != 0)
+                return c;
+        return (*x)->line < (*y)->line ? -1 : (*x)->line > (*y)->line;
+}
+
+/* Report job ids given twice in the file; returns how many lines repeat an
+ * id of an earlier line and marks them (line = -line) for removal. */
+static long find_duplicates(sub_batch_t *batch, const char *name, long *nbad)
+{
+        sub_job_t **sorted;
+        size_t i;
+        long dups = 0;
+
+        if (batch->n < 2)
+                return 0;
+        sorted = malloc(batch->n * sizeof(*sorted));
+        if (!sorted)
+                return -1;
+        for (i = 0; i < batch->n; i++)
+                sorted[i] = &batch->v[i];
+        qsort(sorted, batch->n, sizeof(*sorted), cmp_job_id);
+        for (i = 1; i < batch->n; i++) {
+                size_t first = i - 1;
+
+                while (first > 0 &&
+                       strcmp(sorted[first - 1]->id, sorted[i]->id) == 0)
+                        first--;
+                if (strcmp(sorted[i - 1]->id, sorted[i]->id) != 0)
+                        continue;
+                if (++*nbad <= SUBMIT_MAX_INVALID_SHOWN)
+                        cq_cli_error("%s line %ld: duplicate job_id \"%s\" "
+                                     "(first on line %ld)",
+                                     name, sorted[i]->line, sorted[i]->id,
+                                     sorted[first]->line);
+                sorted[i]->line = -sorted[i]->line;
+                dups++;
+        }
+        free(sorted);
+        return dups;
+}
+
+/* Read and validate every line. Returns an exit code; invalid lines are
+ * reported one per line on stderr. */
+static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
+{
+        FILE *fp = NULL;
+        const char *name;
+        char *line = NULL, *id = NULL, *value = NULL;
+        size_t cap = 0, i, kept, start;
+        ssize_t got;
+        long lineno = 0, nbad = 0, dups;
+        char errstr[512];
+        cq_job_t job;
+        int rc = CQ_EXIT_INTERNAL;
+
+        cq_job_init(&job);
+        if (strcmp(opts->file, "-") == 0) {
+                fp = stdin;
+                name = "stdin";
+        } else {
+                fp = fopen(opts->file, "r");
+                name = opts->file;
+                if (!fp) {
+                        cq_cli_error("could not open \"%s\": %s", opts->file,
+                                     strerror(errno));
+                        rc = errno == ENOENT ? CQ_EXIT_NOT_FOUND
+                                             : CQ_EXIT_FAILED;
+                        goto out;
+                }
+        }
+        errno = 0;
+        while ((got = getline(&line, &cap, fp)) >= 0) {
+                size_t len = (size_t)got;
+                cq_err_t err;
+
+                lineno++;
+                if (len > 0 && line[len - 1] == '\n')
+                        len--;
+                if (len > 0 && line[len - 1] == '\r')
+                        len--;
+                line[len] = '\0';
+                /* A UTF-8 byte order mark (editors on Windows) is not part
+                 * of the first message. */
+                start = lineno == 1 && len >= 3 &&
+                                memcmp(line, "\xef\xbb\xbf", 3) == 0
+                            ? 3
+                            : 0;
+                len -= start;
+                if (is_blank(line + start, len))
+                        continue;
+                err = cq_job_parse(line + start, len, 0, &job, errstr,
+                                   sizeof(errstr));
+                if (err != CQ_OK) {
+                        if (++nbad <= SUBMIT_MAX_INVALID_SHOWN)
+                                cq_cli_error("%s line %ld: %s", name, lineno,
+                                             errstr);
+                        continue;
+                }
+                id = strdup(job.job_id);
+                value = malloc(len + 1);
+                cq_job_release(&job);
+                if (!id || !value)
+                        goto oom;
+                memcpy(value, line + start, len + 1);
+                if (batch_add(batch, id, value, len, lineno)) {
+                        id = value = NULL;
+                        goto oom;
+                }
+                id = value = NULL;
+        }
+        if (ferror(fp)) {
+                cq_cli_error("could not read \"%s\": %s", name,
+                             strerror(errno));
+                rc = CQ_EXIT_FAILED;
+                goto out;
+        }
+        dups = find_duplicates(batch, name, &nbad);
+        if (dups < 0)
+                goto oom;
+        if (dups > 0) {
+                /* Keep the first line of each id, in file order. */
+                for (i = 0, kept = 0; i < batch->n; i++) {
+                        if (batch->v[i].line < 0) {
+                                free(batch->v[i].id);
+                                free(batch->v[i].value);
+                                continue;
+                        }
+                        batch->v[kept++] = batch->v[i];
+                }
+                batch->n = kept;
+        }
+        if (nbad > SUBMIT_MAX_INVALID_SHOWN)
+                cq_cli_error("%s: %ld more invalid lines not shown", name,
+                             nbad - SUBMIT_MAX_INVALID_SHOWN);
+        if (nbad > 0 && !opts->skip_invalid) {
+                cq_cli_error("nothing sent: %ld invalid line%s in %s (use "
+                             "--skip-invalid to send the valid ones)",
+                             nbad, nbad == 1 ? "" : "s", name);
+                rc = CQ_EXIT_FAILED;
+                goto out;
+        }
+        if (batch->n == 0) {
+                cq_cli_error("no jobs in %s", name);
+                rc = CQ_EXIT_FAILED;
+                goto out;
+        }
+        rc = CQ_EXIT_OK;
+        goto out;
+oom:
+        cq_cli_error("could not read \"%s\": out of memory", name);
+        rc = CQ_EXIT_INTERNAL;
+out:
+        free(id);
+        free(value);
+        free(line);
+        cq_job_release(&job);
+        if (fp && fp != stdin)
+                fclose(fp);
+        return rc;
+}
+
+/* A random version-4 UUID as the job id. */
+static int new_job_id(char out[37])
+{
+        unsigned char b[16];
+        size_t got = 0;
+
+        while (got < sizeof(b)) {
+                ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -1;
+                }
+                got += (size_t)n;
+        }
+        b[6] = (unsigned char)((b[6] & 0x0F) | 0x40);
+        b[8] = (unsigned char)((b[8] & 0x3F) | 0x80);
+        snprintf(out, 37,
+                 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x"
+                 "%02x%02x",
+                 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
+                 b[10], b[11], b[12], b[13], b[14], b[15]);
+        return 0;
+}
+
+static int set_opt_str(json_t *msg, const char *key, const char *value)
+{
+        if (!value)
+                return 0;
+        return json_object_set_new(msg, key, json_string(value));
+}
+
+/* One job from the flags, serialised compactly in field order. */
+static int job_from_flags(const sub_opts_t *opts, sub_batch_t *batch)
+{
+        json_t *msg = NULL;
+        char generated[37];
+        char *text = NULL, *id = NULL;
+        char errstr[512];
+        long priority = 0;
+        cq_job_t job;
+        int rc = CQ_EXIT_INTERNAL;
+
+        cq_job_init(&job);
+        if (opts->priority && cq_cli_parse_long("--priority", opts->priority,
+                                                -1000000, 1000000, &priority))
+                return CQ_EXIT_USAGE;
+        if (!opts->job_id && new_job_id(generated)) {
+                cq_cli_error("could not generate a job id: %s",
+                             strerror(errno));
+                return CQ_EXIT_INTERNAL;
+        }
+        msg = json_object();
+        if (!msg ||
+            set_opt_str(msg, "job_id",
+                        opts->job_id ? opts->job_id : generated) ||
+            set_opt_str(msg, "prompt", opts->prompt) ||
+            set_opt_str(msg, "title", opts->title) ||
+            set_opt_str(msg, "task_id", opts->task_id) ||
+            set_opt_str(msg, "run_id", opts->run_id) ||
+            set_opt_str(msg, "parent_job_id", opts->parent) ||
+            set_opt_str(msg, "model", opts->model) ||
+            (opts->priority &&
+             json_object_set_new(msg, "priority", json_integer(priority))))
+                goto oom;
+        text = json_dumps(msg, JSON_COMPACT);
+        if (!text)
+                goto oom;
+        if (cq_job_parse(text, strlen(text), 0, &job, errstr, sizeof(errstr)) !=
+            CQ_OK) {
+                cq_cli_error("invalid job: %s", errstr);
+                rc = CQ_EXIT_USAGE;
+                goto out;
+        }
+        id = strdup(job.job_id);
+        if (!id)
+                goto oom;
+        rc = batch_add(batch, id, text, strlen(text), 0) ? CQ_EXIT_INTERNAL
+                                                         : CQ_EXIT_OK;
+        id = text = NULL;
+        if (rc != CQ_EXIT_OK)
+                goto oom;
+        goto out;
+oom:
+        cq_cli_error("could not build the job: out of memory");
+        rc = CQ_EXIT_INTERNAL;
+out:
+        free(id);
+        free(text);
+        json_decref(msg);
+        cq_job_release(&job);
+        return rc;
+}
+
+/* ------------------------------------------------------------- producer */
+
+static void
+dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
+{
+        sub_job_t *job = rkmessage->_private;
+
+        (void)rk;
+        (void)opaque;
+        job->err = rkmessage->err;
+        job->reported = true;
+}
+
+/* librdkafka's own log lines would break the one-line error rule. */
+static void
+log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+        (void)rk;
+        cq_log_debug("librdkafka %d %s: %s", level, fac, buf);
+}
+
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+        (void)rk;
+        (void)opaque;
+        cq_log_debug("kafka error %s: %s",
+                     rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+static bool unavailable_err(rd_kafka_resp_err_t err)
+{
+        return err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT ||
+               err == RD_KAFKA_RESP_ERR__TIMED_OUT ||
+               err == RD_KAFKA_RESP_ERR__TRANSPORT ||
+               err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
+               err == RD_KAFKA_RESP_ERR__RESOLVE;
+}
+
+static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
+{
+        rd_kafka_conf_t *conf = NULL;
+        rd_kafka_t *rk = NULL;
+        char errstr[512], timeout[32];
+        const char *topic = cfg->topic_jobs ? cfg->topic_jobs : "coderq.jobs";
+        size_t i, failed = 0;
+        int64_t deadline;
+        int rc = CQ_EXIT_INTERNAL;
+
+        conf = rd_kafka_conf_new();
+        snprintf(timeout, sizeof(timeout), "%d", SUBMIT_DELIVERY_TIMEOUT_MS);
+        if (!conf ||
+            rd_kafka_conf_set(conf, "bootstrap.servers",
+                              cfg->kafka_brokers ? cfg->kafka_brokers
+                                                 : "127.0.0.1:9092",
+                              errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr,
+                              sizeof(errstr)) != RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "client.id", "coderq-submit", errstr,
+                              sizeof(errstr)) != RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "linger.ms", "5", errstr, sizeof(errstr)) !=
+                RD_KAFKA_CONF_OK ||
+            rd_kafka_conf_set(conf, "message.timeout.ms", timeout, errstr,
+                              sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+                cq_cli_error("could not configure the Kafka producer: %s",
+                             conf ? errstr : "out of memory");
+                rc = conf ? CQ_EXIT_CONFIG : CQ_EXIT_INTERNAL;
+                goto out;
+        }
+        rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
+        rd_kafka_conf_set_log_cb(conf, log_cb);
+        rd_kafka_conf_set_error_cb(conf, error_cb);
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+        if (!rk) {
+                cq_cli_error("could not create the Kafka producer: %s", errstr);
+                rc = CQ_EXIT_CONFIG;
+                goto out;
+        }
+        conf = NULL; /* rd_kafka_t owns it now */
+
+        for (i = 0; i < batch->n; i++) {
+                sub_job_t *job = &batch->v[i];
+                rd_kafka_resp_err_t err;
+
+                for (;;) {
+                        err = rd_kafka_producev(
+                            rk, RD_KAFKA_V_TOPIC(topic),
+                            RD_KAFKA_V_KEY(job->id, strlen(job->id)),
+                            RD_KAFKA_V_VALUE(job->value, job->len),
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                            RD_KAFKA_V_OPAQUE(job), RD_KAFKA_V_END);
+                        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                                break;
+                        rd_kafka_poll(rk, 100);
+                }
+                if (err) {
+                        job->err = err;
+                        job->reported = true;
+                }
+                rd_kafka_poll(rk, 0);
+        }
+
+        /* Every message gets exactly one delivery report, at the latest
+         * when message.timeout.ms expires; the margin covers the broker's
+         * own request timeout. */
+        deadline = cq_now_ms() + SUBMIT_DELIVERY_TIMEOUT_MS + 15000;
+        while (rd_kafka_outq_len(rk) > 0 && cq_now_ms() < deadline)
+                rd_kafka_flush(rk, 500);
+        if (rd_kafka_outq_len(rk) > 0)
+                rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE |
+                                       RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(rk, 0);
+
+        rc = CQ_EXIT_OK;
+        for (i = 0; i < batch->n; i++) {
+                sub_job_t *job = &batch->v[i];
+
+                if (job->reported && job->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                        printf("%s\n", job->id);
+                        continue;
+                }
+                if (!job->reported)
+                        job->err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
+                if (failed++ == 0) {
+                        cq_cli_error("could not deliver job \"%s\" to topic "
+                                     "\"%s\" at %s: %s",
+                                     job->id, topic,
+                                     cfg->kafka_brokers ? cfg->kafka_brokers
+                                                        : "127.0.0.1:9092",
+                                     rd_kafka_err2str(job->err));
+                        rc = unavailable_err(job->err) ? CQ_EXIT_UNAVAILABLE
+                                                       : CQ_EXIT_FAILED;
+                }
+        }
+        fflush(stdout);
+        if (failed > 1)
+                cq_cli_error("%zu of %zu jobs were not delivered", failed,
+                             batch->n);
+out:
+        if (conf)
+                rd_kafka_conf_destroy(conf);
+        if (rk)
+                rd_kafka_destroy(rk);
+        return rc;
+}
+
+/* ----------------------------------------------------------------- wait */
+
+static const char *row_str(const json_t *row, const char *key)
+{
+        return json_string_value(json_object_get(row, key));
+}
+
+static bool status_is_final(const char *status)
+{
+        return status && (strcmp(status, "succeeded") == 0 ||
+                          strcmp(status, "failed") == 0 ||
+                          strcmp(status, "cancelled") == 0);
+}
+
+static void count_progress(const sub_batch_t *batch, cq_progress_t *progress)
+{
+        size_t i;
+
+        memset(progress, 0, sizeof(*progress));
+        progress->total = batch->n;
+        for (i = 0; i < batch->n; i++) {
+                const char *status = row_str(batch->v[i].row, "status");
+
+                if (!status || strcmp(status, "queued") == 0)
+                        progress->queued++;
+                else if (strcmp(status, "running") == 0)
+                        progress->running++;
+                else if (strcmp(status, "succeeded") == 0)
+                        progress->succeeded++;
+                else if (strcmp(status, "failed") == 0)
+                        progress->failed++;
+                else if (strcmp(status, "cancelled") == 0)
+                        progress->cancelled++;
+                else
+                        progress->queued++;
+        }
+}
+
+static void sleep_ms(long ms)
+{
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                ;
+}
+
+static void tests_text(const json_t *row, char *out, size_t size)
+{
+        const json_t *passed = json_object_get(row, "tests_passed");
+        const json_t *total = json_object_get(row, "tests_total");
+
+        if (json_is_integer(passed) && json_is_integer(total) &&
+            json_integer_value(total) > 0)
+                snprintf(out, size,
+                         "%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT,
+                         json_integer_value(passed), json_integer_value(total));
+        else
+                snprintf(out, size, "-");
+}
+
+static int print_summary(const sub_batch_t *batch)
+{
+        static const char *const headers[] = {"JOB",   "STATUS",   "TESTS",
+                                              "TURNS", "DURATION", "REASON"};
+        static const int align[] = {CQ_TABLE_LEFT,  CQ_TABLE_LEFT,
+                                    CQ_TABLE_RIGHT, CQ_TABLE_RIGHT,
+                                    CQ_TABLE_RIGHT, CQ_TABLE_LEFT};
+        cq_table_t *table;
+        cq_buf_t buf;
+        size_t i;
+        int rc = -1;
+
+        cq_buf_init(&buf, SIZE_MAX);
+        table = cq_table_new(CQ_ARRAY_SIZE(headers), headers, align, 60);
+        if (!table)
+                goto out;
+        for (i = 0; i < batch->n; i++) {
+                const json_t *row = batch->v[i].row;
+                const json_t *dur = json_object_get(row, "duration_ms");
+                const json_t *turns = json_object_get(row, "turns");
+                const char *status = row_str(row, "status");
+                char tests[48], turns_s[32], dur_s[32];
+                const char *cells[6];
+
+                tests_text(row, tests, sizeof(tests));
+                if (json_is_integer(turns))
+                        snprintf(turns_s, sizeof(turns_s),
+                                 "%" JSON_INTEGER_FORMAT,
+                                 json_integer_value(turns));
+                else
+                        snprintf(turns_s, sizeof(turns_s), "-");
+                cq_fmt_duration(dur_s, sizeof(dur_s),
+                                json_is_integer(dur)
+                                    ? (long long)json_integer_value(dur)
+                                    : -1);
+                cells[0] = batch->v[i].id;
+                cells[1] = status ? status : "not yet in PostgreSQL";
+                cells[2] = tests;
+                cells[3] = turns_s;
+                cells[4] = dur_s;
+                cells[5] = row_str(row, "reason");
+                if (cq_table_add(table, cells))
+                        goto out;
+        }
+        if (cq_table_render(table, &buf) != CQ_OK)
+                goto out;
+        fwrite(buf.data, 1, buf.len, stdout);
+        fflush(stdout);
+        rc = 0;
+out:
+        if (rc)
+                cq_cli_error("could not print the summary: out of memory");
+        cq_table_destroy(&table);
+        cq_buf_release(&buf);
+        return rc;
+}
+
+static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
+{
+        cq_store_t *store = NULL;
+        cq_progress_t progress;
+        char line[256], last[256] = "";
+        bool tty = isatty(STDERR_FILENO) == 1, timed_out = false;
+        int64_t start = cq_now_ms(), last_print = 0;
+        long interval = 250;
+        size_t i, done;
+        int rc;
+
+        rc = cq_cli_store_open(cfg, &store);
+        if (rc != CQ_EXIT_OK) {
+                cq_cli_error("the jobs were submitted, but their progress "
+                             "cannot be followed without PostgreSQL");
+                return rc;
+        }
+        for (;;) {
+                for (i = 0; i < batch->n; i++) {
+                        sub_job_t *job = &batch->v[i];
+                        json_t *row = NULL;
+                        cq_err_t err;
+
+                        if (job->finished)
+                                continue;
+                        err = cq_store_job_status(store, job->id, &row);
+                        if (err == CQ_ERR_RETRIABLE)
+                                break; /* PostgreSQL is away: next round */
+                        if (err != CQ_OK) {
+                                if (tty)
+                                        fputc('\n', stderr);
+                                cq_cli_error("%s", cq_store_errmsg(store));
+                                rc = CQ_EXIT_FAILED;
+                                goto out;
+                        }
+                        if (row) {
+                                json_decref(job->row);
+                                job->row = row;
+                                job->finished =
+                                    status_is_final(row_str(row, "status"));
+                        }
+                }
+                count_progress(batch, &progress);
+                cq_fmt_progress(line, sizeof(line), &progress, 24);
+                done =
+                    progress.succeeded + progress.failed + progress.cancelled;
+                if (tty) {
+                        fprintf(stderr, "\r%s\033[K", line);
+                        fflush(stderr);
+                } else if (strcmp(line, last) != 0 ||
+                           cq_now_ms() - last_print >= 30000) {
+                        fprintf(stderr, "%s\n", line);
+                        last_print = cq_now_ms();
+                        snprintf(last, sizeof(last), "%s", line);
+                }
+                if (done == batch->n)
+                        break;
+                if (timeout_s > 0 && cq_now_ms() - start >= timeout_s * 1000) {
+                        timed_out = true;
+                        break;
+                }
+                sleep_ms(interval);
+                if (interval < 1000)
+                        interval *= 2;
+        }
+        if (tty)
+                fputc('\n', stderr);
+        if (print_summary(batch)) {
+                rc = CQ_EXIT_INTERNAL;
+                goto out;
+        }
+        if (timed_out) {
+                cq_cli_error("timed out after %lds: %zu of %zu jobs have not "
+                             "finished",
+                             timeout_s, batch->n - done, batch->n);
+                rc = CQ_EXIT_FAILED;
+        } else if (progress.failed + progress.cancelled > 0) {
+                cq_cli_error("%zu of %zu jobs failed or were cancelled",
+                             progress.failed + progress.cancelled, batch->n);
+                rc = CQ_EXIT_FAILED;
+        } else {
+                rc = CQ_EXIT_OK;
+        }
+out:
+        cq_store_destroy(&store);
+        return rc;
+}
+
+/* ----------------------------------------------------------------- main */
+
+static int parse_args(int argc, char **argv, sub_opts_t *opts)
+{
+        int i, m;
+        const char *timeout = NULL;
+
+        memset(opts, 0, sizeof(*opts));
+        for (i = 1; i < argc; i++) {
+                const char *a = argv[i];
+
+                if (strcmp(a, "--wait") == 0) {
+                        opts->wait = true;
+                        continue;
+                }
+                if (strcmp(a, "--skip-invalid") == 0) {
+                        opts->skip_invalid = true;
+                        continue;
+                }
+                if ((m = cq_cli_opt(argc, argv, &i, "--prompt",
+                                    &opts->prompt)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--job-id",
+                                    &opts->job_id)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--title", &opts->title)) !=
+                        0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--run-id",
+                                    &opts->run_id)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--task-id",
+                                    &opts->task_id)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--priority",
+                                    &opts->priority)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--model", &opts->model)) !=
+                        0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--parent",
+                                    &opts->parent)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--timeout", &timeout)) !=
+                        0) {
+                        if (m < 0)
+                                return -1;
+                        continue;
+                }
+                if (a[0] == '-' && a[1] != '\0') {
+                        cq_cli_error("unknown option \"%s\" for submit; see "
+                                     "coderq submit --help",
+                                     a);
+                        return -1;
+                }
+                if (opts->file) {
+                        cq_cli_error("submit takes one FILE (or - for "
+                                     "stdin)");
+                        return -1;
+                }
+                opts->file = a;
+        }
+        if (timeout && cq_cli_parse_long("--timeout", timeout, 0, 31536000,
+                                         &opts->timeout_s))
+                return -1;
+        if (timeout && !opts->wait) {
+                cq_cli_error("--timeout only applies with --wait");
+                return -1;
+        }
+        if (opts->file &&
+            (opts->prompt || opts->job_id || opts->title || opts->run_id ||
+             opts->task_id || opts->priority || opts->model || opts->parent)) {
+                cq_cli_error("job flags (--prompt, --job-id, ...) cannot be "
+                             "combined with a FILE");
+                return -1;
+        }
+        if (!opts->file && !opts->prompt) {
+                cq_cli_error("submit needs a FILE.jsonl, - for stdin, or "
+                             "--prompt TEXT");
+                return -1;
+        }
+        return 0;
+}
+
+int cq_cmd_submit(const cq_config_t *cfg, int argc, char **argv)
+{
+        sub_opts_t opts;
+        sub_batch_t batch;
+        int rc;
+
+        memset(&batch, 0, sizeof(batch));
+        if (parse_args(argc, argv, &opts))
+                return CQ_EXIT_USAGE;
+        rc = opts.file ? read_jobs(&opts, &batch)
+                       : job_from_flags(&opts, &batch);
+        if (rc == CQ_EXIT_OK)
+                rc = produce_all(cfg, &batch);
+        if (rc == CQ_EXIT_OK && opts.wait)
+                rc = wait_all(cfg, &batch, opts.timeout_s);
+        batch_release(&batch);
+        return rc;
+}

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/* cmd_cli.h - the user-facing commands of coderq (submit, status,
+ * results, export, cancel) and the small helpers they share: option
+ * parsing and opening the store with the exit code a failure maps to.
+ * Each command lives in consumer/cmd_<name>.c; cli.c's table refers to
+ * them. */
+#ifndef CODERQ_CMD_CLI_H
+#define CODERQ_CMD_CLI_H
+
+#include "coderq/cli.h"
+#include "coderq/store.h"
+
+cq_cmd_fn_t cq_cmd_submit;
+cq_cmd_fn_t cq_cmd_status;
+cq_cmd_fn_t cq_cmd_results;
+cq_cmd_fn_t cq_cmd_export;
+cq_cmd_fn_t cq_cmd_cancel;
+
+/**
+ * @brief Match argv[*ip] against the option \p name ("--out"), as
+ *        "--out VALUE" or "--out=VALUE".
+ * @param valuep (out) Borrowed from argv.
+ * @returns 1 when it matched (*ip then points at the last argument used),
+ *          0 when argv[*ip] is another argument, -1 when the value is
+ *          missing (an error line was printed).
+ */
+int cq_cli_opt(
+    int argc, char **argv, int *ip, const char *name, const char **valuep);
+
+/**
+ * @brief Parse a whole decimal number in [min, max] for option \p name.
+ * @returns 0, or -1 after printing an error line.
+ */
+int cq_cli_parse_long(
+    const char *name, const char *text, long min, long max, long *valuep);
+
+/** @brief The exit code for a failed store call: 4 when PostgreSQL could
+ *         not be reached, else 1. */
+int cq_cli_store_exit(cq_err_t err);
+
+/**
+ * @brief Connect to PostgreSQL with the configured settings.
+ * @param storep (out) Caller owns the returned value; free with
+ *        cq_store_destroy().
+ * @returns CQ_EXIT_OK, or CQ_EXIT_UNAVAILABLE / CQ_EXIT_CONFIG after
+ *          printing an error line.
+ */
+int cq_cli_store_open(const cq_config_t *cfg, cq_store_t **storep);
+
+#endif

@@ -1,0 +1,362 @@
+/* SPDX-License-Identifier: MIT */
+/* check_cli_fmt.c - the CLI's pure formatting helpers: CSV fields, UTF-8
+ * display width, cell cutting, table alignment, the progress bar, image
+ * file names and durations; plus random bytes through every helper. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_support.h"
+#include "coderq/clifmt.h"
+
+static char *csv(const char *s)
+{
+        cq_buf_t buf;
+        char *out;
+
+        cq_buf_init(&buf, 1 << 20);
+        ck_assert_int_eq(cq_fmt_csv_field(&buf, s), CQ_OK);
+        out = cq_buf_take(&buf, NULL);
+        return out ? out : strdup("");
+}
+
+START_TEST(csv_quotes_only_when_needed)
+{
+        static const char *const cases[][2] = {
+            {"plain", "plain"},
+            {"", ""},
+            {"a,b", "\"a,b\""},
+            {"say \"hi\"", "\"say \"\"hi\"\"\""},
+            {"\"", "\"\"\"\""},
+            {"line1\nline2", "\"line1\nline2\""},
+            {"cr\rhere", "\"cr\rhere\""},
+            {"bad, \"quoted\" reason", "\"bad, \"\"quoted\"\" reason\""},
+            {" lead", "\" lead\""},
+            {"trail ", "\"trail \""},
+            {"naïve 日本", "naïve 日本"},
+            {"semi;colon", "semi;colon"},
+        };
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                char *got = csv(cases[i][0]);
+
+                ck_assert_msg(strcmp(got, cases[i][1]) == 0,
+                              "case %zu: got [%s] want [%s]", i, got,
+                              cases[i][1]);
+                free(got);
+        }
+        {
+                char *got = csv(NULL);
+
+                ck_assert_str_eq(got, "");
+                free(got);
+        }
+}
+END_TEST
+
+START_TEST(csv_field_respects_the_cap)
+{
+        cq_buf_t buf;
+
+        cq_buf_init(&buf, 4);
+        ck_assert_int_eq(cq_fmt_csv_field(&buf, "a,bcdef"), CQ_ERR_TOO_LARGE);
+        cq_buf_release(&buf);
+}
+END_TEST
+
+START_TEST(width_counts_columns_not_bytes)
+{
+        ck_assert_uint_eq(cq_fmt_width("abc"), 3);
+        ck_assert_uint_eq(cq_fmt_width(""), 0);
+        ck_assert_uint_eq(cq_fmt_width(NULL), 0);
+        ck_assert_uint_eq(cq_fmt_width("é"), 1);         /* 2 bytes */
+        ck_assert_uint_eq(cq_fmt_width("e\xcc\x81"), 1); /* e + combining */
+        ck_assert_uint_eq(cq_fmt_width("日本語"), 6);
+        ck_assert_uint_eq(cq_fmt_width("한국"), 4);
+        ck_assert_uint_eq(cq_fmt_width("\xf0\x9f\x98\x80"), 2); /* emoji */
+        ck_assert_uint_eq(cq_fmt_width("a\xff"
+                                       "b"),
+                          3);                               /* bad byte: 1 */
+        ck_assert_uint_eq(cq_fmt_width("\xe6\x97"), 2);     /* truncated */
+        ck_assert_uint_eq(cq_fmt_width("\xc0\xaf"), 2);     /* overlong */
+        ck_assert_uint_eq(cq_fmt_width("\xed\xa0\x80"), 3); /* surrogate */
+}
+END_TEST
+
+static char *cell(const char *s, size_t max)
+{
+        cq_buf_t buf;
+        char *out;
+
+        cq_buf_init(&buf, 1 << 20);
+        ck_assert_int_eq(cq_fmt_cell(&buf, s, max), CQ_OK);
+        out = cq_buf_take(&buf, NULL);
+        return out ? out : strdup("");
+}
+
+START_TEST(cell_flattens_and_cuts_on_code_points)
+{
+        char *s;
+
+        s = cell("a\nb\tc", 0);
+        ck_assert_str_eq(s, "a b c");
+        free(s);
+        s = cell("abcdefghij", 8);
+        ck_assert_str_eq(s, "abcde...");
+        free(s);
+        s = cell("abcdefgh", 8);
+        ck_assert_str_eq(s, "abcdefgh");
+        free(s);
+        /* 日 is 2 columns: 5 columns of room hold two of them */
+        s = cell("日本語日本語", 8);
+        ck_assert_str_eq(s, "日本...");
+        ck_assert_uint_le(cq_fmt_width(s), 8);
+        free(s);
+        s = cell("\n\n\n\n\n\n\n\n\n\n", 5);
+        ck_assert_str_eq(s, "  ...");
+        free(s);
+}
+END_TEST
+
+static char *render(cq_table_t *table)
+{
+        cq_buf_t buf;
+        char *out;
+
+        cq_buf_init(&buf, 1 << 20);
+        ck_assert_int_eq(cq_table_render(table, &buf), CQ_OK);
+        out = cq_buf_take(&buf, NULL);
+        ck_assert_ptr_nonnull(out);
+        return out;
+}
+
+START_TEST(table_aligns_by_display_width)
+{
+        static const char *const headers[] = {"JOB", "N", "NOTE"};
+        static const int align[] = {CQ_TABLE_LEFT, CQ_TABLE_RIGHT,
+                                    CQ_TABLE_LEFT};
+        const char *r1[] = {"日本", "7", "ok"};
+        const char *r2[] = {"abcde", "123", NULL};
+        const char *r3[] = {"x", "", "multi\nline"};
+        cq_table_t *table = cq_table_new(3, headers, align, 0);
+        char *out;
+
+        ck_assert_ptr_nonnull(table);
+        ck_assert_int_eq(cq_table_add(table, r1), 0);
+        ck_assert_int_eq(cq_table_add(table, r2), 0);
+        ck_assert_int_eq(cq_table_add(table, r3), 0);
+        out = render(table);
+        ck_assert_str_eq(out, "JOB      N  NOTE\n"
+                              "日本     7  ok\n"
+                              "abcde  123  -\n"
+                              "x           multi line\n");
+        free(out);
+        cq_table_destroy(&table);
+        ck_assert_ptr_null(table);
+        cq_table_destroy(&table);
+}
+END_TEST
+
+START_TEST(table_cuts_wide_cells)
+{
+        static const char *const headers[] = {"A", "REASON"};
+        const char *r1[] = {"1", "a very long reason that goes on"};
+        cq_table_t *table = cq_table_new(2, headers, NULL, 10);
+        char *out;
+
+        ck_assert_int_eq(cq_table_add(table, r1), 0);
+        out = render(table);
+        ck_assert_str_eq(out, "A  REASON\n"
+                              "1  a very ...\n");
+        free(out);
+        cq_table_destroy(&table);
+        ck_assert_ptr_null(cq_table_new(0, headers, NULL, 0));
+}
+END_TEST
+
+START_TEST(progress_bar_renders_counts)
+{
+        cq_progress_t p = {16, 7, 2, 0, 3, 4};
+        char line[256];
+
+        cq_fmt_progress(line, sizeof(line), &p, 16);
+        ck_assert_str_eq(line, "[#########.......] 9/16 done  7 ok 2 failed  "
+                               "3 running  4 queued");
+        p = (cq_progress_t){3, 1, 0, 1, 0, 1};
+        cq_fmt_progress(line, sizeof(line), &p, 10);
+        ck_assert_str_eq(line, "[######....] 2/3 done  1 ok 0 failed 1 "
+                               "cancelled  0 running  1 queued");
+        p = (cq_progress_t){3, 3, 0, 0, 0, 0};
+        cq_fmt_progress(line, sizeof(line), &p, 4);
+        ck_assert_str_eq(line,
+                         "[####] 3/3 done  3 ok 0 failed  0 running  0 queued");
+        /* almost done never shows a full bar */
+        p = (cq_progress_t){100, 99, 0, 0, 1, 0};
+        cq_fmt_progress(line, sizeof(line), &p, 10);
+        ck_assert(strncmp(line, "[#########.]", 12) == 0);
+        p = (cq_progress_t){0, 0, 0, 0, 0, 0};
+        cq_fmt_progress(line, sizeof(line), &p, 2);
+        ck_assert_str_eq(line,
+                         "[##] 0/0 done  0 ok 0 failed  0 running  0 queued");
+        /* a tiny buffer is cut, never overrun */
+        p = (cq_progress_t){16, 7, 2, 0, 3, 4};
+        memset(line, 'Z', sizeof(line));
+        cq_fmt_progress(line, 12, &p, 40);
+        ck_assert_uint_lt(strlen(line), 12);
+        ck_assert_int_eq(line[12], 'Z');
+}
+END_TEST
+
+START_TEST(durations_for_people)
+{
+        static const struct {
+                long long ms;
+                const char *want;
+        } cases[] = {
+            {-1, "-"},          {0, "0ms"},        {850, "850ms"},
+            {1000, "1.0s"},     {12345, "12.3s"},  {59999, "59.9s"},
+            {60000, "1m00s"},   {245000, "4m05s"}, {3600000, "1h00m"},
+            {7380000, "2h03m"},
+        };
+        char out[32];
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                cq_fmt_duration(out, sizeof(out), cases[i].ms);
+                ck_assert_str_eq(out, cases[i].want);
+        }
+}
+END_TEST
+
+START_TEST(scalars_as_text)
+{
+        static const struct {
+                const char *json;
+                const char *want;
+        } cases[] = {
+            {"\"text\"", "text"},
+            {"null", ""},
+            {"42", "42"},
+            {"-7", "-7"},
+            {"0.875", "0.875"},
+            {"true", "true"},
+            {"false", "false"},
+            {"[1,2]", "[1,2]"},
+            {"{\"a\":1}", "{\"a\":1}"},
+        };
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                json_t *v = json_loads(cases[i].json, JSON_DECODE_ANY, NULL);
+                cq_buf_t buf;
+
+                ck_assert_ptr_nonnull(v);
+                cq_buf_init(&buf, 1024);
+                ck_assert_int_eq(cq_fmt_scalar(&buf, v), CQ_OK);
+                ck_assert_str_eq(buf.data ? buf.data : "", cases[i].want);
+                cq_buf_release(&buf);
+                json_decref(v);
+        }
+}
+END_TEST
+
+START_TEST(image_names_are_safe)
+{
+        static const struct {
+                const char *name;
+                const char *want;
+        } cases[] = {
+            {"plot.png", "plot.png"},
+            {"../../etc/passwd", "passwd"},
+            {"a/b/c.png", "c.png"},
+            {"..\\..\\win.png", "win.png"},
+            {"..", "image-0123456789ab.png"},
+            {".hidden.png", "hidden.png"},
+            {"", "image-0123456789ab.png"},
+            {NULL, "image-0123456789ab.png"},
+            {"dir/", "image-0123456789ab.png"},
+            {"a:b\nc.png", "a_b_c.png"},
+        };
+        char out[160], variant[200];
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                cq_fmt_image_name(cases[i].name, "image/png",
+                                  "0123456789abcdef0123", out, sizeof(out));
+                ck_assert_msg(strcmp(out, cases[i].want) == 0,
+                              "case %zu: got [%s]", i, out);
+                ck_assert_ptr_null(strchr(out, '/'));
+        }
+        cq_fmt_image_name(NULL, "image/jpeg", NULL, out, sizeof(out));
+        ck_assert_str_eq(out, "image-unnamed.jpg");
+        cq_fmt_image_name(NULL, "text/weird", "ff", out, sizeof(out));
+        ck_assert_str_eq(out, "image-ff.bin");
+        {
+                char longname[400];
+
+                memset(longname, 'x', sizeof(longname));
+                memcpy(longname + 390, ".png", 5);
+                cq_fmt_image_name(longname, NULL, NULL, out, sizeof(out));
+                ck_assert_uint_eq(strlen(out), 100);
+                ck_assert_str_eq(out + 96, ".png");
+        }
+        cq_fmt_name_variant("plot.png", 2, variant, sizeof(variant));
+        ck_assert_str_eq(variant, "plot-2.png");
+        cq_fmt_name_variant("data", 3, variant, sizeof(variant));
+        ck_assert_str_eq(variant, "data-3");
+        cq_fmt_name_variant("a.tar.gz", 2, variant, sizeof(variant));
+        ck_assert_str_eq(variant, "a.tar-2.gz");
+}
+END_TEST
+
+/* Random bytes through every helper: no crash, widths stay consistent. */
+START_TEST(random_bytes_do_not_crash)
+{
+        unsigned seed = 12345;
+        char s[64], out[160];
+        int round, i;
+
+        for (round = 0; round < 2000; round++) {
+                int len = (int)(rand_r(&seed) % (sizeof(s) - 1));
+                cq_buf_t buf;
+                char *c;
+
+                for (i = 0; i < len; i++)
+                        s[i] = (char)(rand_r(&seed) % 255 + 1);
+                s[len] = '\0';
+                (void)cq_fmt_width(s);
+                c = cell(s, 10);
+                ck_assert_uint_le(cq_fmt_width(c), 10);
+                free(c);
+                cq_buf_init(&buf, 1 << 16);
+                ck_assert_int_eq(cq_fmt_csv_field(&buf, s), CQ_OK);
+                cq_buf_release(&buf);
+                cq_fmt_image_name(s, "image/png", "ab", out, sizeof(out));
+                ck_assert_ptr_null(strchr(out, '/'));
+                ck_assert_ptr_null(strchr(out, '\\'));
+                ck_assert(out[0] != '\0' && out[0] != '.');
+        }
+}
+END_TEST
+
+static Suite *cli_fmt_suite(void)
+{
+        Suite *s = suite_create("cli_fmt");
+        TCase *tc = tcase_create("core");
+
+        tcase_add_test(tc, csv_quotes_only_when_needed);
+        tcase_add_test(tc, csv_field_respects_the_cap);
+        tcase_add_test(tc, width_counts_columns_not_bytes);
+        tcase_add_test(tc, cell_flattens_and_cuts_on_code_points);
+        tcase_add_test(tc, table_aligns_by_display_width);
+        tcase_add_test(tc, table_cuts_wide_cells);
+        tcase_add_test(tc, progress_bar_renders_counts);
+        tcase_add_test(tc, durations_for_people);
+        tcase_add_test(tc, scalars_as_text);
+        tcase_add_test(tc, image_names_are_safe);
+        tcase_add_test(tc, random_bytes_do_not_crash);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+CQ_CHECK_MAIN(cli_fmt_suite)
