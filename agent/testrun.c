@@ -5,7 +5,6 @@
 #include "coderq/testrun.h"
 
 #include <openssl/rand.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +60,8 @@ static const char cases_harness[] =
     "    for i, c in enumerate(__cases):\n"
     "        args = c.get('args', [])\n"
     "        rec = {'case': i + 1, 'args': short(args),\n"
+    "               'call': '%s(%s)' % (__fname, ', '.join(short(a) for a "
+    "in args)),\n"
     "               'expected': short(c.get('expected'))}\n"
     "        if not callable(fn):\n"
     "            rec['ok'] = False\n"
@@ -89,7 +90,7 @@ static const char cases_call[] =
 static const char code_harness[] =
     "def __coderq_tests(__src, __marker):\n"
     "    import json, traceback\n"
-    "    rec = {'case': 1}\n"
+    "    rec = {'case': 0}\n"
     "    try:\n"
     "        exec(compile(__src, '<tests>', 'exec'), globals())\n"
     "        rec['ok'] = True\n"
@@ -107,7 +108,7 @@ void cq_testrun_init(cq_testrun_t *tr) { memset(tr, 0, sizeof(*tr)); }
 
 void cq_testrun_release(cq_testrun_t *tr)
 {
-        free(tr->feedback);
+        free(tr->error);
         json_decref(tr->report);
         cq_testrun_init(tr);
 }
@@ -206,23 +207,6 @@ out:
         return code;
 }
 
-/* Feedback is capped: past the cap the first failures are kept, which are
- * what the model needs. */
-static void fb_add(cq_buf_t *fb, const char *fmt, ...) CQ_PRINTF(2, 3);
-
-static void fb_add(cq_buf_t *fb, const char *fmt, ...)
-{
-        char small[4096];
-        va_list ap;
-        int n;
-
-        va_start(ap, fmt);
-        n = vsnprintf(small, sizeof(small), fmt, ap);
-        va_end(ap);
-        if (n > 0 && cq_buf_append(fb, small, strlen(small)) != CQ_OK)
-                return;
-}
-
 /* The last stdout line that starts with the marker, parsed. */
 static json_t *find_report(const cq_cell_result_t *res, const char *marker)
 {
@@ -287,19 +271,13 @@ static int expected_total(const json_t *tests)
         return json_is_array(cases) ? (int)json_array_size(cases) : 1;
 }
 
-int cq_testrun_parse(const json_t *tests,
-                     const char *marker,
-                     const cq_cell_result_t *res,
-                     cq_testrun_t *tr)
+int cq_testrun_parse(const json_t *tests, const char *marker,
+                     const cq_cell_result_t *res, cq_testrun_t *tr)
 {
         json_t *report = NULL, *cases, *rec;
-        const char *function =
-            json_string_value(json_object_get(tests, "function"));
-        cq_buf_t fb;
         size_t i;
         int rc = -1;
 
-        cq_buf_init(&fb, 64 * 1024);
         cq_testrun_init(tr);
         tr->total = expected_total(tests);
         if (res->status == CQ_CELL_OK)
@@ -314,71 +292,59 @@ int cq_testrun_parse(const json_t *tests,
                         snprintf(why, sizeof(why),
                                  "the tests printed no report (did the code "
                                  "replace print or exit the interpreter?)");
-                tr->passed = 0;
-                tr->report = json_pack("{s:i, s:i, s:s}", "passed", 0, "total",
-                                       tr->total, "error", why);
-                if (!tr->report)
-                        goto out;
-                fb_add(&fb, "The tests could not run: %s\n", why);
-                tr->feedback = cq_buf_take(&fb, NULL);
-                rc = tr->feedback ? 0 : -1;
+                tr->error = strdup(why);
+                tr->report = json_pack("{s:i, s:i, s:s}", "passed", 0,
+                                       "total", tr->total, "error", why);
+                rc = tr->error && tr->report ? 0 : -1;
                 goto out;
         }
         json_array_foreach(cases, i, rec)
         {
-                const char *error;
-
-                if (json_is_true(json_object_get(rec, "ok"))) {
+                if (json_is_true(json_object_get(rec, "ok")))
                         tr->passed++;
-                        continue;
-                }
-                error = json_string_value(json_object_get(rec, "error"));
-                if (function)
-                        fb_add(&fb, "- case %zu: %s(*%s) expected %s, ", i + 1,
-                               function,
-                               json_string_value(json_object_get(rec, "args")),
-                               json_string_value(
-                                   json_object_get(rec, "expected")));
-                else
-                        fb_add(&fb, "- the test code failed: ");
-                if (error)
-                        fb_add(
-                            &fb, "raised %s\n%s", error,
-                            json_string_value(json_object_get(rec, "traceback"))
-                                ? json_string_value(
-                                      json_object_get(rec, "traceback"))
-                                : "");
-                else
-                        fb_add(&fb, "got %s\n",
-                               json_string_value(json_object_get(rec, "got")));
         }
-        tr->report = json_pack("{s:i, s:i, s:O}", "passed", tr->passed, "total",
-                               tr->total, "cases", cases);
-        if (!tr->report)
-                goto out;
-        if (tr->passed < tr->total) {
-                char head[128];
-                char *body = cq_buf_take(&fb, NULL);
-                size_t n;
-
-                if (!body)
-                        goto out;
-                snprintf(head, sizeof(head), "%d of %d tests passed.\n",
-                         tr->passed, tr->total);
-                n = strlen(head) + strlen(body) + 1;
-                tr->feedback = malloc(n);
-                if (!tr->feedback) {
-                        free(body);
-                        goto out;
-                }
-                snprintf(tr->feedback, n, "%s%s", head, body);
-                free(body);
-        }
-        rc = 0;
+        tr->report = json_pack("{s:i, s:i, s:O}", "passed", tr->passed,
+                               "total", tr->total, "cases", cases);
+        rc = tr->report ? 0 : -1;
 out:
         json_decref(report);
-        cq_buf_release(&fb);
         if (rc != 0)
                 cq_testrun_release(tr);
         return rc;
+}
+
+size_t cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out,
+                           size_t max)
+{
+        json_t *cases = json_object_get(tr->report, "cases"), *rec;
+        size_t i, n = 0;
+
+        if (tr->error) {
+                if (max == 0)
+                        return 0;
+                memset(out, 0, sizeof(*out));
+                out->error = tr->error;
+                return 1;
+        }
+        json_array_foreach(cases, i, rec)
+        {
+                if (n >= max)
+                        break;
+                if (json_is_true(json_object_get(rec, "ok")))
+                        continue;
+                memset(&out[n], 0, sizeof(out[n]));
+                out[n].index =
+                    (size_t)json_integer_value(json_object_get(rec, "case"));
+                out[n].call = json_string_value(json_object_get(rec, "call"));
+                out[n].expected =
+                    json_string_value(json_object_get(rec, "expected"));
+                out[n].got = json_string_value(json_object_get(rec, "got"));
+                out[n].error =
+                    json_string_value(json_object_get(rec, "traceback"));
+                if (!out[n].error)
+                        out[n].error =
+                            json_string_value(json_object_get(rec, "error"));
+                n++;
+        }
+        return n;
 }

@@ -115,6 +115,34 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_TOPIC_JOBS", NULL, "topic-jobs", CQ_CFG_STRING, F(topic_jobs),
      "coderq.jobs", 0, 0, NULL,
      "Kafka topic of job messages (coderq submit produces to it)"},
+    {"CODERQ_MAX_TURNS", NULL, "max-turns", CQ_CFG_INT, F(max_turns), "30", 1,
+     1000, NULL,
+     "LLM calls a job may make before it fails (a job's limits.max_turns "
+     "wins)"},
+    {"CODERQ_MAX_RETRIES", NULL, "max-retries", CQ_CFG_INT, F(max_retries),
+     "5", 0, 1000, NULL,
+     "failed cells and failed test runs a job may have; one more fails it "
+     "(limits.max_retries wins)"},
+    {"CODERQ_CELL_TIMEOUT_S", NULL, "cell-timeout-s", CQ_CFG_INT,
+     F(cell_timeout_s), "120", 1, 86400, NULL,
+     "seconds one cell may run before it is interrupted and the kernel "
+     "replaced (limits.cell_timeout_s wins)"},
+    {"CODERQ_JOB_TIMEOUT_S", NULL, "job-timeout-s", CQ_CFG_INT,
+     F(job_timeout_s), "1800", 1, 604800, NULL,
+     "seconds a job may run in all (limits.job_timeout_s wins)"},
+    {"CODERQ_SYSTEM_PROMPT", NULL, "system-prompt", CQ_CFG_STRING,
+     F(system_prompt), NULL, 0, 0, NULL,
+     "system prompt of the agent (a job's system_prompt wins; default: the "
+     "built-in English prompt)"},
+    {"CODERQ_TOOL_ITEM_MAX", NULL, "tool-item-max", CQ_CFG_SIZE,
+     F(tool_item_max), "2000", 200, 1048576, NULL,
+     "characters of one output item the model sees (head and tail kept)"},
+    {"CODERQ_TOOL_TOTAL_MAX", NULL, "tool-total-max", CQ_CFG_SIZE,
+     F(tool_total_max), "8000", 500, 4194304, NULL,
+     "characters of one tool result the model sees in all"},
+    {"CODERQ_ARTIFACT_MAX", NULL, "artifact-max", CQ_CFG_SIZE,
+     F(artifact_max), "20M", 1024, 1073741824L, NULL,
+     "largest file the code creates that is kept as an artefact"},
 };
 
 #undef F

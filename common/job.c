@@ -245,6 +245,7 @@ static int check_known_keys(const json_t *obj,
 
 static int parse_limit(const json_t *limits,
                        const char *key,
+                       long min,
                        long max,
                        long *outp,
                        char *errstr,
@@ -255,9 +256,10 @@ static int parse_limit(const json_t *limits,
 
         if (!value || json_is_null(value))
                 return 0;
-        if (!json_is_integer(value) || (n = json_integer_value(value)) <= 0) {
+        if (!json_is_integer(value) || (n = json_integer_value(value)) < min) {
                 set_err(errstr, errstr_size,
-                        "field \"limits.%s\" must be a positive integer", key);
+                        "field \"limits.%s\" must be %s integer", key,
+                        min > 0 ? "a positive" : "a non-negative");
                 return -1;
         }
         if (n > max) {
@@ -287,14 +289,14 @@ static int parse_limits(const json_t *spec,
                 return -1;
         }
         if (check_known_keys(obj, known, "limits", errstr, errstr_size) ||
-            parse_limit(obj, "max_turns", 1000, &limits->max_turns, errstr,
+            parse_limit(obj, "max_turns", 1, 1000, &limits->max_turns, errstr,
                         errstr_size) ||
-            parse_limit(obj, "max_retries", 1000, &limits->max_retries, errstr,
-                        errstr_size) ||
-            parse_limit(obj, "cell_timeout_s", 86400, &limits->cell_timeout_s,
+            parse_limit(obj, "max_retries", 0, 1000, &limits->max_retries,
                         errstr, errstr_size) ||
-            parse_limit(obj, "job_timeout_s", 7 * 86400, &limits->job_timeout_s,
-                        errstr, errstr_size))
+            parse_limit(obj, "cell_timeout_s", 1, 86400,
+                        &limits->cell_timeout_s, errstr, errstr_size) ||
+            parse_limit(obj, "job_timeout_s", 1, 7 * 86400,
+                        &limits->job_timeout_s, errstr, errstr_size))
                 return -1;
         return 0;
 }

@@ -84,7 +84,8 @@ START_TEST(cases_all_pass_with_tolerance_and_numpy)
                   &tr);
         ck_assert_int_eq(tr.total, 2);
         ck_assert_int_eq(tr.passed, 2);
-        ck_assert_ptr_null(tr.feedback);
+        ck_assert_ptr_null(tr.error);
+        ck_assert_uint_eq(cq_testrun_failures(&tr, NULL, 0), 0);
         ck_assert_int_eq(
             json_integer_value(json_object_get(tr.report, "passed")), 2);
         cq_testrun_release(&tr);
@@ -94,6 +95,8 @@ END_TEST
 START_TEST(cases_failures_say_which_expected_and_got)
 {
         cq_testrun_t tr;
+        cq_test_failure_t f[8];
+        size_t n;
 
         run_tests("def g(n):\n"
                   "    if n < 0:\n"
@@ -107,17 +110,22 @@ START_TEST(cases_failures_say_which_expected_and_got)
                   &tr);
         ck_assert_int_eq(tr.total, 4);
         ck_assert_int_eq(tr.passed, 1);
-        ck_assert_ptr_nonnull(tr.feedback);
-        ck_assert_msg(strstr(tr.feedback, "1 of 4 tests passed"), "%s",
-                      tr.feedback);
-        ck_assert_msg(strstr(tr.feedback, "case 2: g(*[3]) expected 7, got 6"),
-                      "%s", tr.feedback);
-        ck_assert_msg(strstr(tr.feedback, "raised ValueError: negative"), "%s",
-                      tr.feedback);
+        ck_assert_ptr_null(tr.error);
+        n = cq_testrun_failures(&tr, f, 8);
+        ck_assert_uint_eq(n, 3);
+        ck_assert_uint_eq(f[0].index, 2);
+        ck_assert_str_eq(f[0].call, "g(3)");
+        ck_assert_str_eq(f[0].expected, "7");
+        ck_assert_str_eq(f[0].got, "6");
+        ck_assert_uint_eq(f[1].index, 3);
+        ck_assert_ptr_null(f[1].got);
+        ck_assert_msg(strstr(f[1].error, "ValueError: negative"), "%s",
+                      f[1].error);
         /* true is not 2: booleans only equal booleans */
-        ck_assert_msg(strstr(tr.feedback, "case 4: g(*[1]) expected True, "
-                                          "got 2"),
-                      "%s", tr.feedback);
+        ck_assert_str_eq(f[2].call, "g(1)");
+        ck_assert_str_eq(f[2].expected, "True");
+        ck_assert_str_eq(f[2].got, "2");
+        ck_assert_uint_eq(cq_testrun_failures(&tr, f, 1), 1);
         cq_testrun_release(&tr);
 }
 END_TEST
@@ -132,7 +140,13 @@ START_TEST(cases_missing_function_fails_every_case)
                   &tr);
         ck_assert_int_eq(tr.passed, 0);
         ck_assert_int_eq(tr.total, 1);
-        ck_assert_msg(strstr(tr.feedback, "NameError"), "%s", tr.feedback);
+        ck_assert_msg(strstr(json_string_value(json_object_get(
+                                 json_array_get(json_object_get(tr.report,
+                                                                "cases"),
+                                                0),
+                                 "error")),
+                             "NameError"),
+                      "no NameError in the report");
         cq_testrun_release(&tr);
 }
 END_TEST
@@ -145,7 +159,7 @@ START_TEST(code_tests_pass_and_fail)
                   "{\"kind\":\"code\",\"code\":\"assert x + 1 == 42\"}", &tr);
         ck_assert_int_eq(tr.passed, 1);
         ck_assert_int_eq(tr.total, 1);
-        ck_assert_ptr_null(tr.feedback);
+        ck_assert_ptr_null(tr.error);
         cq_testrun_release(&tr);
 
         run_tests("x = 40\n",
@@ -153,8 +167,15 @@ START_TEST(code_tests_pass_and_fail)
                   "'x is %d' % x\"}",
                   &tr);
         ck_assert_int_eq(tr.passed, 0);
-        ck_assert_msg(strstr(tr.feedback, "AssertionError: x is 40"), "%s",
-                      tr.feedback);
+        {
+                cq_test_failure_t f;
+
+                ck_assert_uint_eq(cq_testrun_failures(&tr, &f, 1), 1);
+                ck_assert_uint_eq(f.index, 0);
+                ck_assert_ptr_null(f.call);
+                ck_assert_msg(strstr(f.error, "AssertionError: x is 40"),
+                              "%s", f.error);
+        }
         cq_testrun_release(&tr);
 }
 END_TEST
@@ -175,8 +196,8 @@ START_TEST(report_must_carry_the_marker)
                                  "[{\"ok\":true}]}\n");
         ck_assert_int_eq(cq_testrun_parse(tests, marker, &res, &tr), 0);
         ck_assert_int_eq(tr.passed, 0);
-        ck_assert_msg(strstr(tr.feedback, "printed no report"), "%s",
-                      tr.feedback);
+        ck_assert_msg(strstr(tr.error, "printed no report"), "%s",
+                      tr.error);
         cq_testrun_release(&tr);
         cq_cell_result_release(&res);
 
@@ -185,7 +206,13 @@ START_TEST(report_must_carry_the_marker)
         res.status = CQ_CELL_TIMEOUT;
         ck_assert_int_eq(cq_testrun_parse(tests, marker, &res, &tr), 0);
         ck_assert_int_eq(tr.passed, 0);
-        ck_assert_msg(strstr(tr.feedback, "status timeout"), "%s", tr.feedback);
+        ck_assert_msg(strstr(tr.error, "status timeout"), "%s", tr.error);
+        {
+                cq_test_failure_t f;
+
+                ck_assert_uint_eq(cq_testrun_failures(&tr, &f, 1), 1);
+                ck_assert_str_eq(f.error, tr.error);
+        }
         cq_testrun_release(&tr);
         cq_cell_result_release(&res);
         free(code);

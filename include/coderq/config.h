@@ -64,6 +64,15 @@ typedef struct cq_config {
         long pg_reconnect_s;
         /* kafka topics */
         char *topic_jobs;
+        /* agent loop */
+        long max_turns;
+        long max_retries;
+        long cell_timeout_s;
+        long job_timeout_s;
+        char *system_prompt;
+        size_t tool_item_max;
+        size_t tool_total_max;
+        size_t artifact_max;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */

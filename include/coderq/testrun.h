@@ -16,14 +16,15 @@
 
 #include "coderq/common.h"
 #include "coderq/interp.h"
+#include "coderq/tooltext.h"
 
 /** @brief The outcome of one test run. Release with cq_testrun_release(). */
 typedef struct cq_testrun {
         int passed;
         int total;
-        char *feedback; /* for the LLM: each failure (case, args, expected,
-                           got, or the traceback); NULL when all passed */
-        json_t *report; /* {"passed","total","cases":[...]} for storage */
+        char *error;    /* why the tests could not run at all, or NULL */
+        json_t *report; /* {"passed","total","cases":[{"case","call",
+                           "expected","got"|"error","traceback","ok"}]} */
 } cq_testrun_t;
 
 void cq_testrun_init(cq_testrun_t *tr);
@@ -44,11 +45,20 @@ char *cq_testrun_code(const json_t *tests, char *marker, size_t marker_size,
  * @param tests Borrowed; the same object given to cq_testrun_code().
  * @param res Borrowed; the cell's result.
  * @returns 0 with \p tr filled (a cell that raised, timed out or printed no
- *          report counts as every case failed, with the reason as
- *          feedback), -1 when out of memory.
+ *          report counts as every case failed, with the reason in
+ *          tr->error), -1 when out of memory.
  */
 CQ_NODISCARD int cq_testrun_parse(const json_t *tests, const char *marker,
                                   const cq_cell_result_t *res,
                                   cq_testrun_t *tr);
+
+/**
+ * @brief The failed cases of \p tr for cq_tooltext_test_feedback(); when
+ *        the tests could not run, one entry carrying tr->error.
+ * @param out Room for \p max entries; strings are borrowed from \p tr.
+ * @returns How many entries were filled.
+ */
+size_t cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out,
+                           size_t max);
 
 #endif

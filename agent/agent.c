@@ -1,0 +1,1177 @@
+/* SPDX-License-Identifier: MIT */
+/* agent.c - the reflection loop. One run owns a history (JSON array of Chat
+ * Completions messages), appends to it only through append(), which is
+ * also the checkpoint hook, and leaves it in a state a later run can
+ * continue from: an assistant message whose tool calls are not all
+ * answered is finished first, so a completed LLM turn is never repeated. */
+#include "coderq/agent.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coderq/buf.h"
+#include "coderq/fetch.h"
+#include "coderq/log.h"
+#include "coderq/testrun.h"
+#include "coderq/tooltext.h"
+#include "coderq/util.h"
+
+#define KEEP_RECENT_MESSAGES 6   /* never elided */
+#define ELIDE_MIN_CHARS      200 /* shorter tool outputs are not worth it */
+#define EVENT_TEXT_MAX       4096
+
+static const char default_system_prompt[] =
+    "You are a careful Python data-analysis and mathematical-modelling "
+    "assistant working in a Jupyter kernel.\n"
+    "- Run Python with the execute_code tool. The kernel keeps variables, "
+    "imports and files between calls.\n"
+    "- Input files are already in the current working directory: use "
+    "relative paths and do not check that they exist. Read CSV files with "
+    "an explicit encoding when utf-8 fails (then try latin-1).\n"
+    "- numpy, pandas, matplotlib and scipy are available.\n"
+    "- You cannot see images. After every figure, print the key numbers it "
+    "shows. Save each figure to a file in the working directory "
+    "(plt.savefig('name.png')) and show it with plt.show().\n"
+    "- State where every parameter comes from. Avoid data leakage: fit "
+    "scalers and models on training data only.\n"
+    "- When code fails, read the error, fix its cause and run the corrected "
+    "code. If it keeps failing, split it into smaller steps or simplify the "
+    "approach.\n"
+    "- Do not ask the user anything; work autonomously.\n"
+    "- When the work is complete, reply without calling the tool: a concise "
+    "summary of what you did and the results, with the key numbers.\n";
+
+const char *cq_agent_default_system_prompt(void)
+{
+        return default_system_prompt;
+}
+
+const char *cq_agent_status_name(cq_agent_status_t status)
+{
+        switch (status) {
+        case CQ_AGENT_SUCCEEDED:
+                return "succeeded";
+        case CQ_AGENT_FAILED:
+                return "failed";
+        case CQ_AGENT_CANCELLED:
+                return "cancelled";
+        case CQ_AGENT_ABORTED:
+                return "aborted";
+        }
+        return "unknown";
+}
+
+void cq_agent_opts_init(cq_agent_opts_t *opts)
+{
+        memset(opts, 0, sizeof(*opts));
+        opts->max_turns = 30;
+        opts->max_retries = 5;
+        opts->cell_timeout_s = 120;
+        opts->job_timeout_s = 1800;
+        opts->context_tokens = 128000;
+        opts->tool_item_max = 2000;
+        opts->tool_total_max = 8000;
+        opts->file_max = (size_t)20 << 20;
+}
+
+void cq_agent_opts_from_config(cq_agent_opts_t *opts, const cq_config_t *cfg)
+{
+        cq_agent_opts_init(opts);
+        opts->system_prompt = cfg->system_prompt;
+        opts->max_turns = cfg->max_turns;
+        opts->max_retries = cfg->max_retries;
+        opts->cell_timeout_s = cfg->cell_timeout_s;
+        opts->job_timeout_s = cfg->job_timeout_s;
+        opts->context_tokens = (size_t)cfg->llm_context_window;
+        opts->tool_item_max = cfg->tool_item_max;
+        opts->tool_total_max = cfg->tool_total_max;
+        opts->file_max = cfg->artifact_max;
+}
+
+void cq_agent_result_init(cq_agent_result_t *result)
+{
+        memset(result, 0, sizeof(*result));
+        result->tests_total = -1;
+}
+
+void cq_agent_result_release(cq_agent_result_t *result)
+{
+        free(result->reason);
+        free(result->last_error);
+        free(result->answer);
+        free(result->solution);
+        json_decref(result->tests);
+        json_decref(result->history);
+        cq_files_release(&result->images);
+        cq_agent_result_init(result);
+}
+
+/* The state of one run. */
+typedef struct run {
+        const cq_job_t *job;
+        cq_interp_t *interp;
+        cq_llm_t *llm;
+        const cq_agent_opts_t *opts;
+        const cq_agent_observer_t *obs;
+        cq_nb_t *nb;
+        cq_agent_result_t *result;
+        json_t *history;
+        cq_buf_t solution; /* code of the successful cells */
+        long max_turns, max_retries, cell_timeout_s, job_timeout_s;
+        int64_t deadline_ms; /* monotonic */
+        long image_seq;
+        cq_tooltext_opts_t topts;
+        bool aborted;
+        bool oom;
+} run_t;
+
+static void set_str(char **dst, const char *fmt, ...) CQ_PRINTF(2, 3);
+
+static void set_str(char **dst, const char *fmt, ...)
+{
+        va_list ap;
+        char *s = NULL;
+
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        free(*dst);
+        *dst = s;
+}
+
+static bool cancelled(const run_t *run)
+{
+        return run->opts->cancel && atomic_load(run->opts->cancel) != 0;
+}
+
+static void event(run_t *run, const char *type, json_t *data)
+{
+        if (data && run->obs && run->obs->on_event)
+                run->obs->on_event(run->obs->opaque, type, data);
+        json_decref(data);
+}
+
+/* Append \p msg (takes ownership) to the history and checkpoint it. */
+static int append(run_t *run, json_t *msg)
+{
+        size_t index = json_array_size(run->history);
+
+        if (!msg || json_array_append_new(run->history, msg) != 0) {
+                run->oom = true;
+                return -1;
+        }
+        if (run->obs && run->obs->on_message &&
+            run->obs->on_message(run->obs->opaque, index, msg) != 0) {
+                run->aborted = true;
+                return -1;
+        }
+        return 0;
+}
+
+static json_t *text_message(const char *role, const char *content)
+{
+        return json_pack("{s:s, s:s}", "role", role, "content", content);
+}
+
+/* "Files in the working directory: data.csv (12,345 bytes), ..." */
+static char *files_message(const cq_job_t *job)
+{
+        cq_buf_t buf;
+        size_t i;
+
+        cq_buf_init(&buf, 64 * 1024);
+        if (job->nfiles == 0) {
+                if (cq_buf_append_str(&buf, "The working directory has no "
+                                            "input files.") != CQ_OK)
+                        goto fail;
+                return cq_buf_take(&buf, NULL);
+        }
+        if (cq_buf_append_str(&buf, "Files in the working directory:") != CQ_OK)
+                goto fail;
+        for (i = 0; i < job->nfiles; i++) {
+                cq_err_t err;
+
+                if (job->files[i].data)
+                        err = cq_buf_printf(&buf, "%s %s (%zu bytes)",
+                                            i ? "," : "", job->files[i].name,
+                                            job->files[i].len);
+                else
+                        err = cq_buf_printf(&buf, "%s %s", i ? "," : "",
+                                            job->files[i].name);
+                if (err != CQ_OK)
+                        break; /* a very long list is cut; the rest exist */
+        }
+        return cq_buf_take(&buf, NULL);
+fail:
+        cq_buf_release(&buf);
+        return NULL;
+}
+
+/* The job's prompt, with what the model must know about its tests and a
+ * remembered solution. */
+static char *task_message(const cq_job_t *job, const char *hint)
+{
+        cq_buf_t buf;
+        const char *kind =
+            json_string_value(json_object_get(job->tests, "kind"));
+        cq_err_t err;
+
+        cq_buf_init(&buf, (size_t)32 << 20);
+        err = cq_buf_append_str(&buf, job->prompt);
+        if (err == CQ_OK && kind && strcmp(kind, "cases") == 0)
+                err = cq_buf_printf(
+                    &buf,
+                    "\n\nYour work will be checked by calling the function "
+                    "`%s` with test arguments in this kernel, so define "
+                    "`%s` before giving your final answer.",
+                    json_string_value(json_object_get(job->tests, "function")),
+                    json_string_value(json_object_get(job->tests, "function")));
+        else if (err == CQ_OK && kind)
+                err = cq_buf_append_str(
+                    &buf, "\n\nYour work will be checked by test code run in "
+                          "this kernel after your final answer.");
+        if (err == CQ_OK && hint)
+                err = cq_buf_printf(&buf,
+                                    "\n\nA similar problem was solved before "
+                                    "with the code below. Reuse or adapt it "
+                                    "if it fits:\n```python\n%s\n```",
+                                    hint);
+        if (err != CQ_OK) {
+                cq_buf_release(&buf);
+                return NULL;
+        }
+        return cq_buf_take(&buf, NULL);
+}
+
+/* Images a cell showed, as files named cell<N>-<K>.<ext>. */
+static void collect_output_images(run_t *run, const cq_cell_result_t *res)
+{
+        static const struct {
+                const char *mime, *ext;
+                bool base64;
+        } kinds[] = {{"image/png", "png", true},
+                     {"image/jpeg", "jpg", true},
+                     {"image/svg+xml", "svg", false}};
+        size_t i, k;
+        json_t *output;
+
+        json_array_foreach(res->outputs, i, output)
+        {
+                json_t *data = json_object_get(output, "data");
+
+                for (k = 0; data && k < CQ_ARRAY_SIZE(kinds); k++) {
+                        json_t *value = json_object_get(data, kinds[k].mime);
+                        cq_files_t *images = &run->result->images;
+                        cq_file_t *v, *file;
+                        unsigned char *bytes;
+                        size_t len;
+                        char name[64];
+
+                        if (!json_is_string(value))
+                                continue;
+                        if (kinds[k].base64) {
+                                bytes = cq_b64_decode(json_string_value(value),
+                                                      json_string_length(value),
+                                                      &len);
+                        } else {
+                                len = json_string_length(value);
+                                bytes = malloc(len + 1);
+                                if (bytes)
+                                        memcpy(bytes, json_string_value(value),
+                                               len);
+                        }
+                        if (!bytes)
+                                continue; /* undecodable: leave it be */
+                        v = realloc(images->v,
+                                    (images->n + 1) * sizeof(*images->v));
+                        if (!v) {
+                                free(bytes);
+                                run->oom = true;
+                                return;
+                        }
+                        images->v = v;
+                        snprintf(name, sizeof(name), "cell%ld-%ld.%s",
+                                 run->result->cells, ++run->image_seq,
+                                 kinds[k].ext);
+                        file = &images->v[images->n];
+                        file->name = strdup(name);
+                        file->mime = strdup(kinds[k].mime);
+                        file->data = bytes;
+                        file->len = len;
+                        if (!file->name || !file->mime) {
+                                free(file->name);
+                                free(file->mime);
+                                free(bytes);
+                                run->oom = true;
+                                return;
+                        }
+                        images->n++;
+                }
+        }
+}
+
+/* Image files the code saved anywhere under the work dir. */
+static void collect_created_images(run_t *run)
+{
+        cq_files_t created = {0};
+        cq_files_t *images = &run->result->images;
+        size_t i;
+
+        if (cq_interp_created_files(run->interp, false, &created) != CQ_OK) {
+                cq_log_kv(CQ_LOG_WARN, "could not list created files", "job_id",
+                          run->job->job_id, "error",
+                          cq_interp_errmsg(run->interp), NULL);
+                return;
+        }
+        for (i = 0; i < created.n; i++) {
+                cq_file_t file = {0};
+                cq_file_t *v;
+
+                if (strncmp(created.v[i].mime, "image/", 6) != 0)
+                        continue;
+                if (cq_interp_get_file(run->interp, created.v[i].name,
+                                       run->opts->file_max, &file) != CQ_OK) {
+                        cq_log_kv(CQ_LOG_WARN, "could not read created image",
+                                  "job_id", run->job->job_id, "file",
+                                  created.v[i].name, "error",
+                                  cq_interp_errmsg(run->interp), NULL);
+                        continue;
+                }
+                v = realloc(images->v, (images->n + 1) * sizeof(*images->v));
+                if (!v) {
+                        cq_files_t one = {&file, 1};
+
+                        cq_files_release(&one);
+                        run->oom = true;
+                        break;
+                }
+                images->v = v;
+                images->v[images->n++] = file;
+        }
+        cq_files_release(&created);
+}
+
+static void on_output(void *opaque, const json_t *output)
+{
+        run_t *run = opaque;
+        const char *type =
+            json_string_value(json_object_get(output, "output_type"));
+        json_t *data = NULL;
+
+        if (!run->obs || !run->obs->on_event || !type)
+                return;
+        if (strcmp(type, "stream") == 0) {
+                const char *text =
+                    json_string_value(json_object_get(output, "text"));
+                size_t len = text ? strlen(text) : 0;
+
+                data = json_pack(
+                    "{s:s, s:s, s:s%}", "kind", "stream", "name",
+                    json_string_value(json_object_get(output, "name")), "text",
+                    text ? text : "",
+                    len > EVENT_TEXT_MAX ? EVENT_TEXT_MAX : len);
+        } else if (strcmp(type, "error") == 0) {
+                data = json_pack("{s:s, s:O?, s:O?}", "kind", "error", "ename",
+                                 json_object_get(output, "ename"), "evalue",
+                                 json_object_get(output, "evalue"));
+        } else {
+                /* A mime bundle: its types and sizes, not its content. */
+                json_t *bundle = json_object_get(output, "data");
+                json_t *sizes = json_object();
+                const char *mime;
+                json_t *value;
+
+                json_object_foreach(bundle, mime, value)
+                {
+                        json_int_t size =
+                            json_is_string(value)
+                                ? (json_int_t)json_string_length(value)
+                                : 0;
+
+                        json_object_set_new(sizes, mime, json_integer(size));
+                }
+                data = json_pack("{s:s, s:o}", "kind", type, "mimes", sizes);
+        }
+        event(run, "cell.output", data);
+}
+
+static int64_t remaining_ms(const run_t *run)
+{
+        return run->deadline_ms - cq_now_ms();
+}
+
+/* Run one cell and record it everywhere. */
+static cq_err_t run_cell(run_t *run, const char *code, cq_cell_result_t *res)
+{
+        cq_exec_opts_t xo = {0};
+        int64_t left = remaining_ms(run);
+        cq_err_t err;
+
+        xo.timeout_ms = run->cell_timeout_s * 1000;
+        if (left < xo.timeout_ms)
+                xo.timeout_ms = left > 1000 ? left : 1000;
+        xo.on_output = on_output;
+        xo.opaque = run;
+        xo.cancel = run->opts->cancel;
+        event(run, "cell.started", json_pack("{s:s}", "code", code));
+        err = cq_interp_execute(run->interp, code, &xo, res);
+        if (err != CQ_OK)
+                return err;
+        run->result->cells++;
+        event(run, "cell.finished",
+              json_pack("{s:s, s:I, s:i}", "status",
+                        cq_cell_status_name(res->status), "duration_ms",
+                        (json_int_t)res->duration_ms, "execution_count",
+                        res->execution_count));
+        if (run->nb && cq_nb_add_code(run->nb, code, res) != 0)
+                run->oom = true;
+        collect_output_images(run, res);
+        if (res->status == CQ_CELL_OK) {
+                if (run->solution.len &&
+                    cq_buf_append_str(&run->solution, "\n\n# %%\n") != CQ_OK)
+                        cq_buf_reset(&run->solution); /* too big to keep */
+                if (cq_buf_append_str(&run->solution, code) != CQ_OK)
+                        cq_buf_reset(&run->solution);
+        }
+        if (run->obs && run->obs->on_cell &&
+            run->obs->on_cell(run->obs->opaque, code, res) != 0)
+                run->aborted = true;
+        return CQ_OK;
+}
+
+/* "NameError: name 'x' is not defined" for a failed cell. */
+static void cell_error_summary(const cq_cell_result_t *res, char **dst)
+{
+        size_t i;
+        json_t *output;
+
+        set_str(dst, "the cell ended with status %s",
+                cq_cell_status_name(res->status));
+        json_array_foreach(res->outputs, i, output)
+        {
+                const char *type =
+                    json_string_value(json_object_get(output, "output_type"));
+
+                if (type && strcmp(type, "error") == 0)
+                        set_str(
+                            dst, "%s: %s",
+                            json_string_value(json_object_get(output, "ename")),
+                            json_string_value(
+                                json_object_get(output, "evalue")));
+        }
+}
+
+static void fail(run_t *run, cq_agent_status_t status, const char *fmt, ...)
+    CQ_PRINTF(3, 4);
+
+static void fail(run_t *run, cq_agent_status_t status, const char *fmt, ...)
+{
+        va_list ap;
+        char *s = NULL;
+
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        free(run->result->reason);
+        run->result->reason = s;
+        run->result->status = status;
+}
+
+/* Whether the run must stop now; sets the result when it must. */
+static bool must_stop(run_t *run)
+{
+        if (run->opts->stop && atomic_load(run->opts->stop) != 0)
+                run->aborted = true;
+        if (run->aborted) {
+                run->result->status = CQ_AGENT_ABORTED;
+                return true;
+        }
+        if (run->oom) {
+                fail(run, CQ_AGENT_FAILED, "out of memory");
+                return true;
+        }
+        if (cancelled(run)) {
+                fail(run, CQ_AGENT_CANCELLED, "cancelled");
+                return true;
+        }
+        if (remaining_ms(run) <= 0) {
+                fail(run, CQ_AGENT_FAILED,
+                     "job time limit reached (%ld s); last error: %s",
+                     run->job_timeout_s,
+                     run->result->last_error ? run->result->last_error
+                                             : "none");
+                return true;
+        }
+        return false;
+}
+
+static bool over_retries(run_t *run)
+{
+        if (run->result->retries <= run->max_retries)
+                return false;
+        fail(run, CQ_AGENT_FAILED,
+             "retry limit reached: %ld failed cells or test runs "
+             "(max_retries %ld); last error: %s",
+             run->result->retries, run->max_retries,
+             run->result->last_error ? run->result->last_error : "none");
+        return true;
+}
+
+/* Answer one tool call: run its code, or explain why it could not run.
+ * On failure *reflectionp gets the reflection prompt (the last one wins). */
+static int answer_call(run_t *run,
+                       const cq_llm_tool_call_t *call,
+                       bool *failedp,
+                       char **reflectionp)
+{
+        cq_cell_result_t res;
+        char *text = NULL;
+        json_t *msg;
+        int rc = -1;
+
+        cq_cell_result_init(&res);
+        if (!call->code) {
+                /* Unknown tool or unusable arguments: a failed attempt. */
+                set_str(&text,
+                        "Error: %s. Call execute_code with a JSON object "
+                        "holding one string field \"code\".",
+                        call->error ? call->error : "no code given");
+                set_str(&run->result->last_error, "%s",
+                        call->error ? call->error : "no code given");
+                set_str(reflectionp,
+                        "The tool call could not run: %s. Call the "
+                        "execute_code tool again with arguments "
+                        "{\"code\": \"<Python source>\"}.",
+                        call->error ? call->error : "no code given");
+                *failedp = true;
+        } else {
+                cq_err_t err = run_cell(run, call->code, &res);
+
+                if (err != CQ_OK) {
+                        fail(run, CQ_AGENT_FAILED, "the interpreter failed: %s",
+                             cq_interp_errmsg(run->interp));
+                        goto out;
+                }
+                text = cq_tooltext_format(&res, &run->topts, NULL);
+                if (res.status != CQ_CELL_OK) {
+                        cell_error_summary(&res, &run->result->last_error);
+                        free(*reflectionp);
+                        *reflectionp = cq_tooltext_reflection(
+                            &res, call->code, &run->topts, NULL);
+                        if (!*reflectionp)
+                                run->oom = true;
+                        *failedp = true;
+                }
+        }
+        if (!text) {
+                run->oom = true;
+                goto out;
+        }
+        msg = json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id",
+                        call->id, "content", text);
+        if (append(run, msg) != 0)
+                goto out;
+        rc = 0;
+out:
+        free(text);
+        cq_cell_result_release(&res);
+        return rc;
+}
+
+static bool id_in(const json_t *ids, const char *id)
+{
+        size_t i;
+        json_t *value;
+
+        json_array_foreach(ids, i, value)
+        {
+                if (strcmp(json_string_value(value), id) == 0)
+                        return true;
+        }
+        return false;
+}
+
+/* Answer the calls of \p reply not yet answered in the history (all of
+ * them for a fresh reply), then reflect on any failure. */
+static int
+answer_calls(run_t *run, const cq_llm_reply_t *reply, const json_t *answered)
+{
+        size_t i;
+        char *reflection = NULL;
+        int rc = -1;
+
+        for (i = 0; i < reply->ncalls; i++) {
+                bool failed = false;
+
+                if (id_in(answered, reply->calls[i].id))
+                        continue;
+                /* Stopping here leaves calls unanswered; a resumed run
+                 * answers them first (finish_open_turn()). */
+                if (must_stop(run))
+                        goto out;
+                if (answer_call(run, &reply->calls[i], &failed, &reflection) !=
+                    0)
+                        goto out;
+                if (failed)
+                        run->result->retries++;
+        }
+        if (reflection) {
+                event(run, "reflection",
+                      json_pack("{s:s?}", "error", run->result->last_error));
+                if (append(run, text_message("user", reflection)) != 0)
+                        goto out;
+        }
+        rc = 0;
+out:
+        free(reflection);
+        return rc;
+}
+
+/* The job's tests, after a final answer. Returns 1 when they passed, 0 when
+ * they failed (feedback appended), -1 when the run must stop. */
+static int run_tests(run_t *run)
+{
+        char marker[40], errstr[256];
+        char *code;
+        cq_cell_result_t res;
+        cq_testrun_t tr;
+        cq_exec_opts_t xo = {0};
+        int rc = -1;
+
+        code = cq_testrun_code(run->job->tests, marker, sizeof(marker), errstr,
+                               sizeof(errstr));
+        if (!code) {
+                fail(run, CQ_AGENT_FAILED, "could not run the tests: %s",
+                     errstr);
+                return -1;
+        }
+        cq_cell_result_init(&res);
+        cq_testrun_init(&tr);
+        xo.timeout_ms = run->cell_timeout_s * 1000;
+        xo.cancel = run->opts->cancel;
+        if (cq_interp_execute(run->interp, code, &xo, &res) != CQ_OK) {
+                fail(run, CQ_AGENT_FAILED, "the interpreter failed: %s",
+                     cq_interp_errmsg(run->interp));
+                goto out;
+        }
+        if (cq_testrun_parse(run->job->tests, marker, &res, &tr) != 0) {
+                run->oom = true;
+                goto out;
+        }
+        run->result->tests_passed = tr.passed;
+        run->result->tests_total = tr.total;
+        json_decref(run->result->tests);
+        run->result->tests = json_incref(tr.report);
+        event(run, "tests.result",
+              json_pack("{s:i, s:i}", "passed", tr.passed, "total", tr.total));
+        if (run->nb) {
+                char line[128];
+
+                snprintf(line, sizeof(line), "**Tests: %d of %d passed.**",
+                         tr.passed, tr.total);
+                if (cq_nb_add_markdown(run->nb, line) != 0)
+                        run->oom = true;
+        }
+        if (tr.passed == tr.total && res.status == CQ_CELL_OK) {
+                rc = 1;
+                goto out;
+        }
+        run->result->retries++;
+        set_str(&run->result->last_error, "%d of %d tests passed", tr.passed,
+                tr.total);
+        {
+                cq_test_failure_t failures[16];
+                size_t n =
+                    cq_testrun_failures(&tr, failures, CQ_ARRAY_SIZE(failures));
+                char *text = cq_tooltext_test_feedback(
+                    json_string_value(
+                        json_object_get(run->job->tests, "function")),
+                    (size_t)tr.passed, (size_t)tr.total, failures, n,
+                    &run->topts, NULL);
+
+                if (!text || append(run, text_message("user", text)) != 0) {
+                        if (!text)
+                                run->oom = true;
+                        free(text);
+                        goto out;
+                }
+                free(text);
+        }
+        rc = 0;
+out:
+        cq_testrun_release(&tr);
+        cq_cell_result_release(&res);
+        free(code);
+        return rc;
+}
+
+/* Shrink old tool outputs until the history fits in 3/4 of the window;
+ * the system prompt, the task and the recent turns stay intact. */
+static void elide_context(run_t *run)
+{
+        int64_t limit = (int64_t)run->opts->context_tokens * 3 / 4;
+        size_t i, n = json_array_size(run->history);
+
+        if (run->opts->context_tokens == 0 ||
+            cq_llm_estimate_tokens(run->history) <= limit)
+                return;
+        for (i = 0; i + KEEP_RECENT_MESSAGES < n; i++) {
+                json_t *msg = json_array_get(run->history, i);
+                const char *role =
+                    json_string_value(json_object_get(msg, "role"));
+                json_t *content = json_object_get(msg, "content");
+                char note[160];
+
+                if (!role || strcmp(role, "tool") != 0 ||
+                    !json_is_string(content) ||
+                    json_string_length(content) < ELIDE_MIN_CHARS)
+                        continue;
+                snprintf(note, sizeof(note),
+                         "[output elided to fit the context window; it was "
+                         "%zu characters]",
+                         json_string_length(content));
+                json_object_set_new(msg, "content", json_string(note));
+                if (cq_llm_estimate_tokens(run->history) <= limit)
+                        return;
+        }
+        cq_log_kv(CQ_LOG_WARN, "history still exceeds the context window",
+                  "job_id", run->job->job_id, NULL);
+}
+
+/* Ids of the tool messages after the last assistant message. */
+static json_t *answered_ids(const json_t *history, size_t from)
+{
+        json_t *ids = json_array();
+        size_t i;
+
+        for (i = from + 1; ids && i < json_array_size(history); i++) {
+                json_t *msg = json_array_get(history, i);
+                json_t *id = json_object_get(msg, "tool_call_id");
+
+                if (json_is_string(id))
+                        json_array_append(ids, id);
+        }
+        return ids;
+}
+
+/* Rebuild a parsed reply from a saved assistant message. */
+static int reply_from_message(const json_t *msg, cq_llm_reply_t *reply)
+{
+        json_t *body = json_pack("{s:[{s:O}]}", "choices", "message", msg);
+        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        char errstr[256];
+        int rc = -1;
+
+        if (text)
+                rc = cq_llm_parse_reply(text, strlen(text), reply, errstr,
+                                        sizeof(errstr));
+        free(text);
+        json_decref(body);
+        return rc;
+}
+
+/* Handle the assistant message at \p index: answer its open calls, or
+ * treat it as the final answer. Returns 1 when the job is done (result
+ * set), 0 to go on with the next LLM call, -1 to stop. */
+static int
+handle_assistant(run_t *run, size_t index, const cq_llm_reply_t *reply)
+{
+        json_t *answered;
+        int rc;
+
+        if (reply->ncalls > 0) {
+                answered = answered_ids(run->history, index);
+                if (!answered) {
+                        run->oom = true;
+                        return -1;
+                }
+                rc = answer_calls(run, reply, answered);
+                json_decref(answered);
+                if (rc != 0)
+                        return -1;
+                return over_retries(run) ? -1 : 0;
+        }
+        /* A final answer. */
+        set_str(&run->result->answer, "%s",
+                reply->content ? reply->content : "");
+        if (run->job->tests) {
+                rc = run_tests(run);
+                if (rc < 0)
+                        return -1;
+                if (rc == 0)
+                        return over_retries(run) ? -1 : 0;
+        }
+        if (run->nb && reply->content && *reply->content &&
+            cq_nb_add_markdown(run->nb, reply->content) != 0)
+                run->oom = true;
+        run->result->status = CQ_AGENT_SUCCEEDED;
+        return 1;
+}
+
+/* One LLM call and what follows from it. Returns as handle_assistant(). */
+static int turn(run_t *run)
+{
+        cq_llm_reply_t reply;
+        size_t index;
+        int rc = -1;
+        json_t *codes;
+        size_t i;
+
+        if (run->result->turns >= run->max_turns) {
+                fail(run, CQ_AGENT_FAILED,
+                     "turn limit reached: %ld LLM calls (max_turns %ld); "
+                     "last error: %s",
+                     run->result->turns, run->max_turns,
+                     run->result->last_error ? run->result->last_error
+                                             : "none");
+                return -1;
+        }
+        elide_context(run);
+        cq_llm_reply_init(&reply);
+        run->result->turns++;
+        switch (cq_llm_chat(run->llm, run->history, &reply)) {
+        case CQ_OK:
+                break;
+        case CQ_ERR_RETRIABLE:
+                if (cancelled(run))
+                        fail(run, CQ_AGENT_CANCELLED, "cancelled");
+                else
+                        fail(run, CQ_AGENT_FAILED,
+                             "the LLM stayed unavailable: %s",
+                             cq_llm_errmsg(run->llm));
+                goto out;
+        default:
+                fail(run, CQ_AGENT_FAILED, "the LLM request failed: %s",
+                     cq_llm_errmsg(run->llm));
+                goto out;
+        }
+        codes = json_array();
+        for (i = 0; codes && i < reply.ncalls; i++)
+                json_array_append_new(codes,
+                                      reply.calls[i].code
+                                          ? json_string(reply.calls[i].code)
+                                          : json_null());
+        event(run, "llm.reply",
+              json_pack("{s:s?, s:o*}", "text", reply.content, "code", codes));
+        index = json_array_size(run->history);
+        if (append(run, json_incref(reply.message)) != 0)
+                goto out;
+        rc = handle_assistant(run, index, &reply);
+out:
+        cq_llm_reply_release(&reply);
+        return rc;
+}
+
+/* Replay saved cells into the fresh kernel; they are not reported. */
+static int replay(run_t *run, const json_t *cells)
+{
+        size_t i;
+        json_t *cell;
+
+        json_array_foreach(cells, i, cell)
+        {
+                cq_cell_result_t res;
+                cq_exec_opts_t xo = {0};
+                cq_err_t err;
+
+                if (!json_is_string(cell))
+                        continue;
+                cq_cell_result_init(&res);
+                xo.timeout_ms = run->cell_timeout_s * 1000;
+                xo.cancel = run->opts->cancel;
+                err = cq_interp_execute(run->interp, json_string_value(cell),
+                                        &xo, &res);
+                /* A cell that raised the first time raises again; only a
+                 * change of outcome is worth a note. */
+                if (err == CQ_OK && res.status != CQ_CELL_OK)
+                        cq_log_kv(CQ_LOG_INFO, "replayed cell did not succeed",
+                                  "job_id", run->job->job_id, "status",
+                                  cq_cell_status_name(res.status), NULL);
+                cq_cell_result_release(&res);
+                if (err != CQ_OK) {
+                        fail(run, CQ_AGENT_FAILED,
+                             "could not replay the session: %s",
+                             cq_interp_errmsg(run->interp));
+                        return -1;
+                }
+                if (cancelled(run))
+                        return -1;
+        }
+        return 0;
+}
+
+/* A remembered solution run against the tests before any LLM call.
+ * Returns 1 when it passed (done), 0 otherwise. */
+static int try_memory(run_t *run, const char *code)
+{
+        cq_cell_result_t res;
+        int rc = 0;
+
+        cq_cell_result_init(&res);
+        if (run_cell(run, code, &res) == CQ_OK && res.status == CQ_CELL_OK &&
+            !run->aborted) {
+                long retries = run->result->retries;
+
+                rc = run_tests(run) == 1 ? 1 : 0;
+                run->result->retries = retries; /* not the model's failure */
+                if (rc == 1) {
+                        run->result->from_memory = true;
+                        run->result->status = CQ_AGENT_SUCCEEDED;
+                        set_str(&run->result->answer,
+                                "Solved with a remembered solution of a "
+                                "similar problem; the job's tests passed "
+                                "(%d of %d).",
+                                run->result->tests_passed,
+                                run->result->tests_total);
+                }
+        }
+        cq_cell_result_release(&res);
+        return rc;
+}
+
+static long pick(long job_value, long opt_value)
+{
+        return job_value > 0 ? job_value : opt_value;
+}
+
+/* Write one input file into the work dir, fetching it first when the job
+ * gives a URL. */
+static int put_input_file(run_t *run, const cq_job_file_t *file)
+{
+        unsigned char *fetched = NULL;
+        const unsigned char *data = file->data;
+        size_t len = file->len;
+        char errstr[512];
+        int rc = -1;
+
+        if (!data && file->url) {
+                if (cq_fetch_url(file->url, run->opts->file_max, 120, &fetched,
+                                 &len, errstr, sizeof(errstr)) != CQ_OK) {
+                        fail(run, CQ_AGENT_FAILED,
+                             "could not get input file %s: %s", file->name,
+                             errstr);
+                        return -1;
+                }
+                data = fetched;
+        }
+        if (cq_interp_put_file(run->interp, file->name,
+                               data ? (const void *)data : "", len) != CQ_OK) {
+                fail(run, CQ_AGENT_FAILED, "could not write input file %s: %s",
+                     file->name, cq_interp_errmsg(run->interp));
+                goto out;
+        }
+        rc = 0;
+out:
+        free(fetched);
+        return rc;
+}
+
+/* Start a new conversation, or continue a saved one. Returns 0, or -1
+ * when the run must stop. */
+static int begin(run_t *run,
+                 const cq_agent_start_t *start,
+                 const cq_agent_memory_t *mem,
+                 char **hintp)
+{
+        const cq_job_t *job = run->job;
+        char *files = NULL, *task = NULL;
+        size_t i;
+        int rc = -1;
+
+        for (i = 0; i < job->nfiles; i++)
+                if (put_input_file(run, &job->files[i]) != 0)
+                        return -1;
+        if (start && start->history) {
+                size_t n = json_array_size(start->history);
+
+                /* A session's copy of the parent's conversation is
+                 * checkpointed too, so the job resumes on its own. */
+                for (i = 0; i < n; i++) {
+                        json_t *msg =
+                            json_deep_copy(json_array_get(start->history, i));
+
+                        if (start->continue_job) {
+                                if (json_array_append_new(run->history, msg) !=
+                                    0) {
+                                        run->oom = true;
+                                        return -1;
+                                }
+                        } else if (append(run, msg) != 0) {
+                                return -1;
+                        }
+                }
+                if (replay(run, start->cells) != 0)
+                        return -1;
+                if (start->continue_job) {
+                        run->result->turns = start->turns_done;
+                        run->result->retries = start->retries_done;
+                        return 0;
+                }
+                /* A session: the parent's conversation, then this task. */
+                if (run->nb && job->title &&
+                    cq_nb_add_heading(run->nb, job->title) != 0)
+                        run->oom = true;
+                task = task_message(job, NULL);
+                if (!task) {
+                        run->oom = true;
+                        return -1;
+                }
+                rc = append(run, text_message("user", task));
+                free(task);
+                return rc;
+        }
+        if (run->nb && job->title && cq_nb_add_heading(run->nb, job->title))
+                run->oom = true;
+        if (mem && mem->lookup &&
+            mem->lookup(mem->opaque, job->prompt, hintp) != 0) {
+                cq_log_kv(CQ_LOG_WARN, "memory lookup failed; going on",
+                          "job_id", job->job_id, NULL);
+                *hintp = NULL;
+        }
+        files = files_message(job);
+        if (!files)
+                goto oom;
+        if (append(run, text_message("system",
+                                     job->system_prompt
+                                         ? job->system_prompt
+                                         : (run->opts->system_prompt
+                                                ? run->opts->system_prompt
+                                                : default_system_prompt))) ||
+            append(run, text_message("user", files)))
+                goto out;
+        if (*hintp && job->tests && try_memory(run, *hintp) == 1) {
+                rc = 0;
+                goto out;
+        }
+        task = task_message(job, *hintp);
+        if (!task)
+                goto oom;
+        if (append(run, text_message("user", task)) != 0)
+                goto out;
+        rc = 0;
+        goto out;
+oom:
+        run->oom = true;
+out:
+        free(files);
+        free(task);
+        return rc;
+}
+
+/* If the history ends inside a turn (a reply whose calls are not all
+ * answered, or a final answer whose tests did not run), finish it. */
+static int finish_open_turn(run_t *run)
+{
+        size_t n = json_array_size(run->history), i;
+        cq_llm_reply_t reply;
+        int rc;
+
+        for (i = n; i > 0; i--) {
+                const char *role = json_string_value(json_object_get(
+                    json_array_get(run->history, i - 1), "role"));
+
+                if (role && strcmp(role, "assistant") == 0)
+                        break;
+                if (role && strcmp(role, "tool") != 0)
+                        return 0; /* a user message: the model's turn */
+        }
+        if (i == 0)
+                return 0;
+        cq_llm_reply_init(&reply);
+        if (reply_from_message(json_array_get(run->history, i - 1), &reply) !=
+            0) {
+                cq_llm_reply_release(&reply);
+                return 0; /* unreadable: ask the model again */
+        }
+        rc = handle_assistant(run, i - 1, &reply);
+        cq_llm_reply_release(&reply);
+        return rc;
+}
+
+cq_err_t cq_agent_run(const cq_job_t *job,
+                      cq_interp_t *interp,
+                      cq_llm_t *llm,
+                      const cq_agent_opts_t *opts,
+                      const cq_agent_observer_t *obs,
+                      const cq_agent_memory_t *mem,
+                      const cq_agent_start_t *start,
+                      cq_nb_t *nb,
+                      cq_agent_result_t *result)
+{
+        run_t run;
+        char *hint = NULL;
+        int64_t t0 = cq_now_ms();
+        int rc = 0;
+
+        memset(&run, 0, sizeof(run));
+        cq_agent_result_init(result);
+        run.job = job;
+        run.interp = interp;
+        run.llm = llm;
+        run.opts = opts;
+        run.obs = obs;
+        run.nb = nb;
+        run.result = result;
+        run.max_turns = pick(job->limits.max_turns, opts->max_turns);
+        run.max_retries = job->limits.max_retries >= 0 ? job->limits.max_retries
+                                                       : opts->max_retries;
+        run.cell_timeout_s =
+            pick(job->limits.cell_timeout_s, opts->cell_timeout_s);
+        run.job_timeout_s =
+            pick(job->limits.job_timeout_s, opts->job_timeout_s);
+        run.deadline_ms = t0 + run.job_timeout_s * 1000;
+        cq_tooltext_opts_init(&run.topts);
+        run.topts.item_head = run.topts.item_tail = opts->tool_item_max / 2;
+        run.topts.total_head = run.topts.total_tail = opts->tool_total_max / 2;
+        cq_buf_init(&run.solution, (size_t)4 << 20);
+        run.history = json_array();
+        if (!run.history)
+                return CQ_ERR_FATAL;
+        result->status = CQ_AGENT_FAILED;
+        if (job->tests)
+                result->tests_total = 0;
+        cq_llm_usage_reset(llm);
+        cq_llm_set_cancel(llm, opts->cancel);
+        if (cq_llm_set_model(llm, job->model) != 0) {
+                json_decref(run.history);
+                return CQ_ERR_FATAL;
+        }
+
+        if (begin(&run, start, mem, &hint) != 0)
+                goto done;
+        if (result->from_memory)
+                goto done;
+        if (start && start->continue_job) {
+                rc = finish_open_turn(&run);
+                if (rc != 0)
+                        goto done;
+        }
+        for (;;) {
+                if (must_stop(&run))
+                        break;
+                rc = turn(&run);
+                if (rc != 0)
+                        break;
+        }
+done:
+        if (run.aborted)
+                result->status = CQ_AGENT_ABORTED;
+        else if (run.oom && result->status == CQ_AGENT_SUCCEEDED)
+                fail(&run, CQ_AGENT_FAILED, "out of memory");
+        if (result->status != CQ_AGENT_ABORTED)
+                collect_created_images(&run);
+        cq_llm_usage(llm, &result->prompt_tokens, &result->completion_tokens);
+        cq_llm_set_cancel(llm, NULL);
+        if (cq_llm_set_model(llm, NULL) != 0)
+                cq_log_warn("could not restore the configured model");
+        result->solution = cq_buf_take(&run.solution, NULL);
+        result->history = run.history;
+        result->duration_ms = cq_now_ms() - t0;
+        cq_buf_release(&run.solution);
+        free(hint);
+        return CQ_OK;
+}

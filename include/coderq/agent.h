@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: MIT */
+/* agent.h - the reflection loop: the LLM writes Python, the interpreter runs
+ * it, every error goes back to the LLM with a reflection prompt, a final
+ * answer must pass the job's tests, and limits end the job as failed -
+ * never as a fake success.
+ *
+ * The loop knows no Kafka and no PostgreSQL: everything it produces leaves
+ * through the observer (checkpoints, progress events) and its result. */
+#ifndef CODERQ_AGENT_H
+#define CODERQ_AGENT_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+
+#include "coderq/common.h"
+#include "coderq/config.h"
+#include "coderq/interp.h"
+#include "coderq/job.h"
+#include "coderq/llm.h"
+#include "coderq/notebook.h"
+
+/**
+ * @brief Where the loop reports as it goes. Every callback may be NULL.
+ *        A non-zero return from on_message or on_cell stops the job (the
+ *        worker lost its lease, or could not checkpoint): the loop returns
+ *        with status CQ_AGENT_ABORTED and does nothing more.
+ */
+typedef struct cq_agent_observer {
+        /** @brief A message was appended to the history at \p index. */
+        int (*on_message)(void *opaque, size_t index, const json_t *message);
+        /** @brief A cell finished (replayed cells are not reported). */
+        int (*on_cell)(void *opaque,
+                       const char *code,
+                       const cq_cell_result_t *res);
+        /** @brief A progress event (DESIGN.md "Progress events"):
+         *         llm.reply, cell.started, cell.output, cell.finished,
+         *         reflection, tests.result. \p data borrowed. */
+        void (*on_event)(void *opaque, const char *type, const json_t *data);
+        void *opaque;
+} cq_agent_observer_t;
+
+/** @brief Episodic memory: a solved problem similar to the job's prompt. */
+typedef struct cq_agent_memory {
+        /**
+         * @param codep (out) Caller owns the returned value (free()): the
+         *        code of the solution, or NULL when none is similar.
+         * @returns 0, or -1 on an error (the loop logs it and goes on).
+         */
+        int (*lookup)(void *opaque, const char *prompt, char **codep);
+        void *opaque;
+} cq_agent_memory_t;
+
+/** @brief Settings of the loop; limits of the job override these. */
+typedef struct cq_agent_opts {
+        const char *system_prompt; /* NULL: the built-in English prompt */
+        long max_turns;            /* LLM calls */
+        long max_retries;          /* failed cells + failed test runs */
+        long cell_timeout_s;
+        long job_timeout_s;
+        size_t context_tokens;    /* the model's window, estimated tokens */
+        size_t tool_item_max;     /* per output item, head + tail */
+        size_t tool_total_max;    /* per tool result */
+        size_t file_max;          /* a created file taken as an artefact */
+        const atomic_int *cancel; /* borrowed; raise to cancel the job: a
+                                     running cell is interrupted */
+        const atomic_int *stop;   /* borrowed; raise to stop at the next
+                                     checkpoint (the worker is shutting
+                                     down): status CQ_AGENT_ABORTED */
+} cq_agent_opts_t;
+
+/** @brief Defaults: 30 turns, 5 retries, 120 s cells, 1800 s jobs. */
+void cq_agent_opts_init(cq_agent_opts_t *opts);
+
+/** @brief Settings from the configuration (CODERQ_MAX_TURNS, ...);
+ *         \p cfg is borrowed and must outlive \p opts. */
+void cq_agent_opts_from_config(cq_agent_opts_t *opts, const cq_config_t *cfg);
+
+/**
+ * @brief Continue from a checkpoint instead of starting afresh.
+ *   - continue_job: \p history is this job's own saved conversation; its
+ *     successful \p cells are replayed silently and the loop goes on from
+ *     the last message (a completed turn is never repeated).
+ *   - otherwise (a session: the job has a parent): \p history and \p cells
+ *     are the parent's; the cells are replayed and the job's prompt is
+ *     appended to the parent's conversation.
+ */
+typedef struct cq_agent_start {
+        const json_t *history; /* borrowed; array of messages */
+        const json_t *cells;   /* borrowed; array of code strings: every
+                                  cell that ran to the end, failed ones
+                                  included (they may have set state) */
+        bool continue_job;
+        long turns_done;   /* continue_job: already spent */
+        long retries_done; /* continue_job: already spent */
+} cq_agent_start_t;
+
+typedef enum cq_agent_status {
+        CQ_AGENT_SUCCEEDED = 0,
+        CQ_AGENT_FAILED,
+        CQ_AGENT_CANCELLED,
+        CQ_AGENT_ABORTED, /* the observer or opts->stop asked to stop;
+                             record nothing final: the job can resume */
+} cq_agent_status_t;
+
+const char *cq_agent_status_name(cq_agent_status_t status);
+
+/** @brief What a run produced. Release with cq_agent_result_release(). */
+typedef struct cq_agent_result {
+        cq_agent_status_t status;
+        char *reason;     /* why it failed or was cancelled, else NULL */
+        char *last_error; /* the last cell or test error, or NULL */
+        char *answer;     /* the final answer text, or NULL */
+        long turns;       /* LLM calls, including those before a resume */
+        long retries;
+        long cells; /* cells run (replays excluded) */
+        int tests_passed;
+        int tests_total;  /* -1: the job has no tests */
+        json_t *tests;    /* last test report, or NULL */
+        bool from_memory; /* solved by a remembered solution, no LLM */
+        char *solution;   /* code of the successful cells, for memory */
+        int64_t prompt_tokens;
+        int64_t completion_tokens;
+        json_t *history;   /* the conversation; owned */
+        cq_files_t images; /* images shown or saved by the code */
+        int64_t duration_ms;
+} cq_agent_result_t;
+
+void cq_agent_result_init(cq_agent_result_t *result);
+void cq_agent_result_release(cq_agent_result_t *result);
+
+/**
+ * @brief Run \p job to the end.
+ * @param interp Borrowed; a fresh interpreter for this job.
+ * @param llm    Borrowed; its model is set to the job's override for the
+ *               run and its cancel flag to opts->cancel; its usage total is
+ *               reset at the start.
+ * @param nb     Borrowed; cells are appended to it (may be NULL).
+ * @param start  NULL for a new job, else where to continue from.
+ * @param mem    NULL for no memory.
+ * @returns CQ_OK with \p result filled (whatever the job's outcome);
+ *          CQ_ERR_FATAL only when out of memory or the interpreter is
+ *          unusable before anything ran.
+ * @locality The thread that owns \p interp.
+ */
+CQ_NODISCARD cq_err_t cq_agent_run(const cq_job_t *job,
+                                   cq_interp_t *interp,
+                                   cq_llm_t *llm,
+                                   const cq_agent_opts_t *opts,
+                                   const cq_agent_observer_t *obs,
+                                   const cq_agent_memory_t *mem,
+                                   const cq_agent_start_t *start,
+                                   cq_nb_t *nb,
+                                   cq_agent_result_t *result);
+
+/** @brief The built-in system prompt (English). */
+const char *cq_agent_default_system_prompt(void);
+
+#endif

@@ -1,0 +1,650 @@
+/* SPDX-License-Identifier: MIT */
+/* check_agent.c - the reflection loop end to end with the fake LLM server
+ * (tests/fakes/fake_llm.py, scripts registered per test) and a real local
+ * ipykernel. Each test asserts on the loop's result, the history it built
+ * and the requests the fake recorded. */
+#include <curl/curl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_support.h"
+#include "coderq/agent.h"
+#include "coderq/kpool.h"
+#include "coderq/llm.h"
+#include "coderq/notebook.h"
+#include "support/fake_llm.h"
+
+static cq_fake_llm_t *fake;
+
+static void setup(void)
+{
+        ck_assert_int_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
+        fake = cq_fake_llm_start(NULL);
+        ck_assert_msg(fake != NULL, "could not start the fake LLM");
+}
+
+static void teardown(void)
+{
+        cq_fake_llm_stop(&fake);
+        curl_global_cleanup();
+}
+
+/* Everything one run needs. */
+typedef struct fixture {
+        cq_job_t job;
+        cq_interp_t *interp;
+        cq_llm_t *llm;
+        cq_nb_t *nb;
+        cq_agent_opts_t opts;
+        cq_agent_result_t result;
+        char model[128];
+} fixture_t;
+
+static cq_interp_t *new_interp(void)
+{
+        cq_local_opts_t lo;
+        char err[512] = "";
+        cq_interp_t *interp;
+
+        memset(&lo, 0, sizeof(lo));
+        lo.kernel.python = "/usr/bin/python3";
+        lo.kernel.startup_timeout_ms = 60000;
+        lo.kernel.output_max = 1 << 20;
+        interp = cq_local_interp_new(&lo, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "no kernel: %s", err);
+        return interp;
+}
+
+/* Register \p steps (a JSON text) as script \p name and prepare a job. */
+static void fixture_init(fixture_t *fx, const char *name, const char *steps)
+{
+        json_t *script = json_loads(steps, 0, NULL);
+        cq_llm_conf_t conf;
+        char err[256] = "";
+
+        ck_assert_msg(script != NULL, "bad script JSON for %s", name);
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, name, script), 0);
+        json_decref(script);
+        memset(fx, 0, sizeof(*fx));
+        snprintf(fx->model, sizeof(fx->model), "script:%s", name);
+        cq_job_init(&fx->job);
+        fx->job.job_id = strdup(name);
+        fx->job.prompt = strdup("Compute things for the test.");
+        fx->job.title = strdup("Test section");
+        fx->job.model = strdup(fx->model);
+        cq_llm_conf_init(&conf);
+        conf.base_url = cq_fake_llm_base_url(fake);
+        conf.model = "unused-default";
+        conf.api_key = "sk-test-secret-key";
+        conf.max_attempts = 3;
+        conf.backoff_base_ms = 10;
+        conf.backoff_max_ms = 50;
+        conf.max_wait_s = 10;
+        fx->llm = cq_llm_new(&conf, err, sizeof(err));
+        ck_assert_msg(fx->llm != NULL, "%s", err);
+        fx->interp = new_interp();
+        fx->nb = cq_nb_new(NULL);
+        ck_assert_ptr_nonnull(fx->nb);
+        cq_agent_opts_init(&fx->opts);
+        fx->opts.cell_timeout_s = 20;
+        fx->opts.job_timeout_s = 120;
+        cq_agent_result_init(&fx->result);
+}
+
+static void fixture_run(fixture_t *fx, const cq_agent_observer_t *obs,
+                        const cq_agent_memory_t *mem,
+                        const cq_agent_start_t *start)
+{
+        ck_assert_int_eq(cq_agent_run(&fx->job, fx->interp, fx->llm,
+                                      &fx->opts, obs, mem, start, fx->nb,
+                                      &fx->result),
+                         CQ_OK);
+}
+
+static void fixture_release(fixture_t *fx)
+{
+        cq_agent_result_release(&fx->result);
+        cq_interp_destroy(&fx->interp);
+        cq_llm_destroy(&fx->llm);
+        cq_nb_destroy(&fx->nb);
+        cq_job_release(&fx->job);
+}
+
+/* The requests the fake recorded for script \p name. */
+static json_t *requests_for(const char *name)
+{
+        json_t *all = cq_fake_llm_requests(fake), *mine = json_array(), *req;
+        size_t i;
+
+        ck_assert_ptr_nonnull(all);
+        json_array_foreach(all, i, req)
+        {
+                const char *script =
+                    json_string_value(json_object_get(req, "script"));
+
+                if (script && strcmp(script, name) == 0)
+                        json_array_append(mine, req);
+        }
+        json_decref(all);
+        return mine;
+}
+
+static const char *msg_role(const json_t *history, size_t i)
+{
+        return json_string_value(
+            json_object_get(json_array_get(history, i), "role"));
+}
+
+static const char *msg_content(const json_t *history, size_t i)
+{
+        return json_string_value(
+            json_object_get(json_array_get(history, i), "content"));
+}
+
+/* Whether any message of \p role in \p history contains \p needle. */
+static bool history_has(const json_t *history, const char *role,
+                        const char *needle)
+{
+        size_t i;
+
+        for (i = 0; i < json_array_size(history); i++) {
+                const char *c = msg_content(history, i);
+
+                if (c && strcmp(msg_role(history, i), role) == 0 &&
+                    strstr(c, needle))
+                        return true;
+        }
+        return false;
+}
+
+START_TEST(success_first_try)
+{
+        fixture_t fx;
+        json_t *reqs;
+        const json_t *h;
+
+        fixture_init(&fx, "first_try",
+                     "[{\"tool_calls\":[{\"code\":\"x = 6 * 7\\nprint(x)\"}]},"
+                     "{\"content\":\"The answer is 42.\"}]");
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_str_eq(fx.result.answer, "The answer is 42.");
+        ck_assert_int_eq(fx.result.turns, 2);
+        ck_assert_int_eq(fx.result.retries, 0);
+        ck_assert_int_eq(fx.result.cells, 1);
+        ck_assert_int_eq(fx.result.tests_total, -1);
+        ck_assert_ptr_null(fx.result.reason);
+        h = fx.result.history;
+        ck_assert_uint_eq(json_array_size(h), 6);
+        ck_assert_str_eq(msg_role(h, 0), "system");
+        ck_assert_str_eq(msg_role(h, 1), "user");
+        ck_assert_msg(strstr(msg_content(h, 1), "no input files"), "%s",
+                      msg_content(h, 1));
+        ck_assert_str_eq(msg_role(h, 2), "user");
+        ck_assert_msg(strstr(msg_content(h, 2), "Compute things"), "%s",
+                      msg_content(h, 2));
+        ck_assert_str_eq(msg_role(h, 3), "assistant");
+        ck_assert_str_eq(msg_role(h, 4), "tool");
+        ck_assert_msg(strstr(msg_content(h, 4), "42"), "%s",
+                      msg_content(h, 4));
+        ck_assert_str_eq(
+            json_string_value(
+                json_object_get(json_array_get(h, 4), "tool_call_id")),
+            json_string_value(json_object_get(
+                json_array_get(
+                    json_object_get(json_array_get(h, 3), "tool_calls"), 0),
+                "id")));
+        ck_assert_str_eq(msg_role(h, 5), "assistant");
+        ck_assert_ptr_nonnull(strstr(fx.result.solution, "x = 6 * 7"));
+        /* heading, the cell, the answer */
+        ck_assert_uint_eq(cq_nb_ncells(fx.nb), 3);
+        reqs = requests_for("first_try");
+        ck_assert_uint_eq(json_array_size(reqs), 2);
+        json_decref(reqs);
+        ck_assert_int_gt(fx.result.prompt_tokens, 0);
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(error_then_reflection_then_fixed)
+{
+        fixture_t fx;
+        json_t *reqs, *body;
+
+        fixture_init(&fx, "reflect",
+                     "[{\"tool_calls\":[{\"code\":\"print('before')\\n"
+                     "print(undefined_name)\"}]},"
+                     "{\"tool_calls\":[{\"code\":\"undefined_name = 3\\n"
+                     "print(undefined_name)\"}]},"
+                     "{\"content\":\"Fixed.\"}]");
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_int_eq(fx.result.retries, 1);
+        ck_assert_int_eq(fx.result.turns, 3);
+        /* the tool result kept the stdout printed before the error */
+        ck_assert(history_has(fx.result.history, "tool", "before"));
+        ck_assert(history_has(fx.result.history, "tool", "NameError"));
+        /* the reflection prompt names the error and the failing code */
+        ck_assert(history_has(fx.result.history, "user", "NameError"));
+        ck_assert(history_has(fx.result.history, "user",
+                              "print(undefined_name)"));
+        reqs = requests_for("reflect");
+        ck_assert_uint_eq(json_array_size(reqs), 3);
+        body = json_object_get(json_array_get(reqs, 1), "body");
+        ck_assert(history_has(json_object_get(body, "messages"), "user",
+                              "NameError"));
+        json_decref(reqs);
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(retry_limit_fails_with_last_error)
+{
+        fixture_t fx;
+
+        fixture_init(&fx, "retry_limit",
+                     "[{\"tool_calls\":[{\"code\":\"1/0\"}]},"
+                     "{\"tool_calls\":[{\"code\":\"[][1]\"}]},"
+                     "{\"tool_calls\":[{\"code\":\"print('never')\"}]},"
+                     "{\"content\":\"never reached\"}]");
+        fx.job.limits.max_retries = 1;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_msg(strstr(fx.result.reason, "retry limit"), "%s",
+                      fx.result.reason);
+        ck_assert_msg(strstr(fx.result.reason, "IndexError"), "%s",
+                      fx.result.reason);
+        ck_assert_msg(strstr(fx.result.last_error, "IndexError"), "%s",
+                      fx.result.last_error);
+        ck_assert_int_eq(fx.result.retries, 2);
+        ck_assert_int_eq(fx.result.turns, 2);
+        ck_assert_ptr_null(fx.result.answer);
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(turn_limit_fails)
+{
+        fixture_t fx;
+
+        fixture_init(&fx, "turn_limit",
+                     "[{\"tool_calls\":[{\"code\":\"a = 1\"}]},"
+                     "{\"tool_calls\":[{\"code\":\"b = 2\"}]},"
+                     "{\"tool_calls\":[{\"code\":\"c = 3\"}]},"
+                     "{\"content\":\"done\"}]");
+        fx.job.limits.max_turns = 2;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_msg(strstr(fx.result.reason, "turn limit"), "%s",
+                      fx.result.reason);
+        ck_assert_int_eq(fx.result.turns, 2);
+        fixture_release(&fx);
+}
+END_TEST
+
+static void set_tests(fixture_t *fx)
+{
+        fx->job.tests =
+            json_loads("{\"kind\":\"cases\",\"function\":\"sq\",\"cases\":["
+                       "{\"args\":[3],\"expected\":9},"
+                       "{\"args\":[-2],\"expected\":4}]}",
+                       0, NULL);
+        ck_assert_ptr_nonnull(fx->job.tests);
+}
+
+START_TEST(tests_fail_then_pass)
+{
+        fixture_t fx;
+
+        fixture_init(&fx, "tests_then_pass",
+                     "[{\"tool_calls\":[{\"code\":\"def sq(x):\\n"
+                     "    return x * 2\"}]},"
+                     "{\"content\":\"sq is defined.\"},"
+                     "{\"tool_calls\":[{\"code\":\"def sq(x):\\n"
+                     "    return x * x\"}]},"
+                     "{\"content\":\"sq fixed.\"}]");
+        set_tests(&fx);
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_int_eq(fx.result.tests_passed, 2);
+        ck_assert_int_eq(fx.result.tests_total, 2);
+        ck_assert_int_eq(fx.result.retries, 1);
+        ck_assert_str_eq(fx.result.answer, "sq fixed.");
+        /* the failure went back to the model with expected and got */
+        ck_assert(history_has(fx.result.history, "user",
+                              "Case 1 failed: sq(3)"));
+        ck_assert(history_has(fx.result.history, "user", "expected: 9"));
+        ck_assert(history_has(fx.result.history, "user", "got:      6"));
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(tests_never_pass_fails)
+{
+        fixture_t fx;
+
+        fixture_init(&fx, "tests_never",
+                     "[{\"tool_calls\":[{\"code\":\"def sq(x):\\n"
+                     "    return 0\"}]},"
+                     "{\"content\":\"done\"},"
+                     "{\"content\":\"still done\"},"
+                     "{\"content\":\"really done\"}]");
+        set_tests(&fx);
+        fx.job.limits.max_retries = 1;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_msg(strstr(fx.result.reason, "retry limit"), "%s",
+                      fx.result.reason);
+        ck_assert_msg(strstr(fx.result.reason, "0 of 2 tests passed"), "%s",
+                      fx.result.reason);
+        ck_assert_int_eq(fx.result.tests_passed, 0);
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(two_tool_calls_both_answered_in_order)
+{
+        fixture_t fx;
+        const json_t *h;
+        json_t *calls;
+
+        fixture_init(&fx, "two_calls",
+                     "[{\"tool_calls\":[{\"code\":\"v = 20\"},"
+                     "{\"code\":\"print(v + 1)\"}]},"
+                     "{\"content\":\"ok\"}]");
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_int_eq(fx.result.cells, 2);
+        h = fx.result.history;
+        calls = json_object_get(json_array_get(h, 3), "tool_calls");
+        ck_assert_uint_eq(json_array_size(calls), 2);
+        ck_assert_str_eq(msg_role(h, 4), "tool");
+        ck_assert_str_eq(msg_role(h, 5), "tool");
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(h, 4), "tool_call_id")),
+                         json_string_value(json_object_get(
+                             json_array_get(calls, 0), "id")));
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(h, 5), "tool_call_id")),
+                         json_string_value(json_object_get(
+                             json_array_get(calls, 1), "id")));
+        ck_assert_msg(strstr(msg_content(h, 5), "21"), "%s",
+                      msg_content(h, 5));
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(rate_limited_then_success)
+{
+        fixture_t fx;
+        json_t *reqs;
+
+        fixture_init(&fx, "agent_429",
+                     "[{\"faults\":[{\"kind\":\"http\",\"status\":429,"
+                     "\"retry_after\":\"0\"}],"
+                     "\"tool_calls\":[{\"code\":\"print(1)\"}]},"
+                     "{\"content\":\"ok\"}]");
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_int_eq(fx.result.turns, 2);
+        reqs = requests_for("agent_429");
+        ck_assert_uint_eq(json_array_size(reqs), 3); /* 429, retry, final */
+        json_decref(reqs);
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(unauthorized_fails_at_once)
+{
+        fixture_t fx;
+        json_t *reqs;
+
+        fixture_init(&fx, "agent_401",
+                     "[{\"faults\":[{\"kind\":\"http\",\"status\":401,"
+                     "\"times\":-1,\"message\":\"Incorrect API key "
+                     "provided\"}],\"content\":\"never\"}]");
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_msg(strstr(fx.result.reason, "Incorrect API key provided"),
+                      "%s", fx.result.reason);
+        ck_assert_msg(!strstr(fx.result.reason, "sk-test-secret-key"), "%s",
+                      fx.result.reason);
+        reqs = requests_for("agent_401");
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        ck_assert_int_eq(fx.result.cells, 0);
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(invalid_json_reply_is_retried_then_fails_clearly)
+{
+        fixture_t fx;
+
+        fixture_init(&fx, "agent_garbage_once",
+                     "[{\"faults\":[{\"kind\":\"invalid_json\"}],"
+                     "\"content\":\"recovered\"}]");
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_str_eq(fx.result.answer, "recovered");
+        fixture_release(&fx);
+
+        fixture_init(&fx, "agent_garbage_always",
+                     "[{\"faults\":[{\"kind\":\"invalid_json\","
+                     "\"times\":-1}],\"content\":\"never\"}]");
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_msg(strstr(fx.result.reason, "LLM"), "%s",
+                      fx.result.reason);
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(tool_output_is_bounded)
+{
+        fixture_t fx;
+        const json_t *h;
+        const char *tool;
+
+        fixture_init(&fx, "flood",
+                     "[{\"tool_calls\":[{\"code\":\"print('A' * 200000)\\n"
+                     "print('the end')\"}]},"
+                     "{\"content\":\"ok\"}]");
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        h = fx.result.history;
+        tool = msg_content(h, 4);
+        ck_assert_str_eq(msg_role(h, 4), "tool");
+        ck_assert_msg(strlen(tool) <= fx.opts.tool_total_max + 512,
+                      "tool text is %zu bytes", strlen(tool));
+        ck_assert_msg(strstr(tool, "the end"), "tail lost");
+        ck_assert_msg(strstr(tool, "omitted"), "no truncation marker");
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(old_tool_outputs_are_elided_near_the_window)
+{
+        fixture_t fx;
+        json_t *reqs, *last, *messages;
+        size_t i;
+        bool elided = false;
+
+        fixture_init(&fx, "elide",
+                     "[{\"tool_calls\":[{\"code\":\"print('x' * 3000)\"}]},"
+                     "{\"tool_calls\":[{\"code\":\"print('y' * 3000)\"}]},"
+                     "{\"tool_calls\":[{\"code\":\"print('z' * 3000)\"}]},"
+                     "{\"tool_calls\":[{\"code\":\"print('w' * 3000)\"}]},"
+                     "{\"content\":\"done\"}]");
+        fx.opts.context_tokens = 4000;
+        fx.opts.tool_total_max = 4000;
+        fx.opts.tool_item_max = 4000;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        reqs = requests_for("elide");
+        last = json_array_get(reqs, json_array_size(reqs) - 1);
+        messages = json_object_get(json_object_get(last, "body"), "messages");
+        for (i = 0; i < json_array_size(messages); i++) {
+                const char *c = msg_content(messages, i);
+
+                if (c && strstr(c, "[output elided"))
+                        elided = true;
+        }
+        ck_assert_msg(elided, "no tool output was elided");
+        /* system prompt and task intact */
+        ck_assert_str_eq(msg_role(messages, 0), "system");
+        ck_assert_msg(strstr(msg_content(messages, 2), "Compute things"),
+                      "task lost");
+        /* the most recent tool output is intact */
+        ck_assert_msg(strstr(msg_content(messages,
+                                         json_array_size(messages) - 1),
+                             "wwww"),
+                      "recent output elided");
+        json_decref(reqs);
+        fixture_release(&fx);
+}
+END_TEST
+
+static int memory_lookup(void *opaque, const char *prompt, char **codep)
+{
+        (void)opaque;
+        ck_assert_msg(strstr(prompt, "Compute things"), "%s", prompt);
+        *codep = strdup("def sq(x):\n    return x ** 2\n");
+        return 0;
+}
+
+START_TEST(memory_hit_skips_the_llm)
+{
+        fixture_t fx;
+        cq_agent_memory_t mem = {memory_lookup, NULL};
+        json_t *reqs;
+
+        fixture_init(&fx, "memory", "[{\"content\":\"should not be asked\"}]");
+        set_tests(&fx);
+        fixture_run(&fx, NULL, &mem, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert(fx.result.from_memory);
+        ck_assert_int_eq(fx.result.turns, 0);
+        ck_assert_int_eq(fx.result.tests_passed, 2);
+        reqs = requests_for("memory");
+        ck_assert_uint_eq(json_array_size(reqs), 0);
+        json_decref(reqs);
+        fixture_release(&fx);
+}
+END_TEST
+
+/* Observer that "crashes" the worker after the history reached a size. */
+typedef struct crash {
+        size_t stop_at; /* abort when a message lands at this index */
+        json_t *cells;  /* successful cells seen, as a checkpoint keeps */
+} crash_t;
+
+static int crash_on_message(void *opaque, size_t index, const json_t *msg)
+{
+        crash_t *c = opaque;
+
+        (void)msg;
+        return index >= c->stop_at ? -1 : 0;
+}
+
+static int crash_on_cell(void *opaque, const char *code,
+                         const cq_cell_result_t *res)
+{
+        crash_t *c = opaque;
+
+        if (res->status == CQ_CELL_OK)
+                json_array_append_new(c->cells, json_string(code));
+        return 0;
+}
+
+START_TEST(resume_replays_cells_and_does_not_repeat_turns)
+{
+        static const char steps[] =
+            "[{\"tool_calls\":[{\"code\":\"secret = 1234\"}]},"
+            "{\"tool_calls\":[{\"code\":\"half = secret // 2\"}]},"
+            "{\"tool_calls\":[{\"code\":\"print(secret + half)\"}]},"
+            "{\"content\":\"1851\"}]";
+        fixture_t fx;
+        crash_t crash = {0};
+        cq_agent_observer_t obs = {0};
+        cq_agent_start_t start = {0};
+        json_t *saved, *reqs, *req;
+        size_t i;
+        int steps_seen[8] = {0};
+
+        /* First run: stops once the second tool result is checkpointed
+         * (system, files, task, a1, t1, a2, t2 -> index 6). */
+        fixture_init(&fx, "resume", steps);
+        crash.stop_at = 6;
+        crash.cells = json_array();
+        obs.on_message = crash_on_message;
+        obs.on_cell = crash_on_cell;
+        obs.opaque = &crash;
+        fixture_run(&fx, &obs, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "aborted");
+        /* The checkpoint holds what was appended before the crash. */
+        saved = json_array();
+        for (i = 0; i < 6; i++)
+                json_array_append(saved,
+                                  json_array_get(fx.result.history, i));
+        ck_assert_uint_eq(json_array_size(crash.cells), 2);
+        cq_agent_result_release(&fx.result);
+        cq_interp_destroy(&fx.interp);
+
+        /* Second run: a fresh kernel, the saved history and cells. */
+        fx.interp = new_interp();
+        start.history = saved;
+        start.cells = crash.cells;
+        start.continue_job = true;
+        start.turns_done = 2;
+        fixture_run(&fx, NULL, NULL, &start);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_int_eq(fx.result.turns, 4);
+        /* the replayed variables are there: 1234 + 617 */
+        ck_assert(history_has(fx.result.history, "tool", "1851"));
+        /* every step was asked for exactly once over both runs */
+        reqs = requests_for("resume");
+        json_array_foreach(reqs, i, req)
+        {
+                json_int_t step =
+                    json_integer_value(json_object_get(req, "step"));
+
+                ck_assert(step >= 0 && step < 8);
+                steps_seen[step]++;
+        }
+        for (i = 0; i < 4; i++)
+                ck_assert_msg(steps_seen[i] == 1, "step %zu asked %d times",
+                              i, steps_seen[i]);
+        json_decref(reqs);
+        json_decref(saved);
+        json_decref(crash.cells);
+        fixture_release(&fx);
+}
+END_TEST
+
+static Suite *agent_suite(void)
+{
+        Suite *s = suite_create("agent");
+        TCase *tc = tcase_create("loop");
+
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, success_first_try);
+        tcase_add_test(tc, error_then_reflection_then_fixed);
+        tcase_add_test(tc, retry_limit_fails_with_last_error);
+        tcase_add_test(tc, turn_limit_fails);
+        tcase_add_test(tc, tests_fail_then_pass);
+        tcase_add_test(tc, tests_never_pass_fails);
+        tcase_add_test(tc, two_tool_calls_both_answered_in_order);
+        tcase_add_test(tc, rate_limited_then_success);
+        tcase_add_test(tc, unauthorized_fails_at_once);
+        tcase_add_test(tc, invalid_json_reply_is_retried_then_fails_clearly);
+        tcase_add_test(tc, tool_output_is_bounded);
+        tcase_add_test(tc, old_tool_outputs_are_elided_near_the_window);
+        tcase_add_test(tc, memory_hit_skips_the_llm);
+        tcase_add_test(tc, resume_replays_cells_and_does_not_repeat_turns);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+CQ_CHECK_MAIN(agent_suite)
