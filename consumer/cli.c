@@ -10,10 +10,8 @@
 
 #include "coderq/cmd_cli.h"
 #include "coderq/log.h"
-#include "commands.h"
 
 static cq_cmd_fn_t cmd_config;
-cq_cmd_fn_t cq_cmd_migrate;
 
 /* One row per command; commands live in consumer/cmd_<name>.c. */
 static const cq_cmd_t commands[] = {
@@ -84,6 +82,19 @@ static const cq_cmd_t commands[] = {
      "Exit: 0 ok (also when already finished); 4 PostgreSQL unreachable;\n"
      "5 no such job.\n",
      cq_cmd_cancel},
+    {"run", "run one job without Kafka or PostgreSQL",
+     "usage: coderq run JOB.json --out DIR\n"
+     "Runs the job in a local kernel with the configured LLM, printing\n"
+     "progress; writes DIR/notebook.ipynb, DIR/images/ and DIR/result.json.\n"
+     "Exit code 0 only when the job succeeded (1 when it failed).\n",
+     cq_cmd_run},
+    {"exec", "run Python cells in a local kernel, write a notebook",
+     "usage: coderq exec [FILE...] [--out NOTEBOOK] [--timeout SECONDS]\n"
+     "Runs the cells of the files (or of stdin), split at lines starting\n"
+     "with \"# %%\", in one local kernel (sandboxed like jobs), prints\n"
+     "their outputs and writes NOTEBOOK (default exec.ipynb). Exit code 1\n"
+     "when a cell failed.\n",
+     cq_cmd_exec},
 };
 
 const cq_cmd_t *cq_cli_commands(size_t *np)

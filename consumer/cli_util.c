@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* cli_util.c - what the user-facing commands share: option matching,
- * number parsing and opening the store, each failure reported as one
+ * number parsing, reading input files and opening the store, each
+ * failure reported as one
  * line on stderr with the exit code it maps to. */
 #include "coderq/cmd_cli.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "coderq/buf.h"
 
 int cq_cli_opt(
     int argc, char **argv, int *ip, const char *name, const char **valuep)
@@ -66,4 +70,42 @@ int cq_cli_store_open(const cq_config_t *cfg, cq_store_t **storep)
                 return CQ_EXIT_UNAVAILABLE;
         }
         return CQ_EXIT_OK;
+}
+
+int cq_cmd_read_file(const char *path, size_t max, char **textp, size_t *lenp)
+{
+        FILE *fp = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+        char chunk[65536];
+        cq_buf_t buf;
+        size_t n;
+        int rc = -1;
+
+        if (!fp) {
+                cq_cli_error("could not open %s: %s", path, strerror(errno));
+                return -1;
+        }
+        cq_buf_init(&buf, max);
+        while ((n = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
+                if (cq_buf_append(&buf, chunk, n) != CQ_OK) {
+                        cq_cli_error("could not read %s: larger than %zu "
+                                     "bytes",
+                                     path, max);
+                        goto out;
+                }
+        }
+        if (ferror(fp)) {
+                cq_cli_error("could not read %s: %s", path, strerror(errno));
+                goto out;
+        }
+        *textp = cq_buf_take(&buf, lenp);
+        if (!*textp) {
+                cq_cli_error("could not read %s: out of memory", path);
+                goto out;
+        }
+        rc = 0;
+out:
+        if (fp != stdin)
+                fclose(fp);
+        cq_buf_release(&buf);
+        return rc;
 }

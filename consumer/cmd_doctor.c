@@ -2,7 +2,7 @@
 /* cmd_doctor.c - "coderq doctor": one line per check of what a worker needs
  * (PostgreSQL, Kafka, Debian's Python kernel, the bubblewrap sandbox), each
  * bounded by a short timeout so a dead service never hangs the command. */
-#include "commands.h"
+#include "coderq/cmd_cli.h"
 
 #include <errno.h>
 #include <fcntl.h>

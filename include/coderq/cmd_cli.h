@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* cmd_cli.h - the user-facing commands of coderq (submit, status,
- * results, export, cancel) and the small helpers they share: option
- * parsing and opening the store with the exit code a failure maps to.
- * Each command lives in consumer/cmd_<name>.c; cli.c's table refers to
- * them. */
+/* cmd_cli.h - the commands of the coderq executable and the small helpers
+ * they share: option parsing, reading input files and opening the store
+ * with the exit code a failure maps to. Each command lives in
+ * consumer/cmd_<name>.c; cli.c's table refers to them. */
 #ifndef CODERQ_CMD_CLI_H
 #define CODERQ_CMD_CLI_H
 
@@ -15,6 +14,21 @@ cq_cmd_fn_t cq_cmd_status;
 cq_cmd_fn_t cq_cmd_results;
 cq_cmd_fn_t cq_cmd_export;
 cq_cmd_fn_t cq_cmd_cancel;
+cq_cmd_fn_t cq_cmd_migrate;
+cq_cmd_fn_t cq_cmd_doctor;
+cq_cmd_fn_t cq_cmd_run;
+cq_cmd_fn_t cq_cmd_exec;
+
+/* The usage text of doctor, shared with its tests. */
+extern const char cq_cmd_doctor_usage[];
+
+/**
+ * @brief Read a whole file ("-" is stdin) refusing more than \p max bytes.
+ * @param textp (out) NUL-terminated contents; caller owns it (free()).
+ * @returns 0, or -1 after printing one error line.
+ */
+CQ_NODISCARD int
+cq_cmd_read_file(const char *path, size_t max, char **textp, size_t *lenp);
 
 /**
  * @brief Match argv[*ip] against the option \p name ("--out"), as

@@ -37,8 +37,11 @@ void cq_testrun_release(cq_testrun_t *tr);
  * @returns Caller owns the returned value (free()); NULL with \p errstr
  *          filled on an invalid tests object or out of memory.
  */
-char *cq_testrun_code(const json_t *tests, char *marker, size_t marker_size,
-                      char *errstr, size_t errstr_size);
+char *cq_testrun_code(const json_t *tests,
+                      char *marker,
+                      size_t marker_size,
+                      char *errstr,
+                      size_t errstr_size);
 
 /**
  * @brief Read the report of a finished test cell.
@@ -48,7 +51,8 @@ char *cq_testrun_code(const json_t *tests, char *marker, size_t marker_size,
  *          report counts as every case failed, with the reason in
  *          tr->error), -1 when out of memory.
  */
-CQ_NODISCARD int cq_testrun_parse(const json_t *tests, const char *marker,
+CQ_NODISCARD int cq_testrun_parse(const json_t *tests,
+                                  const char *marker,
                                   const cq_cell_result_t *res,
                                   cq_testrun_t *tr);
 
@@ -58,7 +62,7 @@ CQ_NODISCARD int cq_testrun_parse(const json_t *tests, const char *marker,
  * @param out Room for \p max entries; strings are borrowed from \p tr.
  * @returns How many entries were filled.
  */
-size_t cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out,
-                           size_t max);
+size_t
+cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out, size_t max);
 
 #endif

@@ -13,9 +13,13 @@ number to --port-file, atomically, when given).
 
 Scripts. The request's "model" selects a script: "script:<name>" names
 DIR/<name>.json or one registered with POST /_fake/scripts
-({"name": ..., "steps": [...]} or {"name": ..., "script": {...}}). Any
-other model gets the default script: a final text reply at every turn. A script file
-is either a list of steps or {"steps": [...], "deepseek_reasoning": bool}.
+({"name": ..., "steps": [...]} or {"name": ..., "script": {...}}). With
+any other model, a script of DIR whose "match" phrase is in a user
+message of the conversation answers it, its step counted from the last
+user message holding the phrase (the demo model, examples/demo-model,
+works this way); failing that, the default script: a final text reply at
+every turn. A script file is either a list of steps or {"steps": [...],
+"deepseek_reasoning": bool, "match": phrase}.
 
 The step is chosen statelessly: step i answers a request whose history
 holds i assistant messages, so a resumed conversation continues at the
@@ -91,6 +95,32 @@ class State:
                 with open(path, encoding="utf-8") as f:
                     return normalise_script(json.load(f))
         return None
+
+    def match(self, messages):
+        """The "match" script for a conversation: a script whose "match"
+        phrase is in a user message, with the step counted from the last
+        such message (so a session's earlier turns do not count). Returns
+        (name, script, step) or None."""
+        if not self.args.scripts or not os.path.isdir(self.args.scripts):
+            return None
+        best = None
+        for fn in sorted(os.listdir(self.args.scripts)):
+            if not fn.endswith(".json"):
+                continue
+            script = self.script(fn[:-5])
+            phrase = script.get("match") if script else None
+            if not phrase:
+                continue
+            for i, m in enumerate(messages):
+                if isinstance(m, dict) and m.get("role") == "user" and \
+                        isinstance(m.get("content"), str) and \
+                        phrase in m["content"] and \
+                        (best is None or i > best[2]):
+                    best = (fn[:-5], script, i)
+        if best is None:
+            return None
+        name, script, at = best
+        return name, script, count_assistant(messages[at + 1:])
 
     def record(self, entry):
         with self.lock:
@@ -375,9 +405,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.send_error_json(404, "The model `%s` does not exist"
                                      % model, code="model_not_found")
                 return
+            step_no = count_assistant(body["messages"])
         else:
-            name, script = "default", DEFAULT_SCRIPT
-        step_no = count_assistant(body["messages"])
+            found = state.match(body["messages"])
+            if found:
+                name, script, step_no = found
+            else:
+                name, script = "default", DEFAULT_SCRIPT
+                step_no = count_assistant(body["messages"])
         entry.update(script=name, step=step_no)
         steps = script["steps"]
         if script is DEFAULT_SCRIPT:

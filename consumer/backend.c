@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/* backend.c - the sandbox, the kernel pool and the backend choice. */
+#include "coderq/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coderq/kpool.h"
+#include "coderq/log.h"
+#include "coderq/sandbox.h"
+
+struct cq_backend {
+        const cq_config_t *cfg;
+        cq_sandbox_t *sandbox;
+        cq_kpool_t *pool;
+        char describe[384];
+};
+
+cq_backend_t *cq_backend_new(const cq_config_t *cfg,
+                             size_t pool_size,
+                             char *errstr,
+                             size_t errstr_size)
+{
+        cq_backend_t *backend = calloc(1, sizeof(*backend));
+        cq_sandbox_opts_t so;
+        cq_kpool_opts_t po;
+        char root[512];
+
+        if (!backend) {
+                snprintf(errstr, errstr_size, "out of memory");
+                return NULL;
+        }
+        backend->cfg = cfg;
+        memset(&so, 0, sizeof(so));
+        if (cq_sandbox_mode_parse(cfg->sandbox ? cfg->sandbox : "auto",
+                                  &so.mode) != 0) {
+                snprintf(errstr, errstr_size,
+                         "invalid CODERQ_SANDBOX \"%s\": expected auto, on "
+                         "or off",
+                         cfg->sandbox);
+                goto fail;
+        }
+        so.python = cfg->python;
+        if (cfg->work_root) {
+                so.probe_dir = cfg->work_root;
+        } else {
+                cq_work_root_default(root, sizeof(root));
+                so.probe_dir = root;
+        }
+        so.mem = cfg->sandbox_mem;
+        so.nproc = cfg->sandbox_nproc;
+        so.fsize = cfg->sandbox_fsize;
+        backend->sandbox = cq_sandbox_new(&so, errstr, errstr_size);
+        if (!backend->sandbox)
+                goto fail;
+        snprintf(backend->describe, sizeof(backend->describe),
+                 "local kernels %s%s%s",
+                 cq_sandbox_enabled(backend->sandbox)
+                     ? "sandboxed with bubblewrap"
+                     : "without bubblewrap",
+                 *cq_sandbox_reason(backend->sandbox) ? ": " : "",
+                 cq_sandbox_reason(backend->sandbox));
+        memset(&po, 0, sizeof(po));
+        po.size = pool_size;
+        cq_local_opts_from_config(&po.local, cfg, backend->sandbox);
+        backend->pool = cq_kpool_new(&po, errstr, errstr_size);
+        if (!backend->pool)
+                goto fail;
+        return backend;
+fail:
+        cq_backend_destroy(&backend);
+        return NULL;
+}
+
+cq_interp_t *cq_backend_acquire(cq_backend_t *backend,
+                                const char *which,
+                                int64_t timeout_ms,
+                                char *errstr,
+                                size_t errstr_size)
+{
+        if (!which)
+                which = "local";
+        if (strcmp(which, "local") == 0)
+                return cq_kpool_acquire(backend->pool, timeout_ms, errstr,
+                                        errstr_size);
+        snprintf(errstr, errstr_size, "backend \"%s\" is not available", which);
+        return NULL;
+}
+
+const char *cq_backend_describe(const cq_backend_t *backend)
+{
+        return backend->describe;
+}
+
+void cq_backend_destroy(cq_backend_t **backendp)
+{
+        cq_backend_t *backend = *backendp;
+
+        if (!backend)
+                return;
+        *backendp = NULL;
+        cq_kpool_destroy(&backend->pool);
+        cq_sandbox_destroy(&backend->sandbox);
+        free(backend);
+}

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* backend.h - where a job's code runs, chosen per job: the local kernel
+ * pool (sandboxed when bubblewrap works) or E2B. Built once per process
+ * from the configuration; the commands (run, exec, worker) take their
+ * interpreters from here. */
+#ifndef CODERQ_BACKEND_H
+#define CODERQ_BACKEND_H
+
+#include "coderq/common.h"
+#include "coderq/config.h"
+#include "coderq/interp.h"
+
+typedef struct cq_backend cq_backend_t;
+
+/**
+ * @brief Set up the sandbox and a pool of \p pool_size ready kernels.
+ * @param cfg Borrowed; must outlive the backend.
+ * @returns Caller owns the returned value; free with cq_backend_destroy().
+ *          NULL with \p errstr filled (CODERQ_SANDBOX=on without a working
+ *          bubblewrap, out of memory).
+ * @locality Any thread; the handle is then thread-safe.
+ */
+cq_backend_t *cq_backend_new(const cq_config_t *cfg,
+                             size_t pool_size,
+                             char *errstr,
+                             size_t errstr_size);
+
+/**
+ * @brief A fresh interpreter for one job.
+ * @param which "local", "e2b", or NULL for the configured default.
+ * @returns Caller owns the returned value (cq_interp_destroy() after the
+ *          job); NULL with \p errstr filled.
+ * @locality Any thread; the interpreter then belongs to that thread.
+ */
+cq_interp_t *cq_backend_acquire(cq_backend_t *backend,
+                                const char *which,
+                                int64_t timeout_ms,
+                                char *errstr,
+                                size_t errstr_size);
+
+/** @brief One line on how kernels are confined, for logs. Borrowed. */
+const char *cq_backend_describe(const cq_backend_t *backend);
+
+/** @brief Stop the pool; interpreters must be destroyed first. */
+void cq_backend_destroy(cq_backend_t **backendp);
+
+#endif

@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/* check_cmd_run.c - `coderq run` as a user runs it: the built binary, the
+ * fake LLM serving the scripted demo model, a real kernel. */
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check_support.h"
+#include "support/fake_llm.h"
+
+static cq_fake_llm_t *fake;
+static char dir[] = "/tmp/cq-cmd-run-XXXXXX";
+
+static void setup(void)
+{
+        const char *args[] = {"--scripts", NULL, NULL};
+        static char scripts[4096];
+
+        ck_assert_int_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
+        snprintf(scripts, sizeof(scripts), "%s",
+                 cq_check_srcpath("examples/demo-model"));
+        args[1] = scripts;
+        fake = cq_fake_llm_start(args);
+        ck_assert_ptr_nonnull(fake);
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+        char cmd[256];
+
+        cq_fake_llm_stop(&fake);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        ck_assert_int_eq(system(cmd), 0);
+        curl_global_cleanup();
+}
+
+/* Run `coderq run JOB --out OUT` with the fake as the LLM; returns the
+ * exit status; stderr goes to DIR/stderr.txt. */
+static int coderq_run(const char *job, const char *out, const char *model)
+{
+        char cmd[8192];
+        int st;
+
+        snprintf(cmd, sizeof(cmd),
+                 "CODERQ_LLM_BASE_URL=%s CODERQ_LLM_MODEL=%s "
+                 "CODERQ_LLM_API_KEY= OPENAI_API_KEY= CODERQ_LOG_LEVEL=warn "
+                 "%s/coderq run %s --out %s >%s/stdout.txt 2>%s/stderr.txt",
+                 cq_fake_llm_base_url(fake), model, CQ_BINARY_DIR, job, out,
+                 dir, dir);
+        st = system(cmd);
+        ck_assert(WIFEXITED(st));
+        return WEXITSTATUS(st);
+}
+
+static json_t *load(const char *path)
+{
+        json_error_t jerr;
+        json_t *doc = json_load_file(path, 0, &jerr);
+
+        ck_assert_msg(doc != NULL, "%s: %s", path, jerr.text);
+        return doc;
+}
+
+/* Write the line of examples/jobs.jsonl holding job \p id to \p path. */
+static void example_job(const char *id, const char *path)
+{
+        FILE *in = fopen(cq_check_srcpath("examples/jobs.jsonl"), "r");
+        FILE *out;
+        char *line = NULL;
+        size_t cap = 0;
+        char needle[128];
+        bool found = false;
+
+        ck_assert_ptr_nonnull(in);
+        snprintf(needle, sizeof(needle), "\"job_id\": \"%s\"", id);
+        while (getline(&line, &cap, in) > 0) {
+                if (!strstr(line, needle))
+                        continue;
+                out = fopen(path, "w");
+                ck_assert_ptr_nonnull(out);
+                fputs(line, out);
+                fclose(out);
+                found = true;
+                break;
+        }
+        free(line);
+        fclose(in);
+        ck_assert_msg(found, "no example job %s", id);
+}
+
+START_TEST(demo_job_succeeds_and_writes_outputs)
+{
+        char job[512], out[512], path[1024], cmd[2048];
+        json_t *result;
+
+        snprintf(job, sizeof(job), "%s/newton.json", dir);
+        snprintf(out, sizeof(out), "%s/newton", dir);
+        example_job("demo-newton", job);
+        ck_assert_int_eq(coderq_run(job, out, "demo"), 0);
+        snprintf(path, sizeof(path), "%s/result.json", out);
+        result = load(path);
+        ck_assert_str_eq(json_string_value(json_object_get(result, "status")),
+                         "succeeded");
+        /* the demo model's first attempt has a real bug: one retry */
+        ck_assert_int_eq(json_integer_value(json_object_get(result, "retries")),
+                         1);
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_object_get(result, "tests"), "passed")),
+                         1);
+        json_decref(result);
+        snprintf(path, sizeof(path), "%s/images/newton.png", out);
+        ck_assert_int_eq(access(path, R_OK), 0);
+        snprintf(cmd, sizeof(cmd),
+                 "/usr/bin/python3 -c 'import nbformat,sys; "
+                 "nbformat.validate(nbformat.read(sys.argv[1], "
+                 "as_version=4))' %s/notebook.ipynb",
+                 out);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(failed_job_exits_one_with_the_reason)
+{
+        char job[512], out[512], path[1024];
+        json_t *script, *result;
+        FILE *fp;
+
+        script = json_loads("[{\"tool_calls\":[{\"code\":\"1/0\"}]},"
+                            "{\"content\":\"never\"}]",
+                            0, NULL);
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, "run_fails", script), 0);
+        json_decref(script);
+        snprintf(job, sizeof(job), "%s/fails.json", dir);
+        fp = fopen(job, "w");
+        ck_assert_ptr_nonnull(fp);
+        fputs("{\"job_id\":\"fails\",\"prompt\":\"divide\","
+              "\"limits\":{\"max_retries\":0}}\n",
+              fp);
+        fclose(fp);
+        snprintf(out, sizeof(out), "%s/fails", dir);
+        ck_assert_int_eq(coderq_run(job, out, "script:run_fails"), 1);
+        snprintf(path, sizeof(path), "%s/result.json", out);
+        result = load(path);
+        ck_assert_str_eq(json_string_value(json_object_get(result, "status")),
+                         "failed");
+        ck_assert_msg(
+            strstr(json_string_value(json_object_get(result, "reason")),
+                   "ZeroDivisionError"),
+            "reason lacks the last error");
+        json_decref(result);
+}
+END_TEST
+
+START_TEST(invalid_job_is_one_clear_line_and_exit_two)
+{
+        char job[512], out[512], path[1024], text[1024] = "";
+        FILE *fp;
+        size_t n;
+
+        snprintf(job, sizeof(job), "%s/bad.json", dir);
+        fp = fopen(job, "w");
+        ck_assert_ptr_nonnull(fp);
+        fputs("{\"job_id\":\"bad\",\"prompt\":\"x\",\"limits\":"
+              "{\"max_turns\":\"many\"}}",
+              fp);
+        fclose(fp);
+        snprintf(out, sizeof(out), "%s/bad", dir);
+        ck_assert_int_eq(coderq_run(job, out, "demo"), 2);
+        snprintf(path, sizeof(path), "%s/stderr.txt", dir);
+        fp = fopen(path, "r");
+        ck_assert_ptr_nonnull(fp);
+        n = fread(text, 1, sizeof(text) - 1, fp);
+        fclose(fp);
+        text[n] = '\0';
+        ck_assert_msg(strstr(text, "limits.max_turns"), "%s", text);
+        ck_assert_msg(strchr(text, '\n') == text + strlen(text) - 1,
+                      "not one line: %s", text);
+}
+END_TEST
+
+static Suite *cmd_run_suite(void)
+{
+        Suite *s = suite_create("cmd_run");
+        TCase *tc = tcase_create("run");
+
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 180);
+        tcase_add_test(tc, demo_job_succeeds_and_writes_outputs);
+        tcase_add_test(tc, failed_job_exits_one_with_the_reason);
+        tcase_add_test(tc, invalid_job_is_one_clear_line_and_exit_two);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+CQ_CHECK_MAIN(cmd_run_suite)
