@@ -271,8 +271,10 @@ static int expected_total(const json_t *tests)
         return json_is_array(cases) ? (int)json_array_size(cases) : 1;
 }
 
-int cq_testrun_parse(const json_t *tests, const char *marker,
-                     const cq_cell_result_t *res, cq_testrun_t *tr)
+int cq_testrun_parse(const json_t *tests,
+                     const char *marker,
+                     const cq_cell_result_t *res,
+                     cq_testrun_t *tr)
 {
         json_t *report = NULL, *cases, *rec;
         size_t i;
@@ -293,8 +295,8 @@ int cq_testrun_parse(const json_t *tests, const char *marker,
                                  "the tests printed no report (did the code "
                                  "replace print or exit the interpreter?)");
                 tr->error = strdup(why);
-                tr->report = json_pack("{s:i, s:i, s:s}", "passed", 0,
-                                       "total", tr->total, "error", why);
+                tr->report = json_pack("{s:i, s:i, s:s}", "passed", 0, "total",
+                                       tr->total, "error", why);
                 rc = tr->error && tr->report ? 0 : -1;
                 goto out;
         }
@@ -303,8 +305,8 @@ int cq_testrun_parse(const json_t *tests, const char *marker,
                 if (json_is_true(json_object_get(rec, "ok")))
                         tr->passed++;
         }
-        tr->report = json_pack("{s:i, s:i, s:O}", "passed", tr->passed,
-                               "total", tr->total, "cases", cases);
+        tr->report = json_pack("{s:i, s:i, s:O}", "passed", tr->passed, "total",
+                               tr->total, "cases", cases);
         rc = tr->report ? 0 : -1;
 out:
         json_decref(report);
@@ -313,8 +315,8 @@ out:
         return rc;
 }
 
-size_t cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out,
-                           size_t max)
+size_t
+cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out, size_t max)
 {
         json_t *cases = json_object_get(tr->report, "cases"), *rec;
         size_t i, n = 0;

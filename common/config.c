@@ -119,8 +119,8 @@ static const cq_cfg_entry_t entries[] = {
      1000, NULL,
      "LLM calls a job may make before it fails (a job's limits.max_turns "
      "wins)"},
-    {"CODERQ_MAX_RETRIES", NULL, "max-retries", CQ_CFG_INT, F(max_retries),
-     "5", 0, 1000, NULL,
+    {"CODERQ_MAX_RETRIES", NULL, "max-retries", CQ_CFG_INT, F(max_retries), "5",
+     0, 1000, NULL,
      "failed cells and failed test runs a job may have; one more fails it "
      "(limits.max_retries wins)"},
     {"CODERQ_CELL_TIMEOUT_S", NULL, "cell-timeout-s", CQ_CFG_INT,
@@ -140,8 +140,8 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_TOOL_TOTAL_MAX", NULL, "tool-total-max", CQ_CFG_SIZE,
      F(tool_total_max), "8000", 500, 4194304, NULL,
      "characters of one tool result the model sees in all"},
-    {"CODERQ_ARTIFACT_MAX", NULL, "artifact-max", CQ_CFG_SIZE,
-     F(artifact_max), "20M", 1024, 1073741824L, NULL,
+    {"CODERQ_ARTIFACT_MAX", NULL, "artifact-max", CQ_CFG_SIZE, F(artifact_max),
+     "20M", 1024, 1073741824L, NULL,
      "largest file the code creates that is kept as an artefact"},
 };
 

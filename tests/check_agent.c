@@ -91,13 +91,13 @@ static void fixture_init(fixture_t *fx, const char *name, const char *steps)
         cq_agent_result_init(&fx->result);
 }
 
-static void fixture_run(fixture_t *fx, const cq_agent_observer_t *obs,
+static void fixture_run(fixture_t *fx,
+                        const cq_agent_observer_t *obs,
                         const cq_agent_memory_t *mem,
                         const cq_agent_start_t *start)
 {
-        ck_assert_int_eq(cq_agent_run(&fx->job, fx->interp, fx->llm,
-                                      &fx->opts, obs, mem, start, fx->nb,
-                                      &fx->result),
+        ck_assert_int_eq(cq_agent_run(&fx->job, fx->interp, fx->llm, &fx->opts,
+                                      obs, mem, start, fx->nb, &fx->result),
                          CQ_OK);
 }
 
@@ -142,8 +142,8 @@ static const char *msg_content(const json_t *history, size_t i)
 }
 
 /* Whether any message of \p role in \p history contains \p needle. */
-static bool history_has(const json_t *history, const char *role,
-                        const char *needle)
+static bool
+history_has(const json_t *history, const char *role, const char *needle)
 {
         size_t i;
 
@@ -185,8 +185,7 @@ START_TEST(success_first_try)
                       msg_content(h, 2));
         ck_assert_str_eq(msg_role(h, 3), "assistant");
         ck_assert_str_eq(msg_role(h, 4), "tool");
-        ck_assert_msg(strstr(msg_content(h, 4), "42"), "%s",
-                      msg_content(h, 4));
+        ck_assert_msg(strstr(msg_content(h, 4), "42"), "%s", msg_content(h, 4));
         ck_assert_str_eq(
             json_string_value(
                 json_object_get(json_array_get(h, 4), "tool_call_id")),
@@ -226,8 +225,8 @@ START_TEST(error_then_reflection_then_fixed)
         ck_assert(history_has(fx.result.history, "tool", "NameError"));
         /* the reflection prompt names the error and the failing code */
         ck_assert(history_has(fx.result.history, "user", "NameError"));
-        ck_assert(history_has(fx.result.history, "user",
-                              "print(undefined_name)"));
+        ck_assert(
+            history_has(fx.result.history, "user", "print(undefined_name)"));
         reqs = requests_for("reflect");
         ck_assert_uint_eq(json_array_size(reqs), 3);
         body = json_object_get(json_array_get(reqs, 1), "body");
@@ -311,8 +310,8 @@ START_TEST(tests_fail_then_pass)
         ck_assert_int_eq(fx.result.retries, 1);
         ck_assert_str_eq(fx.result.answer, "sq fixed.");
         /* the failure went back to the model with expected and got */
-        ck_assert(history_has(fx.result.history, "user",
-                              "Case 1 failed: sq(3)"));
+        ck_assert(
+            history_has(fx.result.history, "user", "Case 1 failed: sq(3)"));
         ck_assert(history_has(fx.result.history, "user", "expected: 9"));
         ck_assert(history_has(fx.result.history, "user", "got:      6"));
         fixture_release(&fx);
@@ -360,16 +359,15 @@ START_TEST(two_tool_calls_both_answered_in_order)
         ck_assert_uint_eq(json_array_size(calls), 2);
         ck_assert_str_eq(msg_role(h, 4), "tool");
         ck_assert_str_eq(msg_role(h, 5), "tool");
-        ck_assert_str_eq(json_string_value(json_object_get(
-                             json_array_get(h, 4), "tool_call_id")),
-                         json_string_value(json_object_get(
-                             json_array_get(calls, 0), "id")));
-        ck_assert_str_eq(json_string_value(json_object_get(
-                             json_array_get(h, 5), "tool_call_id")),
-                         json_string_value(json_object_get(
-                             json_array_get(calls, 1), "id")));
-        ck_assert_msg(strstr(msg_content(h, 5), "21"), "%s",
-                      msg_content(h, 5));
+        ck_assert_str_eq(
+            json_string_value(
+                json_object_get(json_array_get(h, 4), "tool_call_id")),
+            json_string_value(json_object_get(json_array_get(calls, 0), "id")));
+        ck_assert_str_eq(
+            json_string_value(
+                json_object_get(json_array_get(h, 5), "tool_call_id")),
+            json_string_value(json_object_get(json_array_get(calls, 1), "id")));
+        ck_assert_msg(strstr(msg_content(h, 5), "21"), "%s", msg_content(h, 5));
         fixture_release(&fx);
 }
 END_TEST
@@ -434,8 +432,7 @@ START_TEST(invalid_json_reply_is_retried_then_fails_clearly)
                      "\"times\":-1}],\"content\":\"never\"}]");
         fixture_run(&fx, NULL, NULL, NULL);
         ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
-        ck_assert_msg(strstr(fx.result.reason, "LLM"), "%s",
-                      fx.result.reason);
+        ck_assert_msg(strstr(fx.result.reason, "LLM"), "%s", fx.result.reason);
         fixture_release(&fx);
 }
 END_TEST
@@ -496,10 +493,10 @@ START_TEST(old_tool_outputs_are_elided_near_the_window)
         ck_assert_msg(strstr(msg_content(messages, 2), "Compute things"),
                       "task lost");
         /* the most recent tool output is intact */
-        ck_assert_msg(strstr(msg_content(messages,
-                                         json_array_size(messages) - 1),
-                             "wwww"),
-                      "recent output elided");
+        ck_assert_msg(
+            strstr(msg_content(messages, json_array_size(messages) - 1),
+                   "wwww"),
+            "recent output elided");
         json_decref(reqs);
         fixture_release(&fx);
 }
@@ -547,8 +544,8 @@ static int crash_on_message(void *opaque, size_t index, const json_t *msg)
         return index >= c->stop_at ? -1 : 0;
 }
 
-static int crash_on_cell(void *opaque, const char *code,
-                         const cq_cell_result_t *res)
+static int
+crash_on_cell(void *opaque, const char *code, const cq_cell_result_t *res)
 {
         crash_t *c = opaque;
 
@@ -585,8 +582,7 @@ START_TEST(resume_replays_cells_and_does_not_repeat_turns)
         /* The checkpoint holds what was appended before the crash. */
         saved = json_array();
         for (i = 0; i < 6; i++)
-                json_array_append(saved,
-                                  json_array_get(fx.result.history, i));
+                json_array_append(saved, json_array_get(fx.result.history, i));
         ck_assert_uint_eq(json_array_size(crash.cells), 2);
         cq_agent_result_release(&fx.result);
         cq_interp_destroy(&fx.interp);
@@ -613,8 +609,8 @@ START_TEST(resume_replays_cells_and_does_not_repeat_turns)
                 steps_seen[step]++;
         }
         for (i = 0; i < 4; i++)
-                ck_assert_msg(steps_seen[i] == 1, "step %zu asked %d times",
-                              i, steps_seen[i]);
+                ck_assert_msg(steps_seen[i] == 1, "step %zu asked %d times", i,
+                              steps_seen[i]);
         json_decref(reqs);
         json_decref(saved);
         json_decref(crash.cells);

@@ -140,13 +140,12 @@ START_TEST(cases_missing_function_fails_every_case)
                   &tr);
         ck_assert_int_eq(tr.passed, 0);
         ck_assert_int_eq(tr.total, 1);
-        ck_assert_msg(strstr(json_string_value(json_object_get(
-                                 json_array_get(json_object_get(tr.report,
-                                                                "cases"),
-                                                0),
-                                 "error")),
-                             "NameError"),
-                      "no NameError in the report");
+        ck_assert_msg(
+            strstr(json_string_value(json_object_get(
+                       json_array_get(json_object_get(tr.report, "cases"), 0),
+                       "error")),
+                   "NameError"),
+            "no NameError in the report");
         cq_testrun_release(&tr);
 }
 END_TEST
@@ -173,8 +172,8 @@ START_TEST(code_tests_pass_and_fail)
                 ck_assert_uint_eq(cq_testrun_failures(&tr, &f, 1), 1);
                 ck_assert_uint_eq(f.index, 0);
                 ck_assert_ptr_null(f.call);
-                ck_assert_msg(strstr(f.error, "AssertionError: x is 40"),
-                              "%s", f.error);
+                ck_assert_msg(strstr(f.error, "AssertionError: x is 40"), "%s",
+                              f.error);
         }
         cq_testrun_release(&tr);
 }
@@ -196,8 +195,7 @@ START_TEST(report_must_carry_the_marker)
                                  "[{\"ok\":true}]}\n");
         ck_assert_int_eq(cq_testrun_parse(tests, marker, &res, &tr), 0);
         ck_assert_int_eq(tr.passed, 0);
-        ck_assert_msg(strstr(tr.error, "printed no report"), "%s",
-                      tr.error);
+        ck_assert_msg(strstr(tr.error, "printed no report"), "%s", tr.error);
         cq_testrun_release(&tr);
         cq_cell_result_release(&res);
 
