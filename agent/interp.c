@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* interp.c - the backend-neutral half of the interpreter interface:
- * dispatch to the backend's ops, cell results, file lists, mime guessing
- * and path checks shared by the local and E2B backends. */
+ * dispatch to the backend's ops, cell results, file lists and mime guessing
+ * shared by the local and E2B backends (path checks live in util.c). */
 #include "coderq/interp.h"
 
 #include <stdlib.h>
@@ -149,31 +149,4 @@ const char *cq_mime_from_name(const char *name)
                 if (strcasecmp(dot, types[i].ext) == 0)
                         return types[i].mime;
         return "application/octet-stream";
-}
-
-bool cq_relpath_is_safe(const char *name)
-{
-        const char *p = name, *comp = name;
-        size_t len;
-
-        if (!name || !*name || *name == '/')
-                return false;
-        len = strlen(name);
-        if (len > 255)
-                return false;
-        for (;; p++) {
-                if (*p == '/' || *p == '\0') {
-                        size_t clen = (size_t)(p - comp);
-
-                        if (clen == 0 || (clen == 1 && comp[0] == '.') ||
-                            (clen == 2 && comp[0] == '.' && comp[1] == '.'))
-                                return false;
-                        if (*p == '\0')
-                                return true;
-                        comp = p + 1;
-                        continue;
-                }
-                if ((unsigned char)*p < 0x20 || *p == 0x7f || *p == '\\')
-                        return false;
-        }
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* util.c - clocks, ANSI stripping, UTF-8 repair, base64, SHA-256. The text
- * functions run on untrusted kernel and model output, so every read is
- * bounded by the given length, never by a NUL. */
+/* util.c - clocks, ANSI stripping, UTF-8 repair, base64, SHA-256, safe
+ * relative paths. The text functions run on untrusted kernel and model
+ * output, so every read is bounded by the given length, never by a NUL. */
 #include "coderq/util.h"
 
 #include <openssl/evp.h>
@@ -270,4 +270,31 @@ void cq_sha256_hex(const void *data, size_t len, char hex[65])
         for (i = 0; i < mdlen && i < 32; i++)
                 snprintf(hex + 2 * i, 3, "%02x", md[i]);
         hex[64] = '\0';
+}
+
+bool cq_relpath_is_safe(const char *name)
+{
+        const char *p = name, *comp = name;
+        size_t len;
+
+        if (!name || !*name || *name == '/')
+                return false;
+        len = strlen(name);
+        if (len > 255)
+                return false;
+        for (;; p++) {
+                if (*p == '/' || *p == '\0') {
+                        size_t clen = (size_t)(p - comp);
+
+                        if (clen == 0 || (clen == 1 && comp[0] == '.') ||
+                            (clen == 2 && comp[0] == '.' && comp[1] == '.'))
+                                return false;
+                        if (*p == '\0')
+                                return true;
+                        comp = p + 1;
+                        continue;
+                }
+                if ((unsigned char)*p < 0x20 || *p == 0x7f || *p == '\\')
+                        return false;
+        }
 }

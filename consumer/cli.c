@@ -11,6 +11,7 @@
 #include "coderq/log.h"
 
 static cq_cmd_fn_t cmd_config;
+cq_cmd_fn_t cq_cmd_migrate;
 
 /* One row per command; commands live in consumer/cmd_<name>.c. */
 static const cq_cmd_t commands[] = {
@@ -18,6 +19,13 @@ static const cq_cmd_t commands[] = {
      "usage: coderq config\n"
      "Prints every setting with its current value (secrets as set/unset).\n",
      cmd_config},
+    {"migrate", "apply pending PostgreSQL schema migrations",
+     "usage: coderq migrate\n"
+     "Applies the pending NNNN_name.sql files of CODERQ_MIGRATIONS_DIR in\n"
+     "order, each in one transaction, and prints each one applied. Safe to\n"
+     "run concurrently. Exit 4 when PostgreSQL is unreachable, 1 when a\n"
+     "migration fails or an applied one was changed.\n",
+     cq_cmd_migrate},
 };
 
 const cq_cmd_t *cq_cli_commands(size_t *np)

@@ -33,6 +33,14 @@ typedef struct cq_config {
         /* services */
         char *pg_dsn;
         char *kafka_brokers;
+        /* storage */
+        char *migrations_dir;
+        long lease_s;
+        long max_attempts;
+        size_t notebook_max;
+        size_t image_max;
+        long memory_threshold; /* percent */
+        long pg_reconnect_s;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */

@@ -53,4 +53,12 @@ unsigned char *cq_b64_decode(const char *in, size_t len, size_t *outlenp);
 /** @brief Lower-case hex SHA-256 of \p data into \p hex (65 bytes). */
 void cq_sha256_hex(const void *data, size_t len, char hex[65]);
 
+/**
+ * @brief Whether \p name is a safe relative path: non-empty, not absolute,
+ *        no "..", "." or empty components, no NUL, control characters or
+ *        backslashes, at most 255 bytes. Shared by the interpreters (work dir
+ *        files) and the job parser (job files); interp.h re-declares it.
+ */
+bool cq_relpath_is_safe(const char *name);
+
 #endif

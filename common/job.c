@@ -1,0 +1,688 @@
+/* SPDX-License-Identifier: MIT */
+/* job.c - parsing and validation of job messages (DESIGN.md "Job message").
+ * Everything here is untrusted input from Kafka or a file: the size cap is
+ * checked before parsing, every field is type- and range-checked, and every
+ * rejection names the field. Unknown top-level fields are accepted and kept
+ * in job->spec (forward compatibility with newer producers); unknown keys
+ * inside limits, files[] and tests are rejected, since a misspelt limit that
+ * silently does not apply is worse than a bounced job. */
+#include "coderq/job.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "coderq/util.h"
+
+/* Decoded inline file bytes over all files of one job. */
+#define JOB_FILES_MAX_BYTES ((size_t)64 << 20)
+#define JOB_FILES_MAX_COUNT 1000
+#define JOB_URL_MAX         2048
+#define JOB_CASES_MAX       10000
+#define JOB_IDENT_MAX       128
+#define JOB_PRIORITY_MIN    (-1000)
+#define JOB_PRIORITY_MAX    1000
+
+static void CQ_PRINTF(3, 4)
+    set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
+{
+        va_list ap;
+
+        if (!errstr || !errstr_size)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(errstr, errstr_size, fmt, ap);
+        va_end(ap);
+}
+
+void cq_job_init(cq_job_t *job)
+{
+        memset(job, 0, sizeof(*job));
+        job->limits.max_turns = -1;
+        job->limits.max_retries = -1;
+        job->limits.cell_timeout_s = -1;
+        job->limits.job_timeout_s = -1;
+}
+
+void cq_job_release(cq_job_t *job)
+{
+        size_t i;
+
+        free(job->job_id);
+        free(job->prompt);
+        free(job->title);
+        free(job->task_id);
+        free(job->run_id);
+        free(job->parent_job_id);
+        free(job->backend);
+        free(job->model);
+        free(job->system_prompt);
+        for (i = 0; i < job->nfiles; i++) {
+                free(job->files[i].name);
+                free(job->files[i].data);
+                free(job->files[i].url);
+        }
+        free(job->files);
+        json_decref(job->tests);
+        json_decref(job->spec);
+        cq_job_init(job);
+}
+
+/* An identifier (job_id, parent_job_id, task_id, run_id): 1..128 bytes of
+ * printable ASCII without spaces, so it is safe as a Kafka key, in logs, in
+ * file names of `coderq run` output and on a command line. */
+static bool id_is_valid(const char *s, size_t len)
+{
+        size_t i;
+
+        if (len == 0 || len > CQ_JOB_ID_MAX)
+                return false;
+        for (i = 0; i < len; i++)
+                if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
+                        return false;
+        return true;
+}
+
+static bool is_python_identifier(const char *s)
+{
+        size_t i;
+
+        if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') ||
+              s[0] == '_'))
+                return false;
+        for (i = 1; s[i]; i++) {
+                char c = s[i];
+
+                if (i >= JOB_IDENT_MAX)
+                        return false;
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '_'))
+                        return false;
+        }
+        return true;
+}
+
+/* http:// or https://, a non-empty host part, no whitespace or control
+ * characters, bounded length. */
+static bool url_is_valid(const char *s, size_t len)
+{
+        size_t i, skip;
+
+        if (len > JOB_URL_MAX)
+                return false;
+        if (len > 7 && strncasecmp(s, "http://", 7) == 0)
+                skip = 7;
+        else if (len > 8 && strncasecmp(s, "https://", 8) == 0)
+                skip = 8;
+        else
+                return false;
+        if (s[skip] == '/' || s[skip] == '?' || s[skip] == '#')
+                return false;
+        for (i = 0; i < len; i++)
+                if ((unsigned char)s[i] <= 0x20 || s[i] == 0x7f)
+                        return false;
+        return true;
+}
+
+/* Fetch an optional string member. *valuep is NULL when the field is absent
+ * or JSON null. Returns -1 with errstr filled when it has another type. */
+static int get_opt_string(const json_t *obj,
+                          const char *key,
+                          const char *field,
+                          const json_t **valuep,
+                          char *errstr,
+                          size_t errstr_size)
+{
+        const json_t *value = json_object_get(obj, key);
+
+        *valuep = NULL;
+        if (!value || json_is_null(value))
+                return 0;
+        if (!json_is_string(value)) {
+                set_err(errstr, errstr_size, "field \"%s\" must be a string",
+                        field);
+                return -1;
+        }
+        *valuep = value;
+        return 0;
+}
+
+static int dup_string(const json_t *value, char **outp)
+{
+        *outp = strdup(json_string_value(value));
+        return *outp ? 0 : -1;
+}
+
+/* An optional non-empty free-text field (title, model, system_prompt). */
+static int parse_text(const json_t *spec,
+                      const char *key,
+                      char **outp,
+                      char *errstr,
+                      size_t errstr_size)
+{
+        const json_t *value;
+
+        if (get_opt_string(spec, key, key, &value, errstr, errstr_size))
+                return -1;
+        if (!value)
+                return 0;
+        if (json_string_length(value) == 0) {
+                set_err(errstr, errstr_size,
+                        "field \"%s\" must be a non-empty string", key);
+                return -1;
+        }
+        if (dup_string(value, outp)) {
+                set_err(errstr, errstr_size, "out of memory");
+                return -1;
+        }
+        return 0;
+}
+
+/* An optional identifier (task_id, run_id, parent_job_id). */
+static int parse_id(const json_t *spec,
+                    const char *key,
+                    char **outp,
+                    char *errstr,
+                    size_t errstr_size)
+{
+        const json_t *value;
+
+        if (get_opt_string(spec, key, key, &value, errstr, errstr_size))
+                return -1;
+        if (!value)
+                return 0;
+        if (!id_is_valid(json_string_value(value), json_string_length(value))) {
+                set_err(errstr, errstr_size,
+                        "field \"%s\" must be 1 to %d printable ASCII "
+                        "characters without spaces",
+                        key, CQ_JOB_ID_MAX);
+                return -1;
+        }
+        if (dup_string(value, outp)) {
+                set_err(errstr, errstr_size, "out of memory");
+                return -1;
+        }
+        return 0;
+}
+
+static int check_known_keys(const json_t *obj,
+                            const char *const *known,
+                            const char *prefix,
+                            char *errstr,
+                            size_t errstr_size)
+{
+        const char *key;
+        const json_t *value;
+        size_t i;
+
+        /* jansson's iteration API takes a non-const object; it does not
+         * modify it. */
+        json_object_foreach((json_t *)(uintptr_t)obj, key, value)
+        {
+                bool found = false;
+
+                (void)value;
+                for (i = 0; known[i]; i++)
+                        if (strcmp(key, known[i]) == 0)
+                                found = true;
+                if (!found) {
+                        set_err(errstr, errstr_size,
+                                "unknown field \"%s.%.64s\"", prefix, key);
+                        return -1;
+                }
+        }
+        return 0;
+}
+
+static int parse_limit(const json_t *limits,
+                       const char *key,
+                       long max,
+                       long *outp,
+                       char *errstr,
+                       size_t errstr_size)
+{
+        const json_t *value = json_object_get(limits, key);
+        json_int_t n;
+
+        if (!value || json_is_null(value))
+                return 0;
+        if (!json_is_integer(value) || (n = json_integer_value(value)) <= 0) {
+                set_err(errstr, errstr_size,
+                        "field \"limits.%s\" must be a positive integer", key);
+                return -1;
+        }
+        if (n > max) {
+                set_err(errstr, errstr_size,
+                        "field \"limits.%s\" must be at most %ld", key, max);
+                return -1;
+        }
+        *outp = (long)n;
+        return 0;
+}
+
+static int parse_limits(const json_t *spec,
+                        cq_job_limits_t *limits,
+                        char *errstr,
+                        size_t errstr_size)
+{
+        static const char *const known[] = {"max_turns", "max_retries",
+                                            "cell_timeout_s", "job_timeout_s",
+                                            NULL};
+        const json_t *obj = json_object_get(spec, "limits");
+
+        if (!obj || json_is_null(obj))
+                return 0;
+        if (!json_is_object(obj)) {
+                set_err(errstr, errstr_size,
+                        "field \"limits\" must be an object");
+                return -1;
+        }
+        if (check_known_keys(obj, known, "limits", errstr, errstr_size) ||
+            parse_limit(obj, "max_turns", 1000, &limits->max_turns, errstr,
+                        errstr_size) ||
+            parse_limit(obj, "max_retries", 1000, &limits->max_retries, errstr,
+                        errstr_size) ||
+            parse_limit(obj, "cell_timeout_s", 86400, &limits->cell_timeout_s,
+                        errstr, errstr_size) ||
+            parse_limit(obj, "job_timeout_s", 7 * 86400, &limits->job_timeout_s,
+                        errstr, errstr_size))
+                return -1;
+        return 0;
+}
+
+static int parse_file(const json_t *entry,
+                      size_t i,
+                      cq_job_file_t *file,
+                      size_t *totalp,
+                      char *errstr,
+                      size_t errstr_size)
+{
+        static const char *const known[] = {"name", "content_b64", "url", NULL};
+        const json_t *name, *b64, *url;
+        char prefix[48];
+
+        snprintf(prefix, sizeof(prefix), "files[%zu]", i);
+        if (!json_is_object(entry)) {
+                set_err(errstr, errstr_size, "field \"%s\" must be an object",
+                        prefix);
+                return -1;
+        }
+        if (check_known_keys(entry, known, prefix, errstr, errstr_size))
+                return -1;
+        name = json_object_get(entry, "name");
+        if (!json_is_string(name) ||
+            strlen(json_string_value(name)) != json_string_length(name) ||
+            !cq_relpath_is_safe(json_string_value(name))) {
+                set_err(errstr, errstr_size,
+                        "field \"%s.name\" must be a safe relative path "
+                        "(no \"..\", no leading \"/\", at most 255 bytes)",
+                        prefix);
+                return -1;
+        }
+        b64 = json_object_get(entry, "content_b64");
+        url = json_object_get(entry, "url");
+        if ((b64 != NULL) == (url != NULL)) {
+                set_err(errstr, errstr_size,
+                        "field \"%s\" must have exactly one of \"content_b64\" "
+                        "and \"url\"",
+                        prefix);
+                return -1;
+        }
+        if (b64) {
+                if (!json_is_string(b64)) {
+                        set_err(errstr, errstr_size,
+                                "field \"%s.content_b64\" must be a string",
+                                prefix);
+                        return -1;
+                }
+                file->data = cq_b64_decode(json_string_value(b64),
+                                           json_string_length(b64), &file->len);
+                if (!file->data) {
+                        set_err(errstr, errstr_size,
+                                "field \"%s.content_b64\" is not valid base64",
+                                prefix);
+                        return -1;
+                }
+                if (file->len > JOB_FILES_MAX_BYTES - *totalp) {
+                        set_err(errstr, errstr_size,
+                                "field \"files\": inline files exceed %zu "
+                                "bytes in total",
+                                JOB_FILES_MAX_BYTES);
+                        return -1;
+                }
+                *totalp += file->len;
+        } else {
+                if (!json_is_string(url) ||
+                    !url_is_valid(json_string_value(url),
+                                  json_string_length(url))) {
+                        set_err(errstr, errstr_size,
+                                "field \"%s.url\" must be an http or https "
+                                "URL",
+                                prefix);
+                        return -1;
+                }
+                if (dup_string(url, &file->url)) {
+                        set_err(errstr, errstr_size, "out of memory");
+                        return -1;
+                }
+        }
+        if (dup_string(name, &file->name)) {
+                set_err(errstr, errstr_size, "out of memory");
+                return -1;
+        }
+        return 0;
+}
+
+static int
+parse_files(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
+{
+        const json_t *arr = json_object_get(spec, "files");
+        size_t i, j, n, total = 0;
+
+        if (!arr || json_is_null(arr))
+                return 0;
+        if (!json_is_array(arr)) {
+                set_err(errstr, errstr_size,
+                        "field \"files\" must be an array");
+                return -1;
+        }
+        n = json_array_size(arr);
+        if (n > JOB_FILES_MAX_COUNT) {
+                set_err(errstr, errstr_size,
+                        "field \"files\" must have at most %d entries",
+                        JOB_FILES_MAX_COUNT);
+                return -1;
+        }
+        if (n == 0)
+                return 0;
+        job->files = calloc(n, sizeof(*job->files));
+        if (!job->files) {
+                set_err(errstr, errstr_size, "out of memory");
+                return -1;
+        }
+        for (i = 0; i < n; i++) {
+                /* Counted before the parse so release frees a partial one. */
+                job->nfiles = i + 1;
+                if (parse_file(json_array_get(arr, i), i, &job->files[i],
+                               &total, errstr, errstr_size))
+                        return -1;
+                for (j = 0; j < i; j++)
+                        if (strcmp(job->files[j].name, job->files[i].name) ==
+                            0) {
+                                set_err(errstr, errstr_size,
+                                        "field \"files[%zu].name\" repeats "
+                                        "\"%.255s\"",
+                                        i, job->files[i].name);
+                                return -1;
+                        }
+        }
+        return 0;
+}
+
+static int parse_cases(const json_t *tests, char *errstr, size_t errstr_size)
+{
+        static const char *const known[] = {"kind", "function", "cases", NULL};
+        static const char *const case_known[] = {"args", "expected", NULL};
+        const json_t *function = json_object_get(tests, "function");
+        const json_t *cases = json_object_get(tests, "cases");
+        size_t i;
+
+        if (check_known_keys(tests, known, "tests", errstr, errstr_size))
+                return -1;
+        if (!json_is_string(function) ||
+            strlen(json_string_value(function)) !=
+                json_string_length(function) ||
+            !is_python_identifier(json_string_value(function))) {
+                set_err(errstr, errstr_size,
+                        "field \"tests.function\" must be a Python identifier");
+                return -1;
+        }
+        if (!json_is_array(cases) || json_array_size(cases) == 0) {
+                set_err(errstr, errstr_size,
+                        "field \"tests.cases\" must be a non-empty array");
+                return -1;
+        }
+        if (json_array_size(cases) > JOB_CASES_MAX) {
+                set_err(errstr, errstr_size,
+                        "field \"tests.cases\" must have at most %d entries",
+                        JOB_CASES_MAX);
+                return -1;
+        }
+        for (i = 0; i < json_array_size(cases); i++) {
+                const json_t *tc = json_array_get(cases, i);
+                char prefix[48];
+
+                snprintf(prefix, sizeof(prefix), "tests.cases[%zu]", i);
+                if (!json_is_object(tc)) {
+                        set_err(errstr, errstr_size,
+                                "field \"%s\" must be an object", prefix);
+                        return -1;
+                }
+                if (check_known_keys(tc, case_known, prefix, errstr,
+                                     errstr_size))
+                        return -1;
+                if (!json_is_array(json_object_get(tc, "args"))) {
+                        set_err(errstr, errstr_size,
+                                "field \"%s.args\" must be an array", prefix);
+                        return -1;
+                }
+                if (!json_object_get(tc, "expected")) {
+                        set_err(errstr, errstr_size,
+                                "field \"%s.expected\" is required", prefix);
+                        return -1;
+                }
+        }
+        return 0;
+}
+
+static int
+parse_tests(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
+{
+        static const char *const code_known[] = {"kind", "code", NULL};
+        json_t *tests = json_object_get(spec, "tests");
+        const json_t *kind;
+
+        if (!tests || json_is_null(tests))
+                return 0;
+        if (!json_is_object(tests)) {
+                set_err(errstr, errstr_size,
+                        "field \"tests\" must be an object");
+                return -1;
+        }
+        kind = json_object_get(tests, "kind");
+        if (json_is_string(kind) &&
+            strcmp(json_string_value(kind), "cases") == 0) {
+                if (parse_cases(tests, errstr, errstr_size))
+                        return -1;
+        } else if (json_is_string(kind) &&
+                   strcmp(json_string_value(kind), "code") == 0) {
+                const json_t *code = json_object_get(tests, "code");
+
+                if (check_known_keys(tests, code_known, "tests", errstr,
+                                     errstr_size))
+                        return -1;
+                if (!json_is_string(code) || json_string_length(code) == 0) {
+                        set_err(errstr, errstr_size,
+                                "field \"tests.code\" must be a non-empty "
+                                "string");
+                        return -1;
+                }
+        } else {
+                set_err(errstr, errstr_size,
+                        "field \"tests.kind\" must be \"cases\" or \"code\"");
+                return -1;
+        }
+        job->tests = json_incref(tests);
+        return 0;
+}
+
+/* Fill job from spec, which job already owns. */
+static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
+{
+        const json_t *spec = job->spec;
+        const json_t *value;
+
+        if (!json_is_object(spec)) {
+                set_err(errstr, errstr_size,
+                        "job message must be a JSON object");
+                return -1;
+        }
+        value = json_object_get(spec, "version");
+        if (value && !(json_is_integer(value) &&
+                       json_integer_value(value) == CQ_JOB_VERSION)) {
+                set_err(errstr, errstr_size,
+                        "field \"version\": unsupported version (this worker "
+                        "understands version %d)",
+                        CQ_JOB_VERSION);
+                return -1;
+        }
+
+        value = json_object_get(spec, "job_id");
+        if (!value) {
+                set_err(errstr, errstr_size, "field \"job_id\" is required");
+                return -1;
+        }
+        if (!json_is_string(value)) {
+                set_err(errstr, errstr_size,
+                        "field \"job_id\" must be a string");
+                return -1;
+        }
+        if (!id_is_valid(json_string_value(value), json_string_length(value))) {
+                set_err(errstr, errstr_size,
+                        "field \"job_id\" must be 1 to %d printable ASCII "
+                        "characters without spaces",
+                        CQ_JOB_ID_MAX);
+                return -1;
+        }
+        if (dup_string(value, &job->job_id))
+                goto oom;
+
+        value = json_object_get(spec, "prompt");
+        if (!value) {
+                set_err(errstr, errstr_size, "field \"prompt\" is required");
+                return -1;
+        }
+        if (!json_is_string(value) || json_string_length(value) == 0) {
+                set_err(errstr, errstr_size,
+                        "field \"prompt\" must be a non-empty string");
+                return -1;
+        }
+        if (dup_string(value, &job->prompt))
+                goto oom;
+
+        if (parse_text(spec, "title", &job->title, errstr, errstr_size) ||
+            parse_id(spec, "task_id", &job->task_id, errstr, errstr_size) ||
+            parse_id(spec, "run_id", &job->run_id, errstr, errstr_size) ||
+            parse_id(spec, "parent_job_id", &job->parent_job_id, errstr,
+                     errstr_size) ||
+            parse_text(spec, "model", &job->model, errstr, errstr_size) ||
+            parse_text(spec, "system_prompt", &job->system_prompt, errstr,
+                       errstr_size))
+                return -1;
+        if (job->parent_job_id &&
+            strcmp(job->parent_job_id, job->job_id) == 0) {
+                set_err(errstr, errstr_size,
+                        "field \"parent_job_id\" must differ from \"job_id\"");
+                return -1;
+        }
+
+        if (get_opt_string(spec, "backend", "backend", &value, errstr,
+                           errstr_size))
+                return -1;
+        if (value) {
+                if (strcmp(json_string_value(value), "local") != 0 &&
+                    strcmp(json_string_value(value), "e2b") != 0) {
+                        set_err(errstr, errstr_size,
+                                "field \"backend\" must be \"local\" or "
+                                "\"e2b\"");
+                        return -1;
+                }
+                if (dup_string(value, &job->backend))
+                        goto oom;
+        }
+
+        if (parse_files(spec, job, errstr, errstr_size) ||
+            parse_tests(spec, job, errstr, errstr_size) ||
+            parse_limits(spec, &job->limits, errstr, errstr_size))
+                return -1;
+
+        value = json_object_get(spec, "priority");
+        if (value && !json_is_null(value)) {
+                if (!json_is_integer(value) ||
+                    json_integer_value(value) < JOB_PRIORITY_MIN ||
+                    json_integer_value(value) > JOB_PRIORITY_MAX) {
+                        set_err(errstr, errstr_size,
+                                "field \"priority\" must be an integer from "
+                                "%d to %d",
+                                JOB_PRIORITY_MIN, JOB_PRIORITY_MAX);
+                        return -1;
+                }
+                job->priority = (long)json_integer_value(value);
+        }
+        return 0;
+oom:
+        set_err(errstr, errstr_size, "out of memory");
+        return -1;
+}
+
+cq_err_t cq_job_parse(const char *data,
+                      size_t len,
+                      size_t max,
+                      cq_job_t *job,
+                      char *errstr,
+                      size_t errstr_size)
+{
+        json_error_t jerr;
+        json_t *spec;
+
+        if (max == 0)
+                max = CQ_JOB_DEFAULT_MAX;
+        if (len > max) {
+                set_err(errstr, errstr_size,
+                        "job message is %zu bytes, over the limit of %zu", len,
+                        max);
+                return CQ_ERR_TOO_LARGE;
+        }
+        /* No JSON_ALLOW_NUL: a NUL inside a job string is never legitimate
+         * and would be cut by every C consumer downstream. */
+        spec = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+                          &jerr);
+        if (!spec) {
+                set_err(errstr, errstr_size,
+                        "job message is not valid JSON: %s (line %d, column "
+                        "%d)",
+                        jerr.text, jerr.line, jerr.column);
+                return CQ_ERR_FATAL;
+        }
+        job->spec = spec; /* job owns it now */
+        if (fill(job, errstr, errstr_size)) {
+                cq_job_release(job);
+                return CQ_ERR_FATAL;
+        }
+        return CQ_OK;
+}
+
+cq_err_t cq_job_from_json(const json_t *spec,
+                          cq_job_t *job,
+                          char *errstr,
+                          size_t errstr_size)
+{
+        if (!json_is_object(spec)) {
+                set_err(errstr, errstr_size,
+                        "job message must be a JSON object");
+                return CQ_ERR_FATAL;
+        }
+        /* A private copy: the caller may change or free its document. */
+        job->spec = json_deep_copy(spec);
+        if (!job->spec) {
+                set_err(errstr, errstr_size, "out of memory");
+                return CQ_ERR_FATAL;
+        }
+        if (fill(job, errstr, errstr_size)) {
+                cq_job_release(job);
+                return CQ_ERR_FATAL;
+        }
+        return CQ_OK;
+}

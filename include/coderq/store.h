@@ -1,0 +1,421 @@
+/* SPDX-License-Identifier: MIT */
+/* store.h - PostgreSQL storage: the job queue (upsert, claim, lease,
+ * heartbeat, requeue, finish), checkpoints (conversation, cells, notebook),
+ * images, results, the transactional outbox, episodic memory and the
+ * queries behind the CLI; plus the migration runner.
+ *
+ * One cq_store_t owns one PGconn and is used by one thread at a time (each
+ * worker slot, the heartbeat, the relay and the intake own their own).
+ * Every statement is parameterised; bytea travels in binary format. A lost
+ * connection is re-established with bounded backoff; a statement is retried
+ * after a reconnect only when running it twice is harmless (reads and
+ * idempotent writes). A multi-statement transaction is never retried here:
+ * it lands whole or not at all, and the call returns CQ_ERR_RETRIABLE so
+ * the caller can run it again (finishing is idempotent for the lease
+ * owner, see cq_store_finish()).
+ *
+ * Errors: calls return CQ_OK; CQ_ERR_RETRIABLE when PostgreSQL could not be
+ * reached or the connection broke (try again later); CQ_ERR_TOO_LARGE when
+ * a configured cap was hit (nothing was written); CQ_ERR_FATAL for
+ * anything else (a constraint, a bug). The reason is in
+ * cq_store_errmsg(). */
+#ifndef CODERQ_STORE_H
+#define CODERQ_STORE_H
+
+#include <jansson.h>
+
+#include "coderq/common.h"
+#include "coderq/config.h"
+#include "coderq/interp.h"
+#include "coderq/job.h"
+
+typedef struct cq_store cq_store_t;
+
+/** @brief Settings of one store handle; strings are borrowed. */
+typedef struct cq_store_opts {
+        const char *dsn;           /* libpq conninfo or URI; NULL: libpq PG* */
+        const char *owner;         /* this worker's name in leases */
+        int lease_s;               /* lease length (CODERQ_LEASE_S) */
+        int max_attempts;          /* for new jobs (CODERQ_MAX_ATTEMPTS) */
+        size_t notebook_max;       /* serialized notebook cap, bytes */
+        size_t image_max;          /* one image, bytes */
+        double memory_threshold;   /* 0..1 trigram similarity for recall */
+        int reconnect_ms;          /* give up reconnecting after this long */
+        const char *results_topic; /* outbox topic of completion events */
+} cq_store_opts_t;
+
+#define CQ_STORE_RESULTS_TOPIC "coderq.results"
+
+/** @brief Defaults: lease 120 s, 3 attempts, notebook 64 MiB, image 32 MiB,
+ *         threshold 0.3, reconnect 30 s, owner "coderq". */
+void cq_store_opts_init(cq_store_opts_t *opts);
+
+/** @brief Fill \p opts from \p cfg (borrowed: it must outlive the store). */
+void cq_store_opts_from_config(cq_store_opts_t *opts, const cq_config_t *cfg);
+
+/**
+ * @brief Connect. The options are copied.
+ * @returns Caller owns the returned value; free with cq_store_destroy().
+ *          NULL with \p errstr filled when the first connection fails (the
+ *          server is down: the caller may retry) or out of memory.
+ * @locality Any thread; the handle then belongs to that thread.
+ */
+cq_store_t *
+cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size);
+
+void cq_store_destroy(cq_store_t **storep);
+
+/** @brief The last error. Borrowed; valid until the next call. */
+const char *cq_store_errmsg(const cq_store_t *store);
+
+/** @brief The server process id of the current connection (tests). */
+int cq_store_backend_pid(const cq_store_t *store);
+
+/** @brief How many times the handle re-established its connection. */
+unsigned cq_store_reconnects(const cq_store_t *store);
+
+/* ---------------------------------------------------------------- queue */
+
+/** @brief Where a job message came from (Kafka provenance). */
+typedef struct cq_job_src {
+        const char *topic; /* borrowed; NULL when not from Kafka */
+        int32_t partition;
+        int64_t offset;
+} cq_job_src_t;
+
+/**
+ * @brief Insert a job from its validated message unless its job_id exists
+ *        (INSERT ... ON CONFLICT (job_id) DO NOTHING).
+ * @param job Borrowed; job_id, prompt, title, task_id, run_id,
+ *            parent_job_id, priority and spec are stored.
+ * @param src Borrowed; may be NULL.
+ * @param createdp (out, optional) Whether this call created the row. After
+ *            a reconnect-and-retry a row created by the lost attempt reads
+ *            as not created; either way the job exists exactly once.
+ * @locality The thread that owns \p store.
+ */
+CQ_NODISCARD cq_err_t cq_store_upsert_job(cq_store_t *store,
+                                          const cq_job_t *job,
+                                          const cq_job_src_t *src,
+                                          bool *createdp);
+
+/** @brief A claimed job. Release with cq_claim_release(). */
+typedef struct cq_claim {
+        char *job_id;
+        json_t *spec;        /* the job message; owned */
+        int attempt;         /* 1 for the first run */
+        bool has_checkpoint; /* messages or cells from an earlier attempt */
+} cq_claim_t;
+
+void cq_claim_init(cq_claim_t *claim);
+void cq_claim_release(cq_claim_t *claim);
+
+/**
+ * @brief Claim the next runnable job: queued, run_after reached, parent
+ *        (if any) succeeded; highest priority first, then oldest. Sets the
+ *        lease (owner, expiry now + lease_s) and counts the attempt.
+ * @param claim (out) Initialised by the caller; filled when *foundp.
+ * @param foundp (out) false when nothing is runnable.
+ * @remark Never retried after a reconnect: a lost reply may have claimed a
+ *         job, whose lease then expires and is requeued.
+ */
+CQ_NODISCARD cq_err_t cq_store_claim(cq_store_t *store,
+                                     cq_claim_t *claim,
+                                     bool *foundp);
+
+/**
+ * @brief Renew every lease this owner holds; report which of \p job_ids
+ *        are no longer held (finished elsewhere, expired and requeued).
+ * @param job_ids Borrowed.
+ * @param lost (out) n flags; lost[i] is true when job_ids[i] was lost.
+ * @param nlostp (out, optional) How many were lost.
+ */
+CQ_NODISCARD cq_err_t cq_store_heartbeat(cq_store_t *store,
+                                         const char *const *job_ids,
+                                         size_t n,
+                                         bool *lost,
+                                         size_t *nlostp);
+
+/**
+ * @brief Requeue running jobs whose lease expired; a job that used all its
+ *        attempts fails instead, with the reason "lease expired after N
+ *        attempts" and a completion event in the outbox. Queued jobs whose
+ *        parent failed or was cancelled fail too ("parent job X failed").
+ * @param requeuedp, failedp (out, optional) Counts.
+ */
+CQ_NODISCARD cq_err_t cq_store_requeue_expired(cq_store_t *store,
+                                               int *requeuedp,
+                                               int *failedp);
+
+/**
+ * @brief Give a job back to the queue (graceful shutdown): running ->
+ *        queued, lease cleared, the attempt not counted.
+ * @returns CQ_OK; CQ_ERR_FATAL when this owner does not hold the lease.
+ */
+CQ_NODISCARD cq_err_t cq_store_release(cq_store_t *store, const char *job_id);
+
+/** @brief The final state of a job, for cq_store_finish(). */
+typedef struct cq_finish {
+        const char *job_id; /* borrowed */
+        const char *status; /* "succeeded", "failed" or "cancelled" */
+        const char *reason; /* why it failed; may be NULL */
+        const char *answer; /* the final answer; may be NULL */
+        int tests_passed;   /* -1 when the job had no tests */
+        int tests_total;
+        int turns, retries;
+        int64_t prompt_tokens, completion_tokens;
+        const json_t *notebook; /* final nbformat document; may be NULL */
+        const json_t *report;   /* extra result details (object); or NULL */
+} cq_finish_t;
+
+/**
+ * @brief Finish a job in ONE transaction: job status and figures (guarded
+ *        by lease_owner = this owner), the results row, the final
+ *        notebook and an outbox row with the completion event.
+ * @param lostp (out) true when the lease is no longer ours: nothing was
+ *        written. A repeat call after this owner already finished the job
+ *        with the same status (a commit whose reply was lost) is CQ_OK.
+ * @returns CQ_ERR_TOO_LARGE for a notebook over the cap (nothing written).
+ */
+CQ_NODISCARD cq_err_t cq_store_finish(cq_store_t *store,
+                                      const cq_finish_t *fin,
+                                      bool *lostp);
+
+/** @brief One outbox row. Release with cq_outbox_release(). */
+typedef struct cq_outbox_row {
+        char event_id[37]; /* uuid text */
+        char *topic;
+        char *key;
+        char *payload; /* JSON text */
+} cq_outbox_row_t;
+
+typedef struct cq_outbox {
+        cq_outbox_row_t *v;
+        size_t n;
+} cq_outbox_t;
+
+void cq_outbox_init(cq_outbox_t *box);
+void cq_outbox_release(cq_outbox_t *box);
+
+/** @brief Up to \p max unsent rows, oldest first. \p box: initialised. */
+CQ_NODISCARD cq_err_t cq_store_outbox_fetch(cq_store_t *store,
+                                            size_t max,
+                                            cq_outbox_t *box);
+
+/** @brief Mark one row sent (after its successful delivery report). */
+CQ_NODISCARD cq_err_t cq_store_outbox_mark_sent(cq_store_t *store,
+                                                const char *event_id);
+
+typedef enum cq_cancel_outcome {
+        CQ_CANCEL_NOT_FOUND = 0,
+        CQ_CANCEL_DONE,      /* was queued: now cancelled, event queued */
+        CQ_CANCEL_REQUESTED, /* running: the worker sees the flag */
+        CQ_CANCEL_FINISHED,  /* already succeeded, failed or cancelled */
+} cq_cancel_outcome_t;
+
+/** @brief Cancel a job: a queued one at once, a running one by flag. */
+CQ_NODISCARD cq_err_t cq_store_cancel(cq_store_t *store,
+                                      const char *job_id,
+                                      cq_cancel_outcome_t *outcomep);
+
+/** @brief Whether a cancel was requested for a job this owner runs. */
+CQ_NODISCARD cq_err_t cq_store_cancel_requested(cq_store_t *store,
+                                                const char *job_id,
+                                                bool *requestedp);
+
+/* ----------------------------------------------------------- checkpoint */
+
+/**
+ * @brief Append one conversation message (an OpenAI chat message object
+ *        with a "role") as the next seq of the job.
+ * @param message Borrowed.
+ * @param seqp (out, optional) Its seq, from 1.
+ * @param lostp (out) true when this owner no longer holds the lease:
+ *        nothing was written.
+ */
+CQ_NODISCARD cq_err_t cq_store_append_message(cq_store_t *store,
+                                              const char *job_id,
+                                              const json_t *message,
+                                              int *seqp,
+                                              bool *lostp);
+
+/**
+ * @brief Record an executed cell and rewrite the job's notebook, in one
+ *        transaction guarded by the lease.
+ * @param code, res, notebook Borrowed. \p notebook may be NULL.
+ * @param seqp (out, optional) The cell's seq, from 1.
+ * @returns CQ_ERR_TOO_LARGE when the notebook exceeds the cap.
+ */
+CQ_NODISCARD cq_err_t cq_store_record_cell(cq_store_t *store,
+                                           const char *job_id,
+                                           const char *code,
+                                           const cq_cell_result_t *res,
+                                           const json_t *notebook,
+                                           int *seqp,
+                                           bool *lostp);
+
+/** @brief What a resumed job starts from. Release with
+ *         cq_checkpoint_release(). */
+typedef struct cq_checkpoint {
+        json_t *messages; /* array of message objects in seq order */
+        json_t *cells;    /* array of {"seq","code","execution_count",
+                             "outputs"} for status ok, in seq order */
+        json_t *notebook; /* the last notebook, or NULL */
+} cq_checkpoint_t;
+
+void cq_checkpoint_init(cq_checkpoint_t *cp);
+void cq_checkpoint_release(cq_checkpoint_t *cp);
+
+/** @brief Load a job's checkpoint (empty arrays when it has none). */
+CQ_NODISCARD cq_err_t cq_store_load_checkpoint(cq_store_t *store,
+                                               const char *job_id,
+                                               cq_checkpoint_t *cp);
+
+/* ------------------------------------------------------------ artefacts */
+
+/** @brief One stored image. Release with cq_image_release(). */
+typedef struct cq_image {
+        char sha256[65];
+        char *name;
+        char *mime;
+        int cell_seq; /* 0 when not from a cell */
+        unsigned char *data;
+        size_t len;
+} cq_image_t;
+
+typedef struct cq_images {
+        cq_image_t *v;
+        size_t n;
+} cq_images_t;
+
+void cq_images_init(cq_images_t *images);
+void cq_images_release(cq_images_t *images);
+
+/**
+ * @brief Store an image of a job; the same bytes twice in one job are kept
+ *        once (unique sha256 per job).
+ * @param data Borrowed, \p len bytes (any bytes, NUL included).
+ * @param cell_seq The cell that produced it, or 0.
+ * @param sha256 (out, optional) 65 bytes: the hex digest.
+ * @param createdp (out, optional) false when it was already stored.
+ * @returns CQ_ERR_TOO_LARGE over the image cap.
+ */
+CQ_NODISCARD cq_err_t cq_store_put_image(cq_store_t *store,
+                                         const char *job_id,
+                                         const char *name,
+                                         const char *mime,
+                                         const void *data,
+                                         size_t len,
+                                         int cell_seq,
+                                         char *sha256,
+                                         bool *createdp);
+
+/** @brief All images of a job, in the order they were stored. */
+CQ_NODISCARD cq_err_t cq_store_get_images(cq_store_t *store,
+                                          const char *job_id,
+                                          cq_images_t *images);
+
+/* --------------------------------------------------------------- memory */
+
+/** @brief Remember a solved problem (once per job). */
+CQ_NODISCARD cq_err_t cq_store_remember(cq_store_t *store,
+                                        const char *job_id,
+                                        const char *prompt,
+                                        const char *code,
+                                        const char *answer);
+
+/** @brief A recalled solution. Release with cq_solution_release(). */
+typedef struct cq_solution {
+        char *job_id; /* may be NULL */
+        char *prompt;
+        char *code;
+        char *answer; /* may be NULL */
+        double similarity;
+} cq_solution_t;
+
+void cq_solution_init(cq_solution_t *sol);
+void cq_solution_release(cq_solution_t *sol);
+
+/**
+ * @brief The most similar remembered problem whose trigram similarity to
+ *        \p prompt reaches the threshold.
+ * @param threshold 0..1, or < 0 for the store's memory_threshold.
+ * @param foundp (out) false when none is similar enough.
+ */
+CQ_NODISCARD cq_err_t cq_store_recall(cq_store_t *store,
+                                      const char *prompt,
+                                      double threshold,
+                                      cq_solution_t *sol,
+                                      bool *foundp);
+
+/* -------------------------------------------------------------- queries */
+
+/**
+ * @brief The job_overview row of one job as a JSON object.
+ * @param rowp (out) Caller owns the returned value; NULL when not found.
+ */
+CQ_NODISCARD cq_err_t cq_store_job_status(cq_store_t *store,
+                                          const char *job_id,
+                                          json_t **rowp);
+
+/**
+ * @brief One row per job of a run, oldest first, as a JSON array of flat
+ *        objects with the same keys in the same order (for table, JSON or
+ *        CSV): job_id, title, status, reason, attempts, turns, retries,
+ *        tests_passed, tests_total, total_tokens, duration_ms.
+ * @param rowsp (out) Caller owns the returned value.
+ */
+CQ_NODISCARD cq_err_t cq_store_run_results(cq_store_t *store,
+                                           const char *run_id,
+                                           json_t **rowsp);
+
+/** @brief The run_summary row of a run (NULL when the run has no jobs). */
+CQ_NODISCARD cq_err_t cq_store_run_summary(cq_store_t *store,
+                                           const char *run_id,
+                                           json_t **rowp);
+
+/** @brief Everything to export a job. Release with cq_export_release(). */
+typedef struct cq_export {
+        json_t *status;   /* job_overview row */
+        json_t *notebook; /* or NULL */
+        char *answer;     /* or NULL */
+        cq_images_t images;
+} cq_export_t;
+
+void cq_export_init(cq_export_t *exp);
+void cq_export_release(cq_export_t *exp);
+
+/** @brief Load a job's export; \p foundp false when no such job. */
+CQ_NODISCARD cq_err_t cq_store_export(cq_store_t *store,
+                                      const char *job_id,
+                                      cq_export_t *exp,
+                                      bool *foundp);
+
+/* ----------------------------------------------------------- migrations */
+
+/** @brief Called with each migration file name as it is applied. */
+typedef void(cq_migrate_cb_t)(void *opaque, const char *name);
+
+/**
+ * @brief Apply the pending migrations of \p dir (NULL: CODERQ_MIGRATIONS_DIR
+ *        default compiled in) to the database at \p dsn: NNNN_name.sql in
+ *        version order, each in its own transaction, recorded with its
+ *        SHA-256 in schema_migrations, serialised by an advisory lock. A
+ *        file changed after it was applied is refused.
+ * @param appliedp (out, optional) How many were applied now.
+ * @returns CQ_OK; CQ_ERR_RETRIABLE when PostgreSQL is unreachable;
+ *          CQ_ERR_FATAL for a refused or failed migration (\p errstr).
+ * @locality Any thread; opens its own connection.
+ */
+CQ_NODISCARD cq_err_t cq_migrate_run(const char *dsn,
+                                     const char *dir,
+                                     cq_migrate_cb_t *cb,
+                                     void *opaque,
+                                     int *appliedp,
+                                     char *errstr,
+                                     size_t errstr_size);
+
+/** @brief The compiled-in migrations directory. */
+const char *cq_migrate_default_dir(void);
+
+#endif

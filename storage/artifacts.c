@@ -1,0 +1,378 @@
+/* SPDX-License-Identifier: MIT */
+/* artifacts.c - what a running job leaves behind: its conversation, its
+ * cells and notebook (the checkpoint a resumed job starts from), and its
+ * images (bytea, binary format both ways, deduplicated by SHA-256 within
+ * a job). Writes of a running job are guarded by its lease. */
+#include "store_int.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coderq/util.h"
+
+static const char SQL_APPEND_MESSAGE[] =
+    "INSERT INTO job_messages (job_id, seq, role, message, attempt)"
+    " SELECT j.job_id, COALESCE((SELECT max(m.seq) FROM job_messages m"
+    "                            WHERE m.job_id = j.job_id), 0) + 1,"
+    "  $3, $4::jsonb, j.attempts"
+    " FROM jobs j"
+    " WHERE j.job_id = $1 AND j.lease_owner = $2 AND j.status = 'running'"
+    " RETURNING seq";
+
+static const char SQL_RECORD_CELL[] =
+    "INSERT INTO cells (job_id, seq, code, status, outputs, execution_count,"
+    " duration_ms, truncated, attempt)"
+    " SELECT j.job_id, COALESCE((SELECT max(c.seq) FROM cells c"
+    "                            WHERE c.job_id = j.job_id), 0) + 1,"
+    "  $3, $4, $5::jsonb, $6, $7, $8, j.attempts"
+    " FROM jobs j"
+    " WHERE j.job_id = $1 AND j.lease_owner = $2 AND j.status = 'running'"
+    " RETURNING seq";
+
+static const char SQL_PUT_IMAGE[] =
+    "INSERT INTO images (job_id, sha256, mime, name, cell_seq, bytes, data)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7)"
+    " ON CONFLICT (job_id, sha256) DO NOTHING RETURNING 1";
+
+/* Read in binary format: text columns arrive as their bytes. */
+static const char SQL_GET_IMAGES[] =
+    "SELECT sha256, name, mime, COALESCE(cell_seq, 0)::text, data"
+    " FROM images WHERE job_id = $1 ORDER BY image_id";
+
+/* One statement, so one snapshot: messages and cells agree. */
+static const char SQL_CHECKPOINT[] =
+    "SELECT (SELECT COALESCE(json_agg(m.message ORDER BY m.seq), '[]')"
+    "        FROM job_messages m WHERE m.job_id = $1)::text,"
+    " (SELECT COALESCE(json_agg(json_build_object('seq', c.seq,"
+    "   'code', c.code, 'execution_count', c.execution_count,"
+    "   'outputs', c.outputs) ORDER BY c.seq), '[]')"
+    "  FROM cells c WHERE c.job_id = $1 AND c.status = 'ok')::text,"
+    " (SELECT n.doc::text FROM notebooks n WHERE n.job_id = $1)";
+
+static void lease_lost(cq_store_t *store, const char *what, const char *job_id)
+{
+        store_set_error(store,
+                        "could not %s of job \"%s\": worker \"%s\" does not "
+                        "hold its lease",
+                        what, job_id, store->owner);
+}
+
+cq_err_t cq_store_append_message(cq_store_t *store,
+                                 const char *job_id,
+                                 const json_t *message,
+                                 int *seqp,
+                                 bool *lostp)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        const char *role;
+        char *text = NULL;
+        cq_err_t err;
+
+        *lostp = false;
+        role = json_string_value(json_object_get(message, "role"));
+        if (!json_is_object(message) || !role) {
+                store_set_error(store,
+                                "could not store a message of job \"%s\": "
+                                "not an object with a \"role\" string",
+                                job_id);
+                return CQ_ERR_FATAL;
+        }
+        text = store_dump(store, message, NULL);
+        if (!text)
+                return CQ_ERR_FATAL;
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, store->owner);
+        sp_text(&sp, role);
+        sp_text(&sp, text);
+        /* Not retried after a reconnect: it could be stored twice. */
+        err = store_exec(store, "store a message", SQL_APPEND_MESSAGE, &sp, 0,
+                         false, &res);
+        if (err == CQ_OK) {
+                if (PQntuples(res) == 0) {
+                        *lostp = true;
+                        lease_lost(store, "store a message", job_id);
+                } else if (seqp) {
+                        *seqp = (int)store_long_value(res, 0, 0);
+                }
+        }
+        PQclear(res);
+        free(text);
+        return err;
+}
+
+static const char *cell_status(cq_cell_status_t status)
+{
+        switch (status) {
+        case CQ_CELL_OK:
+                return "ok";
+        case CQ_CELL_ERROR:
+                return "error";
+        case CQ_CELL_TIMEOUT:
+                return "timeout";
+        case CQ_CELL_DIED:
+                return "died";
+        case CQ_CELL_CANCELLED:
+                return "cancelled";
+        }
+        return NULL;
+}
+
+cq_err_t cq_store_record_cell(cq_store_t *store,
+                              const char *job_id,
+                              const char *code,
+                              const cq_cell_result_t *res,
+                              const json_t *notebook,
+                              int *seqp,
+                              bool *lostp)
+{
+        store_params_t sp;
+        PGresult *pgres = NULL;
+        char *outputs = NULL, *nb = NULL;
+        size_t nblen = 0;
+        const char *status = cell_status(res->status);
+        cq_err_t err;
+
+        *lostp = false;
+        if (!status || !code ||
+            (res->outputs && !json_is_array(res->outputs))) {
+                store_set_error(store,
+                                "could not store a cell of job \"%s\": "
+                                "invalid status, code or outputs",
+                                job_id);
+                return CQ_ERR_FATAL;
+        }
+        err = store_dump_notebook(store, job_id, notebook, &nb, &nblen);
+        if (err != CQ_OK)
+                return err;
+        if (res->outputs) {
+                outputs = store_dump(store, res->outputs, NULL);
+                if (!outputs) {
+                        err = CQ_ERR_FATAL;
+                        goto out;
+                }
+        }
+        err = store_begin(store, "store a cell");
+        if (err != CQ_OK)
+                goto out;
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, store->owner);
+        sp_text(&sp, code);
+        sp_text(&sp, status);
+        sp_text(&sp, outputs ? outputs : "[]");
+        if (res->execution_count >= 0)
+                sp_long(&sp, res->execution_count);
+        else
+                sp_text(&sp, NULL);
+        sp_long(&sp, res->duration_ms < 0 ? 0 : res->duration_ms);
+        sp_text(&sp, res->truncated ? "true" : "false");
+        err = store_exec(store, "store a cell", SQL_RECORD_CELL, &sp, 0, false,
+                         &pgres);
+        if (err != CQ_OK)
+                goto out;
+        if (PQntuples(pgres) == 0) {
+                *lostp = true;
+                lease_lost(store, "store a cell", job_id);
+                store_rollback(store);
+                goto out;
+        }
+        if (seqp)
+                *seqp = (int)store_long_value(pgres, 0, 0);
+        if (nb)
+                err = store_write_notebook(store, job_id, notebook, nb, nblen);
+        if (err == CQ_OK)
+                err = store_commit(store, "commit a cell");
+out:
+        if (err != CQ_OK)
+                store_rollback(store);
+        PQclear(pgres);
+        free(outputs);
+        free(nb);
+        return err;
+}
+
+cq_err_t cq_store_put_image(cq_store_t *store,
+                            const char *job_id,
+                            const char *name,
+                            const char *mime,
+                            const void *data,
+                            size_t len,
+                            int cell_seq,
+                            char *sha256,
+                            bool *createdp)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        char hex[65];
+        cq_err_t err;
+
+        if (createdp)
+                *createdp = false;
+        if (len > store->opts.image_max || len > INT_MAX) {
+                store_set_error(store,
+                                "could not store image \"%s\" of job \"%s\": "
+                                "%zu bytes exceeds the cap of %zu "
+                                "(CODERQ_IMAGE_MAX)",
+                                name ? name : "", job_id, len,
+                                store->opts.image_max);
+                return CQ_ERR_TOO_LARGE;
+        }
+        if (!name || !mime || (!data && len)) {
+                store_set_error(store,
+                                "could not store an image of job \"%s\": "
+                                "name, mime and data are required",
+                                job_id);
+                return CQ_ERR_FATAL;
+        }
+        cq_sha256_hex(data, len, hex);
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, hex);
+        sp_text(&sp, mime);
+        sp_text(&sp, name);
+        if (cell_seq > 0)
+                sp_long(&sp, cell_seq);
+        else
+                sp_text(&sp, NULL);
+        sp_long(&sp, (long long)len);
+        sp_bin(&sp, data, len);
+        /* Retry-safe: the same bytes twice are one row. */
+        err = store_exec(store, "store an image", SQL_PUT_IMAGE, &sp, 0, true,
+                         &res);
+        if (err == CQ_OK) {
+                if (createdp)
+                        *createdp = PQntuples(res) == 1;
+                if (sha256)
+                        memcpy(sha256, hex, sizeof(hex));
+        }
+        PQclear(res);
+        return err;
+}
+
+void cq_images_init(cq_images_t *images) { memset(images, 0, sizeof(*images)); }
+
+void cq_images_release(cq_images_t *images)
+{
+        size_t i;
+
+        for (i = 0; i < images->n; i++) {
+                free(images->v[i].name);
+                free(images->v[i].mime);
+                free(images->v[i].data);
+        }
+        free(images->v);
+        cq_images_init(images);
+}
+
+static char *binary_text(const PGresult *res, int row, int col, bool *oom)
+{
+        int len = PQgetlength(res, row, col);
+        char *s = malloc((size_t)len + 1);
+
+        if (!s) {
+                *oom = true;
+                return NULL;
+        }
+        memcpy(s, PQgetvalue(res, row, col), (size_t)len);
+        s[len] = '\0';
+        return s;
+}
+
+cq_err_t
+cq_store_get_images(cq_store_t *store, const char *job_id, cq_images_t *images)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        cq_err_t err;
+        bool oom = false;
+        int row, n;
+
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        err = store_exec(store, "read images", SQL_GET_IMAGES, &sp, 1, true,
+                         &res);
+        if (err != CQ_OK)
+                goto out;
+        n = PQntuples(res);
+        if (n == 0)
+                goto out;
+        images->v = calloc((size_t)n, sizeof(*images->v));
+        if (!images->v) {
+                oom = true;
+                goto out;
+        }
+        for (row = 0; row < n; row++) {
+                cq_image_t *img = &images->v[row];
+                size_t len = (size_t)PQgetlength(res, row, 4);
+                char *seq;
+
+                images->n++;
+                snprintf(img->sha256, sizeof(img->sha256), "%.*s",
+                         PQgetlength(res, row, 0), PQgetvalue(res, row, 0));
+                img->name = binary_text(res, row, 1, &oom);
+                img->mime = binary_text(res, row, 2, &oom);
+                seq = binary_text(res, row, 3, &oom);
+                img->cell_seq = seq ? (int)strtol(seq, NULL, 10) : 0;
+                free(seq);
+                img->data = malloc(len ? len : 1);
+                if (!img->data) {
+                        oom = true;
+                        break;
+                }
+                memcpy(img->data, PQgetvalue(res, row, 4), len);
+                img->len = len;
+        }
+out:
+        if (oom) {
+                store_set_error(store,
+                                "could not read images of job \"%s\": "
+                                "out of memory",
+                                job_id);
+                cq_images_release(images);
+                err = CQ_ERR_FATAL;
+        }
+        PQclear(res);
+        return err;
+}
+
+void cq_checkpoint_init(cq_checkpoint_t *cp) { memset(cp, 0, sizeof(*cp)); }
+
+void cq_checkpoint_release(cq_checkpoint_t *cp)
+{
+        json_decref(cp->messages);
+        json_decref(cp->cells);
+        json_decref(cp->notebook);
+        cq_checkpoint_init(cp);
+}
+
+cq_err_t cq_store_load_checkpoint(cq_store_t *store,
+                                  const char *job_id,
+                                  cq_checkpoint_t *cp)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        cq_err_t err;
+
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        err = store_exec(store, "load a checkpoint", SQL_CHECKPOINT, &sp, 0,
+                         true, &res);
+        if (err != CQ_OK)
+                goto out;
+        cp->messages = store_json_value(store, res, 0, 0, "messages");
+        cp->cells = store_json_value(store, res, 0, 1, "cells");
+        if (!PQgetisnull(res, 0, 2))
+                cp->notebook = store_json_value(store, res, 0, 2, "notebook");
+        if (!cp->messages || !cp->cells ||
+            (!PQgetisnull(res, 0, 2) && !cp->notebook)) {
+                cq_checkpoint_release(cp);
+                err = CQ_ERR_FATAL;
+        }
+out:
+        PQclear(res);
+        return err;
+}

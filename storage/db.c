@@ -1,0 +1,426 @@
+/* SPDX-License-Identifier: MIT */
+/* db.c - the store handle: one PGconn, statement parameters, execution
+ * with reconnect (bounded exponential backoff) and retry only where a
+ * statement is safe to run twice, and the transaction helpers. */
+#include "store_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coderq/buf.h"
+#include "coderq/util.h"
+
+#define BACKOFF_FIRST_MS 50
+#define BACKOFF_MAX_MS   1000
+
+void cq_store_opts_init(cq_store_opts_t *opts)
+{
+        memset(opts, 0, sizeof(*opts));
+        opts->owner = "coderq";
+        opts->lease_s = 120;
+        opts->max_attempts = 3;
+        opts->notebook_max = (size_t)64 << 20;
+        opts->image_max = (size_t)32 << 20;
+        opts->memory_threshold = 0.3;
+        opts->reconnect_ms = 30000;
+        opts->results_topic = CQ_STORE_RESULTS_TOPIC;
+}
+
+void cq_store_opts_from_config(cq_store_opts_t *opts, const cq_config_t *cfg)
+{
+        cq_store_opts_init(opts);
+        opts->dsn = cfg->pg_dsn;
+        if (cfg->worker_id)
+                opts->owner = cfg->worker_id;
+        opts->lease_s = (int)cfg->lease_s;
+        opts->max_attempts = (int)cfg->max_attempts;
+        opts->notebook_max = cfg->notebook_max;
+        opts->image_max = cfg->image_max;
+        opts->memory_threshold = (double)cfg->memory_threshold / 100.0;
+        opts->reconnect_ms = (int)cfg->pg_reconnect_s * 1000;
+}
+
+void sp_init(store_params_t *sp) { memset(sp, 0, sizeof(*sp)); }
+
+static int sp_slot(store_params_t *sp)
+{
+        /* A statement with more parameters is our bug, not bad input. */
+        if (sp->n >= STORE_MAX_PARAMS)
+                abort();
+        return sp->n++;
+}
+
+void sp_text(store_params_t *sp, const char *s)
+{
+        int i = sp_slot(sp);
+
+        sp->values[i] = s;
+        sp->lengths[i] = 0;
+        sp->formats[i] = 0;
+}
+
+void sp_long(store_params_t *sp, long long v)
+{
+        int i = sp_slot(sp);
+
+        snprintf(sp->nums[i], sizeof(sp->nums[i]), "%lld", v);
+        sp->values[i] = sp->nums[i];
+        sp->formats[i] = 0;
+}
+
+void sp_double(store_params_t *sp, double v)
+{
+        int i = sp_slot(sp);
+
+        snprintf(sp->nums[i], sizeof(sp->nums[i]), "%.17g", v);
+        sp->values[i] = sp->nums[i];
+        sp->formats[i] = 0;
+}
+
+void sp_bin(store_params_t *sp, const void *data, size_t len)
+{
+        int i = sp_slot(sp);
+
+        sp->values[i] = len ? data : "";
+        sp->lengths[i] = (int)len;
+        sp->formats[i] = 1;
+}
+
+void store_set_error(cq_store_t *store, const char *fmt, ...)
+{
+        va_list ap;
+        size_t n;
+
+        va_start(ap, fmt);
+        vsnprintf(store->errmsg, sizeof(store->errmsg), fmt, ap);
+        va_end(ap);
+        /* libpq messages end in a newline; ours do not. */
+        n = strlen(store->errmsg);
+        while (n > 0 &&
+               (store->errmsg[n - 1] == '\n' || store->errmsg[n - 1] == ' '))
+                store->errmsg[--n] = '\0';
+}
+
+const char *cq_store_errmsg(const cq_store_t *store) { return store->errmsg; }
+
+int cq_store_backend_pid(const cq_store_t *store)
+{
+        return store->conn ? PQbackendPID(store->conn) : 0;
+}
+
+unsigned cq_store_reconnects(const cq_store_t *store)
+{
+        return store->reconnects;
+}
+
+static void sleep_ms(int ms)
+{
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                ;
+}
+
+/* Notices (e.g. "extension already exists") are not errors: keep them off
+ * stderr. */
+static void quiet_notice(void *arg, const char *message)
+{
+        (void)arg;
+        (void)message;
+}
+
+static PGconn *connect_once(const char *dsn)
+{
+        const char *keys[] = {"dbname", "application_name", NULL};
+        const char *vals[] = {dsn ? dsn : "", "coderq", NULL};
+        PGconn *conn = PQconnectdbParams(keys, vals, 1);
+
+        if (conn && PQstatus(conn) == CONNECTION_OK)
+                PQsetNoticeProcessor(conn, quiet_notice, NULL);
+        return conn;
+}
+
+/* Re-establish the connection, waiting 50 ms, 100 ms, ... up to 1 s
+ * between attempts, for at most opts.reconnect_ms. */
+static cq_err_t reconnect(cq_store_t *store)
+{
+        int64_t deadline = cq_now_ms() + store->opts.reconnect_ms;
+        int delay = BACKOFF_FIRST_MS;
+
+        store->in_txn = false;
+        for (;;) {
+                PQreset(store->conn);
+                if (PQstatus(store->conn) == CONNECTION_OK) {
+                        PQsetNoticeProcessor(store->conn, quiet_notice, NULL);
+                        store->reconnects++;
+                        return CQ_OK;
+                }
+                if (cq_now_ms() + delay > deadline)
+                        break;
+                sleep_ms(delay);
+                delay = delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2;
+        }
+        store_set_error(store, "could not reconnect to PostgreSQL: %s",
+                        PQerrorMessage(store->conn));
+        return CQ_ERR_RETRIABLE;
+}
+
+cq_store_t *
+cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size)
+{
+        cq_store_t *store = calloc(1, sizeof(*store));
+
+        if (!store) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create store: out of memory");
+                return NULL;
+        }
+        store->opts = *opts;
+        store->dsn = opts->dsn ? strdup(opts->dsn) : NULL;
+        store->owner = strdup(opts->owner ? opts->owner : "coderq");
+        store->topic = strdup(opts->results_topic ? opts->results_topic
+                                                  : CQ_STORE_RESULTS_TOPIC);
+        if ((opts->dsn && !store->dsn) || !store->owner || !store->topic) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create store: out of memory");
+                goto fail;
+        }
+        store->opts.dsn = store->dsn;
+        store->opts.owner = store->owner;
+        store->opts.results_topic = store->topic;
+        if (store->opts.lease_s < 1)
+                store->opts.lease_s = 1;
+        if (store->opts.max_attempts < 1)
+                store->opts.max_attempts = 1;
+        store->conn = connect_once(store->dsn);
+        if (!store->conn || PQstatus(store->conn) != CONNECTION_OK) {
+                if (errstr) {
+                        snprintf(errstr, errstr_size,
+                                 "could not connect to PostgreSQL: %s",
+                                 store->conn ? PQerrorMessage(store->conn)
+                                             : "out of memory");
+                        errstr[strcspn(errstr, "\n")] = '\0';
+                }
+                goto fail;
+        }
+        return store;
+fail:
+        cq_store_destroy(&store);
+        return NULL;
+}
+
+void cq_store_destroy(cq_store_t **storep)
+{
+        cq_store_t *store = *storep;
+
+        if (!store)
+                return;
+        if (store->conn)
+                PQfinish(store->conn);
+        free(store->dsn);
+        free(store->owner);
+        free(store->topic);
+        free(store);
+        *storep = NULL;
+}
+
+/* SQLSTATE classes worth another try: connection exceptions, transaction
+ * rollbacks (serialization, deadlock), insufficient resources, operator
+ * intervention (shutdown), and lock/statement timeouts. */
+static cq_err_t classify(const PGresult *res)
+{
+        const char *state =
+            res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+        if (!state)
+                return CQ_ERR_RETRIABLE; /* no server reply at all */
+        if (strncmp(state, "08", 2) == 0 || strncmp(state, "40", 2) == 0 ||
+            strncmp(state, "53", 2) == 0 || strncmp(state, "57", 2) == 0 ||
+            strcmp(state, "55P03") == 0)
+                return CQ_ERR_RETRIABLE;
+        if (strcmp(state, "54000") == 0)
+                return CQ_ERR_TOO_LARGE; /* program_limit_exceeded */
+        return CQ_ERR_FATAL;
+}
+
+cq_err_t store_exec(cq_store_t *store,
+                    const char *what,
+                    const char *sql,
+                    const store_params_t *sp,
+                    int result_format,
+                    bool retry_safe,
+                    PGresult **resp)
+{
+        PGresult *res = NULL;
+        cq_err_t err;
+        int tries = 0;
+        static const store_params_t none;
+
+        if (!sp)
+                sp = &none;
+        if (resp)
+                *resp = NULL;
+        if (!store->in_txn && PQstatus(store->conn) != CONNECTION_OK) {
+                err = reconnect(store);
+                if (err != CQ_OK)
+                        return err;
+        }
+        for (;;) {
+                ExecStatusType st;
+                const char *msg;
+
+                res = PQexecParams(store->conn, sql, sp->n, NULL, sp->values,
+                                   sp->lengths, sp->formats, result_format);
+                st = PQresultStatus(res);
+                if (res && (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)) {
+                        if (resp)
+                                *resp = res;
+                        else
+                                PQclear(res);
+                        return CQ_OK;
+                }
+                err = classify(res);
+                msg = res ? PQresultErrorMessage(res) : "";
+                if (!*msg)
+                        msg = PQerrorMessage(store->conn);
+                store_set_error(store, "could not %s: %s", what, msg);
+                PQclear(res);
+                res = NULL;
+                if (PQstatus(store->conn) == CONNECTION_OK)
+                        return err;
+                /* The connection broke. A transaction is gone with it; a
+                 * single statement may or may not have run. */
+                if (store->in_txn) {
+                        store->in_txn = false;
+                        return CQ_ERR_RETRIABLE;
+                }
+                if (reconnect(store) != CQ_OK)
+                        return CQ_ERR_RETRIABLE;
+                if (!retry_safe || ++tries > 1) {
+                        store_set_error(store,
+                                        "could not %s: the connection to "
+                                        "PostgreSQL was lost (reconnected; "
+                                        "not retried)",
+                                        what);
+                        return CQ_ERR_RETRIABLE;
+                }
+        }
+}
+
+cq_err_t store_begin(cq_store_t *store, const char *what)
+{
+        cq_err_t err;
+
+        (void)what;
+        err = store_exec(store, "begin a transaction", "BEGIN", NULL, 0, true,
+                         NULL);
+        if (err == CQ_OK)
+                store->in_txn = true;
+        return err;
+}
+
+cq_err_t store_commit(cq_store_t *store, const char *what)
+{
+        cq_err_t err = store_exec(store, what, "COMMIT", NULL, 0, false, NULL);
+
+        store->in_txn = false;
+        return err;
+}
+
+void store_rollback(cq_store_t *store)
+{
+        if (store->in_txn && PQstatus(store->conn) == CONNECTION_OK)
+                PQclear(PQexec(store->conn, "ROLLBACK"));
+        store->in_txn = false;
+}
+
+char *store_strdup_value(const PGresult *res, int row, int col, bool *oom)
+{
+        char *s;
+
+        if (PQgetisnull(res, row, col))
+                return NULL;
+        s = strdup(PQgetvalue(res, row, col));
+        if (!s)
+                *oom = true;
+        return s;
+}
+
+long long store_long_value(const PGresult *res, int row, int col)
+{
+        if (PQgetisnull(res, row, col))
+                return 0;
+        return strtoll(PQgetvalue(res, row, col), NULL, 10);
+}
+
+json_t *store_json_value(
+    cq_store_t *store, const PGresult *res, int row, int col, const char *what)
+{
+        json_error_t jerr;
+        json_t *doc;
+
+        if (PQgetisnull(res, row, col))
+                return NULL;
+        doc = json_loadb(PQgetvalue(res, row, col),
+                         (size_t)PQgetlength(res, row, col), JSON_DECODE_ANY,
+                         &jerr);
+        if (!doc)
+                store_set_error(store, "could not parse %s: %s", what,
+                                jerr.text);
+        return doc;
+}
+
+char *store_dump(cq_store_t *store, const json_t *doc, size_t *lenp)
+{
+        char *text = json_dumps(doc, JSON_COMPACT | JSON_ENCODE_ANY);
+
+        if (!text) {
+                store_set_error(store, "could not serialize JSON: out of "
+                                       "memory or invalid value");
+                return NULL;
+        }
+        if (lenp)
+                *lenp = strlen(text);
+        return text;
+}
+
+char *store_text_array(cq_store_t *store, const char *const *v, size_t n)
+{
+        cq_buf_t buf;
+        size_t i;
+        const char *p;
+        char *out = NULL;
+
+        cq_buf_init(&buf, SIZE_MAX / 2);
+        if (cq_buf_append(&buf, "{", 1) != CQ_OK)
+                goto out;
+        for (i = 0; i < n; i++) {
+                if (cq_buf_append_str(&buf, i ? ",\"" : "\"") != CQ_OK)
+                        goto out;
+                for (p = v[i]; *p; p++) {
+                        if ((*p == '"' || *p == '\\') &&
+                            cq_buf_append(&buf, "\\", 1) != CQ_OK)
+                                goto out;
+                        if (cq_buf_append(&buf, p, 1) != CQ_OK)
+                                goto out;
+                }
+                if (cq_buf_append(&buf, "\"", 1) != CQ_OK)
+                        goto out;
+        }
+        if (cq_buf_append(&buf, "}", 1) != CQ_OK)
+                goto out;
+        out = cq_buf_take(&buf, NULL);
+out:
+        if (!out)
+                store_set_error(store, "could not build an array parameter: "
+                                       "out of memory");
+        cq_buf_release(&buf);
+        return out;
+}

@@ -1,0 +1,691 @@
+/* SPDX-License-Identifier: MIT */
+/* queue.c - the job queue: idempotent upsert from the intake, claim with
+ * FOR UPDATE SKIP LOCKED under a lease, heartbeat, the reaper that
+ * requeues expired leases, release on shutdown, finishing in one
+ * transaction with the outbox row, the outbox itself, and cancel. No lock
+ * or transaction is ever held while a job runs: only the lease columns. */
+#include "store_int.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char SQL_UPSERT[] =
+    "INSERT INTO jobs (job_id, prompt, title, task_id, run_id,"
+    " parent_job_id, priority, spec, max_attempts, source_topic,"
+    " source_partition, source_offset)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12)"
+    " ON CONFLICT (job_id) DO NOTHING RETURNING 1";
+
+/* The parent check is inside the locked subquery, so a child becomes
+ * claimable in the same statement that sees its parent succeeded. */
+static const char SQL_CLAIM[] =
+    "WITH next AS ("
+    " SELECT j.job_id FROM jobs j"
+    " WHERE j.status = 'queued' AND j.run_after <= now()"
+    "  AND j.attempts < j.max_attempts"
+    "  AND (j.parent_job_id IS NULL OR EXISTS (SELECT 1 FROM jobs p"
+    "       WHERE p.job_id = j.parent_job_id AND p.status = 'succeeded'))"
+    " ORDER BY j.priority DESC, j.created_at, j.job_id"
+    " LIMIT 1 FOR UPDATE OF j SKIP LOCKED)"
+    " UPDATE jobs SET status = 'running', lease_owner = $1,"
+    "  lease_until = now() + make_interval(secs => $2::int),"
+    "  heartbeat_at = now(), attempts = jobs.attempts + 1,"
+    "  started_at = COALESCE(jobs.started_at, now()), updated_at = now()"
+    " FROM next WHERE jobs.job_id = next.job_id"
+    " RETURNING jobs.job_id, jobs.spec::text, jobs.attempts,"
+    "  EXISTS (SELECT 1 FROM job_messages m WHERE m.job_id = jobs.job_id)"
+    "  OR EXISTS (SELECT 1 FROM cells c WHERE c.job_id = jobs.job_id)";
+
+static const char SQL_HEARTBEAT[] =
+    "UPDATE jobs SET lease_until = now() + make_interval(secs => $2::int),"
+    " heartbeat_at = now()"
+    " WHERE status = 'running' AND lease_owner = $1"
+    "  AND job_id = ANY ($3::text[])"
+    " RETURNING job_id";
+
+static const char SQL_REQUEUE[] =
+    "WITH expired AS ("
+    " SELECT job_id FROM jobs WHERE status = 'running' AND lease_until < now()"
+    " FOR UPDATE SKIP LOCKED)"
+    " UPDATE jobs j SET"
+    "  status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed'"
+    "           ELSE 'queued' END,"
+    "  finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,"
+    "  finished_by = CASE WHEN j.attempts >= j.max_attempts"
+    "                THEN j.lease_owner END,"
+    "  reason = CASE WHEN j.attempts >= j.max_attempts"
+    "           THEN format('lease expired after %s attempts (last worker %s)',"
+    "                       j.attempts, j.lease_owner)"
+    "           ELSE j.reason END,"
+    "  error = format('lease of worker %s expired at %s', j.lease_owner,"
+    "                 j.lease_until),"
+    "  lease_owner = NULL, lease_until = NULL, run_after = now(),"
+    "  updated_at = now()"
+    " FROM expired WHERE j.job_id = expired.job_id"
+    " RETURNING j.job_id, j.status";
+
+static const char SQL_ORPHANS[] =
+    "UPDATE jobs c SET status = 'failed', finished_at = now(),"
+    " updated_at = now(),"
+    " reason = format('parent job %s %s', p.job_id, p.status)"
+    " FROM jobs p"
+    " WHERE c.status = 'queued' AND c.parent_job_id = p.job_id"
+    "  AND p.status IN ('failed', 'cancelled')"
+    " RETURNING c.job_id";
+
+static const char SQL_EVENTS[] =
+    "INSERT INTO outbox (job_id, topic, key, payload)"
+    " SELECT id, $1, id, coderq_completion_event(id)"
+    " FROM unnest($2::text[]) AS t (id)"
+    " ON CONFLICT (job_id, topic) DO NOTHING";
+
+static const char SQL_RELEASE[] =
+    "UPDATE jobs SET status = 'queued', lease_owner = NULL,"
+    " lease_until = NULL, attempts = GREATEST(attempts - 1, 0),"
+    " run_after = now(), updated_at = now()"
+    " WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'"
+    " RETURNING 1";
+
+static const char SQL_FINISH_JOB[] =
+    "UPDATE jobs SET status = $3, lease_owner = NULL, lease_until = NULL,"
+    " finished_at = now(), finished_by = $2, updated_at = now(),"
+    " reason = $4, turns = $5, retries = $6, prompt_tokens = $7,"
+    " completion_tokens = $8"
+    " WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'"
+    " RETURNING 1";
+
+static const char SQL_FINISH_RESULT[] =
+    "INSERT INTO results (job_id, status, answer, tests_passed, tests_total,"
+    " report) VALUES ($1, $2, $3, $4, $5, $6::jsonb)";
+
+static const char SQL_NOTEBOOK[] =
+    "INSERT INTO notebooks (job_id, doc, bytes, ncells)"
+    " VALUES ($1, $2::jsonb, $3, $4)"
+    " ON CONFLICT (job_id) DO UPDATE SET doc = EXCLUDED.doc,"
+    " bytes = EXCLUDED.bytes, ncells = EXCLUDED.ncells, updated_at = now()";
+
+static const char SQL_FINISH_EVENT[] =
+    "INSERT INTO outbox (job_id, topic, key, payload)"
+    " VALUES ($1, $2, $1, coderq_completion_event($1))";
+
+/* A finish whose COMMIT reply was lost looks like a lost lease on the
+ * retry; this tells the two apart. */
+static const char SQL_FINISHED_BY_ME[] =
+    "SELECT 1 FROM jobs WHERE job_id = $1 AND finished_by = $2"
+    " AND status = $3";
+
+static const char SQL_OUTBOX_FETCH[] =
+    "SELECT event_id::text, topic, key, payload::text FROM outbox"
+    " WHERE sent_at IS NULL ORDER BY seq LIMIT $1";
+
+static const char SQL_OUTBOX_SENT[] =
+    "UPDATE outbox SET sent_at = now()"
+    " WHERE event_id = $1::uuid AND sent_at IS NULL";
+
+static const char SQL_CANCEL_LOCK[] =
+    "SELECT status FROM jobs WHERE job_id = $1 FOR UPDATE";
+
+static const char SQL_CANCEL_QUEUED[] =
+    "UPDATE jobs SET status = 'cancelled', cancel_requested = true,"
+    " finished_at = now(), updated_at = now(),"
+    " reason = 'cancelled before it started' WHERE job_id = $1";
+
+static const char SQL_CANCEL_RUNNING[] =
+    "UPDATE jobs SET cancel_requested = true, updated_at = now()"
+    " WHERE job_id = $1";
+
+static const char SQL_CANCEL_POLL[] =
+    "SELECT cancel_requested FROM jobs"
+    " WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'";
+
+static int clamp_int(long long v)
+{
+        if (v > INT_MAX)
+                return INT_MAX;
+        if (v < INT_MIN)
+                return INT_MIN;
+        return (int)v;
+}
+
+cq_err_t cq_store_upsert_job(cq_store_t *store,
+                             const cq_job_t *job,
+                             const cq_job_src_t *src,
+                             bool *createdp)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        char *spec = NULL;
+        cq_err_t err;
+
+        if (createdp)
+                *createdp = false;
+        if (!job->job_id || !job->prompt || !job->spec) {
+                store_set_error(store, "could not store job: job_id, prompt "
+                                       "and spec are required");
+                return CQ_ERR_FATAL;
+        }
+        spec = store_dump(store, job->spec, NULL);
+        if (!spec)
+                return CQ_ERR_FATAL;
+        sp_init(&sp);
+        sp_text(&sp, job->job_id);
+        sp_text(&sp, job->prompt);
+        sp_text(&sp, job->title);
+        sp_text(&sp, job->task_id);
+        sp_text(&sp, job->run_id);
+        sp_text(&sp, job->parent_job_id);
+        sp_long(&sp, clamp_int(job->priority));
+        sp_text(&sp, spec);
+        sp_long(&sp, store->opts.max_attempts);
+        if (src && src->topic) {
+                sp_text(&sp, src->topic);
+                sp_long(&sp, src->partition);
+                sp_long(&sp, src->offset);
+        } else {
+                sp_text(&sp, NULL);
+                sp_text(&sp, NULL);
+                sp_text(&sp, NULL);
+        }
+        err = store_exec(store, "store job", SQL_UPSERT, &sp, 0, true, &res);
+        if (err == CQ_OK && createdp)
+                *createdp = PQntuples(res) == 1;
+        PQclear(res);
+        free(spec);
+        return err;
+}
+
+void cq_claim_init(cq_claim_t *claim) { memset(claim, 0, sizeof(*claim)); }
+
+void cq_claim_release(cq_claim_t *claim)
+{
+        free(claim->job_id);
+        json_decref(claim->spec);
+        cq_claim_init(claim);
+}
+
+cq_err_t cq_store_claim(cq_store_t *store, cq_claim_t *claim, bool *foundp)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        cq_err_t err;
+        bool oom = false;
+
+        *foundp = false;
+        sp_init(&sp);
+        sp_text(&sp, store->owner);
+        sp_long(&sp, store->opts.lease_s);
+        err = store_exec(store, "claim a job", SQL_CLAIM, &sp, 0, false, &res);
+        if (err != CQ_OK || PQntuples(res) == 0)
+                goto out;
+        claim->job_id = store_strdup_value(res, 0, 0, &oom);
+        claim->spec = store_json_value(store, res, 0, 1, "job spec");
+        claim->attempt = (int)store_long_value(res, 0, 2);
+        claim->has_checkpoint = PQgetvalue(res, 0, 3)[0] == 't';
+        if (oom || !claim->spec) {
+                /* The lease stays and expires: the job is not lost. */
+                if (oom)
+                        store_set_error(store, "could not claim a job: out "
+                                               "of memory");
+                cq_claim_release(claim);
+                err = CQ_ERR_FATAL;
+                goto out;
+        }
+        *foundp = true;
+out:
+        PQclear(res);
+        return err;
+}
+
+cq_err_t cq_store_heartbeat(cq_store_t *store,
+                            const char *const *job_ids,
+                            size_t n,
+                            bool *lost,
+                            size_t *nlostp)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        char *ids = NULL;
+        size_t i, nlost = 0;
+        cq_err_t err = CQ_ERR_FATAL;
+        int row;
+
+        if (nlostp)
+                *nlostp = 0;
+        if (n == 0)
+                return CQ_OK;
+        ids = store_text_array(store, job_ids, n);
+        if (!ids)
+                goto out;
+        sp_init(&sp);
+        sp_text(&sp, store->owner);
+        sp_long(&sp, store->opts.lease_s);
+        sp_text(&sp, ids);
+        err = store_exec(store, "renew leases", SQL_HEARTBEAT, &sp, 0, true,
+                         &res);
+        if (err != CQ_OK)
+                goto out;
+        for (i = 0; i < n; i++) {
+                lost[i] = true;
+                for (row = 0; row < PQntuples(res); row++) {
+                        if (strcmp(PQgetvalue(res, row, 0), job_ids[i]) == 0) {
+                                lost[i] = false;
+                                break;
+                        }
+                }
+                nlost += lost[i];
+        }
+        if (nlostp)
+                *nlostp = nlost;
+out:
+        PQclear(res);
+        free(ids);
+        return err;
+}
+
+/* Queue the completion events of \p ids (inside the caller's
+ * transaction). */
+static cq_err_t
+queue_events(cq_store_t *store, const char *const *ids, size_t n)
+{
+        store_params_t sp;
+        char *arr;
+        cq_err_t err;
+
+        if (n == 0)
+                return CQ_OK;
+        arr = store_text_array(store, ids, n);
+        if (!arr)
+                return CQ_ERR_FATAL;
+        sp_init(&sp);
+        sp_text(&sp, store->topic);
+        sp_text(&sp, arr);
+        err = store_exec(store, "queue completion events", SQL_EVENTS, &sp, 0,
+                         false, NULL);
+        free(arr);
+        return err;
+}
+
+cq_err_t
+cq_store_requeue_expired(cq_store_t *store, int *requeuedp, int *failedp)
+{
+        PGresult *res = NULL, *orphans = NULL;
+        const char **failed = NULL;
+        size_t nfailed = 0;
+        int requeued = 0, row;
+        cq_err_t err;
+
+        if (requeuedp)
+                *requeuedp = 0;
+        if (failedp)
+                *failedp = 0;
+        err = store_begin(store, "requeue expired leases");
+        if (err != CQ_OK)
+                return err;
+        err = store_exec(store, "requeue expired leases", SQL_REQUEUE, NULL, 0,
+                         false, &res);
+        if (err == CQ_OK)
+                err = store_exec(store, "fail jobs whose parent failed",
+                                 SQL_ORPHANS, NULL, 0, false, &orphans);
+        if (err != CQ_OK)
+                goto out;
+        failed = calloc((size_t)PQntuples(res) + (size_t)PQntuples(orphans) + 1,
+                        sizeof(*failed));
+        if (!failed) {
+                store_set_error(store, "could not requeue expired leases: "
+                                       "out of memory");
+                err = CQ_ERR_FATAL;
+                goto out;
+        }
+        for (row = 0; row < PQntuples(res); row++) {
+                if (strcmp(PQgetvalue(res, row, 1), "failed") == 0)
+                        failed[nfailed++] = PQgetvalue(res, row, 0);
+                else
+                        requeued++;
+        }
+        for (row = 0; row < PQntuples(orphans); row++)
+                failed[nfailed++] = PQgetvalue(orphans, row, 0);
+        err = queue_events(store, failed, nfailed);
+        if (err == CQ_OK)
+                err = store_commit(store, "requeue expired leases");
+        if (err == CQ_OK) {
+                if (requeuedp)
+                        *requeuedp = requeued;
+                if (failedp)
+                        *failedp = (int)nfailed;
+        }
+out:
+        if (err != CQ_OK)
+                store_rollback(store);
+        free(failed); /* its strings are borrowed from the results */
+        PQclear(res);
+        PQclear(orphans);
+        return err;
+}
+
+cq_err_t cq_store_release(cq_store_t *store, const char *job_id)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        cq_err_t err;
+
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, store->owner);
+        err = store_exec(store, "release a lease", SQL_RELEASE, &sp, 0, true,
+                         &res);
+        if (err == CQ_OK && PQntuples(res) == 0) {
+                store_set_error(store,
+                                "could not release job \"%s\": worker \"%s\" "
+                                "does not hold its lease",
+                                job_id, store->owner);
+                err = CQ_ERR_FATAL;
+        }
+        PQclear(res);
+        return err;
+}
+
+static bool valid_final_status(const char *status)
+{
+        return status && (strcmp(status, "succeeded") == 0 ||
+                          strcmp(status, "failed") == 0 ||
+                          strcmp(status, "cancelled") == 0);
+}
+
+cq_err_t store_dump_notebook(cq_store_t *store,
+                             const char *job_id,
+                             const json_t *notebook,
+                             char **textp,
+                             size_t *lenp)
+{
+        *textp = NULL;
+        if (!notebook)
+                return CQ_OK;
+        if (!json_is_object(notebook)) {
+                store_set_error(store,
+                                "could not store the notebook of job \"%s\": "
+                                "not a JSON object",
+                                job_id);
+                return CQ_ERR_FATAL;
+        }
+        *textp = store_dump(store, notebook, lenp);
+        if (!*textp)
+                return CQ_ERR_FATAL;
+        if (*lenp > store->opts.notebook_max || *lenp > INT_MAX) {
+                store_set_error(store,
+                                "could not store the notebook of job \"%s\": "
+                                "%zu bytes exceeds the cap of %zu "
+                                "(CODERQ_NOTEBOOK_MAX)",
+                                job_id, *lenp, store->opts.notebook_max);
+                free(*textp);
+                *textp = NULL;
+                return CQ_ERR_TOO_LARGE;
+        }
+        return CQ_OK;
+}
+
+cq_err_t store_write_notebook(cq_store_t *store,
+                              const char *job_id,
+                              const json_t *notebook,
+                              const char *text,
+                              size_t len)
+{
+        store_params_t sp;
+
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, text);
+        sp_long(&sp, (long long)len);
+        sp_long(&sp,
+                (long long)json_array_size(json_object_get(notebook, "cells")));
+        return store_exec(store, "store the notebook", SQL_NOTEBOOK, &sp, 0,
+                          false, NULL);
+}
+
+cq_err_t cq_store_finish(cq_store_t *store, const cq_finish_t *fin, bool *lostp)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        char *nb = NULL, *report = NULL;
+        size_t nblen = 0;
+        cq_err_t err;
+        bool updated;
+
+        *lostp = false;
+        if (!valid_final_status(fin->status)) {
+                store_set_error(store,
+                                "could not finish job \"%s\": invalid status "
+                                "\"%s\"",
+                                fin->job_id, fin->status ? fin->status : "");
+                return CQ_ERR_FATAL;
+        }
+        if (fin->tests_passed > fin->tests_total) {
+                store_set_error(store,
+                                "could not finish job \"%s\": %d of %d tests "
+                                "passed",
+                                fin->job_id, fin->tests_passed,
+                                fin->tests_total);
+                return CQ_ERR_FATAL;
+        }
+        err =
+            store_dump_notebook(store, fin->job_id, fin->notebook, &nb, &nblen);
+        if (err != CQ_OK)
+                return err;
+        if (fin->report) {
+                report = store_dump(store, fin->report, NULL);
+                if (!report) {
+                        err = CQ_ERR_FATAL;
+                        goto out;
+                }
+        }
+        err = store_begin(store, "finish a job");
+        if (err != CQ_OK)
+                goto out;
+        sp_init(&sp);
+        sp_text(&sp, fin->job_id);
+        sp_text(&sp, store->owner);
+        sp_text(&sp, fin->status);
+        sp_text(&sp, fin->reason);
+        sp_long(&sp, fin->turns < 0 ? 0 : fin->turns);
+        sp_long(&sp, fin->retries < 0 ? 0 : fin->retries);
+        sp_long(&sp, fin->prompt_tokens < 0 ? 0 : fin->prompt_tokens);
+        sp_long(&sp, fin->completion_tokens < 0 ? 0 : fin->completion_tokens);
+        err = store_exec(store, "finish a job", SQL_FINISH_JOB, &sp, 0, false,
+                         &res);
+        if (err != CQ_OK)
+                goto out;
+        updated = PQntuples(res) == 1;
+        PQclear(res);
+        res = NULL;
+        if (!updated) {
+                store_rollback(store);
+                sp_init(&sp);
+                sp_text(&sp, fin->job_id);
+                sp_text(&sp, store->owner);
+                sp_text(&sp, fin->status);
+                err = store_exec(store, "check a finished job",
+                                 SQL_FINISHED_BY_ME, &sp, 0, true, &res);
+                if (err == CQ_OK && PQntuples(res) == 0) {
+                        *lostp = true;
+                        store_set_error(store,
+                                        "could not finish job \"%s\": worker "
+                                        "\"%s\" no longer holds its lease",
+                                        fin->job_id, store->owner);
+                }
+                goto out;
+        }
+        sp_init(&sp);
+        sp_text(&sp, fin->job_id);
+        sp_text(&sp, fin->status);
+        sp_text(&sp, fin->answer);
+        if (fin->tests_total >= 0 && fin->tests_passed >= 0) {
+                sp_long(&sp, fin->tests_passed);
+                sp_long(&sp, fin->tests_total);
+        } else {
+                sp_text(&sp, NULL);
+                sp_text(&sp, NULL);
+        }
+        sp_text(&sp, report);
+        err = store_exec(store, "store the result", SQL_FINISH_RESULT, &sp, 0,
+                         false, NULL);
+        if (err == CQ_OK && nb)
+                err = store_write_notebook(store, fin->job_id, fin->notebook,
+                                           nb, nblen);
+        if (err != CQ_OK)
+                goto out;
+        sp_init(&sp);
+        sp_text(&sp, fin->job_id);
+        sp_text(&sp, store->topic);
+        err = store_exec(store, "queue the completion event", SQL_FINISH_EVENT,
+                         &sp, 0, false, NULL);
+        if (err == CQ_OK)
+                err = store_commit(store, "commit the finished job");
+out:
+        if (err != CQ_OK)
+                store_rollback(store);
+        PQclear(res);
+        free(nb);
+        free(report);
+        return err;
+}
+
+void cq_outbox_init(cq_outbox_t *box) { memset(box, 0, sizeof(*box)); }
+
+void cq_outbox_release(cq_outbox_t *box)
+{
+        size_t i;
+
+        for (i = 0; i < box->n; i++) {
+                free(box->v[i].topic);
+                free(box->v[i].key);
+                free(box->v[i].payload);
+        }
+        free(box->v);
+        cq_outbox_init(box);
+}
+
+cq_err_t cq_store_outbox_fetch(cq_store_t *store, size_t max, cq_outbox_t *box)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        cq_err_t err;
+        bool oom = false;
+        int row, n;
+
+        sp_init(&sp);
+        sp_long(&sp, (long long)(max > INT_MAX ? INT_MAX : max));
+        err = store_exec(store, "read the outbox", SQL_OUTBOX_FETCH, &sp, 0,
+                         true, &res);
+        if (err != CQ_OK)
+                goto out;
+        n = PQntuples(res);
+        if (n == 0)
+                goto out;
+        box->v = calloc((size_t)n, sizeof(*box->v));
+        if (!box->v) {
+                oom = true;
+                goto out;
+        }
+        for (row = 0; row < n; row++) {
+                cq_outbox_row_t *r = &box->v[row];
+
+                snprintf(r->event_id, sizeof(r->event_id), "%s",
+                         PQgetvalue(res, row, 0));
+                r->topic = store_strdup_value(res, row, 1, &oom);
+                r->key = store_strdup_value(res, row, 2, &oom);
+                r->payload = store_strdup_value(res, row, 3, &oom);
+                box->n++;
+        }
+out:
+        if (oom) {
+                store_set_error(store, "could not read the outbox: out of "
+                                       "memory");
+                cq_outbox_release(box);
+                err = CQ_ERR_FATAL;
+        }
+        PQclear(res);
+        return err;
+}
+
+cq_err_t cq_store_outbox_mark_sent(cq_store_t *store, const char *event_id)
+{
+        store_params_t sp;
+
+        sp_init(&sp);
+        sp_text(&sp, event_id);
+        return store_exec(store, "mark an outbox row sent", SQL_OUTBOX_SENT,
+                          &sp, 0, true, NULL);
+}
+
+cq_err_t cq_store_cancel(cq_store_t *store,
+                         const char *job_id,
+                         cq_cancel_outcome_t *outcomep)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        cq_err_t err;
+        const char *status;
+        const char *ids[1];
+
+        *outcomep = CQ_CANCEL_NOT_FOUND;
+        err = store_begin(store, "cancel a job");
+        if (err != CQ_OK)
+                return err;
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        err = store_exec(store, "cancel a job", SQL_CANCEL_LOCK, &sp, 0, false,
+                         &res);
+        if (err != CQ_OK)
+                goto out;
+        if (PQntuples(res) == 0) {
+                err = store_commit(store, "cancel a job");
+                goto out;
+        }
+        status = PQgetvalue(res, 0, 0);
+        if (strcmp(status, "queued") == 0) {
+                err = store_exec(store, "cancel a queued job",
+                                 SQL_CANCEL_QUEUED, &sp, 0, false, NULL);
+                ids[0] = job_id;
+                if (err == CQ_OK)
+                        err = queue_events(store, ids, 1);
+                if (err == CQ_OK)
+                        *outcomep = CQ_CANCEL_DONE;
+        } else if (strcmp(status, "running") == 0) {
+                err = store_exec(store, "request cancellation",
+                                 SQL_CANCEL_RUNNING, &sp, 0, false, NULL);
+                if (err == CQ_OK)
+                        *outcomep = CQ_CANCEL_REQUESTED;
+        } else {
+                *outcomep = CQ_CANCEL_FINISHED;
+        }
+        if (err == CQ_OK)
+                err = store_commit(store, "cancel a job");
+        if (err != CQ_OK)
+                *outcomep = CQ_CANCEL_NOT_FOUND;
+out:
+        if (err != CQ_OK)
+                store_rollback(store);
+        PQclear(res);
+        return err;
+}
+
+cq_err_t cq_store_cancel_requested(cq_store_t *store,
+                                   const char *job_id,
+                                   bool *requestedp)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        cq_err_t err;
+
+        *requestedp = false;
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, store->owner);
+        err = store_exec(store, "poll for cancellation", SQL_CANCEL_POLL, &sp,
+                         0, true, &res);
+        if (err == CQ_OK && PQntuples(res) == 1)
+                *requestedp = PQgetvalue(res, 0, 0)[0] == 't';
+        PQclear(res);
+        return err;
+}
