@@ -34,16 +34,16 @@ static const cq_cfg_entry_t entries[] = {
      F(migrations_dir), NULL, 0, 0, NULL,
      "folder of NNNN_name.sql migrations applied by coderq migrate (default: "
      "the migrations/ folder of the source tree coderq was built from)"},
-    {"CODERQ_LEASE_S", NULL, "lease-s", CQ_CFG_INT, F(lease_s), "120", 5,
-     86400, NULL,
+    {"CODERQ_LEASE_S", NULL, "lease-s", CQ_CFG_INT, F(lease_s), "120", 5, 86400,
+     NULL,
      "seconds a claimed job stays leased without a heartbeat before another "
      "worker may take it over"},
     {"CODERQ_MAX_ATTEMPTS", NULL, "max-attempts", CQ_CFG_INT, F(max_attempts),
      "3", 1, 100, NULL,
      "claims of one job (a crashed or lost worker counts one) before it "
      "fails"},
-    {"CODERQ_NOTEBOOK_MAX", NULL, "notebook-max", CQ_CFG_SIZE,
-     F(notebook_max), "64M", 4096, 200L << 20, NULL,
+    {"CODERQ_NOTEBOOK_MAX", NULL, "notebook-max", CQ_CFG_SIZE, F(notebook_max),
+     "64M", 4096, 200L << 20, NULL,
      "largest notebook stored (serialized JSON); a larger one is refused"},
     {"CODERQ_IMAGE_MAX", NULL, "image-max", CQ_CFG_SIZE, F(image_max), "32M",
      1024, 1L << 30, NULL, "largest image stored; a larger one is refused"},
@@ -55,6 +55,33 @@ static const cq_cfg_entry_t entries[] = {
      F(pg_reconnect_s), "30", 0, 3600, NULL,
      "seconds to keep trying to reconnect to PostgreSQL before an operation "
      "fails"},
+    {"CODERQ_TOPIC_JOBS", NULL, "topic-jobs", CQ_CFG_STRING, F(topic_jobs),
+     "coderq.jobs", 0, 0, NULL, "Kafka topic the intake consumes jobs from"},
+    {"CODERQ_TOPIC_DLQ", NULL, "topic-dlq", CQ_CFG_STRING, F(topic_dlq),
+     "coderq.jobs.dlq", 0, 0, NULL,
+     "Kafka topic that receives invalid job messages unchanged, with an "
+     "\"error\" header and their source topic/partition/offset"},
+    {"CODERQ_TOPIC_RESULTS", NULL, "topic-results", CQ_CFG_STRING,
+     F(topic_results), "coderq.results", 0, 0, NULL,
+     "Kafka topic of completion events (the outbox relay)"},
+    {"CODERQ_TOPIC_EVENTS", NULL, "topic-events", CQ_CFG_STRING,
+     F(topic_events), "coderq.events", 0, 0, NULL,
+     "Kafka topic of best-effort progress events"},
+    {"CODERQ_KAFKA_GROUP", NULL, "kafka-group", CQ_CFG_STRING, F(kafka_group),
+     "coderq-workers", 0, 0, NULL, "Kafka consumer group of the intake"},
+    {"CODERQ_JOB_MAX_BYTES", NULL, "job-max-bytes", CQ_CFG_SIZE,
+     F(job_max_bytes), "16M", 1024, 256L << 20, NULL,
+     "largest job message accepted; a larger one goes to the DLQ"},
+    {"CODERQ_BACKLOG_MAX", NULL, "backlog-max", CQ_CFG_INT, F(backlog_max),
+     "1000", 0, 100000000, NULL,
+     "the intake pauses its partitions while more jobs than this are "
+     "queued in PostgreSQL, and resumes below it (0: never pause)"},
+    {"CODERQ_EVENTS_QUEUE_MAX", NULL, "events-queue-max", CQ_CFG_INT,
+     F(events_queue_max), "10000", 1, 10000000, NULL,
+     "progress events waiting for Kafka before new ones are dropped"},
+    {"CODERQ_RELAY_INTERVAL_MS", NULL, "relay-interval-ms", CQ_CFG_INT,
+     F(relay_interval_ms), "200", 10, 60000, NULL,
+     "how often the outbox relay looks for unsent completion events"},
 };
 
 #undef F

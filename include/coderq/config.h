@@ -41,6 +41,16 @@ typedef struct cq_config {
         size_t image_max;
         long memory_threshold; /* percent */
         long pg_reconnect_s;
+        /* kafka */
+        char *topic_jobs;
+        char *topic_dlq;
+        char *topic_results;
+        char *topic_events;
+        char *kafka_group;
+        size_t job_max_bytes;
+        long backlog_max;
+        long events_queue_max;
+        long relay_interval_ms;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */
