@@ -34,16 +34,16 @@ static const cq_cfg_entry_t entries[] = {
      F(migrations_dir), NULL, 0, 0, NULL,
      "folder of NNNN_name.sql migrations applied by coderq migrate (default: "
      "the migrations/ folder of the source tree coderq was built from)"},
-    {"CODERQ_LEASE_S", NULL, "lease-s", CQ_CFG_INT, F(lease_s), "120", 5, 86400,
-     NULL,
+    {"CODERQ_LEASE_S", NULL, "lease-s", CQ_CFG_INT, F(lease_s), "120", 5,
+     86400, NULL,
      "seconds a claimed job stays leased without a heartbeat before another "
      "worker may take it over"},
     {"CODERQ_MAX_ATTEMPTS", NULL, "max-attempts", CQ_CFG_INT, F(max_attempts),
      "3", 1, 100, NULL,
      "claims of one job (a crashed or lost worker counts one) before it "
      "fails"},
-    {"CODERQ_NOTEBOOK_MAX", NULL, "notebook-max", CQ_CFG_SIZE, F(notebook_max),
-     "64M", 4096, 200L << 20, NULL,
+    {"CODERQ_NOTEBOOK_MAX", NULL, "notebook-max", CQ_CFG_SIZE,
+     F(notebook_max), "64M", 4096, 200L << 20, NULL,
      "largest notebook stored (serialized JSON); a larger one is refused"},
     {"CODERQ_IMAGE_MAX", NULL, "image-max", CQ_CFG_SIZE, F(image_max), "32M",
      1024, 1L << 30, NULL, "largest image stored; a larger one is refused"},
