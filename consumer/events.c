@@ -92,16 +92,14 @@ static int64_t next_seq(cq_events_t *events, const char *job_id, bool forget)
                         goto out;
                 if (events->n == SEQ_TABLE_MAX) {
                         for (i = 1; i < events->n; i++)
-                                if (events->v[i].used <
-                                    events->v[oldest].used)
+                                if (events->v[i].used < events->v[oldest].used)
                                         oldest = i;
                         free(events->v[oldest].job_id);
                         events->v[oldest] = events->v[--events->n];
                 }
                 if (events->n == events->cap) {
                         size_t cap = events->cap ? events->cap * 2 : 16;
-                        seq_entry_t *v =
-                            realloc(events->v, cap * sizeof(*v));
+                        seq_entry_t *v = realloc(events->v, cap * sizeof(*v));
 
                         if (!v) {
                                 free(copy);

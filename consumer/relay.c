@@ -32,6 +32,7 @@ struct cq_relay {
         flight_t *v;
         size_t n, cap;
         bool pg_down;
+        rd_kafka_resp_err_t last_err; /* log a refusal once, not per row */
         atomic_ullong produced, sent, failed;
         atomic_ullong inflight;
         atomic_bool st_pg_down;
@@ -111,8 +112,7 @@ static bool ensure_store(cq_relay_t *relay)
 
         if (relay->store)
                 return true;
-        relay->store =
-            cq_store_new(&relay->store_opts, errstr, sizeof(errstr));
+        relay->store = cq_store_new(&relay->store_opts, errstr, sizeof(errstr));
         if (!relay->store) {
                 if (!relay->pg_down)
                         cq_log_kv(CQ_LOG_WARN, "relay", "error", errstr, NULL);
@@ -184,9 +184,8 @@ static bool in_flight(const cq_relay_t *relay, const char *event_id)
 
 static void produce_row(cq_relay_t *relay, const cq_outbox_row_t *row)
 {
-        const char *topic = row->topic && *row->topic
-                                ? row->topic
-                                : relay->opts.topic_results;
+        const char *topic =
+            row->topic && *row->topic ? row->topic : relay->opts.topic_results;
         rd_kafka_headers_t *hdrs;
         rd_kafka_resp_err_t err;
         flight_t *f;
@@ -214,12 +213,16 @@ static void produce_row(cq_relay_t *relay, const cq_outbox_row_t *row)
                                f->dr);
         if (err) {
                 cq_dr_put(relay->prod, &f->dr);
-                cq_log_kv(CQ_LOG_WARN, "relay: could not produce an event",
-                          "event_id", row->event_id, "error",
-                          rd_kafka_err2str(err), NULL);
+                if (err != relay->last_err)
+                        cq_log_kv(CQ_LOG_WARN,
+                                  "relay: could not produce an event",
+                                  "event_id", row->event_id, "error",
+                                  rd_kafka_err2str(err), NULL);
+                relay->last_err = err;
                 atomic_fetch_add(&relay->failed, 1);
                 return;
         }
+        relay->last_err = RD_KAFKA_RESP_ERR_NO_ERROR;
         relay->n++;
         atomic_store(&relay->inflight, relay->n);
         atomic_fetch_add(&relay->produced, 1);
@@ -235,17 +238,16 @@ static void pump(cq_relay_t *relay)
         if (!ensure_store(relay))
                 return;
         cq_outbox_init(&box);
-        err = cq_store_outbox_fetch(relay->store,
-                                    (size_t)relay->opts.relay_batch + relay->n,
-                                    &box);
+        err = cq_store_outbox_fetch(
+            relay->store, (size_t)relay->opts.relay_batch + relay->n, &box);
         if (err != CQ_OK) {
                 if (err == CQ_ERR_RETRIABLE)
                         set_pg_down(relay, true);
                 else
-                        cq_log_kv(CQ_LOG_ERROR, "relay: could not read the "
-                                                "outbox",
-                                  "error", cq_store_errmsg(relay->store),
-                                  NULL);
+                        cq_log_kv(CQ_LOG_ERROR,
+                                  "relay: could not read the "
+                                  "outbox",
+                                  "error", cq_store_errmsg(relay->store), NULL);
                 return;
         }
         set_pg_down(relay, false);

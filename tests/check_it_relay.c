@@ -32,9 +32,8 @@ static void *run_relay(void *arg)
         return NULL;
 }
 
-static void runner_start(runner_t *r,
-                         const cq_kafka_opts_t *kopts,
-                         cq_producer_t *prod)
+static void
+runner_start(runner_t *r, const cq_kafka_opts_t *kopts, cq_producer_t *prod)
 {
         char errstr[512];
 
@@ -84,10 +83,8 @@ static long unsent(const char *dsn, const char *prefix)
                           like);
 }
 
-static void wait_unsent(const char *dsn,
-                        const char *prefix,
-                        long want,
-                        int timeout_ms)
+static void
+wait_unsent(const char *dsn, const char *prefix, long want, int timeout_ms)
 {
         int64_t deadline = cq_now_ms() + timeout_ms;
         long n;
@@ -216,8 +213,9 @@ START_TEST(relay_keeps_rows_when_produce_fails)
 
         kt_migrate(dsn);
         /* Only this test's rows in the outbox. */
-        kt_pg_exec(dsn, "UPDATE outbox SET sent_at = now() WHERE sent_at IS "
-                        "NULL",
+        kt_pg_exec(dsn,
+                   "UPDATE outbox SET sent_at = now() WHERE sent_at IS "
+                   "NULL",
                    NULL);
         kt_unique("it-relaymock", prefix, sizeof(prefix));
         mrk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
@@ -290,15 +288,14 @@ START_TEST(events_arrive_with_increasing_seq)
         for (k = 0; k < 10; k++) {
                 for (j = 0; j < 2; j++) {
                         /* "seq" and "type" in data must not win. */
-                        json_t *data = json_pack("{s:s, s:i, s:s, s:i}", "text",
-                                                 "hello", "seq", 999, "type",
-                                                 "bogus", "k", k);
+                        json_t *data =
+                            json_pack("{s:s, s:i, s:s, s:i}", "text", "hello",
+                                      "seq", 999, "type", "bogus", "k", k);
 
                         ck_assert_int_eq(
-                            cq_events_publish(events, job[j],
-                                              k == 9 ? "job.finished"
-                                                     : "cell.output",
-                                              data),
+                            cq_events_publish(
+                                events, job[j],
+                                k == 9 ? "job.finished" : "cell.output", data),
                             0);
                         json_decref(data);
                 }
@@ -346,8 +343,8 @@ START_TEST(events_arrive_with_increasing_seq)
                 json_t *doc = json_loadb(msgs[20].value, msgs[20].len, 0, NULL);
 
                 ck_assert_ptr_nonnull(doc);
-                ck_assert_int_eq(json_integer_value(json_object_get(doc, "seq")),
-                                 1);
+                ck_assert_int_eq(
+                    json_integer_value(json_object_get(doc, "seq")), 1);
                 json_decref(doc);
         }
         kt_msgs_free(msgs, n);
