@@ -62,4 +62,8 @@ void cq_producer_wait(cq_producer_t *prod, int timeout_ms);
 long cq_producer_besteffort_inflight(cq_producer_t *prod);
 uint64_t cq_producer_besteffort_failed(cq_producer_t *prod);
 
+/* Raise a fabricated fatal error on the current client (tests: the
+ * producer must then replace it). */
+rd_kafka_resp_err_t cq_producer_test_fatal(cq_producer_t *prod);
+
 #endif

@@ -463,3 +463,15 @@ uint64_t cq_producer_besteffort_failed(cq_producer_t *prod)
 {
         return atomic_load(&prod->be_failed);
 }
+
+rd_kafka_resp_err_t cq_producer_test_fatal(cq_producer_t *prod)
+{
+        rd_kafka_resp_err_t err;
+
+        pthread_rwlock_rdlock(&prod->lock);
+        err = rd_kafka_test_fatal_error(
+            prod->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+            "fabricated by a test");
+        pthread_rwlock_unlock(&prod->lock);
+        return err;
+}

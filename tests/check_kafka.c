@@ -16,6 +16,7 @@
 #include "coderq/kafka.h"
 #include "coderq/util.h"
 #include "support/kafka_test.h"
+#include "../consumer/kafka_int.h"
 
 #define OFFSET_COMMIT 8
 #define PRODUCE       0
@@ -189,6 +190,58 @@ START_TEST(refused_dlq_delivery_keeps_offset)
 }
 END_TEST
 
+START_TEST(fatal_producer_error_recreates_it)
+{
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_t *rk;
+        rd_kafka_mock_cluster_t *mc;
+        cq_kafka_opts_t kopts;
+        cq_producer_t *prod;
+        cq_events_t *events;
+        char errstr[512], topic[80];
+        kt_msg_t *msgs = NULL;
+        size_t n;
+        int64_t deadline;
+
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+        ck_assert_msg(rk, "%s", errstr);
+        mc = rd_kafka_mock_cluster_new(rk, 1);
+        ck_assert_ptr_nonnull(mc);
+        kt_unique("mock-ev", topic, sizeof(topic));
+        ck_assert_int_eq(rd_kafka_mock_topic_create(mc, topic, 1, 1), 0);
+        cq_kafka_opts_init(&kopts);
+        kopts.brokers = rd_kafka_mock_cluster_bootstraps(mc);
+        kopts.topic_events = topic;
+        kopts.flush_timeout_ms = 2000;
+        prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
+        ck_assert_msg(prod, "%s", errstr);
+        events = cq_events_new(&kopts, prod, errstr, sizeof(errstr));
+        ck_assert_msg(events, "%s", errstr);
+        ck_assert_int_eq(cq_events_publish(events, "j", "job.claimed", NULL),
+                         0);
+        n = kt_consume(kopts.brokers, topic, 1, 1, 30000, &msgs);
+        ck_assert_uint_eq(n, 1);
+        kt_msgs_free(msgs, n);
+
+        ck_assert_int_eq(cq_producer_test_fatal(prod), 0);
+        deadline = cq_now_ms() + 30000;
+        while (cq_producer_recreated(prod) < 1) {
+                ck_assert_msg(cq_now_ms() < deadline, "not recreated");
+                kt_sleep_ms(20);
+        }
+        /* The new client works: the next event arrives with seq 2. */
+        ck_assert_int_eq(cq_events_publish(events, "j", "llm.reply", NULL), 0);
+        n = kt_consume(kopts.brokers, topic, 1, 2, 30000, &msgs);
+        ck_assert_uint_eq(n, 2);
+        ck_assert_ptr_nonnull(strstr(msgs[1].value, "\"seq\":2"));
+        kt_msgs_free(msgs, n);
+        cq_events_destroy(&events);
+        cq_producer_destroy(&prod);
+        rd_kafka_mock_cluster_destroy(mc);
+        rd_kafka_destroy(rk);
+}
+END_TEST
+
 START_TEST(events_drop_when_queue_full)
 {
         cq_kafka_opts_t kopts;
@@ -263,6 +316,7 @@ static Suite *kafka_suite(void)
         tcase_add_test(tc, final_commit_succeeds);
         tcase_add_test(tc, final_commit_failure_is_reported);
         tcase_add_test(tc, refused_dlq_delivery_keeps_offset);
+        tcase_add_test(tc, fatal_producer_error_recreates_it);
         suite_add_tcase(s, tc);
         tcase_set_timeout(plain, 60);
         tcase_add_test(plain, events_drop_when_queue_full);
