@@ -512,6 +512,70 @@ START_TEST(backlog_pauses_and_resumes)
 }
 END_TEST
 
+START_TEST(two_intakes_share_and_hand_over)
+{
+        fixture_t fx;
+        runner_t a, b;
+        cq_intake_stats_t sa, sb;
+        rd_kafka_t *rk;
+        char like[200];
+        int i;
+        int64_t deadline;
+
+        fixture_init(&fx, "it-group");
+        rk = kt_producer(fx.brokers);
+        runner_start(&a, &fx);
+        runner_start(&b, &fx);
+        /* Both members get one of the two partitions (range assignor). */
+        deadline = cq_now_ms() + 60000;
+        for (;;) {
+                cq_intake_stats(a.intake, &sa);
+                cq_intake_stats(b.intake, &sb);
+                if (sa.assigned == 1 && sb.assigned == 1)
+                        break;
+                ck_assert_msg(cq_now_ms() < deadline,
+                              "assignment %d/%d, expected 1/1", sa.assigned,
+                              sb.assigned);
+                kt_sleep_ms(100);
+        }
+        for (i = 0; i < 60; i++)
+                produce_good(rk, &fx, "job", i, true);
+        kt_flush(rk);
+        deadline = cq_now_ms() + 60000;
+        for (;;) {
+                cq_intake_stats(a.intake, &sa);
+                cq_intake_stats(b.intake, &sb);
+                if (sa.upserted + sb.upserted == 60)
+                        break;
+                ck_assert_msg(cq_now_ms() < deadline, "upserted %llu + %llu",
+                              (unsigned long long)sa.upserted,
+                              (unsigned long long)sb.upserted);
+                kt_sleep_ms(100);
+        }
+        ck_assert_uint_gt(sa.upserted, 0);
+        ck_assert_uint_gt(sb.upserted, 0);
+        /* One leaves: the other takes both partitions and the rest. */
+        runner_stop(&b, &sb);
+        WAIT_STATS(&a, sa, 60000, sa.assigned == 2);
+        for (i = 60; i < 100; i++)
+                produce_good(rk, &fx, "job", i, true);
+        kt_flush(rk);
+        WAIT_STATS(&a, sa, 60000, sa.upserted + sb.upserted >= 100);
+        runner_stop(&a, &sa);
+        ck_assert_uint_eq(sa.upserted + sb.upserted, 100);
+        snprintf(like, sizeof(like), "%s-job-%%", fx.prefix);
+        ck_assert_int_eq(kt_pg_long(fx.dsn,
+                                    "SELECT count(*) FROM jobs WHERE job_id "
+                                    "LIKE $1",
+                                    like),
+                         100);
+        ck_assert_int_eq(
+            kt_committed_sum(fx.brokers, fx.group, fx.topic, NPARTS), 100);
+        kt_producer_destroy(rk);
+        fixture_release(&fx);
+}
+END_TEST
+
 static Suite *intake_suite(void)
 {
         Suite *s = suite_create("it_intake");
@@ -521,6 +585,7 @@ static Suite *intake_suite(void)
         tcase_add_test(tc, hostile_input_and_offsets);
         tcase_add_test(tc, postgres_outage_loses_nothing);
         tcase_add_test(tc, backlog_pauses_and_resumes);
+        tcase_add_test(tc, two_intakes_share_and_hand_over);
         suite_add_tcase(s, tc);
         return s;
 }

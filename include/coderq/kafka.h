@@ -119,6 +119,15 @@ typedef struct cq_intake_stats {
 /**
  * @brief Create the consumer (group opts.group, subscribed to
  *        opts.topic_jobs). PostgreSQL need not be up yet.
+ *
+ * A message goes to opts.topic_dlq, with its key, value and headers
+ * unchanged plus the headers "error" (the reason), "source_topic",
+ * "source_partition" and "source_offset" (decimal), when cq_job_parse()
+ * refuses it (not JSON, wrong types, missing fields, over opts.job_max,
+ * unknown version, ...), when its key is not empty and differs from its
+ * job_id, when parent_job_id equals job_id, or when PostgreSQL refuses the
+ * row three times in a row (CQ_ERR_FATAL/TOO_LARGE from the upsert).
+ * A null or empty key is accepted.
  * @param prod Borrowed; used for the DLQ; must outlive the intake.
  * @returns Caller owns the returned value; free with cq_intake_destroy().
  * @locality Any thread.
