@@ -23,13 +23,15 @@
 #define FIFO_HIGH        500 /* pause above this many unhandled messages */
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS   2000
-#define STORE_FATAL_MAX  3 /* refusals by PostgreSQL before the DLQ */
+#define STORE_FATAL_MAX  3   /* refusals by PostgreSQL before the DLQ */
+#define WINDOW           256 /* messages handled ahead of the oldest */
 
 typedef struct pending {
         rd_kafka_message_t *msg;
         cq_dr_t *dr;     /* DLQ delivery in flight */
         char *error;     /* why it goes to the DLQ, once decided */
         int store_fatal; /* consecutive refusals by PostgreSQL */
+        bool done;       /* upserted or acknowledged by the DLQ */
 } pending_t;
 
 struct cq_intake {
@@ -441,7 +443,6 @@ static step_t step_dlq(cq_intake_t *intake, pending_t *p)
                         return STEP_WAIT;
                 cq_dr_put(intake->prod, &p->dr);
                 if (!err) {
-                        store_offset(intake, p->msg);
                         atomic_fetch_add(&intake->dlq, 1);
                         if (intake->dlq_down)
                                 cq_log_info("intake: the DLQ is back");
@@ -500,10 +501,10 @@ static void backlog_add(cq_intake_t *intake, long n)
                 intake->backlog_over = true;
 }
 
-/* Handle the head message: upsert or DLQ. */
-static step_t step(cq_intake_t *intake)
+/* Handle one message: upsert or DLQ. Its offset is stored later, by
+ * drain(), once every message before it is done too. */
+static step_t step(cq_intake_t *intake, pending_t *p)
 {
-        pending_t *p = &intake->fifo[intake->head];
         cq_job_t job;
         cq_job_src_t src;
         bool oom, created = false;
@@ -534,7 +535,6 @@ static step_t step(cq_intake_t *intake)
         if (err == CQ_OK) {
                 set_pg_down(intake, false);
                 recovered(intake);
-                store_offset(intake, p->msg);
                 if (created) {
                         atomic_fetch_add(&intake->upserted, 1);
                         backlog_add(intake, 1);
@@ -696,6 +696,35 @@ static int on_message(cq_intake_t *intake, rd_kafka_message_t *msg)
         return 0;
 }
 
+/* Work through the oldest WINDOW messages: DLQ deliveries are pipelined
+ * (a message waiting for its report does not hold up the next one), but a
+ * failure stops the round. Then store the offsets of the done messages at
+ * the front, in order: an offset is never stored while an earlier message
+ * is in neither PostgreSQL nor the DLQ. */
+static void drain(cq_intake_t *intake, const atomic_int *stop)
+{
+        size_t i, limit = intake->n < WINDOW ? intake->n : WINDOW;
+
+        for (i = 0; i < limit && !atomic_load(stop); i++) {
+                pending_t *p = &intake->fifo[intake->head + i];
+                step_t r;
+
+                if (p->done)
+                        continue;
+                if (cq_now_ms() < intake->retry_at)
+                        break;
+                r = step(intake, p);
+                if (r == STEP_DONE)
+                        p->done = true;
+                else if (r == STEP_BLOCKED)
+                        break;
+        }
+        while (intake->n > 0 && intake->fifo[intake->head].done) {
+                store_offset(intake, intake->fifo[intake->head].msg);
+                fifo_pop(intake);
+        }
+}
+
 int cq_intake_run(cq_intake_t *intake, const atomic_int *stop)
 {
         int rc = 0;
@@ -726,12 +755,8 @@ int cq_intake_run(cq_intake_t *intake, const atomic_int *stop)
                 }
                 /* Over the backlog bound, messages already fetched wait
                  * too: pausing alone would not stop them. */
-                while (intake->n > 0 && !intake->backlog_over &&
-                       cq_now_ms() >= intake->retry_at && !atomic_load(stop)) {
-                        if (step(intake) != STEP_DONE)
-                                break;
-                        fifo_pop(intake);
-                }
+                if (!intake->backlog_over)
+                        drain(intake, stop);
         }
 
         /* Shutdown: what was handled is stored; the rest is delivered

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
 #include "check_support.h"
 #include "coderq/kafka.h"
 #include "coderq/util.h"
@@ -45,6 +48,9 @@ static void fixture_init(fixture_t *fx, const char *name)
 
         fx->dsn = cq_check_env("CODERQ_PG_DSN");
         fx->brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
+        /* A failed outage test may have left PostgreSQL stopped: start it
+         * (a no-op when it runs). */
+        kt_services("start-pg");
         kt_migrate(fx->dsn);
         kt_unique(name, fx->prefix, sizeof(fx->prefix));
         snprintf(fx->topic, sizeof(fx->topic), "%s.jobs", fx->prefix);
@@ -576,6 +582,84 @@ START_TEST(two_intakes_share_and_hand_over)
 }
 END_TEST
 
+START_TEST(offsets_wait_for_an_earlier_dlq_delivery)
+{
+        const char *dsn = cq_check_env("CODERQ_PG_DSN");
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_mock_cluster_t *mc;
+        rd_kafka_resp_err_t errs[30];
+        rd_kafka_t *mrk, *rk;
+        fixture_t fx;
+        runner_t r;
+        cq_intake_stats_t st;
+        char errstr[512], like[200];
+        int i;
+
+        /* A mock cluster, so that the DLQ's Produce requests can fail. */
+        mrk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+        ck_assert_msg(mrk, "%s", errstr);
+        mc = rd_kafka_mock_cluster_new(mrk, 1);
+        ck_assert_ptr_nonnull(mc);
+        memset(&fx, 0, sizeof(fx));
+        fx.dsn = dsn;
+        fx.brokers = rd_kafka_mock_cluster_bootstraps(mc);
+        kt_migrate(dsn);
+        kt_unique("it-order", fx.prefix, sizeof(fx.prefix));
+        snprintf(fx.topic, sizeof(fx.topic), "%s.jobs", fx.prefix);
+        snprintf(fx.dlq, sizeof(fx.dlq), "%s.dlq", fx.prefix);
+        snprintf(fx.group, sizeof(fx.group), "%s.group", fx.prefix);
+        ck_assert_int_eq(rd_kafka_mock_topic_create(mc, fx.topic, 1, 1), 0);
+        ck_assert_int_eq(rd_kafka_mock_topic_create(mc, fx.dlq, 1, 1), 0);
+        rk = kt_producer(fx.brokers);
+        kt_produce(rk, fx.topic, 0, NULL, 0, "junk", 4, NULL);
+        produce_good(rk, &fx, "job", 0, true);
+        produce_good(rk, &fx, "job", 1, true);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        for (i = 0; i < 30; i++)
+                errs[i] = RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
+        rd_kafka_mock_push_request_errors_array(mc, 0, 30, errs);
+
+        cq_store_opts_init(&fx.sopts);
+        fx.sopts.dsn = dsn;
+        cq_kafka_opts_init(&fx.kopts);
+        fx.kopts.brokers = fx.brokers;
+        fx.kopts.store = &fx.sopts;
+        fx.kopts.topic_jobs = fx.topic;
+        fx.kopts.topic_dlq = fx.dlq;
+        fx.kopts.group = fx.group;
+        fx.kopts.backlog_max = 0;
+        fx.kopts.session_timeout_ms = 6000;
+        fx.kopts.flush_timeout_ms = 2000;
+        fx.prod = cq_producer_new(&fx.kopts, errstr, sizeof(errstr));
+        ck_assert_msg(fx.prod, "%s", errstr);
+        runner_start(&r, &fx);
+        /* The two jobs behind the junk reach PostgreSQL, but while the
+         * junk is not in the DLQ no offset may be stored or committed. */
+        WAIT_STATS(&r, st, 60000, st.upserted == 2 && st.dlq_retries >= 1);
+        kt_sleep_ms(2000); /* two auto-commit intervals */
+        cq_intake_stats(r.intake, &st);
+        ck_assert_uint_eq(st.stored, 0);
+        ck_assert_uint_eq(st.dlq, 0);
+        ck_assert_int_eq(kt_committed_sum(fx.brokers, fx.group, fx.topic, 1),
+                         0);
+        rd_kafka_mock_clear_request_errors(mc, 0);
+        WAIT_STATS(&r, st, 60000, st.dlq == 1 && st.stored == 3);
+        runner_stop(&r, &st);
+        ck_assert_int_eq(kt_committed_sum(fx.brokers, fx.group, fx.topic, 1),
+                         3);
+        snprintf(like, sizeof(like), "%s-job-%%", fx.prefix);
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT count(*) FROM jobs WHERE job_id "
+                                    "LIKE $1",
+                                    like),
+                         2);
+        fixture_release(&fx);
+        rd_kafka_mock_cluster_destroy(mc);
+        rd_kafka_destroy(mrk);
+}
+END_TEST
+
 static Suite *intake_suite(void)
 {
         Suite *s = suite_create("it_intake");
@@ -586,6 +670,7 @@ static Suite *intake_suite(void)
         tcase_add_test(tc, postgres_outage_loses_nothing);
         tcase_add_test(tc, backlog_pauses_and_resumes);
         tcase_add_test(tc, two_intakes_share_and_hand_over);
+        tcase_add_test(tc, offsets_wait_for_an_earlier_dlq_delivery);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -338,9 +338,19 @@ void kt_services(const char *verb)
 {
         char cmd[4200];
 
+        int64_t deadline = cq_now_ms() + 120000;
+
         snprintf(cmd, sizeof(cmd), "%s %s >/dev/null 2>&1",
                  cq_check_srcpath("scripts/services.sh"), verb);
-        ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+        /* A start can fail for a while when, with the server down, the
+         * kernel lent its port to some client as an ephemeral port (the
+         * ports lie in Linux's ephemeral range): retry. */
+        while (system(cmd) != 0) {
+                ck_assert_msg(strncmp(verb, "start", 5) == 0 &&
+                                  cq_now_ms() < deadline,
+                              "%s failed", cmd);
+                kt_sleep_ms(3000);
+        }
 }
 
 void kt_migrate(const char *dsn)
