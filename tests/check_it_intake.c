@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -660,6 +661,57 @@ START_TEST(offsets_wait_for_an_earlier_dlq_delivery)
 }
 END_TEST
 
+START_TEST(store_refusal_goes_to_dlq)
+{
+        fixture_t fx;
+        runner_t r;
+        cq_intake_stats_t st;
+        rd_kafka_t *rk;
+        kt_msg_t *msgs = NULL;
+        char cname[160], sql[512], prompt[160], value[512], id[160];
+        size_t n;
+        int vn;
+
+        fixture_init(&fx, "it-refuse");
+        /* PostgreSQL itself refuses one job (a constraint the parser does
+         * not know): after a few tries it goes to the DLQ with the reason,
+         * and the jobs around it are not held up. */
+        snprintf(cname, sizeof(cname), "t_%ld", (long)getpid());
+        snprintf(prompt, sizeof(prompt), "poison %s", fx.prefix);
+        snprintf(sql, sizeof(sql),
+                 "ALTER TABLE jobs ADD CONSTRAINT %s CHECK (prompt <> '%s') "
+                 "NOT VALID",
+                 cname, prompt);
+        kt_pg_exec(fx.dsn, sql, NULL);
+        rk = kt_producer(fx.brokers);
+        produce_good(rk, &fx, "job", 0, true);
+        snprintf(id, sizeof(id), "%s-poison", fx.prefix);
+        vn = snprintf(value, sizeof(value),
+                      "{\"job_id\":\"%s\",\"prompt\":\"%s\"}", id, prompt);
+        kt_produce(rk, fx.topic, 0, id, strlen(id), value, (size_t)vn, NULL);
+        produce_good(rk, &fx, "job", 1, true);
+        kt_flush(rk);
+        runner_start(&r, &fx);
+        WAIT_STATS(&r, st, 60000, st.upserted == 2 && st.dlq == 1);
+        runner_stop(&r, &st);
+        snprintf(sql, sizeof(sql), "ALTER TABLE jobs DROP CONSTRAINT %s",
+                 cname);
+        kt_pg_exec(fx.dsn, sql, NULL);
+        ck_assert_uint_ge(st.pg_retries, 3);
+        ck_assert_uint_eq(st.stored, 3);
+        n = kt_consume(fx.brokers, fx.dlq, 1, 1, 60000, &msgs);
+        ck_assert_uint_eq(n, 1);
+        ck_assert_str_eq(msgs[0].key, id);
+        ck_assert_uint_eq(msgs[0].len, (size_t)vn);
+        ck_assert(memcmp(msgs[0].value, value, (size_t)vn) == 0);
+        ck_assert_msg(strstr(kt_header(&msgs[0], "error"), cname) != NULL,
+                      "error header: %s", kt_header(&msgs[0], "error"));
+        kt_msgs_free(msgs, n);
+        kt_producer_destroy(rk);
+        fixture_release(&fx);
+}
+END_TEST
+
 static Suite *intake_suite(void)
 {
         Suite *s = suite_create("it_intake");
@@ -671,6 +723,7 @@ static Suite *intake_suite(void)
         tcase_add_test(tc, backlog_pauses_and_resumes);
         tcase_add_test(tc, two_intakes_share_and_hand_over);
         tcase_add_test(tc, offsets_wait_for_an_earlier_dlq_delivery);
+        tcase_add_test(tc, store_refusal_goes_to_dlq);
         suite_add_tcase(s, tc);
         return s;
 }
