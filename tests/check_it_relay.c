@@ -198,6 +198,51 @@ START_TEST(relay_marks_sent_and_survives_broker_outage)
 }
 END_TEST
 
+START_TEST(relay_waits_for_postgres)
+{
+        const char *dsn = cq_check_env("CODERQ_PG_DSN");
+        const char *brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
+        char prefix[96], topic[160], errstr[512];
+        cq_store_opts_t sopts;
+        cq_kafka_opts_t kopts;
+        cq_producer_t *prod;
+        cq_relay_stats_t st;
+        runner_t r;
+        int64_t deadline;
+
+        kt_services("start-pg");
+        kt_migrate(dsn);
+        kt_unique("it-relaypg", prefix, sizeof(prefix));
+        snprintf(topic, sizeof(topic), "%s.results", prefix);
+        kt_create_topic(brokers, topic, 1);
+        add_rows(dsn, prefix, 1, 4);
+        kt_services("stop-pg");
+        cq_store_opts_init(&sopts);
+        sopts.dsn = dsn;
+        cq_kafka_opts_init(&kopts);
+        kopts.brokers = brokers;
+        kopts.store = &sopts;
+        prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
+        ck_assert_msg(prod, "%s", errstr);
+        /* Started without PostgreSQL: it waits, then relays. */
+        runner_start(&r, &kopts, prod);
+        deadline = cq_now_ms() + 30000;
+        do {
+                ck_assert_msg(cq_now_ms() < deadline, "pg_down not reported");
+                kt_sleep_ms(100);
+                cq_relay_stats(r.relay, &st);
+        } while (!st.pg_down);
+        ck_assert_uint_eq(st.produced, 0);
+        kt_services("start-pg");
+        wait_unsent(dsn, prefix, 0, 90000);
+        cq_relay_stats(r.relay, &st);
+        ck_assert(!st.pg_down);
+        runner_stop(&r);
+        check_results(dsn, brokers, prefix, 4, 4);
+        cq_producer_destroy(&prod);
+}
+END_TEST
+
 START_TEST(relay_keeps_rows_when_produce_fails)
 {
         const char *dsn = cq_check_env("CODERQ_PG_DSN");
@@ -360,6 +405,7 @@ static Suite *relay_suite(void)
 
         tcase_set_timeout(tc, 300);
         tcase_add_test(tc, relay_marks_sent_and_survives_broker_outage);
+        tcase_add_test(tc, relay_waits_for_postgres);
         tcase_add_test(tc, relay_keeps_rows_when_produce_fails);
         tcase_add_test(tc, events_arrive_with_increasing_seq);
         suite_add_tcase(s, tc);
