@@ -431,7 +431,7 @@ static rd_kafka_headers_t *dlq_headers(const pending_t *p)
 
 typedef enum step { STEP_DONE, STEP_WAIT, STEP_BLOCKED } step_t;
 
-/* Send the head message to the DLQ, or look at its delivery. */
+/* Send a message to the DLQ, or look at its delivery. */
 static step_t step_dlq(cq_intake_t *intake, pending_t *p)
 {
         rd_kafka_resp_err_t err;

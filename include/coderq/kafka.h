@@ -35,7 +35,10 @@ typedef struct cq_kafka_opts {
         const cq_store_opts_t *store; /* the intake's and relay's stores
                                          (copied; reconnect_ms is replaced
                                          by pg_reconnect_ms so the loops
-                                         keep polling Kafka) */
+                                         keep polling Kafka). NULL:
+                                         cq_store_opts_init() defaults;
+                                         cq_kafka_opts_from_config()
+                                         leaves it NULL */
         const char *topic_jobs;
         const char *topic_dlq;
         const char *topic_results; /* outbox rows without a topic */
