@@ -114,7 +114,8 @@ static const cq_cfg_entry_t entries[] = {
      "fails"},
     {"CODERQ_TOPIC_JOBS", NULL, "topic-jobs", CQ_CFG_STRING, F(topic_jobs),
      "coderq.jobs", 0, 0, NULL,
-     "Kafka topic of job messages (coderq submit produces to it)"},
+     "Kafka topic of job messages: the intake consumes it, coderq submit "
+     "produces to it"},
     {"CODERQ_MAX_TURNS", NULL, "max-turns", CQ_CFG_INT, F(max_turns), "30", 1,
      1000, NULL,
      "LLM calls a job may make before it fails (a job's limits.max_turns "
@@ -143,6 +144,31 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_ARTIFACT_MAX", NULL, "artifact-max", CQ_CFG_SIZE, F(artifact_max),
      "20M", 1024, 1073741824L, NULL,
      "largest file the code creates that is kept as an artefact"},
+    {"CODERQ_TOPIC_DLQ", NULL, "topic-dlq", CQ_CFG_STRING, F(topic_dlq),
+     "coderq.jobs.dlq", 0, 0, NULL,
+     "Kafka topic that receives invalid job messages unchanged, with an "
+     "\"error\" header and their source topic/partition/offset"},
+    {"CODERQ_TOPIC_RESULTS", NULL, "topic-results", CQ_CFG_STRING,
+     F(topic_results), "coderq.results", 0, 0, NULL,
+     "Kafka topic of completion events (the outbox relay)"},
+    {"CODERQ_TOPIC_EVENTS", NULL, "topic-events", CQ_CFG_STRING,
+     F(topic_events), "coderq.events", 0, 0, NULL,
+     "Kafka topic of best-effort progress events"},
+    {"CODERQ_KAFKA_GROUP", NULL, "kafka-group", CQ_CFG_STRING, F(kafka_group),
+     "coderq-workers", 0, 0, NULL, "Kafka consumer group of the intake"},
+    {"CODERQ_JOB_MAX_BYTES", NULL, "job-max-bytes", CQ_CFG_SIZE,
+     F(job_max_bytes), "16M", 1024, 256L << 20, NULL,
+     "largest job message accepted; a larger one goes to the DLQ"},
+    {"CODERQ_BACKLOG_MAX", NULL, "backlog-max", CQ_CFG_INT, F(backlog_max),
+     "1000", 0, 100000000, NULL,
+     "the intake pauses its partitions while more jobs than this are "
+     "queued in PostgreSQL, and resumes below it (0: never pause)"},
+    {"CODERQ_EVENTS_QUEUE_MAX", NULL, "events-queue-max", CQ_CFG_INT,
+     F(events_queue_max), "10000", 1, 10000000, NULL,
+     "progress events waiting for Kafka before new ones are dropped"},
+    {"CODERQ_RELAY_INTERVAL_MS", NULL, "relay-interval-ms", CQ_CFG_INT,
+     F(relay_interval_ms), "200", 10, 60000, NULL,
+     "how often the outbox relay looks for unsent completion events"},
 };
 
 #undef F

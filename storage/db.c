@@ -43,6 +43,10 @@ void cq_store_opts_from_config(cq_store_opts_t *opts, const cq_config_t *cfg)
         opts->image_max = cfg->image_max;
         opts->memory_threshold = (double)cfg->memory_threshold / 100.0;
         opts->reconnect_ms = (int)cfg->pg_reconnect_s * 1000;
+        /* Completion events are written to the outbox with their topic,
+         * so every writer (worker, reaper, coderq cancel) uses this one. */
+        if (cfg->topic_results)
+                opts->results_topic = cfg->topic_results;
 }
 
 void sp_init(store_params_t *sp) { memset(sp, 0, sizeof(*sp)); }

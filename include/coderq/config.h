@@ -62,8 +62,6 @@ typedef struct cq_config {
         size_t image_max;
         long memory_threshold; /* percent */
         long pg_reconnect_s;
-        /* kafka topics */
-        char *topic_jobs;
         /* agent loop */
         long max_turns;
         long max_retries;
@@ -73,6 +71,16 @@ typedef struct cq_config {
         size_t tool_item_max;
         size_t tool_total_max;
         size_t artifact_max;
+        /* kafka */
+        char *topic_jobs;
+        char *topic_dlq;
+        char *topic_results;
+        char *topic_events;
+        char *kafka_group;
+        size_t job_max_bytes;
+        long backlog_max;
+        long events_queue_max;
+        long relay_interval_ms;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */

@@ -1,0 +1,783 @@
+/* SPDX-License-Identifier: MIT */
+/* intake.c - the jobs topic into PostgreSQL. Messages are handled strictly
+ * in order: each one is either upserted or acknowledged by the DLQ before
+ * its offset (+1) is stored, so auto-commit never passes a message that is
+ * in neither place. While PostgreSQL or the DLQ is unavailable, or the
+ * queued backlog is over its bound, all assigned partitions are paused
+ * (tracked here: 2.0.2 does not clear an application pause on revoke) and
+ * the consumer keeps polling. */
+#include "coderq/kafka.h"
+
+#include <libpq-fe.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coderq/job.h"
+#include "coderq/log.h"
+#include "coderq/store.h"
+#include "coderq/util.h"
+#include "kafka_int.h"
+
+#define FIFO_HIGH        500 /* pause above this many unhandled messages */
+#define BACKOFF_FIRST_MS 100
+#define BACKOFF_MAX_MS   2000
+#define STORE_FATAL_MAX  3   /* refusals by PostgreSQL before the DLQ */
+#define WINDOW           256 /* messages handled ahead of the oldest */
+
+typedef struct pending {
+        rd_kafka_message_t *msg;
+        cq_dr_t *dr;     /* DLQ delivery in flight */
+        char *error;     /* why it goes to the DLQ, once decided */
+        int store_fatal; /* consecutive refusals by PostgreSQL */
+        bool done;       /* upserted or acknowledged by the DLQ */
+} pending_t;
+
+struct cq_intake {
+        cq_kafka_opts_t opts;
+        cq_store_opts_t store_opts;
+        cq_producer_t *prod; /* borrowed */
+        rd_kafka_t *rk;
+        cq_store_t *store; /* lazily connected */
+        PGconn *backlog_conn;
+        pending_t *fifo;
+        size_t head, n, cap;                     /* fifo[head .. head+n) */
+        rd_kafka_topic_partition_list_t *paused; /* what we paused */
+        bool pg_down, dlq_down, backlog_over;
+        int64_t retry_at;
+        int backoff_ms;
+        int64_t next_backlog_check;
+        long backlog_est;
+        bool ran;
+        char errmsg[512];
+        /* stats, read from any thread */
+        atomic_ullong received, upserted, duplicates, dlq, stored, pg_retries,
+            dlq_retries, pauses, backlog_pauses;
+        atomic_bool st_paused, st_pg_down;
+        atomic_long st_backlog;
+        atomic_int st_assigned;
+};
+
+static void CQ_PRINTF(2, 3) set_error(cq_intake_t *intake, const char *fmt, ...)
+{
+        va_list ap;
+
+        if (intake->errmsg[0])
+                return; /* the first error is the root cause */
+        va_start(ap, fmt);
+        vsnprintf(intake->errmsg, sizeof(intake->errmsg), fmt, ap);
+        va_end(ap);
+}
+
+static void pending_release(cq_intake_t *intake, pending_t *p)
+{
+        if (p->msg)
+                rd_kafka_message_destroy(p->msg);
+        cq_dr_put(intake->prod, &p->dr);
+        free(p->error);
+        memset(p, 0, sizeof(*p));
+}
+
+static void fifo_pop(cq_intake_t *intake)
+{
+        pending_release(intake, &intake->fifo[intake->head]);
+        intake->head++;
+        intake->n--;
+        if (intake->n == 0)
+                intake->head = 0;
+}
+
+/* Forget every message not yet handled: their offsets were not stored, so
+ * they are delivered again (here or to the partition's next owner). */
+static void fifo_drop(cq_intake_t *intake)
+{
+        while (intake->n > 0)
+                fifo_pop(intake);
+}
+
+static int fifo_push(cq_intake_t *intake, rd_kafka_message_t *msg)
+{
+        if (intake->head + intake->n == intake->cap) {
+                if (intake->head > 0) {
+                        memmove(intake->fifo, intake->fifo + intake->head,
+                                intake->n * sizeof(*intake->fifo));
+                        intake->head = 0;
+                } else {
+                        size_t cap = intake->cap ? intake->cap * 2 : 64;
+                        pending_t *v = realloc(intake->fifo, cap * sizeof(*v));
+
+                        if (!v)
+                                return -1;
+                        intake->fifo = v;
+                        intake->cap = cap;
+                }
+        }
+        memset(&intake->fifo[intake->head + intake->n], 0, sizeof(pending_t));
+        intake->fifo[intake->head + intake->n].msg = msg;
+        intake->n++;
+        return 0;
+}
+
+static void unpause(cq_intake_t *intake, rd_kafka_t *rk)
+{
+        if (!intake->paused)
+                return;
+        /* Resume exactly what we paused: resuming a partition that was not
+         * paused can rewind it in 2.0.2 (#4636). */
+        rd_kafka_resume_partitions(rk, intake->paused);
+        rd_kafka_topic_partition_list_destroy(intake->paused);
+        intake->paused = NULL;
+        atomic_store(&intake->st_paused, false);
+}
+
+static void on_rebalance(rd_kafka_t *rk,
+                         rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts,
+                         void *opaque)
+{
+        cq_intake_t *intake = opaque;
+        rd_kafka_resp_err_t aerr;
+
+        if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+                aerr = rd_kafka_assign(rk, parts);
+                if (aerr)
+                        cq_log_kv(CQ_LOG_ERROR, "could not assign partitions",
+                                  "error", rd_kafka_err2str(aerr), NULL);
+                atomic_store(&intake->st_assigned, parts->cnt);
+                cq_log_json(CQ_LOG_INFO, NULL, "intake assigned %d partitions",
+                            parts->cnt);
+                return;
+        }
+        if (err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS)
+                cq_log_kv(CQ_LOG_ERROR, "rebalance error: unassigning", "error",
+                          rd_kafka_err2str(err), NULL);
+        /* Eager protocol: everything is revoked. Unhandled messages go
+         * back to Kafka (not stored); stored offsets are committed by the
+         * unassign (auto-commit) unless the assignment was lost. */
+        fifo_drop(intake);
+        unpause(intake, rk);
+        aerr = rd_kafka_assign(rk, NULL);
+        if (aerr)
+                cq_log_kv(CQ_LOG_ERROR, "could not unassign partitions",
+                          "error", rd_kafka_err2str(aerr), NULL);
+        atomic_store(&intake->st_assigned, 0);
+}
+
+cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
+                           cq_producer_t *prod,
+                           char *errstr,
+                           size_t errstr_size)
+{
+        cq_intake_t *intake = calloc(1, sizeof(*intake));
+        rd_kafka_conf_t *conf = NULL;
+        rd_kafka_topic_partition_list_t *topics = NULL;
+        rd_kafka_resp_err_t err;
+        char num[32], reason[512];
+
+        if (!intake) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create intake: out of memory");
+                return NULL;
+        }
+        intake->opts = *opts;
+        if (opts->store)
+                intake->store_opts = *opts->store;
+        else
+                cq_store_opts_init(&intake->store_opts);
+        intake->store_opts.reconnect_ms = opts->pg_reconnect_ms;
+        intake->prod = prod;
+        intake->backoff_ms = BACKOFF_FIRST_MS;
+        atomic_store(&intake->st_backlog, -1);
+
+        conf = rd_kafka_conf_new();
+        if (kafka_conf_common(conf, opts, errstr, errstr_size) ||
+            kafka_conf_set(conf, "group.id", opts->group, errstr,
+                           errstr_size) ||
+            kafka_conf_set(conf, "partition.assignment.strategy", "range",
+                           errstr, errstr_size) ||
+            kafka_conf_set(conf, "enable.auto.offset.store", "false", errstr,
+                           errstr_size) ||
+            kafka_conf_set(conf, "enable.auto.commit", "true", errstr,
+                           errstr_size) ||
+            kafka_conf_set(conf, "auto.offset.reset", "earliest", errstr,
+                           errstr_size) ||
+            kafka_conf_set(conf, "enable.partition.eof", "false", errstr,
+                           errstr_size))
+                goto fail;
+        snprintf(num, sizeof(num), "%d", opts->commit_interval_ms);
+        if (kafka_conf_set(conf, "auto.commit.interval.ms", num, errstr,
+                           errstr_size))
+                goto fail;
+        snprintf(num, sizeof(num), "%d", opts->session_timeout_ms);
+        if (kafka_conf_set(conf, "session.timeout.ms", num, errstr,
+                           errstr_size))
+                goto fail;
+        snprintf(num, sizeof(num), "%d", opts->session_timeout_ms / 3);
+        if (kafka_conf_set(conf, "heartbeat.interval.ms", num, errstr,
+                           errstr_size))
+                goto fail;
+        snprintf(num, sizeof(num), "%d", opts->max_poll_interval_ms);
+        if (kafka_conf_set(conf, "max.poll.interval.ms", num, errstr,
+                           errstr_size))
+                goto fail;
+        /* Bound what is prefetched: a message over the job cap is still
+         * fetched whole (it must reach the DLQ unchanged). */
+        if (kafka_conf_set(conf, "queued.max.messages.kbytes", "65536", errstr,
+                           errstr_size))
+                goto fail;
+        rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
+        rd_kafka_conf_set_opaque(conf, intake);
+        intake->rk =
+            rd_kafka_new(RD_KAFKA_CONSUMER, conf, reason, sizeof(reason));
+        if (!intake->rk) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create Kafka consumer: %s", reason);
+                goto fail;
+        }
+        conf = NULL; /* rd_kafka_t owns it now */
+        rd_kafka_poll_set_consumer(intake->rk);
+        topics = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(topics, opts->topic_jobs,
+                                          RD_KAFKA_PARTITION_UA);
+        err = rd_kafka_subscribe(intake->rk, topics);
+        rd_kafka_topic_partition_list_destroy(topics);
+        if (err) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not subscribe to \"%s\": %s",
+                                 opts->topic_jobs, rd_kafka_err2str(err));
+                goto fail;
+        }
+        return intake;
+fail:
+        if (conf)
+                rd_kafka_conf_destroy(conf);
+        cq_intake_destroy(&intake);
+        return NULL;
+}
+
+void cq_intake_destroy(cq_intake_t **intakep)
+{
+        cq_intake_t *intake = *intakep;
+
+        if (!intake)
+                return;
+        fifo_drop(intake);
+        free(intake->fifo);
+        if (intake->paused)
+                rd_kafka_topic_partition_list_destroy(intake->paused);
+        if (intake->rk) {
+                if (!intake->ran)
+                        rd_kafka_consumer_close(intake->rk);
+                rd_kafka_destroy(intake->rk);
+        }
+        cq_store_destroy(&intake->store);
+        if (intake->backlog_conn)
+                PQfinish(intake->backlog_conn);
+        free(intake);
+        *intakep = NULL;
+}
+
+const char *cq_intake_errmsg(const cq_intake_t *intake)
+{
+        return intake->errmsg;
+}
+
+void cq_intake_stats(cq_intake_t *intake, cq_intake_stats_t *stats)
+{
+        stats->received = atomic_load(&intake->received);
+        stats->upserted = atomic_load(&intake->upserted);
+        stats->duplicates = atomic_load(&intake->duplicates);
+        stats->dlq = atomic_load(&intake->dlq);
+        stats->stored = atomic_load(&intake->stored);
+        stats->pg_retries = atomic_load(&intake->pg_retries);
+        stats->dlq_retries = atomic_load(&intake->dlq_retries);
+        stats->pauses = atomic_load(&intake->pauses);
+        stats->backlog_pauses = atomic_load(&intake->backlog_pauses);
+        stats->paused = atomic_load(&intake->st_paused);
+        stats->pg_down = atomic_load(&intake->st_pg_down);
+        stats->backlog = atomic_load(&intake->st_backlog);
+        stats->assigned = atomic_load(&intake->st_assigned);
+}
+
+static void store_offset(cq_intake_t *intake, const rd_kafka_message_t *msg)
+{
+        rd_kafka_topic_partition_list_t *list =
+            rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_t *part;
+        rd_kafka_resp_err_t err;
+
+        part = rd_kafka_topic_partition_list_add(
+            list, rd_kafka_topic_name(msg->rkt), msg->partition);
+        part->offset = msg->offset + 1; /* the next message to read */
+        err = rd_kafka_offsets_store(intake->rk, list);
+        if (!err)
+                err = part->err;
+        rd_kafka_topic_partition_list_destroy(list);
+        if (!err) {
+                atomic_fetch_add(&intake->stored, 1);
+                return;
+        }
+        /* __STATE: revoked meanwhile; the next owner redoes it, which the
+         * upsert makes harmless. */
+        if (err != RD_KAFKA_RESP_ERR__STATE)
+                cq_log_kv(CQ_LOG_WARN, "could not store offset", "error",
+                          rd_kafka_err2str(err), NULL);
+}
+
+static void backoff(cq_intake_t *intake)
+{
+        intake->retry_at = cq_now_ms() + intake->backoff_ms;
+        intake->backoff_ms = intake->backoff_ms * 2 > BACKOFF_MAX_MS
+                                 ? BACKOFF_MAX_MS
+                                 : intake->backoff_ms * 2;
+}
+
+static void recovered(cq_intake_t *intake)
+{
+        intake->backoff_ms = BACKOFF_FIRST_MS;
+        intake->retry_at = 0;
+}
+
+static void set_pg_down(cq_intake_t *intake, bool down)
+{
+        if (down != intake->pg_down)
+                cq_log_json(down ? CQ_LOG_WARN : CQ_LOG_INFO, NULL,
+                            down ? "intake: PostgreSQL unavailable, pausing"
+                                 : "intake: PostgreSQL is back");
+        intake->pg_down = down;
+        atomic_store(&intake->st_pg_down, down);
+}
+
+/* A readable copy of a key for an error header: at most 64 bytes,
+ * non-printable bytes as '?'. */
+static void printable(const void *data, size_t len, char *out, size_t size)
+{
+        const unsigned char *p = data;
+        size_t i, n = len < size - 1 ? len : size - 1;
+
+        if (n > 64)
+                n = 64;
+        for (i = 0; i < n; i++)
+                out[i] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '?';
+        out[n] = '\0';
+}
+
+/* Decide whether a message is a valid job; NULL when it is, else the
+ * reason (caller frees). *job is filled when valid. */
+static char *validate(cq_intake_t *intake,
+                      const rd_kafka_message_t *msg,
+                      cq_job_t *job,
+                      bool *oomp)
+{
+        char errstr[512], key[80], *reason;
+        const char *data = msg->payload ? msg->payload : "";
+        cq_err_t err;
+
+        *oomp = false;
+        err = cq_job_parse(data, msg->len, intake->opts.job_max, job, errstr,
+                           sizeof(errstr));
+        if (err == CQ_OK) {
+                /* A key, when given, is the job id (DESIGN.md: key =
+                 * job_id); a disagreeing one means a confused producer. */
+                if (msg->key_len > 0 &&
+                    (msg->key_len != strlen(job->job_id) ||
+                     memcmp(msg->key, job->job_id, msg->key_len) != 0)) {
+                        printable(msg->key, msg->key_len, key, sizeof(key));
+                        snprintf(errstr, sizeof(errstr),
+                                 "message key \"%s\" does not match field "
+                                 "\"job_id\"",
+                                 key);
+                        cq_job_release(job);
+                } else if (job->parent_job_id &&
+                           strcmp(job->parent_job_id, job->job_id) == 0) {
+                        snprintf(errstr, sizeof(errstr),
+                                 "field \"parent_job_id\" must differ from "
+                                 "\"job_id\"");
+                        cq_job_release(job);
+                } else {
+                        return NULL;
+                }
+        }
+        reason = strdup(errstr);
+        if (!reason)
+                *oomp = true;
+        return reason;
+}
+
+static rd_kafka_headers_t *dlq_headers(const pending_t *p)
+{
+        const rd_kafka_message_t *msg = p->msg;
+        rd_kafka_headers_t *orig = NULL, *hdrs;
+        char num[32];
+
+        /* Keep the producer's own headers: the message is unchanged. */
+        if (rd_kafka_message_headers(msg, &orig) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                hdrs = rd_kafka_headers_copy(orig);
+        else
+                hdrs = rd_kafka_headers_new(4);
+        rd_kafka_header_add(hdrs, "error", -1, p->error, -1);
+        rd_kafka_header_add(hdrs, "source_topic", -1,
+                            rd_kafka_topic_name(msg->rkt), -1);
+        snprintf(num, sizeof(num), "%" PRId32, msg->partition);
+        rd_kafka_header_add(hdrs, "source_partition", -1, num, -1);
+        snprintf(num, sizeof(num), "%" PRId64, msg->offset);
+        rd_kafka_header_add(hdrs, "source_offset", -1, num, -1);
+        return hdrs;
+}
+
+typedef enum step { STEP_DONE, STEP_WAIT, STEP_BLOCKED } step_t;
+
+/* Send a message to the DLQ, or look at its delivery. */
+static step_t step_dlq(cq_intake_t *intake, pending_t *p)
+{
+        rd_kafka_resp_err_t err;
+        rd_kafka_msg_status_t status;
+        rd_kafka_headers_t *hdrs;
+
+        if (p->dr) {
+                if (!cq_dr_done(intake->prod, p->dr, &err, &status))
+                        return STEP_WAIT;
+                cq_dr_put(intake->prod, &p->dr);
+                if (!err) {
+                        atomic_fetch_add(&intake->dlq, 1);
+                        if (intake->dlq_down)
+                                cq_log_info("intake: the DLQ is back");
+                        intake->dlq_down = false;
+                        recovered(intake);
+                        return STEP_DONE;
+                }
+                cq_log_kv(CQ_LOG_WARN, "could not deliver to the DLQ: retrying",
+                          "error", rd_kafka_err2str(err), NULL);
+                atomic_fetch_add(&intake->dlq_retries, 1);
+                intake->dlq_down = true;
+                backoff(intake);
+                return STEP_BLOCKED;
+        }
+        p->dr = cq_dr_new(intake->prod);
+        if (!p->dr) {
+                backoff(intake);
+                return STEP_BLOCKED;
+        }
+        hdrs = dlq_headers(p);
+        err = cq_producer_send(intake->prod, intake->opts.topic_dlq,
+                               p->msg->key, p->msg->key_len, p->msg->payload,
+                               p->msg->len, &hdrs, p->dr);
+        if (err) {
+                cq_dr_put(intake->prod, &p->dr);
+                cq_log_kv(CQ_LOG_WARN, "could not produce to the DLQ: retrying",
+                          "error", rd_kafka_err2str(err), NULL);
+                atomic_fetch_add(&intake->dlq_retries, 1);
+                intake->dlq_down = true;
+                backoff(intake);
+                return STEP_BLOCKED;
+        }
+        return STEP_WAIT;
+}
+
+static bool ensure_store(cq_intake_t *intake)
+{
+        char errstr[512];
+
+        if (intake->store)
+                return true;
+        intake->store =
+            cq_store_new(&intake->store_opts, errstr, sizeof(errstr));
+        if (!intake->store)
+                cq_log_kv(CQ_LOG_WARN, "intake", "error", errstr, NULL);
+        return intake->store != NULL;
+}
+
+static void backlog_add(cq_intake_t *intake, long n)
+{
+        if (intake->backlog_est < 0)
+                return;
+        intake->backlog_est += n;
+        if (intake->opts.backlog_max > 0 &&
+            intake->backlog_est > intake->opts.backlog_max)
+                intake->backlog_over = true;
+}
+
+/* Handle one message: upsert or DLQ. Its offset is stored later, by
+ * drain(), once every message before it is done too. */
+static step_t step(cq_intake_t *intake, pending_t *p)
+{
+        cq_job_t job;
+        cq_job_src_t src;
+        bool oom, created = false;
+        cq_err_t err;
+
+        if (p->error)
+                return step_dlq(intake, p);
+        cq_job_init(&job);
+        p->error = validate(intake, p->msg, &job, &oom);
+        if (oom) {
+                backoff(intake);
+                return STEP_BLOCKED;
+        }
+        if (p->error)
+                return step_dlq(intake, p);
+        if (!ensure_store(intake)) {
+                cq_job_release(&job);
+                set_pg_down(intake, true);
+                atomic_fetch_add(&intake->pg_retries, 1);
+                backoff(intake);
+                return STEP_BLOCKED;
+        }
+        src.topic = rd_kafka_topic_name(p->msg->rkt);
+        src.partition = p->msg->partition;
+        src.offset = p->msg->offset;
+        err = cq_store_upsert_job(intake->store, &job, &src, &created);
+        cq_job_release(&job);
+        if (err == CQ_OK) {
+                set_pg_down(intake, false);
+                recovered(intake);
+                if (created) {
+                        atomic_fetch_add(&intake->upserted, 1);
+                        backlog_add(intake, 1);
+                } else {
+                        atomic_fetch_add(&intake->duplicates, 1);
+                }
+                return STEP_DONE;
+        }
+        atomic_fetch_add(&intake->pg_retries, 1);
+        if (err == CQ_ERR_RETRIABLE) {
+                set_pg_down(intake, true);
+                backoff(intake);
+                return STEP_BLOCKED;
+        }
+        /* PostgreSQL answered and refused this job. Retry a few times (a
+         * refusal can be transient, e.g. during a migration), then send it
+         * to the DLQ with the reason rather than block the partition. */
+        if (err == CQ_ERR_FATAL && ++p->store_fatal < STORE_FATAL_MAX) {
+                cq_log_kv(CQ_LOG_WARN, "PostgreSQL refused a job: retrying",
+                          "error", cq_store_errmsg(intake->store), NULL);
+                backoff(intake);
+                return STEP_BLOCKED;
+        }
+        {
+                char reason[600];
+
+                snprintf(reason, sizeof(reason), "%s",
+                         cq_store_errmsg(intake->store));
+                reason[strcspn(reason, "\n")] = '\0';
+                p->error = strdup(reason);
+        }
+        if (!p->error) {
+                backoff(intake);
+                return STEP_BLOCKED;
+        }
+        return step_dlq(intake, p);
+}
+
+/* Count queued jobs, at most backlog_max + 1 (cheap with the queue's
+ * partial index). -1 when PostgreSQL cannot be asked. */
+static long backlog_count(cq_intake_t *intake)
+{
+        static const char sql[] =
+            "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE status = 'queued'"
+            " LIMIT $1::bigint) q";
+        char limit[32];
+        const char *params[1] = {limit};
+        PGresult *res = NULL;
+        long n = -1;
+
+        if (!intake->backlog_conn) {
+                const char *keys[] = {"dbname", "connect_timeout",
+                                      "application_name", NULL};
+                const char *vals[] = {
+                    intake->store_opts.dsn ? intake->store_opts.dsn : "", "2",
+                    "coderq-intake", NULL};
+
+                intake->backlog_conn = PQconnectdbParams(keys, vals, 1);
+        }
+        if (!intake->backlog_conn ||
+            PQstatus(intake->backlog_conn) != CONNECTION_OK)
+                goto out;
+        snprintf(limit, sizeof(limit), "%ld", intake->opts.backlog_max + 1);
+        res = PQexecParams(intake->backlog_conn, sql, 1, NULL, params, NULL,
+                           NULL, 0);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+                goto out;
+        n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+out:
+        PQclear(res);
+        if (n < 0 && intake->backlog_conn) {
+                PQfinish(intake->backlog_conn);
+                intake->backlog_conn = NULL;
+        }
+        return n;
+}
+
+static void check_backlog(cq_intake_t *intake, int64_t now)
+{
+        long n;
+
+        if (intake->opts.backlog_max <= 0 || now < intake->next_backlog_check)
+                return;
+        intake->next_backlog_check = now + intake->opts.backlog_check_ms;
+        n = backlog_count(intake);
+        intake->backlog_est = n;
+        atomic_store(&intake->st_backlog, n);
+        if (n < 0)
+                return; /* unknown: keep the current decision */
+        intake->backlog_over = n > intake->opts.backlog_max;
+}
+
+static void apply_pause(cq_intake_t *intake)
+{
+        bool blocked = intake->n > 0 && intake->retry_at > cq_now_ms();
+        bool want = intake->pg_down || intake->dlq_down || blocked ||
+                    intake->backlog_over || intake->n >= FIFO_HIGH;
+        rd_kafka_topic_partition_list_t *parts = NULL;
+
+        if (want && !intake->paused) {
+                if (rd_kafka_assignment(intake->rk, &parts) != 0 ||
+                    parts->cnt == 0) {
+                        if (parts)
+                                rd_kafka_topic_partition_list_destroy(parts);
+                        return;
+                }
+                /* The whole assignment: pausing one partition still let
+                 * others deliver on the 2.0.2 mock. */
+                rd_kafka_pause_partitions(intake->rk, parts);
+                intake->paused = parts;
+                atomic_store(&intake->st_paused, true);
+                atomic_fetch_add(&intake->pauses, 1);
+                if (intake->backlog_over) {
+                        atomic_fetch_add(&intake->backlog_pauses, 1);
+                        cq_log_json(CQ_LOG_INFO, NULL,
+                                    "intake: backlog of %ld queued jobs over "
+                                    "%ld, pausing",
+                                    intake->backlog_est,
+                                    intake->opts.backlog_max);
+                }
+        } else if (!want && intake->paused) {
+                unpause(intake, intake->rk);
+        }
+}
+
+/* Returns -1 only on a fatal consumer error. */
+static int on_message(cq_intake_t *intake, rd_kafka_message_t *msg)
+{
+        if (msg->err) {
+                rd_kafka_resp_err_t err = msg->err;
+
+                rd_kafka_message_destroy(msg);
+                if (err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                        return 0;
+                if (err == RD_KAFKA_RESP_ERR__FATAL) {
+                        char reason[512];
+
+                        rd_kafka_fatal_error(intake->rk, reason,
+                                             sizeof(reason));
+                        set_error(intake, "fatal consumer error: %s", reason);
+                        return -1;
+                }
+                /* Unknown topic (not created yet), broker down, ...: the
+                 * client recovers by itself. */
+                cq_log_kv(CQ_LOG_WARN, "intake consumer error", "error",
+                          rd_kafka_err2str(err), NULL);
+                return 0;
+        }
+        atomic_fetch_add(&intake->received, 1);
+        if (fifo_push(intake, msg) != 0) {
+                /* Out of memory: not stored, so Kafka delivers it again
+                 * after a rebalance; pausing keeps us from dropping more. */
+                cq_log_error("intake: out of memory, message %" PRId64
+                             " dropped from memory (not committed)",
+                             msg->offset);
+                rd_kafka_message_destroy(msg);
+                return 0;
+        }
+        return 0;
+}
+
+/* Work through the oldest WINDOW messages: DLQ deliveries are pipelined
+ * (a message waiting for its report does not hold up the next one), but a
+ * failure stops the round. Then store the offsets of the done messages at
+ * the front, in order: an offset is never stored while an earlier message
+ * is in neither PostgreSQL nor the DLQ. */
+static void drain(cq_intake_t *intake, const atomic_int *stop)
+{
+        size_t i, limit = intake->n < WINDOW ? intake->n : WINDOW;
+
+        for (i = 0; i < limit && !atomic_load(stop); i++) {
+                pending_t *p = &intake->fifo[intake->head + i];
+                step_t r;
+
+                if (p->done)
+                        continue;
+                if (cq_now_ms() < intake->retry_at)
+                        break;
+                r = step(intake, p);
+                if (r == STEP_DONE)
+                        p->done = true;
+                else if (r == STEP_BLOCKED)
+                        break;
+        }
+        while (intake->n > 0 && intake->fifo[intake->head].done) {
+                store_offset(intake, intake->fifo[intake->head].msg);
+                fifo_pop(intake);
+        }
+}
+
+int cq_intake_run(cq_intake_t *intake, const atomic_int *stop)
+{
+        int rc = 0;
+        rd_kafka_resp_err_t err;
+
+        if (intake->ran) {
+                set_error(intake, "intake already ran");
+                return -1;
+        }
+        intake->ran = true;
+        while (!atomic_load(stop)) {
+                int64_t now = cq_now_ms();
+                int timeout = 100;
+                rd_kafka_message_t *msg;
+
+                check_backlog(intake, now);
+                apply_pause(intake);
+                if (intake->n > 0)
+                        timeout = intake->retry_at > now
+                                      ? (int)(intake->retry_at - now)
+                                      : 5;
+                if (timeout > 100)
+                        timeout = 100;
+                msg = rd_kafka_consumer_poll(intake->rk, timeout);
+                if (msg && on_message(intake, msg) != 0) {
+                        rc = -1;
+                        break;
+                }
+                /* Over the backlog bound, messages already fetched wait
+                 * too: pausing alone would not stop them. */
+                if (!intake->backlog_over)
+                        drain(intake, stop);
+        }
+
+        /* Shutdown: what was handled is stored; the rest is delivered
+         * again later. Commit synchronously and check it, because close()
+         * reports success even when its own final commit failed. */
+        fifo_drop(intake);
+        if (intake->paused) {
+                rd_kafka_topic_partition_list_destroy(intake->paused);
+                intake->paused = NULL;
+        }
+        err = rd_kafka_commit(intake->rk, NULL, 0);
+        if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+                set_error(intake, "could not commit offsets: %s",
+                          rd_kafka_err2str(err));
+                rc = -1;
+        }
+        err = rd_kafka_consumer_close(intake->rk);
+        if (err) {
+                set_error(intake, "could not close the consumer: %s",
+                          rd_kafka_err2str(err));
+                rc = -1;
+        }
+        return rc;
+}

@@ -1,0 +1,477 @@
+/* SPDX-License-Identifier: MIT */
+/* producer.c - the process's one idempotent producer, shared by the intake
+ * (DLQ), the relay and the events. A private thread serves delivery
+ * reports and replaces the client after a fatal error; tracked messages
+ * carry a reference-counted record so callers can wait or walk away. */
+#include "coderq/kafka.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coderq/job.h"
+#include "coderq/log.h"
+#include "kafka_int.h"
+
+struct cq_dr {
+        int refs;
+        bool done;
+        rd_kafka_resp_err_t err;
+        rd_kafka_msg_status_t status;
+        struct cq_dr *prev, *next; /* outstanding list, while in flight */
+        bool listed;
+};
+
+struct cq_producer {
+        cq_kafka_opts_t opts;  /* strings borrowed from the caller */
+        pthread_rwlock_t lock; /* rk: read to use, write to replace */
+        rd_kafka_t *rk;
+        pthread_mutex_t mtx; /* dr records, cond, outstanding list */
+        pthread_cond_t cond;
+        struct cq_dr *outstanding;
+        pthread_t thread;
+        bool thread_started;
+        atomic_int stop;
+        atomic_long be_inflight;
+        atomic_ullong be_failed;
+        atomic_uint recreated;
+};
+
+void cq_kafka_opts_init(cq_kafka_opts_t *opts)
+{
+        memset(opts, 0, sizeof(*opts));
+        opts->brokers = "127.0.0.1:9092";
+        opts->topic_jobs = CQ_KAFKA_TOPIC_JOBS;
+        opts->topic_dlq = CQ_KAFKA_TOPIC_DLQ;
+        opts->topic_results = CQ_KAFKA_TOPIC_RESULTS;
+        opts->topic_events = CQ_KAFKA_TOPIC_EVENTS;
+        opts->group = CQ_KAFKA_GROUP;
+        opts->job_max = CQ_JOB_DEFAULT_MAX;
+        opts->backlog_max = 1000;
+        opts->backlog_check_ms = 1000;
+        opts->session_timeout_ms = 30000;
+        opts->max_poll_interval_ms = 120000;
+        opts->commit_interval_ms = 1000;
+        opts->message_timeout_ms = 60000;
+        opts->pg_reconnect_ms = 500;
+        opts->relay_interval_ms = 200;
+        opts->relay_batch = 100;
+        opts->flush_timeout_ms = 10000;
+        opts->events_queue_max = 10000;
+}
+
+void cq_kafka_opts_from_config(cq_kafka_opts_t *opts, const cq_config_t *cfg)
+{
+        cq_kafka_opts_init(opts);
+        if (cfg->kafka_brokers)
+                opts->brokers = cfg->kafka_brokers;
+        opts->client_id = cfg->worker_id;
+        if (cfg->topic_jobs)
+                opts->topic_jobs = cfg->topic_jobs;
+        if (cfg->topic_dlq)
+                opts->topic_dlq = cfg->topic_dlq;
+        if (cfg->topic_results)
+                opts->topic_results = cfg->topic_results;
+        if (cfg->topic_events)
+                opts->topic_events = cfg->topic_events;
+        if (cfg->kafka_group)
+                opts->group = cfg->kafka_group;
+        opts->job_max = cfg->job_max_bytes;
+        opts->backlog_max = cfg->backlog_max;
+        opts->events_queue_max = cfg->events_queue_max;
+        opts->relay_interval_ms = (int)cfg->relay_interval_ms;
+}
+
+int kafka_conf_set(rd_kafka_conf_t *conf,
+                   const char *key,
+                   const char *value,
+                   char *errstr,
+                   size_t errstr_size)
+{
+        char reason[256];
+
+        if (rd_kafka_conf_set(conf, key, value, reason, sizeof(reason)) ==
+            RD_KAFKA_CONF_OK)
+                return 0;
+        if (errstr)
+                snprintf(errstr, errstr_size, "could not set %s=%s: %s", key,
+                         value, reason);
+        return -1;
+}
+
+int kafka_conf_common(rd_kafka_conf_t *conf,
+                      const cq_kafka_opts_t *opts,
+                      char *errstr,
+                      size_t errstr_size)
+{
+        const char *const *kv;
+
+        if (opts->brokers && kafka_conf_set(conf, "bootstrap.servers",
+                                            opts->brokers, errstr, errstr_size))
+                return -1;
+        if (kafka_conf_set(conf, "client.id",
+                           opts->client_id ? opts->client_id : "coderq", errstr,
+                           errstr_size))
+                return -1;
+        for (kv = opts->conf; kv && kv[0] && kv[1]; kv += 2)
+                if (kafka_conf_set(conf, kv[0], kv[1], errstr, errstr_size))
+                        return -1;
+        return 0;
+}
+
+/* Called with prod->mtx held. */
+static void dr_unref_locked(cq_producer_t *prod, struct cq_dr *dr)
+{
+        if (--dr->refs > 0)
+                return;
+        if (dr->listed) {
+                if (dr->prev)
+                        dr->prev->next = dr->next;
+                else
+                        prod->outstanding = dr->next;
+                if (dr->next)
+                        dr->next->prev = dr->prev;
+        }
+        free(dr);
+}
+
+/* The message's reference ends here: record the outcome. mtx held. */
+static void dr_complete_locked(cq_producer_t *prod,
+                               struct cq_dr *dr,
+                               rd_kafka_resp_err_t err,
+                               rd_kafka_msg_status_t status)
+{
+        dr->done = true;
+        dr->err = err;
+        dr->status = status;
+        if (dr->listed) {
+                if (dr->prev)
+                        dr->prev->next = dr->next;
+                else
+                        prod->outstanding = dr->next;
+                if (dr->next)
+                        dr->next->prev = dr->prev;
+                dr->listed = false;
+                dr->prev = dr->next = NULL;
+        }
+        dr_unref_locked(prod, dr);
+}
+
+cq_dr_t *cq_dr_new(cq_producer_t *prod)
+{
+        struct cq_dr *dr = calloc(1, sizeof(*dr));
+
+        (void)prod;
+        if (dr)
+                dr->refs = 1;
+        return dr;
+}
+
+void cq_dr_put(cq_producer_t *prod, cq_dr_t **drp)
+{
+        if (!*drp)
+                return;
+        pthread_mutex_lock(&prod->mtx);
+        dr_unref_locked(prod, *drp);
+        pthread_mutex_unlock(&prod->mtx);
+        *drp = NULL;
+}
+
+bool cq_dr_done(cq_producer_t *prod,
+                cq_dr_t *dr,
+                rd_kafka_resp_err_t *errp,
+                rd_kafka_msg_status_t *statusp)
+{
+        bool done;
+
+        pthread_mutex_lock(&prod->mtx);
+        done = dr->done;
+        if (done) {
+                *errp = dr->err;
+                *statusp = dr->status;
+        }
+        pthread_mutex_unlock(&prod->mtx);
+        return done;
+}
+
+/* Runs in the producer thread (rd_kafka_poll/flush). */
+static void
+on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
+{
+        cq_producer_t *prod = opaque;
+        struct cq_dr *dr = msg->_private;
+
+        if (!dr) {
+                atomic_fetch_sub(&prod->be_inflight, 1);
+                if (msg->err)
+                        atomic_fetch_add(&prod->be_failed, 1);
+                return;
+        }
+        pthread_mutex_lock(&prod->mtx);
+        dr_complete_locked(prod, dr, msg->err, rd_kafka_message_status(msg));
+        pthread_cond_broadcast(&prod->cond);
+        pthread_mutex_unlock(&prod->mtx);
+        (void)rk;
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+        (void)rk;
+        (void)opaque;
+        /* Broker transport errors are routine during outages: the client
+         * reconnects by itself. */
+        cq_log_kv(err == RD_KAFKA_RESP_ERR__FATAL ? CQ_LOG_ERROR : CQ_LOG_WARN,
+                  "kafka producer error", "error",
+                  rd_kafka_err2name((rd_kafka_resp_err_t)err), "reason", reason,
+                  NULL);
+}
+
+static rd_kafka_t *
+client_new(cq_producer_t *prod, char *errstr, size_t errstr_size)
+{
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_t *rk = NULL;
+        char num[32], reason[512];
+
+        if (kafka_conf_common(conf, &prod->opts, errstr, errstr_size))
+                goto out;
+        if (kafka_conf_set(conf, "enable.idempotence", "true", errstr,
+                           errstr_size) ||
+            kafka_conf_set(conf, "linger.ms", "5", errstr, errstr_size))
+                goto out;
+        snprintf(num, sizeof(num), "%d", prod->opts.message_timeout_ms);
+        if (kafka_conf_set(conf, "message.timeout.ms", num, errstr,
+                           errstr_size))
+                goto out;
+        rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+        rd_kafka_conf_set_error_cb(conf, on_error);
+        rd_kafka_conf_set_opaque(conf, prod);
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, reason, sizeof(reason));
+        if (!rk) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create Kafka producer: %s", reason);
+                goto out;
+        }
+        conf = NULL; /* rd_kafka_t owns it now */
+out:
+        if (conf)
+                rd_kafka_conf_destroy(conf);
+        return rk;
+}
+
+/* Purge and destroy a client; every tracked message still outstanding
+ * fails with \p err (its report can no longer come). */
+static void client_destroy(cq_producer_t *prod, rd_kafka_t *rk, int flush_ms)
+{
+        if (!rk)
+                return;
+        if (flush_ms > 0)
+                rd_kafka_flush(rk, flush_ms);
+        rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        /* Serve the purge reports (ERR__PURGE_*) before destroying. */
+        rd_kafka_flush(rk, 1000);
+        rd_kafka_destroy(rk);
+        pthread_mutex_lock(&prod->mtx);
+        while (prod->outstanding)
+                dr_complete_locked(prod, prod->outstanding,
+                                   RD_KAFKA_RESP_ERR__DESTROY,
+                                   RD_KAFKA_MSG_STATUS_NOT_PERSISTED);
+        pthread_cond_broadcast(&prod->cond);
+        pthread_mutex_unlock(&prod->mtx);
+}
+
+static void *producer_thread(void *arg)
+{
+        cq_producer_t *prod = arg;
+
+        while (!atomic_load(&prod->stop)) {
+                char reason[512];
+                rd_kafka_resp_err_t fatal;
+                rd_kafka_t *fresh;
+
+                pthread_rwlock_rdlock(&prod->lock);
+                rd_kafka_poll(prod->rk, 100);
+                fatal = rd_kafka_fatal_error(prod->rk, reason, sizeof(reason));
+                pthread_rwlock_unlock(&prod->lock);
+                if (!fatal)
+                        continue;
+                cq_log_kv(CQ_LOG_ERROR,
+                          "kafka producer hit a fatal error: "
+                          "recreating it",
+                          "error", rd_kafka_err2name(fatal), "reason", reason,
+                          NULL);
+                fresh = client_new(prod, reason, sizeof(reason));
+                if (!fresh) {
+                        struct timespec ts = {1, 0};
+
+                        cq_log_kv(CQ_LOG_ERROR,
+                                  "could not recreate the kafka producer",
+                                  "reason", reason, NULL);
+                        nanosleep(&ts, NULL);
+                        continue;
+                }
+                pthread_rwlock_wrlock(&prod->lock);
+                client_destroy(prod, prod->rk, 0);
+                prod->rk = fresh;
+                pthread_rwlock_unlock(&prod->lock);
+                atomic_fetch_add(&prod->recreated, 1);
+        }
+        return NULL;
+}
+
+cq_producer_t *
+cq_producer_new(const cq_kafka_opts_t *opts, char *errstr, size_t errstr_size)
+{
+        cq_producer_t *prod = calloc(1, sizeof(*prod));
+
+        if (!prod) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create producer: out of memory");
+                return NULL;
+        }
+        prod->opts = *opts;
+        pthread_rwlock_init(&prod->lock, NULL);
+        pthread_mutex_init(&prod->mtx, NULL);
+        pthread_cond_init(&prod->cond, NULL);
+        prod->rk = client_new(prod, errstr, errstr_size);
+        if (!prod->rk)
+                goto fail;
+        if (pthread_create(&prod->thread, NULL, producer_thread, prod) != 0) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not start producer thread: %s",
+                                 strerror(errno));
+                goto fail;
+        }
+        prod->thread_started = true;
+        return prod;
+fail:
+        cq_producer_destroy(&prod);
+        return NULL;
+}
+
+void cq_producer_destroy(cq_producer_t **prodp)
+{
+        cq_producer_t *prod = *prodp;
+
+        if (!prod)
+                return;
+        if (prod->thread_started) {
+                atomic_store(&prod->stop, 1);
+                pthread_join(prod->thread, NULL);
+        }
+        client_destroy(prod, prod->rk, prod->opts.flush_timeout_ms);
+        pthread_cond_destroy(&prod->cond);
+        pthread_mutex_destroy(&prod->mtx);
+        pthread_rwlock_destroy(&prod->lock);
+        free(prod);
+        *prodp = NULL;
+}
+
+unsigned cq_producer_recreated(cq_producer_t *prod)
+{
+        return atomic_load(&prod->recreated);
+}
+
+rd_kafka_resp_err_t cq_producer_send(cq_producer_t *prod,
+                                     const char *topic,
+                                     const void *key,
+                                     size_t keylen,
+                                     const void *value,
+                                     size_t len,
+                                     rd_kafka_headers_t **hdrsp,
+                                     cq_dr_t *dr)
+{
+        rd_kafka_headers_t *hdrs = *hdrsp;
+        rd_kafka_resp_err_t err;
+
+        *hdrsp = NULL;
+        if (dr) {
+                /* The in-flight reference, listed so that a client replaced
+                 * or destroyed before the report still completes it. */
+                pthread_mutex_lock(&prod->mtx);
+                dr->refs++;
+                dr->listed = true;
+                dr->prev = NULL;
+                dr->next = prod->outstanding;
+                if (dr->next)
+                        dr->next->prev = dr;
+                prod->outstanding = dr;
+                pthread_mutex_unlock(&prod->mtx);
+        } else {
+                atomic_fetch_add(&prod->be_inflight, 1);
+        }
+        pthread_rwlock_rdlock(&prod->lock);
+        if (hdrs)
+                err = rd_kafka_producev(
+                    prod->rk, RD_KAFKA_V_TOPIC(topic),
+                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                    RD_KAFKA_V_KEY((void *)(uintptr_t)key, keylen),
+                    RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
+                    RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(dr),
+                    RD_KAFKA_V_END);
+        else
+                err = rd_kafka_producev(
+                    prod->rk, RD_KAFKA_V_TOPIC(topic),
+                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                    RD_KAFKA_V_KEY((void *)(uintptr_t)key, keylen),
+                    RD_KAFKA_V_VALUE((void *)(uintptr_t)value, len),
+                    RD_KAFKA_V_OPAQUE(dr), RD_KAFKA_V_END);
+        pthread_rwlock_unlock(&prod->lock);
+        if (!err)
+                return err; /* the headers belong to the message now */
+        if (hdrs)
+                rd_kafka_headers_destroy(hdrs);
+        if (dr) {
+                pthread_mutex_lock(&prod->mtx);
+                dr_complete_locked(prod, dr, err,
+                                   RD_KAFKA_MSG_STATUS_NOT_PERSISTED);
+                pthread_mutex_unlock(&prod->mtx);
+        } else {
+                atomic_fetch_sub(&prod->be_inflight, 1);
+        }
+        return err;
+}
+
+void cq_producer_wait(cq_producer_t *prod, int timeout_ms)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&prod->mtx);
+        pthread_cond_timedwait(&prod->cond, &prod->mtx, &ts);
+        pthread_mutex_unlock(&prod->mtx);
+}
+
+long cq_producer_besteffort_inflight(cq_producer_t *prod)
+{
+        return atomic_load(&prod->be_inflight);
+}
+
+uint64_t cq_producer_besteffort_failed(cq_producer_t *prod)
+{
+        return atomic_load(&prod->be_failed);
+}
+
+rd_kafka_resp_err_t cq_producer_test_fatal(cq_producer_t *prod)
+{
+        rd_kafka_resp_err_t err;
+
+        pthread_rwlock_rdlock(&prod->lock);
+        err = rd_kafka_test_fatal_error(
+            prod->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+            "fabricated by a test");
+        pthread_rwlock_unlock(&prod->lock);
+        return err;
+}

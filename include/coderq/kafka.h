@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+/* kafka.h - the Kafka side of a worker process: one shared idempotent
+ * producer, the intake (jobs topic -> PostgreSQL, bad messages -> DLQ),
+ * the outbox relay (outbox rows -> results topic) and best-effort progress
+ * events. Intake and relay are blocking run loops, each meant for its own
+ * thread; the worker daemon starts them and stops them through an atomic
+ * flag. Nothing here knows about the agent.
+ *
+ * Delivery guarantees: a job message's offset is stored (and so committed)
+ * only after PostgreSQL has the job or the DLQ has acknowledged the
+ * message; an outbox row is marked sent only after a successful delivery
+ * report. Both are at least once: consumers dedupe on job_id/event_id. */
+#ifndef CODERQ_KAFKA_H
+#define CODERQ_KAFKA_H
+
+#include <stdatomic.h>
+
+#include <jansson.h>
+
+#include "coderq/common.h"
+#include "coderq/config.h"
+#include "coderq/store.h"
+
+#define CQ_KAFKA_TOPIC_JOBS    "coderq.jobs"
+#define CQ_KAFKA_TOPIC_DLQ     "coderq.jobs.dlq"
+#define CQ_KAFKA_TOPIC_RESULTS "coderq.results"
+#define CQ_KAFKA_TOPIC_EVENTS  "coderq.events"
+#define CQ_KAFKA_GROUP         "coderq-workers"
+
+/** @brief Settings shared by the Kafka modules. Strings are borrowed: they
+ *         must outlive every handle made from them. */
+typedef struct cq_kafka_opts {
+        const char *brokers;          /* bootstrap.servers */
+        const char *client_id;        /* worker id; NULL: "coderq" */
+        const cq_store_opts_t *store; /* the intake's and relay's stores
+                                         (copied; reconnect_ms is replaced
+                                         by pg_reconnect_ms so the loops
+                                         keep polling Kafka). NULL:
+                                         cq_store_opts_init() defaults;
+                                         cq_kafka_opts_from_config()
+                                         leaves it NULL */
+        const char *topic_jobs;
+        const char *topic_dlq;
+        const char *topic_results; /* outbox rows without a topic */
+        const char *topic_events;
+        const char *group; /* consumer group of the intake */
+        size_t job_max;    /* job message cap, bytes (CODERQ_JOB_MAX_BYTES) */
+        long backlog_max;  /* pause intake above this many queued jobs;
+                              0: never */
+        int backlog_check_ms; /* how often the backlog is counted */
+        int session_timeout_ms;
+        int max_poll_interval_ms;
+        int commit_interval_ms;  /* auto.commit.interval.ms */
+        int message_timeout_ms;  /* producer message.timeout.ms */
+        int pg_reconnect_ms;     /* one reconnect attempt budget per call */
+        int relay_interval_ms;   /* outbox poll period */
+        int relay_batch;         /* rows per outbox fetch */
+        int flush_timeout_ms;    /* bounded waits at shutdown */
+        long events_queue_max;   /* events in flight before dropping */
+        const char *const *conf; /* extra librdkafka "key", "value" pairs for
+                                    every client, NULL-terminated; or NULL */
+} cq_kafka_opts_t;
+
+/** @brief Defaults: the topic and group names above, job_max
+ *         CQ_JOB_DEFAULT_MAX, backlog 1000 checked every second, session
+ *         30 s, max poll 120 s, commit every 1 s, message timeout 60 s,
+ *         reconnect 500 ms, relay every 200 ms by 100 rows, flush 10 s,
+ *         10000 events in flight. */
+void cq_kafka_opts_init(cq_kafka_opts_t *opts);
+
+/** @brief Fill \p opts from \p cfg (borrowed: it must outlive the
+ *         handles). */
+void cq_kafka_opts_from_config(cq_kafka_opts_t *opts, const cq_config_t *cfg);
+
+/* ------------------------------------------------------------- producer */
+
+typedef struct cq_producer cq_producer_t;
+
+/**
+ * @brief The process's one producer (enable.idempotence=true), with its
+ *        own thread serving delivery reports. A fatal producer error
+ *        (rd_kafka_fatal_error()) destroys and recreates the rd_kafka_t;
+ *        messages in flight then fail and are retried by their owners.
+ * @returns Caller owns the returned value; free with cq_producer_destroy().
+ *          NULL with \p errstr filled on a configuration error.
+ * @locality Any thread. The handle is thread-safe (internal rwlock and
+ *           mutex).
+ */
+cq_producer_t *
+cq_producer_new(const cq_kafka_opts_t *opts, char *errstr, size_t errstr_size);
+
+/** @brief Flush (bounded by opts.flush_timeout_ms), stop the thread and
+ *         destroy. Call after every intake, relay and events handle using
+ *         it is destroyed. */
+void cq_producer_destroy(cq_producer_t **prodp);
+
+/** @brief How many times a fatal error made the producer recreate its
+ *         client. */
+unsigned cq_producer_recreated(cq_producer_t *prod);
+
+/* --------------------------------------------------------------- intake */
+
+typedef struct cq_intake cq_intake_t;
+
+/** @brief Counters of an intake; a consistent-enough snapshot. */
+typedef struct cq_intake_stats {
+        uint64_t received;       /* messages consumed */
+        uint64_t upserted;       /* jobs created in PostgreSQL */
+        uint64_t duplicates;     /* valid messages whose job already existed */
+        uint64_t dlq;            /* messages acknowledged by the DLQ */
+        uint64_t stored;         /* offsets stored */
+        uint64_t pg_retries;     /* upserts that failed retriably */
+        uint64_t dlq_retries;    /* DLQ deliveries that failed (retried) */
+        uint64_t pauses;         /* times all partitions were paused */
+        uint64_t backlog_pauses; /* of which because of the backlog */
+        bool paused;             /* partitions paused right now */
+        bool pg_down;            /* the last PostgreSQL call failed */
+        long backlog;            /* last counted queued jobs (-1: unknown) */
+        int assigned;            /* partitions assigned right now */
+} cq_intake_stats_t;
+
+/**
+ * @brief Create the consumer (group opts.group, subscribed to
+ *        opts.topic_jobs). PostgreSQL need not be up yet.
+ *
+ * A message goes to opts.topic_dlq, with its key, value and headers
+ * unchanged plus the headers "error" (the reason), "source_topic",
+ * "source_partition" and "source_offset" (decimal), when cq_job_parse()
+ * refuses it (not JSON, wrong types, missing fields, over opts.job_max,
+ * unknown version, ...), when its key is not empty and differs from its
+ * job_id, when parent_job_id equals job_id, or when PostgreSQL refuses the
+ * row three times in a row (CQ_ERR_FATAL/TOO_LARGE from the upsert).
+ * A null or empty key is accepted.
+ * @param prod Borrowed; used for the DLQ; must outlive the intake.
+ * @returns Caller owns the returned value; free with cq_intake_destroy().
+ * @locality Any thread.
+ */
+cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
+                           cq_producer_t *prod,
+                           char *errstr,
+                           size_t errstr_size);
+
+/**
+ * @brief Consume until *\p stop becomes non-zero: validate each message,
+ *        upsert its job, then store its offset; send bad ones to the DLQ.
+ *        Never returns because of bad input or PostgreSQL or broker
+ *        outages. On stop: a final synchronous commit (checked), then the
+ *        consumer is closed.
+ * @returns 0; -1 when the final commit or the close failed, or on a fatal
+ *          consumer error (see cq_intake_errmsg()).
+ * @locality One thread, once per handle.
+ */
+CQ_NODISCARD int cq_intake_run(cq_intake_t *intake, const atomic_int *stop);
+
+/** @brief The last error. Borrowed; valid until the handle is destroyed
+ *         (read it after cq_intake_run() returned). */
+const char *cq_intake_errmsg(const cq_intake_t *intake);
+
+/** @locality Any thread. */
+void cq_intake_stats(cq_intake_t *intake, cq_intake_stats_t *stats);
+
+void cq_intake_destroy(cq_intake_t **intakep);
+
+/* ---------------------------------------------------------------- relay */
+
+typedef struct cq_relay cq_relay_t;
+
+typedef struct cq_relay_stats {
+        uint64_t produced; /* rows handed to the producer */
+        uint64_t sent;     /* rows marked sent */
+        uint64_t failed;   /* deliveries that failed (row stays unsent) */
+        uint64_t inflight; /* rows waiting for their delivery report */
+        bool pg_down;
+} cq_relay_stats_t;
+
+/**
+ * @brief An outbox relay. Each row is produced to its own topic (the
+ *        results topic the store wrote; opts.topic_results when empty),
+ *        key = the row's key (the job_id), header "event_id".
+ * @param prod Borrowed; must outlive the relay.
+ * @returns Caller owns the returned value; free with cq_relay_destroy().
+ */
+cq_relay_t *cq_relay_new(const cq_kafka_opts_t *opts,
+                         cq_producer_t *prod,
+                         char *errstr,
+                         size_t errstr_size);
+
+/**
+ * @brief Relay until *\p stop: every relay_interval_ms fetch unsent rows
+ *        (not already in flight), produce them, and mark a row sent when
+ *        its delivery report succeeded (err 0, status PERSISTED). Failed
+ *        or possibly persisted deliveries leave the row unsent: it is
+ *        produced again later. On stop, waits at most flush_timeout_ms for
+ *        the reports in flight.
+ * @returns 0.
+ * @locality One thread.
+ */
+int cq_relay_run(cq_relay_t *relay, const atomic_int *stop);
+
+/** @locality Any thread. */
+void cq_relay_stats(cq_relay_t *relay, cq_relay_stats_t *stats);
+
+void cq_relay_destroy(cq_relay_t **relayp);
+
+/* --------------------------------------------------------------- events */
+
+typedef struct cq_events cq_events_t;
+
+typedef struct cq_events_stats {
+        uint64_t published; /* handed to the producer */
+        uint64_t dropped;   /* queue full or producer refused */
+        uint64_t failed;    /* delivery reports with an error */
+} cq_events_stats_t;
+
+/**
+ * @brief Best-effort progress events on opts.topic_events.
+ * @param prod Borrowed; must outlive the events handle.
+ * @returns Caller owns the returned value; free with cq_events_destroy().
+ */
+cq_events_t *cq_events_new(const cq_kafka_opts_t *opts,
+                           cq_producer_t *prod,
+                           char *errstr,
+                           size_t errstr_size);
+
+/**
+ * @brief Publish {"job_id", "seq", "ts", "type", ...members of \p data}
+ *        keyed by job_id. seq counts from 1 per job within this process;
+ *        type "job.finished" forgets the job's counter afterwards. Never
+ *        blocks on the network: when opts.events_queue_max events are in
+ *        flight, or the producer refuses, the event is dropped and
+ *        counted.
+ * @param data Borrowed; an object or NULL. Its members cannot override
+ *        job_id, seq, ts or type.
+ * @returns 0 when handed to the producer, -1 when dropped.
+ * @locality Any thread (the seq table has its own mutex).
+ */
+int cq_events_publish(cq_events_t *events,
+                      const char *job_id,
+                      const char *type,
+                      const json_t *data);
+
+/** @locality Any thread. */
+void cq_events_stats(cq_events_t *events, cq_events_stats_t *stats);
+
+void cq_events_destroy(cq_events_t **eventsp);
+
+#endif

@@ -1,0 +1,328 @@
+/* SPDX-License-Identifier: MIT */
+/* check_kafka.c - the Kafka modules without a broker or PostgreSQL:
+ * librdkafka's mock cluster for fault injection (a failed final commit
+ * must be reported; a refused DLQ delivery must keep the offset unstored),
+ * events dropping when their queue is full, and the settings rows. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include "check_support.h"
+#include "coderq/config.h"
+#include "coderq/kafka.h"
+#include "coderq/util.h"
+#include "support/kafka_test.h"
+#include "../consumer/kafka_int.h"
+
+#define OFFSET_COMMIT 8
+#define PRODUCE       0
+
+typedef struct mock {
+        rd_kafka_t *rk; /* owns the cluster */
+        rd_kafka_mock_cluster_t *mc;
+        const char *brokers;
+        char topic[80], dlq[96], group[96];
+        cq_kafka_opts_t kopts;
+        cq_producer_t *prod;
+        cq_intake_t *intake;
+        atomic_int stop;
+        int rc;
+        pthread_t thread;
+} mock_t;
+
+static void *run_intake(void *arg)
+{
+        mock_t *m = arg;
+
+        m->rc = cq_intake_run(m->intake, &m->stop);
+        return NULL;
+}
+
+static void mock_setup(mock_t *m, int nbad)
+{
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        char errstr[512];
+        rd_kafka_t *prk;
+        int i;
+
+        memset(m, 0, sizeof(*m));
+        m->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+        ck_assert_msg(m->rk, "%s", errstr);
+        m->mc = rd_kafka_mock_cluster_new(m->rk, 1);
+        ck_assert_ptr_nonnull(m->mc);
+        m->brokers = rd_kafka_mock_cluster_bootstraps(m->mc);
+        kt_unique("mock", m->topic, sizeof(m->topic));
+        snprintf(m->dlq, sizeof(m->dlq), "%s-dlq", m->topic);
+        snprintf(m->group, sizeof(m->group), "%s-group", m->topic);
+        ck_assert_int_eq(rd_kafka_mock_topic_create(m->mc, m->topic, 1, 1), 0);
+        ck_assert_int_eq(rd_kafka_mock_topic_create(m->mc, m->dlq, 1, 1), 0);
+        prk = kt_producer(m->brokers);
+        for (i = 0; i < nbad; i++) {
+                char value[64];
+                int n = snprintf(value, sizeof(value), "not json %d", i);
+
+                kt_produce(prk, m->topic, 0, NULL, 0, value, (size_t)n, NULL);
+        }
+        kt_flush(prk);
+        kt_producer_destroy(prk);
+
+        cq_kafka_opts_init(&m->kopts);
+        m->kopts.brokers = m->brokers;
+        m->kopts.topic_jobs = m->topic;
+        m->kopts.topic_dlq = m->dlq;
+        m->kopts.group = m->group;
+        m->kopts.backlog_max = 0; /* no PostgreSQL here */
+        m->kopts.session_timeout_ms = 6000;
+        /* Only the final commit commits: auto-commit would race it. */
+        m->kopts.commit_interval_ms = 600000;
+        m->kopts.flush_timeout_ms = 2000;
+}
+
+static void mock_run(mock_t *m)
+{
+        char errstr[512];
+
+        m->prod = cq_producer_new(&m->kopts, errstr, sizeof(errstr));
+        ck_assert_msg(m->prod, "%s", errstr);
+        m->intake = cq_intake_new(&m->kopts, m->prod, errstr, sizeof(errstr));
+        ck_assert_msg(m->intake, "%s", errstr);
+        ck_assert_int_eq(pthread_create(&m->thread, NULL, run_intake, m), 0);
+}
+
+static void mock_stop(mock_t *m)
+{
+        atomic_store(&m->stop, 1);
+        pthread_join(m->thread, NULL);
+}
+
+static void mock_release(mock_t *m)
+{
+        cq_intake_destroy(&m->intake);
+        cq_producer_destroy(&m->prod);
+        rd_kafka_mock_cluster_destroy(m->mc);
+        rd_kafka_destroy(m->rk);
+}
+
+static void wait_dlq(mock_t *m, uint64_t n, int timeout_ms)
+{
+        cq_intake_stats_t st;
+        int64_t deadline = cq_now_ms() + timeout_ms;
+
+        for (;;) {
+                cq_intake_stats(m->intake, &st);
+                if (st.dlq == n && st.stored == n)
+                        return;
+                ck_assert_msg(cq_now_ms() < deadline,
+                              "dlq %llu stored %llu, waiting for %llu",
+                              (unsigned long long)st.dlq,
+                              (unsigned long long)st.stored,
+                              (unsigned long long)n);
+                kt_sleep_ms(50);
+        }
+}
+
+START_TEST(final_commit_succeeds)
+{
+        mock_t m;
+
+        mock_setup(&m, 3);
+        mock_run(&m);
+        wait_dlq(&m, 3, 60000);
+        mock_stop(&m);
+        ck_assert_msg(m.rc == 0, "%s", cq_intake_errmsg(m.intake));
+        ck_assert_int_eq(kt_committed_sum(m.brokers, m.group, m.topic, 1), 3);
+        mock_release(&m);
+}
+END_TEST
+
+START_TEST(final_commit_failure_is_reported)
+{
+        mock_t m;
+
+        mock_setup(&m, 3);
+        mock_run(&m);
+        wait_dlq(&m, 3, 60000);
+        rd_kafka_mock_push_request_errors(
+            m.mc, OFFSET_COMMIT, 3, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS,
+            RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS,
+            RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS);
+        mock_stop(&m);
+        ck_assert_int_eq(m.rc, -1);
+        ck_assert_msg(strstr(cq_intake_errmsg(m.intake),
+                             "could not commit offsets") != NULL,
+                      "errmsg: %s", cq_intake_errmsg(m.intake));
+        mock_release(&m);
+}
+END_TEST
+
+START_TEST(refused_dlq_delivery_keeps_offset)
+{
+        mock_t m;
+        cq_intake_stats_t st;
+        rd_kafka_resp_err_t errs[20];
+        int i;
+        int64_t deadline;
+
+        for (i = 0; i < 20; i++)
+                errs[i] = RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
+        mock_setup(&m, 1);
+        /* The DLQ's Produce requests fail until the errors are cleared. */
+        rd_kafka_mock_push_request_errors_array(m.mc, PRODUCE, 20, errs);
+        mock_run(&m);
+        deadline = cq_now_ms() + 60000;
+        do {
+                cq_intake_stats(m.intake, &st);
+                ck_assert_msg(cq_now_ms() < deadline, "no DLQ failure seen");
+                kt_sleep_ms(50);
+        } while (st.dlq_retries < 1);
+        ck_assert_uint_eq(st.stored, 0);
+        ck_assert_uint_eq(st.dlq, 0);
+        rd_kafka_mock_clear_request_errors(m.mc, PRODUCE);
+        wait_dlq(&m, 1, 60000);
+        mock_stop(&m);
+        ck_assert_msg(m.rc == 0, "%s", cq_intake_errmsg(m.intake));
+        ck_assert_int_eq(kt_committed_sum(m.brokers, m.group, m.topic, 1), 1);
+        mock_release(&m);
+}
+END_TEST
+
+START_TEST(fatal_producer_error_recreates_it)
+{
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_t *rk;
+        rd_kafka_mock_cluster_t *mc;
+        cq_kafka_opts_t kopts;
+        cq_producer_t *prod;
+        cq_events_t *events;
+        char errstr[512], topic[80];
+        kt_msg_t *msgs = NULL;
+        size_t n;
+        int64_t deadline;
+
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+        ck_assert_msg(rk, "%s", errstr);
+        mc = rd_kafka_mock_cluster_new(rk, 1);
+        ck_assert_ptr_nonnull(mc);
+        kt_unique("mock-ev", topic, sizeof(topic));
+        ck_assert_int_eq(rd_kafka_mock_topic_create(mc, topic, 1, 1), 0);
+        cq_kafka_opts_init(&kopts);
+        kopts.brokers = rd_kafka_mock_cluster_bootstraps(mc);
+        kopts.topic_events = topic;
+        kopts.flush_timeout_ms = 2000;
+        prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
+        ck_assert_msg(prod, "%s", errstr);
+        events = cq_events_new(&kopts, prod, errstr, sizeof(errstr));
+        ck_assert_msg(events, "%s", errstr);
+        ck_assert_int_eq(cq_events_publish(events, "j", "job.claimed", NULL),
+                         0);
+        n = kt_consume(kopts.brokers, topic, 1, 1, 30000, &msgs);
+        ck_assert_uint_eq(n, 1);
+        kt_msgs_free(msgs, n);
+
+        ck_assert_int_eq(cq_producer_test_fatal(prod), 0);
+        deadline = cq_now_ms() + 30000;
+        while (cq_producer_recreated(prod) < 1) {
+                ck_assert_msg(cq_now_ms() < deadline, "not recreated");
+                kt_sleep_ms(20);
+        }
+        /* The new client works: the next event arrives with seq 2. */
+        ck_assert_int_eq(cq_events_publish(events, "j", "llm.reply", NULL), 0);
+        n = kt_consume(kopts.brokers, topic, 1, 2, 30000, &msgs);
+        ck_assert_uint_eq(n, 2);
+        ck_assert_ptr_nonnull(strstr(msgs[1].value, "\"seq\":2"));
+        kt_msgs_free(msgs, n);
+        cq_events_destroy(&events);
+        cq_producer_destroy(&prod);
+        rd_kafka_mock_cluster_destroy(mc);
+        rd_kafka_destroy(rk);
+}
+END_TEST
+
+START_TEST(events_drop_when_queue_full)
+{
+        cq_kafka_opts_t kopts;
+        cq_producer_t *prod;
+        cq_events_t *events;
+        cq_events_stats_t st;
+        char errstr[512];
+        int i, ok = 0;
+
+        cq_kafka_opts_init(&kopts);
+        kopts.brokers = "127.0.0.1:1"; /* nothing listens: all stay queued */
+        kopts.events_queue_max = 3;
+        kopts.flush_timeout_ms = 100;
+        prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
+        ck_assert_msg(prod, "%s", errstr);
+        events = cq_events_new(&kopts, prod, errstr, sizeof(errstr));
+        ck_assert_msg(events, "%s", errstr);
+        for (i = 0; i < 10; i++)
+                if (cq_events_publish(events, "job-1", "cell.started", NULL) ==
+                    0)
+                        ok++;
+        ck_assert_int_eq(ok, 3);
+        ck_assert_int_eq(cq_events_publish(events, NULL, "x", NULL), -1);
+        ck_assert_int_eq(cq_events_publish(events, "job-1", "", NULL), -1);
+        cq_events_stats(events, &st);
+        ck_assert_uint_eq(st.published, 3);
+        ck_assert_uint_eq(st.dropped, 9);
+        cq_events_destroy(&events);
+        cq_producer_destroy(&prod);
+}
+END_TEST
+
+START_TEST(settings_rows)
+{
+        cq_config_t cfg;
+        cq_kafka_opts_t kopts;
+        char errstr[256];
+
+        ck_assert_int_eq(cq_config_init(&cfg), 0);
+        ck_assert_str_eq(cfg.topic_jobs, "coderq.jobs");
+        ck_assert_str_eq(cfg.topic_dlq, "coderq.jobs.dlq");
+        ck_assert_str_eq(cfg.topic_results, "coderq.results");
+        ck_assert_str_eq(cfg.topic_events, "coderq.events");
+        ck_assert_str_eq(cfg.kafka_group, "coderq-workers");
+        ck_assert_uint_eq(cfg.job_max_bytes, (size_t)16 << 20);
+        ck_assert_int_eq(cfg.backlog_max, 1000);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_BACKLOG_MAX", "-1", NULL,
+                                       errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_int_eq(cq_config_set(&cfg, "job-max-bytes", "64k", NULL,
+                                       errstr, sizeof(errstr)),
+                         0);
+        ck_assert_int_eq(cq_config_set(&cfg, "topic-jobs", "x.jobs", NULL,
+                                       errstr, sizeof(errstr)),
+                         0);
+        cq_kafka_opts_from_config(&kopts, &cfg);
+        ck_assert_str_eq(kopts.topic_jobs, "x.jobs");
+        ck_assert_uint_eq(kopts.job_max, 65536);
+        ck_assert_str_eq(kopts.group, "coderq-workers");
+        ck_assert_int_eq(kopts.relay_interval_ms, 200);
+        cq_config_release(&cfg);
+}
+END_TEST
+
+static Suite *kafka_suite(void)
+{
+        Suite *s = suite_create("kafka");
+        TCase *tc = tcase_create("mock");
+        TCase *plain = tcase_create("plain");
+
+        tcase_set_timeout(tc, 180);
+        tcase_add_test(tc, final_commit_succeeds);
+        tcase_add_test(tc, final_commit_failure_is_reported);
+        tcase_add_test(tc, refused_dlq_delivery_keeps_offset);
+        tcase_add_test(tc, fatal_producer_error_recreates_it);
+        suite_add_tcase(s, tc);
+        tcase_set_timeout(plain, 60);
+        tcase_add_test(plain, events_drop_when_queue_full);
+        tcase_add_test(plain, settings_rows);
+        suite_add_tcase(s, plain);
+        return s;
+}
+
+CQ_CHECK_MAIN(kafka_suite)
