@@ -169,6 +169,15 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_RELAY_INTERVAL_MS", NULL, "relay-interval-ms", CQ_CFG_INT,
      F(relay_interval_ms), "200", 10, 60000, NULL,
      "how often the outbox relay looks for unsent completion events"},
+    {"CODERQ_SLOTS", NULL, "slots", CQ_CFG_INT, F(slots), "2", 0, 1024, NULL,
+     "jobs a worker runs at once (threads, each with its own connection "
+     "and kernel); 0 runs only intake and relay"},
+    {"CODERQ_SHUTDOWN_S", NULL, "shutdown-s", CQ_CFG_INT, F(shutdown_s), "30",
+     1, 3600, NULL,
+     "seconds a stopping worker gives running jobs to reach a checkpoint "
+     "before it interrupts them"},
+    {"CODERQ_POLL_MS", NULL, "poll-ms", CQ_CFG_INT, F(poll_ms), "500", 10,
+     60000, NULL, "how often an idle slot looks for a runnable job"},
 };
 
 #undef F

@@ -95,6 +95,13 @@ static const cq_cmd_t commands[] = {
      "their outputs and writes NOTEBOOK (default exec.ipynb). Exit code 1\n"
      "when a cell failed.\n",
      cq_cmd_exec},
+    {"worker", "run the worker daemon",
+     "usage: coderq worker [--no-intake] [--no-relay] [--no-events]\n"
+     "Consumes jobs from Kafka into PostgreSQL, runs CODERQ_SLOTS jobs at\n"
+     "once, publishes completion and progress events. SIGTERM or SIGINT\n"
+     "stops it gracefully (jobs go back to the queue at a checkpoint);\n"
+     "a second signal exits at once.\n",
+     cq_cmd_worker},
 };
 
 const cq_cmd_t *cq_cli_commands(size_t *np)

@@ -195,9 +195,9 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
                 cq_cli_error("run: usage: coderq run JOB.json --out DIR");
                 return CQ_EXIT_USAGE;
         }
-        if (cq_cmd_read_file(job_path, CQ_JOB_DEFAULT_MAX, &text, &len) != 0)
+        if (cq_cmd_read_file(job_path, cfg->job_max_bytes, &text, &len) != 0)
                 return CQ_EXIT_USAGE;
-        if (cq_job_parse(text, len, CQ_JOB_DEFAULT_MAX, &job, errstr,
+        if (cq_job_parse(text, len, cfg->job_max_bytes, &job, errstr,
                          sizeof(errstr)) != CQ_OK) {
                 cq_cli_error("invalid job in %s: %s", job_path, errstr);
                 rc = CQ_EXIT_USAGE;

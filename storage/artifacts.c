@@ -41,14 +41,19 @@ static const char SQL_GET_IMAGES[] =
     "SELECT sha256, name, mime, COALESCE(cell_seq, 0)::text, data"
     " FROM images WHERE job_id = $1 ORDER BY image_id";
 
-/* One statement, so one snapshot: messages and cells agree. */
+/* One statement, so one snapshot: messages and cells agree. Cells that
+ * raised are part of the state too (a cell can define a variable and fail
+ * on its next line); cells that timed out, died or were cancelled are not
+ * replayed: their kernel was replaced. */
 static const char SQL_CHECKPOINT[] =
     "SELECT (SELECT COALESCE(json_agg(m.message ORDER BY m.seq), '[]')"
     "        FROM job_messages m WHERE m.job_id = $1)::text,"
     " (SELECT COALESCE(json_agg(json_build_object('seq', c.seq,"
-    "   'code', c.code, 'execution_count', c.execution_count,"
+    "   'code', c.code, 'status', c.status,"
+    "   'execution_count', c.execution_count,"
     "   'outputs', c.outputs) ORDER BY c.seq), '[]')"
-    "  FROM cells c WHERE c.job_id = $1 AND c.status = 'ok')::text,"
+    "  FROM cells c WHERE c.job_id = $1"
+    "   AND c.status IN ('ok', 'error'))::text,"
     " (SELECT n.doc::text FROM notebooks n WHERE n.job_id = $1)";
 
 static void lease_lost(cq_store_t *store, const char *what, const char *job_id)

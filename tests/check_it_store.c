@@ -1354,10 +1354,16 @@ START_TEST(checkpoint_loads_in_order)
                 ck_assert_int_eq(seq, i + 1);
                 json_decref(msg);
                 if (i < 3)
-                        record(store, "cp", i == 1 ? "1/0" : "x = 1",
-                               i == 1 ? CQ_CELL_ERROR : CQ_CELL_OK, NULL,
-                               i + 1);
+                        record(store, "cp",
+                               i == 0   ? "x = 1"
+                               : i == 1 ? "y = 2; 1/0"
+                                        : "while True: pass",
+                               i == 0   ? CQ_CELL_OK
+                               : i == 1 ? CQ_CELL_ERROR
+                                        : CQ_CELL_TIMEOUT,
+                               NULL, i + 1);
         }
+        record(store, "cp", "z = 3", CQ_CELL_OK, NULL, 4);
         /* Someone without the lease cannot append. */
         msg = json_pack("{s:s}", "role", "user");
         ck_assert_int_eq(cq_store_append_message(thief, "cp", msg, &seq, &lost),
@@ -1376,23 +1382,30 @@ START_TEST(checkpoint_loads_in_order)
                     json_integer_value(json_object_get(
                         json_array_get(cp.messages, (size_t)i), "n")),
                     i);
-        /* Successful cells only, in order. */
-        ck_assert_uint_eq(json_array_size(cp.cells), 2);
+        /* The cells that ran to the end, failed ones included (they may
+         * have set state); the one that timed out is not replayed. */
+        ck_assert_uint_eq(json_array_size(cp.cells), 3);
         ck_assert_int_eq(json_integer_value(json_object_get(
                              json_array_get(cp.cells, 0), "seq")),
                          1);
         ck_assert_int_eq(json_integer_value(json_object_get(
                              json_array_get(cp.cells, 1), "seq")),
-                         3);
+                         2);
         ck_assert_str_eq(json_string_value(json_object_get(
-                             json_array_get(cp.cells, 1), "code")),
-                         "x = 1");
+                             json_array_get(cp.cells, 1), "status")),
+                         "error");
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_array_get(cp.cells, 2), "seq")),
+                         4);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(cp.cells, 2), "code")),
+                         "z = 3");
         ck_assert_str_eq(
             json_string_value(json_object_get(
                 json_array_get(
-                    json_object_get(json_array_get(cp.cells, 1), "outputs"), 0),
+                    json_object_get(json_array_get(cp.cells, 2), "outputs"), 0),
                 "text")),
-            "x = 1");
+            "z = 3");
         ck_assert_ptr_null(cp.notebook);
         cq_checkpoint_release(&cp);
         /* A resumed job says it has a checkpoint. */

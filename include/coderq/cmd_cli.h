@@ -18,6 +18,7 @@ cq_cmd_fn_t cq_cmd_migrate;
 cq_cmd_fn_t cq_cmd_doctor;
 cq_cmd_fn_t cq_cmd_run;
 cq_cmd_fn_t cq_cmd_exec;
+cq_cmd_fn_t cq_cmd_worker;
 
 /* The usage text of doctor, shared with its tests. */
 extern const char cq_cmd_doctor_usage[];

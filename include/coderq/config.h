@@ -81,6 +81,10 @@ typedef struct cq_config {
         long backlog_max;
         long events_queue_max;
         long relay_interval_ms;
+        /* worker */
+        long slots;
+        long shutdown_s;
+        long poll_ms;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */

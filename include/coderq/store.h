@@ -265,8 +265,11 @@ CQ_NODISCARD cq_err_t cq_store_record_cell(cq_store_t *store,
  *         cq_checkpoint_release(). */
 typedef struct cq_checkpoint {
         json_t *messages; /* array of message objects in seq order */
-        json_t *cells;    /* array of {"seq","code","execution_count",
-                             "outputs"} for status ok, in seq order */
+        json_t *cells;    /* array of {"seq","code","status",
+                             "execution_count","outputs"} of the cells
+                             that ran to the end (status ok or error: a
+                             failed cell may have set state), in seq
+                             order */
         json_t *notebook; /* the last notebook, or NULL */
 } cq_checkpoint_t;
 

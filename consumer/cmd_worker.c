@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* cmd_worker.c - `coderq worker`: the daemon. SIGTERM or SIGINT starts a
+ * graceful shutdown; a second one exits at once. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coderq/cmd_cli.h"
+#include "coderq/log.h"
+#include "coderq/worker.h"
+
+static volatile sig_atomic_t worker_signals;
+
+static void on_signal(int sig)
+{
+        if (++worker_signals >= 2)
+                _exit(128 + sig); /* the second signal: no cleanup */
+}
+
+int cq_cmd_worker(const cq_config_t *cfg, int argc, char **argv)
+{
+        cq_worker_opts_t opts;
+        cq_worker_t *worker;
+        struct sigaction sa;
+        char errstr[1024];
+        int i, rc;
+
+        cq_worker_opts_from_config(&opts, cfg);
+        for (i = 1; i < argc; i++) {
+                if (strcmp(argv[i], "--no-intake") == 0)
+                        opts.intake = false;
+                else if (strcmp(argv[i], "--no-relay") == 0)
+                        opts.relay = false;
+                else if (strcmp(argv[i], "--no-events") == 0)
+                        opts.events = false;
+                else {
+                        cq_cli_error("worker: unknown argument %s", argv[i]);
+                        return CQ_EXIT_USAGE;
+                }
+        }
+        if (!cfg->pg_dsn) {
+                cq_cli_error("worker: CODERQ_PG_DSN is not set");
+                return CQ_EXIT_CONFIG;
+        }
+        worker = cq_worker_new(cfg, &opts, errstr, sizeof(errstr));
+        if (!worker) {
+                cq_cli_error("worker: %s", errstr);
+                return CQ_EXIT_UNAVAILABLE;
+        }
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        rc = cq_worker_run(worker, &worker_signals);
+        cq_worker_destroy(&worker);
+        return rc == 0 ? CQ_EXIT_OK : CQ_EXIT_FAILED;
+}

@@ -1,0 +1,906 @@
+/* SPDX-License-Identifier: MIT */
+/* worker.c - the worker daemon. Threads: intake, relay, housekeeping and N
+ * slots; the main thread waits for a signal and runs the shutdown. Each
+ * slot owns its PostgreSQL connection, its LLM client and, while a job
+ * runs, its interpreter; the producer and the kernel pool are shared.
+ * Flags between threads are atomics; the only lock guards a slot's
+ * current job id, which housekeeping reads. */
+#include "coderq/worker.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coderq/agent.h"
+#include "coderq/backend.h"
+#include "coderq/kafka.h"
+#include "coderq/kpool.h"
+#include "coderq/llm.h"
+#include "coderq/log.h"
+#include "coderq/notebook.h"
+#include "coderq/store.h"
+#include "coderq/util.h"
+
+#define SESSION_DEPTH_MAX 32
+#define WRITE_ATTEMPTS    6
+
+typedef struct slot {
+        struct cq_worker *w;
+        int index;
+        pthread_t thread;
+        bool started;
+        pthread_mutex_t lock; /* guards job_id and busy */
+        char job_id[CQ_JOB_ID_MAX + 1];
+        bool busy;
+        atomic_int cancel;      /* interrupt the running job */
+        atomic_int user_cancel; /* ... because a cancel was requested */
+        atomic_int lost;        /* ... because the lease is gone */
+        cq_store_t *store;
+        cq_llm_t *llm;
+} slot_t;
+
+struct cq_worker {
+        const cq_config_t *cfg;
+        cq_worker_opts_t opts;
+        char id[192];
+        cq_store_opts_t sopts;
+        cq_kafka_opts_t kopts;
+        cq_llm_conf_t lconf;
+        cq_backend_t *backend;
+        cq_producer_t *prod;
+        cq_intake_t *intake;
+        cq_relay_t *relay;
+        cq_events_t *events;
+        pthread_t intake_thr, relay_thr, hk_thr;
+        bool intake_started, relay_started, hk_started;
+        int intake_rc;
+        atomic_int stop_intake, stop_relay, stop_claims, stop_jobs, stop_hk;
+        slot_t *slots;
+};
+
+void cq_worker_opts_from_config(cq_worker_opts_t *opts, const cq_config_t *cfg)
+{
+        memset(opts, 0, sizeof(*opts));
+        opts->intake = true;
+        opts->relay = true;
+        opts->events = true;
+        opts->slots = cfg->slots;
+        opts->shutdown_s = cfg->shutdown_s;
+}
+
+/* Sleep up to \p ms, waking early when *flag is raised. */
+static void nap(int64_t ms, const atomic_int *flag)
+{
+        int64_t end = cq_now_ms() + ms;
+
+        while (!(flag && atomic_load(flag))) {
+                int64_t left = end - cq_now_ms();
+                struct timespec ts;
+
+                if (left <= 0)
+                        return;
+                if (left > 50)
+                        left = 50;
+                ts.tv_sec = 0;
+                ts.tv_nsec = (long)left * 1000000L;
+                nanosleep(&ts, NULL);
+        }
+}
+
+/* A store for the calling thread, retrying until it connects or \p stop. */
+static cq_store_t *
+connect_store(cq_worker_t *w, const atomic_int *stop, const char *who)
+{
+        int64_t backoff = 200;
+
+        while (!atomic_load(stop)) {
+                char errstr[512];
+                cq_store_t *store =
+                    cq_store_new(&w->sopts, errstr, sizeof(errstr));
+
+                if (store)
+                        return store;
+                cq_log_kv(CQ_LOG_WARN, "could not connect to PostgreSQL",
+                          "thread", who, "error", errstr, NULL);
+                nap(backoff, stop);
+                if (backoff < 5000)
+                        backoff *= 2;
+        }
+        return NULL;
+}
+
+/* ------------------------------------------------------------ one job */
+
+typedef struct job_ctx {
+        slot_t *slot;
+        const cq_job_t *job;
+        cq_nb_t *nb;
+} job_ctx_t;
+
+/* Run a checkpoint write (assigning err), retrying transient failures a
+ * few times; the store reconnects underneath. */
+#define RETRY_WRITE(call)                                                      \
+        do {                                                                   \
+                int64_t backoff_ = 100;                                        \
+                int attempt_;                                                  \
+                for (attempt_ = 0; attempt_ < WRITE_ATTEMPTS; attempt_++) {    \
+                        err = (call);                                          \
+                        if (err != CQ_ERR_RETRIABLE)                           \
+                                break;                                         \
+                        nap(backoff_, NULL);                                   \
+                        backoff_ *= 2;                                         \
+                }                                                              \
+        } while (0)
+
+static int obs_message(void *opaque, size_t index, const json_t *msg)
+{
+        job_ctx_t *ctx = opaque;
+        slot_t *slot = ctx->slot;
+        bool lost = false;
+        cq_err_t err;
+
+        (void)index;
+        RETRY_WRITE(cq_store_append_message(slot->store, ctx->job->job_id, msg,
+                                            NULL, &lost));
+        if (err != CQ_OK) {
+                cq_log_kv(CQ_LOG_ERROR, "could not checkpoint a message",
+                          "job_id", ctx->job->job_id, "error",
+                          cq_store_errmsg(slot->store), NULL);
+                return -1;
+        }
+        if (lost) {
+                atomic_store(&slot->lost, 1);
+                return -1;
+        }
+        return 0;
+}
+
+static int obs_cell(void *opaque, const char *code, const cq_cell_result_t *res)
+{
+        job_ctx_t *ctx = opaque;
+        slot_t *slot = ctx->slot;
+        const json_t *doc = ctx->nb ? cq_nb_json(ctx->nb) : NULL;
+        bool lost = false;
+        cq_err_t err;
+
+        RETRY_WRITE(cq_store_record_cell(slot->store, ctx->job->job_id, code,
+                                         res, doc, NULL, &lost));
+        if (err == CQ_ERR_TOO_LARGE) {
+                /* The cell matters more than the notebook snapshot: the
+                 * final notebook is checked against the cap again. */
+                cq_log_kv(CQ_LOG_WARN,
+                          "notebook over the cap; cell stored without it",
+                          "job_id", ctx->job->job_id, NULL);
+                RETRY_WRITE(cq_store_record_cell(slot->store, ctx->job->job_id,
+                                                 code, res, NULL, NULL, &lost));
+        }
+        if (err != CQ_OK) {
+                cq_log_kv(CQ_LOG_ERROR, "could not checkpoint a cell", "job_id",
+                          ctx->job->job_id, "error",
+                          cq_store_errmsg(slot->store), NULL);
+                return -1;
+        }
+        if (lost) {
+                atomic_store(&slot->lost, 1);
+                return -1;
+        }
+        return 0;
+}
+
+static void obs_event(void *opaque, const char *type, const json_t *data)
+{
+        job_ctx_t *ctx = opaque;
+
+        if (ctx->slot->w->events)
+                (void)cq_events_publish(ctx->slot->w->events, ctx->job->job_id,
+                                        type, data);
+}
+
+static int mem_lookup(void *opaque, const char *prompt, char **codep)
+{
+        job_ctx_t *ctx = opaque;
+        cq_solution_t sol;
+        bool found = false;
+
+        *codep = NULL;
+        cq_solution_init(&sol);
+        if (cq_store_recall(ctx->slot->store, prompt, -1, &sol, &found) !=
+            CQ_OK) {
+                cq_solution_release(&sol);
+                return -1;
+        }
+        if (found && sol.code) {
+                cq_log_kv(CQ_LOG_INFO, "recalled a similar solved problem",
+                          "job_id", ctx->job->job_id, "from", sol.job_id, NULL);
+                *codep = strdup(sol.code);
+        }
+        cq_solution_release(&sol);
+        return 0;
+}
+
+static void
+publish(slot_t *slot, const char *job_id, const char *type, json_t *data)
+{
+        if (slot->w->events && data)
+                (void)cq_events_publish(slot->w->events, job_id, type, data);
+        json_decref(data);
+}
+
+/* The successful cells of the session's ancestors, oldest first, and the
+ * parent's conversation. */
+static cq_err_t load_session(slot_t *slot,
+                             const cq_job_t *job,
+                             json_t *cells,
+                             json_t **historyp)
+{
+        char id[CQ_JOB_ID_MAX + 1];
+        json_t *chain = json_array();
+        int depth;
+        size_t i;
+        cq_err_t err = CQ_ERR_FATAL;
+
+        if (!chain)
+                return CQ_ERR_FATAL;
+        snprintf(id, sizeof(id), "%s", job->parent_job_id);
+        for (depth = 0; id[0] && depth < SESSION_DEPTH_MAX; depth++) {
+                cq_checkpoint_t cp;
+                json_t *row = NULL;
+                const char *parent;
+
+                cq_checkpoint_init(&cp);
+                err = cq_store_load_checkpoint(slot->store, id, &cp);
+                if (err != CQ_OK) {
+                        cq_checkpoint_release(&cp);
+                        goto out;
+                }
+                if (depth == 0) {
+                        *historyp = json_incref(cp.messages);
+                }
+                /* prepend: ancestors run first */
+                if (json_array_insert(chain, 0, cp.cells) != 0) {
+                        cq_checkpoint_release(&cp);
+                        err = CQ_ERR_FATAL;
+                        goto out;
+                }
+                cq_checkpoint_release(&cp);
+                err = cq_store_job_status(slot->store, id, &row);
+                if (err != CQ_OK)
+                        goto out;
+                parent =
+                    json_string_value(json_object_get(row, "parent_job_id"));
+                snprintf(id, sizeof(id), "%s", parent ? parent : "");
+                json_decref(row);
+        }
+        for (i = 0; i < json_array_size(chain); i++) {
+                json_t *list = json_array_get(chain, i), *cell;
+                size_t k;
+
+                json_array_foreach(list, k, cell)
+                {
+                        json_t *code = json_object_get(cell, "code");
+
+                        if (json_is_string(code) &&
+                            json_array_append(cells, code) != 0) {
+                                err = CQ_ERR_FATAL;
+                                goto out;
+                        }
+                }
+        }
+        err = CQ_OK;
+out:
+        json_decref(chain);
+        return err;
+}
+
+static void append_codes(json_t *cells, const json_t *cp_cells)
+{
+        size_t i;
+        json_t *cell;
+
+        json_array_foreach(cp_cells, i, cell)
+        {
+                json_t *code = json_object_get(cell, "code");
+
+                if (json_is_string(code))
+                        json_array_append(cells, code);
+        }
+}
+
+/* Store the images, then the result, notebook and outbox row. */
+static void finish_job(slot_t *slot,
+                       const cq_job_t *job,
+                       int attempt,
+                       const cq_nb_t *nb,
+                       const cq_agent_result_t *res)
+{
+        cq_finish_t fin;
+        json_t *report;
+        bool lost = false;
+        size_t i;
+        cq_err_t err;
+        const char *status = res->status == CQ_AGENT_SUCCEEDED   ? "succeeded"
+                             : res->status == CQ_AGENT_CANCELLED ? "cancelled"
+                                                                 : "failed";
+
+        for (i = 0; i < res->images.n; i++) {
+                const cq_file_t *img = &res->images.v[i];
+
+                err = cq_store_put_image(slot->store, job->job_id, img->name,
+                                         img->mime, img->data, img->len, 0,
+                                         NULL, NULL);
+                if (err != CQ_OK)
+                        cq_log_kv(CQ_LOG_WARN, "could not store an image",
+                                  "job_id", job->job_id, "image", img->name,
+                                  "error", cq_store_errmsg(slot->store), NULL);
+        }
+        report = json_pack("{s:b, s:I, s:I, s:O?, s:s?, s:i}", "from_memory",
+                           res->from_memory, "cells", (json_int_t)res->cells,
+                           "duration_ms", (json_int_t)res->duration_ms, "tests",
+                           res->tests, "last_error", res->last_error, "attempt",
+                           attempt);
+        memset(&fin, 0, sizeof(fin));
+        fin.job_id = job->job_id;
+        fin.status = status;
+        fin.reason = res->reason;
+        fin.answer = res->answer;
+        fin.tests_passed = res->tests_total >= 0 ? res->tests_passed : -1;
+        fin.tests_total = res->tests_total >= 0 ? res->tests_total : 0;
+        fin.turns = (int)res->turns;
+        fin.retries = (int)res->retries;
+        fin.prompt_tokens = res->prompt_tokens;
+        fin.completion_tokens = res->completion_tokens;
+        fin.notebook = nb ? cq_nb_json(nb) : NULL;
+        fin.report = report;
+        RETRY_WRITE(cq_store_finish(slot->store, &fin, &lost));
+        if (err == CQ_ERR_TOO_LARGE) {
+                cq_log_kv(CQ_LOG_WARN,
+                          "final notebook over the cap; "
+                          "finishing without it",
+                          "job_id", job->job_id, NULL);
+                fin.notebook = NULL;
+                RETRY_WRITE(cq_store_finish(slot->store, &fin, &lost));
+        }
+        json_decref(report);
+        if (err != CQ_OK) {
+                cq_log_kv(CQ_LOG_ERROR,
+                          "could not finish job; its lease "
+                          "will expire and it will run again",
+                          "job_id", job->job_id, "error",
+                          cq_store_errmsg(slot->store), NULL);
+                return;
+        }
+        if (lost) {
+                cq_log_kv(CQ_LOG_WARN,
+                          "lease lost before finishing; "
+                          "another worker owns the job",
+                          "job_id", job->job_id, NULL);
+                return;
+        }
+        cq_log_kv(CQ_LOG_INFO, "job finished", "job_id", job->job_id, "status",
+                  status, "reason", res->reason, NULL);
+        publish(slot, job->job_id, "job.finished",
+                json_pack("{s:s, s:s?, s:I, s:I}", "status", status, "reason",
+                          res->reason, "turns", (json_int_t)res->turns,
+                          "duration_ms", (json_int_t)res->duration_ms));
+        if (res->status == CQ_AGENT_SUCCEEDED && !res->from_memory &&
+            res->solution && *res->solution &&
+            cq_store_remember(slot->store, job->job_id, job->prompt,
+                              res->solution, res->answer) != CQ_OK)
+                cq_log_kv(CQ_LOG_WARN, "could not remember the solution",
+                          "job_id", job->job_id, "error",
+                          cq_store_errmsg(slot->store), NULL);
+}
+
+/* Give the job back to the queue (shutdown) or leave it (lease lost). */
+static void give_back(slot_t *slot, const char *job_id)
+{
+        if (atomic_load(&slot->lost)) {
+                cq_log_kv(CQ_LOG_WARN, "lease lost; job left to its new owner",
+                          "job_id", job_id, NULL);
+                return;
+        }
+        if (cq_store_release(slot->store, job_id) != CQ_OK)
+                cq_log_kv(CQ_LOG_WARN,
+                          "could not release job; its lease will expire",
+                          "job_id", job_id, "error",
+                          cq_store_errmsg(slot->store), NULL);
+        else
+                cq_log_kv(CQ_LOG_INFO, "job released at a checkpoint", "job_id",
+                          job_id, NULL);
+}
+
+static long count_role(const json_t *history, const char *role)
+{
+        size_t i;
+        long n = 0;
+
+        for (i = 0; i < json_array_size(history); i++) {
+                const char *r = json_string_value(
+                    json_object_get(json_array_get(history, i), "role"));
+
+                if (r && strcmp(r, role) == 0)
+                        n++;
+        }
+        return n;
+}
+
+static void run_job(slot_t *slot, cq_claim_t *claim)
+{
+        cq_worker_t *w = slot->w;
+        cq_job_t job;
+        cq_checkpoint_t cp;
+        cq_agent_start_t start = {0};
+        cq_agent_opts_t opts;
+        cq_agent_observer_t obs = {0};
+        cq_agent_memory_t mem = {0};
+        cq_agent_result_t res;
+        cq_interp_t *interp = NULL;
+        cq_nb_t *nb = NULL;
+        json_t *cells = json_array(), *history = NULL;
+        job_ctx_t ctx;
+        char errstr[1024];
+
+        cq_job_init(&job);
+        cq_checkpoint_init(&cp);
+        cq_agent_result_init(&res);
+        pthread_mutex_lock(&slot->lock);
+        snprintf(slot->job_id, sizeof(slot->job_id), "%s", claim->job_id);
+        slot->busy = true;
+        pthread_mutex_unlock(&slot->lock);
+        atomic_store(&slot->cancel, 0);
+        atomic_store(&slot->user_cancel, 0);
+        atomic_store(&slot->lost, 0);
+        cq_log_kv(CQ_LOG_INFO, "job claimed", "job_id", claim->job_id, "worker",
+                  w->id, NULL);
+        publish(slot, claim->job_id, "job.claimed",
+                json_pack("{s:s, s:i, s:b}", "worker", w->id, "attempt",
+                          claim->attempt, "resumed", claim->has_checkpoint));
+        if (cq_job_from_json(claim->spec, &job, errstr, sizeof(errstr)) !=
+            CQ_OK) {
+                /* The intake validated it; a spec that no longer parses
+                 * (an older or newer schema) fails the job, clearly. */
+                cq_job_t bare;
+
+                cq_job_init(&bare);
+                bare.job_id = claim->job_id;
+                res.status = CQ_AGENT_FAILED;
+                res.reason = strdup(errstr);
+                finish_job(slot, &bare, claim->attempt, NULL, &res);
+                goto out;
+        }
+        if (!cells)
+                goto out;
+        if (claim->has_checkpoint) {
+                if (cq_store_load_checkpoint(slot->store, job.job_id, &cp) !=
+                    CQ_OK) {
+                        cq_log_kv(CQ_LOG_ERROR, "could not load checkpoint",
+                                  "job_id", job.job_id, "error",
+                                  cq_store_errmsg(slot->store), NULL);
+                        give_back(slot, job.job_id);
+                        goto out;
+                }
+        }
+        if (job.parent_job_id &&
+            load_session(slot, &job, cells, &history) != CQ_OK) {
+                cq_log_kv(CQ_LOG_ERROR, "could not load the parent session",
+                          "job_id", job.job_id, "error",
+                          cq_store_errmsg(slot->store), NULL);
+                give_back(slot, job.job_id);
+                goto out;
+        }
+        if (claim->has_checkpoint && json_array_size(cp.messages) > 0) {
+                append_codes(cells, cp.cells);
+                start.history = cp.messages;
+                start.cells = cells;
+                start.continue_job = true;
+                /* A session's history begins with the parent's turns. */
+                start.turns_done = count_role(cp.messages, "assistant") -
+                                   count_role(history, "assistant");
+                start.retries_done = 0;
+        } else if (job.parent_job_id) {
+                start.history = history;
+                start.cells = cells;
+        }
+        interp = cq_backend_acquire(w->backend, job.backend,
+                                    w->cfg->kernel_startup_timeout_s * 1000,
+                                    errstr, sizeof(errstr));
+        if (!interp) {
+                cq_log_kv(CQ_LOG_ERROR, "could not get an interpreter",
+                          "job_id", job.job_id, "error", errstr, NULL);
+                give_back(slot, job.job_id);
+                goto out;
+        }
+        if (cp.notebook)
+                nb = cq_nb_from_json(cp.notebook, errstr, sizeof(errstr));
+        if (!nb)
+                nb = cq_nb_new(cq_local_interp_kernel(interp)
+                                   ? cq_kernel_language_info(
+                                         cq_local_interp_kernel(interp))
+                                   : NULL);
+        ctx.slot = slot;
+        ctx.job = &job;
+        ctx.nb = nb;
+        obs.on_message = obs_message;
+        obs.on_cell = obs_cell;
+        obs.on_event = obs_event;
+        obs.opaque = &ctx;
+        mem.lookup = mem_lookup;
+        mem.opaque = &ctx;
+        cq_agent_opts_from_config(&opts, w->cfg);
+        opts.cancel = &slot->cancel;
+        opts.stop = &w->stop_jobs;
+        if (cq_agent_run(&job, interp, slot->llm, &opts, &obs, &mem,
+                         start.history ? &start : NULL, nb, &res) != CQ_OK) {
+                cq_log_kv(CQ_LOG_ERROR, "the agent could not run", "job_id",
+                          job.job_id, NULL);
+                give_back(slot, job.job_id);
+                goto out;
+        }
+        if (res.status == CQ_AGENT_ABORTED ||
+            (res.status == CQ_AGENT_CANCELLED &&
+             !atomic_load(&slot->user_cancel)) ||
+            atomic_load(&slot->lost)) {
+                give_back(slot, job.job_id);
+                goto out;
+        }
+        if (res.status == CQ_AGENT_CANCELLED) {
+                free(res.reason);
+                res.reason = strdup("cancelled by request");
+        }
+        finish_job(slot, &job, claim->attempt, nb, &res);
+out:
+        cq_interp_destroy(&interp);
+        cq_nb_destroy(&nb);
+        cq_agent_result_release(&res);
+        cq_checkpoint_release(&cp);
+        json_decref(cells);
+        json_decref(history);
+        cq_job_release(&job);
+        pthread_mutex_lock(&slot->lock);
+        slot->job_id[0] = '\0';
+        slot->busy = false;
+        pthread_mutex_unlock(&slot->lock);
+}
+
+static void *slot_main(void *arg)
+{
+        slot_t *slot = arg;
+        cq_worker_t *w = slot->w;
+        char errstr[512], name[32];
+
+        snprintf(name, sizeof(name), "slot-%d", slot->index);
+        slot->llm = cq_llm_new(&w->lconf, errstr, sizeof(errstr));
+        if (!slot->llm) {
+                cq_log_kv(CQ_LOG_ERROR, "could not create the LLM client",
+                          "thread", name, "error", errstr, NULL);
+                return NULL;
+        }
+        slot->store = connect_store(w, &w->stop_claims, name);
+        while (slot->store && !atomic_load(&w->stop_claims)) {
+                cq_claim_t claim;
+                bool found = false;
+                cq_err_t err;
+
+                cq_claim_init(&claim);
+                err = cq_store_claim(slot->store, &claim, &found);
+                if (err != CQ_OK) {
+                        cq_log_kv(CQ_LOG_WARN, "could not claim a job",
+                                  "thread", name, "error",
+                                  cq_store_errmsg(slot->store), NULL);
+                        cq_claim_release(&claim);
+                        nap(1000, &w->stop_claims);
+                        continue;
+                }
+                if (!found) {
+                        cq_claim_release(&claim);
+                        /* jitter keeps idle slots from polling in step */
+                        nap(w->cfg->poll_ms + (rand() % 100), &w->stop_claims);
+                        continue;
+                }
+                run_job(slot, &claim);
+                cq_claim_release(&claim);
+        }
+        cq_store_destroy(&slot->store);
+        cq_llm_destroy(&slot->llm);
+        return NULL;
+}
+
+/* -------------------------------------------------------- housekeeping */
+
+static void *hk_main(void *arg)
+{
+        cq_worker_t *w = arg;
+        cq_store_t *store = connect_store(w, &w->stop_hk, "housekeeping");
+        int64_t last_hb = 0, last_requeue = 0, last_cancel = 0;
+        int64_t hb_ms = (int64_t)w->sopts.lease_s * 1000 / 3;
+        long n = w->opts.slots;
+        const char **ids = calloc((size_t)n + 1, sizeof(*ids));
+        char(*copies)[CQ_JOB_ID_MAX + 1] =
+            calloc((size_t)n + 1, sizeof(*copies));
+        bool *lost = calloc((size_t)n + 1, sizeof(*lost));
+        int *slot_of = calloc((size_t)n + 1, sizeof(*slot_of));
+
+        if (!ids || !copies || !lost || !slot_of) {
+                cq_log_error("housekeeping: out of memory");
+                goto out;
+        }
+        while (store && !atomic_load(&w->stop_hk)) {
+                int64_t now = cq_now_ms();
+                size_t k = 0, i;
+                long s;
+
+                for (s = 0; s < n; s++) {
+                        slot_t *slot = &w->slots[s];
+
+                        pthread_mutex_lock(&slot->lock);
+                        if (slot->busy && slot->job_id[0]) {
+                                snprintf(copies[k], sizeof(copies[k]), "%s",
+                                         slot->job_id);
+                                ids[k] = copies[k];
+                                slot_of[k] = (int)s;
+                                k++;
+                        }
+                        pthread_mutex_unlock(&slot->lock);
+                }
+                if (k && now - last_hb >= hb_ms) {
+                        size_t nlost = 0;
+
+                        if (cq_store_heartbeat(store, ids, k, lost, &nlost) ==
+                            CQ_OK) {
+                                last_hb = now;
+                                for (i = 0; i < k && nlost; i++) {
+                                        if (!lost[i])
+                                                continue;
+                                        cq_log_kv(CQ_LOG_WARN, "lease lost",
+                                                  "job_id", ids[i], NULL);
+                                        atomic_store(&w->slots[slot_of[i]].lost,
+                                                     1);
+                                        atomic_store(
+                                            &w->slots[slot_of[i]].cancel, 1);
+                                }
+                        } else {
+                                cq_log_kv(CQ_LOG_WARN, "heartbeat failed",
+                                          "error", cq_store_errmsg(store),
+                                          NULL);
+                        }
+                }
+                if (k && now - last_cancel >= 1000) {
+                        last_cancel = now;
+                        for (i = 0; i < k; i++) {
+                                bool requested = false;
+
+                                if (cq_store_cancel_requested(
+                                        store, ids[i], &requested) == CQ_OK &&
+                                    requested) {
+                                        slot_t *slot = &w->slots[slot_of[i]];
+
+                                        if (!atomic_exchange(&slot->user_cancel,
+                                                             1))
+                                                cq_log_kv(CQ_LOG_INFO,
+                                                          "cancelling job",
+                                                          "job_id", ids[i],
+                                                          NULL);
+                                        atomic_store(&slot->cancel, 1);
+                                }
+                        }
+                }
+                if (now - last_requeue >= 5000) {
+                        int requeued = 0, failed = 0;
+
+                        last_requeue = now;
+                        if (cq_store_requeue_expired(store, &requeued,
+                                                     &failed) == CQ_OK &&
+                            (requeued || failed))
+                                cq_log_json(CQ_LOG_INFO, NULL,
+                                            "expired leases: %d requeued, "
+                                            "%d failed",
+                                            requeued, failed);
+                }
+                nap(250, &w->stop_hk);
+        }
+out:
+        free(ids);
+        free(copies);
+        free(lost);
+        free(slot_of);
+        cq_store_destroy(&store);
+        return NULL;
+}
+
+static void *intake_main(void *arg)
+{
+        cq_worker_t *w = arg;
+
+        w->intake_rc = cq_intake_run(w->intake, &w->stop_intake);
+        if (w->intake_rc != 0)
+                cq_log_kv(CQ_LOG_ERROR, "intake stopped with an error", "error",
+                          cq_intake_errmsg(w->intake), NULL);
+        return NULL;
+}
+
+static void *relay_main(void *arg)
+{
+        cq_worker_t *w = arg;
+
+        (void)cq_relay_run(w->relay, &w->stop_relay);
+        return NULL;
+}
+
+/* ----------------------------------------------------------- lifecycle */
+
+cq_worker_t *cq_worker_new(const cq_config_t *cfg,
+                           const cq_worker_opts_t *opts,
+                           char *errstr,
+                           size_t errstr_size)
+{
+        cq_worker_t *w = calloc(1, sizeof(*w));
+        long i;
+
+        if (!w) {
+                snprintf(errstr, errstr_size, "out of memory");
+                return NULL;
+        }
+        w->cfg = cfg;
+        w->opts = *opts;
+        if (cfg->worker_id) {
+                snprintf(w->id, sizeof(w->id), "%s", cfg->worker_id);
+        } else {
+                char host[128] = "host";
+
+                gethostname(host, sizeof(host) - 1);
+                snprintf(w->id, sizeof(w->id), "%s-%ld", host, (long)getpid());
+        }
+        cq_store_opts_from_config(&w->sopts, cfg);
+        w->sopts.owner = w->id;
+        cq_kafka_opts_from_config(&w->kopts, cfg);
+        w->kopts.client_id = w->id;
+        w->kopts.store = &w->sopts;
+        cq_llm_conf_from_config(&w->lconf, cfg);
+        w->slots = calloc((size_t)opts->slots + 1, sizeof(*w->slots));
+        if (!w->slots) {
+                snprintf(errstr, errstr_size, "out of memory");
+                goto fail;
+        }
+        for (i = 0; i < opts->slots; i++) {
+                w->slots[i].w = w;
+                w->slots[i].index = (int)i;
+                pthread_mutex_init(&w->slots[i].lock, NULL);
+        }
+        if (opts->slots > 0) {
+                long pool = cfg->kpool_size > 0 ? cfg->kpool_size : 1;
+
+                w->backend =
+                    cq_backend_new(cfg, (size_t)pool, errstr, errstr_size);
+                if (!w->backend)
+                        goto fail;
+                cq_log_kv(CQ_LOG_INFO, "interpreters ready", "backend",
+                          cq_backend_describe(w->backend), NULL);
+        }
+        if (opts->intake || opts->relay || opts->events) {
+                w->prod = cq_producer_new(&w->kopts, errstr, errstr_size);
+                if (!w->prod)
+                        goto fail;
+        }
+        if (opts->intake) {
+                w->intake =
+                    cq_intake_new(&w->kopts, w->prod, errstr, errstr_size);
+                if (!w->intake)
+                        goto fail;
+        }
+        if (opts->relay) {
+                w->relay =
+                    cq_relay_new(&w->kopts, w->prod, errstr, errstr_size);
+                if (!w->relay)
+                        goto fail;
+        }
+        if (opts->events) {
+                w->events =
+                    cq_events_new(&w->kopts, w->prod, errstr, errstr_size);
+                if (!w->events)
+                        goto fail;
+        }
+        return w;
+fail:
+        cq_worker_destroy(&w);
+        return NULL;
+}
+
+static bool any_busy(cq_worker_t *w)
+{
+        long i;
+        bool busy = false;
+
+        for (i = 0; i < w->opts.slots && !busy; i++) {
+                pthread_mutex_lock(&w->slots[i].lock);
+                busy = w->slots[i].busy;
+                pthread_mutex_unlock(&w->slots[i].lock);
+        }
+        return busy;
+}
+
+int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
+{
+        long i;
+        int64_t deadline;
+        int rc = 0;
+
+        if (w->intake &&
+            pthread_create(&w->intake_thr, NULL, intake_main, w) == 0)
+                w->intake_started = true;
+        if (w->relay && pthread_create(&w->relay_thr, NULL, relay_main, w) == 0)
+                w->relay_started = true;
+        if (w->opts.slots > 0 &&
+            pthread_create(&w->hk_thr, NULL, hk_main, w) == 0)
+                w->hk_started = true;
+        for (i = 0; i < w->opts.slots; i++)
+                if (pthread_create(&w->slots[i].thread, NULL, slot_main,
+                                   &w->slots[i]) == 0)
+                        w->slots[i].started = true;
+        cq_log_kv(CQ_LOG_INFO, "worker started", "worker", w->id, NULL);
+        while (*signals == 0)
+                nap(200, NULL);
+
+        cq_log_kv(CQ_LOG_INFO, "shutting down: stopping intake and claims",
+                  "worker", w->id, NULL);
+        atomic_store(&w->stop_intake, 1);
+        atomic_store(&w->stop_claims, 1);
+        atomic_store(&w->stop_jobs, 1);
+        deadline = cq_now_ms() + w->opts.shutdown_s * 1000;
+        while (any_busy(w) && cq_now_ms() < deadline)
+                nap(100, NULL);
+        if (any_busy(w)) {
+                /* Past the deadline: interrupt the cells still running;
+                 * the jobs go back to the queue from their last
+                 * checkpoint. */
+                cq_log_warn("shutdown deadline reached; interrupting jobs");
+                for (i = 0; i < w->opts.slots; i++)
+                        atomic_store(&w->slots[i].cancel, 1);
+        }
+        for (i = 0; i < w->opts.slots; i++)
+                if (w->slots[i].started) {
+                        pthread_join(w->slots[i].thread, NULL);
+                        w->slots[i].started = false;
+                }
+        if (w->intake_started) {
+                pthread_join(w->intake_thr, NULL);
+                w->intake_started = false;
+                if (w->intake_rc != 0)
+                        rc = -1;
+        }
+        atomic_store(&w->stop_relay, 1);
+        if (w->relay_started) {
+                pthread_join(w->relay_thr, NULL);
+                w->relay_started = false;
+        }
+        atomic_store(&w->stop_hk, 1);
+        if (w->hk_started) {
+                pthread_join(w->hk_thr, NULL);
+                w->hk_started = false;
+        }
+        cq_log_kv(CQ_LOG_INFO, "worker stopped", "worker", w->id, NULL);
+        return rc;
+}
+
+void cq_worker_destroy(cq_worker_t **workerp)
+{
+        cq_worker_t *w = *workerp;
+        long i;
+
+        if (!w)
+                return;
+        *workerp = NULL;
+        cq_events_destroy(&w->events);
+        cq_relay_destroy(&w->relay);
+        cq_intake_destroy(&w->intake);
+        cq_producer_destroy(&w->prod);
+        cq_backend_destroy(&w->backend);
+        for (i = 0; w->slots && i < w->opts.slots; i++)
+                pthread_mutex_destroy(&w->slots[i].lock);
+        free(w->slots);
+        free(w);
+}
