@@ -5,8 +5,8 @@
 # for real readiness (a query; a metadata request) and is a no-op for what
 # already runs; stop leaves no process behind.
 #
-# Variables: CODERQ_RUNTIME_DIR (default .run), CODERQ_PG_PORT (55432),
-# CODERQ_KAFKA_PORT (59092; the controller listens on the next port).
+# Variables: CODERQ_RUNTIME_DIR (default .run), CODERQ_PG_PORT (25432),
+# CODERQ_KAFKA_PORT (29092; the controller listens on the next port).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -75,8 +75,10 @@ log_min_messages = warning
 CONF
         fi
         cq_say "starting PostgreSQL on 127.0.0.1:$CQ_PG_PORT"
+        # -p: the port follows CODERQ_PG_PORT even for a cluster that was
+        # initialised with another one.
         pg_as "$CQ_PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" \
-                -w -t 60 start >/dev/null
+                -o "-p $CQ_PG_PORT" -w -t 60 start >/dev/null
         # Role and database for coderq (superuser: migrations create the
         # pg_trgm extension).
         local admin="postgresql://postgres@127.0.0.1:$CQ_PG_PORT/postgres"
