@@ -75,7 +75,9 @@ class Context:
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
         env.pop("PYTHONPATH", None)
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(cwd=root, env=env)
+        # the kernel's own stderr (debugger notices) would only be noise
+        self.km.start_kernel(cwd=root, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
         self.kc = self.km.blocking_client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
