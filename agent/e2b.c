@@ -247,10 +247,29 @@ struct call {
         curl_mime *mime;  /* borrowed, or NULL */
         const long *ok;   /* accepted statuses, 0-terminated */
         size_t max_reply; /* 0: e2b->max_body */
+        int attempts;     /* 0: e2b->max_attempts */
+        /* Where errors go and the jitter seed, when not the handle's own
+         * (cq_e2b_keepalive() runs beside the owner thread). */
+        char *errbuf;
+        size_t errbuf_size;
+        unsigned int *rng;
         /* out */
         long status;
         cq_buf_t reply;
 };
+
+CQ_PRINTF(3, 4)
+static void call_error(cq_e2b_t *e2b, struct call *call, const char *fmt, ...)
+{
+        char *buf = call->errbuf ? call->errbuf : e2b->errbuf;
+        size_t size = call->errbuf ? call->errbuf_size : sizeof(e2b->errbuf);
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(buf, size, fmt, ap);
+        va_end(ap);
+        redact_all(e2b, buf);
+}
 
 static bool status_in(long status, const long *ok)
 {
@@ -284,7 +303,8 @@ static void reply_reason(const cq_buf_t *reply, char *out, size_t size)
         json_decref(doc);
 }
 
-static void backoff_sleep(cq_e2b_t *e2b, int attempt, long retry_after_s)
+static void
+backoff_sleep(cq_e2b_t *e2b, unsigned int *rng, int attempt, long retry_after_s)
 {
         long ms = (long)e2b->retry_base_ms << (attempt < 16 ? attempt : 16);
         struct timespec ts;
@@ -292,7 +312,7 @@ static void backoff_sleep(cq_e2b_t *e2b, int attempt, long retry_after_s)
         if (ms > e2b->retry_max_ms)
                 ms = e2b->retry_max_ms;
         /* full jitter in [ms/2, ms] so a fleet does not retry in step */
-        ms = ms / 2 + (long)(rand_r(&e2b->rng) % (unsigned int)(ms / 2 + 1));
+        ms = ms / 2 + (long)(rand_r(rng) % (unsigned int)(ms / 2 + 1));
         if (retry_after_s > 0) {
                 long ra = retry_after_s * 1000;
 
@@ -316,22 +336,24 @@ static cq_err_t call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
         cq_err_t err = CQ_ERR_RETRIABLE;
         struct curl_slist *headers = NULL;
         char reason[512];
-        int attempt;
+        int attempt,
+            attempts = call->attempts ? call->attempts : e2b->max_attempts;
+        const char *errbuf = call->errbuf ? call->errbuf : e2b->errbuf;
 
         cq_buf_init(&call->reply,
                     call->max_reply ? call->max_reply : e2b->max_body);
-        for (attempt = 0; attempt < e2b->max_attempts; attempt++) {
+        for (attempt = 0; attempt < attempts; attempt++) {
                 struct body_sink sink = {&call->reply, false};
                 struct hdr_sink hdr = {0};
                 CURLcode rc;
-                bool last = attempt + 1 == e2b->max_attempts;
+                bool last = attempt + 1 == attempts;
 
                 cq_buf_reset(&call->reply);
                 curl_slist_free_all(headers);
                 headers = make_headers(e2b, call->plane, call->ctype);
                 if (!headers) {
-                        set_error(e2b, "could not %s: out of memory",
-                                  call->what);
+                        call_error(e2b, call, "could not %s: out of memory",
+                                   call->what);
                         err = CQ_ERR_FATAL;
                         goto out;
                 }
@@ -355,18 +377,21 @@ static cq_err_t call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
                 }
                 rc = curl_easy_perform(curl);
                 if (rc == CURLE_WRITE_ERROR && sink.overflow) {
-                        set_error(e2b, "could not %s: reply exceeds %zu bytes",
-                                  call->what, call->reply.max);
+                        call_error(e2b, call,
+                                   "could not %s: reply exceeds %zu bytes",
+                                   call->what, call->reply.max);
                         err = CQ_ERR_TOO_LARGE;
                         goto out;
                 }
                 if (rc != CURLE_OK) {
-                        set_error(e2b, "could not %s: %s", call->what,
-                                  curl_easy_strerror(rc));
-                        cq_log_warn("e2b: %s (attempt %d of %d)", e2b->errbuf,
-                                    attempt + 1, e2b->max_attempts);
+                        call_error(e2b, call, "could not %s: %s", call->what,
+                                   curl_easy_strerror(rc));
+                        cq_log_warn("e2b: %s (attempt %d of %d)", errbuf,
+                                    attempt + 1, attempts);
                         if (!last)
-                                backoff_sleep(e2b, attempt, 0);
+                                backoff_sleep(e2b,
+                                              call->rng ? call->rng : &e2b->rng,
+                                              attempt, 0);
                         continue;
                 }
                 curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &call->status);
@@ -375,13 +400,13 @@ static cq_err_t call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
                         goto out;
                 }
                 reply_reason(&call->reply, reason, sizeof(reason));
-                set_error(e2b, "could not %s: HTTP %ld: %s", call->what,
-                          call->status, reason);
+                call_error(e2b, call, "could not %s: HTTP %ld: %s", call->what,
+                           call->status, reason);
                 if (call->status == 401 || call->status == 403) {
-                        set_error(e2b,
-                                  "could not %s: HTTP %ld: %s (check "
-                                  "E2B_API_KEY)",
-                                  call->what, call->status, reason);
+                        call_error(e2b, call,
+                                   "could not %s: HTTP %ld: %s (check "
+                                   "E2B_API_KEY)",
+                                   call->what, call->status, reason);
                         err = CQ_ERR_FATAL;
                         goto out;
                 }
@@ -394,10 +419,11 @@ static cq_err_t call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
                         err = CQ_ERR_FATAL;
                         goto out;
                 }
-                cq_log_warn("e2b: %s (attempt %d of %d)", e2b->errbuf,
-                            attempt + 1, e2b->max_attempts);
+                cq_log_warn("e2b: %s (attempt %d of %d)", errbuf, attempt + 1,
+                            attempts);
                 if (!last)
-                        backoff_sleep(e2b, attempt, hdr.retry_after_s);
+                        backoff_sleep(e2b, call->rng ? call->rng : &e2b->rng,
+                                      attempt, hdr.retry_after_s);
         }
         err = CQ_ERR_RETRIABLE;
 out:
@@ -439,7 +465,6 @@ static cq_err_t kill_sandbox(cq_e2b_t *e2b, const char *id)
 {
         struct call call = {0};
         char url[1024];
-        int saved = e2b->max_attempts;
         cq_err_t err;
 
         snprintf(url, sizeof(url), "%s/sandboxes/%s", e2b->api_url, id);
@@ -448,10 +473,9 @@ static cq_err_t kill_sandbox(cq_e2b_t *e2b, const char *id)
         call.method = "DELETE";
         call.url = url;
         call.ok = OK_KILL;
-        if (e2b->max_attempts > KILL_ATTEMPTS)
-                e2b->max_attempts = KILL_ATTEMPTS;
+        call.attempts = e2b->max_attempts > KILL_ATTEMPTS ? KILL_ATTEMPTS
+                                                          : e2b->max_attempts;
         err = call_run(e2b, e2b->curl, &call);
-        e2b->max_attempts = saved;
         cq_buf_release(&call.reply);
         if (err != CQ_OK)
                 cq_log_warn("e2b: %s (sandbox %s may live until its TTL ends)",
@@ -556,8 +580,15 @@ out:
         return err;
 }
 
-static cq_err_t
-set_timeout_on(cq_e2b_t *e2b, CURL *curl, int timeout_s, long *statusp)
+/* Called with e2b->lock held. \p other: from cq_e2b_keepalive(), which
+ * must not touch the owner's error buffer or jitter seed. */
+static cq_err_t set_timeout_on(cq_e2b_t *e2b,
+                               CURL *curl,
+                               int timeout_s,
+                               long *statusp,
+                               char *errbuf,
+                               size_t errbuf_size,
+                               unsigned int *rng)
 {
         struct call call = {0};
         char url[1024], body[64];
@@ -574,6 +605,14 @@ set_timeout_on(cq_e2b_t *e2b, CURL *curl, int timeout_s, long *statusp)
         call.body = body;
         call.body_len = strlen(body);
         call.ok = OK_204;
+        call.errbuf = errbuf;
+        call.errbuf_size = errbuf_size;
+        call.rng = rng;
+        if (!e2b->sandbox_id[0]) {
+                call_error(e2b, &call, "could not %s: no sandbox", call.what);
+                *statusp = 0;
+                return CQ_ERR_RETRIABLE;
+        }
         err = call_run(e2b, curl, &call);
         if (err == CQ_OK)
                 e2b->expires_ms = cq_now_ms() + (int64_t)timeout_s * 1000;
@@ -599,7 +638,7 @@ static cq_err_t maybe_extend(cq_e2b_t *e2b, int64_t cell_timeout_ms)
                 return CQ_OK;
         pthread_mutex_lock(&e2b->lock);
         err = set_timeout_on(e2b, e2b->curl, (int)((want_ms + 999) / 1000),
-                             &status);
+                             &status, NULL, 0, NULL);
         pthread_mutex_unlock(&e2b->lock);
         if (status == 404) /* it expired: the caller starts another */
                 e2b->lost = true;
@@ -611,8 +650,9 @@ cq_err_t cq_e2b_keepalive(cq_interp_t *interp, char *errstr, size_t errstr_size)
         cq_e2b_t *e2b = (cq_e2b_t *)interp;
         cq_err_t err;
         CURL *curl = curl_easy_init();
-        char saved[sizeof(e2b->errbuf)];
+        char buf[512] = "";
         long status = 0;
+        unsigned int rng = (unsigned int)cq_now_ms();
 
         if (!curl) {
                 if (errstr)
@@ -621,15 +661,14 @@ cq_err_t cq_e2b_keepalive(cq_interp_t *interp, char *errstr, size_t errstr_size)
                                  "out of memory");
                 return CQ_ERR_RETRIABLE;
         }
-        /* the lock keeps the sandbox id, tokens and errbuf stable against
-         * the owner thread's recovery; the owner's errbuf is restored */
+        /* the lock keeps the sandbox id and tokens stable against the owner
+         * thread's recovery */
         pthread_mutex_lock(&e2b->lock);
-        memcpy(saved, e2b->errbuf, sizeof(saved));
-        err = set_timeout_on(e2b, curl, e2b->ttl_s, &status);
-        if (err != CQ_OK && errstr)
-                snprintf(errstr, errstr_size, "%s", e2b->errbuf);
-        memcpy(e2b->errbuf, saved, sizeof(saved));
+        err = set_timeout_on(e2b, curl, e2b->ttl_s, &status, buf, sizeof(buf),
+                             &rng);
         pthread_mutex_unlock(&e2b->lock);
+        if (err != CQ_OK && errstr)
+                snprintf(errstr, errstr_size, "%s", buf);
         curl_easy_cleanup(curl);
         return err;
 }
@@ -1718,7 +1757,6 @@ static bool sandbox_alive(cq_e2b_t *e2b)
         static const long ok[] = {200, 204, 0};
         struct call call = {0};
         char base[512], url[1024];
-        int saved = e2b->max_attempts;
         cq_err_t err;
 
         if (e2b->lost)
@@ -1731,9 +1769,8 @@ static bool sandbox_alive(cq_e2b_t *e2b)
         call.method = "GET";
         call.url = url;
         call.ok = ok;
-        e2b->max_attempts = 2;
+        call.attempts = 2;
         err = call_run(e2b, e2b->curl, &call);
-        e2b->max_attempts = saved;
         cq_buf_release(&call.reply);
         return err == CQ_OK;
 }

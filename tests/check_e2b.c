@@ -8,6 +8,7 @@
 
 #include <check.h>
 #include <curl/curl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -491,7 +492,67 @@ START_TEST(output_cap_keeps_head_and_tail)
 }
 END_TEST
 
+START_TEST(created_files_reports_changed_template_files)
+{
+        cq_e2b_opts_t opts;
+        cq_interp_t *interp;
+        cq_cell_result_t res;
+        cq_files_t files = {NULL, 0};
+        char err[256];
+
+        cq_fake_e2b_opts(&fake, &opts);
+        opts.template_id = "seeded";
+        interp = cq_e2b_new(&opts, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "%s", err);
+        run(interp,
+            "print(open('seed2.txt').read(), end='')\n"
+            "open('seed.txt', 'a').write('more')",
+            30000, &res);
+        ck_assert_str_eq(stream_text(&res, "stdout"), "seed\n");
+        cq_cell_result_release(&res);
+        ck_assert_int_eq(cq_interp_created_files(interp, true, &files), CQ_OK);
+        ck_assert_uint_eq(files.n, 1);
+        ck_assert_str_eq(files.v[0].name, "seed.txt");
+        ck_assert_uint_eq(files.v[0].len, 9);
+        ck_assert(memcmp(files.v[0].data, "seed\nmore", 9) == 0);
+        cq_files_release(&files);
+        cq_interp_destroy(&interp);
+}
+END_TEST
+
 /* --------------------------------------------------------------- faults */
+
+START_TEST(expired_sandbox_is_replaced)
+{
+        cq_interp_t *interp = new_interp();
+        cq_cell_result_t res;
+        long expired = cq_fake_e2b_stat(&fake, "expired");
+        char id[64], path[128];
+        int i;
+
+        run(interp, "v = 1", 30000, &res);
+        cq_cell_result_release(&res);
+        /* shorten its lifetime to 1 s, as a worker that stopped extending
+         * it would leave it: the double expires it */
+        cq_e2b_sandbox_id(interp, id, sizeof(id));
+        snprintf(path, sizeof(path), "/sandboxes/%s/timeout", id);
+        ck_assert_int_eq(cq_fake_e2b_post(&fake, path, "{\"timeout\": 1}"),
+                         204);
+        for (i = 0; i < 100 && cq_fake_e2b_stat(&fake, "expired") == expired;
+             i++)
+                usleep(100000);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "expired"), expired + 1);
+        run(interp, "print('v' in dir())", 30000, &res);
+        ck_assert(res.state_lost);
+        cq_cell_result_release(&res);
+        run(interp, "print('again')", 30000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert_str_eq(stream_text(&res, "stdout"), "again\n");
+        ck_assert(!res.state_lost);
+        cq_cell_result_release(&res);
+        cq_interp_destroy(&interp);
+}
+END_TEST
 
 START_TEST(faults_in_the_stream_recover)
 {
@@ -567,6 +628,24 @@ START_TEST(faults_in_the_stream_recover)
 }
 END_TEST
 
+struct side {
+        cq_interp_t *interp;
+        cq_err_t keepalive;
+};
+
+/* From another thread while a cell runs: extend the lifetime, then
+ * interrupt. */
+static void *side_thread(void *arg)
+{
+        struct side *side = arg;
+        char err[256];
+
+        sleep(1);
+        side->keepalive = cq_e2b_keepalive(side->interp, err, sizeof(err));
+        (void)cq_interp_interrupt(side->interp);
+        return NULL;
+}
+
 START_TEST(timeouts_and_cancel)
 {
         cq_interp_t *interp = new_interp();
@@ -608,6 +687,23 @@ START_TEST(timeouts_and_cancel)
         ck_assert_int_eq(res.status, CQ_CELL_CANCELLED);
         ck_assert_int_lt(res.duration_ms, 20000);
         cq_cell_result_release(&res);
+
+        /* an interrupt (and a lifetime extension) from another thread */
+        {
+                struct side side = {interp, CQ_ERR_FATAL};
+                pthread_t tid;
+
+                ck_assert_int_eq(pthread_create(&tid, NULL, side_thread, &side),
+                                 0);
+                run(interp, "import time\ntime.sleep(20)", 60000, &res);
+                pthread_join(tid, NULL);
+                ck_assert_int_eq(side.keepalive, CQ_OK);
+                ck_assert_int_eq(res.status, CQ_CELL_ERROR);
+                ck_assert_str_eq(error_field(&res, "ename"),
+                                 "KeyboardInterrupt");
+                ck_assert_int_lt(res.duration_ms, 15000);
+                cq_cell_result_release(&res);
+        }
 
         /* restart loses state and still works */
         ck_assert_int_eq(cq_interp_restart(interp), CQ_OK);
@@ -715,6 +811,8 @@ static Suite *e2b_suite(void)
         tcase_add_test(tc, cells_stdout_stderr_error_and_png);
         tcase_add_test(tc, files_up_and_created_files_down);
         tcase_add_test(tc, output_cap_keeps_head_and_tail);
+        tcase_add_test(tc, created_files_reports_changed_template_files);
+        tcase_add_test(tc, expired_sandbox_is_replaced);
         tcase_add_test(tc, faults_in_the_stream_recover);
         tcase_add_test(tc, timeouts_and_cancel);
         tcase_add_test(tc, create_retries_429_then_succeeds);

@@ -22,7 +22,8 @@ Fault injection (API listener):
     POST /_fake/reset        clear faults and the request log
     GET  /_fake/stats        {"live": n, "created": n, ...}
     GET  /_fake/log          the request log (method, path, port)
-Templates "fault-401", "fault-404", "fault-429" always fail create.
+Templates "fault-401", "fault-404", "fault-429" always fail create;
+template "seeded" starts with /home/user/seed.txt and seed2.txt.
 """
 
 import argparse
@@ -396,6 +397,11 @@ class ApiHandler(Handler):
         if fault and fault.get("status"):
             return self.api_error(fault["status"], "injected failure")
         sbx = Sandbox(tpl, timeout)
+        if tpl == "seeded":
+            # a template that ships files in /home/user
+            for name in ("seed.txt", "seed2.txt"):
+                with open(os.path.join(sbx.root, name), "w") as f:
+                    f.write("seed\n")
         with st.lock:
             st.sandboxes[sbx.id] = sbx
             st.stats["created"] += 1

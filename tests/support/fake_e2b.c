@@ -152,7 +152,8 @@ static long request(const cq_fake_e2b_t *fake,
                     cq_buf_t *reply)
 {
         CURL *curl = curl_easy_init();
-        char url[256];
+        struct curl_slist *headers = NULL;
+        char url[256], key[128];
         long status = -1;
 
         if (!curl)
@@ -163,11 +164,18 @@ static long request(const cq_fake_e2b_t *fake,
         curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 30000L);
         curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
         curl_easy_setopt(curl, CURLOPT_WRITEDATA, reply);
+        snprintf(key, sizeof(key), "X-API-KEY: %s", fake->api_key);
+        headers = curl_slist_append(NULL, key);
+        if (headers)
+                headers = curl_slist_append(headers,
+                                            "Content-Type: application/json");
+        curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
         if (body)
                 curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
         if (curl_easy_perform(curl) == CURLE_OK)
                 curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
         curl_easy_cleanup(curl);
+        curl_slist_free_all(headers);
         return status;
 }
 

@@ -48,6 +48,9 @@ void cq_fake_e2b_opts(const cq_fake_e2b_t *fake, cq_e2b_opts_t *opts);
 cq_interp_t *
 cq_fake_e2b_interp(const cq_fake_e2b_t *fake, char *errstr, size_t size);
 
+/* Requests to the API listener carry the double's API key, so the real
+ * control-plane paths ("/sandboxes/<id>/timeout") work too. */
+
 /**
  * @brief GET \p path on the API listener ("/_fake/stats").
  * @returns Caller owns the returned value; NULL on any failure.
@@ -63,7 +66,8 @@ long cq_fake_e2b_post(const cq_fake_e2b_t *fake,
                       const char *path,
                       const char *body);
 
-/** @brief The "live" count of GET /_fake/stats, or -1. */
+/** @brief One counter of GET /_fake/stats ("live", "set_timeout"), or
+ *         -1. */
 long cq_fake_e2b_stat(const cq_fake_e2b_t *fake, const char *name);
 
 #endif
