@@ -57,9 +57,11 @@ typedef struct cq_e2b {
         char traffic_token[TOKEN_MAX];
         char *sandbox_domain; /* from the Sandbox body, or NULL */
         char context_id[ID_MAX];
-        int64_t expires_ms; /* our view of the TTL end, monotonic */
+        int64_t expires_ms;         /* our view of the TTL end, monotonic */
+        int64_t next_extend_try_ms; /* owner thread only */
         /* owner thread only */
         CURL *curl;
+        CURL *aux;        /* lifetime extensions while curl streams a cell */
         json_t *snapshot; /* {relpath: "size|mtime"} at sandbox start */
         struct input_file *inputs;
         size_t ninputs;
@@ -588,7 +590,8 @@ static cq_err_t set_timeout_on(cq_e2b_t *e2b,
                                long *statusp,
                                char *errbuf,
                                size_t errbuf_size,
-                               unsigned int *rng)
+                               unsigned int *rng,
+                               int attempts)
 {
         struct call call = {0};
         char url[1024], body[64];
@@ -608,6 +611,7 @@ static cq_err_t set_timeout_on(cq_e2b_t *e2b,
         call.errbuf = errbuf;
         call.errbuf_size = errbuf_size;
         call.rng = rng;
+        call.attempts = attempts;
         if (!e2b->sandbox_id[0]) {
                 call_error(e2b, &call, "could not %s: no sandbox", call.what);
                 *statusp = 0;
@@ -638,7 +642,7 @@ static cq_err_t maybe_extend(cq_e2b_t *e2b, int64_t cell_timeout_ms)
                 return CQ_OK;
         pthread_mutex_lock(&e2b->lock);
         err = set_timeout_on(e2b, e2b->curl, (int)((want_ms + 999) / 1000),
-                             &status, NULL, 0, NULL);
+                             &status, NULL, 0, NULL, 0);
         pthread_mutex_unlock(&e2b->lock);
         if (status == 404) /* it expired: the caller starts another */
                 e2b->lost = true;
@@ -665,7 +669,7 @@ cq_err_t cq_e2b_keepalive(cq_interp_t *interp, char *errstr, size_t errstr_size)
          * thread's recovery */
         pthread_mutex_lock(&e2b->lock);
         err = set_timeout_on(e2b, curl, e2b->ttl_s, &status, buf, sizeof(buf),
-                             &rng);
+                             &rng, 0);
         pthread_mutex_unlock(&e2b->lock);
         if (err != CQ_OK && errstr)
                 snprintf(errstr, errstr_size, "%s", buf);
@@ -1626,6 +1630,28 @@ static size_t exec_write(char *ptr, size_t size, size_t nmemb, void *ud)
         return n;
 }
 
+/* A cell without a deadline (or a longer one than the TTL) must not
+ * outlive its sandbox: extend on the side handle once two thirds of the
+ * TTL have passed. One attempt; the next progress tick tries again. */
+static void extend_during_cell(cq_e2b_t *e2b)
+{
+        int64_t now = cq_now_ms(), left;
+        char buf[512];
+        long status = 0;
+
+        if (now < e2b->next_extend_try_ms)
+                return;
+        pthread_mutex_lock(&e2b->lock);
+        left = e2b->expires_ms - now;
+        if (left < (int64_t)e2b->ttl_s * 1000 / 3 && e2b->aux) {
+                e2b->next_extend_try_ms = now + 1000;
+                if (set_timeout_on(e2b, e2b->aux, e2b->ttl_s, &status, buf,
+                                   sizeof(buf), &e2b->rng, 1) != CQ_OK)
+                        cq_log_warn("e2b: %s", buf);
+        }
+        pthread_mutex_unlock(&e2b->lock);
+}
+
 static int exec_progress(
     void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
 {
@@ -1650,6 +1676,7 @@ static int exec_progress(
                 x->aborted = true;
                 return 1;
         }
+        extend_during_cell(x->e2b);
         return 0;
 }
 
@@ -2061,6 +2088,8 @@ static void e2b_destroy(cq_interp_t *interp)
                 (void)kill_sandbox(e2b, e2b->sandbox_id);
         if (e2b->curl)
                 curl_easy_cleanup(e2b->curl);
+        if (e2b->aux)
+                curl_easy_cleanup(e2b->aux);
         for (i = 0; i < e2b->ninputs; i++) {
                 free(e2b->inputs[i].name);
                 free(e2b->inputs[i].data);
@@ -2161,7 +2190,8 @@ cq_e2b_new(const cq_e2b_opts_t *opts, char *errstr, size_t errstr_size)
         e2b->rng = (unsigned int)cq_now_ms() ^ (unsigned int)(uintptr_t)e2b;
         atomic_init(&e2b->interrupt, 0);
         e2b->curl = curl_easy_init();
-        if (!e2b->curl)
+        e2b->aux = curl_easy_init();
+        if (!e2b->curl || !e2b->aux)
                 goto oom_free;
         if (start_sandbox(e2b) != CQ_OK) {
                 if (errstr)

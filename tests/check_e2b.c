@@ -520,6 +520,33 @@ START_TEST(created_files_reports_changed_template_files)
 }
 END_TEST
 
+START_TEST(long_cell_outlives_the_ttl)
+{
+        cq_e2b_opts_t opts;
+        cq_interp_t *interp;
+        cq_cell_result_t res;
+        char err[256], before[64], after[64];
+        long extended;
+
+        cq_fake_e2b_opts(&fake, &opts);
+        opts.ttl_s = 12;
+        interp = cq_e2b_new(&opts, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "%s", err);
+        cq_e2b_sandbox_id(interp, before, sizeof(before));
+        extended = cq_fake_e2b_stat(&fake, "set_timeout");
+        /* no deadline: only extensions during the cell keep it alive */
+        run(interp, "import time\ntime.sleep(16)\nprint('survived')", 0, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert(!res.state_lost);
+        ck_assert_str_eq(stream_text(&res, "stdout"), "survived\n");
+        cq_cell_result_release(&res);
+        cq_e2b_sandbox_id(interp, after, sizeof(after));
+        ck_assert_str_eq(before, after);
+        ck_assert_int_ge(cq_fake_e2b_stat(&fake, "set_timeout"), extended + 2);
+        cq_interp_destroy(&interp);
+}
+END_TEST
+
 /* --------------------------------------------------------------- faults */
 
 START_TEST(expired_sandbox_is_replaced)
@@ -813,6 +840,7 @@ static Suite *e2b_suite(void)
         tcase_add_test(tc, output_cap_keeps_head_and_tail);
         tcase_add_test(tc, created_files_reports_changed_template_files);
         tcase_add_test(tc, expired_sandbox_is_replaced);
+        tcase_add_test(tc, long_cell_outlives_the_ttl);
         tcase_add_test(tc, faults_in_the_stream_recover);
         tcase_add_test(tc, timeouts_and_cancel);
         tcase_add_test(tc, create_retries_429_then_succeeds);
