@@ -156,31 +156,44 @@ static size_t header_cb(char *ptr, size_t size, size_t nmemb, void *ud)
         return n;
 }
 
-/* The base URL of the data plane for \p port, without a trailing slash. */
-static int dp_base(cq_e2b_t *e2b, int port, char *out, size_t size)
+int cq_e2b_data_url(const char *sandbox_url,
+                    const char *domain,
+                    const char *sandbox_id,
+                    int port,
+                    char *out,
+                    size_t size)
 {
         static const char *const shared[] = {"e2b.app", "e2b.dev", "e2b.pro",
                                              "e2b-staging.dev"};
-        const char *dom;
         size_t i;
         int n;
 
-        if (e2b->sandbox_url) {
-                n = snprintf(out, size, "%s", e2b->sandbox_url);
-                if (n > 0 && out[n - 1] == '/')
+        if (sandbox_url && *sandbox_url) {
+                n = snprintf(out, size, "%s", sandbox_url);
+                if (n > 0 && (size_t)n < size && out[n - 1] == '/')
                         out[n - 1] = '\0';
                 return n > 0 && (size_t)n < size ? 0 : -1;
         }
-        dom = e2b->sandbox_domain ? e2b->sandbox_domain : e2b->domain;
+        if (!domain || !*domain)
+                domain = DEF_DOMAIN;
         if (port == ENVD_PORT)
                 for (i = 0; i < CQ_ARRAY_SIZE(shared); i++)
-                        if (strcmp(dom, shared[i]) == 0) {
+                        if (strcmp(domain, shared[i]) == 0) {
                                 n = snprintf(out, size, "https://sandbox.%s",
-                                             dom);
-                                return (size_t)n < size ? 0 : -1;
+                                             domain);
+                                return n > 0 && (size_t)n < size ? 0 : -1;
                         }
-        n = snprintf(out, size, "https://%d-%s.%s", port, e2b->sandbox_id, dom);
+        n = snprintf(out, size, "https://%d-%s.%s", port, sandbox_id, domain);
         return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
+/* The base URL of the data plane for \p port, without a trailing slash. */
+static int dp_base(cq_e2b_t *e2b, int port, char *out, size_t size)
+{
+        return cq_e2b_data_url(e2b->sandbox_url,
+                               e2b->sandbox_domain ? e2b->sandbox_domain
+                                                   : e2b->domain,
+                               e2b->sandbox_id, port, out, size);
 }
 
 /* Append "Name: value" to \p list; on failure free it and return NULL. */

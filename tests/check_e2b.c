@@ -327,6 +327,65 @@ START_TEST(parse_huge_values)
 }
 END_TEST
 
+START_TEST(data_plane_urls_and_config)
+{
+        char url[256];
+        cq_config_t cfg;
+        cq_e2b_opts_t opts;
+        char err[256];
+
+        ck_assert_int_eq(
+            cq_e2b_data_url(NULL, NULL, "iabc", 49999, url, sizeof(url)), 0);
+        ck_assert_str_eq(url, "https://49999-iabc.e2b.app");
+        ck_assert_int_eq(
+            cq_e2b_data_url(NULL, "e2b.app", "iabc", 49983, url, sizeof(url)),
+            0);
+        ck_assert_str_eq(url, "https://sandbox.e2b.app");
+        ck_assert_int_eq(
+            cq_e2b_data_url(NULL, "e2b.dev", "iabc", 49983, url, sizeof(url)),
+            0);
+        ck_assert_str_eq(url, "https://sandbox.e2b.dev");
+        ck_assert_int_eq(cq_e2b_data_url(NULL, "example.org", "iabc", 49983,
+                                         url, sizeof(url)),
+                         0);
+        ck_assert_str_eq(url, "https://49983-iabc.example.org");
+        ck_assert_int_eq(cq_e2b_data_url("http://127.0.0.1:9/", "e2b.app",
+                                         "iabc", 49999, url, sizeof(url)),
+                         0);
+        ck_assert_str_eq(url, "http://127.0.0.1:9");
+        ck_assert_int_eq(
+            cq_e2b_data_url(NULL, "example.org", "iabc", 49999, url, 10), -1);
+
+        ck_assert_int_eq(cq_config_init(&cfg), 0);
+        cq_e2b_opts_from_config(&opts, &cfg);
+        ck_assert(opts.api_key == NULL);
+        ck_assert_str_eq(opts.domain, "e2b.app");
+        ck_assert_str_eq(opts.template_id, "code-interpreter-v1");
+        ck_assert_str_eq(opts.create_path, "/sandboxes");
+        ck_assert_int_eq(opts.ttl_s, 300);
+        ck_assert_int_eq(cq_config_set(&cfg, "E2B_API_KEY", "e2b_abc", "env",
+                                       err, sizeof(err)),
+                         0);
+        ck_assert_int_eq(cq_config_set(&cfg, "e2b-create-path", "/v2/sandboxes",
+                                       "flag", err, sizeof(err)),
+                         0);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_E2B_TTL_S", "5", "env",
+                                       err, sizeof(err)),
+                         -1);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_BACKEND", "e2b", "env",
+                                       err, sizeof(err)),
+                         0);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_BACKEND", "docker", "env",
+                                       err, sizeof(err)),
+                         -1);
+        cq_e2b_opts_from_config(&opts, &cfg);
+        ck_assert_str_eq(opts.api_key, "e2b_abc");
+        ck_assert_str_eq(opts.create_path, "/v2/sandboxes");
+        ck_assert_str_eq(cfg.backend, "e2b");
+        cq_config_release(&cfg);
+}
+END_TEST
+
 /* ------------------------------------------------------- cells & files */
 
 START_TEST(cells_stdout_stderr_error_and_png)
@@ -502,8 +561,27 @@ START_TEST(created_files_reports_changed_template_files)
 
         cq_fake_e2b_opts(&fake, &opts);
         opts.template_id = "seeded";
+        opts.create_path = "/v2/sandboxes"; /* as npm e2b 2.51 creates */
         interp = cq_e2b_new(&opts, err, sizeof(err));
         ck_assert_msg(interp != NULL, "%s", err);
+        {
+                json_t *log = cq_fake_e2b_get(&fake, "/_fake/log"), *entry;
+                size_t i;
+                bool seen = false;
+
+                json_array_foreach(log, i, entry)
+                {
+                        const char *path =
+                            json_string_value(json_object_get(entry, "path"));
+
+                        if (path && strcmp(path, "/v2/sandboxes") == 0 &&
+                            json_integer_value(
+                                json_object_get(entry, "status")) == 201)
+                                seen = true;
+                }
+                json_decref(log);
+                ck_assert_msg(seen, "no 201 for POST /v2/sandboxes");
+        }
         run(interp,
             "print(open('seed2.txt').read(), end='')\n"
             "open('seed.txt', 'a').write('more')",
@@ -831,6 +909,7 @@ static Suite *e2b_suite(void)
         tcase_add_test(parser, parse_rejects_malformed_lines);
         tcase_add_test(parser, parse_survives_random_and_truncated_input);
         tcase_add_test(parser, parse_huge_values);
+        tcase_add_test(parser, data_plane_urls_and_config);
         suite_add_tcase(s, parser);
 
         tcase_add_unchecked_fixture(tc, fake_up, fake_down);

@@ -95,6 +95,23 @@ CQ_NODISCARD cq_err_t cq_e2b_keepalive(cq_interp_t *interp,
  */
 void cq_e2b_sandbox_id(cq_interp_t *interp, char *out, size_t out_size);
 
+/**
+ * @brief The base URL (no trailing slash) of a sandbox's \p port, as the
+ *        SDKs build it: \p sandbox_url when set (routing is then by the
+ *        E2b-Sandbox-Id/-Port headers, which the backend always sends);
+ *        for envd (49983) on e2b.app, e2b.dev, e2b.pro or e2b-staging.dev
+ *        the shared host https://sandbox.{domain}; else
+ *        https://{port}-{sandbox_id}.{domain}. \p domain NULL: e2b.app.
+ * @returns 0, or -1 when it does not fit in \p size.
+ * @locality Any thread.
+ */
+int cq_e2b_data_url(const char *sandbox_url,
+                    const char *domain,
+                    const char *sandbox_id,
+                    int port,
+                    char *out,
+                    size_t size);
+
 /** @brief What one NDJSON line of /execute meant. */
 typedef enum cq_e2b_line_kind {
         CQ_E2B_LINE_IGNORED = 0, /* keepalive or an unknown type */

@@ -179,7 +179,8 @@ class State:
     def __init__(self, api_key, keepalive_s):
         self.api_key = api_key
         self.keepalive_s = keepalive_s
-        self.lock = threading.Lock()
+        # re-entrant: send() records the request while a handler may hold it
+        self.lock = threading.RLock()
         self.sandboxes = {}
         self.faults = {"create": [], "execute": []}
         self.log = []
@@ -417,7 +418,8 @@ class ApiHandler(Handler):
             return self.send(200, out)
         if path == "/_fake/log":
             with st.lock:
-                return self.send(200, list(st.log))
+                log = list(st.log)
+            return self.send(200, log)
         req = self.json_body() if self.command == "POST" else {}
         if path == "/_fake/faults" and isinstance(req, dict):
             with st.lock:
