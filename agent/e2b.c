@@ -659,6 +659,13 @@ static cq_err_t maybe_extend(cq_e2b_t *e2b, int64_t cell_timeout_ms)
         pthread_mutex_unlock(&e2b->lock);
         if (status == 404) /* it expired: the caller starts another */
                 e2b->lost = true;
+        if (err != CQ_OK && status != 401 && status != 403 && !e2b->lost) {
+                /* a failed extension is not a failed cell: the sandbox
+                 * still has time left and the next cell tries again */
+                cq_log_warn("e2b: %s; running the cell anyway", e2b->errbuf);
+                e2b->errbuf[0] = '\0';
+                return CQ_OK;
+        }
         return err;
 }
 
@@ -1943,7 +1950,7 @@ static cq_err_t e2b_execute(cq_interp_t *interp,
                 res->state_lost = true;
         }
         err = maybe_extend(e2b, opts->timeout_ms);
-        if (err == CQ_ERR_FATAL && !e2b->lost)
+        if (err != CQ_OK && !e2b->lost) /* 401/403 */
                 goto out;
         if (err != CQ_OK) {
                 /* 404: the sandbox already expired; start again */

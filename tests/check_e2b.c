@@ -620,7 +620,9 @@ START_TEST(long_cell_outlives_the_ttl)
         cq_cell_result_release(&res);
         cq_e2b_sandbox_id(interp, after, sizeof(after));
         ck_assert_str_eq(before, after);
-        ck_assert_int_ge(cq_fake_e2b_stat(&fake, "set_timeout"), extended + 2);
+        /* surviving 16 s on a 12 s TTL needs an extension during the cell
+         * (one before it gives at most 12 s from its start) */
+        ck_assert_int_ge(cq_fake_e2b_stat(&fake, "set_timeout"), extended + 1);
         cq_interp_destroy(&interp);
 }
 END_TEST

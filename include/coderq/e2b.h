@@ -5,18 +5,25 @@
  *
  * Lifecycle. cq_e2b_new() creates the sandbox with a short TTL and a kernel
  * context of its own; each cell extends the TTL when a third of it has
- * passed (or when the cell's deadline would outlast it), and
- * cq_e2b_keepalive() lets a housekeeping thread do the same during long
- * cells. The sandbox is killed on destroy and on every failed construction,
- * so a worker that dies leaves only sandboxes that expire within the TTL.
+ * passed (or when the cell's deadline would outlast it), a running cell
+ * extends it again once two thirds have passed, and cq_e2b_keepalive()
+ * lets a housekeeping thread do the same at any time. A sandbox found gone
+ * before a cell (its TTL ended, or a 502) is replaced and the cell runs in
+ * the new one with state_lost set and a note on stderr. E2B_DEBUG mode
+ * (no control plane) is not supported. The sandbox is killed on destroy and on
+ * every failed construction, so a worker that dies leaves only sandboxes that
+ * expire within the TTL.
  *
  * Cell statuses (cq_interp_execute()):
  * - ok / error: the stream ended with end_of_execution; the last error line
  *   wins.
  * - timeout: the client deadline passed; the transfer is aborted, which makes
- *   the server interrupt the kernel. A probe cell then checks that the
+ *   the server interrupt the kernel (at its next write, within 5 s). A probe
+ *   cell ("pass", which takes one execution count) then checks that the
  *   context answers; state_lost is false unless it did not and the context
- *   had to be restarted.
+ *   had to be restarted. (interp.h says a timeout restarts the kernel; E2B
+ *   keeps the context, so this backend reports state_lost honestly.)
+ * - error with ename KeyboardInterrupt: cq_interp_interrupt() aborted it.
  * - cancelled: the cancel flag was raised; the transfer is aborted (the
  *   server interrupts the kernel), state is kept.
  * - died: the sandbox was lost (proxy 502, connection reset and envd gone)
