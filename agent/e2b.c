@@ -1587,13 +1587,14 @@ static int exec_line(struct exec *x)
                 if (strcmp(t, "execute_result") == 0 && x->execution_count >= 0)
                         json_object_set_new(line.output, "execution_count",
                                             json_integer(x->execution_count));
-                if (x->opts->on_output)
-                        x->opts->on_output(x->opts->opaque, line.output);
                 if (strcmp(t, "error") == 0) {
-                        json_decref(x->error); /* the last error wins */
+                        /* the last error wins; the caller reports it */
+                        json_decref(x->error);
                         x->error = line.output;
                         return 0;
                 }
+                if (x->opts->on_output)
+                        x->opts->on_output(x->opts->opaque, line.output);
                 if (acc_add(&x->acc, line.output) != 0) {
                         json_decref(line.output);
                         snprintf(x->why, sizeof(x->why), "out of memory");
@@ -1922,6 +1923,19 @@ static bool context_answers(cq_e2b_t *e2b)
         return ok;
 }
 
+/* The server said ExecutionAborted and nothing else: the kernel refused
+ * the request without running any of it. */
+static bool never_ran(const struct exec *x)
+{
+        const char *ename =
+            json_string_value(json_object_get(x->error, "ename"));
+
+        return x->outcome == OUT_END && ename &&
+               strcmp(ename, "ExecutionAborted") == 0 &&
+               json_array_size(x->acc.head) == 0 &&
+               json_array_size(x->acc.tail) == 0;
+}
+
 static cq_err_t e2b_execute(cq_interp_t *interp,
                             const char *code,
                             const cq_exec_opts_t *opts,
@@ -1982,6 +1996,26 @@ static cq_err_t e2b_execute(cq_interp_t *interp,
                 x.deadline_ms = start + opts->timeout_ms;
         atomic_store(&e2b->interrupt, 0);
         exec_run(&x, code);
+        if (never_ran(&x)) {
+                /* ipykernel aborts a request that arrives while it still
+                 * unwinds the previous failed cell; the code did not run,
+                 * so run it again once */
+                struct timespec ts = {0, 200000000L};
+
+                cq_log_info("e2b: execution aborted before it started; "
+                            "running the cell again");
+                nanosleep(&ts, NULL);
+                exec_release(&x);
+                exec_init(&x, e2b, opts);
+                if (!x.acc.head || !x.acc.tail) {
+                        set_error(e2b, "could not run cell: out of memory");
+                        err = CQ_ERR_FATAL;
+                        goto out;
+                }
+                if (opts->timeout_ms > 0)
+                        x.deadline_ms = start + opts->timeout_ms;
+                exec_run(&x, code);
+        }
         res->status = x.error ? CQ_CELL_ERROR : CQ_CELL_OK;
         switch (x.outcome) {
         case OUT_END:
@@ -2058,12 +2092,12 @@ static cq_err_t e2b_execute(cq_interp_t *interp,
                 break;
         }
         if (extra_err) {
-                if (opts->on_output)
-                        opts->on_output(opts->opaque, extra_err);
                 json_decref(x.error);
                 x.error = extra_err;
                 extra_err = NULL;
         }
+        if (x.error && opts->on_output)
+                opts->on_output(opts->opaque, x.error);
         res->outputs = acc_finish(&x.acc, x.error);
         if (!res->outputs) {
                 set_error(e2b, "could not collect cell outputs: out of "

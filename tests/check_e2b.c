@@ -548,6 +548,26 @@ START_TEST(output_cap_keeps_head_and_tail)
                   NULL);
         cq_cell_result_release(&res);
         cq_interp_destroy(&interp);
+
+        /* one NDJSON line over the line cap: a clear error, then usable */
+        cq_fake_e2b_opts(&fake, &opts);
+        opts.max_line = 256 * 1024;
+        interp = cq_e2b_new(&opts, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "%s", err);
+        cq_cell_result_init(&res);
+        ck_assert_int_eq(
+            cq_interp_execute(interp, "print('x' * 400000)", &eopts, &res),
+            CQ_OK);
+        ck_assert_int_eq(res.status, CQ_CELL_DIED);
+        ck_assert(strstr(error_field(&res, "evalue"), "exceeds 262144 bytes") !=
+                  NULL);
+        cq_cell_result_release(&res);
+        cq_cell_result_init(&res);
+        ck_assert_int_eq(cq_interp_execute(interp, "print('ok')", &eopts, &res),
+                         CQ_OK);
+        ck_assert_str_eq(stream_text(&res, "stdout"), "ok\n");
+        cq_cell_result_release(&res);
+        cq_interp_destroy(&interp);
 }
 END_TEST
 
@@ -684,6 +704,15 @@ START_TEST(faults_in_the_stream_recover)
         run(interp, "print('x' in dir())", 30000, &res);
         ck_assert_int_eq(res.status, CQ_CELL_OK);
         ck_assert_str_eq(stream_text(&res, "stdout"), "False\n");
+        cq_cell_result_release(&res);
+
+        /* refused by the kernel before it ran (ExecutionAborted after a
+         * failed cell): run again, transparently */
+        inject("{\"execute\": [{\"mode\": \"aborted\"}]}");
+        run(interp, "print('ran')", 30000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert_str_eq(stream_text(&res, "stdout"), "ran\n");
+        ck_assert(find_output(&res, "error") == NULL);
         cq_cell_result_release(&res);
 
         /* a stream cut without end_of_execution */
@@ -867,6 +896,14 @@ START_TEST(create_401_fails_at_once_without_the_key)
         ck_assert(cq_e2b_new(&opts, err, sizeof(err)) == NULL);
         ck_assert_msg(strstr(err, "HTTP 404") != NULL, "%s", err);
         ck_assert_int_eq(cq_fake_e2b_stat(&fake, "create_calls"), calls + 3);
+
+        /* nothing listening: retried, then a retriable network error */
+        cq_fake_e2b_opts(&fake, &opts);
+        opts.api_url = "http://127.0.0.1:1";
+        ck_assert(cq_e2b_new(&opts, err, sizeof(err)) == NULL);
+        ck_assert_msg(strstr(err, "could not create E2B sandbox: ") != NULL &&
+                          strstr(err, "connect") != NULL,
+                      "%s", err);
 
         /* no API key at all */
         opts.api_key = NULL;

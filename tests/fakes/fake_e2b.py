@@ -16,7 +16,8 @@ Fault injection (API listener):
     POST /_fake/faults {"create": [{"status": 429, "count": 2,
                                     "retry_after": 1}],
                         "execute": [{"mode": "truncate"|"malformed"|
-                                     "never_end"|"kill"|"proxy_502",
+                                     "never_end"|"kill"|"proxy_502"|
+                                     "aborted",
                                      "count": 1}]}
     POST /_fake/kill/<id>    kill a sandbox now (as if it died)
     POST /_fake/reset        clear faults and the request log
@@ -745,6 +746,13 @@ class SandboxHandler(Handler):
             while True:
                 time.sleep(st.keepalive_s)
                 self.chunk({"type": "keepalive"})
+        if mode == "aborted":
+            # what the server sends when ipykernel refuses the request
+            self.chunk({"type": "error", "name": "ExecutionAborted",
+                        "value": "Execution was aborted", "traceback": ""})
+            self.chunk({"type": "end_of_execution"})
+            self.wfile.write(b"0\r\n\r\n")
+            return
         if mode == "kill":
             self.chunk({"type": "number_of_executions",
                         "execution_count": 0})
@@ -803,12 +811,31 @@ class SandboxHandler(Handler):
                     self.drop()
                     self.drain(ctx, msg_id, interrupt=False)
                     return
+            if self.reply_status(kc, msg_id) == "aborted":
+                # ipykernel aborts requests that arrive while it still
+                # unwinds a failed cell (stop_on_error); the real server
+                # reports that as an error line
+                self.chunk({"type": "error", "name": "ExecutionAborted",
+                            "value": "Execution was aborted",
+                            "traceback": ""})
             self.chunk({"type": "end_of_execution"})
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except ClientGone:
             self.close_connection = True
             self.drain(ctx, msg_id, interrupt=True)
+
+    @staticmethod
+    def reply_status(kc, msg_id):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                reply = kc.get_shell_msg(timeout=1)
+            except queue.Empty:
+                continue
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply["content"].get("status")
+        return None
 
     def drain(self, ctx, msg_id, interrupt):
         """The client went away: interrupt the kernel as the real server does
