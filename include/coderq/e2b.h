@@ -32,8 +32,18 @@
  *   context (sandbox alive) or created a fresh sandbox and re-uploaded the
  *   job files; state_lost is true and an "error" output says what happened.
  *   Files the code had created in a lost sandbox are gone.
- * cq_interp_execute() returns CQ_ERR_RETRIABLE only when that recovery
- * failed too, and CQ_ERR_FATAL for 401/403 (a bad key fails at once). */
+ * A cell that ipykernel refused before running any of it (ExecutionAborted
+ * right after a failed cell) is sent again once.
+ * cq_interp_execute() returns CQ_ERR_RETRIABLE when that recovery failed
+ * too or /execute answered another 5xx, and CQ_ERR_FATAL for 401/403 (a
+ * bad key fails at once) and 400/422.
+ *
+ * Files: cq_interp_put_file() uploads to /home/user/<name> at once (the
+ * agent calls it before the first cell) and keeps a copy for a replacement
+ * sandbox. cq_interp_created_files() lists /home/user recursively once,
+ * when called, and reports files new or changed (size, mtime) since the
+ * sandbox started, leaving out the job's input files, hidden paths and
+ * __pycache__. */
 #ifndef CODERQ_E2B_H
 #define CODERQ_E2B_H
 
