@@ -178,6 +178,32 @@ static const cq_cfg_entry_t entries[] = {
      "before it interrupts them"},
     {"CODERQ_POLL_MS", NULL, "poll-ms", CQ_CFG_INT, F(poll_ms), "500", 10,
      60000, NULL, "how often an idle slot looks for a runnable job"},
+    {"CODERQ_BACKEND", NULL, "backend", CQ_CFG_CHOICE, F(backend), "local", 0,
+     0, "local|e2b",
+     "interpreter for jobs that do not name one: local (Jupyter kernel) or "
+     "e2b (E2B sandbox)"},
+    {"E2B_API_KEY", NULL, "e2b-api-key", CQ_CFG_SECRET, F(e2b_api_key), NULL, 0,
+     0, NULL, "E2B API key, sent as X-API-KEY (required for e2b)"},
+    {"E2B_DOMAIN", NULL, "e2b-domain", CQ_CFG_STRING, F(e2b_domain), "e2b.app",
+     0, 0, NULL,
+     "E2B domain: API at https://api.DOMAIN, sandboxes under DOMAIN"},
+    {"E2B_API_URL", NULL, "e2b-api-url", CQ_CFG_STRING, F(e2b_api_url), NULL, 0,
+     0, NULL, "E2B API base URL (default: https://api.E2B_DOMAIN)"},
+    {"E2B_SANDBOX_URL", NULL, "e2b-sandbox-url", CQ_CFG_STRING,
+     F(e2b_sandbox_url), NULL, 0, 0, NULL,
+     "base URL of every sandbox call (envd and code interpreter), routed by "
+     "the E2b-Sandbox-Id/-Port headers (default: per-sandbox hosts)"},
+    {"CODERQ_E2B_TEMPLATE", NULL, "e2b-template", CQ_CFG_STRING,
+     F(e2b_template), "code-interpreter-v1", 0, 0, NULL,
+     "E2B template of new sandboxes"},
+    {"CODERQ_E2B_TTL_S", NULL, "e2b-ttl-s", CQ_CFG_INT, F(e2b_ttl_s), "300", 30,
+     86400, NULL,
+     "sandbox lifetime in seconds, extended while the job runs; a sandbox of "
+     "a dead worker ends within this long (plus the running cell's "
+     "deadline)"},
+    {"CODERQ_E2B_CREATE_PATH", NULL, "e2b-create-path", CQ_CFG_CHOICE,
+     F(e2b_create_path), "/sandboxes", 0, 0, "/sandboxes|/v2/sandboxes",
+     "E2B API path that creates sandboxes"},
 };
 
 #undef F

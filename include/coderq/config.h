@@ -85,6 +85,16 @@ typedef struct cq_config {
         long slots;
         long shutdown_s;
         long poll_ms;
+        /* interpreter backend */
+        char *backend; /* "local" or "e2b" */
+        /* E2B (see e2b.h) */
+        char *e2b_api_key;
+        char *e2b_domain;
+        char *e2b_api_url;
+        char *e2b_sandbox_url;
+        char *e2b_template;
+        long e2b_ttl_s;
+        char *e2b_create_path;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */

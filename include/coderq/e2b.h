@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/* e2b.h - the E2B interpreter backend: one remote sandbox per handle, made
+ * from the code-interpreter template over E2B's HTTP API (protocols/e2b.md),
+ * behind the cq_interp_t interface of interp.h.
+ *
+ * Lifecycle. cq_e2b_new() creates the sandbox with a short TTL and a kernel
+ * context of its own; each cell extends the TTL when a third of it has
+ * passed (or when the cell's deadline would outlast it), a running cell
+ * extends it again once two thirds have passed, and cq_e2b_keepalive()
+ * lets a housekeeping thread do the same at any time. A sandbox found gone
+ * before a cell (its TTL ended, or a 502) is replaced and the cell runs in
+ * the new one with state_lost set and a note on stderr. E2B_DEBUG mode
+ * (no control plane) is not supported. The sandbox is killed on destroy and on
+ * every failed construction, so a worker that dies leaves only sandboxes that
+ * expire within the TTL.
+ *
+ * Cell statuses (cq_interp_execute()):
+ * - ok / error: the stream ended with end_of_execution; the last error line
+ *   wins.
+ * - timeout: the client deadline passed; the transfer is aborted, which makes
+ *   the server interrupt the kernel (at its next write, within 5 s). A probe
+ *   cell ("pass", which takes one execution count) then checks that the
+ *   context answers; state_lost is false unless it did not and the context
+ *   had to be restarted. (interp.h says a timeout restarts the kernel; E2B
+ *   keeps the context, so this backend reports state_lost honestly.)
+ * - error with ename KeyboardInterrupt: cq_interp_interrupt() aborted it.
+ * - cancelled: the cancel flag was raised; the transfer is aborted (the
+ *   server interrupts the kernel), state is kept.
+ * - died: the sandbox was lost (proxy 502, connection reset and envd gone)
+ *   or the stream broke its protocol (ended without end_of_execution, a
+ *   malformed or over-long line). The backend has then either restarted the
+ *   context (sandbox alive) or created a fresh sandbox and re-uploaded the
+ *   job files; state_lost is true and an "error" output says what happened.
+ *   Files the code had created in a lost sandbox are gone.
+ * A cell that ipykernel refused before running any of it (ExecutionAborted
+ * right after a failed cell) is sent again once.
+ * cq_interp_execute() returns CQ_ERR_RETRIABLE when that recovery failed
+ * too or /execute answered another 5xx, and CQ_ERR_FATAL for 401/403 (a
+ * bad key fails at once) and 400/422.
+ *
+ * Files: cq_interp_put_file() uploads to /home/user/<name> at once (the
+ * agent calls it before the first cell) and keeps a copy for a replacement
+ * sandbox. cq_interp_created_files() lists /home/user recursively once,
+ * when called, and reports files new or changed (size, mtime) since the
+ * sandbox started, leaving out the job's input files, hidden paths and
+ * __pycache__. */
+#ifndef CODERQ_E2B_H
+#define CODERQ_E2B_H
+
+#include <jansson.h>
+
+#include "coderq/common.h"
+#include "coderq/config.h"
+#include "coderq/interp.h"
+
+typedef struct cq_e2b_opts {
+        const char *api_key;     /* required; never logged */
+        const char *domain;      /* NULL: "e2b.app" */
+        const char *api_url;     /* NULL: https://api.{domain} */
+        const char *sandbox_url; /* NULL: per-sandbox hosts (e2b.md §2) */
+        const char *template_id; /* NULL: "code-interpreter-v1" */
+        const char *create_path; /* NULL: "/sandboxes" ("/v2/sandboxes") */
+        int ttl_s;               /* <= 0: 300 */
+        size_t max_line;         /* NDJSON line cap; 0: 32 MiB */
+        size_t max_output;       /* per-cell output cap; 0: 1 MiB */
+        size_t max_body;         /* API/RPC reply cap; 0: 16 MiB */
+        size_t max_file;         /* created_files() data cap; 0: 64 MiB */
+        int max_attempts;        /* lifecycle call attempts; <= 0: 5 */
+        int retry_base_ms;       /* first backoff; <= 0: 250 */
+        int retry_max_ms;        /* backoff and Retry-After cap; <= 0: 10 s */
+        int request_timeout_ms;  /* per lifecycle request; <= 0: 60 s */
+        int probe_timeout_ms;    /* after a timeout; <= 0: 15 s */
+} cq_e2b_opts_t;
+
+/**
+ * @brief Fill \p opts from \p cfg (E2B_API_KEY, E2B_DOMAIN, E2B_API_URL,
+ *        E2B_SANDBOX_URL, CODERQ_E2B_TEMPLATE, CODERQ_E2B_TTL_S,
+ *        CODERQ_E2B_CREATE_PATH); the rest get their defaults.
+ * @remark The strings are borrowed from \p cfg; keep it alive as long as
+ *         \p opts is used (cq_e2b_new() copies what it keeps).
+ */
+void cq_e2b_opts_from_config(cq_e2b_opts_t *opts, const cq_config_t *cfg);
+
+/**
+ * @brief Create a sandbox and return an interpreter over it.
+ * @param opts Borrowed.
+ * @returns Caller owns the returned value; free with cq_interp_destroy().
+ *          NULL on failure with \p errstr filled ("could not create E2B
+ *          sandbox: HTTP 401: ..."); no sandbox is left behind.
+ * @remark curl_global_init() must have run.
+ * @locality Any thread; the handle then belongs to that thread, except for
+ *           cq_interp_interrupt() and cq_e2b_keepalive().
+ */
+cq_interp_t *
+cq_e2b_new(const cq_e2b_opts_t *opts, char *errstr, size_t errstr_size);
+
+/**
+ * @brief Extend the sandbox's TTL now (POST /sandboxes/{id}/timeout), on a
+ *        curl handle of its own.
+ * @returns CQ_OK; CQ_ERR_FATAL for 401/403/404; else CQ_ERR_RETRIABLE.
+ *          \p errstr (optional) says why.
+ * @locality Any thread, concurrently with a running cell.
+ */
+CQ_NODISCARD cq_err_t cq_e2b_keepalive(cq_interp_t *interp,
+                                       char *errstr,
+                                       size_t errstr_size);
+
+/**
+ * @brief Copy the current sandbox id (it changes when a lost sandbox is
+ *        replaced) into \p out.
+ * @locality Any thread.
+ */
+void cq_e2b_sandbox_id(cq_interp_t *interp, char *out, size_t out_size);
+
+/**
+ * @brief The base URL (no trailing slash) of a sandbox's \p port, as the
+ *        SDKs build it: \p sandbox_url when set (routing is then by the
+ *        E2b-Sandbox-Id/-Port headers, which the backend always sends);
+ *        for envd (49983) on e2b.app, e2b.dev, e2b.pro or e2b-staging.dev
+ *        the shared host https://sandbox.{domain}; else
+ *        https://{port}-{sandbox_id}.{domain}. \p domain NULL: e2b.app.
+ * @returns 0, or -1 when it does not fit in \p size.
+ * @locality Any thread.
+ */
+int cq_e2b_data_url(const char *sandbox_url,
+                    const char *domain,
+                    const char *sandbox_id,
+                    int port,
+                    char *out,
+                    size_t size);
+
+/** @brief What one NDJSON line of /execute meant. */
+typedef enum cq_e2b_line_kind {
+        CQ_E2B_LINE_IGNORED = 0, /* keepalive or an unknown type */
+        CQ_E2B_LINE_COUNT,       /* number_of_executions */
+        CQ_E2B_LINE_OUTPUT,      /* stdout, stderr, result or error */
+        CQ_E2B_LINE_END,         /* end_of_execution */
+} cq_e2b_line_kind_t;
+
+typedef struct cq_e2b_line {
+        cq_e2b_line_kind_t kind;
+        int execution_count; /* CQ_E2B_LINE_COUNT */
+        json_t *output;      /* CQ_E2B_LINE_OUTPUT: an nbformat output
+                                (interp.h); owned, json_decref() it */
+} cq_e2b_line_t;
+
+/**
+ * @brief Parse one line of the /execute stream (without its '\n').
+ * @param line Borrowed; need not be NUL-terminated; untrusted.
+ * @returns CQ_OK with \p out filled, or CQ_ERR_FATAL with \p errstr saying
+ *          what is wrong (invalid JSON, no "type", a field of the wrong
+ *          type); \p out is then zeroed.
+ * @remark An execute_result output has no execution_count; the caller adds
+ *         the one from number_of_executions.
+ * @locality Any thread.
+ */
+CQ_NODISCARD cq_err_t cq_e2b_parse_line(const char *line,
+                                        size_t len,
+                                        cq_e2b_line_t *out,
+                                        char *errstr,
+                                        size_t errstr_size);
+
+#endif

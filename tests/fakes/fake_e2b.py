@@ -1,0 +1,937 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""fake_e2b.py - a local double of E2B for tests: the control plane, envd
+(files, filesystem RPC, commands) and the code interpreter (/execute,
+/contexts), each sandbox backed by real ipykernels so behaviour matches the
+real service. Standard library plus Debian's jupyter_client/ipykernel only.
+
+Two loopback listeners on ephemeral ports, printed first on stdout:
+    API <port>
+    SANDBOX <port>
+(and written to --port-file when given). The sandbox listener routes by the
+E2b-Sandbox-Id / E2b-Sandbox-Port headers, as the real proxy does for
+localhost. /home/user inside a sandbox maps to a per-sandbox temp dir.
+
+Fault injection (API listener):
+    POST /_fake/faults {"create": [{"status": 429, "count": 2,
+                                    "retry_after": 1}],
+                        "execute": [{"mode": "truncate"|"malformed"|
+                                     "never_end"|"kill"|"proxy_502"|
+                                     "aborted",
+                                     "count": 1}]}
+    POST /_fake/kill/<id>    kill a sandbox now (as if it died)
+    POST /_fake/reset        clear faults and the request log
+    GET  /_fake/stats        {"live": n, "created": n, ...}
+    GET  /_fake/log          the request log (method, path, port)
+Templates "fault-401", "fault-404", "fault-429" always fail create;
+template "seeded" starts with /home/user/seed.txt and seed2.txt.
+"""
+
+import argparse
+import base64
+import datetime
+import json
+import os
+import queue
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from jupyter_client.manager import KernelManager
+
+HOME = "/home/user"
+ENVD_PORT = "49983"
+CI_PORT = "49999"
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def now_iso():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+def rfc3339(ts):
+    return datetime.datetime.fromtimestamp(
+        ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Context:
+    """One Jupyter kernel, as the code-interpreter server keeps per context."""
+
+    def __init__(self, root, language="python", cwd=HOME):
+        self.language = language
+        self.cwd = cwd
+        self.lock = threading.Lock()
+        env = dict(os.environ)
+        env["HOME"] = root
+        env["MPLCONFIGDIR"] = os.path.join(root, ".config", "matplotlib")
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+        env.pop("PYTHONPATH", None)
+        self.km = KernelManager(kernel_name="python3")
+        # the kernel's own stderr (debugger notices) would only be noise
+        self.km.start_kernel(cwd=root, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.kc = self.km.blocking_client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self.id = self.km.kernel_id
+
+    def restart(self):
+        with self.lock:
+            self.km.restart_kernel(now=True)
+            self.kc.stop_channels()
+            self.kc = self.km.blocking_client()
+            self.kc.start_channels()
+            self.kc.wait_for_ready(timeout=60)
+
+    def shutdown(self):
+        try:
+            self.kc.stop_channels()
+        except Exception:
+            pass
+        try:
+            self.km.shutdown_kernel(now=True)
+        except Exception:
+            pass
+
+
+class Sandbox:
+    def __init__(self, template, timeout_s):
+        self.id = "i" + secrets.token_hex(10)
+        self.template = template
+        self.token = secrets.token_hex(16)
+        self.root = tempfile.mkdtemp(prefix="fake-e2b-")
+        self.started = time.time()
+        self.end = time.time() + timeout_s
+        self.contexts = {}
+        self.default_ctx = None
+        self.lock = threading.Lock()
+        self.alive = True
+
+    def body(self):
+        return {"templateID": self.template, "sandboxID": self.id,
+                "clientID": "6532622b", "envdVersion": "0.6.13",
+                "envdAccessToken": self.token, "trafficAccessToken": None,
+                "domain": None, "alias": None}
+
+    def detail(self):
+        return {"templateID": self.template, "sandboxID": self.id,
+                "clientID": "6532622b", "startedAt": rfc3339(self.started),
+                "endAt": rfc3339(self.end), "cpuCount": 2, "memoryMB": 512,
+                "diskSizeMB": 1024, "state": "running",
+                "envdVersion": "0.6.13", "metadata": {}}
+
+    def local(self, path):
+        """Map a sandbox path to the host; None when outside /home/user."""
+        if path is None:
+            return None
+        if path.startswith("~"):
+            path = HOME + path[1:]
+        if not path.startswith("/"):
+            path = HOME + "/" + path
+        norm = os.path.normpath(path)
+        if norm != HOME and not norm.startswith(HOME + "/"):
+            return None
+        return self.root + norm[len(HOME):]
+
+    def remote(self, local):
+        rel = os.path.relpath(local, self.root)
+        return HOME if rel == "." else HOME + "/" + rel
+
+    def context(self, ctx_id):
+        with self.lock:
+            if ctx_id is None:
+                if self.default_ctx is None:
+                    ctx = Context(self.root)
+                    self.contexts[ctx.id] = ctx
+                    self.default_ctx = ctx.id
+                return self.contexts[self.default_ctx]
+            return self.contexts.get(ctx_id)
+
+    def new_context(self, language, cwd):
+        ctx = Context(self.root, language, cwd)
+        with self.lock:
+            if not self.alive:
+                ctx.shutdown()
+                raise RuntimeError("sandbox was killed")
+            self.contexts[ctx.id] = ctx
+        return ctx
+
+    def kill(self):
+        with self.lock:
+            self.alive = False
+            ctxs = list(self.contexts.values())
+            self.contexts.clear()
+        for ctx in ctxs:
+            ctx.shutdown()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class State:
+    def __init__(self, api_key, keepalive_s):
+        self.api_key = api_key
+        self.keepalive_s = keepalive_s
+        # re-entrant: send() records the request while a handler may hold it
+        self.lock = threading.RLock()
+        self.sandboxes = {}
+        self.faults = {"create": [], "execute": []}
+        self.log = []
+        self.stats = {"created": 0, "killed": 0, "expired": 0,
+                      "set_timeout": 0, "executions": 0, "create_calls": 0}
+
+    def record(self, method, path, port, status):
+        with self.lock:
+            self.log.append({"method": method, "path": path, "port": port,
+                             "status": status})
+            if len(self.log) > 10000:
+                del self.log[:1000]
+
+    def take_fault(self, kind):
+        with self.lock:
+            lst = self.faults[kind]
+            while lst:
+                f = lst[0]
+                if f.get("count", 1) <= 0:
+                    lst.pop(0)
+                    continue
+                f["count"] = f.get("count", 1) - 1
+                return dict(f)
+            return None
+
+    def get(self, sid):
+        with self.lock:
+            sbx = self.sandboxes.get(sid)
+            if sbx and sbx.end <= time.time():
+                del self.sandboxes[sid]
+                self.stats["expired"] += 1
+                expired = sbx
+                sbx = None
+            else:
+                expired = None
+        if expired:
+            expired.kill()
+        return sbx
+
+    def remove(self, sid, stat="killed"):
+        with self.lock:
+            sbx = self.sandboxes.pop(sid, None)
+            if sbx:
+                self.stats[stat] += 1
+        if sbx:
+            sbx.kill()
+        return sbx
+
+    def reap(self):
+        with self.lock:
+            dead = [s for s in self.sandboxes.values()
+                    if s.end <= time.time()]
+        for sbx in dead:
+            self.remove(sbx.id, "expired")
+
+    def shutdown(self):
+        with self.lock:
+            ids = list(self.sandboxes)
+        for sid in ids:
+            self.remove(sid)
+
+
+class ClientGone(Exception):
+    pass
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-e2b/1"
+    state = None  # set on the subclass
+    role = None
+
+    def log_message(self, fmt, *args):
+        pass
+
+    # ---- plumbing ----
+    def body(self):
+        te = self.headers.get("Transfer-Encoding", "")
+        if "chunked" in te.lower():
+            out = bytearray()
+            while True:
+                line = self.rfile.readline(65537)
+                if not line:
+                    raise ClientGone()
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while True:
+                        trailer = self.rfile.readline(65537)
+                        if trailer in (b"\r\n", b"\n", b""):
+                            break
+                    return bytes(out)
+                out += self.rfile.read(size)
+                self.rfile.readline(3)
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def json_body(self):
+        raw = self.body()
+        if not raw:
+            return {}
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+
+    def send(self, status, body=b"", ctype="application/json", headers=None):
+        if isinstance(body, (dict, list)) or body is None:
+            body = json.dumps(body).encode()
+        elif isinstance(body, str):
+            body = body.encode()
+        self.send_response(status)
+        if ctype and body:
+            self.send_header("Content-Type", ctype)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+        self.state.record(self.command, self.path,
+                          self.headers.get("E2b-Sandbox-Port"), status)
+
+    def api_error(self, status, message, headers=None):
+        self.send(status, {"code": status, "message": message},
+                  headers=headers)
+
+    def dispatch(self):
+        try:
+            self.route()
+        except ClientGone:
+            self.close_connection = True
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    do_GET = do_POST = do_DELETE = do_PUT = do_HEAD = dispatch
+
+
+class ApiHandler(Handler):
+    def route(self):
+        url = urlsplit(self.path)
+        path = url.path
+        st = self.state
+        if path.startswith("/_fake/"):
+            return self.fake(path)
+        if path == "/health":
+            return self.send(200, "Health check successful", "text/plain")
+        if (self.command == "POST"
+                and re.fullmatch(r"(?:/v2)?/sandboxes", path)):
+            with st.lock:
+                st.stats["create_calls"] += 1
+        if self.headers.get("X-API-KEY") != st.api_key:
+            self.body()
+            return self.api_error(401, "Invalid API key, please visit "
+                                  "https://e2b.dev/docs/api-key for more "
+                                  "information.")
+        m = re.fullmatch(r"(?:/v2)?/sandboxes", path)
+        if m and self.command == "POST":
+            return self.create()
+        if path == "/v2/sandboxes" and self.command == "GET":
+            with st.lock:
+                sbxs = list(st.sandboxes.values())
+            return self.send(200, [s.detail() for s in sbxs])
+        m = re.fullmatch(r"(?:/v2)?/sandboxes/([^/]+)(/[a-z]+)?", path)
+        if not m:
+            self.body()
+            return self.api_error(404, "not found")
+        sid, op = m.group(1), m.group(2) or ""
+        req = self.json_body() if self.command == "POST" else None
+        if not re.fullmatch(r"[a-z0-9]+", sid):
+            return self.api_error(400, "Invalid sandbox ID")
+        sbx = st.get(sid)
+        if not sbx:
+            return self.api_error(404, 'Sandbox "%s" doesn\'t exist or you '
+                                  "don't have access to it" % sid)
+        if op == "" and self.command == "DELETE":
+            st.remove(sid)
+            return self.send(204)
+        if op == "" and self.command == "GET":
+            return self.send(200, sbx.detail())
+        if op in ("/timeout", "/connect") and self.command == "POST":
+            if req is None or not isinstance(req.get("timeout", 0), int):
+                return self.api_error(400, "invalid body")
+            t = req.get("timeout", 15)
+            if t <= 0:
+                return self.api_error(400, "Timeout must be greater than 0")
+            sbx.end = time.time() + t
+            if op == "/timeout":
+                with st.lock:
+                    st.stats["set_timeout"] += 1
+                return self.send(204)
+            return self.send(200, sbx.body())
+        return self.api_error(404, "not found")
+
+    def create(self):
+        st = self.state
+        req = self.json_body()
+        if not isinstance(req, dict) or not isinstance(
+                req.get("templateID"), str):
+            return self.api_error(400, "templateID is required")
+        tpl = req["templateID"]
+        timeout = req.get("timeout", 15)
+        if not isinstance(timeout, int) or timeout <= 0:
+            return self.api_error(400, "Timeout must be greater than 0")
+        fault = st.take_fault("create")
+        if tpl == "fault-401" or (fault and fault.get("status") == 401):
+            return self.api_error(401, "Invalid API key, please visit "
+                                  "https://e2b.dev/docs/api-key for more "
+                                  "information.")
+        if tpl == "fault-404" or (fault and fault.get("status") == 404):
+            return self.api_error(404, "template '%s' not found" % tpl)
+        if tpl == "fault-429" or (fault and fault.get("status") == 429):
+            ra = str((fault or {}).get("retry_after", 1))
+            return self.api_error(429, "Rate limit exceeded",
+                                  {"Retry-After": ra})
+        if fault and fault.get("status"):
+            return self.api_error(fault["status"], "injected failure")
+        sbx = Sandbox(tpl, timeout)
+        if tpl == "seeded":
+            # a template that ships files in /home/user
+            for name in ("seed.txt", "seed2.txt"):
+                with open(os.path.join(sbx.root, name), "w") as f:
+                    f.write("seed\n")
+        with st.lock:
+            st.sandboxes[sbx.id] = sbx
+            st.stats["created"] += 1
+        return self.send(201, sbx.body())
+
+    def fake(self, path):
+        st = self.state
+        if path == "/_fake/stats":
+            st.reap()
+            with st.lock:
+                out = dict(st.stats, live=len(st.sandboxes),
+                           ids=list(st.sandboxes))
+            return self.send(200, out)
+        if path == "/_fake/log":
+            with st.lock:
+                log = list(st.log)
+            return self.send(200, log)
+        req = self.json_body() if self.command == "POST" else {}
+        if path == "/_fake/faults" and isinstance(req, dict):
+            with st.lock:
+                for kind in ("create", "execute"):
+                    st.faults[kind].extend(req.get(kind, []))
+            return self.send(204)
+        if path == "/_fake/reset":
+            with st.lock:
+                st.faults = {"create": [], "execute": []}
+                st.log.clear()
+            return self.send(204)
+        m = re.fullmatch(r"/_fake/kill/([a-z0-9]+)", path)
+        if m:
+            return self.send(204 if st.remove(m.group(1)) else 404)
+        return self.api_error(404, "not found")
+
+
+class SandboxHandler(Handler):
+    def route(self):
+        st = self.state
+        sid = self.headers.get("E2b-Sandbox-Id", "")
+        port = self.headers.get("E2b-Sandbox-Port", "")
+        sbx = st.get(sid) if re.fullmatch(r"[a-z0-9]+", sid) else None
+        if not sbx:
+            self.body()
+            return self.send(502, {"sandboxId": sid, "message":
+                                   "The sandbox was not found", "code": 502})
+        if port == ENVD_PORT:
+            return self.envd(sbx)
+        if port == CI_PORT:
+            return self.interpreter(sbx)
+        self.body()
+        return self.send(502, {"sandboxId": sid, "message": "The sandbox is "
+                               "running but port is not open",
+                               "port": int(port) if port.isdigit() else 0,
+                               "code": 502})
+
+    def token_ok(self, sbx):
+        return self.headers.get("X-Access-Token") == sbx.token
+
+    # ---- envd ----
+    def envd(self, sbx):
+        url = urlsplit(self.path)
+        q = parse_qs(url.query)
+        if url.path == "/health":
+            return self.send(204)
+        if url.path == "/files":
+            if not self.token_ok(sbx):
+                self.body()
+                return self.send(401, {"code": 401, "message":
+                                       "unauthorized access, please provide "
+                                       "a valid access token or method "
+                                       "signing if supported"})
+            if self.command == "GET":
+                return self.read_file(sbx, q.get("path", [None])[0])
+            if self.command == "POST":
+                return self.write_files(sbx, q.get("path", [None])[0])
+        if not self.token_ok(sbx):
+            self.body()
+            return self.send(401, {"code": 401, "message":
+                                   "unauthorized access, please provide a "
+                                   "valid access token or method signing if "
+                                   "supported"})
+        if url.path.startswith("/filesystem.Filesystem/"):
+            return self.fs_rpc(sbx, url.path.rsplit("/", 1)[1])
+        if url.path == "/process.Process/Start":
+            return self.process_start(sbx)
+        self.body()
+        return self.send(404, {"code": 404, "message": "not found"})
+
+    def read_file(self, sbx, path):
+        local = sbx.local(path)
+        if local is None or not os.path.exists(local):
+            return self.send(404, {"code": 404, "message":
+                                   "path '%s' does not exist" % path})
+        if os.path.isdir(local):
+            return self.send(400, {"code": 400, "message":
+                                   "path '%s' is a directory" % path})
+        with open(local, "rb") as f:
+            data = f.read()
+        return self.send(200, data, "application/octet-stream")
+
+    def store(self, sbx, path, data):
+        local = sbx.local(path)
+        if local is None:
+            raise ValueError("path '%s' is outside %s" % (path, HOME))
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        with open(local, "wb") as f:
+            f.write(data)
+        return {"path": sbx.remote(local), "name": os.path.basename(local),
+                "type": "file"}
+
+    def write_files(self, sbx, qpath):
+        raw = self.body()
+        ctype = self.headers.get("Content-Type", "")
+        out = []
+        try:
+            if ctype.startswith("multipart/form-data"):
+                m = re.search(r'boundary="?([^";]+)"?', ctype)
+                if not m:
+                    return self.send(400, {"code": 400, "message":
+                                           "missing boundary"})
+                delim = b"--" + m.group(1).encode()
+                for part in raw.split(delim)[1:]:
+                    if part.startswith(b"--"):
+                        break
+                    head, _, data = part.partition(b"\r\n\r\n")
+                    if data.endswith(b"\r\n"):
+                        data = data[:-2]
+                    disp = re.search(rb'name="([^"]*)"(?:; filename="([^"]*)")?',
+                                     head)
+                    if not disp or disp.group(1) != b"file":
+                        continue
+                    fname = (disp.group(2) or b"").decode() or qpath
+                    out.append(self.store(sbx, fname, data))
+            else:
+                if not qpath:
+                    return self.send(400, {"code": 400, "message":
+                                           "path is required"})
+                out.append(self.store(sbx, qpath, raw))
+        except ValueError as e:
+            return self.send(400, {"code": 400, "message": str(e)})
+        if not out:
+            return self.send(400, {"code": 400, "message": "no file part"})
+        return self.send(200, out)
+
+    def entry(self, sbx, local):
+        stt = os.lstat(local)
+        if os.path.islink(local):
+            ftype = "FILE_TYPE_SYMLINK"
+        elif os.path.isdir(local):
+            ftype = "FILE_TYPE_DIRECTORY"
+        else:
+            ftype = "FILE_TYPE_FILE"
+        return {"name": os.path.basename(local), "type": ftype,
+                "path": sbx.remote(local), "size": str(stt.st_size),
+                "mode": stt.st_mode & 0o777,
+                "permissions": "-rw-r--r--", "owner": "user",
+                "group": "user", "modifiedTime": rfc3339(stt.st_mtime)}
+
+    def fs_rpc(self, sbx, method):
+        req = self.json_body()
+        if not isinstance(req, dict):
+            return self.send(400, {"code": "invalid_argument",
+                                   "message": "invalid JSON"})
+
+        def notfound(p):
+            return self.send(404, {"code": "not_found",
+                                   "message": "path '%s' not found" % p})
+        path = req.get("path")
+        if method == "ListDir":
+            depth = req.get("depth", 1)
+            local = sbx.local(path)
+            if not isinstance(depth, int) or depth < 1:
+                return self.send(400, {"code": "invalid_argument",
+                                       "message": "depth must be >= 1"})
+            if local is None or not os.path.isdir(local):
+                return notfound(path)
+            entries = []
+
+            def walk(d, level):
+                for name in sorted(os.listdir(d)):
+                    full = os.path.join(d, name)
+                    entries.append(self.entry(sbx, full))
+                    if (level < depth and os.path.isdir(full)
+                            and not os.path.islink(full)):
+                        walk(full, level + 1)
+            walk(local, 1)
+            return self.send(200, {"entries": entries})
+        if method == "Stat":
+            local = sbx.local(path)
+            if local is None or not os.path.lexists(local):
+                return notfound(path)
+            return self.send(200, {"entry": self.entry(sbx, local)})
+        if method == "MakeDir":
+            local = sbx.local(path)
+            if local is None:
+                return notfound(path)
+            if os.path.isdir(local):
+                return self.send(409, {"code": "already_exists",
+                                       "message": "exists"})
+            os.makedirs(local)
+            return self.send(200, {"entry": self.entry(sbx, local)})
+        if method == "Remove":
+            local = sbx.local(path)
+            if local is None or not os.path.lexists(local):
+                return notfound(path)
+            if os.path.isdir(local):
+                shutil.rmtree(local)
+            else:
+                os.unlink(local)
+            return self.send(200, {})
+        if method == "Move":
+            src, dst = sbx.local(req.get("source")), sbx.local(
+                req.get("destination"))
+            if src is None or dst is None or not os.path.lexists(src):
+                return notfound(req.get("source"))
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.replace(src, dst)
+            return self.send(200, {"entry": self.entry(sbx, dst)})
+        return self.send(404, {"code": "unimplemented",
+                               "message": "unknown method"})
+
+    def process_start(self, sbx):
+        raw = self.body()
+        try:
+            if self.headers.get("Content-Type", "").startswith(
+                    "application/connect+json"):
+                n = int.from_bytes(raw[1:5], "big")
+                req = json.loads(raw[5:5 + n])
+            else:
+                req = json.loads(raw)
+            proc = req["process"]
+            argv = [proc["cmd"]] + list(proc.get("args", []))
+        except (ValueError, KeyError, TypeError):
+            return self.send(400, {"code": "invalid_argument",
+                                   "message": "bad request"})
+        cwd = sbx.local(proc.get("cwd")) or sbx.root
+        env = dict(os.environ, HOME=sbx.root)
+        env.update(proc.get("envs") or {})
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        out, err = p.communicate()
+
+        def frame(obj, flag=0):
+            data = json.dumps(obj).encode()
+            return bytes([flag]) + len(data).to_bytes(4, "big") + data
+        frames = [frame({"event": {"start": {"pid": p.pid}}})]
+        if out:
+            frames.append(frame({"event": {"data": {
+                "stdout": base64.b64encode(out).decode()}}}))
+        if err:
+            frames.append(frame({"event": {"data": {
+                "stderr": base64.b64encode(err).decode()}}}))
+        frames.append(frame({"event": {"end": {
+            "exitCode": p.returncode, "exited": True,
+            "status": "exit status %d" % p.returncode}}}))
+        frames.append(frame({}, 2))
+        return self.send(200, b"".join(frames), "application/connect+json")
+
+    # ---- code interpreter ----
+    def interpreter(self, sbx):
+        url = urlsplit(self.path)
+        path = url.path
+        if path == "/health":
+            return self.send(200, "OK")
+        if path == "/execute" and self.command == "POST":
+            return self.execute(sbx)
+        if path == "/contexts" and self.command == "POST":
+            req = self.json_body() or {}
+            try:
+                ctx = sbx.new_context(req.get("language") or "python",
+                                      req.get("cwd") or HOME)
+            except Exception as e:
+                return self.send(500, "Failed to create context: %s" % e,
+                                 "text/plain")
+            return self.send(200, {"id": ctx.id, "language": ctx.language,
+                                   "cwd": ctx.cwd})
+        if path == "/contexts" and self.command == "GET":
+            with sbx.lock:
+                ctxs = list(sbx.contexts.values())
+            return self.send(200, [{"id": c.id, "language": c.language,
+                                    "cwd": c.cwd} for c in ctxs])
+        m = re.fullmatch(r"/contexts/([^/]+)(/restart)?", path)
+        if m:
+            self.body()
+            ctx = sbx.context(m.group(1))
+            if not ctx:
+                return self.send(404, "Context %s not found" % m.group(1),
+                                 "text/plain")
+            if m.group(2) and self.command == "POST":
+                ctx.restart()
+                return self.send(200, None)
+            if not m.group(2) and self.command == "DELETE":
+                with sbx.lock:
+                    sbx.contexts.pop(ctx.id, None)
+                ctx.shutdown()
+                return self.send(200, None)
+        self.body()
+        return self.send(404, "Not Found", "text/plain")
+
+    def chunk(self, obj):
+        line = obj if isinstance(obj, bytes) else (
+            json.dumps(obj) + "\n").encode()
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            raise ClientGone()
+
+    def execute(self, sbx):
+        st = self.state
+        if not self.token_ok(sbx):
+            self.body()
+            return self.send(401, {"code": 401, "message":
+                                   "unauthorized access"})
+        req = self.json_body()
+        if not isinstance(req, dict) or not isinstance(req.get("code"), str):
+            return self.send(422, {"detail": [{"loc": ["body", "code"],
+                                               "msg": "field required"}]})
+        if req.get("context_id") and req.get("language"):
+            return self.send(400, "Only one of context_id or language can be "
+                             "provided", "text/plain")
+        fault = st.take_fault("execute")
+        mode = fault.get("mode") if fault else None
+        if mode == "proxy_502":
+            return self.send(502, {"sandboxId": sbx.id, "message":
+                                   "The sandbox was not found", "code": 502})
+        ctx_id = req.get("context_id")
+        ctx = sbx.context(ctx_id)
+        if ctx is None:
+            return self.send(404, "Context %s not found" % ctx_id,
+                             "text/plain")
+        with st.lock:
+            st.stats["executions"] += 1
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        st.record("POST", "/execute", CI_PORT, 200)
+        if mode == "never_end":
+            self.chunk({"type": "number_of_executions",
+                        "execution_count": 0})
+            while True:
+                time.sleep(st.keepalive_s)
+                self.chunk({"type": "keepalive"})
+        if mode == "aborted":
+            # what the server sends when ipykernel refuses the request
+            self.chunk({"type": "error", "name": "ExecutionAborted",
+                        "value": "Execution was aborted", "traceback": ""})
+            self.chunk({"type": "end_of_execution"})
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        if mode == "kill":
+            self.chunk({"type": "number_of_executions",
+                        "execution_count": 0})
+            st.remove(sbx.id)
+            return self.drop()
+        with ctx.lock:
+            self.run_cell(sbx, ctx, req["code"], mode)
+
+    def drop(self):
+        """Reset the connection as a dying sandbox VM does."""
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def run_cell(self, sbx, ctx, code, mode):
+        st = self.state
+        kc = ctx.kc
+        msg_id = kc.execute(code, allow_stdin=False, stop_on_error=True)
+        sent = 0
+        last = time.time()
+        try:
+            while True:
+                try:
+                    msg = kc.get_iopub_msg(timeout=0.5)
+                except queue.Empty:
+                    if not sbx.alive:
+                        return self.drop()
+                    if not ctx.km.is_alive():
+                        self.chunk({"type": "error", "name": "WebSocketError",
+                                    "value": "The connections was lost, rerun "
+                                    "the code to get the results",
+                                    "traceback": ""})
+                        break
+                    if time.time() - last >= st.keepalive_s:
+                        self.chunk({"type": "keepalive"})
+                        last = time.time()
+                    continue
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                line = self.translate(msg)
+                if line == "idle":
+                    break
+                if line is None:
+                    continue
+                self.chunk(line)
+                last = time.time()
+                sent += 1
+                if mode == "malformed" and sent == 1:
+                    self.chunk(b'{"type": "stdout", "text": \n')
+                    self.chunk(b'\x00\xff garbage\n')
+                if mode == "truncate" and sent >= 2:
+                    # drop the connection without end_of_execution
+                    self.drop()
+                    self.drain(ctx, msg_id, interrupt=False)
+                    return
+            if self.reply_status(kc, msg_id) == "aborted":
+                # ipykernel aborts requests that arrive while it still
+                # unwinds a failed cell (stop_on_error); the real server
+                # reports that as an error line
+                self.chunk({"type": "error", "name": "ExecutionAborted",
+                            "value": "Execution was aborted",
+                            "traceback": ""})
+            self.chunk({"type": "end_of_execution"})
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except ClientGone:
+            self.close_connection = True
+            self.drain(ctx, msg_id, interrupt=True)
+
+    @staticmethod
+    def reply_status(kc, msg_id):
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                reply = kc.get_shell_msg(timeout=1)
+            except queue.Empty:
+                continue
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return reply["content"].get("status")
+        return None
+
+    def drain(self, ctx, msg_id, interrupt):
+        """The client went away: interrupt the kernel as the real server does
+        and wait for the cell to finish so the next one starts clean."""
+        if interrupt:
+            try:
+                ctx.km.interrupt_kernel()
+            except Exception:
+                return
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                msg = ctx.kc.get_iopub_msg(timeout=0.5)
+            except queue.Empty:
+                if not ctx.km.is_alive():
+                    return
+                continue
+            if (msg["parent_header"].get("msg_id") == msg_id
+                    and msg["msg_type"] == "status"
+                    and msg["content"]["execution_state"] == "idle"):
+                return
+
+    @staticmethod
+    def translate(msg):
+        t = msg["msg_type"]
+        c = msg["content"]
+        if t == "status" and c.get("execution_state") == "idle":
+            return "idle"
+        if t == "execute_input":
+            return {"type": "number_of_executions",
+                    "execution_count": c.get("execution_count")}
+        if t == "stream":
+            return {"type": c["name"], "text": c["text"],
+                    "timestamp": now_iso()}
+        if t == "error":
+            return {"type": "error", "name": c["ename"], "value": c["evalue"],
+                    "traceback": "".join(c["traceback"])}
+        if t in ("execute_result", "display_data"):
+            data = dict(c.get("data", {}))
+            out = {"type": "result"}
+            names = {"text/plain": "text", "text/html": "html",
+                     "text/markdown": "markdown", "image/svg+xml": "svg",
+                     "image/png": "png", "image/jpeg": "jpeg",
+                     "application/pdf": "pdf", "text/latex": "latex",
+                     "application/json": "json",
+                     "application/javascript": "javascript",
+                     "e2b/data": "data", "e2b/chart": "chart"}
+            for mime, field in names.items():
+                if mime in data:
+                    out[field] = data.pop(mime)
+            text = out.get("text")
+            if (isinstance(text, str) and len(text) >= 2
+                    and text[0] == text[-1] and text[0] in "'\""):
+                out["text"] = text[1:-1]
+            out["extra"] = data
+            out["is_main_result"] = t == "execute_result"
+            return out
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port-file")
+    ap.add_argument("--api-key",
+                    default="e2b_0123456789abcdef0123456789abcdef01234567")
+    ap.add_argument("--keepalive-s", type=float, default=5.0)
+    args = ap.parse_args()
+    state = State(args.api_key, args.keepalive_s)
+    api_cls = type("Api", (ApiHandler,), {"state": state})
+    sbx_cls = type("Sbx", (SandboxHandler,), {"state": state})
+    ThreadingHTTPServer.daemon_threads = True
+    api = ThreadingHTTPServer(("127.0.0.1", 0), api_cls)
+    sbx = ThreadingHTTPServer(("127.0.0.1", 0), sbx_cls)
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    for srv in (api, sbx):
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    text = "API %d\nSANDBOX %d\n" % (api.server_address[1],
+                                     sbx.server_address[1])
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, args.port_file)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    while not stop.wait(0.5):
+        state.reap()
+    api.shutdown()
+    sbx.shutdown()
+    state.shutdown()
+
+
+if __name__ == "__main__":
+    main()
