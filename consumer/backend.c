@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* backend.c - the sandbox, the kernel pool and the backend choice. */
+/* backend.c - the sandbox, the kernel pool and the backend choice: a
+ * job's "backend" field, else CODERQ_BACKEND. An E2B sandbox is created
+ * per job (a microVM: nothing to pre-start). */
 #include "coderq/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "coderq/e2b.h"
 #include "coderq/kpool.h"
 #include "coderq/log.h"
 #include "coderq/sandbox.h"
@@ -80,10 +83,22 @@ cq_interp_t *cq_backend_acquire(cq_backend_t *backend,
                                 size_t errstr_size)
 {
         if (!which)
-                which = "local";
+                which = backend->cfg->backend ? backend->cfg->backend : "local";
         if (strcmp(which, "local") == 0)
                 return cq_kpool_acquire(backend->pool, timeout_ms, errstr,
                                         errstr_size);
+        if (strcmp(which, "e2b") == 0) {
+                cq_e2b_opts_t eo;
+
+                cq_e2b_opts_from_config(&eo, backend->cfg);
+                if (!eo.api_key || !*eo.api_key) {
+                        snprintf(errstr, errstr_size,
+                                 "backend \"e2b\" needs E2B_API_KEY");
+                        return NULL;
+                }
+                eo.max_output = backend->cfg->output_max;
+                return cq_e2b_new(&eo, errstr, errstr_size);
+        }
         snprintf(errstr, errstr_size, "backend \"%s\" is not available", which);
         return NULL;
 }

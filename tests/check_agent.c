@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* check_agent.c - the reflection loop end to end with the fake LLM server
- * (tests/fakes/fake_llm.py, scripts registered per test) and a real local
- * ipykernel. Each test asserts on the loop's result, the history it built
- * and the requests the fake recorded. */
+ * (tests/fakes/fake_llm.py, scripts registered per test), run twice: on a
+ * real local ipykernel and on the E2B backend against its double
+ * (tests/fakes/fake_e2b.py, itself backed by real kernels). Each test
+ * asserts on the loop's result, the history it built and the requests
+ * the fake recorded. */
 #include <curl/curl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,22 +14,36 @@
 #include "coderq/kpool.h"
 #include "coderq/llm.h"
 #include "coderq/notebook.h"
+#include "support/fake_e2b.h"
 #include "support/fake_llm.h"
 
 static cq_fake_llm_t *fake;
+static cq_fake_e2b_t e2b;
+static bool on_e2b; /* the loop index of each test: 0 local, 1 e2b */
+
+static const char *const backends[] = {"local", "e2b"};
 
 static void setup(void)
 {
         ck_assert_int_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
         fake = cq_fake_llm_start(NULL);
         ck_assert_msg(fake != NULL, "could not start the fake LLM");
+        ck_assert_msg(cq_fake_e2b_start(&e2b, 1.0) == 0,
+                      "could not start the E2B double");
 }
 
 static void teardown(void)
 {
+        /* Every sandbox was killed on every exit path. */
+        long live = cq_fake_e2b_stat(&e2b, "live");
+
+        cq_fake_e2b_stop(&e2b);
         cq_fake_llm_stop(&fake);
         curl_global_cleanup();
+        ck_assert_int_eq(live, 0);
 }
+
+static void use_backend(int i) { on_e2b = i == 1; }
 
 /* Everything one run needs. */
 typedef struct fixture {
@@ -38,6 +54,7 @@ typedef struct fixture {
         cq_agent_opts_t opts;
         cq_agent_result_t result;
         char model[128];
+        char script[96]; /* the test's script name, per backend */
 } fixture_t;
 
 static cq_interp_t *new_interp(void)
@@ -46,6 +63,11 @@ static cq_interp_t *new_interp(void)
         char err[512] = "";
         cq_interp_t *interp;
 
+        if (on_e2b) {
+                interp = cq_fake_e2b_interp(&e2b, err, sizeof(err));
+                ck_assert_msg(interp != NULL, "no sandbox: %s", err);
+                return interp;
+        }
         memset(&lo, 0, sizeof(lo));
         lo.kernel.python = "/usr/bin/python3";
         lo.kernel.startup_timeout_ms = 60000;
@@ -63,10 +85,13 @@ static void fixture_init(fixture_t *fx, const char *name, const char *steps)
         char err[256] = "";
 
         ck_assert_msg(script != NULL, "bad script JSON for %s", name);
-        ck_assert_int_eq(cq_fake_llm_add_script(fake, name, script), 0);
-        json_decref(script);
         memset(fx, 0, sizeof(*fx));
-        snprintf(fx->model, sizeof(fx->model), "script:%s", name);
+        /* Fault counters are per script: one script per backend run. */
+        snprintf(fx->script, sizeof(fx->script), "%s-%s", name,
+                 backends[on_e2b]);
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, fx->script, script), 0);
+        json_decref(script);
+        snprintf(fx->model, sizeof(fx->model), "script:%s", fx->script);
         cq_job_init(&fx->job);
         fx->job.job_id = strdup(name);
         fx->job.prompt = strdup("Compute things for the test.");
@@ -163,6 +188,7 @@ START_TEST(success_first_try)
         json_t *reqs;
         const json_t *h;
 
+        use_backend(_i);
         fixture_init(&fx, "first_try",
                      "[{\"tool_calls\":[{\"code\":\"x = 6 * 7\\nprint(x)\"}]},"
                      "{\"content\":\"The answer is 42.\"}]");
@@ -197,7 +223,7 @@ START_TEST(success_first_try)
         ck_assert_ptr_nonnull(strstr(fx.result.solution, "x = 6 * 7"));
         /* heading, the cell, the answer */
         ck_assert_uint_eq(cq_nb_ncells(fx.nb), 3);
-        reqs = requests_for("first_try");
+        reqs = requests_for(fx.script);
         ck_assert_uint_eq(json_array_size(reqs), 2);
         json_decref(reqs);
         ck_assert_int_gt(fx.result.prompt_tokens, 0);
@@ -210,6 +236,7 @@ START_TEST(error_then_reflection_then_fixed)
         fixture_t fx;
         json_t *reqs, *body;
 
+        use_backend(_i);
         fixture_init(&fx, "reflect",
                      "[{\"tool_calls\":[{\"code\":\"print('before')\\n"
                      "print(undefined_name)\"}]},"
@@ -227,7 +254,7 @@ START_TEST(error_then_reflection_then_fixed)
         ck_assert(history_has(fx.result.history, "user", "NameError"));
         ck_assert(
             history_has(fx.result.history, "user", "print(undefined_name)"));
-        reqs = requests_for("reflect");
+        reqs = requests_for(fx.script);
         ck_assert_uint_eq(json_array_size(reqs), 3);
         body = json_object_get(json_array_get(reqs, 1), "body");
         ck_assert(history_has(json_object_get(body, "messages"), "user",
@@ -241,6 +268,7 @@ START_TEST(retry_limit_fails_with_last_error)
 {
         fixture_t fx;
 
+        use_backend(_i);
         fixture_init(&fx, "retry_limit",
                      "[{\"tool_calls\":[{\"code\":\"1/0\"}]},"
                      "{\"tool_calls\":[{\"code\":\"[][1]\"}]},"
@@ -266,6 +294,7 @@ START_TEST(turn_limit_fails)
 {
         fixture_t fx;
 
+        use_backend(_i);
         fixture_init(&fx, "turn_limit",
                      "[{\"tool_calls\":[{\"code\":\"a = 1\"}]},"
                      "{\"tool_calls\":[{\"code\":\"b = 2\"}]},"
@@ -295,6 +324,7 @@ START_TEST(tests_fail_then_pass)
 {
         fixture_t fx;
 
+        use_backend(_i);
         fixture_init(&fx, "tests_then_pass",
                      "[{\"tool_calls\":[{\"code\":\"def sq(x):\\n"
                      "    return x * 2\"}]},"
@@ -322,6 +352,7 @@ START_TEST(tests_never_pass_fails)
 {
         fixture_t fx;
 
+        use_backend(_i);
         fixture_init(&fx, "tests_never",
                      "[{\"tool_calls\":[{\"code\":\"def sq(x):\\n"
                      "    return 0\"}]},"
@@ -347,6 +378,7 @@ START_TEST(two_tool_calls_both_answered_in_order)
         const json_t *h;
         json_t *calls;
 
+        use_backend(_i);
         fixture_init(&fx, "two_calls",
                      "[{\"tool_calls\":[{\"code\":\"v = 20\"},"
                      "{\"code\":\"print(v + 1)\"}]},"
@@ -377,6 +409,7 @@ START_TEST(rate_limited_then_success)
         fixture_t fx;
         json_t *reqs;
 
+        use_backend(_i);
         fixture_init(&fx, "agent_429",
                      "[{\"faults\":[{\"kind\":\"http\",\"status\":429,"
                      "\"retry_after\":\"0\"}],"
@@ -385,7 +418,7 @@ START_TEST(rate_limited_then_success)
         fixture_run(&fx, NULL, NULL, NULL);
         ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
         ck_assert_int_eq(fx.result.turns, 2);
-        reqs = requests_for("agent_429");
+        reqs = requests_for(fx.script);
         ck_assert_uint_eq(json_array_size(reqs), 3); /* 429, retry, final */
         json_decref(reqs);
         fixture_release(&fx);
@@ -397,6 +430,7 @@ START_TEST(unauthorized_fails_at_once)
         fixture_t fx;
         json_t *reqs;
 
+        use_backend(_i);
         fixture_init(&fx, "agent_401",
                      "[{\"faults\":[{\"kind\":\"http\",\"status\":401,"
                      "\"times\":-1,\"message\":\"Incorrect API key "
@@ -407,7 +441,7 @@ START_TEST(unauthorized_fails_at_once)
                       "%s", fx.result.reason);
         ck_assert_msg(!strstr(fx.result.reason, "sk-test-secret-key"), "%s",
                       fx.result.reason);
-        reqs = requests_for("agent_401");
+        reqs = requests_for(fx.script);
         ck_assert_uint_eq(json_array_size(reqs), 1);
         json_decref(reqs);
         ck_assert_int_eq(fx.result.cells, 0);
@@ -419,6 +453,7 @@ START_TEST(invalid_json_reply_is_retried_then_fails_clearly)
 {
         fixture_t fx;
 
+        use_backend(_i);
         fixture_init(&fx, "agent_garbage_once",
                      "[{\"faults\":[{\"kind\":\"invalid_json\"}],"
                      "\"content\":\"recovered\"}]");
@@ -443,6 +478,7 @@ START_TEST(tool_output_is_bounded)
         const json_t *h;
         const char *tool;
 
+        use_backend(_i);
         fixture_init(&fx, "flood",
                      "[{\"tool_calls\":[{\"code\":\"print('A' * 200000)\\n"
                      "print('the end')\"}]},"
@@ -467,6 +503,7 @@ START_TEST(old_tool_outputs_are_elided_near_the_window)
         size_t i;
         bool elided = false;
 
+        use_backend(_i);
         fixture_init(&fx, "elide",
                      "[{\"tool_calls\":[{\"code\":\"print('x' * 3000)\"}]},"
                      "{\"tool_calls\":[{\"code\":\"print('y' * 3000)\"}]},"
@@ -478,7 +515,7 @@ START_TEST(old_tool_outputs_are_elided_near_the_window)
         fx.opts.tool_item_max = 4000;
         fixture_run(&fx, NULL, NULL, NULL);
         ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
-        reqs = requests_for("elide");
+        reqs = requests_for(fx.script);
         last = json_array_get(reqs, json_array_size(reqs) - 1);
         messages = json_object_get(json_object_get(last, "body"), "messages");
         for (i = 0; i < json_array_size(messages); i++) {
@@ -516,6 +553,7 @@ START_TEST(memory_hit_skips_the_llm)
         cq_agent_memory_t mem = {memory_lookup, NULL};
         json_t *reqs;
 
+        use_backend(_i);
         fixture_init(&fx, "memory", "[{\"content\":\"should not be asked\"}]");
         set_tests(&fx);
         fixture_run(&fx, NULL, &mem, NULL);
@@ -523,7 +561,7 @@ START_TEST(memory_hit_skips_the_llm)
         ck_assert(fx.result.from_memory);
         ck_assert_int_eq(fx.result.turns, 0);
         ck_assert_int_eq(fx.result.tests_passed, 2);
-        reqs = requests_for("memory");
+        reqs = requests_for(fx.script);
         ck_assert_uint_eq(json_array_size(reqs), 0);
         json_decref(reqs);
         fixture_release(&fx);
@@ -571,6 +609,7 @@ START_TEST(resume_replays_cells_and_does_not_repeat_turns)
 
         /* First run: stops once the second tool result is checkpointed
          * (system, files, task, a1, t1, a2, t2 -> index 6). */
+        use_backend(_i);
         fixture_init(&fx, "resume", steps);
         crash.stop_at = 6;
         crash.cells = json_array();
@@ -599,7 +638,7 @@ START_TEST(resume_replays_cells_and_does_not_repeat_turns)
         /* the replayed variables are there: 1234 + 617 */
         ck_assert(history_has(fx.result.history, "tool", "1851"));
         /* every step was asked for exactly once over both runs */
-        reqs = requests_for("resume");
+        reqs = requests_for(fx.script);
         json_array_foreach(reqs, i, req)
         {
                 json_int_t step =
@@ -625,20 +664,23 @@ static Suite *agent_suite(void)
 
         tcase_add_unchecked_fixture(tc, setup, teardown);
         tcase_set_timeout(tc, 120);
-        tcase_add_test(tc, success_first_try);
-        tcase_add_test(tc, error_then_reflection_then_fixed);
-        tcase_add_test(tc, retry_limit_fails_with_last_error);
-        tcase_add_test(tc, turn_limit_fails);
-        tcase_add_test(tc, tests_fail_then_pass);
-        tcase_add_test(tc, tests_never_pass_fails);
-        tcase_add_test(tc, two_tool_calls_both_answered_in_order);
-        tcase_add_test(tc, rate_limited_then_success);
-        tcase_add_test(tc, unauthorized_fails_at_once);
-        tcase_add_test(tc, invalid_json_reply_is_retried_then_fails_clearly);
-        tcase_add_test(tc, tool_output_is_bounded);
-        tcase_add_test(tc, old_tool_outputs_are_elided_near_the_window);
-        tcase_add_test(tc, memory_hit_skips_the_llm);
-        tcase_add_test(tc, resume_replays_cells_and_does_not_repeat_turns);
+        tcase_add_loop_test(tc, success_first_try, 0, 2);
+        tcase_add_loop_test(tc, error_then_reflection_then_fixed, 0, 2);
+        tcase_add_loop_test(tc, retry_limit_fails_with_last_error, 0, 2);
+        tcase_add_loop_test(tc, turn_limit_fails, 0, 2);
+        tcase_add_loop_test(tc, tests_fail_then_pass, 0, 2);
+        tcase_add_loop_test(tc, tests_never_pass_fails, 0, 2);
+        tcase_add_loop_test(tc, two_tool_calls_both_answered_in_order, 0, 2);
+        tcase_add_loop_test(tc, rate_limited_then_success, 0, 2);
+        tcase_add_loop_test(tc, unauthorized_fails_at_once, 0, 2);
+        tcase_add_loop_test(
+            tc, invalid_json_reply_is_retried_then_fails_clearly, 0, 2);
+        tcase_add_loop_test(tc, tool_output_is_bounded, 0, 2);
+        tcase_add_loop_test(tc, old_tool_outputs_are_elided_near_the_window, 0,
+                            2);
+        tcase_add_loop_test(tc, memory_hit_skips_the_llm, 0, 2);
+        tcase_add_loop_test(tc, resume_replays_cells_and_does_not_repeat_turns,
+                            0, 2);
         suite_add_tcase(s, tc);
         return s;
 }

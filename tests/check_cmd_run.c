@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
+#include "support/fake_e2b.h"
 #include "support/fake_llm.h"
 
 static cq_fake_llm_t *fake;
@@ -39,22 +40,31 @@ static void teardown(void)
         curl_global_cleanup();
 }
 
-/* Run `coderq run JOB --out OUT` with the fake as the LLM; returns the
- * exit status; stderr goes to DIR/stderr.txt. */
-static int coderq_run(const char *job, const char *out, const char *model)
+/* Run `coderq run JOB --out OUT` with the fake as the LLM, and \p env
+ * (shell assignments) before it; returns the exit status; stderr goes to
+ * DIR/stderr.txt. */
+static int coderq_run_env(const char *env,
+                          const char *job,
+                          const char *out,
+                          const char *model)
 {
         char cmd[8192];
         int st;
 
         snprintf(cmd, sizeof(cmd),
-                 "CODERQ_LLM_BASE_URL=%s CODERQ_LLM_MODEL=%s "
+                 "%s CODERQ_LLM_BASE_URL=%s CODERQ_LLM_MODEL=%s "
                  "CODERQ_LLM_API_KEY= OPENAI_API_KEY= CODERQ_LOG_LEVEL=warn "
                  "%s/coderq run %s --out %s >%s/stdout.txt 2>%s/stderr.txt",
-                 cq_fake_llm_base_url(fake), model, CQ_BINARY_DIR, job, out,
-                 dir, dir);
+                 env, cq_fake_llm_base_url(fake), model, CQ_BINARY_DIR, job,
+                 out, dir, dir);
         st = system(cmd);
         ck_assert(WIFEXITED(st));
         return WEXITSTATUS(st);
+}
+
+static int coderq_run(const char *job, const char *out, const char *model)
+{
+        return coderq_run_env("", job, out, model);
 }
 
 static json_t *load(const char *path)
@@ -121,6 +131,33 @@ START_TEST(demo_job_succeeds_and_writes_outputs)
                  "as_version=4))' %s/notebook.ipynb",
                  out);
         ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(e2b_backend_runs_the_same_job)
+{
+        cq_fake_e2b_t e2b;
+        char env[1024], job[512], out[512], path[1024];
+        json_t *result;
+
+        ck_assert_int_eq(cq_fake_e2b_start(&e2b, 1.0), 0);
+        snprintf(env, sizeof(env),
+                 "CODERQ_BACKEND=e2b E2B_API_KEY=%s E2B_API_URL=%s "
+                 "E2B_SANDBOX_URL=%s",
+                 e2b.api_key, e2b.api_url, e2b.sandbox_url);
+        snprintf(job, sizeof(job), "%s/lp.json", dir);
+        snprintf(out, sizeof(out), "%s/lp-e2b", dir);
+        example_job("demo-lp", job);
+        ck_assert_int_eq(coderq_run_env(env, job, out, "demo"), 0);
+        snprintf(path, sizeof(path), "%s/result.json", out);
+        result = load(path);
+        ck_assert_str_eq(json_string_value(json_object_get(result, "status")),
+                         "succeeded");
+        json_decref(result);
+        /* the sandbox was created through the control plane and killed */
+        ck_assert_int_ge(cq_fake_e2b_stat(&e2b, "created"), 1);
+        ck_assert_int_eq(cq_fake_e2b_stat(&e2b, "live"), 0);
+        cq_fake_e2b_stop(&e2b);
 }
 END_TEST
 
@@ -191,6 +228,7 @@ static Suite *cmd_run_suite(void)
         tcase_add_unchecked_fixture(tc, setup, teardown);
         tcase_set_timeout(tc, 180);
         tcase_add_test(tc, demo_job_succeeds_and_writes_outputs);
+        tcase_add_test(tc, e2b_backend_runs_the_same_job);
         tcase_add_test(tc, failed_job_exits_one_with_the_reason);
         tcase_add_test(tc, invalid_job_is_one_clear_line_and_exit_two);
         suite_add_tcase(s, tc);

@@ -27,7 +27,7 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
 
 /**
  * @brief A fresh interpreter for one job.
- * @param which "local", "e2b", or NULL for the configured default.
+ * @param which "local", "e2b", or NULL for CODERQ_BACKEND.
  * @returns Caller owns the returned value (cq_interp_destroy() after the
  *          job); NULL with \p errstr filled.
  * @locality Any thread; the interpreter then belongs to that thread.
