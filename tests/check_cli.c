@@ -204,6 +204,39 @@ START_TEST(doctor_exits_4_when_services_are_unreachable)
 }
 END_TEST
 
+/* The README documents every variable, its flag and every command. */
+START_TEST(readme_documents_every_setting_and_command)
+{
+        const cq_cfg_entry_t *entries;
+        const cq_cmd_t *cmds;
+        size_t n, i;
+        char *text = NULL, needle[128];
+        size_t len = 0;
+        FILE *fp = fopen(cq_check_srcpath("README.md"), "r");
+
+        ck_assert_ptr_nonnull(fp);
+        ck_assert_int_gt(getdelim(&text, &len, '\0', fp), 0);
+        fclose(fp);
+        entries = cq_config_entries(&n);
+        for (i = 0; i < n; i++) {
+                snprintf(needle, sizeof(needle), "`%s`", entries[i].env);
+                ck_assert_msg(strstr(text, needle), "README lacks %s",
+                              entries[i].env);
+                snprintf(needle, sizeof(needle), "`--%s`", entries[i].flag);
+                ck_assert_msg(strstr(text, needle), "README lacks --%s",
+                              entries[i].flag);
+        }
+        cmds = cq_cli_commands(&n);
+        for (i = 0; i < n; i++) {
+                snprintf(needle, sizeof(needle), "`coderq %s", cmds[i].name);
+                ck_assert_msg(strstr(text, needle),
+                              "README does not describe coderq %s",
+                              cmds[i].name);
+        }
+        free(text);
+}
+END_TEST
+
 START_TEST(doctor_rejects_arguments)
 {
         cq_check_proc_t proc;
@@ -231,6 +264,7 @@ static Suite *cli_suite(void)
         tcase_add_test(tc, config_prints_every_variable_and_hides_secrets);
         tcase_add_test(tc, doctor_exits_4_when_services_are_unreachable);
         tcase_add_test(tc, doctor_rejects_arguments);
+        tcase_add_test(tc, readme_documents_every_setting_and_command);
         suite_add_tcase(s, tc);
         return s;
 }
