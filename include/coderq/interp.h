@@ -27,7 +27,7 @@
 typedef enum cq_cell_status {
         CQ_CELL_OK = 0,
         CQ_CELL_ERROR,     /* the code raised; see the "error" output */
-        CQ_CELL_TIMEOUT,   /* deadline hit; the kernel was restarted */
+        CQ_CELL_TIMEOUT,   /* deadline hit; see state_lost */
         CQ_CELL_DIED,      /* the kernel died; a fresh one was started */
         CQ_CELL_CANCELLED, /* the cancel flag was raised; interrupted */
 } cq_cell_status_t;
@@ -130,7 +130,10 @@ CQ_NODISCARD cq_err_t cq_interp_put_file(cq_interp_t *interp,
  *          run the cell at all (and could not recover); see
  *          cq_interp_errmsg().
  * @remark After CQ_CELL_TIMEOUT or CQ_CELL_DIED the backend has already
- *         started a fresh kernel and res->state_lost is true.
+ *         recovered, and res->state_lost says whether the variables
+ *         survived: a local kernel is always replaced (true); an E2B
+ *         context survives a timeout whose interrupt worked (false), while
+ *         a lost sandbox is replaced (true).
  * @locality The thread that owns \p interp.
  */
 CQ_NODISCARD cq_err_t cq_interp_execute(cq_interp_t *interp,
