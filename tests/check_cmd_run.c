@@ -220,6 +220,44 @@ START_TEST(invalid_job_is_one_clear_line_and_exit_two)
 }
 END_TEST
 
+START_TEST(exec_runs_cells_from_stdin_and_writes_the_notebook)
+{
+        char cmd[4096], nb[512], src[512];
+        FILE *fp;
+        int st;
+
+        snprintf(src, sizeof(src), "%s/cells.py", dir);
+        fp = fopen(src, "w");
+        ck_assert_ptr_nonnull(fp);
+        fputs("x = 6 * 7\n# %%\nprint(x)\n# %%\nraise ValueError('boom')\n",
+              fp);
+        fclose(fp);
+        snprintf(nb, sizeof(nb), "%s/exec.ipynb", dir);
+        snprintf(cmd, sizeof(cmd),
+                 "CODERQ_LOG_LEVEL=warn %s/coderq exec --out %s <%s "
+                 ">%s/exec.out 2>%s/exec.err",
+                 CQ_BINARY_DIR, nb, src, dir, dir);
+        st = system(cmd);
+        ck_assert(WIFEXITED(st));
+        /* the third cell raised: exit 1, the notebook is still written */
+        ck_assert_int_eq(WEXITSTATUS(st), 1);
+        snprintf(cmd, sizeof(cmd), "grep -qx 42 %s/exec.out", dir);
+        ck_assert_int_eq(system(cmd), 0);
+        snprintf(cmd, sizeof(cmd), "grep -q 'ValueError: boom' %s/exec.err",
+                 dir);
+        ck_assert_int_eq(system(cmd), 0);
+        snprintf(cmd, sizeof(cmd),
+                 "/usr/bin/python3 -c 'import nbformat,sys; "
+                 "nb = nbformat.read(sys.argv[1], as_version=4); "
+                 "nbformat.validate(nb); "
+                 "assert [c.execution_count for c in nb.cells] == [1, 2, 3]; "
+                 "assert nb.cells[2].outputs[0].output_type == \"error\"' "
+                 "%s",
+                 nb);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *cmd_run_suite(void)
 {
         Suite *s = suite_create("cmd_run");
@@ -231,6 +269,7 @@ static Suite *cmd_run_suite(void)
         tcase_add_test(tc, e2b_backend_runs_the_same_job);
         tcase_add_test(tc, failed_job_exits_one_with_the_reason);
         tcase_add_test(tc, invalid_job_is_one_clear_line_and_exit_two);
+        tcase_add_test(tc, exec_runs_cells_from_stdin_and_writes_the_notebook);
         suite_add_tcase(s, tc);
         return s;
 }
