@@ -657,6 +657,37 @@ START_TEST(resume_replays_cells_and_does_not_repeat_turns)
 }
 END_TEST
 
+START_TEST(input_files_by_content_and_by_url_reach_the_kernel)
+{
+        fixture_t fx;
+        char url[256];
+
+        use_backend(_i);
+        fixture_init(&fx, "files",
+                     "[{\"tool_calls\":[{\"code\":\"print(open('a.csv')"
+                     ".read().strip(), open('sub/h.json').read())\"}]},"
+                     "{\"content\":\"read both\"}]");
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/_fake/health",
+                 cq_fake_llm_port(fake));
+        fx.job.files = calloc(2, sizeof(*fx.job.files));
+        ck_assert_ptr_nonnull(fx.job.files);
+        fx.job.nfiles = 2;
+        fx.job.files[0].name = strdup("a.csv");
+        fx.job.files[0].data = (unsigned char *)strdup("x,y\n1,2\n");
+        fx.job.files[0].len = 8;
+        fx.job.files[1].name = strdup("sub/h.json");
+        fx.job.files[1].url = strdup(url);
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        /* the file listing names both, the tool result shows both */
+        ck_assert(history_has(fx.result.history, "user", "a.csv (8 bytes)"));
+        ck_assert(history_has(fx.result.history, "user", "sub/h.json"));
+        ck_assert(history_has(fx.result.history, "tool", "1,2"));
+        ck_assert(history_has(fx.result.history, "tool", "\"ok\""));
+        fixture_release(&fx);
+}
+END_TEST
+
 static Suite *agent_suite(void)
 {
         Suite *s = suite_create("agent");
@@ -679,6 +710,8 @@ static Suite *agent_suite(void)
         tcase_add_loop_test(tc, old_tool_outputs_are_elided_near_the_window, 0,
                             2);
         tcase_add_loop_test(tc, memory_hit_skips_the_llm, 0, 2);
+        tcase_add_loop_test(
+            tc, input_files_by_content_and_by_url_reach_the_kernel, 0, 2);
         tcase_add_loop_test(tc, resume_replays_cells_and_does_not_repeat_turns,
                             0, 2);
         suite_add_tcase(s, tc);
