@@ -17,63 +17,22 @@
 #include <unistd.h>
 
 #include "check_support.h"
+#include "support/pgtest.h"
 #include "coderq/buf.h"
 #include "coderq/notebook.h"
 #include "coderq/store.h"
 #include "coderq/util.h"
 
 static char g_dsn[2048];   /* the test's own database */
-static char g_admin[2048]; /* the database named by CODERQ_PG_DSN */
 static char g_dbname[64];
 static char g_topic[96]; /* the test's own jobs topic */
 static char g_tmpdir[256];
 
 /* ------------------------------------------------------------ postgres */
 
-/* \p base with dbname replaced, as a keyword=value conninfo. */
-static void
-dsn_for(const char *base, const char *dbname, char *out, size_t size)
-{
-        PQconninfoOption *opts, *o;
-        char *err = NULL;
-        size_t len = 0;
-
-        opts = PQconninfoParse(base, &err);
-        ck_assert_msg(opts != NULL, "bad CODERQ_PG_DSN: %s", err ? err : "");
-        out[0] = '\0';
-        for (o = opts; o->keyword; o++) {
-                const char *val =
-                    strcmp(o->keyword, "dbname") == 0 ? dbname : o->val;
-                const char *p;
-
-                if (!val || !*val)
-                        continue;
-                len +=
-                    (size_t)snprintf(out + len, size - len, "%s='", o->keyword);
-                for (p = val; *p && len + 3 < size; p++) {
-                        if (*p == '\'' || *p == '\\')
-                                out[len++] = '\\';
-                        out[len++] = *p;
-                }
-                len += (size_t)snprintf(out + len, size - len, "' ");
-                ck_assert_uint_lt(len, size - 1);
-        }
-        PQconninfoFree(opts);
-}
-
-static PGconn *connect_to(const char *dsn)
-{
-        PGconn *conn = PQconnectdb(dsn);
-
-        ck_assert_msg(PQstatus(conn) == CONNECTION_OK, "connect: %s",
-                      PQerrorMessage(conn));
-        return conn;
-}
-
-/* Run \p sql with one text parameter (may be NULL for none). */
 static void qexec(const char *sql, const char *param)
 {
-        PGconn *conn = connect_to(g_dsn);
+        PGconn *conn = cq_pgtest_connect(g_dsn);
         PGresult *res = PQexecParams(conn, sql, param ? 1 : 0, NULL,
                                      param ? &param : NULL, NULL, NULL, 0);
 
@@ -87,23 +46,10 @@ static void qexec(const char *sql, const char *param)
 static void setup(void)
 {
         static unsigned counter;
-        char errstr[1024], sql[160];
-        int applied = 0;
-        PGconn *admin;
 
-        snprintf(g_admin, sizeof(g_admin), "%s", cq_check_env("CODERQ_PG_DSN"));
         (void)cq_check_env("CODERQ_KAFKA_BROKERS");
-        snprintf(g_dbname, sizeof(g_dbname), "cqcli_%ld_%u_%ld", (long)getpid(),
-                 counter, (long)(cq_now_ms() % 100000));
-        admin = connect_to(g_admin);
-        snprintf(sql, sizeof(sql), "CREATE DATABASE %s", g_dbname);
-        PQclear(PQexec(admin, sql));
-        PQfinish(admin);
-        dsn_for(g_admin, g_dbname, g_dsn, sizeof(g_dsn));
-        ck_assert_msg(cq_migrate_run(g_dsn, cq_check_srcpath("migrations"),
-                                     NULL, NULL, &applied, errstr,
-                                     sizeof(errstr)) == CQ_OK,
-                      "migrate: %s", errstr);
+        cq_pgtest_create("cqcli", true, g_dsn, sizeof(g_dsn), g_dbname,
+                         sizeof(g_dbname));
         snprintf(g_topic, sizeof(g_topic), "cqt.cli.%ld.%u.%ld", (long)getpid(),
                  counter++, (long)(cq_now_ms() % 1000000));
         snprintf(g_tmpdir, sizeof(g_tmpdir), "/tmp/cqt_cli_XXXXXX");
@@ -116,15 +62,9 @@ static void setup(void)
 
 static void teardown(void)
 {
-        PGconn *admin = PQconnectdb(g_admin);
-        char cmd[400], sql[160];
+        char cmd[400];
 
-        if (PQstatus(admin) == CONNECTION_OK) {
-                snprintf(sql, sizeof(sql),
-                         "DROP DATABASE IF EXISTS %s WITH (FORCE)", g_dbname);
-                PQclear(PQexec(admin, sql));
-        }
-        PQfinish(admin);
+        cq_pgtest_drop(g_dbname);
         if (g_tmpdir[0] && strncmp(g_tmpdir, "/tmp/cqt_cli_", 13) == 0) {
                 snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_tmpdir);
                 if (system(cmd) != 0)

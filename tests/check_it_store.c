@@ -16,70 +16,20 @@
 #include <unistd.h>
 
 #include "check_support.h"
+#include "support/pgtest.h"
 #include "coderq/store.h"
 #include "coderq/util.h"
 
-static char g_dsn[2048];   /* the test's own database */
-static char g_admin[2048]; /* the database named by CODERQ_PG_DSN */
+static char g_dsn[2048]; /* the test's own database */
 static char g_dbname[64];
 
 /* ------------------------------------------------------------ helpers */
-
-/* \p base with dbname replaced, as a keyword=value conninfo. */
-static void
-dsn_for(const char *base, const char *dbname, char *out, size_t size)
-{
-        PQconninfoOption *opts, *o;
-        char *err = NULL;
-        size_t len = 0;
-
-        opts = PQconninfoParse(base, &err);
-        ck_assert_msg(opts != NULL, "bad CODERQ_PG_DSN: %s", err ? err : "");
-        out[0] = '\0';
-        for (o = opts; o->keyword; o++) {
-                const char *val =
-                    strcmp(o->keyword, "dbname") == 0 ? dbname : o->val;
-                const char *p;
-
-                if (!val || !*val)
-                        continue;
-                len +=
-                    (size_t)snprintf(out + len, size - len, "%s='", o->keyword);
-                for (p = val; *p && len + 3 < size; p++) {
-                        if (*p == '\'' || *p == '\\')
-                                out[len++] = '\\';
-                        out[len++] = *p;
-                }
-                len += (size_t)snprintf(out + len, size - len, "' ");
-                ck_assert_uint_lt(len, size - 1);
-        }
-        PQconninfoFree(opts);
-}
-
-static PGconn *connect_to(const char *dsn)
-{
-        PGconn *conn = PQconnectdb(dsn);
-
-        ck_assert_msg(PQstatus(conn) == CONNECTION_OK, "connect: %s",
-                      PQerrorMessage(conn));
-        return conn;
-}
-
-static void exec_ok(PGconn *conn, const char *sql)
-{
-        PGresult *res = PQexec(conn, sql);
-        ExecStatusType st = PQresultStatus(res);
-
-        ck_assert_msg(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK, "%s: %s",
-                      sql, PQerrorMessage(conn));
-        PQclear(res);
-}
 
 /* The first value of a query with up to one parameter, on a fresh
  * connection to the test database; caller frees; NULL for no row/NULL. */
 static char *q1(const char *sql, const char *param)
 {
-        PGconn *conn = connect_to(g_dsn);
+        PGconn *conn = cq_pgtest_connect(g_dsn);
         PGresult *res =
             PQexecParams(conn, sql, param ? 1 : 0, NULL, &param, NULL, NULL, 0);
         char *out = NULL;
@@ -106,63 +56,10 @@ static long qn(const char *sql, const char *param)
 
 static void qexec(const char *sql)
 {
-        PGconn *conn = connect_to(g_dsn);
+        PGconn *conn = cq_pgtest_connect(g_dsn);
 
-        exec_ok(conn, sql);
+        cq_pgtest_exec(conn, sql);
         PQfinish(conn);
-}
-
-static void fresh_db(char *dsn, size_t size, char *name, size_t nsize)
-{
-        static unsigned counter;
-        PGconn *admin;
-        char sql[128];
-
-        snprintf(name, nsize, "cqt_%ld_%u_%ld", (long)getpid(), counter++,
-                 (long)(cq_now_ms() % 100000));
-        admin = connect_to(g_admin);
-        snprintf(sql, sizeof(sql), "CREATE DATABASE %s", name);
-        exec_ok(admin, sql);
-        PQfinish(admin);
-        dsn_for(cq_check_env("CODERQ_PG_DSN"), name, dsn, size);
-}
-
-static void drop_db(const char *name)
-{
-        PGconn *admin = PQconnectdb(g_admin);
-        char sql[128];
-
-        if (PQstatus(admin) == CONNECTION_OK) {
-                snprintf(sql, sizeof(sql),
-                         "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
-                PQclear(PQexec(admin, sql));
-        }
-        PQfinish(admin);
-}
-
-/* Drop the databases of earlier test processes that are gone (a failed
- * test exits before its teardown); those of live processes stay. */
-static void sweep_stale_dbs(void)
-{
-        PGconn *admin = connect_to(g_admin);
-        PGresult *res = PQexec(admin, "SELECT datname FROM pg_database WHERE"
-                                      " datname LIKE 'cqt\\_%'");
-        int row;
-
-        for (row = 0; row < PQntuples(res); row++) {
-                const char *name = PQgetvalue(res, row, 0);
-                long pid = strtol(name + 4, NULL, 10);
-                char sql[160];
-
-                if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
-                        snprintf(sql, sizeof(sql),
-                                 "DROP DATABASE IF EXISTS \"%s\" WITH (FORCE)",
-                                 name);
-                        PQclear(PQexec(admin, sql));
-                }
-        }
-        PQclear(res);
-        PQfinish(admin);
 }
 
 static void setup(void)
@@ -170,9 +67,9 @@ static void setup(void)
         char errstr[1024];
         int applied = 0;
 
-        snprintf(g_admin, sizeof(g_admin), "%s", cq_check_env("CODERQ_PG_DSN"));
-        sweep_stale_dbs();
-        fresh_db(g_dsn, sizeof(g_dsn), g_dbname, sizeof(g_dbname));
+        cq_pgtest_sweep("cqt");
+        cq_pgtest_create("cqt", false, g_dsn, sizeof(g_dsn), g_dbname,
+                         sizeof(g_dbname));
         ck_assert_msg(cq_migrate_run(g_dsn, cq_check_srcpath("migrations"),
                                      NULL, NULL, &applied, errstr,
                                      sizeof(errstr)) == CQ_OK,
@@ -183,7 +80,7 @@ static void setup(void)
 static void teardown(void)
 {
         if (g_dbname[0])
-                drop_db(g_dbname);
+                cq_pgtest_drop(g_dbname);
 }
 
 static cq_store_t *store_for(const char *owner, int lease_s)
@@ -623,7 +520,8 @@ START_TEST(finish_is_atomic_when_the_backend_is_killed)
         cq_store_t *store = store_for("w1", 120);
         json_t *nb = notebook_doc("final");
         struct finisher f = {store, nb, CQ_OK, false};
-        PGconn *locker = connect_to(g_dsn), *killer = connect_to(g_dsn);
+        PGconn *locker = cq_pgtest_connect(g_dsn),
+               *killer = cq_pgtest_connect(g_dsn);
         pthread_t th;
         char num[16], *s;
         const char *param = num;
@@ -634,8 +532,8 @@ START_TEST(finish_is_atomic_when_the_backend_is_killed)
         s = claim_id(store);
         free(s);
         /* The finish will block on its last write, the outbox row. */
-        exec_ok(locker, "BEGIN");
-        exec_ok(locker, "LOCK TABLE outbox IN SHARE MODE");
+        cq_pgtest_exec(locker, "BEGIN");
+        cq_pgtest_exec(locker, "LOCK TABLE outbox IN SHARE MODE");
         ck_assert_int_eq(pthread_create(&th, NULL, finisher_main, &f), 0);
         pid = wait_for_blocked_finish(killer, 0);
         ck_assert_msg(pid != 0, "the finish never blocked on the outbox");
@@ -662,7 +560,7 @@ START_TEST(finish_is_atomic_when_the_backend_is_killed)
         ck_assert_int_eq(qn("SELECT count(*) FROM notebooks", NULL), 0);
         ck_assert_int_eq(qn("SELECT count(*) FROM outbox", NULL), 0);
         /* Released, the retry lands whole. */
-        exec_ok(locker, "ROLLBACK");
+        cq_pgtest_exec(locker, "ROLLBACK");
         pthread_join(th, NULL);
         ck_assert_msg(f.err == CQ_OK, "%s", cq_store_errmsg(store));
         ck_assert(!f.lost);
@@ -1025,7 +923,7 @@ START_TEST(migrations_twice_noop_and_concurrent_safe)
         /* Concurrent runners on an empty database. cq_check_srcpath()
          * uses a static buffer: copy it before the threads start. */
         snprintf(dir, sizeof(dir), "%s", cq_check_srcpath("migrations"));
-        fresh_db(dsn, sizeof(dsn), name, sizeof(name));
+        cq_pgtest_create("cqt", false, dsn, sizeof(dsn), name, sizeof(name));
         for (i = 0; i < N; i++) {
                 memset(&m[i], 0, sizeof(m[i]));
                 m[i].dsn = dsn;
@@ -1041,7 +939,7 @@ START_TEST(migrations_twice_noop_and_concurrent_safe)
         }
         ck_assert_int_eq(total, files);
         {
-                PGconn *conn = connect_to(dsn);
+                PGconn *conn = cq_pgtest_connect(dsn);
                 PGresult *res =
                     PQexec(conn, "SELECT count(*) FROM schema_migrations");
 
@@ -1050,7 +948,7 @@ START_TEST(migrations_twice_noop_and_concurrent_safe)
                 PQclear(res);
                 PQfinish(conn);
         }
-        drop_db(name);
+        cq_pgtest_drop(name);
 }
 END_TEST
 

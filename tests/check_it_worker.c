@@ -6,7 +6,6 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libpq-fe.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
+#include "support/pgtest.h"
 #include "coderq/common.h"
 #include "coderq/store.h"
 #include "support/fake_llm.h"
@@ -25,7 +25,8 @@
 #define WAIT_MS 240000
 
 static cq_fake_llm_t *fake;
-static char dsn[1024];   /* the suite's own database */
+static char dsn[2048]; /* the suite's own database */
+static char dbname[96];
 static char prefix[128]; /* unique topic, group and job-id prefix */
 static char logdir[] = "/tmp/cq-it-worker-XXXXXX";
 static const char *brokers;
@@ -52,22 +53,8 @@ static void kill_leftovers(void)
         nstarted = 0;
 }
 
-static PGconn *admin(void)
-{
-        PGconn *conn = PQconnectdb(cq_check_env("CODERQ_PG_DSN"));
-
-        ck_assert_msg(PQstatus(conn) == CONNECTION_OK, "%s",
-                      PQerrorMessage(conn));
-        return conn;
-}
-
 static void setup(void)
 {
-        PGconn *conn;
-        PGresult *res;
-        char sql[256], db[96];
-        char *base;
-
         ck_assert_int_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
         brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
         fake = cq_fake_llm_start(NULL);
@@ -75,36 +62,16 @@ static void setup(void)
         ck_assert_ptr_nonnull(mkdtemp(logdir));
         /* A database of our own: workers claim any queued job, so other
          * suites' jobs must not be in reach. */
-        snprintf(db, sizeof(db), "coderq_itw_%ld", (long)getpid());
-        conn = admin();
-        snprintf(sql, sizeof(sql), "CREATE DATABASE %s", db);
-        res = PQexec(conn, sql);
-        ck_assert_msg(PQresultStatus(res) == PGRES_COMMAND_OK, "%s",
-                      PQerrorMessage(conn));
-        PQclear(res);
-        PQfinish(conn);
-        base = strdup(cq_check_env("CODERQ_PG_DSN"));
-        ck_assert_ptr_nonnull(base);
-        /* postgresql://user@host:port/dbname -> swap the database */
-        *strrchr(base, '/') = '\0';
-        snprintf(dsn, sizeof(dsn), "%s/%s", base, db);
-        free(base);
-        kt_migrate(dsn);
+        cq_pgtest_sweep("cqw");
+        cq_pgtest_create("cqw", true, dsn, sizeof(dsn), dbname, sizeof(dbname));
 }
 
 static void teardown(void)
 {
-        PGconn *conn;
-        PGresult *res;
         char sql[256];
 
         cq_fake_llm_stop(&fake);
-        conn = admin();
-        snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)",
-                 strrchr(dsn, '/') + 1);
-        res = PQexec(conn, sql);
-        PQclear(res);
-        PQfinish(conn);
+        cq_pgtest_drop(dbname);
         /* CQ_KEEP_LOGS=1 keeps the workers' logs for a post-mortem */
         snprintf(sql, sizeof(sql), "rm -rf %s", logdir);
         if (getenv("CQ_KEEP_LOGS"))
