@@ -23,7 +23,7 @@
 #include "coderq/store.h"
 #include "coderq/util.h"
 
-static char g_dsn[2048];   /* the test's own database */
+static char g_dsn[2048]; /* the test's own database */
 static char g_dbname[64];
 static char g_topic[96]; /* the test's own jobs topic */
 static char g_tmpdir[256];
@@ -960,10 +960,9 @@ START_TEST(submit_wait_follows_jobs_to_the_end)
         ck_assert_msg(strstr(run.out, "\nw2   failed       0/1      4") != NULL,
                       "%s", run.out);
         ck_assert_msg(strstr(run.out, "boom\n") != NULL, "%s", run.out);
-        /* progress lines (stderr is no TTY: plain lines) */
-        ck_assert_msg(strstr(run.err, "] 0/2 done  0 ok 0 failed  1 running  "
-                                      "1 queued\n") != NULL,
-                      "%s", run.err);
+        /* progress lines (stderr is no TTY: plain lines). Which
+         * intermediate counts it shows depends on when its first poll
+         * lands (the machine may be busy), so only the last is exact. */
         ck_assert_msg(strstr(run.err,
                              "[########################] 2/2 done  "
                              "1 ok 1 failed  0 running  0 queued\n") != NULL,
