@@ -26,7 +26,8 @@ c = http.client.HTTPConnection("127.0.0.1", port)
 c.request("POST", "/_fake/scripts", json.dumps({"name": "bench_agent", "steps": steps}),
           {"Content-Type": "application/json"})
 r = c.getresponse()
-assert r.status == 200, r.read()
+body = r.read()
+assert r.status == 200, body
 PY
 cq_say "agent loop: $jobs jobs x $turns cell turns + a final answer, fake LLM without latency, one local kernel"
 "$CQ_BUILD/bench/bench_agent" "http://127.0.0.1:$port/v1" "script:bench_agent" "$jobs"
