@@ -28,6 +28,26 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Where a job's time goes, from the checkpoint rows (each message is
+ * committed on its own, so its created_at is when the loop got it):
+ * claim to first message (interpreter, memory lookup), an LLM call (the
+ * gap before an assistant message), a cell (the gap before a tool
+ * message), last message to the finish transaction. */
+#define SQL_GAPS                                                               \
+        "WITH m AS (SELECT role, created_at - lag(created_at) OVER "           \
+        "(PARTITION BY job_id ORDER BY seq) AS gap FROM job_messages) "        \
+        "SELECT 1000 * avg(extract(epoch FROM gap)) FROM m "
+#define SQL_LLM_TURN  SQL_GAPS "WHERE role = 'assistant'"
+#define SQL_TOOL_TURN SQL_GAPS "WHERE role = 'tool'"
+#define SQL_SETUP                                                              \
+        "SELECT 1000 * avg(extract(epoch FROM (SELECT min(created_at) FROM "   \
+        "job_messages m WHERE m.job_id = j.job_id) - j.started_at)) FROM "     \
+        "jobs j"
+#define SQL_FINISH                                                             \
+        "SELECT 1000 * avg(extract(epoch FROM j.finished_at - (SELECT "        \
+        "max(created_at) FROM job_messages m WHERE m.job_id = j.job_id))) "    \
+        "FROM jobs j"
+
 typedef struct bench {
         const char *coderq, *base_url, *dsn, *brokers, *phase, *script;
         long slots, jobs, pool, turns, latency_ms;
@@ -36,11 +56,13 @@ typedef struct bench {
         pid_t worker;
 } bench_t;
 
+/* Wall clock, not monotonic: submit and completion times are compared
+ * with PostgreSQL's timestamps of the same host. */
 static double now_ms(void)
 {
         struct timespec ts;
 
-        clock_gettime(CLOCK_MONOTONIC, &ts);
+        clock_gettime(CLOCK_REALTIME, &ts);
         return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
@@ -159,6 +181,49 @@ out:
         PQclear(res);
         PQfinish(conn);
         return v;
+}
+
+/* Mean time per stage of the jobs: submit -> row created (intake), ->
+ * claimed (queue), -> finished (run), -> completion event read (relay). */
+static int
+stages(const bench_t *b, const double *sub, const double *done, double out[4])
+{
+        PGconn *conn = PQconnectdb(b->dsn);
+        PGresult *res = NULL;
+        int i, n, rc = -1;
+
+        memset(out, 0, 4 * sizeof(double));
+        if (PQstatus(conn) != CONNECTION_OK)
+                goto out;
+        res = PQexec(conn, "SELECT job_id, 1000 * extract(epoch FROM "
+                           "created_at), 1000 * extract(epoch FROM "
+                           "started_at), 1000 * extract(epoch FROM "
+                           "finished_at) FROM jobs");
+        if (PQresultStatus(res) != PGRES_TUPLES_OK)
+                goto out;
+        n = PQntuples(res);
+        for (i = 0; i < n; i++) {
+                const char *id = PQgetvalue(res, i, 0);
+                const char *dash = strrchr(id, '-');
+                long k = dash ? strtol(dash + 1, NULL, 10) : -1;
+                double c = strtod(PQgetvalue(res, i, 1), NULL);
+                double st = strtod(PQgetvalue(res, i, 2), NULL);
+                double f = strtod(PQgetvalue(res, i, 3), NULL);
+
+                if (k < 0 || k >= b->jobs)
+                        goto out;
+                out[0] += c - sub[k];
+                out[1] += st - c;
+                out[2] += f - st;
+                out[3] += done[k] - f;
+        }
+        for (i = 0; i < 4 && n > 0; i++)
+                out[i] /= n;
+        rc = n == b->jobs ? 0 : -1;
+out:
+        PQclear(res);
+        PQfinish(conn);
+        return rc;
 }
 
 static rd_kafka_conf_t *conf_new(const char *brokers)
@@ -354,7 +419,7 @@ int main(int argc, char **argv)
         char topic[256], errstr[256], sql[512];
         rd_kafka_t *prod = NULL, *cons = NULL;
         double *sub = NULL, *done = NULL, *lat = NULL;
-        double t0, t_first = 0, t_last = 0, warm_s, wall_s, jps, ideal;
+        double st[4], t0, t_first = 0, t_last = 0, warm_s, wall_s, jps, ideal;
         long i, ndone = 0, rss_warm, rss_peak = 0, kids;
         int rc = 1;
 
@@ -498,6 +563,10 @@ int main(int argc, char **argv)
                         b.log);
                 goto out;
         }
+        if (stages(&b, sub, done, st) != 0) {
+                fprintf(stderr, "bench_e2e: could not read the job rows\n");
+                goto out;
+        }
         for (i = 0; i < b.jobs; i++)
                 lat[i] = done[i] - sub[i];
         qsort(lat, (size_t)b.jobs, sizeof(double), cmp_double);
@@ -512,15 +581,16 @@ int main(int argc, char **argv)
                "\"efficiency\":%.3f,\"p50_ms\":%.1f,\"p95_ms\":%.1f,"
                "\"max_ms\":%.1f,\"rss_before_kb\":%ld,\"rss_peak_kb\":%ld,"
                "\"kernel_starts_per_s\":%.3f,"
-               "\"run_ms_mean\":%.1f,\"queue_ms_mean\":%.1f}\n",
+               "\"intake_ms_mean\":%.1f,\"queue_ms_mean\":%.1f,"
+               "\"run_ms_mean\":%.1f,\"relay_ms_mean\":%.1f,"
+               "\"setup_ms_mean\":%.1f,\"llm_turn_ms_mean\":%.1f,"
+               "\"tool_turn_ms_mean\":%.1f,\"finish_ms_mean\":%.1f}\n",
                b.phase, b.slots, b.jobs, b.pool, b.turns, b.latency_ms, wall_s,
                jps, ideal, ideal > 0 ? jps / ideal : 0, pct(lat, b.jobs, 0.5),
                pct(lat, b.jobs, 0.95), lat[b.jobs - 1], rss_warm, rss_peak,
-               (double)b.pool / warm_s,
-               pg_value(b.dsn, "SELECT 1000 * avg(extract(epoch FROM "
-                               "finished_at - started_at)) FROM jobs"),
-               pg_value(b.dsn, "SELECT 1000 * avg(extract(epoch FROM "
-                               "started_at - created_at)) FROM jobs"));
+               (double)b.pool / warm_s, st[0], st[1], st[2], st[3],
+               pg_value(b.dsn, SQL_SETUP), pg_value(b.dsn, SQL_LLM_TURN),
+               pg_value(b.dsn, SQL_TOOL_TURN), pg_value(b.dsn, SQL_FINISH));
         rc = 0;
 out:
         if (b.worker > 0)
