@@ -560,7 +560,12 @@ static void local_destroy(cq_interp_t *interp)
         local_interp_t *li = (local_interp_t *)interp;
         size_t i;
 
-        cq_kernel_destroy(&li->kernel);
+        /* A work dir of our own goes with the kernel: nothing a graceful
+         * shutdown would flush there can outlive it. */
+        if (li->own_dir)
+                cq_kernel_discard(&li->kernel);
+        else
+                cq_kernel_destroy(&li->kernel);
         if (li->own_dir && li->work_dir[0])
                 cq_work_dir_remove(li->work_dir);
         for (i = 0; i < li->ninputs; i++)

@@ -1543,24 +1543,24 @@ static bool wait_exit(cq_kernel_t *kernel, int ms)
         return true;
 }
 
-void cq_kernel_destroy(cq_kernel_t **kernelp)
+static void kernel_close(cq_kernel_t **kernelp, bool graceful)
 {
         cq_kernel_t *kernel = *kernelp;
 
         if (!kernel)
                 return;
         *kernelp = NULL;
-        if (kernel->pid > 0 && kernel->control) {
+        if (graceful && kernel->pid > 0 && kernel->control) {
                 json_t *content = json_pack("{s:b}", "restart", 0);
 
                 if (content &&
                     send_request(kernel, kernel->control, "shutdown_request",
                                  content, NULL) == 0)
                         wait_exit(kernel, 500);
-                if (kernel->pid > 0) {
-                        killpg(kernel->pid, SIGTERM);
-                        wait_exit(kernel, 300);
-                }
+        }
+        if (kernel->pid > 0) {
+                killpg(kernel->pid, SIGTERM);
+                wait_exit(kernel, 300);
         }
         teardown(kernel);
         if (kernel->run_dir[0])
@@ -1572,3 +1572,7 @@ void cq_kernel_destroy(cq_kernel_t **kernelp)
         free(kernel->preload);
         free(kernel);
 }
+
+void cq_kernel_destroy(cq_kernel_t **kernelp) { kernel_close(kernelp, true); }
+
+void cq_kernel_discard(cq_kernel_t **kernelp) { kernel_close(kernelp, false); }

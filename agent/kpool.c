@@ -202,7 +202,7 @@ void cq_kpool_destroy(cq_kpool_t **poolp)
 
                 snprintf(dir, sizeof(dir), "%s",
                          cq_kernel_work_dir(pool->ready[i]));
-                cq_kernel_destroy(&pool->ready[i]);
+                cq_kernel_discard(&pool->ready[i]); /* never used */
                 cq_work_dir_remove(dir);
         }
         free(pool->ready);

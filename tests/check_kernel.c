@@ -6,9 +6,11 @@
  * since a start costs about a second of CPU. */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -625,6 +627,7 @@ START_TEST(pool_hands_out_ready_kernels)
         cq_interp_t *a, *b;
         char errstr[512] = "", dir[4096];
         struct stat st;
+        pid_t pid;
         int i;
 
         memset(&opts, 0, sizeof(opts));
@@ -669,7 +672,13 @@ START_TEST(pool_hands_out_ready_kernels)
         /* a job's state stays in its kernel */
         assert_stdout(a, "secret = 1", "");
         assert_stdout(b, "print('secret' in dir())", "False\n");
+        /* a used pooled kernel is discarded, not shut down gracefully:
+         * its process is gone and reaped when destroy returns */
+        pid = cq_kernel_pid(cq_local_interp_kernel(a));
+        ck_assert_int_gt(pid, 0);
         cq_interp_destroy(&a);
+        ck_assert_int_eq(kill(pid, 0), -1);
+        ck_assert_int_eq(errno, ESRCH);
         ck_assert_int_ne(stat(dir, &st), 0); /* work dir removed */
         cq_interp_destroy(&b);
         cq_kpool_destroy(&pool);

@@ -100,4 +100,15 @@ void cq_kernel_stats(const cq_kernel_t *kernel, cq_jmsg_stats_t *stats);
  */
 void cq_kernel_destroy(cq_kernel_t **kernelp);
 
+/**
+ * @brief As cq_kernel_destroy() without the shutdown_request: SIGTERM and
+ *        SIGKILL to the process group at once. For a kernel whose state
+ *        and work dir are thrown away (a pooled kernel after its job):
+ *        with the pool's imports loaded, ipykernel takes longer than the
+ *        500 ms grace to honour a shutdown_request, which a worker slot
+ *        would otherwise wait out after every job.
+ * @locality The thread that owns the kernel.
+ */
+void cq_kernel_discard(cq_kernel_t **kernelp);
+
 #endif

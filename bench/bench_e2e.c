@@ -1,0 +1,608 @@
+/* SPDX-License-Identifier: MIT */
+/* bench_e2e.c - the worker daemon end to end through real Kafka and
+ * PostgreSQL with the fake LLM: `coderq worker` processes are started with
+ * their own topics on a database of their own; jobs are produced to the
+ * jobs topic and their completion events read back from the results topic.
+ * Each phase prints one JSON line; scripts/bench/e2e.sh sums them up.
+ *
+ *   bench_e2e CODERQ BASE_URL DSN BROKERS PHASE SLOTS JOBS POOL SCRIPT
+ *             TURNS LATENCY_MS
+ *
+ * PHASE is a name for the topics. The worker's kernel pool is filled
+ * before the first job is produced (kernel starts are CPU-bound and would
+ * otherwise be what is measured); SLOTS 0 measures an idle worker's RSS.
+ * Efficiency = jobs/s over (first submit .. last completion event) divided
+ * by the ideal SLOTS / (TURNS x LATENCY). */
+#include <errno.h>
+#include <fcntl.h>
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Where a job's time goes, from the checkpoint rows (each message is
+ * committed on its own, so its created_at is when the loop got it):
+ * claim to first message (interpreter, memory lookup), an LLM call (the
+ * gap before an assistant message), a cell (the gap before a tool
+ * message), last message to the finish transaction. */
+#define SQL_GAPS                                                               \
+        "WITH m AS (SELECT role, created_at - lag(created_at) OVER "           \
+        "(PARTITION BY job_id ORDER BY seq) AS gap FROM job_messages) "        \
+        "SELECT 1000 * avg(extract(epoch FROM gap)) FROM m "
+#define SQL_LLM_TURN  SQL_GAPS "WHERE role = 'assistant'"
+#define SQL_TOOL_TURN SQL_GAPS "WHERE role = 'tool'"
+#define SQL_SETUP                                                              \
+        "SELECT 1000 * avg(extract(epoch FROM (SELECT min(created_at) FROM "   \
+        "job_messages m WHERE m.job_id = j.job_id) - j.started_at)) FROM "     \
+        "jobs j"
+#define SQL_FINISH                                                             \
+        "SELECT 1000 * avg(extract(epoch FROM j.finished_at - (SELECT "        \
+        "max(created_at) FROM job_messages m WHERE m.job_id = j.job_id))) "    \
+        "FROM jobs j"
+
+typedef struct bench {
+        const char *coderq, *base_url, *dsn, *brokers, *phase, *script;
+        long slots, jobs, pool, turns, latency_ms;
+        char prefix[128];
+        char log[512];
+        pid_t worker;
+} bench_t;
+
+/* Wall clock, not monotonic: submit and completion times are compared
+ * with PostgreSQL's timestamps of the same host. */
+static double now_ms(void)
+{
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(long ms)
+{
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+        nanosleep(&ts, NULL);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+
+        return x < y ? -1 : x > y;
+}
+
+static double pct(const double *sorted, size_t n, double p)
+{
+        size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+
+        return sorted[i < n ? i : n - 1];
+}
+
+/* VmRSS of \p pid in kB, or -1. */
+static long rss_kb(pid_t pid)
+{
+        char path[64], line[256];
+        long kb = -1;
+        FILE *fp;
+
+        snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
+        fp = fopen(path, "r");
+        if (!fp)
+                return -1;
+        while (fgets(line, sizeof(line), fp))
+                if (strncmp(line, "VmRSS:", 6) == 0)
+                        kb = strtol(line + 6, NULL, 10);
+        fclose(fp);
+        return kb;
+}
+
+/* Children of \p pid (the kernels the pool started). */
+static long children(pid_t pid)
+{
+        DIR *dir = opendir("/proc");
+        struct dirent *de;
+        long n = 0;
+
+        if (!dir)
+                return -1;
+        while ((de = readdir(dir)) != NULL) {
+                char path[300], buf[512], *p;
+                long ppid;
+                FILE *fp;
+
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+                fp = fopen(path, "r");
+                if (!fp)
+                        continue;
+                if (!fgets(buf, sizeof(buf), fp)) {
+                        fclose(fp);
+                        continue;
+                }
+                fclose(fp);
+                /* pid (comm) state ppid ...; comm may hold spaces */
+                p = strrchr(buf, ')');
+                if (!p || sscanf(p + 1, " %*c %ld", &ppid) != 1)
+                        continue;
+                if (ppid == (long)pid)
+                        n++;
+        }
+        closedir(dir);
+        return n;
+}
+
+static int pg_exec(const char *dsn, const char *sql)
+{
+        PGconn *conn = PQconnectdb(dsn);
+        PGresult *res = NULL;
+        int rc = -1;
+
+        if (PQstatus(conn) != CONNECTION_OK) {
+                fprintf(stderr, "bench_e2e: %s", PQerrorMessage(conn));
+                goto out;
+        }
+        res = PQexec(conn, sql);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK &&
+            PQresultStatus(res) != PGRES_TUPLES_OK) {
+                fprintf(stderr, "bench_e2e: %s: %s", sql, PQerrorMessage(conn));
+                goto out;
+        }
+        rc = 0;
+out:
+        PQclear(res);
+        PQfinish(conn);
+        return rc;
+}
+
+/* The first value of \p sql as a double, or -1. */
+static double pg_value(const char *dsn, const char *sql)
+{
+        PGconn *conn = PQconnectdb(dsn);
+        PGresult *res = NULL;
+        double v = -1;
+
+        if (PQstatus(conn) != CONNECTION_OK)
+                goto out;
+        res = PQexec(conn, sql);
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+            !PQgetisnull(res, 0, 0))
+                v = strtod(PQgetvalue(res, 0, 0), NULL);
+out:
+        PQclear(res);
+        PQfinish(conn);
+        return v;
+}
+
+/* Mean time per stage of the jobs: submit -> row created (intake), ->
+ * claimed (queue), -> finished (run), -> completion event read (relay). */
+static int
+stages(const bench_t *b, const double *sub, const double *done, double out[4])
+{
+        PGconn *conn = PQconnectdb(b->dsn);
+        PGresult *res = NULL;
+        int i, n, rc = -1;
+
+        memset(out, 0, 4 * sizeof(double));
+        if (PQstatus(conn) != CONNECTION_OK)
+                goto out;
+        res = PQexec(conn, "SELECT job_id, 1000 * extract(epoch FROM "
+                           "created_at), 1000 * extract(epoch FROM "
+                           "started_at), 1000 * extract(epoch FROM "
+                           "finished_at) FROM jobs");
+        if (PQresultStatus(res) != PGRES_TUPLES_OK)
+                goto out;
+        n = PQntuples(res);
+        for (i = 0; i < n; i++) {
+                const char *id = PQgetvalue(res, i, 0);
+                const char *dash = strrchr(id, '-');
+                long k = dash ? strtol(dash + 1, NULL, 10) : -1;
+                double c = strtod(PQgetvalue(res, i, 1), NULL);
+                double st = strtod(PQgetvalue(res, i, 2), NULL);
+                double f = strtod(PQgetvalue(res, i, 3), NULL);
+
+                if (k < 0 || k >= b->jobs)
+                        goto out;
+                out[0] += c - sub[k];
+                out[1] += st - c;
+                out[2] += f - st;
+                out[3] += done[k] - f;
+        }
+        for (i = 0; i < 4 && n > 0; i++)
+                out[i] /= n;
+        rc = n == b->jobs ? 0 : -1;
+out:
+        PQclear(res);
+        PQfinish(conn);
+        return rc;
+}
+
+static rd_kafka_conf_t *conf_new(const char *brokers)
+{
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        char errstr[256];
+
+        if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr,
+                              sizeof(errstr)) != RD_KAFKA_CONF_OK)
+                fprintf(stderr, "bench_e2e: %s\n", errstr);
+        return conf;
+}
+
+static int create_topic(const char *brokers, const char *topic, int parts)
+{
+        char errstr[256];
+        rd_kafka_t *rk;
+        rd_kafka_NewTopic_t *nt;
+        rd_kafka_queue_t *q;
+        rd_kafka_event_t *ev;
+        const rd_kafka_CreateTopics_result_t *res;
+        const rd_kafka_topic_result_t **tres;
+        size_t n;
+        int rc = -1;
+
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf_new(brokers), errstr,
+                          sizeof(errstr));
+        if (!rk) {
+                fprintf(stderr, "bench_e2e: %s\n", errstr);
+                return -1;
+        }
+        nt = rd_kafka_NewTopic_new(topic, parts, 1, errstr, sizeof(errstr));
+        q = rd_kafka_queue_new(rk);
+        rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
+        ev = rd_kafka_queue_poll(q, 30000);
+        res = ev ? rd_kafka_event_CreateTopics_result(ev) : NULL;
+        tres = res ? rd_kafka_CreateTopics_result_topics(res, &n) : NULL;
+        if (tres && n == 1 &&
+            (rd_kafka_topic_result_error(tres[0]) == 0 ||
+             rd_kafka_topic_result_error(tres[0]) ==
+                 RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS))
+                rc = 0;
+        else
+                fprintf(stderr, "bench_e2e: could not create topic %s\n",
+                        topic);
+        if (ev)
+                rd_kafka_event_destroy(ev);
+        rd_kafka_queue_destroy(q);
+        rd_kafka_NewTopic_destroy(nt);
+        rd_kafka_destroy(rk);
+        return rc;
+}
+
+static void child_env(const bench_t *b)
+{
+        char v[512];
+
+        setenv("CODERQ_PG_DSN", b->dsn, 1);
+        setenv("CODERQ_KAFKA_BROKERS", b->brokers, 1);
+        snprintf(v, sizeof(v), "%s.jobs", b->prefix);
+        setenv("CODERQ_TOPIC_JOBS", v, 1);
+        snprintf(v, sizeof(v), "%s.dlq", b->prefix);
+        setenv("CODERQ_TOPIC_DLQ", v, 1);
+        snprintf(v, sizeof(v), "%s.results", b->prefix);
+        setenv("CODERQ_TOPIC_RESULTS", v, 1);
+        snprintf(v, sizeof(v), "%s.events", b->prefix);
+        setenv("CODERQ_TOPIC_EVENTS", v, 1);
+        setenv("CODERQ_KAFKA_GROUP", b->prefix, 1);
+        setenv("CODERQ_LLM_BASE_URL", b->base_url, 1);
+        snprintf(v, sizeof(v), "script:%s", b->script);
+        setenv("CODERQ_LLM_MODEL", v, 1);
+        unsetenv("CODERQ_LLM_API_KEY");
+        unsetenv("OPENAI_API_KEY");
+        snprintf(v, sizeof(v), "%ld", b->slots);
+        setenv("CODERQ_SLOTS", v, 1);
+        snprintf(v, sizeof(v), "%ld", b->pool);
+        setenv("CODERQ_KPOOL_SIZE", v, 1);
+        setenv("CODERQ_KERNEL_STARTUP_TIMEOUT_S", "300", 1);
+        setenv("CODERQ_LEASE_S", "60", 1);
+        setenv("CODERQ_POLL_MS", "100", 1);
+        setenv("CODERQ_SHUTDOWN_S", "20", 1);
+        setenv("CODERQ_SANDBOX", "off", 1);
+        setenv("CODERQ_LOG_LEVEL", "info", 1);
+        snprintf(v, sizeof(v), "bench-%s", b->phase);
+        setenv("CODERQ_WORKER_ID", v, 1);
+}
+
+static int start_worker(bench_t *b)
+{
+        pid_t pid = fork();
+
+        if (pid < 0)
+                return -1;
+        if (pid == 0) {
+                int fd = open(b->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (fd >= 0) {
+                        dup2(fd, 1);
+                        dup2(fd, 2);
+                        close(fd);
+                }
+                child_env(b);
+                execl(b->coderq, "coderq", "worker", (char *)NULL);
+                _exit(127);
+        }
+        b->worker = pid;
+        return 0;
+}
+
+static void stop_worker(bench_t *b)
+{
+        int st, waited;
+
+        if (b->worker <= 0)
+                return;
+        kill(b->worker, SIGTERM);
+        for (waited = 0; waited < 40000; waited += 50) {
+                if (waitpid(b->worker, &st, WNOHANG) == b->worker) {
+                        b->worker = 0;
+                        return;
+                }
+                sleep_ms(50);
+        }
+        kill(b->worker, SIGKILL);
+        waitpid(b->worker, &st, 0);
+        b->worker = 0;
+}
+
+static rd_kafka_t *results_consumer(const bench_t *b)
+{
+        rd_kafka_conf_t *conf = conf_new(b->brokers);
+        rd_kafka_topic_partition_list_t *parts;
+        char errstr[256], topic[256], group[200];
+        rd_kafka_t *rk;
+
+        snprintf(group, sizeof(group), "%s-reader", b->prefix);
+        rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof(errstr));
+        rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr,
+                          sizeof(errstr));
+        rd_kafka_conf_set(conf, "fetch.wait.max.ms", "10", errstr,
+                          sizeof(errstr));
+        rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+        if (!rk) {
+                fprintf(stderr, "bench_e2e: %s\n", errstr);
+                return NULL;
+        }
+        snprintf(topic, sizeof(topic), "%s.results", b->prefix);
+        parts = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(parts, topic, 0)->offset =
+            RD_KAFKA_OFFSET_BEGINNING;
+        rd_kafka_assign(rk, parts);
+        rd_kafka_topic_partition_list_destroy(parts);
+        return rk;
+}
+
+/* Job index from a completion event's key "<prefix>-NNNNN", or -1. */
+static long job_index(const bench_t *b, const rd_kafka_message_t *m)
+{
+        size_t plen = strlen(b->prefix);
+        char key[64];
+
+        if (!m->key || m->key_len <= plen + 1 || m->key_len - plen > 60 ||
+            memcmp(m->key, b->prefix, plen) != 0)
+                return -1;
+        memcpy(key, (const char *)m->key + plen + 1, m->key_len - plen - 1);
+        key[m->key_len - plen - 1] = '\0';
+        return strtol(key, NULL, 10);
+}
+
+static void produce_job(const bench_t *b, rd_kafka_t *rk, long i)
+{
+        char id[192], value[1024], topic[256];
+        int len;
+
+        snprintf(id, sizeof(id), "%s-%05ld", b->prefix, i);
+        len = snprintf(value, sizeof(value),
+                       "{\"job_id\":\"%s\",\"run_id\":\"%s\",\"model\":"
+                       "\"script:%s\",\"prompt\":\"Job %s: compute.\"}",
+                       id, b->prefix, b->script, id);
+        snprintf(topic, sizeof(topic), "%s.jobs", b->prefix);
+        while (rd_kafka_producev(
+                   rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(id, strlen(id)),
+                   RD_KAFKA_V_VALUE(value, (size_t)len),
+                   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                   RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                rd_kafka_poll(rk, 10);
+}
+
+int main(int argc, char **argv)
+{
+        bench_t b;
+        char topic[256], errstr[256], sql[512];
+        rd_kafka_t *prod = NULL, *cons = NULL;
+        double *sub = NULL, *done = NULL, *lat = NULL;
+        double st[4], t0, t_first = 0, t_last = 0, warm_s, wall_s, jps, ideal;
+        long i, ndone = 0, rss_warm, rss_peak = 0, kids;
+        int rc = 1;
+
+        if (argc != 12) {
+                fprintf(stderr,
+                        "usage: %s CODERQ BASE_URL DSN BROKERS PHASE SLOTS "
+                        "JOBS POOL SCRIPT TURNS LATENCY_MS\n",
+                        argv[0]);
+                return 2;
+        }
+        memset(&b, 0, sizeof(b));
+        b.coderq = argv[1];
+        b.base_url = argv[2];
+        b.dsn = argv[3];
+        b.brokers = argv[4];
+        b.phase = argv[5];
+        b.slots = strtol(argv[6], NULL, 10);
+        b.jobs = strtol(argv[7], NULL, 10);
+        b.pool = strtol(argv[8], NULL, 10);
+        b.script = argv[9];
+        b.turns = strtol(argv[10], NULL, 10);
+        b.latency_ms = strtol(argv[11], NULL, 10);
+        if (b.slots < 0 || b.jobs < 0 || b.jobs > 99999 || b.pool < 0)
+                return 2;
+        snprintf(b.prefix, sizeof(b.prefix), "cqbench-%s-%ld-%ld", b.phase,
+                 (long)getpid(), (long)time(NULL));
+        snprintf(b.log, sizeof(b.log), "%s/%s.log",
+                 getenv("CQ_BENCH_LOGDIR") ? getenv("CQ_BENCH_LOGDIR") : "/tmp",
+                 b.prefix);
+        sub = calloc((size_t)b.jobs + 1, sizeof(double));
+        done = calloc((size_t)b.jobs + 1, sizeof(double));
+        lat = calloc((size_t)b.jobs + 1, sizeof(double));
+        if (!sub || !done || !lat)
+                goto out;
+        if (pg_exec(b.dsn, "SET client_min_messages = warning; "
+                           "TRUNCATE jobs, solutions CASCADE"))
+                goto out;
+        snprintf(topic, sizeof(topic), "%s.jobs", b.prefix);
+        if (create_topic(b.brokers, topic, 3))
+                goto out;
+        snprintf(topic, sizeof(topic), "%s.results", b.prefix);
+        if (create_topic(b.brokers, topic, 1))
+                goto out;
+        snprintf(topic, sizeof(topic), "%s.dlq", b.prefix);
+        if (create_topic(b.brokers, topic, 1))
+                goto out;
+        snprintf(topic, sizeof(topic), "%s.events", b.prefix);
+        if (create_topic(b.brokers, topic, 1))
+                goto out;
+
+        t0 = now_ms();
+        if (start_worker(&b))
+                goto out;
+        /* Fill the pool: the refill thread starts one kernel at a time,
+         * so when all are forked only the last may still be starting. */
+        kids = 0;
+        while (b.slots > 0 && (kids = children(b.worker)) < b.pool) {
+                if (waitpid(b.worker, NULL, WNOHANG) != 0) {
+                        fprintf(stderr,
+                                "bench_e2e: the worker exited; see %s\n",
+                                b.log);
+                        b.worker = 0;
+                        goto out;
+                }
+                if (now_ms() - t0 > 900000) {
+                        fprintf(stderr,
+                                "bench_e2e: pool not full after 900 s "
+                                "(%ld kernels)\n",
+                                kids);
+                        goto out;
+                }
+                sleep_ms(200);
+        }
+        warm_s = (now_ms() - t0) / 1e3;
+        sleep_ms(b.slots > 0 ? 8000 : 3000);
+        rss_warm = rss_kb(b.worker);
+        if (b.jobs == 0) {
+                printf("{\"phase\":\"%s\",\"slots\":%ld,\"rss_kb\":%ld}\n",
+                       b.phase, b.slots, rss_warm);
+                rc = 0;
+                goto out;
+        }
+        fprintf(stderr,
+                "bench_e2e: %s: %ld kernels started in %.1f s (%.2f/s); "
+                "worker RSS %ld kB before jobs\n",
+                b.phase, b.pool, warm_s, (double)b.pool / warm_s, rss_warm);
+
+        cons = results_consumer(&b);
+        {
+                rd_kafka_conf_t *conf = conf_new(b.brokers);
+
+                rd_kafka_conf_set(conf, "linger.ms", "1", errstr,
+                                  sizeof(errstr));
+                prod = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr,
+                                    sizeof(errstr));
+        }
+        if (!cons || !prod) {
+                fprintf(stderr, "bench_e2e: %s\n", errstr);
+                goto out;
+        }
+        /* connect both before the clock starts */
+        rd_kafka_consumer_poll(cons, 500);
+        t_first = now_ms();
+        for (i = 0; i < b.jobs; i++) {
+                sub[i] = now_ms();
+                produce_job(&b, prod, i);
+        }
+        rd_kafka_flush(prod, 30000);
+        while (ndone < b.jobs && now_ms() - t_first < 900000) {
+                rd_kafka_message_t *m = rd_kafka_consumer_poll(cons, 20);
+                long r = rss_kb(b.worker);
+
+                if (r > rss_peak)
+                        rss_peak = r;
+                if (!m)
+                        continue;
+                if (!m->err) {
+                        long k = job_index(&b, m);
+
+                        if (k >= 0 && k < b.jobs && done[k] == 0) {
+                                done[k] = now_ms();
+                                t_last = done[k];
+                                ndone++;
+                        }
+                }
+                rd_kafka_message_destroy(m);
+        }
+        if (ndone < b.jobs) {
+                fprintf(stderr,
+                        "bench_e2e: only %ld of %ld completion events; see "
+                        "%s\n",
+                        ndone, b.jobs, b.log);
+                goto out;
+        }
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND "
+                 "run_id = '%s'",
+                 b.prefix);
+        if (pg_value(b.dsn, sql) != (double)b.jobs) {
+                fprintf(stderr, "bench_e2e: not every job succeeded; see %s\n",
+                        b.log);
+                goto out;
+        }
+        if (stages(&b, sub, done, st) != 0) {
+                fprintf(stderr, "bench_e2e: could not read the job rows\n");
+                goto out;
+        }
+        for (i = 0; i < b.jobs; i++)
+                lat[i] = done[i] - sub[i];
+        qsort(lat, (size_t)b.jobs, sizeof(double), cmp_double);
+        wall_s = (t_last - t_first) / 1e3;
+        jps = (double)b.jobs / wall_s;
+        ideal = b.latency_ms > 0
+                    ? (double)b.slots / ((double)b.turns * b.latency_ms / 1e3)
+                    : 0;
+        printf("{\"phase\":\"%s\",\"slots\":%ld,\"jobs\":%ld,\"pool\":%ld,"
+               "\"turns\":%ld,\"latency_ms\":%ld,\"wall_s\":%.3f,"
+               "\"jobs_per_s\":%.3f,\"ideal_jobs_per_s\":%.3f,"
+               "\"efficiency\":%.3f,\"p50_ms\":%.1f,\"p95_ms\":%.1f,"
+               "\"max_ms\":%.1f,\"rss_before_kb\":%ld,\"rss_peak_kb\":%ld,"
+               "\"kernel_starts_per_s\":%.3f,"
+               "\"intake_ms_mean\":%.1f,\"queue_ms_mean\":%.1f,"
+               "\"run_ms_mean\":%.1f,\"relay_ms_mean\":%.1f,"
+               "\"setup_ms_mean\":%.1f,\"llm_turn_ms_mean\":%.1f,"
+               "\"tool_turn_ms_mean\":%.1f,\"finish_ms_mean\":%.1f}\n",
+               b.phase, b.slots, b.jobs, b.pool, b.turns, b.latency_ms, wall_s,
+               jps, ideal, ideal > 0 ? jps / ideal : 0, pct(lat, b.jobs, 0.5),
+               pct(lat, b.jobs, 0.95), lat[b.jobs - 1], rss_warm, rss_peak,
+               (double)b.pool / warm_s, st[0], st[1], st[2], st[3],
+               pg_value(b.dsn, SQL_SETUP), pg_value(b.dsn, SQL_LLM_TURN),
+               pg_value(b.dsn, SQL_TOOL_TURN), pg_value(b.dsn, SQL_FINISH));
+        rc = 0;
+out:
+        if (b.worker > 0)
+                stop_worker(&b);
+        if (prod)
+                rd_kafka_destroy(prod);
+        if (cons) {
+                rd_kafka_consumer_close(cons);
+                rd_kafka_destroy(cons);
+        }
+        free(sub);
+        free(done);
+        free(lat);
+        return rc;
+}

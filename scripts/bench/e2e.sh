@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# e2e.sh - the worker daemon end to end through real Kafka and PostgreSQL
+# with the fake LLM (bench_e2e drives `coderq worker` processes on topics
+# and a database of their own):
+#   a)    instant LLM, 2-cell jobs: 40 jobs at once to a 4-slot worker;
+#         jobs/s and p50/p95 submit -> completion-event latency
+#   idle) a worker with 0 slots: the RSS baseline
+#   b)    1 s LLM latency, 4-turn jobs (3 cells + the answer), 16 slots
+#         (48 jobs) and 64 slots (64 jobs) in one worker: throughput as a
+#         fraction of the ideal slots / (4 x 1 s), and worker RSS per slot
+#         ((peak - idle) / slots; kernels are separate processes).
+# Also printed: where the time goes (mean intake, queue, run, relay; a
+# run split into setup, LLM turns, cell turns, finish, from the checkpoint
+# rows) and run efficiency = 4 x 1 s / a job's mean run time, i.e. what the
+# slots reach once the fixed latency of the first intake and the last
+# relay is left out.
+# Kernel pools are filled before the jobs go in: a fresh kernel per job
+# costs ~1 s of CPU here and the refill starts one at a time, so without
+# it kernel starts would be all that is measured (their rate is printed).
+# Starts the services with services.sh when they are not running (and
+# stops them again). Last line: JSON.
+set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
+
+build=${CQ_BUILD:-$CQ_ROOT/build}
+eval "$("$CQ_ROOT/scripts/services.sh" env)"
+started=0
+if ! psql "$CODERQ_PG_DSN" -XAtqc 'select 1' >/dev/null 2>&1 ||
+        ! (exec 3<>"/dev/tcp/127.0.0.1/$CQ_KAFKA_PORT") 2>/dev/null; then
+        cq_services start
+        started=1
+fi
+tmp=$(mktemp -d)
+db=cqbench_e2e_$$
+fake_pid=
+cleanup() {
+        [ -n "$fake_pid" ] && { kill "$fake_pid" 2>/dev/null || true; wait "$fake_pid" 2>/dev/null || true; }
+        psql "$CODERQ_PG_DSN" -Xqc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+        if [ -n "${CQ_KEEP_LOGS:-}" ]; then
+                echo "worker logs kept in $tmp" >&2
+        else
+                rm -rf "$tmp"
+        fi
+        if [ "$started" = 1 ]; then
+                cq_services stop || true
+        fi
+}
+trap cleanup EXIT
+
+psql "$CODERQ_PG_DSN" -Xqc "CREATE DATABASE $db" >/dev/null
+dsn=${CODERQ_PG_DSN%/*}/$db
+CODERQ_PG_DSN=$dsn "$build/coderq" migrate >/dev/null
+
+/usr/bin/python3 "$CQ_ROOT/tests/fakes/fake_llm.py" --port-file "$tmp/port" >/dev/null &
+fake_pid=$!
+for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+port=$(cat "$tmp/port")
+base="http://127.0.0.1:$port/v1"
+/usr/bin/python3 - "$port" <<'PY'
+import http.client, json, sys
+port = int(sys.argv[1])
+cell = lambda code, delay=0: {"tool_calls": [{"code": code}], **({"delay_ms": delay} if delay else {})}
+scripts = {
+    "e2e_two": [cell("x = 6 * 7"), cell("print(x)"), {"content": "42"}],
+    "e2e_slow4": [cell("a = 1", 1000), cell("b = a + 1", 1000),
+                  cell("print(a + b)", 1000), {"content": "3", "delay_ms": 1000}],
+}
+c = http.client.HTTPConnection("127.0.0.1", port)
+for name, steps in scripts.items():
+    c.request("POST", "/_fake/scripts", json.dumps({"name": name, "steps": steps}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    body = r.read()
+    assert r.status == 200, body
+PY
+
+export CQ_BENCH_LOGDIR=$tmp
+phase() { # NAME SLOTS JOBS POOL SCRIPT TURNS LATENCY_MS
+        "$build/bench/bench_e2e" "$build/coderq" "$base" "$dsn" "$CODERQ_KAFKA_BROKERS" "$@"
+}
+cq_say "a) instant LLM, 2-cell jobs: 40 jobs, 4 slots"
+a=$(phase a 4 40 40 e2e_two 3 0); echo "$a"
+cq_say "idle worker, 0 slots"
+idle=$(phase idle 0 0 0 e2e_two 3 0); echo "$idle"
+cq_say "b) 1 s LLM latency, 4-turn jobs: 16 slots, 48 jobs"
+b16=$(phase b16 16 48 48 e2e_slow4 4 1000); echo "$b16"
+cq_say "b) 1 s LLM latency, 4-turn jobs: 64 slots, 64 jobs"
+b64=$(phase b64 64 64 64 e2e_slow4 4 1000); echo "$b64"
+
+/usr/bin/python3 - "$a" "$idle" "$b16" "$b64" <<'PY'
+import json, sys
+a, idle, b16, b64 = (json.loads(s) for s in sys.argv[1:5])
+per = lambda b: (b["rss_peak_kb"] - idle["rss_kb"]) / b["slots"]
+print("rss per slot (peak - idle 0-slot worker) / slots: 16 slots %.0f kB, 64 slots %.0f kB; "
+      "marginal (peak64 - peak16) / 48: %.0f kB"
+      % (per(b16), per(b64), (b64["rss_peak_kb"] - b16["rss_peak_kb"]) / 48))
+for b in (b16, b64):
+    ideal_run = b["turns"] * b["latency_ms"]
+    print("%d slots: efficiency %.3f over first submit .. last event; a job's run "
+          "%.0f ms for %d ms of LLM latency (run efficiency %.3f); mean ms: intake %.0f, "
+          "queue %.0f, run %.0f (setup %.0f, per LLM turn %.0f, per cell turn %.0f, "
+          "finish %.0f), relay %.0f"
+          % (b["slots"], b["efficiency"], b["run_ms_mean"], ideal_run,
+             ideal_run / b["run_ms_mean"], b["intake_ms_mean"], b["queue_ms_mean"],
+             b["run_ms_mean"], b["setup_ms_mean"], b["llm_turn_ms_mean"],
+             b["tool_turn_ms_mean"], b["finish_ms_mean"], b["relay_ms_mean"]))
+print("kernel pool refill: %.2f kernels/s at best in this run; sustained "
+      "64-slot throughput would need %.0f/s"
+      % (max(x["kernel_starts_per_s"] for x in (a, b16, b64)), b64["ideal_jobs_per_s"]))
+print(json.dumps({"bench": "e2e", "jobs_per_s": a["jobs_per_s"], "p50_ms": a["p50_ms"],
+                  "p95_ms": a["p95_ms"], "efficiency_16": b16["efficiency"],
+                  "efficiency_64": b64["efficiency"],
+                  "run_efficiency_16": round(b16["turns"] * b16["latency_ms"] / b16["run_ms_mean"], 3),
+                  "run_efficiency_64": round(b64["turns"] * b64["latency_ms"] / b64["run_ms_mean"], 3),
+                  "rss_per_slot_kb": round(per(b64)),
+                  "kernel_starts_per_s": round(max(x["kernel_starts_per_s"] for x in (a, b16, b64)), 3)}))
+PY
