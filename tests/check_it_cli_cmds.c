@@ -165,36 +165,6 @@ typedef struct cli_run {
         char *out, *err;
 } cli_run_t;
 
-static char *slurp(const char *path, size_t *lenp)
-{
-        FILE *fp = fopen(path, "rb");
-        char *data;
-        long len;
-
-        ck_assert_msg(fp != NULL, "open %s: %s", path, strerror(errno));
-        ck_assert_int_eq(fseek(fp, 0, SEEK_END), 0);
-        len = ftell(fp);
-        ck_assert_int_ge(len, 0);
-        rewind(fp);
-        data = malloc((size_t)len + 1);
-        ck_assert_ptr_nonnull(data);
-        ck_assert_uint_eq(fread(data, 1, (size_t)len, fp), (size_t)len);
-        data[len] = '\0';
-        fclose(fp);
-        if (lenp)
-                *lenp = (size_t)len;
-        return data;
-}
-
-static void spit(const char *path, const void *data, size_t len)
-{
-        FILE *fp = fopen(path, "wb");
-
-        ck_assert_ptr_nonnull(fp);
-        ck_assert_uint_eq(fwrite(data, 1, len, fp), len);
-        ck_assert_int_eq(fclose(fp), 0);
-}
-
 /* Start `coderq ARGS...` (NULL-terminated) with \p in_path as stdin (NULL:
  * /dev/null); stdout and stderr go to files. */
 static void cli_start(cli_run_t *run, const char *in_path, const char **args)
@@ -238,8 +208,8 @@ static void cli_finish(cli_run_t *run)
 
         ck_assert_int_eq(waitpid(run->pid, &status, 0), run->pid);
         run->code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        run->out = slurp(run->out_path, NULL);
-        run->err = slurp(run->err_path, NULL);
+        run->out = cq_check_slurp(run->out_path, NULL);
+        run->err = cq_check_slurp(run->err_path, NULL);
 }
 
 static void cli_release(cli_run_t *run)
@@ -401,7 +371,7 @@ START_TEST(submit_jsonl_messages_arrive_unchanged)
          * of any message */
         snprintf(text, sizeof(text), "\xef\xbb\xbf%s\n\n   \n%s\r\n%s",
                  lines[0], lines[1], lines[2]);
-        spit(file, text, strlen(text));
+        cq_check_spit(file, text, strlen(text));
         cli(&run, NULL, args);
         ck_assert_msg(run.code == 0, "exit %d: %s", run.code, run.err);
         ck_assert_str_eq(run.out, "s1\ns2\ns3\n");
@@ -424,7 +394,7 @@ START_TEST(submit_jsonl_messages_arrive_unchanged)
                 const char *args2[] = {"submit", "-", NULL};
                 const char *one = "{\"job_id\":\"s4\",\"prompt\":\"x\"}\n";
 
-                spit(tmp_path("one.jsonl"), one, strlen(one));
+                cq_check_spit(tmp_path("one.jsonl"), one, strlen(one));
                 cli(&run, tmp_path("one.jsonl"), args2);
                 ck_assert_msg(run.code == 0, "%s", run.err);
                 ck_assert_str_eq(run.out, "s4\n");
@@ -446,7 +416,7 @@ START_TEST(submit_invalid_line_sends_nothing)
         const char *skip[] = {"submit", "--skip-invalid", file, NULL};
         cli_run_t run;
 
-        spit(file, text, strlen(text));
+        cq_check_spit(file, text, strlen(text));
         cli(&run, NULL, args);
         ck_assert_int_eq(run.code, 1);
         ck_assert_str_eq(run.out, "");
@@ -481,7 +451,7 @@ START_TEST(submit_invalid_line_sends_nothing)
                 ck_assert_msg(strstr(run.err, "could not open") != NULL, "%s",
                               run.err);
                 cli_release(&run);
-                spit(tmp_path("empty.jsonl"), "\n\n", 2);
+                cq_check_spit(tmp_path("empty.jsonl"), "\n\n", 2);
                 cli(&run, NULL, empty);
                 ck_assert_int_eq(run.code, 1);
                 ck_assert_msg(strstr(run.err, "no jobs in") != NULL, "%s",
@@ -826,7 +796,7 @@ START_TEST(export_writes_notebook_images_answer)
         free(want_paths);
         cli_release(&run);
 
-        got_nb = slurp(tmp_path("exp/notebook.ipynb"), &got_len);
+        got_nb = cq_check_slurp(tmp_path("exp/notebook.ipynb"), &got_len);
         ck_assert_uint_eq(got_len, want_len);
         ck_assert(memcmp(got_nb, want_nb, want_len) == 0);
         free(got_nb);
@@ -845,14 +815,14 @@ START_TEST(export_writes_notebook_images_answer)
 
                 snprintf(path, sizeof(path), "%s/images/%s", out_dir,
                          imgs[i].file);
-                data = slurp(path, &len);
+                data = cq_check_slurp(path, &len);
                 ck_assert_uint_eq(len, imgs[i].len);
                 ck_assert(memcmp(data, imgs[i].data, len) == 0);
                 free(data);
         }
         ck_assert_int_ne(access(tmp_path("evil.png"), F_OK), 0);
 
-        answer = slurp(tmp_path("exp/answer.md"), NULL);
+        answer = cq_check_slurp(tmp_path("exp/answer.md"), NULL);
         ck_assert_str_eq(answer, "# Plot job\n\n"
                                  "**Job:** `e1` \xc2\xb7 **Status:** succeeded "
                                  "\xc2\xb7 **Tests:** 2/2 passed \xc2\xb7 "
@@ -939,7 +909,7 @@ START_TEST(submit_wait_follows_jobs_to_the_end)
         struct timespec ts = {1, 500000000L};
         cli_run_t run;
 
-        spit(file, text, strlen(text));
+        cq_check_spit(file, text, strlen(text));
         /* w1 is already running, w2 not yet in PostgreSQL (pending) */
         add_job(store, "{\"job_id\":\"w1\",\"prompt\":\"p\"}");
         claim(store, "w1");
@@ -979,7 +949,7 @@ START_TEST(submit_wait_follows_jobs_to_the_end)
                 const char *f2 = tmp_path("wait2.jsonl");
                 const char *a2[] = {"submit", "--wait", f2, NULL};
 
-                spit(f2, t2, strlen(t2));
+                cq_check_spit(f2, t2, strlen(t2));
                 add_job(store, "{\"job_id\":\"w3\",\"prompt\":\"p\"}");
                 claim(store, "w3");
                 finish(store, "w3", &ok);

@@ -10,25 +10,6 @@
 #include "check_support.h"
 #include "coderq/jmsg.h"
 
-static char *slurp(const char *rel, size_t *lenp)
-{
-        FILE *fp = fopen(cq_check_srcpath(rel), "rb");
-        char *data;
-        long n;
-
-        ck_assert_msg(fp != NULL, "cannot open %s", rel);
-        fseek(fp, 0, SEEK_END);
-        n = ftell(fp);
-        fseek(fp, 0, SEEK_SET);
-        data = malloc((size_t)n + 1);
-        ck_assert_ptr_nonnull(data);
-        ck_assert_uint_eq(fread(data, 1, (size_t)n, fp), (size_t)n);
-        data[n] = '\0';
-        fclose(fp);
-        *lenp = (size_t)n;
-        return data;
-}
-
 static const char *const golden_names[4] = {"header", "parent_header",
                                             "metadata", "content"};
 
@@ -39,12 +20,14 @@ START_TEST(golden_signature_matches_python)
         size_t keylen, elen, len;
         int i;
 
-        key = slurp("tests/data/jmsg/golden/key", &keylen);
-        expected = slurp("tests/data/jmsg/golden/expected", &elen);
+        key = cq_check_slurp(cq_check_srcpath("tests/data/jmsg/golden/key"),
+                             &keylen);
+        expected = cq_check_slurp(
+            cq_check_srcpath("tests/data/jmsg/golden/expected"), &elen);
         for (i = 0; i < 4; i++) {
                 snprintf(path, sizeof(path), "tests/data/jmsg/golden/%s",
                          golden_names[i]);
-                files[i] = slurp(path, &len);
+                files[i] = cq_check_slurp(cq_check_srcpath(path), &len);
                 dicts[i].data = files[i];
                 dicts[i].len = len;
         }

@@ -15,30 +15,6 @@
 /* The golden cases run with this size cap so one case can exceed it. */
 #define GOLDEN_MAX 4096
 
-static char *slurp(const char *path, size_t *lenp)
-{
-        FILE *f = fopen(path, "rb");
-        cq_buf_t buf;
-        char chunk[4096];
-        size_t n;
-
-        ck_assert_msg(f != NULL, "cannot open %s", path);
-        cq_buf_init(&buf, 64 << 20);
-        while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-                ck_assert_int_eq(cq_buf_append(&buf, chunk, n), CQ_OK);
-        fclose(f);
-        return cq_buf_take(&buf, lenp);
-}
-
-static void spit(const char *path, const char *text)
-{
-        FILE *f = fopen(path, "wb");
-
-        ck_assert_msg(f != NULL, "cannot write %s", path);
-        fputs(text, f);
-        fclose(f);
-}
-
 #define OPT(label, s)                                                          \
         do {                                                                   \
                 if (s)                                                         \
@@ -158,7 +134,7 @@ START_TEST(job_golden_cases)
 
                 snprintf(path, sizeof(path), "%s/%s/input.json", dirpath,
                          names[i]);
-                input = slurp(path, &len);
+                input = cq_check_slurp(path, &len);
                 cq_job_init(&job);
                 rc = cq_job_parse(input, len, GOLDEN_MAX, &job, errstr,
                                   sizeof(errstr));
@@ -172,9 +148,9 @@ START_TEST(job_golden_cases)
                 snprintf(path, sizeof(path), "%s/%s/expected", dirpath,
                          names[i]);
                 if (update) {
-                        spit(path, got);
+                        cq_check_spit(path, got, strlen(got));
                 } else {
-                        expected = slurp(path, NULL);
+                        expected = cq_check_slurp(path, NULL);
                         if (strcmp(expected, got) != 0) {
                                 fprintf(stderr,
                                         "job case %s:\n--- expected\n%s--- "
@@ -318,8 +294,8 @@ START_TEST(job_fuzz_never_crashes)
             "run_id",  "parent_job_id", "backend",  "model",        "files",
             "tests",   "limits",        "priority", "system_prompt"};
         size_t len, i, k, w, round;
-        char *base =
-            slurp(cq_check_srcpath("tests/data/job/ok_full/input.json"), &len);
+        char *base = cq_check_slurp(
+            cq_check_srcpath("tests/data/job/ok_full/input.json"), &len);
         char *work = malloc(len + 64);
         json_t *doc;
 

@@ -104,25 +104,6 @@ static const char *req_str(const json_t *reqs, size_t i, const char *key)
         return json_string_value(json_object_get(json_array_get(reqs, i), key));
 }
 
-static char *slurp_text(const char *path, size_t *lenp)
-{
-        FILE *fp = fopen(path, "rb");
-        char *data;
-        long n;
-
-        ck_assert_msg(fp != NULL, "could not open %s", path);
-        fseek(fp, 0, SEEK_END);
-        n = ftell(fp);
-        fseek(fp, 0, SEEK_SET);
-        data = malloc((size_t)n + 1);
-        ck_assert_ptr_nonnull(data);
-        ck_assert_uint_eq(fread(data, 1, (size_t)n, fp), (size_t)n);
-        data[n] = '\0';
-        fclose(fp);
-        *lenp = (size_t)n;
-        return data;
-}
-
 /* --- talking to the fake --------------------------------------------- */
 
 START_TEST(one_tool_call_then_final)
@@ -940,7 +921,7 @@ START_TEST(fake_log_file_and_port_file)
         snprintf(port_path, sizeof(port_path), "%s/port", dir);
         other = cq_fake_llm_start(args);
         ck_assert_ptr_nonnull(other);
-        text = slurp_text(port_path, &len);
+        text = cq_check_slurp(port_path, &len);
         ck_assert_int_eq(strtol(text, NULL, 10), cq_fake_llm_port(other));
         free(text);
         test_conf(&conf, "script:one_call");
@@ -949,7 +930,7 @@ START_TEST(fake_log_file_and_port_file)
         cq_llm_reply_init(&reply);
         ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
         cq_fake_llm_stop(&other);
-        text = slurp_text(log_path, &len);
+        text = cq_check_slurp(log_path, &len);
         ck_assert_uint_eq(len > 0 ? (size_t)(strchr(text, '\n') - text) + 1 : 0,
                           len); /* exactly one line */
         line = json_loads(text, 0, NULL);
@@ -1208,7 +1189,7 @@ START_TEST(parser_golden_replies)
                         continue;
                 snprintf(path, sizeof(path), "%s/%s/input.json", base,
                          de->d_name);
-                body = slurp_text(path, &len);
+                body = cq_check_slurp(path, &len);
                 snprintf(path, sizeof(path), "%s/%s/expected.json", base,
                          de->d_name);
                 expected = json_load_file(path, 0, NULL);
@@ -1290,9 +1271,9 @@ START_TEST(parser_random_bytes_and_mutations)
                                  -1);
                 ck_assert(errstr[0] != '\0');
         }
-        golden = slurp_text(cq_check_srcpath("tests/data/llm/replies/"
-                                             "openai_tool_call/input.json"),
-                            &glen);
+        golden = cq_check_slurp(cq_check_srcpath("tests/data/llm/replies/"
+                                                 "openai_tool_call/input.json"),
+                                &glen);
         for (i = 0; i < 3000; i++) {
                 char *copy = malloc(glen);
                 size_t flips = 1 + fuzz_next() % 4;

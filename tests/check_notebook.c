@@ -23,30 +23,6 @@
 #include "coderq/buf.h"
 #include "coderq/notebook.h"
 
-static char *slurp(const char *path, size_t *lenp)
-{
-        FILE *f = fopen(path, "rb");
-        cq_buf_t buf;
-        char chunk[4096];
-        size_t n;
-
-        ck_assert_msg(f != NULL, "cannot open %s", path);
-        cq_buf_init(&buf, 64 << 20);
-        while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-                ck_assert_int_eq(cq_buf_append(&buf, chunk, n), CQ_OK);
-        fclose(f);
-        return cq_buf_take(&buf, lenp);
-}
-
-static void spit(const char *path, const char *text, size_t len)
-{
-        FILE *f = fopen(path, "wb");
-
-        ck_assert_msg(f != NULL, "cannot write %s", path);
-        ck_assert_uint_eq(fwrite(text, 1, len, f), len);
-        fclose(f);
-}
-
 static cq_cell_status_t status_from_name(const char *name)
 {
         static const cq_cell_status_t all[] = {CQ_CELL_OK, CQ_CELL_ERROR,
@@ -233,9 +209,9 @@ START_TEST(nb_golden_cases)
                 snprintf(path, sizeof(path), "%s/%s/expected.ipynb", dirpath,
                          names[i]);
                 if (update) {
-                        spit(path, got, got_len);
+                        cq_check_spit(path, got, got_len);
                 } else {
-                        expected = slurp(path, &expected_len);
+                        expected = cq_check_slurp(path, &expected_len);
                         if (expected_len != got_len ||
                             memcmp(expected, got, got_len) != 0) {
                                 fprintf(stderr,
@@ -393,7 +369,7 @@ START_TEST(nb_nbformat_validates_written_file)
         ck_assert_msg(cq_nb_write_file(nb, path, errstr, sizeof(errstr)) == 0,
                       "%s", errstr);
         text = cq_nb_dumps(nb, &len);
-        written = slurp(path, &wlen);
+        written = cq_check_slurp(path, &wlen);
         ck_assert_uint_eq(wlen, len);
         ck_assert_mem_eq(written, text, len);
         ck_assert_ptr_nonnull(strstr(written, "\"a\\u0000b\\n\""));
@@ -442,7 +418,7 @@ START_TEST(nb_nbformat_rejects_broken_documents)
         make_tmpdir();
         snprintf(path, sizeof(path), "%s/broken.ipynb", tmpdir);
         for (i = 0; i < CQ_ARRAY_SIZE(broken); i++) {
-                spit(path, broken[i], strlen(broken[i]));
+                cq_check_spit(path, broken[i], strlen(broken[i]));
                 ck_assert_msg(run_python(VALIDATE, path, true) != 0,
                               "nbformat accepted broken document %zu", i);
         }
@@ -542,7 +518,7 @@ START_TEST(nb_from_json_rejects_and_upgrades)
                 char path[256];
 
                 snprintf(path, sizeof(path), "%s/up.ipynb", tmpdir);
-                spit(path, text, len);
+                cq_check_spit(path, text, len);
                 ck_assert_int_eq(run_python(VALIDATE_AND_REWRITE, path, false),
                                  0);
         }
@@ -589,7 +565,7 @@ START_TEST(nb_write_file_is_atomic_and_reports_errors)
         ck_assert_ptr_nonnull(nb);
         make_tmpdir();
         snprintf(path, sizeof(path), "%s/nb.ipynb", tmpdir);
-        spit(path, "old", 3);
+        cq_check_spit(path, "old", 3);
         ck_assert_int_eq(cq_nb_add_markdown(nb, "new"), 0);
         ck_assert_int_eq(cq_nb_write_file(nb, path, errstr, sizeof(errstr)), 0);
         ck_assert_int_eq(stat(path, &st), 0);
@@ -631,7 +607,7 @@ START_TEST(nb_from_json_fuzz)
         static const char *const wrong[] = {"null", "1",  "-1",  "\"x\"",
                                             "[]",   "{}", "[1]", "true"};
         size_t len, round, accepted = 0, rejected = 0;
-        char *base = slurp(
+        char *base = cq_check_slurp(
             cq_check_srcpath("tests/data/notebook/rich/expected.ipynb"), &len);
         char *work = malloc(len);
 

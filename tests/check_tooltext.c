@@ -20,30 +20,6 @@
 #include "coderq/tooltext.h"
 #include "coderq/util.h"
 
-static char *slurp(const char *path, size_t *lenp)
-{
-        FILE *f = fopen(path, "rb");
-        cq_buf_t buf;
-        char chunk[4096];
-        size_t n;
-
-        ck_assert_msg(f != NULL, "cannot open %s", path);
-        cq_buf_init(&buf, 64 << 20);
-        while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-                ck_assert_int_eq(cq_buf_append(&buf, chunk, n), CQ_OK);
-        fclose(f);
-        return cq_buf_take(&buf, lenp);
-}
-
-static void spit(const char *path, const char *text, size_t len)
-{
-        FILE *f = fopen(path, "wb");
-
-        ck_assert_msg(f != NULL, "cannot write %s", path);
-        ck_assert_uint_eq(fwrite(text, 1, len, f), len);
-        fclose(f);
-}
-
 static cq_cell_status_t status_from_name(const char *name)
 {
         static const cq_cell_status_t all[] = {CQ_CELL_OK, CQ_CELL_ERROR,
@@ -197,9 +173,9 @@ START_TEST(tooltext_golden_cases)
                 snprintf(path, sizeof(path), "%s/%s/expected", dirpath,
                          names[i]);
                 if (update) {
-                        spit(path, got, len);
+                        cq_check_spit(path, got, len);
                 } else {
-                        expected = slurp(path, &elen);
+                        expected = cq_check_slurp(path, &elen);
                         if (elen != len || memcmp(expected, got, len) != 0) {
                                 fprintf(stderr,
                                         "tooltext case %s:\n--- expected\n%s"
