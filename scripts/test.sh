@@ -108,7 +108,9 @@ ctest_args=(-j2 --output-on-failure)
 # What the outcome of a build's suites depends on (see "Result cache").
 services_identity() {
         [ "$unit_only" -eq 1 ] && return 0
-        head -n 3 "$CQ_RUN_DIR/pg/data/postmaster.pid" 2>/dev/null || true
+        # which cluster (data dir and port), not which process: suites
+        # restart the services themselves (outage tests)
+        sed -n '2p;4p' "$CQ_RUN_DIR/pg/data/postmaster.pid" 2>/dev/null || true
         grep '^cluster.id' "$CQ_RUN_DIR/kafka/data/meta.properties" 2>/dev/null || true
 }
 cache_key() {
