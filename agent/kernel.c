@@ -30,6 +30,8 @@
 #include "coderq/util.h"
 
 #define POLL_SLICE_MS 100
+/* The descriptor of the kernel's child on which bubblewrap gets --info-fd. */
+#define INFO_FD 3
 
 /* Run silently in every kernel once it is ready (format: head budget,
  * tail kept per stream, both in characters). ipykernel buffers stdout for
@@ -124,6 +126,12 @@ struct cq_kernel {
         void *shell, *control, *iopub;
         pid_t pid;
         int pidfd;
+        /* In the sandbox: bubblewrap's info pipe until it is read, then a
+         * pidfd on the sandbox's pid 1 (-1 when unknown). bubblewrap
+         * runs the kernel in a new session, out of reach of killpg(),
+         * and its pid 1 outlives the outer bwrap briefly. */
+        int info_fd;
+        int inner_pidfd;
         json_t *language_info;
 
         atomic_int interrupt_req;
@@ -458,12 +466,52 @@ static bool kernel_alive(cq_kernel_t *kernel)
         return kernel->pid > 0;
 }
 
-/* SIGKILL the process group, reap, close sockets, remove the files. */
+/* Learn the sandbox's pid 1 from bubblewrap's info pipe ({"child-pid":
+ * N}, written before the kernel runs, so complete once it answered) and
+ * hold a pidfd on it. Without one, teardown cannot wait for the
+ * sandbox to be gone. */
+static void read_inner_pid(cq_kernel_t *kernel)
+{
+        char buf[1024];
+        size_t len = 0;
+        json_t *info;
+        json_int_t child;
+
+        if (kernel->info_fd < 0)
+                return;
+        while (len < sizeof(buf) - 1) {
+                ssize_t r =
+                    read(kernel->info_fd, buf + len, sizeof(buf) - 1 - len);
+
+                if (r > 0)
+                        len += (size_t)r;
+                else if (r < 0 && errno == EINTR)
+                        continue;
+                else
+                        break;
+        }
+        close(kernel->info_fd);
+        kernel->info_fd = -1;
+        info = json_loadb(buf, len, 0, NULL);
+        child = json_integer_value(json_object_get(info, "child-pid"));
+        json_decref(info);
+        if (child <= 1 || child > INT32_MAX) {
+                cq_log_warn("sandbox: no child pid from bubblewrap");
+                return;
+        }
+        kernel->inner_pidfd = (int)syscall(SYS_pidfd_open, (pid_t)child, 0);
+}
+
+/* SIGKILL the process group and the sandbox, reap, wait until the
+ * sandbox's processes are gone, close sockets, remove the files. */
 static void teardown(cq_kernel_t *kernel)
 {
         char path[PATH_MAX + 16];
         int port;
 
+        if (kernel->inner_pidfd >= 0)
+                syscall(SYS_pidfd_send_signal, kernel->inner_pidfd, SIGKILL,
+                        NULL, 0U);
         if (kernel->pid > 0) {
                 killpg(kernel->pid, SIGKILL);
                 kill(kernel->pid, SIGKILL);
@@ -473,6 +521,20 @@ static void teardown(cq_kernel_t *kernel)
         if (kernel->pidfd >= 0)
                 close(kernel->pidfd);
         kernel->pidfd = -1;
+        if (kernel->inner_pidfd >= 0) {
+                /* The pid namespace's init exits only after every process
+                 * in it did: readable means the whole sandbox is gone. */
+                struct pollfd pfd = {kernel->inner_pidfd, POLLIN, 0};
+
+                if (poll(&pfd, 1, 5000) == 0)
+                        cq_log_warn("sandbox: processes still alive 5 s "
+                                    "after SIGKILL");
+                close(kernel->inner_pidfd);
+                kernel->inner_pidfd = -1;
+        }
+        if (kernel->info_fd >= 0)
+                close(kernel->info_fd);
+        kernel->info_fd = -1;
         close_sockets(kernel);
         for (port = 1; port <= 5; port++) {
                 snprintf(path, sizeof(path), "%s/k-%d", kernel->run_dir, port);
@@ -548,14 +610,19 @@ static int spawn(cq_kernel_t *kernel)
                              NULL};
         char **argv = NULL, **envp = NULL;
         pid_t parent = getpid();
-        int logfd = -1, nullfd = -1, rc = -1;
+        int logfd = -1, nullfd = -1, rc = -1, info[2] = {-1, -1};
+        bool boxed = cq_sandbox_enabled(kernel->sandbox);
 
         snprintf(logpath, sizeof(logpath), "%s/kernel.log", kernel->run_dir);
         logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
         nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        argv = cq_sandbox_argv(kernel->sandbox, kernel->work_dir, cmd);
+        argv = cq_sandbox_argv(kernel->sandbox, kernel->work_dir, cmd,
+                               boxed ? INFO_FD : -1);
         envp = build_env(kernel);
-        if (logfd < 0 || nullfd < 0 || !argv || !envp) {
+        if (boxed && pipe2(info, O_CLOEXEC | O_NONBLOCK) != 0)
+                info[0] = info[1] = -1;
+        if (logfd < 0 || nullfd < 0 || !argv || !envp ||
+            (boxed && info[0] < 0)) {
                 kernel_set_error(kernel, "could not prepare kernel launch: %s",
                                  strerror(errno));
                 goto out;
@@ -582,7 +649,17 @@ static int spawn(cq_kernel_t *kernel)
                 dup2(nullfd, 0);
                 dup2(logfd, 1);
                 dup2(logfd, 2);
-                syscall(SYS_close_range, 3U, ~0U, 0U);
+                if (info[1] >= 0) {
+                        /* dup2() onto itself would keep O_CLOEXEC */
+                        if (info[1] == INFO_FD)
+                                fcntl(INFO_FD, F_SETFD, 0);
+                        else
+                                dup2(info[1], INFO_FD);
+                        /* bubblewrap writes it with blocking semantics */
+                        fcntl(INFO_FD, F_SETFL, 0);
+                }
+                syscall(SYS_close_range, info[1] >= 0 ? INFO_FD + 1U : 3U, ~0U,
+                        0U);
                 if (chdir(kernel->work_dir) != 0)
                         _exit(126);
                 if (cq_sandbox_child(kernel->sandbox) != 0)
@@ -596,8 +673,14 @@ static int spawn(cq_kernel_t *kernel)
         }
         atomic_store(&kernel->sig_pid, (int)kernel->pid);
         kernel->pidfd = (int)syscall(SYS_pidfd_open, kernel->pid, 0);
+        kernel->info_fd = info[0];
+        info[0] = -1;
         rc = 0;
 out:
+        if (info[0] >= 0)
+                close(info[0]);
+        if (info[1] >= 0)
+                close(info[1]);
         if (logfd >= 0)
                 close(logfd);
         if (nullfd >= 0)
@@ -1097,6 +1180,7 @@ static int start(cq_kernel_t *kernel)
                         }
                 }
         }
+        read_inner_pid(kernel);
         drain_iopub(kernel, 20);
         {
                 cq_cell_result_t res;
@@ -1163,6 +1247,8 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
         }
         kernel->pid = -1;
         kernel->pidfd = -1;
+        kernel->info_fd = -1;
+        kernel->inner_pidfd = -1;
         atomic_init(&kernel->sig_pid, -1);
         atomic_init(&kernel->interrupt_req, 0);
         kernel->python =

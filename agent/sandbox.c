@@ -151,7 +151,8 @@ void cq_sandbox_argv_free(char **argv)
 
 char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                        const char *work_dir,
-                       const char *const *cmd)
+                       const char *const *cmd,
+                       int info_fd)
 {
         static const char *const head[] = {
             "--unshare-all", "--die-with-parent",
@@ -176,7 +177,7 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                 ncmd++;
         total = ncmd + 1;
         if (cq_sandbox_enabled(sandbox))
-                total += 1 + CQ_ARRAY_SIZE(head) + 5;
+                total += 1 + CQ_ARRAY_SIZE(head) + 5 + 2;
         argv = calloc(total, sizeof(*argv));
         if (!argv)
                 return NULL;
@@ -189,6 +190,13 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                 argv[n++] = strdup(work_dir);
                 argv[n++] = strdup("--chdir");
                 argv[n++] = strdup(work_dir);
+                if (info_fd >= 0) {
+                        char num[16];
+
+                        snprintf(num, sizeof(num), "%d", info_fd);
+                        argv[n++] = strdup("--info-fd");
+                        argv[n++] = strdup(num);
+                }
         }
         for (i = 0; i < ncmd; i++)
                 argv[n++] = strdup(cmd[i]);
@@ -231,7 +239,7 @@ static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
                          "could not chown probe dir: %s", strerror(errno));
                 goto out;
         }
-        argv = cq_sandbox_argv(sandbox, tmpl, cmd);
+        argv = cq_sandbox_argv(sandbox, tmpl, cmd, -1);
         if (!argv) {
                 snprintf(sandbox->reason, sizeof(sandbox->reason),
                          "out of memory");

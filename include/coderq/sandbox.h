@@ -79,12 +79,16 @@ CQ_NODISCARD int cq_sandbox_own(const cq_sandbox_t *sandbox, const char *path);
  *        only writable directory (and cwd); \p cmd itself when the sandbox
  *        is off.
  * @param cmd Borrowed; NULL-terminated.
+ * @param info_fd When >= 0 and the sandbox is on, bubblewrap writes its
+ *        JSON info (`child-pid`: the sandbox's pid 1, as the host sees
+ *        it) to this descriptor of the child; -1 for none.
  * @returns Caller owns the returned vector and its strings; free with
  *          cq_sandbox_argv_free(). NULL when out of memory.
  */
 char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                        const char *work_dir,
-                       const char *const *cmd);
+                       const char *const *cmd,
+                       int info_fd);
 
 void cq_sandbox_argv_free(char **argv);
 
