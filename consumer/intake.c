@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coderq/job.h"
 #include "coderq/log.h"
@@ -20,11 +21,13 @@
 #include "coderq/util.h"
 #include "kafka_int.h"
 
-#define FIFO_HIGH        500 /* pause above this many unhandled messages */
-#define BACKOFF_FIRST_MS 100
-#define BACKOFF_MAX_MS   2000
-#define STORE_FATAL_MAX  3   /* refusals by PostgreSQL before the DLQ */
-#define WINDOW           256 /* messages handled ahead of the oldest */
+#define FIFO_HIGH               500 /* pause above this many unhandled messages */
+#define BACKOFF_FIRST_MS        100
+#define BACKOFF_MAX_MS          2000
+#define STORE_FATAL_MAX         3   /* refusals by PostgreSQL before the DLQ */
+#define WINDOW                  256 /* messages handled ahead of the oldest */
+#define FINAL_COMMIT_MS         15000 /* retries of the shutdown commit, in all */
+#define FINAL_COMMIT_BACKOFF_MS 250
 
 typedef struct pending {
         rd_kafka_message_t *msg;
@@ -725,6 +728,66 @@ static void drain(cq_intake_t *intake, const atomic_int *stop)
         }
 }
 
+/* The shutdown commit of the stored offsets. Coordinator moves and a
+ * rebalance under way (a broker restart leaves both for a while) are
+ * retried for a bounded time. When the group has moved on without us
+ * (member fenced, generation stale, assignment lost) the partitions
+ * belong to another member, which re-reads from the last committed
+ * offset: those messages are upserted again, which is idempotent, so
+ * that is a warning, not a failure. Anything else, or the bound reached,
+ * fails the shutdown: offsets that should have been committed were not. */
+static int final_commit(cq_intake_t *intake)
+{
+        int64_t deadline = cq_now_ms() + FINAL_COMMIT_MS;
+        rd_kafka_resp_err_t err;
+        int tries = 0;
+
+        for (;;) {
+                tries++;
+                err = rd_kafka_commit(intake->rk, NULL, 0);
+                switch (err) {
+                case RD_KAFKA_RESP_ERR_NO_ERROR:
+                case RD_KAFKA_RESP_ERR__NO_OFFSET:
+                        return 0;
+                case RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID:
+                case RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION:
+                case RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID:
+                case RD_KAFKA_RESP_ERR__ASSIGNMENT_LOST:
+                        cq_log_kv(CQ_LOG_WARN,
+                                  "final commit skipped: the group reassigned "
+                                  "our partitions; their new owner re-reads "
+                                  "the uncommitted messages (upserts are "
+                                  "idempotent)",
+                                  "error", rd_kafka_err2str(err), NULL);
+                        return 0;
+                case RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS:
+                case RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS:
+                case RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE:
+                case RD_KAFKA_RESP_ERR_NOT_COORDINATOR:
+                case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+                case RD_KAFKA_RESP_ERR__WAIT_COORD:
+                case RD_KAFKA_RESP_ERR__TRANSPORT:
+                case RD_KAFKA_RESP_ERR__TIMED_OUT:
+                case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+                        if (cq_now_ms() + FINAL_COMMIT_BACKOFF_MS < deadline) {
+                                cq_log_kv(CQ_LOG_INFO, "final commit: retrying",
+                                          "error", rd_kafka_err2str(err), NULL);
+                                struct timespec ts = {
+                                    0, FINAL_COMMIT_BACKOFF_MS * 1000000L};
+
+                                nanosleep(&ts, NULL);
+                                continue;
+                        }
+                        break;
+                default:
+                        break;
+                }
+                set_error(intake, "could not commit offsets (%d tries): %s",
+                          tries, rd_kafka_err2str(err));
+                return -1;
+        }
+}
+
 int cq_intake_run(cq_intake_t *intake, const atomic_int *stop)
 {
         int rc = 0;
@@ -767,12 +830,8 @@ int cq_intake_run(cq_intake_t *intake, const atomic_int *stop)
                 rd_kafka_topic_partition_list_destroy(intake->paused);
                 intake->paused = NULL;
         }
-        err = rd_kafka_commit(intake->rk, NULL, 0);
-        if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET) {
-                set_error(intake, "could not commit offsets: %s",
-                          rd_kafka_err2str(err));
+        if (final_commit(intake) != 0)
                 rc = -1;
-        }
         err = rd_kafka_consumer_close(intake->rk);
         if (err) {
                 set_error(intake, "could not close the consumer: %s",

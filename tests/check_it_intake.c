@@ -18,7 +18,8 @@
 #include "coderq/util.h"
 #include "support/kafka_test.h"
 
-#define NPARTS 2
+#define NPARTS               2
+#define APIKEY_OFFSET_COMMIT 8 /* Kafka protocol ApiKey */
 
 typedef struct runner {
         cq_intake_t *intake;
@@ -43,22 +44,11 @@ typedef struct fixture {
         cq_producer_t *prod;
 } fixture_t;
 
-static void fixture_init(fixture_t *fx, const char *name)
+/* Store and Kafka options for the fixture's names, and its producer. */
+static void fixture_opts(fixture_t *fx)
 {
         char errstr[512];
 
-        fx->dsn = cq_check_env("CODERQ_PG_DSN");
-        fx->brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
-        /* A failed outage test may have left PostgreSQL stopped: start it
-         * (a no-op when it runs). */
-        kt_services("start-pg");
-        kt_migrate(fx->dsn);
-        kt_unique(name, fx->prefix, sizeof(fx->prefix));
-        snprintf(fx->topic, sizeof(fx->topic), "%s.jobs", fx->prefix);
-        snprintf(fx->dlq, sizeof(fx->dlq), "%s.dlq", fx->prefix);
-        snprintf(fx->group, sizeof(fx->group), "%s.group", fx->prefix);
-        kt_create_topic(fx->brokers, fx->topic, NPARTS);
-        kt_create_topic(fx->brokers, fx->dlq, 1);
         cq_store_opts_init(&fx->sopts);
         fx->sopts.dsn = fx->dsn;
         cq_kafka_opts_init(&fx->kopts);
@@ -72,6 +62,23 @@ static void fixture_init(fixture_t *fx, const char *name)
         fx->kopts.session_timeout_ms = 10000;
         fx->prod = cq_producer_new(&fx->kopts, errstr, sizeof(errstr));
         ck_assert_msg(fx->prod, "%s", errstr);
+}
+
+static void fixture_init(fixture_t *fx, const char *name)
+{
+        fx->dsn = cq_check_env("CODERQ_PG_DSN");
+        fx->brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
+        /* A failed outage test may have left PostgreSQL stopped: start it
+         * (a no-op when it runs). */
+        kt_services("start-pg");
+        kt_migrate(fx->dsn);
+        kt_unique(name, fx->prefix, sizeof(fx->prefix));
+        snprintf(fx->topic, sizeof(fx->topic), "%s.jobs", fx->prefix);
+        snprintf(fx->dlq, sizeof(fx->dlq), "%s.dlq", fx->prefix);
+        snprintf(fx->group, sizeof(fx->group), "%s.group", fx->prefix);
+        kt_create_topic(fx->brokers, fx->topic, NPARTS);
+        kt_create_topic(fx->brokers, fx->dlq, 1);
+        fixture_opts(fx);
 }
 
 static void fixture_release(fixture_t *fx) { cq_producer_destroy(&fx->prod); }
@@ -583,34 +590,49 @@ START_TEST(two_intakes_share_and_hand_over)
 }
 END_TEST
 
+/* A fixture on a one-broker mock cluster (for fault injection) with its
+ * jobs and DLQ topics of one partition; PostgreSQL is the real one. */
+static rd_kafka_mock_cluster_t *
+mock_fixture(fixture_t *fx, const char *name, rd_kafka_t **mrkp)
+{
+        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_mock_cluster_t *mc;
+        char errstr[512];
+
+        *mrkp = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+        ck_assert_msg(*mrkp, "%s", errstr);
+        mc = rd_kafka_mock_cluster_new(*mrkp, 1);
+        ck_assert_ptr_nonnull(mc);
+        memset(fx, 0, sizeof(*fx));
+        fx->dsn = cq_check_env("CODERQ_PG_DSN");
+        fx->brokers = rd_kafka_mock_cluster_bootstraps(mc);
+        kt_migrate(fx->dsn);
+        kt_unique(name, fx->prefix, sizeof(fx->prefix));
+        snprintf(fx->topic, sizeof(fx->topic), "%s.jobs", fx->prefix);
+        snprintf(fx->dlq, sizeof(fx->dlq), "%s.dlq", fx->prefix);
+        snprintf(fx->group, sizeof(fx->group), "%s.group", fx->prefix);
+        ck_assert_int_eq(rd_kafka_mock_topic_create(mc, fx->topic, 1, 1), 0);
+        ck_assert_int_eq(rd_kafka_mock_topic_create(mc, fx->dlq, 1, 1), 0);
+        fixture_opts(fx);
+        fx->kopts.session_timeout_ms = 6000;
+        fx->kopts.flush_timeout_ms = 2000;
+        return mc;
+}
+
 START_TEST(offsets_wait_for_an_earlier_dlq_delivery)
 {
         const char *dsn = cq_check_env("CODERQ_PG_DSN");
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
         rd_kafka_mock_cluster_t *mc;
         rd_kafka_resp_err_t errs[30];
         rd_kafka_t *mrk, *rk;
         fixture_t fx;
         runner_t r;
         cq_intake_stats_t st;
-        char errstr[512], like[200];
+        char like[200];
         int i;
 
         /* A mock cluster, so that the DLQ's Produce requests can fail. */
-        mrk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-        ck_assert_msg(mrk, "%s", errstr);
-        mc = rd_kafka_mock_cluster_new(mrk, 1);
-        ck_assert_ptr_nonnull(mc);
-        memset(&fx, 0, sizeof(fx));
-        fx.dsn = dsn;
-        fx.brokers = rd_kafka_mock_cluster_bootstraps(mc);
-        kt_migrate(dsn);
-        kt_unique("it-order", fx.prefix, sizeof(fx.prefix));
-        snprintf(fx.topic, sizeof(fx.topic), "%s.jobs", fx.prefix);
-        snprintf(fx.dlq, sizeof(fx.dlq), "%s.dlq", fx.prefix);
-        snprintf(fx.group, sizeof(fx.group), "%s.group", fx.prefix);
-        ck_assert_int_eq(rd_kafka_mock_topic_create(mc, fx.topic, 1, 1), 0);
-        ck_assert_int_eq(rd_kafka_mock_topic_create(mc, fx.dlq, 1, 1), 0);
+        mc = mock_fixture(&fx, "it-order", &mrk);
         rk = kt_producer(fx.brokers);
         kt_produce(rk, fx.topic, 0, NULL, 0, "junk", 4, NULL);
         produce_good(rk, &fx, "job", 0, true);
@@ -620,20 +642,6 @@ START_TEST(offsets_wait_for_an_earlier_dlq_delivery)
         for (i = 0; i < 30; i++)
                 errs[i] = RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
         rd_kafka_mock_push_request_errors_array(mc, 0, 30, errs);
-
-        cq_store_opts_init(&fx.sopts);
-        fx.sopts.dsn = dsn;
-        cq_kafka_opts_init(&fx.kopts);
-        fx.kopts.brokers = fx.brokers;
-        fx.kopts.store = &fx.sopts;
-        fx.kopts.topic_jobs = fx.topic;
-        fx.kopts.topic_dlq = fx.dlq;
-        fx.kopts.group = fx.group;
-        fx.kopts.backlog_max = 0;
-        fx.kopts.session_timeout_ms = 6000;
-        fx.kopts.flush_timeout_ms = 2000;
-        fx.prod = cq_producer_new(&fx.kopts, errstr, sizeof(errstr));
-        ck_assert_msg(fx.prod, "%s", errstr);
         runner_start(&r, &fx);
         /* The two jobs behind the junk reach PostgreSQL, but while the
          * junk is not in the DLQ no offset may be stored or committed. */
@@ -655,6 +663,72 @@ START_TEST(offsets_wait_for_an_earlier_dlq_delivery)
                                     "LIKE $1",
                                     like),
                          2);
+        fixture_release(&fx);
+        rd_kafka_mock_cluster_destroy(mc);
+        rd_kafka_destroy(mrk);
+}
+END_TEST
+
+/* The shutdown commit on a mock cluster whose OffsetCommit fails: a
+ * rebalance under way is retried and the offsets land; a refusal that no
+ * retry fixes fails the run with the reason. */
+START_TEST(shutdown_commit_retries_and_reports)
+{
+        rd_kafka_mock_cluster_t *mc;
+        rd_kafka_t *mrk, *rk;
+        fixture_t fx;
+        runner_t r;
+        cq_intake_stats_t st;
+        int round;
+
+        mc = mock_fixture(&fx, "it-commit", &mrk);
+        /* only the shutdown commit commits */
+        fx.kopts.commit_interval_ms = 600000;
+
+        for (round = 0; round < 2; round++) {
+                rk = kt_producer(fx.brokers);
+                produce_good(rk, &fx, round ? "late" : "job", 0, true);
+                produce_good(rk, &fx, round ? "late" : "job", 1, true);
+                kt_flush(rk);
+                kt_producer_destroy(rk);
+                runner_start(&r, &fx);
+                WAIT_STATS(&r, st, 60000, st.stored == 2);
+                if (round == 0) {
+                        rd_kafka_mock_push_request_errors(
+                            mc, APIKEY_OFFSET_COMMIT, 3,
+                            RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS,
+                            RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS,
+                            RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS);
+                        runner_stop(&r, &st);
+                        ck_assert_int_eq(
+                            kt_committed_sum(fx.brokers, fx.group, fx.topic, 1),
+                            2);
+                } else {
+                        rd_kafka_resp_err_t errs[100];
+                        size_t i;
+
+                        for (i = 0; i < CQ_ARRAY_SIZE(errs); i++)
+                                errs[i] =
+                                    RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED;
+                        rd_kafka_mock_push_request_errors_array(
+                            mc, APIKEY_OFFSET_COMMIT, CQ_ARRAY_SIZE(errs),
+                            errs);
+                        atomic_store(&r.stop, 1);
+                        pthread_join(r.thread, NULL);
+                        ck_assert_int_eq(r.rc, -1);
+                        ck_assert_msg(strstr(cq_intake_errmsg(r.intake),
+                                             "could not commit offsets") !=
+                                          NULL,
+                                      "error: %s", cq_intake_errmsg(r.intake));
+                        cq_intake_destroy(&r.intake);
+                        rd_kafka_mock_clear_request_errors(
+                            mc, APIKEY_OFFSET_COMMIT);
+                        /* nothing moved past what the first run committed */
+                        ck_assert_int_eq(
+                            kt_committed_sum(fx.brokers, fx.group, fx.topic, 1),
+                            2);
+                }
+        }
         fixture_release(&fx);
         rd_kafka_mock_cluster_destroy(mc);
         rd_kafka_destroy(mrk);
@@ -724,6 +798,7 @@ static Suite *intake_suite(void)
         tcase_add_test(tc, two_intakes_share_and_hand_over);
         tcase_add_test(tc, offsets_wait_for_an_earlier_dlq_delivery);
         tcase_add_test(tc, store_refusal_goes_to_dlq);
+        tcase_add_test(tc, shutdown_commit_retries_and_reports);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -156,11 +156,45 @@ static void start_worker(worker_t *w, const char *name, const char *lease_s)
                 started[nstarted++] = pid;
 }
 
+/* The last warnings and errors of a worker's log on stderr: the logs are
+ * removed after the run, and a failure on CI must say why. */
+static void dump_log(const worker_t *w)
+{
+        char path[512], line[1024], *ring[40] = {0};
+        size_t n = 0, i;
+        FILE *fp;
+
+        snprintf(path, sizeof(path), "%s/%s-%s.log", logdir, prefix, w->name);
+        fp = fopen(path, "r");
+        if (!fp)
+                return;
+        while (fgets(line, sizeof(line), fp)) {
+                if (strstr(line, "\"level\":\"debug\"") ||
+                    strstr(line, "\"level\":\"info\""))
+                        continue;
+                free(ring[n % CQ_ARRAY_SIZE(ring)]);
+                ring[n % CQ_ARRAY_SIZE(ring)] = strdup(line);
+                n++;
+        }
+        fclose(fp);
+        fprintf(stderr, "--- last warnings of worker %s (%s) ---\n", w->name,
+                path);
+        for (i = n > CQ_ARRAY_SIZE(ring) ? n - CQ_ARRAY_SIZE(ring) : 0; i < n;
+             i++)
+                fputs(ring[i % CQ_ARRAY_SIZE(ring)]
+                          ? ring[i % CQ_ARRAY_SIZE(ring)]
+                          : "",
+                      stderr);
+        for (i = 0; i < CQ_ARRAY_SIZE(ring); i++)
+                free(ring[i]);
+}
+
 /* Signal the worker and wait for it; returns its exit status (or 128+sig)
- * or -1 when it did not exit within \p timeout_ms. */
+ * or -1 when it did not exit within \p timeout_ms. A failure prints the
+ * end of the worker's log. */
 static int stop_worker(worker_t *w, int sig, int timeout_ms)
 {
-        int st, waited;
+        int st, waited, rc;
 
         if (w->pid <= 0)
                 return 0;
@@ -170,14 +204,18 @@ static int stop_worker(worker_t *w, int sig, int timeout_ms)
 
                 if (r == w->pid) {
                         w->pid = 0;
-                        return WIFEXITED(st) ? WEXITSTATUS(st)
-                                             : 128 + WTERMSIG(st);
+                        rc = WIFEXITED(st) ? WEXITSTATUS(st)
+                                           : 128 + WTERMSIG(st);
+                        if (rc != 0 && rc != 128 + SIGKILL)
+                                dump_log(w);
+                        return rc;
                 }
                 kt_sleep_ms(50);
         }
         kill(w->pid, SIGKILL);
         waitpid(w->pid, &st, 0);
         w->pid = 0;
+        dump_log(w);
         return -1;
 }
 
