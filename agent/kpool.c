@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* kpool.c - a pool of pre-started kernels: a refill thread keeps `size`
- * kernels ready or starting (starting ones count toward the limit), each
- * in a new empty work dir; acquire hands one out once. A kernel moves
- * between threads only whole and under the pool mutex. */
+/* kpool.c - a pool of pre-started kernels: `starts` refill threads keep
+ * `size` kernels ready or starting (starting ones count toward the
+ * limit), each in a new empty work dir; acquire hands one out once. A
+ * kernel moves between threads only whole and under the pool mutex. */
 #include "coderq/kpool.h"
 
 #include <errno.h>
@@ -23,14 +23,16 @@ struct cq_kpool {
         cq_kernel_t **ready;
         size_t nready;
         size_t starting;
+        size_t peak_starting;
+        uint64_t started, failed;
         bool stop;
         char errmsg[512];
         /* read-only after cq_kpool_new() */
         size_t size;
         cq_local_opts_t local;
         char *python, *preload, *work_root;
-        pthread_t thread;
-        bool thread_started;
+        pthread_t *threads;
+        size_t nthreads; /* started */
 };
 
 static void deadline_in(struct timespec *ts, int64_t ms)
@@ -61,6 +63,8 @@ static void *refill_main(void *arg)
                         continue;
                 }
                 pool->starting++;
+                if (pool->starting > pool->peak_starting)
+                        pool->peak_starting = pool->starting;
                 pthread_mutex_unlock(&pool->lock);
 
                 kopts = pool->local.kernel;
@@ -80,10 +84,12 @@ static void *refill_main(void *arg)
                 pool->starting--;
                 if (kernel) {
                         pool->ready[pool->nready++] = kernel;
+                        pool->started++;
                         pthread_cond_broadcast(&pool->cond);
                 } else {
                         struct timespec ts;
 
+                        pool->failed++;
                         snprintf(pool->errmsg, sizeof(pool->errmsg), "%s",
                                  errstr);
                         /* Back off so a broken setup does not spin. */
@@ -102,6 +108,7 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
 {
         cq_kpool_t *pool = calloc(1, sizeof(*pool));
         const cq_local_opts_t *lo = &opts->local;
+        size_t nthreads = opts->starts > 0 ? opts->starts : 1, i;
 
         if (!pool)
                 goto oom;
@@ -114,22 +121,30 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
             strdup(lo->kernel.preload ? lo->kernel.preload : CQ_KPOOL_PRELOAD);
         pool->work_root = lo->work_root ? strdup(lo->work_root) : NULL;
         pool->ready = calloc(opts->size ? opts->size : 1, sizeof(*pool->ready));
+        pool->threads = calloc(nthreads, sizeof(*pool->threads));
         if ((lo->kernel.python && !pool->python) || !pool->preload ||
-            (lo->work_root && !pool->work_root) || !pool->ready)
+            (lo->work_root && !pool->work_root) || !pool->ready ||
+            !pool->threads)
                 goto oom;
         pool->local.kernel.python = pool->python;
         pool->local.kernel.preload = pool->preload;
         pool->local.kernel.work_dir = NULL;
         pool->local.work_root = pool->work_root;
-        if (pthread_create(&pool->thread, NULL, refill_main, pool)) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not start kernel pool thread: %s",
-                                 strerror(errno));
-                cq_kpool_destroy(&pool);
-                return NULL;
+        for (i = 0; i < nthreads; i++) {
+                int rc =
+                    pthread_create(&pool->threads[i], NULL, refill_main, pool);
+
+                if (rc) {
+                        if (errstr)
+                                snprintf(errstr, errstr_size,
+                                         "could not start kernel pool "
+                                         "thread: %s",
+                                         strerror(rc));
+                        cq_kpool_destroy(&pool);
+                        return NULL;
+                }
+                pool->nthreads++;
         }
-        pool->thread_started = true;
         return pool;
 oom:
         if (errstr)
@@ -182,6 +197,17 @@ size_t cq_kpool_ready(cq_kpool_t *pool)
         return n;
 }
 
+void cq_kpool_stats(cq_kpool_t *pool, cq_kpool_stats_t *stats)
+{
+        pthread_mutex_lock(&pool->lock);
+        stats->ready = pool->nready;
+        stats->starting = pool->starting;
+        stats->peak_starting = pool->peak_starting;
+        stats->started = pool->started;
+        stats->failed = pool->failed;
+        pthread_mutex_unlock(&pool->lock);
+}
+
 void cq_kpool_destroy(cq_kpool_t **poolp)
 {
         cq_kpool_t *pool = *poolp;
@@ -190,12 +216,13 @@ void cq_kpool_destroy(cq_kpool_t **poolp)
         if (!pool)
                 return;
         *poolp = NULL;
-        if (pool->thread_started) {
+        if (pool->nthreads > 0) {
                 pthread_mutex_lock(&pool->lock);
                 pool->stop = true;
                 pthread_cond_broadcast(&pool->cond);
                 pthread_mutex_unlock(&pool->lock);
-                pthread_join(pool->thread, NULL);
+                for (i = 0; i < pool->nthreads; i++)
+                        pthread_join(pool->threads[i], NULL);
         }
         for (i = 0; pool->ready && i < pool->nready; i++) {
                 char dir[PATH_MAX];
@@ -206,6 +233,7 @@ void cq_kpool_destroy(cq_kpool_t **poolp)
                 cq_work_dir_remove(dir);
         }
         free(pool->ready);
+        free(pool->threads);
         free(pool->python);
         free(pool->preload);
         free(pool->work_root);
@@ -220,5 +248,6 @@ void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
 {
         memset(opts, 0, sizeof(*opts));
         opts->size = cfg->kpool_size > 0 ? (size_t)cfg->kpool_size : 0;
+        opts->starts = cfg->kpool_starts > 0 ? (size_t)cfg->kpool_starts : 1;
         cq_local_opts_from_config(&opts->local, cfg, sandbox);
 }

@@ -69,6 +69,10 @@ static const cq_cfg_entry_t entries[] = {
      "$TMPDIR/coderq or /tmp/coderq)"},
     {"CODERQ_KPOOL_SIZE", NULL, "kpool-size", CQ_CFG_INT, F(kpool_size), "2", 0,
      64, NULL, "local kernels kept started and ready for new jobs"},
+    {"CODERQ_KPOOL_STARTS", NULL, "kpool-starts", CQ_CFG_INT, F(kpool_starts),
+     "2", 1, 16, NULL,
+     "local kernels the pool starts at once (a start is CPU-bound: about "
+     "the number of cores)"},
     {"CODERQ_KERNEL_STARTUP_TIMEOUT_S", NULL, "kernel-startup-timeout-s",
      CQ_CFG_INT, F(kernel_startup_timeout_s), "60", 1, 3600, NULL,
      "seconds a local kernel may take to become ready"},

@@ -66,6 +66,7 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                  cq_sandbox_reason(backend->sandbox));
         memset(&po, 0, sizeof(po));
         po.size = pool_size;
+        po.starts = cfg->kpool_starts > 0 ? (size_t)cfg->kpool_starts : 1;
         cq_local_opts_from_config(&po.local, cfg, backend->sandbox);
         backend->pool = cq_kpool_new(&po, errstr, errstr_size);
         if (!backend->pool)

@@ -687,6 +687,50 @@ START_TEST(pool_hands_out_ready_kernels)
 }
 END_TEST
 
+START_TEST(pool_starts_kernels_in_parallel)
+{
+        cq_kpool_opts_t opts;
+        cq_kpool_stats_t st;
+        cq_kpool_t *pool;
+        cq_interp_t *k[4];
+        char errstr[512] = "";
+        size_t i;
+
+        memset(&opts, 0, sizeof(opts));
+        opts.size = 4;
+        opts.starts = 2;
+        opts.local.work_root = root;
+        opts.local.kernel.startup_timeout_ms = 60000;
+        pool = cq_kpool_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(pool != NULL, "%s", errstr);
+        for (i = 0; i < 4; i++) {
+                k[i] = cq_kpool_acquire(pool, 120000, errstr, sizeof(errstr));
+                ck_assert_msg(k[i] != NULL, "%s", errstr);
+        }
+        cq_kpool_stats(pool, &st);
+        /* two refill threads: two starts at once, never more */
+        ck_assert_uint_eq(st.peak_starting, 2);
+        ck_assert_uint_ge(st.started, 4);
+        ck_assert_uint_eq(st.failed, 0);
+        for (i = 0; i < 4; i++) {
+                assert_stdout(k[i], "print(6 * 7)", "42\n");
+                cq_interp_destroy(&k[i]);
+        }
+        /* the replacements come up too */
+        for (i = 0; i < 1200 && cq_kpool_ready(pool) < 4; i++) {
+                struct timespec ts = {0, 100 * 1000 * 1000};
+
+                nanosleep(&ts, NULL);
+        }
+        cq_kpool_stats(pool, &st);
+        ck_assert_uint_eq(st.ready, 4);
+        ck_assert_uint_eq(st.starting, 0);
+        ck_assert_uint_eq(st.peak_starting, 2);
+        cq_kpool_destroy(&pool);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 START_TEST(config_and_start_failure)
 {
         cq_config_t cfg;
@@ -699,12 +743,14 @@ START_TEST(config_and_start_failure)
         ck_assert_int_eq(cq_config_init(&cfg), 0);
         ck_assert_str_eq(cfg.python, "/usr/bin/python3");
         ck_assert_int_eq(cfg.kpool_size, 2);
+        ck_assert_int_eq(cfg.kpool_starts, 2);
         ck_assert_uint_eq(cfg.output_max, 1 << 20);
         ck_assert_int_eq(cq_sandbox_opts_from_config(&sopts, &cfg), 0);
         ck_assert_int_eq(sopts.mode, CQ_SANDBOX_AUTO);
         ck_assert_uint_eq(sopts.mem, 4UL << 30);
         cq_kpool_opts_from_config(&popts, &cfg, NULL);
         ck_assert_uint_eq(popts.size, 2);
+        ck_assert_uint_eq(popts.starts, 2);
         ck_assert_int_eq(popts.local.kernel.startup_timeout_ms, 60000);
         ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX", "maybe",
                                        "CODERQ_SANDBOX", errstr,
@@ -780,6 +826,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, output_flood_is_bounded);
         tcase_add_test(tc, sandbox_confines_the_kernel);
         tcase_add_test(tc, pool_hands_out_ready_kernels);
+        tcase_add_test(tc, pool_starts_kernels_in_parallel);
         tcase_add_test(tc, config_and_start_failure);
         tcase_add_test(tc, nothing_left_behind);
         suite_add_tcase(s, tc);

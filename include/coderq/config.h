@@ -48,6 +48,7 @@ typedef struct cq_config {
         char *python;
         char *work_root;
         long kpool_size;
+        long kpool_starts;
         long kernel_startup_timeout_s;
         size_t output_max;
         char *sandbox;

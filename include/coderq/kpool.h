@@ -82,19 +82,32 @@ void cq_work_root_default(char *out, size_t size);
 typedef struct cq_kpool cq_kpool_t;
 
 typedef struct cq_kpool_opts {
-        size_t size;           /* kernels kept ready (and starting) */
+        size_t size;   /* kernels kept ready (and starting) */
+        size_t starts; /* refill threads: kernels starting at once (0: 1) */
         cq_local_opts_t local; /* kernel.work_dir is ignored */
 } cq_kpool_opts_t;
 
-/** @brief Fill \p opts from \p cfg (CODERQ_KPOOL_SIZE and the local
- *         kernel settings); \p sandbox is borrowed. */
+/** @brief Counters of a pool. */
+typedef struct cq_kpool_stats {
+        size_t ready;         /* kernels ready now */
+        size_t starting;      /* kernels starting now */
+        size_t peak_starting; /* most kernels ever starting at once */
+        uint64_t started;     /* kernels that became ready */
+        uint64_t failed;      /* starts that failed */
+} cq_kpool_stats_t;
+
+/** @brief Fill \p opts from \p cfg (CODERQ_KPOOL_SIZE,
+ *         CODERQ_KPOOL_STARTS and the local kernel settings); \p sandbox
+ *         is borrowed. */
 void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
                                const cq_config_t *cfg,
                                const cq_sandbox_t *sandbox);
 
 /**
- * @brief Start the pool and its refill thread, which starts kernels until
- *        \p size are ready or starting.
+ * @brief Start the pool and its refill threads (opts->starts of them),
+ *        which start kernels until \p size are ready or starting. A
+ *        kernel start is CPU-bound (Python imports): more threads than
+ *        cores only slow each start down.
  * @param opts Borrowed; strings copied. opts->local.kernel.preload NULL
  *        means CQ_KPOOL_PRELOAD.
  * @returns Caller owns the returned value; free with cq_kpool_destroy().
@@ -111,8 +124,9 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size);
  *          the kernel and removes its work dir); NULL on timeout or when
  *          the pool is stopping, with \p errstr filled.
  * @locality Any thread. The kernel moves to the calling thread under the
- *           pool's mutex. Kernels are tied to the refill thread's life
- *           (PR_SET_PDEATHSIG): destroy interpreters before the pool.
+ *           pool's mutex. Kernels are tied to the life of the refill
+ *           thread that started them (PR_SET_PDEATHSIG): destroy
+ *           interpreters before the pool.
  */
 cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
                               int64_t timeout_ms,
@@ -122,8 +136,11 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
 /** @brief Kernels ready now. @locality Any thread. */
 size_t cq_kpool_ready(cq_kpool_t *pool);
 
+/** @brief The pool's counters. @locality Any thread. */
+void cq_kpool_stats(cq_kpool_t *pool, cq_kpool_stats_t *stats);
+
 /**
- * @brief Stop the refill thread and destroy every kernel it holds.
+ * @brief Stop the refill threads and destroy every kernel it holds.
  *        Accepts *poolp == NULL and sets it to NULL.
  */
 void cq_kpool_destroy(cq_kpool_t **poolp);
