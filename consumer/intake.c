@@ -28,6 +28,8 @@
 #define WINDOW                  256 /* messages handled ahead of the oldest */
 #define FINAL_COMMIT_MS         15000 /* retries of the shutdown commit, in all */
 #define FINAL_COMMIT_BACKOFF_MS 250
+#define BATCH_MAX               64        /* jobs upserted in one statement */
+#define BATCH_BYTES             (8 << 20) /* and their messages' bytes */
 
 typedef struct pending {
         rd_kafka_message_t *msg;
@@ -56,7 +58,7 @@ struct cq_intake {
         char errmsg[512];
         /* stats, read from any thread */
         atomic_ullong received, upserted, duplicates, dlq, stored, pg_retries,
-            dlq_retries, pauses, backlog_pauses;
+            dlq_retries, pauses, backlog_pauses, batches, batched;
         atomic_bool st_paused, st_pg_down;
         atomic_long st_backlog;
         atomic_int st_assigned;
@@ -296,6 +298,8 @@ void cq_intake_stats(cq_intake_t *intake, cq_intake_stats_t *stats)
         stats->duplicates = atomic_load(&intake->duplicates);
         stats->dlq = atomic_load(&intake->dlq);
         stats->stored = atomic_load(&intake->stored);
+        stats->batches = atomic_load(&intake->batches);
+        stats->batched = atomic_load(&intake->batched);
         stats->pg_retries = atomic_load(&intake->pg_retries);
         stats->dlq_retries = atomic_load(&intake->dlq_retries);
         stats->pauses = atomic_load(&intake->pauses);
@@ -699,6 +703,99 @@ static int on_message(cq_intake_t *intake, rd_kafka_message_t *msg)
         return 0;
 }
 
+/* Upsert the valid messages among the oldest WINDOW in one statement
+ * (a burst of jobs costs one commit instead of one each). Messages that
+ * fail validation get their reason and are left to step(), which sends
+ * them to the DLQ; when PostgreSQL refuses the batch as a whole, step()
+ * upserts its messages one by one to find the culprit. Returns false
+ * when the round must stop (PostgreSQL unavailable, out of memory). */
+static bool batch(cq_intake_t *intake, size_t limit)
+{
+        cq_job_upsert_t *v = NULL;
+        cq_job_t *jobs = NULL;
+        cq_job_src_t *srcs = NULL;
+        pending_t **ps = NULL;
+        size_t i, n = 0, bytes = 0;
+        bool ok = true, oom = false;
+        cq_err_t err;
+
+        v = calloc(BATCH_MAX, sizeof(*v));
+        jobs = calloc(BATCH_MAX, sizeof(*jobs));
+        srcs = calloc(BATCH_MAX, sizeof(*srcs));
+        ps = calloc(BATCH_MAX, sizeof(*ps));
+        if (!v || !jobs || !srcs || !ps) {
+                oom = true;
+                goto out;
+        }
+        for (i = 0; i < limit && n < BATCH_MAX && bytes < BATCH_BYTES; i++) {
+                pending_t *p = &intake->fifo[intake->head + i];
+
+                if (p->done || p->error || p->store_fatal > 0)
+                        continue;
+                cq_job_init(&jobs[n]);
+                p->error = validate(intake, p->msg, &jobs[n], &oom);
+                if (oom)
+                        goto out;
+                if (p->error)
+                        continue;
+                srcs[n].topic = rd_kafka_topic_name(p->msg->rkt);
+                srcs[n].partition = p->msg->partition;
+                srcs[n].offset = p->msg->offset;
+                v[n].job = &jobs[n];
+                v[n].src = &srcs[n];
+                ps[n] = p;
+                bytes += p->msg->len;
+                n++;
+        }
+        if (n < 2) /* nothing to gain: step() does it */
+                goto out;
+        if (!ensure_store(intake)) {
+                set_pg_down(intake, true);
+                atomic_fetch_add(&intake->pg_retries, 1);
+                backoff(intake);
+                ok = false;
+                goto out;
+        }
+        err = cq_store_upsert_jobs(intake->store, v, n);
+        if (err == CQ_OK) {
+                set_pg_down(intake, false);
+                recovered(intake);
+                atomic_fetch_add(&intake->batches, 1);
+                atomic_fetch_add(&intake->batched, n);
+                for (i = 0; i < n; i++) {
+                        ps[i]->done = true;
+                        if (v[i].created) {
+                                atomic_fetch_add(&intake->upserted, 1);
+                                backlog_add(intake, 1);
+                        } else {
+                                atomic_fetch_add(&intake->duplicates, 1);
+                        }
+                }
+        } else if (err == CQ_ERR_RETRIABLE) {
+                atomic_fetch_add(&intake->pg_retries, 1);
+                set_pg_down(intake, true);
+                backoff(intake);
+                ok = false;
+        } else {
+                cq_log_kv(CQ_LOG_WARN,
+                          "PostgreSQL refused a batch of jobs: storing them "
+                          "one by one",
+                          "error", cq_store_errmsg(intake->store), NULL);
+        }
+out:
+        if (oom) {
+                backoff(intake);
+                ok = false;
+        }
+        for (i = 0; jobs && i < n; i++)
+                cq_job_release(&jobs[i]);
+        free(v);
+        free(jobs);
+        free(srcs);
+        free(ps);
+        return ok;
+}
+
 /* Work through the oldest WINDOW messages: DLQ deliveries are pipelined
  * (a message waiting for its report does not hold up the next one), but a
  * failure stops the round. Then store the offsets of the done messages at
@@ -708,6 +805,8 @@ static void drain(cq_intake_t *intake, const atomic_int *stop)
 {
         size_t i, limit = intake->n < WINDOW ? intake->n : WINDOW;
 
+        if (cq_now_ms() < intake->retry_at || !batch(intake, limit))
+                limit = 0;
         for (i = 0; i < limit && !atomic_load(stop); i++) {
                 pending_t *p = &intake->fifo[intake->head + i];
                 step_t r;

@@ -18,6 +18,21 @@ static const char SQL_UPSERT[] =
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12)"
     " ON CONFLICT (job_id) DO NOTHING RETURNING 1";
 
+/* The batch form: one JSON array of jobs, rows in array order, each with
+ * its own clock_timestamp() so the queue keeps that order. */
+static const char SQL_UPSERT_MANY[] =
+    "INSERT INTO jobs (job_id, prompt, title, task_id, run_id,"
+    " parent_job_id, priority, spec, max_attempts, source_topic,"
+    " source_partition, source_offset, created_at)"
+    " SELECT r.job_id, r.prompt, r.title, r.task_id, r.run_id,"
+    "  r.parent_job_id, r.priority, r.spec, $2, r.source_topic,"
+    "  r.source_partition, r.source_offset, clock_timestamp()"
+    " FROM jsonb_to_recordset($1::jsonb) AS r (job_id text, prompt text,"
+    "  title text, task_id text, run_id text, parent_job_id text,"
+    "  priority int, spec jsonb, source_topic text, source_partition int,"
+    "  source_offset bigint)"
+    " ON CONFLICT (job_id) DO NOTHING RETURNING job_id";
+
 /* The parent check is inside the locked subquery, so a child becomes
  * claimable in the same statement that sees its parent succeeded. It is a
  * scalar subquery on purpose: an EXISTS under OR is planned as a hashed
@@ -183,6 +198,93 @@ cq_err_t cq_store_upsert_job(cq_store_t *store,
         PQclear(res);
         free(spec);
         return err;
+}
+
+/* The batch as the JSON array SQL_UPSERT_MANY reads; NULL when out of
+ * memory. Absent optional fields are JSON nulls, i.e. SQL NULLs. */
+static json_t *upsert_rows(const cq_job_upsert_t *v, size_t n)
+{
+        json_t *rows = json_array();
+        size_t i;
+
+        for (i = 0; rows && i < n; i++) {
+                const cq_job_t *job = v[i].job;
+                const cq_job_src_t *src = v[i].src;
+                json_t *row = json_pack(
+                    "{s:s, s:s, s:s?, s:s?, s:s?, s:s?, s:I, s:O}", "job_id",
+                    job->job_id, "prompt", job->prompt, "title", job->title,
+                    "task_id", job->task_id, "run_id", job->run_id,
+                    "parent_job_id", job->parent_job_id, "priority",
+                    (json_int_t)clamp_int(job->priority), "spec", job->spec);
+
+                if (row && src && src->topic &&
+                    (json_object_set_new(row, "source_topic",
+                                         json_string(src->topic)) ||
+                     json_object_set_new(row, "source_partition",
+                                         json_integer(src->partition)) ||
+                     json_object_set_new(row, "source_offset",
+                                         json_integer(src->offset)))) {
+                        json_decref(row);
+                        row = NULL;
+                }
+                if (!row || json_array_append_new(rows, row)) {
+                        json_decref(rows);
+                        rows = NULL;
+                }
+        }
+        return rows;
+}
+
+cq_err_t cq_store_upsert_jobs(cq_store_t *store, cq_job_upsert_t *v, size_t n)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        json_t *rows;
+        char *text = NULL;
+        cq_err_t err;
+        size_t i;
+        int r;
+
+        for (i = 0; i < n; i++) {
+                v[i].created = false;
+                if (!v[i].job->job_id || !v[i].job->prompt || !v[i].job->spec) {
+                        store_set_error(store, "could not store jobs: job_id, "
+                                               "prompt and spec are required");
+                        return CQ_ERR_FATAL;
+                }
+        }
+        if (n == 0)
+                return CQ_OK;
+        rows = upsert_rows(v, n);
+        text = rows ? store_dump(store, rows, NULL) : NULL;
+        json_decref(rows);
+        if (!text) {
+                store_set_error(store, "could not store jobs: out of memory");
+                return CQ_ERR_FATAL;
+        }
+        sp_init(&sp);
+        sp_text(&sp, text);
+        sp_long(&sp, store->opts.max_attempts);
+        err = store_exec(store, "store jobs", SQL_UPSERT_MANY, &sp, 0, true,
+                         &res);
+        free(text);
+        if (err != CQ_OK)
+                return err;
+        /* Which ones were created: each returned id marks the first job
+         * with that id (a repeated id in the batch is a duplicate). */
+        for (r = 0; r < PQntuples(res); r++) {
+                const char *id = PQgetvalue(res, r, 0);
+
+                for (i = 0; i < n; i++) {
+                        if (!v[i].created &&
+                            strcmp(v[i].job->job_id, id) == 0) {
+                                v[i].created = true;
+                                break;
+                        }
+                }
+        }
+        PQclear(res);
+        return CQ_OK;
 }
 
 void cq_claim_init(cq_claim_t *claim) { memset(claim, 0, sizeof(*claim)); }

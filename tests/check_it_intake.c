@@ -324,6 +324,10 @@ START_TEST(hostile_input_and_offsets)
         runner_stop(&r, &st);
         ck_assert_uint_eq(st.received, 200 + ngood + 2);
         ck_assert_uint_eq(st.stored, st.received);
+        /* a burst is upserted in batches, never more than it holds */
+        ck_assert_uint_ge(st.batches, 1);
+        ck_assert_uint_ge(st.batched, 2 * st.batches);
+        ck_assert_uint_le(st.batched, st.upserted + st.duplicates);
 
         /* Every valid job exactly once, with its provenance. */
         snprintf(like, sizeof(like), "%s-good-%%", fx.prefix);

@@ -109,6 +109,8 @@ typedef struct cq_intake_stats {
         uint64_t duplicates;     /* valid messages whose job already existed */
         uint64_t dlq;            /* messages acknowledged by the DLQ */
         uint64_t stored;         /* offsets stored */
+        uint64_t batches;        /* multi-job upserts (one statement each) */
+        uint64_t batched;        /* messages upserted in those */
         uint64_t pg_retries;     /* upserts that failed retriably */
         uint64_t dlq_retries;    /* DLQ deliveries that failed (retried) */
         uint64_t pauses;         /* times all partitions were paused */

@@ -102,6 +102,27 @@ CQ_NODISCARD cq_err_t cq_store_upsert_job(cq_store_t *store,
                                           const cq_job_src_t *src,
                                           bool *createdp);
 
+/** @brief One job of a batch upsert. */
+typedef struct cq_job_upsert {
+        const cq_job_t *job;     /* borrowed; as for cq_store_upsert_job() */
+        const cq_job_src_t *src; /* borrowed; may be NULL */
+        bool created;            /* (out) this call created the row */
+} cq_job_upsert_t;
+
+/**
+ * @brief cq_store_upsert_job() for \p n jobs in one statement and one
+ *        transaction: all land or none does. A job_id given twice is one
+ *        job (the first is the one created). Queue order among them is
+ *        their order in \p v.
+ * @returns CQ_OK; CQ_ERR_RETRIABLE when PostgreSQL is unreachable;
+ *          CQ_ERR_FATAL when it refused the batch (one bad job refuses
+ *          all: upsert them one by one to find it).
+ * @locality The thread that owns \p store.
+ */
+CQ_NODISCARD cq_err_t cq_store_upsert_jobs(cq_store_t *store,
+                                           cq_job_upsert_t *v,
+                                           size_t n);
+
 /** @brief A claimed job. Release with cq_claim_release(). */
 typedef struct cq_claim {
         char *job_id;
