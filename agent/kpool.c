@@ -35,17 +35,6 @@ struct cq_kpool {
         size_t nthreads; /* started */
 };
 
-static void deadline_in(struct timespec *ts, int64_t ms)
-{
-        clock_gettime(CLOCK_REALTIME, ts);
-        ts->tv_sec += ms / 1000;
-        ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-        if (ts->tv_nsec >= 1000000000L) {
-                ts->tv_sec++;
-                ts->tv_nsec -= 1000000000L;
-        }
-}
-
 static void *refill_main(void *arg)
 {
         cq_kpool_t *pool = arg;
@@ -93,7 +82,7 @@ static void *refill_main(void *arg)
                         snprintf(pool->errmsg, sizeof(pool->errmsg), "%s",
                                  errstr);
                         /* Back off so a broken setup does not spin. */
-                        deadline_in(&ts, 1000);
+                        cq_abstime_in(&ts, 1000);
                         if (!pool->stop)
                                 pthread_cond_timedwait(&pool->cond, &pool->lock,
                                                        &ts);
@@ -162,7 +151,7 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
         cq_kernel_t *kernel = NULL;
         struct timespec ts;
 
-        deadline_in(&ts, timeout_ms > 0 ? timeout_ms : 0);
+        cq_abstime_in(&ts, timeout_ms > 0 ? timeout_ms : 0);
         pthread_mutex_lock(&pool->lock);
         while (!pool->stop && pool->nready == 0 && timeout_ms > 0) {
                 if (pthread_cond_timedwait(&pool->cond, &pool->lock, &ts) ==

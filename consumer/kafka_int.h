@@ -55,8 +55,13 @@ rd_kafka_resp_err_t cq_producer_send(cq_producer_t *prod,
                                      rd_kafka_headers_t **hdrsp,
                                      cq_dr_t *dr);
 
-/* Wait until any delivery report arrives or timeout_ms passes. */
-void cq_producer_wait(cq_producer_t *prod, int timeout_ms);
+/* Wait until any delivery report arrives, timeout_ms passes, or *wake
+ * (may be NULL) is or becomes true through cq_producer_wake(). */
+void cq_producer_wait(cq_producer_t *prod,
+                      int timeout_ms,
+                      const atomic_bool *wake);
+/* Set *flag and wake every thread in cq_producer_wait(). */
+void cq_producer_wake(cq_producer_t *prod, atomic_bool *flag);
 
 /* Best-effort messages in flight, and those whose report failed. */
 long cq_producer_besteffort_inflight(cq_producer_t *prod);

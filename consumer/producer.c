@@ -14,6 +14,7 @@
 
 #include "coderq/job.h"
 #include "coderq/log.h"
+#include "coderq/util.h"
 #include "kafka_int.h"
 
 struct cq_dr {
@@ -438,19 +439,26 @@ rd_kafka_resp_err_t cq_producer_send(cq_producer_t *prod,
         return err;
 }
 
-void cq_producer_wait(cq_producer_t *prod, int timeout_ms)
+void cq_producer_wait(cq_producer_t *prod,
+                      int timeout_ms,
+                      const atomic_bool *wake)
 {
         struct timespec ts;
 
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-        }
+        cq_abstime_in(&ts, timeout_ms);
+        /* The flag is read under the mutex that cq_producer_wake() takes
+         * to broadcast: a wake-up cannot fall between check and wait. */
         pthread_mutex_lock(&prod->mtx);
-        pthread_cond_timedwait(&prod->cond, &prod->mtx, &ts);
+        if (!wake || !atomic_load(wake))
+                pthread_cond_timedwait(&prod->cond, &prod->mtx, &ts);
+        pthread_mutex_unlock(&prod->mtx);
+}
+
+void cq_producer_wake(cq_producer_t *prod, atomic_bool *flag)
+{
+        pthread_mutex_lock(&prod->mtx);
+        atomic_store(flag, true);
+        pthread_cond_broadcast(&prod->cond);
         pthread_mutex_unlock(&prod->mtx);
 }
 

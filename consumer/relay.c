@@ -36,6 +36,7 @@ struct cq_relay {
         atomic_ullong produced, sent, failed;
         atomic_ullong inflight;
         atomic_bool st_pg_down;
+        atomic_bool kicked; /* cq_relay_kick(): pump now */
 };
 
 cq_relay_t *cq_relay_new(const cq_kafka_opts_t *opts,
@@ -257,6 +258,11 @@ static void pump(cq_relay_t *relay)
         cq_outbox_release(&box);
 }
 
+void cq_relay_kick(cq_relay_t *relay)
+{
+        cq_producer_wake(relay->prod, &relay->kicked);
+}
+
 int cq_relay_run(cq_relay_t *relay, const atomic_int *stop)
 {
         int64_t next = 0, deadline;
@@ -266,13 +272,14 @@ int cq_relay_run(cq_relay_t *relay, const atomic_int *stop)
                 int wait;
 
                 reap(relay);
-                if (now >= next) {
+                if (atomic_exchange(&relay->kicked, false) || now >= next) {
                         pump(relay);
                         next = now + relay->opts.relay_interval_ms;
                 }
                 wait = (int)(next - cq_now_ms());
                 if (wait > 0)
-                        cq_producer_wait(relay->prod, wait > 100 ? 100 : wait);
+                        cq_producer_wait(relay->prod, wait > 100 ? 100 : wait,
+                                         &relay->kicked);
         }
         /* Bounded flush: wait for the reports in flight, mark what
          * arrived; the rest stays unsent for the next run. */
@@ -281,7 +288,7 @@ int cq_relay_run(cq_relay_t *relay, const atomic_int *stop)
                 reap(relay);
                 if (relay->n == 0 || cq_now_ms() >= deadline)
                         break;
-                cq_producer_wait(relay->prod, 50);
+                cq_producer_wait(relay->prod, 50, NULL);
         }
         while (relay->n > 0)
                 flight_remove(relay, relay->n - 1);

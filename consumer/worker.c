@@ -56,11 +56,17 @@ struct cq_worker {
         cq_intake_t *intake;
         cq_relay_t *relay;
         cq_events_t *events;
-        pthread_t intake_thr, relay_thr, hk_thr;
-        bool intake_started, relay_started, hk_started;
+        pthread_t intake_thr, relay_thr, hk_thr, listen_thr;
+        bool intake_started, relay_started, hk_started, listen_started;
         int intake_rc;
         atomic_int stop_intake, stop_relay, stop_claims, stop_jobs, stop_hk;
         slot_t *slots;
+        /* Idle slots wait here between claims; the listener adds a token
+         * per claimable job PostgreSQL announces and wakes that many. */
+        pthread_mutex_t idle_lock;
+        pthread_cond_t idle_cond;
+        long idle_tokens;
+        atomic_ullong wakeups; /* jobs announced to this worker */
 };
 
 void cq_worker_opts_from_config(cq_worker_opts_t *opts, const cq_config_t *cfg)
@@ -383,6 +389,9 @@ static void finish_job(slot_t *slot,
         }
         cq_log_kv(CQ_LOG_INFO, "job finished", "job_id", job->job_id, "status",
                   status, "reason", res->reason, NULL);
+        /* Its completion event is in the outbox: send it now. */
+        if (slot->w->relay)
+                cq_relay_kick(slot->w->relay);
         publish(slot, job->job_id, "job.finished",
                 json_pack("{s:s, s:s?, s:I, s:I}", "status", status, "reason",
                           res->reason, "turns", (json_int_t)res->turns,
@@ -567,6 +576,37 @@ out:
         pthread_mutex_unlock(&slot->lock);
 }
 
+/* Give up to \p n idle slots a reason to claim now. */
+static void wake_slots(cq_worker_t *w, long n)
+{
+        pthread_mutex_lock(&w->idle_lock);
+        w->idle_tokens = n >= w->opts.slots - w->idle_tokens
+                             ? w->opts.slots
+                             : w->idle_tokens + n;
+        if (n >= w->opts.slots)
+                pthread_cond_broadcast(&w->idle_cond);
+        else
+                while (n-- > 0)
+                        pthread_cond_signal(&w->idle_cond);
+        pthread_mutex_unlock(&w->idle_lock);
+}
+
+/* An idle slot's pause: until a wake-up token, stop, or \p ms. */
+static void idle_wait(cq_worker_t *w, int64_t ms)
+{
+        struct timespec ts;
+
+        cq_abstime_in(&ts, ms);
+        pthread_mutex_lock(&w->idle_lock);
+        while (w->idle_tokens == 0 && !atomic_load(&w->stop_claims))
+                if (pthread_cond_timedwait(&w->idle_cond, &w->idle_lock, &ts) ==
+                    ETIMEDOUT)
+                        break;
+        if (w->idle_tokens > 0)
+                w->idle_tokens--;
+        pthread_mutex_unlock(&w->idle_lock);
+}
+
 static void *slot_main(void *arg)
 {
         slot_t *slot = arg;
@@ -598,8 +638,10 @@ static void *slot_main(void *arg)
                 }
                 if (!found) {
                         cq_claim_release(&claim);
-                        /* jitter keeps idle slots from polling in step */
-                        nap(w->cfg->poll_ms + (rand() % 100), &w->stop_claims);
+                        /* A notification brings it back at once; the poll
+                         * is the fallback (jitter keeps idle slots from
+                         * polling in step). */
+                        idle_wait(w, w->cfg->poll_ms + (rand() % 100));
                         continue;
                 }
                 run_job(slot, &claim);
@@ -712,6 +754,43 @@ out:
         return NULL;
 }
 
+/* Turn PostgreSQL's announcements of claimable jobs into wake-ups of
+ * idle slots. After a reconnect every slot looks once: what was announced
+ * meanwhile is lost. */
+static void *listen_main(void *arg)
+{
+        cq_worker_t *w = arg;
+        cq_listener_t *l = cq_listener_new(&w->sopts, CQ_CHANNEL_JOBS, NULL, 0);
+        bool down = false;
+
+        if (!l) {
+                cq_log_warn("no job announcements (out of memory); slots "
+                            "poll every CODERQ_POLL_MS");
+                return NULL;
+        }
+        while (!atomic_load(&w->stop_claims)) {
+                bool reconnected = false;
+                long n = cq_listener_wait(l, 250, &reconnected);
+
+                if (n < 0 && !down)
+                        cq_log_kv(CQ_LOG_WARN,
+                                  "not listening for jobs; slots poll until "
+                                  "it is back",
+                                  "error", cq_listener_errmsg(l), NULL);
+                down = n < 0;
+                if (reconnected) {
+                        cq_log_info("listening for jobs again");
+                        n = w->opts.slots;
+                }
+                if (n > 0) {
+                        atomic_fetch_add(&w->wakeups, (unsigned long long)n);
+                        wake_slots(w, n);
+                }
+        }
+        cq_listener_destroy(&l);
+        return NULL;
+}
+
 static void *intake_main(void *arg)
 {
         cq_worker_t *w = arg;
@@ -747,6 +826,8 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
         }
         w->cfg = cfg;
         w->opts = *opts;
+        pthread_mutex_init(&w->idle_lock, NULL);
+        pthread_cond_init(&w->idle_cond, NULL);
         if (cfg->worker_id) {
                 snprintf(w->id, sizeof(w->id), "%s", cfg->worker_id);
         } else {
@@ -837,6 +918,9 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
         if (w->opts.slots > 0 &&
             pthread_create(&w->hk_thr, NULL, hk_main, w) == 0)
                 w->hk_started = true;
+        if (w->opts.slots > 0 &&
+            pthread_create(&w->listen_thr, NULL, listen_main, w) == 0)
+                w->listen_started = true;
         for (i = 0; i < w->opts.slots; i++)
                 if (pthread_create(&w->slots[i].thread, NULL, slot_main,
                                    &w->slots[i]) == 0)
@@ -850,6 +934,7 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
         atomic_store(&w->stop_intake, 1);
         atomic_store(&w->stop_claims, 1);
         atomic_store(&w->stop_jobs, 1);
+        wake_slots(w, w->opts.slots); /* idle ones see the stop now */
         deadline = cq_now_ms() + w->opts.shutdown_s * 1000;
         while (any_busy(w) && cq_now_ms() < deadline)
                 nap(100, NULL);
@@ -877,12 +962,23 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
                 pthread_join(w->relay_thr, NULL);
                 w->relay_started = false;
         }
+        if (w->listen_started) {
+                pthread_join(w->listen_thr, NULL);
+                w->listen_started = false;
+        }
         atomic_store(&w->stop_hk, 1);
         if (w->hk_started) {
                 pthread_join(w->hk_thr, NULL);
                 w->hk_started = false;
         }
-        cq_log_kv(CQ_LOG_INFO, "worker stopped", "worker", w->id, NULL);
+        {
+                char num[32];
+
+                snprintf(num, sizeof(num), "%llu",
+                         (unsigned long long)atomic_load(&w->wakeups));
+                cq_log_kv(CQ_LOG_INFO, "worker stopped", "worker", w->id,
+                          "jobs_announced", num, NULL);
+        }
         return rc;
 }
 
@@ -902,5 +998,7 @@ void cq_worker_destroy(cq_worker_t **workerp)
         for (i = 0; w->slots && i < w->opts.slots; i++)
                 pthread_mutex_destroy(&w->slots[i].lock);
         free(w->slots);
+        pthread_cond_destroy(&w->idle_cond);
+        pthread_mutex_destroy(&w->idle_lock);
         free(w);
 }

@@ -175,6 +175,16 @@ static char *claim_id(cq_store_t *store)
         return id;
 }
 
+/* Claim one job and check that it is \p want. */
+static void expect_claim(cq_store_t *store, const char *want)
+{
+        char *id = claim_id(store);
+
+        ck_assert_msg(id && strcmp(id, want) == 0, "claimed %s, not %s",
+                      id ? id : "nothing", want);
+        free(id);
+}
+
 static void
 finish(cq_store_t *store, const char *id, const char *status, const json_t *nb)
 {
@@ -321,7 +331,6 @@ END_TEST
 START_TEST(claim_order_priority_then_age)
 {
         cq_store_t *store = store_for("w", 120);
-        char *id;
 
         add_job(store, "old-low", 0, NULL, NULL);
         add_job(store, "old-high", 5, NULL, NULL);
@@ -329,18 +338,10 @@ START_TEST(claim_order_priority_then_age)
         add_job(store, "new-low", 0, NULL, NULL);
         qexec("UPDATE jobs SET created_at = now() - interval '1 hour'"
               " WHERE job_id LIKE 'old-%'");
-        id = claim_id(store);
-        ck_assert_str_eq(id, "old-high");
-        free(id);
-        id = claim_id(store);
-        ck_assert_str_eq(id, "new-high");
-        free(id);
-        id = claim_id(store);
-        ck_assert_str_eq(id, "old-low");
-        free(id);
-        id = claim_id(store);
-        ck_assert_str_eq(id, "new-low");
-        free(id);
+        expect_claim(store, "old-high");
+        expect_claim(store, "new-high");
+        expect_claim(store, "old-low");
+        expect_claim(store, "new-low");
         ck_assert_ptr_null(claim_id(store));
         cq_store_destroy(&store);
 }
@@ -596,21 +597,15 @@ START_TEST(child_waits_for_parent_success)
         add_job(store, "child", 9, "parent", NULL);
         ck_assert_ptr_null(claim_id(store));
         add_job(store, "parent", 0, NULL, NULL);
-        s = claim_id(store);
-        ck_assert_str_eq(s, "parent");
-        free(s);
+        expect_claim(store, "parent");
         /* Parent running: the child still waits. */
         ck_assert_ptr_null(claim_id(store));
         finish(store, "parent", "succeeded", NULL);
-        s = claim_id(store);
-        ck_assert_str_eq(s, "child");
-        free(s);
+        expect_claim(store, "child");
         /* A parent that fails fails its waiting children. */
         add_job(store, "p2", 0, NULL, NULL);
         add_job(store, "c2", 5, "p2", NULL);
-        s = claim_id(store);
-        ck_assert_str_eq(s, "p2");
-        free(s);
+        expect_claim(store, "p2");
         finish(store, "p2", "failed", NULL);
         ck_assert_ptr_null(claim_id(store));
         ck_assert_int_eq(cq_store_requeue_expired(reaper, &requeued, &failed),
@@ -994,13 +989,18 @@ static int run_migrate_cli(const char *dsn, const char *dir)
 START_TEST(changed_applied_migration_is_refused)
 {
         char dir[] = "/tmp/cq-migrations-XXXXXX";
-        char path[512], path2[512], errstr[1024];
+        char path[512], path2[512], path3[512], errstr[1024];
         int applied = -1;
+        long base;
 
         ck_assert_ptr_nonnull(mkdtemp(dir));
         snprintf(path, sizeof(path), "%s/0001_schema.sql", dir);
-        snprintf(path2, sizeof(path2), "%s/0002_more.sql", dir);
+        snprintf(path3, sizeof(path3), "%s/0002_wakeups.sql", dir);
+        snprintf(path2, sizeof(path2), "%s/0900_more.sql", dir);
         copy_file(cq_check_srcpath("migrations/0001_schema.sql"), path, NULL);
+        copy_file(cq_check_srcpath("migrations/0002_wakeups.sql"), path3, NULL);
+        base = qn("SELECT count(*) FROM schema_migrations", NULL);
+        ck_assert_int_eq(base, 2);
         ck_assert_int_eq(cq_migrate_run(g_dsn, dir, NULL, NULL, &applied,
                                         errstr, sizeof(errstr)),
                          CQ_OK);
@@ -1024,11 +1024,12 @@ START_TEST(changed_applied_migration_is_refused)
                                         errstr, sizeof(errstr)),
                          CQ_ERR_FATAL);
         ck_assert_msg(strstr(errstr, "could not apply migration "
-                                     "\"0002_more.sql\"") != NULL,
+                                     "\"0900_more.sql\"") != NULL,
                       "%s", errstr);
         ck_assert_int_eq(applied, 0);
         ck_assert_ptr_null(q1("SELECT to_regclass('half_done')::text", NULL));
-        ck_assert_int_eq(qn("SELECT count(*) FROM schema_migrations", NULL), 1);
+        ck_assert_int_eq(qn("SELECT count(*) FROM schema_migrations", NULL),
+                         base);
         /* Fixed, it applies once. */
         write_file(path2, "CREATE TABLE half_done (x int);\n");
         ck_assert_int_eq(cq_migrate_run(g_dsn, dir, NULL, NULL, &applied,
@@ -1036,7 +1037,8 @@ START_TEST(changed_applied_migration_is_refused)
                          CQ_OK);
         ck_assert_int_eq(applied, 1);
         ck_assert_int_eq(run_migrate_cli(g_dsn, dir), 0);
-        ck_assert_int_eq(qn("SELECT count(*) FROM schema_migrations", NULL), 2);
+        ck_assert_int_eq(qn("SELECT count(*) FROM schema_migrations", NULL),
+                         base + 1);
         /* An older folder that lacks an applied migration is refused. */
         unlink(path2);
         ck_assert_int_eq(cq_migrate_run(g_dsn, dir, NULL, NULL, &applied,
@@ -1046,6 +1048,7 @@ START_TEST(changed_applied_migration_is_refused)
         ck_assert_int_eq(
             run_migrate_cli("postgresql://nobody@127.0.0.1:1/none", dir), 4);
         unlink(path);
+        unlink(path3);
         rmdir(dir);
 }
 END_TEST
@@ -1080,6 +1083,156 @@ START_TEST(duplicate_upserts_give_one_job)
         job_free(&job);
         cq_store_destroy(&a);
         cq_store_destroy(&b);
+}
+END_TEST
+
+START_TEST(batch_upsert_is_one_atomic_statement)
+{
+        cq_store_t *store = store_for("intake", 120);
+        cq_job_t jobs[5];
+        cq_job_upsert_t v[5];
+        cq_job_src_t src[5];
+        const char *ids[5] = {"b-1", "b-2 \"quoted\\", "b-1", "old", "b-3"};
+        char cname[64], sql[256], *s;
+        int i;
+
+        add_job(store, "old", 0, NULL, NULL);
+        for (i = 0; i < 5; i++) {
+                job_fill(&jobs[i], ids[i], i == 4 ? "it's {x}, \\n" : "p", 0,
+                         NULL, "batch");
+                src[i].topic = "coderq.jobs";
+                src[i].partition = 1;
+                src[i].offset = 100 + i;
+                v[i].job = &jobs[i];
+                v[i].src = i == 1 ? NULL : &src[i];
+                v[i].created = true; /* must be reset */
+        }
+        ck_assert_msg(cq_store_upsert_jobs(store, v, 5) == CQ_OK, "%s",
+                      cq_store_errmsg(store));
+        /* a repeated id is one job, the first; an existing one is kept */
+        ck_assert(v[0].created && v[1].created && !v[2].created &&
+                  !v[3].created && v[4].created);
+        ck_assert_int_eq(
+            qn("SELECT count(*) FROM jobs WHERE run_id = 'batch'", NULL), 3);
+        s = q1("SELECT source_offset || ',' || COALESCE(source_topic, '-') "
+               "FROM jobs WHERE job_id = $1",
+               "b-1");
+        ck_assert_str_eq(s, "100,coderq.jobs");
+        free(s);
+        s = q1("SELECT COALESCE(source_topic, 'none') FROM jobs WHERE "
+               "job_id = $1",
+               ids[1]);
+        ck_assert_str_eq(s, "none");
+        free(s);
+        s = q1("SELECT prompt FROM jobs WHERE job_id = $1", "b-3");
+        ck_assert_str_eq(s, "it's {x}, \\n");
+        free(s);
+        /* queue order is batch order (after the older job) */
+        expect_claim(store, "old");
+        expect_claim(store, "b-1");
+        expect_claim(store, ids[1]);
+        /* one refused job refuses the batch: nothing of it lands */
+        snprintf(cname, sizeof(cname), "no_poison_%ld", (long)getpid());
+        snprintf(sql, sizeof(sql),
+                 "ALTER TABLE jobs ADD CONSTRAINT %s CHECK (prompt <> "
+                 "'poison') NOT VALID",
+                 cname);
+        qexec(sql);
+        for (i = 0; i < 5; i++)
+                job_free(&jobs[i]);
+        job_fill(&jobs[0], "c-1", "fine", 0, NULL, "batch2");
+        job_fill(&jobs[1], "c-2", "poison", 0, NULL, "batch2");
+        ck_assert_int_eq(cq_store_upsert_jobs(store, v, 2), CQ_ERR_FATAL);
+        ck_assert_msg(strstr(cq_store_errmsg(store), cname) != NULL, "%s",
+                      cq_store_errmsg(store));
+        ck_assert_int_eq(
+            qn("SELECT count(*) FROM jobs WHERE run_id = 'batch2'", NULL), 0);
+        ck_assert_int_eq(cq_store_upsert_jobs(store, v, 0), CQ_OK);
+        job_free(&jobs[0]);
+        job_free(&jobs[1]);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+/* Wait (bounded) for the listener to report at least \p want jobs. */
+static long listen_sum(cq_listener_t *l, long want)
+{
+        long sum = 0;
+        int i;
+
+        for (i = 0; i < 100 && sum < want; i++) {
+                bool reconnected;
+                long n = cq_listener_wait(l, 100, &reconnected);
+
+                if (n > 0)
+                        sum += n;
+        }
+        return sum;
+}
+
+START_TEST(claimable_jobs_are_announced)
+{
+        cq_store_t *store = store_for("w", 120);
+        cq_store_opts_t opts;
+        cq_listener_t *l;
+        cq_job_t jobs[3];
+        cq_job_upsert_t v[3];
+        bool reconnected = false;
+        char *id;
+        long n;
+        int i;
+
+        cq_store_opts_init(&opts);
+        opts.dsn = g_dsn;
+        l = cq_listener_new(&opts, CQ_CHANNEL_JOBS, NULL, 0);
+        ck_assert_ptr_nonnull(l);
+        /* nothing yet */
+        ck_assert_int_eq(cq_listener_wait(l, 50, &reconnected), 0);
+        /* a batch of three new jobs: one notification saying 3 */
+        for (i = 0; i < 3; i++) {
+                char jid[16];
+
+                snprintf(jid, sizeof(jid), "n%d", i);
+                job_fill(&jobs[i], jid, "p", 0, i == 2 ? "n0" : NULL, NULL);
+                v[i].job = &jobs[i];
+                v[i].src = NULL;
+        }
+        ck_assert_int_eq(cq_store_upsert_jobs(store, v, 3), CQ_OK);
+        ck_assert_int_eq(listen_sum(l, 3), 3);
+        /* a claim announces nothing; a job given back is claimable again */
+        id = claim_id(store);
+        ck_assert_str_eq(id, "n0");
+        ck_assert_int_eq(cq_listener_wait(l, 100, &reconnected), 0);
+        ck_assert_int_eq(cq_store_release(store, id), CQ_OK);
+        ck_assert_int_eq(listen_sum(l, 1), 1);
+        free(id);
+        /* a parent that succeeds makes its child claimable */
+        id = claim_id(store);
+        ck_assert_str_eq(id, "n0");
+        finish(store, id, "succeeded", NULL);
+        free(id);
+        n = listen_sum(l, 1);
+        ck_assert_int_ge(n, 1);
+        /* a lost connection is re-established and said so */
+        qexec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+              "WHERE application_name = 'coderq-listen' AND "
+              "datname = current_database()");
+        for (i = 0; i < 100 && !reconnected; i++)
+                (void)cq_listener_wait(l, 100, &reconnected);
+        ck_assert(reconnected);
+        ck_assert_uint_ge(cq_listener_reconnects(l), 1);
+        ck_assert_str_eq(cq_listener_errmsg(l), "");
+        /* and hears again */
+        id = claim_id(store);
+        ck_assert_ptr_nonnull(id);
+        ck_assert_int_eq(cq_store_release(store, id), CQ_OK);
+        ck_assert_int_eq(listen_sum(l, 1), 1);
+        free(id);
+        cq_listener_destroy(&l);
+        ck_assert_ptr_null(l);
+        for (i = 0; i < 3; i++)
+                job_free(&jobs[i]);
+        cq_store_destroy(&store);
 }
 END_TEST
 
@@ -1168,9 +1321,7 @@ START_TEST(cancel_queued_now_running_by_flag)
         add_job(store, "q", 0, NULL, NULL);
         add_job(store, "r", 0, NULL, NULL);
         qexec("UPDATE jobs SET priority = 1 WHERE job_id = 'r'");
-        s = claim_id(store);
-        ck_assert_str_eq(s, "r");
-        free(s);
+        expect_claim(store, "r");
         ck_assert_int_eq(cq_store_cancel_requested(store, "r", &requested),
                          CQ_OK);
         ck_assert(!requested);
@@ -1205,9 +1356,7 @@ START_TEST(cancel_queued_now_running_by_flag)
         /* A cancelled job whose worker vanished is cancelled by the reaper,
          * not run again. */
         add_job(store, "gone", 0, NULL, NULL);
-        s = claim_id(store);
-        ck_assert_str_eq(s, "gone");
-        free(s);
+        expect_claim(store, "gone");
         ck_assert_int_eq(cq_store_cancel(other, "gone", &out), CQ_OK);
         ck_assert_int_eq(out, CQ_CANCEL_REQUESTED);
         qexec("UPDATE jobs SET lease_until = now() - interval '1 s'");
@@ -1648,6 +1797,8 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, migrations_twice_noop_and_concurrent_safe);
         tcase_add_test(tc, changed_applied_migration_is_refused);
         tcase_add_test(tc, duplicate_upserts_give_one_job);
+        tcase_add_test(tc, batch_upsert_is_one_atomic_statement);
+        tcase_add_test(tc, claimable_jobs_are_announced);
         tcase_add_test(tc, outbox_rows_marked_sent_only_when_asked);
         tcase_add_test(tc, cancel_queued_now_running_by_flag);
         tcase_add_test(tc, checkpoint_loads_in_order);

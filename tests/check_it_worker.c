@@ -98,6 +98,10 @@ static void fresh(const char *test)
 
 static const char *job_max_bytes = "1M";
 
+/* Idle slots' poll and the relay's interval of the next worker started. */
+static const char *child_poll_ms = "100";
+static const char *child_relay_ms = "200";
+
 static void child_env(const char *name, const char *lease_s)
 {
         char v[512];
@@ -121,7 +125,8 @@ static void child_env(const char *name, const char *lease_s)
         setenv("CODERQ_SLOTS", "2", 1);
         setenv("CODERQ_KPOOL_SIZE", "2", 1);
         setenv("CODERQ_LEASE_S", lease_s, 1);
-        setenv("CODERQ_POLL_MS", "100", 1);
+        setenv("CODERQ_POLL_MS", child_poll_ms, 1);
+        setenv("CODERQ_RELAY_INTERVAL_MS", child_relay_ms, 1);
         setenv("CODERQ_SHUTDOWN_S", "20", 1);
         setenv("CODERQ_SANDBOX", "off", 1);
         setenv("CODERQ_LOG_LEVEL", "info", 1);
@@ -655,6 +660,48 @@ START_TEST(cancel_and_sessions)
 }
 END_TEST
 
+/* With a one-minute poll and relay interval, jobs submitted to an idle
+ * worker must still be claimed and reported within seconds: PostgreSQL
+ * announces them and a finished job kicks the relay. */
+START_TEST(idle_worker_hears_of_new_jobs)
+{
+        worker_t a;
+        rd_kafka_t *rk;
+        long unsent = -1;
+        int i, waited;
+
+        fresh("wake");
+        register_script("two_cells", two_cells);
+        child_poll_ms = "60000";
+        child_relay_ms = "60000";
+        start_worker(&a, "ww", "30");
+        child_poll_ms = "100";
+        child_relay_ms = "200";
+        kt_sleep_ms(3000); /* its first claims and relay round are done */
+        rk = kt_producer(brokers);
+        for (i = 0; i < 3; i++)
+                submit(rk, i, "two_cells", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        /* well before the first poll, 60 s after the start */
+        wait_finished(3, 35000);
+        ck_assert_int_eq(count_status("succeeded"), 3);
+        for (waited = 0; waited < 10000; waited += 100) {
+                unsent = kt_pg_long(dsn,
+                                    "SELECT count(*) FROM outbox WHERE "
+                                    "sent_at IS NULL",
+                                    NULL);
+                if (unsent == 0)
+                        break;
+                kt_sleep_ms(100);
+        }
+        ck_assert_int_eq(unsent, 0);
+        ck_assert_int_eq(kt_pg_long(dsn, "SELECT count(*) FROM outbox", NULL),
+                         3);
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+}
+END_TEST
+
 START_TEST(broker_and_database_outages_lose_nothing)
 {
         worker_t a;
@@ -695,6 +742,7 @@ static Suite *worker_suite(void)
         tcase_add_test(tc, killed_worker_jobs_are_resumed_once);
         tcase_add_test(tc, sigterm_releases_jobs_to_another_worker);
         tcase_add_test(tc, cancel_and_sessions);
+        tcase_add_test(tc, idle_worker_hears_of_new_jobs);
         tcase_add_test(tc, broker_and_database_outages_lose_nothing);
         suite_add_tcase(s, tc);
         return s;

@@ -199,6 +199,13 @@ cq_relay_t *cq_relay_new(const cq_kafka_opts_t *opts,
  */
 int cq_relay_run(cq_relay_t *relay, const atomic_int *stop);
 
+/**
+ * @brief Ask the relay to look at the outbox now rather than at its next
+ *        interval (a job of this process just finished).
+ * @locality Any thread.
+ */
+void cq_relay_kick(cq_relay_t *relay);
+
 /** @locality Any thread. */
 void cq_relay_stats(cq_relay_t *relay, cq_relay_stats_t *stats);
 

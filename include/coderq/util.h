@@ -7,8 +7,16 @@
 
 #include "coderq/common.h"
 
+#include <time.h>
+
 /** @brief Monotonic milliseconds, for deadlines and durations. */
 int64_t cq_now_ms(void);
+
+/**
+ * @brief The CLOCK_REALTIME instant \p ms from now, for
+ *        pthread_cond_timedwait() (whose default clock that is).
+ */
+void cq_abstime_in(struct timespec *ts, int64_t ms);
 
 /**
  * @brief UTC ISO 8601 with microseconds zero-padded to 6 digits and a 'Z':
