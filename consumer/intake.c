@@ -716,6 +716,7 @@ static bool batch(cq_intake_t *intake, size_t limit)
         cq_job_src_t *srcs = NULL;
         pending_t **ps = NULL;
         size_t i, n = 0, bytes = 0;
+        long room = BATCH_MAX;
         bool ok = true, oom = false;
         cq_err_t err;
 
@@ -727,7 +728,13 @@ static bool batch(cq_intake_t *intake, size_t limit)
                 oom = true;
                 goto out;
         }
-        for (i = 0; i < limit && n < BATCH_MAX && bytes < BATCH_BYTES; i++) {
+        /* No more than the backlog bound has room for: it would be
+         * crossed by a whole batch otherwise. */
+        if (intake->opts.backlog_max > 0 && intake->backlog_est >= 0)
+                room = intake->opts.backlog_max - intake->backlog_est + 1;
+        for (i = 0; i < limit && (long)n < room && n < BATCH_MAX &&
+                    bytes < BATCH_BYTES;
+             i++) {
                 pending_t *p = &intake->fifo[intake->head + i];
 
                 if (p->done || p->error || p->store_fatal > 0)
@@ -807,7 +814,8 @@ static void drain(cq_intake_t *intake, const atomic_int *stop)
 
         if (cq_now_ms() < intake->retry_at || !batch(intake, limit))
                 limit = 0;
-        for (i = 0; i < limit && !atomic_load(stop); i++) {
+        for (i = 0; i < limit && !atomic_load(stop) && !intake->backlog_over;
+             i++) {
                 pending_t *p = &intake->fifo[intake->head + i];
                 step_t r;
 
@@ -910,11 +918,20 @@ int cq_intake_run(cq_intake_t *intake, const atomic_int *stop)
                                       : 5;
                 if (timeout > 100)
                         timeout = 100;
+                /* Take what has already arrived (up to a batch) before
+                 * storing: a burst becomes one statement, not one each. */
                 msg = rd_kafka_consumer_poll(intake->rk, timeout);
-                if (msg && on_message(intake, msg) != 0) {
-                        rc = -1;
-                        break;
+                while (msg) {
+                        if (on_message(intake, msg) != 0) {
+                                rc = -1;
+                                break;
+                        }
+                        msg = intake->n < BATCH_MAX
+                                  ? rd_kafka_consumer_poll(intake->rk, 0)
+                                  : NULL;
                 }
+                if (rc != 0)
+                        break;
                 /* Over the backlog bound, messages already fetched wait
                  * too: pausing alone would not stop them. */
                 if (!intake->backlog_over)
