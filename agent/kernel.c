@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -132,6 +133,8 @@ struct cq_kernel {
          * and its pid 1 outlives the outer bwrap briefly. */
         int info_fd;
         int inner_pidfd;
+        pid_t inner_pid;
+        int nice; /* of the processes started; 0: inherited */
         json_t *language_info;
 
         atomic_int interrupt_req;
@@ -500,6 +503,7 @@ static void read_inner_pid(cq_kernel_t *kernel)
                 return;
         }
         kernel->inner_pidfd = (int)syscall(SYS_pidfd_open, (pid_t)child, 0);
+        kernel->inner_pid = kernel->inner_pidfd >= 0 ? (pid_t)child : -1;
 }
 
 /* SIGKILL the process group and the sandbox, reap, wait until the
@@ -532,6 +536,7 @@ static void teardown(cq_kernel_t *kernel)
                 close(kernel->inner_pidfd);
                 kernel->inner_pidfd = -1;
         }
+        kernel->inner_pid = -1;
         if (kernel->info_fd >= 0)
                 close(kernel->info_fd);
         kernel->info_fd = -1;
@@ -662,6 +667,10 @@ static int spawn(cq_kernel_t *kernel)
                         0U);
                 if (chdir(kernel->work_dir) != 0)
                         _exit(126);
+                /* Before the uid change: raising niceness is always
+                 * allowed, and the kernel's processes inherit it. */
+                if (kernel->nice > 0)
+                        setpriority(PRIO_PROCESS, 0, kernel->nice);
                 if (cq_sandbox_child(kernel->sandbox) != 0)
                         _exit(125);
                 /* After the uid change, which clears the death signal. */
@@ -1249,6 +1258,8 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
         kernel->pidfd = -1;
         kernel->info_fd = -1;
         kernel->inner_pidfd = -1;
+        kernel->inner_pid = -1;
+        kernel->nice = opts->nice > 0 && opts->nice < 20 ? opts->nice : 0;
         atomic_init(&kernel->sig_pid, -1);
         atomic_init(&kernel->interrupt_req, 0);
         kernel->python =
@@ -1657,6 +1668,23 @@ static void kernel_close(cq_kernel_t **kernelp, bool graceful)
         free(kernel->work_dir);
         free(kernel->preload);
         free(kernel);
+}
+
+int cq_kernel_renice(cq_kernel_t *kernel, int nice)
+{
+        int rc = 0;
+
+        kernel->nice = nice;
+        /* setsid() made the kernel (or the outer bwrap) a group leader;
+         * bubblewrap's --new-session did the same for its pid 1, whose
+         * group holds the Python kernel. */
+        if (kernel->pid > 0 &&
+            setpriority(PRIO_PGRP, (id_t)kernel->pid, nice) != 0)
+                rc = -1;
+        if (rc == 0 && kernel->inner_pid > 0 &&
+            setpriority(PRIO_PGRP, (id_t)kernel->inner_pid, nice) != 0)
+                rc = -1;
+        return rc;
 }
 
 void cq_kernel_destroy(cq_kernel_t **kernelp) { kernel_close(kernelp, true); }

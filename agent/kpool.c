@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "coderq/log.h"
 #include "coderq/util.h"
@@ -29,6 +32,7 @@ struct cq_kpool {
         char errmsg[512];
         /* read-only after cq_kpool_new() */
         size_t size;
+        int start_nice, run_nice;
         cq_local_opts_t local;
         char *python, *preload, *work_root;
         pthread_t *threads;
@@ -57,6 +61,7 @@ static void *refill_main(void *arg)
                 pthread_mutex_unlock(&pool->lock);
 
                 kopts = pool->local.kernel;
+                kopts.nice = pool->start_nice;
                 if (cq_work_dir_new(pool->work_root, kopts.sandbox, dir,
                                     sizeof(dir), errstr, sizeof(errstr)) == 0) {
                         kopts.work_dir = dir;
@@ -92,6 +97,26 @@ static void *refill_main(void *arg)
         return NULL;
 }
 
+/* Whether this process may lower a niceness of \p from back to \p to:
+ * a child tries it on itself. */
+static bool can_renice(int from, int to)
+{
+        pid_t pid = fork();
+        int status = 0;
+
+        if (pid < 0)
+                return false;
+        if (pid == 0) {
+                if (setpriority(PRIO_PROCESS, 0, from) != 0 ||
+                    setpriority(PRIO_PROCESS, 0, to) != 0)
+                        _exit(1);
+                _exit(0);
+        }
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 cq_kpool_t *
 cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
 {
@@ -105,6 +130,16 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
         pthread_cond_init(&pool->cond, NULL);
         pool->size = opts->size;
         pool->local = *lo;
+        pool->run_nice = lo->kernel.nice;
+        pool->start_nice = lo->kernel.nice;
+        if (opts->start_nice > lo->kernel.nice && opts->start_nice < 20) {
+                if (can_renice(opts->start_nice, lo->kernel.nice))
+                        pool->start_nice = opts->start_nice;
+                else
+                        cq_log_info("kernel pool: niceness cannot be lowered "
+                                    "here (no CAP_SYS_NICE or RLIMIT_NICE); "
+                                    "kernels start at normal priority");
+        }
         pool->python = lo->kernel.python ? strdup(lo->kernel.python) : NULL;
         pool->preload =
             strdup(lo->kernel.preload ? lo->kernel.preload : CQ_KPOOL_PRELOAD);
@@ -172,6 +207,11 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
         pthread_mutex_unlock(&pool->lock);
         if (!kernel)
                 return NULL;
+        if (pool->start_nice != pool->run_nice &&
+            cq_kernel_renice(kernel, pool->run_nice) != 0)
+                cq_log_kv(CQ_LOG_WARN,
+                          "could not restore a pooled kernel's priority",
+                          "error", strerror(errno), NULL);
         return cq_local_interp_wrap(&kernel, pool->local.kernel.sandbox, true,
                                     errstr, errstr_size);
 }
@@ -194,6 +234,7 @@ void cq_kpool_stats(cq_kpool_t *pool, cq_kpool_stats_t *stats)
         stats->peak_starting = pool->peak_starting;
         stats->started = pool->started;
         stats->failed = pool->failed;
+        stats->start_nice = pool->start_nice;
         pthread_mutex_unlock(&pool->lock);
 }
 
@@ -238,5 +279,6 @@ void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
         memset(opts, 0, sizeof(*opts));
         opts->size = cfg->kpool_size > 0 ? (size_t)cfg->kpool_size : 0;
         opts->starts = cfg->kpool_starts > 0 ? (size_t)cfg->kpool_starts : 1;
+        opts->start_nice = (int)cfg->kpool_nice;
         cq_local_opts_from_config(&opts->local, cfg, sandbox);
 }

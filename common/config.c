@@ -73,6 +73,11 @@ static const cq_cfg_entry_t entries[] = {
      "2", 1, 16, NULL,
      "local kernels the pool starts at once (a start is CPU-bound: about "
      "the number of cores)"},
+    {"CODERQ_KPOOL_NICE", NULL, "kpool-nice", CQ_CFG_INT, F(kpool_nice), "15",
+     0, 19, NULL,
+     "niceness of pool kernels while they start and wait, restored when a "
+     "job takes one, so pre-starts yield the CPU to running jobs (0: off; "
+     "needs CAP_SYS_NICE or RLIMIT_NICE, else off)"},
     {"CODERQ_KERNEL_STARTUP_TIMEOUT_S", NULL, "kernel-startup-timeout-s",
      CQ_CFG_INT, F(kernel_startup_timeout_s), "60", 1, 3600, NULL,
      "seconds a local kernel may take to become ready"},

@@ -64,10 +64,8 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                      : "without bubblewrap",
                  *cq_sandbox_reason(backend->sandbox) ? ": " : "",
                  cq_sandbox_reason(backend->sandbox));
-        memset(&po, 0, sizeof(po));
+        cq_kpool_opts_from_config(&po, cfg, backend->sandbox);
         po.size = pool_size;
-        po.starts = cfg->kpool_starts > 0 ? (size_t)cfg->kpool_starts : 1;
-        cq_local_opts_from_config(&po.local, cfg, backend->sandbox);
         backend->pool = cq_kpool_new(&po, errstr, errstr_size);
         if (!backend->pool)
                 goto fail;

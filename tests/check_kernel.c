@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,6 +64,47 @@ static int count_kernels(void)
         }
         closedir(proc);
         return n;
+}
+
+/* Whether every process whose command line mentions our work root has
+ * niceness \p nice (and there is at least one). */
+static bool kernels_nice(int nice)
+{
+        DIR *proc = opendir("/proc");
+        struct dirent *de;
+        int n = 0, bad = 0;
+
+        ck_assert_ptr_nonnull(proc);
+        while ((de = readdir(proc))) {
+                char path[300], buf[4096];
+                size_t len, i;
+                FILE *fp;
+                int prio;
+
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+                fp = fopen(path, "rb");
+                if (!fp)
+                        continue;
+                len = fread(buf, 1, sizeof(buf) - 1, fp);
+                fclose(fp);
+                for (i = 0; i < len; i++)
+                        if (buf[i] == '\0')
+                                buf[i] = ' ';
+                buf[len] = '\0';
+                if (!strstr(buf, root))
+                        continue;
+                errno = 0;
+                prio = getpriority(PRIO_PROCESS,
+                                   (id_t)strtol(de->d_name, NULL, 10));
+                if (errno)
+                        continue; /* gone meanwhile */
+                n++;
+                bad += prio != nice;
+        }
+        closedir(proc);
+        return n > 0 && bad == 0;
 }
 
 static cq_interp_t *start_local(const cq_sandbox_t *sandbox, size_t out_max)
@@ -601,6 +643,23 @@ START_TEST(sandbox_confines_the_kernel)
                 cq_cell_result_release(&res);
         }
         close(lfd);
+        /* renicing reaches the kernel inside bubblewrap's session */
+        {
+                cq_kernel_t *k = cq_local_interp_kernel(interp);
+
+                ck_assert_int_eq(cq_kernel_renice(k, 7), 0);
+                assert_stdout(interp,
+                              "import os\nprint(os.getpriority("
+                              "os.PRIO_PROCESS, 0))",
+                              "7\n");
+                if (geteuid() == 0) {
+                        ck_assert_int_eq(cq_kernel_renice(k, 0), 0);
+                        assert_stdout(interp,
+                                      "import os\nprint(os.getpriority("
+                                      "os.PRIO_PROCESS, 0))",
+                                      "0\n");
+                }
+        }
         /* timeouts, cancel and interrupt work through bubblewrap too */
         cancel_and_interrupt(interp);
         {
@@ -699,10 +758,20 @@ START_TEST(pool_starts_kernels_in_parallel)
         memset(&opts, 0, sizeof(opts));
         opts.size = 4;
         opts.starts = 2;
+        opts.start_nice = 12;
         opts.local.work_root = root;
         opts.local.kernel.startup_timeout_ms = 60000;
         pool = cq_kpool_new(&opts, errstr, sizeof(errstr));
         ck_assert_msg(pool != NULL, "%s", errstr);
+        for (i = 0; i < 1200 && cq_kpool_ready(pool) < 4; i++) {
+                struct timespec ts = {0, 100 * 1000 * 1000};
+
+                nanosleep(&ts, NULL);
+        }
+        /* waiting kernels run niced (where it can be undone: as root) */
+        cq_kpool_stats(pool, &st);
+        ck_assert_int_eq(st.start_nice, geteuid() == 0 ? 12 : 0);
+        ck_assert(kernels_nice(st.start_nice));
         for (i = 0; i < 4; i++) {
                 k[i] = cq_kpool_acquire(pool, 120000, errstr, sizeof(errstr));
                 ck_assert_msg(k[i] != NULL, "%s", errstr);
@@ -713,7 +782,16 @@ START_TEST(pool_starts_kernels_in_parallel)
         ck_assert_uint_ge(st.started, 4);
         ck_assert_uint_eq(st.failed, 0);
         for (i = 0; i < 4; i++) {
-                assert_stdout(k[i], "print(6 * 7)", "42\n");
+                pid_t pid = cq_kernel_pid(cq_local_interp_kernel(k[i]));
+
+                /* a job's kernel runs at normal priority again */
+                errno = 0;
+                ck_assert_int_eq(getpriority(PRIO_PROCESS, (id_t)pid), 0);
+                ck_assert_int_eq(errno, 0);
+                assert_stdout(k[i],
+                              "import os\nprint(6 * 7, os.getpriority("
+                              "os.PRIO_PROCESS, 0))",
+                              "42 0\n");
                 cq_interp_destroy(&k[i]);
         }
         /* the replacements come up too */

@@ -49,6 +49,7 @@ typedef struct cq_config {
         char *work_root;
         long kpool_size;
         long kpool_starts;
+        long kpool_nice;
         long kernel_startup_timeout_s;
         size_t output_max;
         char *sandbox;

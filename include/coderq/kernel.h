@@ -34,6 +34,7 @@ typedef struct cq_kernel_opts {
         const char *preload;
         const cq_sandbox_t *sandbox; /* borrowed; NULL: no sandbox/rlimits */
         void *zmq_ctx; /* borrowed, shared; NULL: the kernel makes its own */
+        int nice;      /* 1..19: start with this niceness; 0: inherit */
 } cq_kernel_opts_t;
 
 /**
@@ -88,6 +89,16 @@ pid_t cq_kernel_pid(const cq_kernel_t *kernel);
 
 /** @brief The work dir; borrowed, valid until destroy. */
 const char *cq_kernel_work_dir(const cq_kernel_t *kernel);
+
+/**
+ * @brief Set the niceness of the kernel's processes (its process groups:
+ *        the kernel and what it started, bubblewrap's included) and of
+ *        the kernels a restart starts.
+ * @returns 0, or -1 with errno (EACCES/EPERM: lowering niceness needs
+ *          CAP_SYS_NICE or RLIMIT_NICE).
+ * @locality The thread that owns \p kernel.
+ */
+int cq_kernel_renice(cq_kernel_t *kernel, int nice);
 
 /** @brief Counters of dropped kernel messages. */
 void cq_kernel_stats(const cq_kernel_t *kernel, cq_jmsg_stats_t *stats);

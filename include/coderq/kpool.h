@@ -84,6 +84,12 @@ typedef struct cq_kpool cq_kpool_t;
 typedef struct cq_kpool_opts {
         size_t size;   /* kernels kept ready (and starting) */
         size_t starts; /* refill threads: kernels starting at once (0: 1) */
+        /* 1..19: niceness of kernels while they start and wait in the
+         * pool, back to local.kernel.nice when acquired, so speculative
+         * starts yield the CPU to running jobs; 0, or when niceness
+         * cannot be lowered again here (no CAP_SYS_NICE or RLIMIT_NICE),
+         * kernels start at local.kernel.nice. */
+        int start_nice;
         cq_local_opts_t local; /* kernel.work_dir is ignored */
 } cq_kpool_opts_t;
 
@@ -94,6 +100,7 @@ typedef struct cq_kpool_stats {
         size_t peak_starting; /* most kernels ever starting at once */
         uint64_t started;     /* kernels that became ready */
         uint64_t failed;      /* starts that failed */
+        int start_nice;       /* niceness of starts in effect */
 } cq_kpool_stats_t;
 
 /** @brief Fill \p opts from \p cfg (CODERQ_KPOOL_SIZE,
