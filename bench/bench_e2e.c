@@ -520,8 +520,22 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_e2e: %s\n", errstr);
                 goto out;
         }
-        /* connect both before the clock starts */
+        /* connect both before the clock starts: upstream producers are
+         * long-lived, so the first produce's connection and topic
+         * metadata are not part of a job's latency */
         rd_kafka_consumer_poll(cons, 500);
+        {
+                rd_kafka_topic_t *rkt;
+                const struct rd_kafka_metadata *md = NULL;
+
+                snprintf(topic, sizeof(topic), "%s.jobs", b.prefix);
+                rkt = rd_kafka_topic_new(prod, topic, NULL);
+                if (rkt && rd_kafka_metadata(prod, 0, rkt, &md, 10000) ==
+                               RD_KAFKA_RESP_ERR_NO_ERROR)
+                        rd_kafka_metadata_destroy(md);
+                if (rkt)
+                        rd_kafka_topic_destroy(rkt);
+        }
         t_first = now_ms();
         for (i = 0; i < b.jobs; i++) {
                 sub[i] = now_ms();
