@@ -34,52 +34,19 @@ static void root_setup(void)
         snprintf(root, sizeof(root), "/tmp/cqcheck-kernel-%ld", (long)getpid());
 }
 
-/* Processes whose command line mentions our work root. */
-static int count_kernels(void)
+/* Pids (at most \p max) of the processes whose command line mentions our
+ * work root; returns how many there are. */
+static size_t kernel_pids(pid_t *out, size_t max)
 {
         DIR *proc = opendir("/proc");
         struct dirent *de;
-        int n = 0;
+        size_t n = 0;
 
         ck_assert_ptr_nonnull(proc);
         while ((de = readdir(proc))) {
                 char path[300], buf[4096];
                 size_t len, i;
                 FILE *fp;
-
-                if (de->d_name[0] < '0' || de->d_name[0] > '9')
-                        continue;
-                snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-                fp = fopen(path, "rb");
-                if (!fp)
-                        continue;
-                len = fread(buf, 1, sizeof(buf) - 1, fp);
-                fclose(fp);
-                for (i = 0; i < len; i++)
-                        if (buf[i] == '\0')
-                                buf[i] = ' ';
-                buf[len] = '\0';
-                if (strstr(buf, root))
-                        n++;
-        }
-        closedir(proc);
-        return n;
-}
-
-/* Whether every process whose command line mentions our work root has
- * niceness \p nice (and there is at least one). */
-static bool kernels_nice(int nice)
-{
-        DIR *proc = opendir("/proc");
-        struct dirent *de;
-        int n = 0, bad = 0;
-
-        ck_assert_ptr_nonnull(proc);
-        while ((de = readdir(proc))) {
-                char path[300], buf[4096];
-                size_t len, i;
-                FILE *fp;
-                int prio;
 
                 if (de->d_name[0] < '0' || de->d_name[0] > '9')
                         continue;
@@ -95,15 +62,37 @@ static bool kernels_nice(int nice)
                 buf[len] = '\0';
                 if (!strstr(buf, root))
                         continue;
-                errno = 0;
-                prio = getpriority(PRIO_PROCESS,
-                                   (id_t)strtol(de->d_name, NULL, 10));
-                if (errno)
-                        continue; /* gone meanwhile */
+                if (n < max)
+                        out[n] = (pid_t)strtol(de->d_name, NULL, 10);
                 n++;
-                bad += prio != nice;
         }
         closedir(proc);
+        return n;
+}
+
+static int count_kernels(void)
+{
+        pid_t pids[1];
+
+        return (int)kernel_pids(pids, 0);
+}
+
+/* Whether every process whose command line mentions our work root has
+ * niceness \p nice (and there is at least one). */
+static bool kernels_nice(int nice)
+{
+        pid_t pids[256];
+        size_t n = kernel_pids(pids, 256), i, bad = 0;
+
+        ck_assert_uint_le(n, 256);
+        for (i = 0; i < n; i++) {
+                int prio;
+
+                errno = 0;
+                prio = getpriority(PRIO_PROCESS, (id_t)pids[i]);
+                if (errno == 0 && prio != nice)
+                        bad++;
+        }
         return n > 0 && bad == 0;
 }
 
