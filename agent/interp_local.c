@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +84,10 @@ int cq_work_dir_new(const char *root,
                                  strerror(errno));
                 return -1;
         }
-        if (snprintf(out, out_size, "%s/k-XXXXXX", root) >= (int)out_size ||
+        /* The worker's pid in the name lets cq_work_root_sweep() tell the
+         * dirs of workers that are gone. */
+        if (snprintf(out, out_size, "%s/k-%ld-XXXXXX", root, (long)getpid()) >=
+                (int)out_size ||
             !mkdtemp(out)) {
                 if (errstr)
                         snprintf(errstr, errstr_size,
@@ -129,6 +133,56 @@ static void remove_at(int dfd, const char *name)
 }
 
 void cq_work_dir_remove(const char *path) { remove_at(AT_FDCWD, path); }
+
+/* The pid in a work dir name "k-PID-XXXXXX", or -1. */
+static long name_pid(const char *name)
+{
+        const char *p = name + 2;
+        long pid = 0;
+
+        if (strncmp(name, "k-", 2) != 0 || *p < '1' || *p > '9')
+                return -1;
+        for (; *p >= '0' && *p <= '9'; p++) {
+                if (pid > INT32_MAX / 10)
+                        return -1;
+                pid = pid * 10 + (*p - '0');
+        }
+        return *p == '-' ? pid : -1;
+}
+
+int cq_work_root_sweep(const char *root)
+{
+        char def[PATH_MAX];
+        struct dirent *de;
+        DIR *dir;
+        int fd, removed = 0;
+
+        if (!root) {
+                cq_work_root_default(def, sizeof(def));
+                root = def;
+        }
+        fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return errno == ENOENT ? 0 : -1;
+        dir = fdopendir(fd);
+        if (!dir) {
+                close(fd);
+                return -1;
+        }
+        while ((de = readdir(dir))) {
+                long pid = name_pid(de->d_name);
+
+                if (pid <= 0 || pid == (long)getpid())
+                        continue;
+                /* EPERM: alive, someone else's */
+                if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+                        continue;
+                remove_at(dirfd(dir), de->d_name);
+                removed++;
+        }
+        closedir(dir);
+        return removed;
+}
 
 /* Open \p name under \p root, never following a symlink on the way.
  * \p create: make missing parent directories and the file itself. */

@@ -29,6 +29,7 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
         cq_sandbox_opts_t so;
         cq_kpool_opts_t po;
         char root[512];
+        int swept;
 
         if (!backend) {
                 snprintf(errstr, errstr_size, "out of memory");
@@ -64,6 +65,11 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                      : "without bubblewrap",
                  *cq_sandbox_reason(backend->sandbox) ? ": " : "",
                  cq_sandbox_reason(backend->sandbox));
+        swept = cq_work_root_sweep(cfg->work_root);
+        if (swept > 0)
+                cq_log_json(CQ_LOG_INFO, NULL,
+                            "removed %d work dirs of workers that are gone",
+                            swept);
         cq_kpool_opts_from_config(&po, cfg, backend->sandbox);
         po.size = pool_size;
         backend->pool = cq_kpool_new(&po, errstr, errstr_size);

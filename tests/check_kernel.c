@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -798,6 +799,62 @@ START_TEST(pool_starts_kernels_in_parallel)
 }
 END_TEST
 
+START_TEST(sweep_removes_dirs_of_dead_workers)
+{
+        char sweep[300], path[400], mine[400], errstr[256];
+        const char *keep[] = {"k-notapid-x", "k-0-x", "other", "k-12"};
+        struct stat st;
+        pid_t dead;
+        size_t i;
+        FILE *fp;
+
+        /* a pid that surely is not running: a child we reaped */
+        dead = fork();
+        ck_assert_int_ge(dead, 0);
+        if (dead == 0)
+                _exit(0);
+        ck_assert_int_eq(waitpid(dead, NULL, 0), dead);
+        snprintf(sweep, sizeof(sweep), "%s/sweep", root);
+        mkdir(root, 0711);
+        ck_assert_int_eq(cq_work_root_sweep(sweep), 0); /* missing: fine */
+        ck_assert_int_eq(mkdir(sweep, 0711), 0);
+        /* ours, made the normal way: kept */
+        ck_assert_int_eq(cq_work_dir_new(sweep, NULL, mine, sizeof(mine),
+                                         errstr, sizeof(errstr)),
+                         0);
+        /* a dead worker's, with content: removed */
+        snprintf(path, sizeof(path), "%s/k-%ld-abcdef", sweep, (long)dead);
+        ck_assert_int_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/k-%ld-abcdef/sub", sweep, (long)dead);
+        ck_assert_int_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/k-%ld-abcdef/sub/f", sweep,
+                 (long)dead);
+        fp = fopen(path, "w");
+        ck_assert_ptr_nonnull(fp);
+        fclose(fp);
+        /* a live process's (pid 1): kept; and names that are not ours */
+        snprintf(path, sizeof(path), "%s/k-1-abcdef", sweep);
+        ck_assert_int_eq(mkdir(path, 0700), 0);
+        for (i = 0; i < CQ_ARRAY_SIZE(keep); i++) {
+                snprintf(path, sizeof(path), "%s/%s", sweep, keep[i]);
+                ck_assert_int_eq(mkdir(path, 0700), 0);
+        }
+        ck_assert_int_eq(cq_work_root_sweep(sweep), 1);
+        snprintf(path, sizeof(path), "%s/k-%ld-abcdef", sweep, (long)dead);
+        ck_assert_int_ne(stat(path, &st), 0);
+        ck_assert_int_eq(stat(mine, &st), 0);
+        snprintf(path, sizeof(path), "%s/k-1-abcdef", sweep);
+        ck_assert_int_eq(stat(path, &st), 0);
+        for (i = 0; i < CQ_ARRAY_SIZE(keep); i++) {
+                snprintf(path, sizeof(path), "%s/%s", sweep, keep[i]);
+                ck_assert_int_eq(stat(path, &st), 0);
+        }
+        ck_assert_int_eq(cq_work_root_sweep(sweep), 0);
+        cq_work_dir_remove(sweep);
+        ck_assert_int_ne(stat(sweep, &st), 0);
+}
+END_TEST
+
 START_TEST(config_and_start_failure)
 {
         cq_config_t cfg;
@@ -894,6 +951,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, sandbox_confines_the_kernel);
         tcase_add_test(tc, pool_hands_out_ready_kernels);
         tcase_add_test(tc, pool_starts_kernels_in_parallel);
+        tcase_add_test(tc, sweep_removes_dirs_of_dead_workers);
         tcase_add_test(tc, config_and_start_failure);
         tcase_add_test(tc, nothing_left_behind);
         suite_add_tcase(s, tc);

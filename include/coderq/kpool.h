@@ -75,6 +75,15 @@ void cq_work_dir_remove(const char *path);
 void cq_work_root_default(char *out, size_t size);
 
 /**
+ * @brief Remove the work dirs under \p root (NULL: the default) left by
+ *        workers that no longer run (killed with SIGKILL, or a crash):
+ *        work dir names carry the creating process's pid. A work root
+ *        shared between pid namespaces (containers) must not be swept.
+ * @returns How many were removed, or -1 when \p root cannot be read.
+ */
+int cq_work_root_sweep(const char *root);
+
+/**
  * @brief Thread-safe pool of ready kernels.
  * @locks pool->lock (a pthread mutex) guards the ready list, the number
  *        of kernels starting, the stop flag and the last error.
