@@ -907,6 +907,9 @@ def main():
     api_cls = type("Api", (ApiHandler,), {"state": state})
     sbx_cls = type("Sbx", (SandboxHandler,), {"state": state})
     ThreadingHTTPServer.daemon_threads = True
+    # the default listen backlog of 5 drops the SYNs of a burst of
+    # clients, each then retried only after 1 s
+    ThreadingHTTPServer.request_queue_size = 256
     api = ThreadingHTTPServer(("127.0.0.1", 0), api_cls)
     sbx = ThreadingHTTPServer(("127.0.0.1", 0), sbx_cls)
     stop = threading.Event()

@@ -269,6 +269,10 @@ def estimate_tokens(obj):
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default listen backlog is 5: 64 slots connecting at
+    # once overflow it, and each dropped SYN costs its client a 1 s
+    # retransmission, which real providers do not charge.
+    request_queue_size = 256
 
     def handle_error(self, request, client_address):
         # Clients that give up (a cancel, a size cap) reset the connection;
