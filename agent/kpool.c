@@ -20,6 +20,10 @@
 #include "coderq/util.h"
 #include "kpool_int.h"
 
+/* How long acquire waits for a niced pool before it starts a kernel of
+ * its own at the job's priority. */
+#define KPOOL_GRACE_MS 1500
+
 struct cq_kpool {
         pthread_mutex_t lock; /* guards everything below it */
         pthread_cond_t cond;  /* ready list changed, or stop */
@@ -27,7 +31,7 @@ struct cq_kpool {
         size_t nready;
         size_t starting;
         size_t peak_starting;
-        uint64_t started, failed;
+        uint64_t started, failed, own_starts;
         bool stop;
         char errmsg[512];
         /* read-only after cq_kpool_new() */
@@ -39,6 +43,26 @@ struct cq_kpool {
         size_t nthreads; /* started */
 };
 
+/* A kernel in a new work dir, started at niceness \p nice; NULL with
+ * \p errstr filled on failure. */
+static cq_kernel_t *
+start_kernel(cq_kpool_t *pool, int nice, char *errstr, size_t errstr_size)
+{
+        cq_kernel_opts_t kopts = pool->local.kernel;
+        cq_kernel_t *kernel = NULL;
+        char dir[PATH_MAX];
+
+        kopts.nice = nice;
+        if (cq_work_dir_new(pool->work_root, kopts.sandbox, dir, sizeof(dir),
+                            errstr, errstr_size) == 0) {
+                kopts.work_dir = dir;
+                kernel = cq_kernel_new(&kopts, errstr, errstr_size);
+                if (!kernel)
+                        cq_work_dir_remove(dir);
+        }
+        return kernel;
+}
+
 static void *refill_main(void *arg)
 {
         cq_kpool_t *pool = arg;
@@ -46,10 +70,8 @@ static void *refill_main(void *arg)
 
         pthread_mutex_lock(&pool->lock);
         while (!pool->stop) {
-                cq_kernel_opts_t kopts;
-                cq_kernel_t *kernel = NULL;
-                char dir[PATH_MAX];
-                bool failed = false;
+                cq_kernel_t *kernel;
+                bool failed;
 
                 if (pool->nready + pool->starting >= pool->size) {
                         pthread_cond_wait(&pool->cond, &pool->lock);
@@ -60,15 +82,8 @@ static void *refill_main(void *arg)
                         pool->peak_starting = pool->starting;
                 pthread_mutex_unlock(&pool->lock);
 
-                kopts = pool->local.kernel;
-                kopts.nice = pool->start_nice;
-                if (cq_work_dir_new(pool->work_root, kopts.sandbox, dir,
-                                    sizeof(dir), errstr, sizeof(errstr)) == 0) {
-                        kopts.work_dir = dir;
-                        kernel = cq_kernel_new(&kopts, errstr, sizeof(errstr));
-                        if (!kernel)
-                                cq_work_dir_remove(dir);
-                }
+                kernel = start_kernel(pool, pool->start_nice, errstr,
+                                      sizeof(errstr));
                 failed = kernel == NULL;
                 if (failed)
                         cq_log_kv(CQ_LOG_WARN, "could not start pool kernel",
@@ -185,10 +200,20 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
 {
         cq_kernel_t *kernel = NULL;
         struct timespec ts;
+        int64_t wait = timeout_ms > 0 ? timeout_ms : 0;
+        bool own = false;
 
-        cq_abstime_in(&ts, timeout_ms > 0 ? timeout_ms : 0);
+        /* A pool of niced starts may be slow to deliver on a busy
+         * machine: past a grace period the caller starts its own kernel
+         * at the job's priority. A pool of size 0 always does. */
+        if (pool->size == 0)
+                wait = 0;
+        else if (pool->start_nice != pool->run_nice && wait > KPOOL_GRACE_MS)
+                wait = KPOOL_GRACE_MS;
+        own = timeout_ms > wait;
+        cq_abstime_in(&ts, wait);
         pthread_mutex_lock(&pool->lock);
-        while (!pool->stop && pool->nready == 0 && timeout_ms > 0) {
+        while (!pool->stop && pool->nready == 0 && wait > 0) {
                 if (pthread_cond_timedwait(&pool->cond, &pool->lock, &ts) ==
                     ETIMEDOUT)
                         break;
@@ -197,6 +222,18 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
                 kernel = pool->ready[--pool->nready];
                 pool->ready[pool->nready] = NULL;
                 pthread_cond_broadcast(&pool->cond); /* refill */
+        } else if (!pool->stop && own) {
+                pthread_mutex_unlock(&pool->lock);
+                kernel =
+                    start_kernel(pool, pool->run_nice, errstr, errstr_size);
+                pthread_mutex_lock(&pool->lock);
+                if (kernel)
+                        pool->own_starts++;
+                pthread_mutex_unlock(&pool->lock);
+                return kernel ? cq_local_interp_wrap(&kernel,
+                                                     pool->local.kernel.sandbox,
+                                                     true, errstr, errstr_size)
+                              : NULL;
         } else if (errstr) {
                 snprintf(errstr, errstr_size,
                          "could not acquire a kernel: %s%s%s",
@@ -235,6 +272,7 @@ void cq_kpool_stats(cq_kpool_t *pool, cq_kpool_stats_t *stats)
         stats->started = pool->started;
         stats->failed = pool->failed;
         stats->start_nice = pool->start_nice;
+        stats->own_starts = pool->own_starts;
         pthread_mutex_unlock(&pool->lock);
 }
 

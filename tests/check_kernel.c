@@ -799,6 +799,42 @@ START_TEST(pool_starts_kernels_in_parallel)
 }
 END_TEST
 
+START_TEST(acquire_starts_its_own_when_the_pool_has_none)
+{
+        cq_kpool_opts_t opts;
+        cq_kpool_stats_t st;
+        cq_kpool_t *pool;
+        cq_interp_t *k;
+        char errstr[512] = "";
+
+        /* size 0: nothing pre-started, acquire starts one on demand at
+         * the job's priority even when starts would be niced */
+        memset(&opts, 0, sizeof(opts));
+        opts.size = 0;
+        opts.start_nice = 12;
+        opts.local.work_root = root;
+        opts.local.kernel.startup_timeout_ms = 60000;
+        pool = cq_kpool_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(pool != NULL, "%s", errstr);
+        /* not willing to wait: no kernel, a clear reason */
+        k = cq_kpool_acquire(pool, 0, errstr, sizeof(errstr));
+        ck_assert_ptr_null(k);
+        ck_assert_msg(strstr(errstr, "none ready in time") != NULL, "%s",
+                      errstr);
+        k = cq_kpool_acquire(pool, 60000, errstr, sizeof(errstr));
+        ck_assert_msg(k != NULL, "%s", errstr);
+        assert_stdout(k, "import os\nprint(os.getpriority(os.PRIO_PROCESS, 0))",
+                      "0\n");
+        cq_kpool_stats(pool, &st);
+        ck_assert_uint_eq(st.own_starts, 1);
+        ck_assert_uint_eq(st.started, 0);
+        ck_assert_uint_eq(st.ready, 0);
+        cq_interp_destroy(&k);
+        cq_kpool_destroy(&pool);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 START_TEST(sweep_removes_dirs_of_dead_workers)
 {
         char sweep[300], path[400], mine[400], errstr[256];
@@ -951,6 +987,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, sandbox_confines_the_kernel);
         tcase_add_test(tc, pool_hands_out_ready_kernels);
         tcase_add_test(tc, pool_starts_kernels_in_parallel);
+        tcase_add_test(tc, acquire_starts_its_own_when_the_pool_has_none);
         tcase_add_test(tc, sweep_removes_dirs_of_dead_workers);
         tcase_add_test(tc, config_and_start_failure);
         tcase_add_test(tc, nothing_left_behind);

@@ -110,6 +110,7 @@ typedef struct cq_kpool_stats {
         uint64_t started;     /* kernels that became ready */
         uint64_t failed;      /* starts that failed */
         int start_nice;       /* niceness of starts in effect */
+        uint64_t own_starts;  /* kernels acquire started itself */
 } cq_kpool_stats_t;
 
 /** @brief Fill \p opts from \p cfg (CODERQ_KPOOL_SIZE,
@@ -134,8 +135,12 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size);
 
 /**
  * @brief Take a ready kernel, waiting up to \p timeout_ms for one when
- *        none is ready (0: do not wait). The refill thread then starts a
- *        replacement.
+ *        none is ready (0: do not wait). The refill threads then start a
+ *        replacement. When starts are niced and none is ready after 1.5 s
+ *        (or at once for a pool of size 0), the caller starts a kernel
+ *        of its own at the job's priority instead (which may take up to
+ *        the kernel startup timeout), so a job never waits on a start
+ *        that a busy machine starves.
  * @returns Caller owns the returned interpreter (destroying it destroys
  *          the kernel and removes its work dir); NULL on timeout or when
  *          the pool is stopping, with \p errstr filled.
