@@ -37,6 +37,11 @@
         "WITH m AS (SELECT role, created_at - lag(created_at) OVER "           \
         "(PARTITION BY job_id ORDER BY seq) AS gap FROM job_messages) "        \
         "SELECT 1000 * avg(extract(epoch FROM gap)) FROM m "
+/* The relay's part: outbox row written (finish) to marked sent (its
+ * delivery report arrived); the rest of "relay" is the reader's fetch. */
+#define SQL_OUTBOX                                                             \
+        "SELECT 1000 * avg(extract(epoch FROM sent_at - created_at)) FROM "    \
+        "outbox"
 #define SQL_LLM_TURN  SQL_GAPS "WHERE role = 'assistant'"
 #define SQL_TOOL_TURN SQL_GAPS "WHERE role = 'tool'"
 #define SQL_SETUP                                                              \
@@ -598,13 +603,15 @@ int main(int argc, char **argv)
                "\"intake_ms_mean\":%.1f,\"queue_ms_mean\":%.1f,"
                "\"run_ms_mean\":%.1f,\"relay_ms_mean\":%.1f,"
                "\"setup_ms_mean\":%.1f,\"llm_turn_ms_mean\":%.1f,"
-               "\"tool_turn_ms_mean\":%.1f,\"finish_ms_mean\":%.1f}\n",
+               "\"tool_turn_ms_mean\":%.1f,\"finish_ms_mean\":%.1f,"
+               "\"outbox_ms_mean\":%.1f}\n",
                b.phase, b.slots, b.jobs, b.pool, b.turns, b.latency_ms, wall_s,
                jps, ideal, ideal > 0 ? jps / ideal : 0, pct(lat, b.jobs, 0.5),
                pct(lat, b.jobs, 0.95), lat[b.jobs - 1], rss_warm, rss_peak,
                (double)b.pool / warm_s, st[0], st[1], st[2], st[3],
                pg_value(b.dsn, SQL_SETUP), pg_value(b.dsn, SQL_LLM_TURN),
-               pg_value(b.dsn, SQL_TOOL_TURN), pg_value(b.dsn, SQL_FINISH));
+               pg_value(b.dsn, SQL_TOOL_TURN), pg_value(b.dsn, SQL_FINISH),
+               pg_value(b.dsn, SQL_OUTBOX));
         rc = 0;
 out:
         if (b.worker > 0)

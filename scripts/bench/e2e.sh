@@ -99,11 +99,12 @@ for b in (b16, b64):
     print("%d slots: efficiency %.3f over first submit .. last event; a job's run "
           "%.0f ms for %d ms of LLM latency (run efficiency %.3f); mean ms: intake %.0f, "
           "queue %.0f, run %.0f (setup %.0f, per LLM turn %.0f, per cell turn %.0f, "
-          "finish %.0f), relay %.0f"
+          "finish %.0f), relay %.0f (outbox row to acknowledged %.0f)"
           % (b["slots"], b["efficiency"], b["run_ms_mean"], ideal_run,
              ideal_run / b["run_ms_mean"], b["intake_ms_mean"], b["queue_ms_mean"],
              b["run_ms_mean"], b["setup_ms_mean"], b["llm_turn_ms_mean"],
-             b["tool_turn_ms_mean"], b["finish_ms_mean"], b["relay_ms_mean"]))
+             b["tool_turn_ms_mean"], b["finish_ms_mean"], b["relay_ms_mean"],
+             b["outbox_ms_mean"]))
 print("kernel pool refill: %.2f kernels/s at best in this run; sustained "
       "64-slot throughput would need %.0f/s"
       % (max(x["kernel_starts_per_s"] for x in (a, b16, b64)), b64["ideal_jobs_per_s"]))
