@@ -123,16 +123,19 @@ static bool ensure_store(cq_relay_t *relay)
         return true;
 }
 
-/* Look at every delivery in flight; mark the acknowledged rows sent. */
+/* Look at every delivery in flight, then mark all the acknowledged rows
+ * sent in one statement: one commit per round, not one per event, so a
+ * burst of finished jobs does not hold the relay up. */
 static void reap(cq_relay_t *relay)
 {
-        size_t i = 0;
+        const char **ids;
+        size_t i = 0, n = 0;
+        cq_err_t serr;
 
         while (i < relay->n) {
                 flight_t *f = &relay->v[i];
                 rd_kafka_resp_err_t err;
                 rd_kafka_msg_status_t status;
-                cq_err_t serr;
 
                 if (!f->delivered) {
                         if (!cq_dr_done(relay->prod, f->dr, &err, &status)) {
@@ -154,23 +157,34 @@ static void reap(cq_relay_t *relay)
                         f->delivered = true;
                         cq_dr_put(relay->prod, &f->dr);
                 }
-                if (!ensure_store(relay))
-                        return; /* keep it: mark it once PostgreSQL is back */
-                serr = cq_store_outbox_mark_sent(relay->store, f->event_id);
-                if (serr == CQ_ERR_RETRIABLE) {
-                        set_pg_down(relay, true);
-                        return;
-                }
-                set_pg_down(relay, false);
-                if (serr != CQ_OK)
-                        cq_log_kv(CQ_LOG_ERROR,
-                                  "relay: could not mark an event sent",
-                                  "event_id", f->event_id, "error",
-                                  cq_store_errmsg(relay->store), NULL);
-                else
-                        atomic_fetch_add(&relay->sent, 1);
-                flight_remove(relay, i);
+                n++;
+                i++;
         }
+        if (n == 0 || !ensure_store(relay))
+                return; /* kept: marked once PostgreSQL is back */
+        ids = calloc(n, sizeof(*ids));
+        if (!ids)
+                return; /* kept: marked on a later round */
+        for (i = 0, n = 0; i < relay->n; i++)
+                if (relay->v[i].delivered)
+                        ids[n++] = relay->v[i].event_id;
+        serr = cq_store_outbox_mark_sent(relay->store, ids, n);
+        free(ids);
+        if (serr == CQ_ERR_RETRIABLE) {
+                set_pg_down(relay, true);
+                return;
+        }
+        set_pg_down(relay, false);
+        if (serr != CQ_OK)
+                cq_log_kv(CQ_LOG_ERROR, "relay: could not mark events sent",
+                          "error", cq_store_errmsg(relay->store), NULL);
+        else
+                atomic_fetch_add(&relay->sent, n);
+        /* Marked, or refused for good: either way not ours to keep. */
+        i = relay->n;
+        while (i-- > 0)
+                if (relay->v[i].delivered)
+                        flight_remove(relay, i);
 }
 
 static bool in_flight(const cq_relay_t *relay, const char *event_id)

@@ -126,7 +126,7 @@ static const char SQL_OUTBOX_FETCH[] =
 
 static const char SQL_OUTBOX_SENT[] =
     "UPDATE outbox SET sent_at = now()"
-    " WHERE event_id = $1::uuid AND sent_at IS NULL";
+    " WHERE event_id = ANY ($1::uuid[]) AND sent_at IS NULL";
 
 static const char SQL_CANCEL_LOCK[] =
     "SELECT status FROM jobs WHERE job_id = $1 FOR UPDATE";
@@ -668,14 +668,25 @@ out:
         return err;
 }
 
-cq_err_t cq_store_outbox_mark_sent(cq_store_t *store, const char *event_id)
+cq_err_t cq_store_outbox_mark_sent(cq_store_t *store,
+                                   const char *const *event_ids,
+                                   size_t n)
 {
         store_params_t sp;
+        char *ids;
+        cq_err_t err;
 
+        if (n == 0)
+                return CQ_OK;
+        ids = store_text_array(store, event_ids, n);
+        if (!ids)
+                return CQ_ERR_FATAL;
         sp_init(&sp);
-        sp_text(&sp, event_id);
-        return store_exec(store, "mark an outbox row sent", SQL_OUTBOX_SENT,
-                          &sp, 0, true, NULL);
+        sp_text(&sp, ids);
+        err = store_exec(store, "mark outbox rows sent", SQL_OUTBOX_SENT, &sp,
+                         0, true, NULL);
+        free(ids);
+        return err;
 }
 
 cq_err_t cq_store_cancel(cq_store_t *store,

@@ -1226,7 +1226,7 @@ START_TEST(claimable_jobs_are_announced)
         id = claim_id(store);
         ck_assert_ptr_nonnull(id);
         ck_assert_int_eq(cq_store_release(store, id), CQ_OK);
-        ck_assert_int_eq(listen_sum(l, 1), 1);
+        ck_assert_int_ge(listen_sum(l, 1), 1);
         free(id);
         cq_listener_destroy(&l);
         ck_assert_ptr_null(l);
@@ -1288,10 +1288,16 @@ START_TEST(outbox_rows_marked_sent_only_when_asked)
         cq_outbox_release(&box);
         ck_assert_int_eq(cq_store_outbox_fetch(store, 10, &box), CQ_OK);
         ck_assert_uint_eq(box.n, 3);
-        ck_assert_int_eq(cq_store_outbox_mark_sent(store, box.v[1].event_id),
-                         CQ_OK);
-        ck_assert_int_eq(cq_store_outbox_mark_sent(store, box.v[1].event_id),
-                         CQ_OK);
+        {
+                const char *one[1] = {box.v[1].event_id};
+
+                ck_assert_int_eq(cq_store_outbox_mark_sent(store, one, 1),
+                                 CQ_OK);
+                ck_assert_int_eq(cq_store_outbox_mark_sent(store, one, 1),
+                                 CQ_OK);
+                ck_assert_int_eq(cq_store_outbox_mark_sent(store, NULL, 0),
+                                 CQ_OK);
+        }
         cq_outbox_release(&box);
         ck_assert_int_eq(cq_store_outbox_fetch(store, 1, &box), CQ_OK);
         ck_assert_uint_eq(box.n, 1);
@@ -1305,6 +1311,24 @@ START_TEST(outbox_rows_marked_sent_only_when_asked)
                             "NOT NULL AND job_id = 'o1'",
                             NULL),
                          1);
+        /* several at once, one of them already sent */
+        ck_assert_int_eq(cq_store_outbox_fetch(store, 10, &box), CQ_OK);
+        ck_assert_uint_eq(box.n, 2);
+        {
+                char *sent = q1("SELECT event_id::text FROM outbox WHERE "
+                                "job_id = 'o1'",
+                                NULL);
+                const char *ids[3] = {box.v[0].event_id, sent,
+                                      box.v[1].event_id};
+
+                ck_assert_int_eq(cq_store_outbox_mark_sent(store, ids, 3),
+                                 CQ_OK);
+                free(sent);
+        }
+        cq_outbox_release(&box);
+        ck_assert_int_eq(cq_store_outbox_fetch(store, 10, &box), CQ_OK);
+        ck_assert_uint_eq(box.n, 0);
+        cq_outbox_release(&box);
         cq_store_destroy(&store);
 }
 END_TEST

@@ -230,9 +230,11 @@ CQ_NODISCARD cq_err_t cq_store_outbox_fetch(cq_store_t *store,
                                             size_t max,
                                             cq_outbox_t *box);
 
-/** @brief Mark one row sent (after its successful delivery report). */
+/** @brief Mark rows sent (after their successful delivery reports), in
+ *         one statement; ids already marked are left as they are. */
 CQ_NODISCARD cq_err_t cq_store_outbox_mark_sent(cq_store_t *store,
-                                                const char *event_id);
+                                                const char *const *event_ids,
+                                                size_t n);
 
 typedef enum cq_cancel_outcome {
         CQ_CANCEL_NOT_FOUND = 0,
