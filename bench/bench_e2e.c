@@ -478,8 +478,9 @@ int main(int argc, char **argv)
         t0 = now_ms();
         if (start_worker(&b))
                 goto out;
-        /* Fill the pool: the refill thread starts one kernel at a time,
-         * so when all are forked only the last may still be starting. */
+        /* Fill the pool: the refill threads (CODERQ_KPOOL_STARTS) start
+         * two kernels at a time, so when all are forked the last two may
+         * still be starting; the pause below covers them. */
         kids = 0;
         while (b.slots > 0 && (kids = children(b.worker)) < b.pool) {
                 if (waitpid(b.worker, NULL, WNOHANG) != 0) {

@@ -15,7 +15,7 @@
 # slots reach once the fixed latency of the first intake and the last
 # relay is left out.
 # Kernel pools are filled before the jobs go in: a fresh kernel per job
-# costs ~1 s of CPU here and the refill starts one at a time, so without
+# costs ~1 s of CPU here and the refill starts two at a time, so without
 # it kernel starts would be all that is measured (their rate is printed).
 # Starts the services with services.sh when they are not running (and
 # stops them again). Last line: JSON.
