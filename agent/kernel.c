@@ -473,7 +473,7 @@ static bool kernel_alive(cq_kernel_t *kernel)
  * N}, written before the kernel runs, so complete once it answered) and
  * hold a pidfd on it. Without one, teardown cannot wait for the
  * sandbox to be gone. */
-static void read_inner_pid(cq_kernel_t *kernel)
+static void read_inner_pid(cq_kernel_t *kernel, bool warn)
 {
         char buf[1024];
         size_t len = 0;
@@ -499,11 +499,19 @@ static void read_inner_pid(cq_kernel_t *kernel)
         child = json_integer_value(json_object_get(info, "child-pid"));
         json_decref(info);
         if (child <= 1 || child > INT32_MAX) {
-                cq_log_warn("sandbox: no child pid from bubblewrap");
+                if (warn)
+                        cq_log_warn("sandbox: no child pid from bubblewrap");
                 return;
         }
+        /* The pid is kept without a pidfd too (no pidfd_open: old kernel
+         * or seccomp): renicing needs it, only the wait does not. */
+        kernel->inner_pid = (pid_t)child;
         kernel->inner_pidfd = (int)syscall(SYS_pidfd_open, (pid_t)child, 0);
-        kernel->inner_pid = kernel->inner_pidfd >= 0 ? (pid_t)child : -1;
+        if (kernel->inner_pidfd < 0 && warn)
+                cq_log_kv(CQ_LOG_WARN,
+                          "sandbox: no pidfd for its pid 1; teardown will not "
+                          "wait for it",
+                          "error", strerror(errno), NULL);
 }
 
 /* SIGKILL the process group and the sandbox, reap, wait until the
@@ -513,6 +521,9 @@ static void teardown(cq_kernel_t *kernel)
         char path[PATH_MAX + 16];
         int port;
 
+        /* A start that failed early may not have read it yet. */
+        if (kernel->info_fd >= 0)
+                read_inner_pid(kernel, false);
         if (kernel->inner_pidfd >= 0)
                 syscall(SYS_pidfd_send_signal, kernel->inner_pidfd, SIGKILL,
                         NULL, 0U);
@@ -529,8 +540,13 @@ static void teardown(cq_kernel_t *kernel)
                 /* The pid namespace's init exits only after every process
                  * in it did: readable means the whole sandbox is gone. */
                 struct pollfd pfd = {kernel->inner_pidfd, POLLIN, 0};
+                int64_t until = cq_now_ms() + 5000, left;
+                int rc = 0;
 
-                if (poll(&pfd, 1, 5000) == 0)
+                while ((left = until - cq_now_ms()) > 0 &&
+                       (rc = poll(&pfd, 1, (int)left)) < 0 && errno == EINTR)
+                        ;
+                if (rc == 0)
                         cq_log_warn("sandbox: processes still alive 5 s "
                                     "after SIGKILL");
                 close(kernel->inner_pidfd);
@@ -1189,7 +1205,7 @@ static int start(cq_kernel_t *kernel)
                         }
                 }
         }
-        read_inner_pid(kernel);
+        read_inner_pid(kernel, true);
         drain_iopub(kernel, 20);
         {
                 cq_cell_result_t res;
@@ -1684,6 +1700,13 @@ int cq_kernel_renice(cq_kernel_t *kernel, int nice)
         if (rc == 0 && kernel->inner_pid > 0 &&
             setpriority(PRIO_PGRP, (id_t)kernel->inner_pid, nice) != 0)
                 rc = -1;
+        /* Sandboxed without a known pid 1, the Python kernel's group is
+         * out of reach: say so rather than leave it niced silently. */
+        if (rc == 0 && kernel->pid > 0 && kernel->inner_pid <= 0 &&
+            cq_sandbox_enabled(kernel->sandbox)) {
+                errno = ESRCH;
+                rc = -1;
+        }
         return rc;
 }
 

@@ -117,7 +117,7 @@ static void *refill_main(void *arg)
 static bool can_renice(int from, int to)
 {
         pid_t pid = fork();
-        int status = 0;
+        int status = -1;
 
         if (pid < 0)
                 return false;
