@@ -2,8 +2,8 @@
 --
 -- Whenever jobs become claimable, a notification on channel coderq_jobs
 -- carries how many (an upper bound): new queued jobs, jobs put back in
--- the queue (lease expired, released on shutdown), and children of a job
--- that just succeeded. Workers LISTEN on a connection of their own and
+-- the queue (lease expired, released on shutdown), and the queued
+-- children of a job that just succeeded. Workers LISTEN on a connection of their own and
 -- wake that many idle slots; they still poll (CODERQ_POLL_MS), since a
 -- notification is only a hint: none is replayed to a listener that was
 -- disconnected, and several in one transaction may be folded into one.
@@ -19,7 +19,13 @@ BEGIN
                 SELECT count(*) INTO n
                 FROM new_rows nr JOIN old_rows o USING (job_id)
                 WHERE nr.status IS DISTINCT FROM o.status
-                  AND nr.status IN ('queued', 'succeeded');
+                  AND nr.status = 'queued';
+                SELECT n + count(*) INTO n
+                FROM new_rows nr JOIN old_rows o USING (job_id)
+                JOIN jobs c ON c.parent_job_id = nr.job_id
+                WHERE nr.status = 'succeeded'
+                  AND o.status IS DISTINCT FROM 'succeeded'
+                  AND c.status = 'queued';
         END IF;
         IF n > 0 THEN
                 PERFORM pg_notify('coderq_jobs', n::text);

@@ -56,9 +56,15 @@ static void drop(cq_listener_t *l, const char *why)
 /* Connect and LISTEN; false (and the backoff armed) on failure. */
 static bool connect_listen(cq_listener_t *l)
 {
-        const char *keys[] = {"dbname", "application_name", "connect_timeout",
-                              NULL};
-        const char *vals[] = {l->dsn, "coderq-listen", "5", NULL};
+        /* Keepalives: an idle listener must notice a peer that vanished
+         * without a reset (network partition, failover), or it would
+         * wait for notifications that never come. */
+        const char *keys[] = {"dbname",           "application_name",
+                              "connect_timeout",  "keepalives",
+                              "keepalives_idle",  "keepalives_interval",
+                              "keepalives_count", NULL};
+        const char *vals[] = {
+            l->dsn, "coderq-listen", "5", "1", "30", "10", "3", NULL};
         PGresult *res;
         char *ident, *sql;
         bool ok;
