@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "coderq/job.h"
 #include "coderq/log.h"
@@ -877,12 +876,18 @@ static int final_commit(cq_intake_t *intake)
                 case RD_KAFKA_RESP_ERR__TIMED_OUT:
                 case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
                         if (cq_now_ms() + FINAL_COMMIT_BACKOFF_MS < deadline) {
+                                rd_kafka_message_t *m;
+
                                 cq_log_kv(CQ_LOG_INFO, "final commit: retrying",
                                           "error", rd_kafka_err2str(err), NULL);
-                                struct timespec ts = {
-                                    0, FINAL_COMMIT_BACKOFF_MS * 1000000L};
-
-                                nanosleep(&ts, NULL);
+                                /* Wait by polling: that serves a rebalance
+                                 * under way (a revoke commits through the
+                                 * unassign). A message it returns is not
+                                 * handled: it is delivered again later. */
+                                m = rd_kafka_consumer_poll(
+                                    intake->rk, FINAL_COMMIT_BACKOFF_MS);
+                                if (m)
+                                        rd_kafka_message_destroy(m);
                                 continue;
                         }
                         break;
