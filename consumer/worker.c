@@ -143,6 +143,23 @@ typedef struct job_ctx {
                 }                                                              \
         } while (0)
 
+/* An observer's verdict on a checkpoint write: 0 to go on; -1 stops the
+ * job (the write failed, or the lease is gone and the slot says so). */
+static int
+checkpointed(const job_ctx_t *ctx, cq_err_t err, bool lost, const char *what)
+{
+        if (err != CQ_OK) {
+                cq_log_kv(CQ_LOG_ERROR, what, "job_id", ctx->job->job_id,
+                          "error", cq_store_errmsg(ctx->slot->store), NULL);
+                return -1;
+        }
+        if (lost) {
+                atomic_store(&ctx->slot->lost, 1);
+                return -1;
+        }
+        return 0;
+}
+
 static int obs_message(void *opaque, size_t index, const json_t *msg)
 {
         job_ctx_t *ctx = opaque;
@@ -153,17 +170,7 @@ static int obs_message(void *opaque, size_t index, const json_t *msg)
         (void)index;
         RETRY_WRITE(cq_store_append_message(slot->store, ctx->job->job_id, msg,
                                             NULL, &lost));
-        if (err != CQ_OK) {
-                cq_log_kv(CQ_LOG_ERROR, "could not checkpoint a message",
-                          "job_id", ctx->job->job_id, "error",
-                          cq_store_errmsg(slot->store), NULL);
-                return -1;
-        }
-        if (lost) {
-                atomic_store(&slot->lost, 1);
-                return -1;
-        }
-        return 0;
+        return checkpointed(ctx, err, lost, "could not checkpoint a message");
 }
 
 static int obs_cell(void *opaque, const char *code, const cq_cell_result_t *res)
@@ -185,17 +192,7 @@ static int obs_cell(void *opaque, const char *code, const cq_cell_result_t *res)
                 RETRY_WRITE(cq_store_record_cell(slot->store, ctx->job->job_id,
                                                  code, res, NULL, NULL, &lost));
         }
-        if (err != CQ_OK) {
-                cq_log_kv(CQ_LOG_ERROR, "could not checkpoint a cell", "job_id",
-                          ctx->job->job_id, "error",
-                          cq_store_errmsg(slot->store), NULL);
-                return -1;
-        }
-        if (lost) {
-                atomic_store(&slot->lost, 1);
-                return -1;
-        }
-        return 0;
+        return checkpointed(ctx, err, lost, "could not checkpoint a cell");
 }
 
 static void obs_event(void *opaque, const char *type, const json_t *data)
