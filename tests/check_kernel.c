@@ -669,27 +669,47 @@ START_TEST(sandbox_confines_the_kernel)
 }
 END_TEST
 
-START_TEST(pool_hands_out_ready_kernels)
+/* A pool under our work root; \p starts and \p start_nice as in
+ * cq_kpool_opts_t. */
+static cq_kpool_t *new_pool(size_t size, size_t starts, int start_nice)
 {
         cq_kpool_opts_t opts;
+        cq_kpool_t *pool;
+        char errstr[512] = "";
+
+        memset(&opts, 0, sizeof(opts));
+        opts.size = size;
+        opts.starts = starts;
+        opts.start_nice = start_nice;
+        opts.local.work_root = root;
+        opts.local.kernel.startup_timeout_ms = 60000;
+        pool = cq_kpool_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(pool != NULL, "%s", errstr);
+        return pool;
+}
+
+/* Wait (up to two minutes) until \p n kernels are ready. */
+static void wait_ready(cq_kpool_t *pool, size_t n)
+{
+        int i;
+
+        for (i = 0; i < 1200 && cq_kpool_ready(pool) < n; i++) {
+                struct timespec ts = {0, 100 * 1000 * 1000};
+
+                nanosleep(&ts, NULL);
+        }
+}
+
+START_TEST(pool_hands_out_ready_kernels)
+{
         cq_kpool_t *pool;
         cq_interp_t *a, *b;
         char errstr[512] = "", dir[4096];
         struct stat st;
         pid_t pid;
-        int i;
 
-        memset(&opts, 0, sizeof(opts));
-        opts.size = 1;
-        opts.local.work_root = root;
-        opts.local.kernel.startup_timeout_ms = 60000;
-        pool = cq_kpool_new(&opts, errstr, sizeof(errstr));
-        ck_assert_msg(pool != NULL, "%s", errstr);
-        for (i = 0; i < 1200 && cq_kpool_ready(pool) < 1; i++) {
-                struct timespec ts = {0, 100 * 1000 * 1000};
-
-                nanosleep(&ts, NULL);
-        }
+        pool = new_pool(1, 1, 0);
+        wait_ready(pool, 1);
         ck_assert_uint_eq(cq_kpool_ready(pool), 1);
         /* a ready kernel comes out without waiting for a start */
         a = cq_kpool_acquire(pool, 0, errstr, sizeof(errstr));
@@ -738,27 +758,15 @@ END_TEST
 
 START_TEST(pool_starts_kernels_in_parallel)
 {
-        cq_kpool_opts_t opts;
         cq_kpool_stats_t st;
         cq_kpool_t *pool;
         cq_interp_t *k[4];
         char errstr[512] = "";
         size_t i;
 
-        memset(&opts, 0, sizeof(opts));
-        opts.size = 4;
-        opts.starts = 2;
-        /* mild, so that starts still finish on a loaded CI machine */
-        opts.start_nice = 5;
-        opts.local.work_root = root;
-        opts.local.kernel.startup_timeout_ms = 60000;
-        pool = cq_kpool_new(&opts, errstr, sizeof(errstr));
-        ck_assert_msg(pool != NULL, "%s", errstr);
-        for (i = 0; i < 1200 && cq_kpool_ready(pool) < 4; i++) {
-                struct timespec ts = {0, 100 * 1000 * 1000};
-
-                nanosleep(&ts, NULL);
-        }
+        /* mild niceness, so that starts still finish on a loaded CI */
+        pool = new_pool(4, 2, 5);
+        wait_ready(pool, 4);
         /* waiting kernels run niced (where it can be undone: as root) */
         cq_kpool_stats(pool, &st);
         ck_assert_int_eq(st.start_nice, geteuid() == 0 ? 5 : 0);
@@ -786,11 +794,7 @@ START_TEST(pool_starts_kernels_in_parallel)
                 cq_interp_destroy(&k[i]);
         }
         /* the replacements come up too */
-        for (i = 0; i < 1200 && cq_kpool_ready(pool) < 4; i++) {
-                struct timespec ts = {0, 100 * 1000 * 1000};
-
-                nanosleep(&ts, NULL);
-        }
+        wait_ready(pool, 4);
         cq_kpool_stats(pool, &st);
         ck_assert_uint_eq(st.ready, 4);
         ck_assert_uint_eq(st.starting, 0);
@@ -802,7 +806,6 @@ END_TEST
 
 START_TEST(acquire_starts_its_own_when_the_pool_has_none)
 {
-        cq_kpool_opts_t opts;
         cq_kpool_stats_t st;
         cq_kpool_t *pool;
         cq_interp_t *k;
@@ -810,13 +813,7 @@ START_TEST(acquire_starts_its_own_when_the_pool_has_none)
 
         /* size 0: nothing pre-started, acquire starts one on demand at
          * the job's priority even when starts would be niced */
-        memset(&opts, 0, sizeof(opts));
-        opts.size = 0;
-        opts.start_nice = 5;
-        opts.local.work_root = root;
-        opts.local.kernel.startup_timeout_ms = 60000;
-        pool = cq_kpool_new(&opts, errstr, sizeof(errstr));
-        ck_assert_msg(pool != NULL, "%s", errstr);
+        pool = new_pool(0, 1, 5);
         /* not willing to wait: no kernel, a clear reason */
         k = cq_kpool_acquire(pool, 0, errstr, sizeof(errstr));
         ck_assert_ptr_null(k);
