@@ -666,7 +666,13 @@ static int spawn(cq_kernel_t *kernel)
                 sigaction(SIGTERM, &dfl, NULL);
                 sigaction(SIGPIPE, &dfl, NULL);
                 sigaction(SIGCHLD, &dfl, NULL);
-                setsid();
+                /* A process group of its own (for killpg() and renicing)
+                 * in the worker's session, not a session of its own: with
+                 * autogroup scheduling every session is weighed as one,
+                 * and a niced pool start alone in its session would take
+                 * as much CPU as all running jobs together. Terminal
+                 * signals still miss it (not the foreground group). */
+                setpgid(0, 0);
                 dup2(nullfd, 0);
                 dup2(logfd, 1);
                 dup2(logfd, 2);
@@ -696,6 +702,8 @@ static int spawn(cq_kernel_t *kernel)
                 execve(argv[0], argv, envp);
                 _exit(127);
         }
+        /* Also here, so that killpg() cannot run before the child's. */
+        (void)setpgid(kernel->pid, kernel->pid);
         atomic_store(&kernel->sig_pid, (int)kernel->pid);
         kernel->pidfd = (int)syscall(SYS_pidfd_open, kernel->pid, 0);
         kernel->info_fd = info[0];
@@ -1672,6 +1680,16 @@ static void kernel_close(cq_kernel_t **kernelp, bool graceful)
                         wait_exit(kernel, 500);
         }
         if (kernel->pid > 0) {
+                /* A process's exit (freeing a Python heap) is CPU spent
+                 * in its own name: a discarded kernel dies at the lowest
+                 * priority, behind the work of running jobs. Raising
+                 * niceness is always allowed. */
+                if (!graceful) {
+                        (void)setpriority(PRIO_PGRP, (id_t)kernel->pid, 19);
+                        if (kernel->inner_pid > 0)
+                                (void)setpriority(PRIO_PGRP,
+                                                  (id_t)kernel->inner_pid, 19);
+                }
                 killpg(kernel->pid, SIGTERM);
                 wait_exit(kernel, 300);
         }
@@ -1691,9 +1709,9 @@ int cq_kernel_renice(cq_kernel_t *kernel, int nice)
         int rc = 0;
 
         kernel->nice = nice;
-        /* setsid() made the kernel (or the outer bwrap) a group leader;
-         * bubblewrap's --new-session did the same for its pid 1, whose
-         * group holds the Python kernel. */
+        /* setpgid() made the kernel (or the outer bwrap) a group leader;
+         * bubblewrap's --new-session made its pid 1 a session leader,
+         * whose group holds the Python kernel. */
         if (kernel->pid > 0 &&
             setpriority(PRIO_PGRP, (id_t)kernel->pid, nice) != 0)
                 rc = -1;
@@ -1708,6 +1726,20 @@ int cq_kernel_renice(cq_kernel_t *kernel, int nice)
                 rc = -1;
         }
         return rc;
+}
+
+void cq_kernel_kill(cq_kernel_t *kernel)
+{
+        if (!kernel || kernel->pid <= 0)
+                return;
+        /* Lowest priority first: its exit is CPU spent in its name. */
+        (void)setpriority(PRIO_PGRP, (id_t)kernel->pid, 19);
+        if (kernel->inner_pid > 0)
+                (void)setpriority(PRIO_PGRP, (id_t)kernel->inner_pid, 19);
+        if (kernel->inner_pidfd >= 0)
+                syscall(SYS_pidfd_send_signal, kernel->inner_pidfd, SIGKILL,
+                        NULL, 0U);
+        killpg(kernel->pid, SIGKILL);
 }
 
 void cq_kernel_destroy(cq_kernel_t **kernelp) { kernel_close(kernelp, true); }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +24,10 @@
 /* How long acquire waits for a niced pool before it starts a kernel of
  * its own at the job's priority. */
 #define KPOOL_GRACE_MS 1500
+
+/* Used kernels waiting for the reaper beyond the pool's size, before
+ * callers tear theirs down themselves. */
+#define KPOOL_REAP_MAX 16
 
 struct cq_kpool {
         pthread_mutex_t lock; /* guards everything below it */
@@ -39,9 +44,23 @@ struct cq_kpool {
         int start_nice, run_nice;
         cq_local_opts_t local;
         char *python, *preload, *work_root;
+        cq_gate_t *gate; /* cell starts of the pool's kernels; NULL: none */
         pthread_t *threads;
         size_t nthreads; /* started */
+        /* The reaper: teardowns of used kernels, under lock. */
+        pthread_t reaper;
+        bool reaper_started, reaper_stop;
+        pthread_cond_t reaper_cond; /* queue not empty, or stop */
+        struct deferred *dq_head, *dq_tail;
+        size_t discarding;
+        uint64_t discarded;
 };
+
+typedef struct deferred {
+        void (*fn)(void *);
+        void *arg;
+        struct deferred *next;
+} deferred_t;
 
 /* A kernel in a new work dir, started at niceness \p nice; NULL with
  * \p errstr filled on failure. */
@@ -112,6 +131,66 @@ static void *refill_main(void *arg)
         return NULL;
 }
 
+/* Tears down used kernels at the lowest priority, in order. */
+static void *reaper_main(void *arg)
+{
+        cq_kpool_t *pool = arg;
+
+        /* This thread only: Linux niceness is per thread. */
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+        pthread_mutex_lock(&pool->lock);
+        for (;;) {
+                deferred_t *d;
+
+                while (!pool->dq_head && !pool->reaper_stop)
+                        pthread_cond_wait(&pool->reaper_cond, &pool->lock);
+                d = pool->dq_head;
+                if (!d)
+                        break; /* stopping, and nothing left */
+                pool->dq_head = d->next;
+                if (!pool->dq_head)
+                        pool->dq_tail = NULL;
+                pthread_mutex_unlock(&pool->lock);
+                d->fn(d->arg);
+                free(d);
+                pthread_mutex_lock(&pool->lock);
+                pool->discarding--;
+                pool->discarded++;
+        }
+        pthread_mutex_unlock(&pool->lock);
+        return NULL;
+}
+
+int cq_kpool_defer(cq_kpool_t *pool, void (*fn)(void *), void *arg)
+{
+        deferred_t *d = malloc(sizeof(*d));
+        int rc = -1;
+
+        if (!d)
+                return -1;
+        d->fn = fn;
+        d->arg = arg;
+        d->next = NULL;
+        pthread_mutex_lock(&pool->lock);
+        /* Bounded: a reaper starved by a saturated machine makes the
+         * callers reap again, rather than let dead kernels pile up. */
+        if (pool->reaper_started && !pool->reaper_stop &&
+            pool->discarding < KPOOL_REAP_MAX + pool->size) {
+                if (pool->dq_tail)
+                        pool->dq_tail->next = d;
+                else
+                        pool->dq_head = d;
+                pool->dq_tail = d;
+                pool->discarding++;
+                pthread_cond_signal(&pool->reaper_cond);
+                rc = 0;
+        }
+        pthread_mutex_unlock(&pool->lock);
+        if (rc != 0)
+                free(d);
+        return rc;
+}
+
 /* Whether this process may lower a niceness of \p from back to \p to:
  * a child tries it on itself. */
 static bool can_renice(int from, int to)
@@ -132,6 +211,60 @@ static bool can_renice(int from, int to)
         return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+/* Whether \p list (comma-separated) names \p want. */
+static bool has_token(const char *list, const char *want)
+{
+        size_t n = strlen(want);
+
+        while (*list) {
+                const char *end = strchr(list, ',');
+                size_t len = end ? (size_t)(end - list) : strlen(list);
+
+                if (len == n && strncmp(list, want, n) == 0)
+                        return true;
+                if (!end)
+                        break;
+                list = end + 1;
+        }
+        return false;
+}
+
+/* Whether the scheduler weighs each session as one group (autogroup
+ * scheduling: enabled, and this process in the root CPU cgroup, the only
+ * place where autogroups apply). A cgroup namespace may show its own
+ * cgroup as the root; then this says yes where it need not. */
+static bool autogroups_active(void)
+{
+        char line[4096];
+        FILE *f = fopen("/proc/sys/kernel/sched_autogroup_enabled", "re");
+        int c = f ? fgetc(f) : EOF;
+        int v1 = -1, v2 = 1;
+
+        if (f)
+                fclose(f);
+        if (c != '1' || access("/proc/self/autogroup", F_OK) != 0)
+                return false;
+        f = fopen("/proc/self/cgroup", "re");
+        if (!f)
+                return true;
+        while (fgets(line, sizeof(line), f)) {
+                char *ctl = strchr(line, ':');
+                char *path = ctl ? strchr(ctl + 1, ':') : NULL;
+
+                if (!path)
+                        continue;
+                *ctl++ = '\0';
+                *path++ = '\0';
+                path[strcspn(path, "\n")] = '\0';
+                if (has_token(ctl, "cpu"))
+                        v1 = strcmp(path, "/") == 0;
+                else if (!*ctl && strcmp(line, "0") == 0)
+                        v2 = strcmp(path, "/") == 0;
+        }
+        fclose(f);
+        return v1 >= 0 ? v1 == 1 : v2 == 1;
+}
+
 cq_kpool_t *
 cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
 {
@@ -143,17 +276,36 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
                 goto oom;
         pthread_mutex_init(&pool->lock, NULL);
         pthread_cond_init(&pool->cond, NULL);
+        pthread_cond_init(&pool->reaper_cond, NULL);
         pool->size = opts->size;
         pool->local = *lo;
         pool->run_nice = lo->kernel.nice;
         pool->start_nice = lo->kernel.nice;
         if (opts->start_nice > lo->kernel.nice && opts->start_nice < 20) {
-                if (can_renice(opts->start_nice, lo->kernel.nice))
+                /* Unsandboxed kernels stay in our session (kernel.c);
+                 * bubblewrap's --new-session gives each one a session of
+                 * its own, which an autogroup scheduler weighs like all
+                 * our running jobs together: niceness inside it would
+                 * not make a start yield. */
+                if (cq_sandbox_enabled(lo->kernel.sandbox) &&
+                    autogroups_active())
+                        cq_log_info("kernel pool: sandboxed kernels run in "
+                                    "sessions of their own, which autogroup "
+                                    "scheduling weighs as one each, so a "
+                                    "niced start would not yield to jobs; "
+                                    "kernels start at normal priority");
+                else if (can_renice(opts->start_nice, lo->kernel.nice))
                         pool->start_nice = opts->start_nice;
                 else
                         cq_log_info("kernel pool: niceness cannot be lowered "
                                     "here (no CAP_SYS_NICE or RLIMIT_NICE); "
                                     "kernels start at normal priority");
+        }
+        if (opts->cell_gate > 0) {
+                pool->gate =
+                    cq_gate_new(opts->cell_gate, CQ_KPOOL_GATE_HOLD_MS);
+                if (!pool->gate)
+                        goto oom;
         }
         pool->python = lo->kernel.python ? strdup(lo->kernel.python) : NULL;
         pool->preload =
@@ -169,6 +321,20 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
         pool->local.kernel.preload = pool->preload;
         pool->local.kernel.work_dir = NULL;
         pool->local.work_root = pool->work_root;
+        {
+                int rc = pthread_create(&pool->reaper, NULL, reaper_main, pool);
+
+                if (rc) {
+                        if (errstr)
+                                snprintf(errstr, errstr_size,
+                                         "could not start kernel pool "
+                                         "reaper: %s",
+                                         strerror(rc));
+                        cq_kpool_destroy(&pool);
+                        return NULL;
+                }
+                pool->reaper_started = true;
+        }
         for (i = 0; i < nthreads; i++) {
                 int rc =
                     pthread_create(&pool->threads[i], NULL, refill_main, pool);
@@ -191,6 +357,17 @@ oom:
                          "could not create kernel pool: out of memory");
         cq_kpool_destroy(&pool);
         return NULL;
+}
+
+/* A pool kernel as an interpreter that takes turns at the pool's gate. */
+static cq_interp_t *
+wrap(cq_kpool_t *pool, cq_kernel_t **kernelp, char *errstr, size_t errstr_size)
+{
+        cq_interp_t *interp = cq_local_interp_wrap(
+            kernelp, pool->local.kernel.sandbox, true, errstr, errstr_size);
+
+        cq_local_interp_attach(interp, pool, pool->gate);
+        return interp;
 }
 
 cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
@@ -230,10 +407,7 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
                 if (kernel)
                         pool->own_starts++;
                 pthread_mutex_unlock(&pool->lock);
-                return kernel ? cq_local_interp_wrap(&kernel,
-                                                     pool->local.kernel.sandbox,
-                                                     true, errstr, errstr_size)
-                              : NULL;
+                return kernel ? wrap(pool, &kernel, errstr, errstr_size) : NULL;
         } else if (errstr) {
                 snprintf(errstr, errstr_size,
                          "could not acquire a kernel: %s%s%s",
@@ -249,8 +423,7 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
                 cq_log_kv(CQ_LOG_WARN,
                           "could not restore a pooled kernel's priority",
                           "error", strerror(errno), NULL);
-        return cq_local_interp_wrap(&kernel, pool->local.kernel.sandbox, true,
-                                    errstr, errstr_size);
+        return wrap(pool, &kernel, errstr, errstr_size);
 }
 
 size_t cq_kpool_ready(cq_kpool_t *pool)
@@ -273,7 +446,13 @@ void cq_kpool_stats(cq_kpool_t *pool, cq_kpool_stats_t *stats)
         stats->failed = pool->failed;
         stats->start_nice = pool->start_nice;
         stats->own_starts = pool->own_starts;
+        stats->discarding = pool->discarding;
+        stats->discarded = pool->discarded;
         pthread_mutex_unlock(&pool->lock);
+        if (pool->gate)
+                cq_gate_stats(pool->gate, &stats->gate);
+        else
+                memset(&stats->gate, 0, sizeof(stats->gate));
 }
 
 void cq_kpool_destroy(cq_kpool_t **poolp)
@@ -292,6 +471,14 @@ void cq_kpool_destroy(cq_kpool_t **poolp)
                 for (i = 0; i < pool->nthreads; i++)
                         pthread_join(pool->threads[i], NULL);
         }
+        /* The reaper finishes its queue first. */
+        if (pool->reaper_started) {
+                pthread_mutex_lock(&pool->lock);
+                pool->reaper_stop = true;
+                pthread_cond_broadcast(&pool->reaper_cond);
+                pthread_mutex_unlock(&pool->lock);
+                pthread_join(pool->reaper, NULL);
+        }
         for (i = 0; pool->ready && i < pool->nready; i++) {
                 char dir[PATH_MAX];
 
@@ -305,6 +492,8 @@ void cq_kpool_destroy(cq_kpool_t **poolp)
         free(pool->python);
         free(pool->preload);
         free(pool->work_root);
+        cq_gate_destroy(&pool->gate);
+        pthread_cond_destroy(&pool->reaper_cond);
         pthread_cond_destroy(&pool->cond);
         pthread_mutex_destroy(&pool->lock);
         free(pool);
@@ -318,5 +507,6 @@ void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
         opts->size = cfg->kpool_size > 0 ? (size_t)cfg->kpool_size : 0;
         opts->starts = cfg->kpool_starts > 0 ? (size_t)cfg->kpool_starts : 1;
         opts->start_nice = (int)cfg->kpool_nice;
+        opts->cell_gate = (unsigned)cfg->cell_gate;
         cq_local_opts_from_config(&opts->local, cfg, sandbox);
 }

@@ -78,6 +78,10 @@ static const cq_cfg_entry_t entries[] = {
      "niceness of pool kernels while they start and wait, restored when a "
      "job takes one, so pre-starts yield the CPU to running jobs (0: off; "
      "needs CAP_SYS_NICE or RLIMIT_NICE, else off)"},
+    {"CODERQ_CELL_GATE", NULL, "cell-gate", CQ_CFG_INT, F(cell_gate), "4", 0,
+     1024, NULL,
+     "local cells that start at once, first come first served; a cell "
+     "counts for its first 50 ms only (0: no gate)"},
     {"CODERQ_KERNEL_STARTUP_TIMEOUT_S", NULL, "kernel-startup-timeout-s",
      CQ_CFG_INT, F(kernel_startup_timeout_s), "60", 1, 3600, NULL,
      "seconds a local kernel may take to become ready"},

@@ -2,13 +2,17 @@
 /* check_common.c - buffers, logging, configuration and text utilities. */
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check_support.h"
 #include "coderq/buf.h"
 #include "coderq/config.h"
+#include "coderq/gate.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
 
@@ -357,6 +361,153 @@ START_TEST(iso8601_has_six_digit_microseconds)
 }
 END_TEST
 
+/* ---- gate ---- */
+
+typedef struct gate_run {
+        cq_gate_t *gate;
+        int id;
+        int hold_ms;        /* inside before leaving */
+        atomic_int *inside; /* callers inside now */
+        atomic_int *peak;   /* most inside at once */
+        atomic_int *order;  /* next position of entry */
+        int entered_as;     /* position this one got in at */
+} gate_run_t;
+
+static void *gate_thread(void *arg)
+{
+        gate_run_t *r = arg;
+        uint64_t t = cq_gate_enter(r->gate);
+        int now = atomic_fetch_add(r->inside, 1) + 1;
+        int peak = atomic_load(r->peak);
+        struct timespec ts = {0, (long)r->hold_ms * 1000000L};
+
+        r->entered_as = atomic_fetch_add(r->order, 1);
+        while (now > peak && !atomic_compare_exchange_weak(r->peak, &peak, now))
+                ;
+        nanosleep(&ts, NULL);
+        atomic_fetch_sub(r->inside, 1);
+        cq_gate_leave(r->gate, t);
+        return NULL;
+}
+
+/* Wait until \p n callers have arrived at \p gate. */
+static void gate_wait_arrived(cq_gate_t *gate, uint64_t n)
+{
+        cq_gate_stats_t st;
+        int i;
+
+        for (i = 0; i < 10000; i++) {
+                struct timespec ts = {0, 1000000L};
+
+                cq_gate_stats(gate, &st);
+                if (st.arrived >= n)
+                        return;
+                nanosleep(&ts, NULL);
+        }
+        ck_abort_msg("only %llu of %llu callers arrived",
+                     (unsigned long long)st.arrived, (unsigned long long)n);
+}
+
+START_TEST(gate_admits_in_order_of_arrival)
+{
+        cq_gate_t *gate = cq_gate_new(1, 600000);
+        atomic_int inside = 0, peak = 0, order = 0;
+        gate_run_t r[8];
+        pthread_t th[8];
+        cq_gate_stats_t st;
+        uint64_t mine;
+        int i;
+
+        ck_assert_ptr_nonnull(gate);
+        ck_assert_ptr_null(cq_gate_new(0, 50));
+        mine = cq_gate_enter(gate);
+        /* each arrives while all before it wait: arrival order is known */
+        for (i = 0; i < 8; i++) {
+                r[i] = (gate_run_t){gate, i, 1, &inside, &peak, &order, -1};
+                ck_assert_int_eq(
+                    pthread_create(&th[i], NULL, gate_thread, &r[i]), 0);
+                gate_wait_arrived(gate, (uint64_t)i + 2);
+        }
+        ck_assert_int_eq(atomic_load(&order), 0);
+        cq_gate_leave(gate, mine);
+        for (i = 0; i < 8; i++)
+                pthread_join(th[i], NULL);
+        for (i = 0; i < 8; i++)
+                ck_assert_int_eq(r[i].entered_as, i);
+        ck_assert_int_eq(atomic_load(&peak), 1);
+        cq_gate_stats(gate, &st);
+        ck_assert_uint_eq(st.entered, 9);
+        ck_assert_uint_eq(st.expired, 0);
+        ck_assert_uint_eq(st.width, 1);
+        cq_gate_destroy(&gate);
+        ck_assert_ptr_null(gate);
+}
+END_TEST
+
+START_TEST(gate_never_admits_more_than_its_width)
+{
+        cq_gate_t *gate = cq_gate_new(3, 600000);
+        atomic_int inside = 0, peak = 0, order = 0;
+        gate_run_t r[12];
+        pthread_t th[12];
+        cq_gate_stats_t st;
+        int i;
+
+        for (i = 0; i < 12; i++) {
+                r[i] = (gate_run_t){gate, i, 5, &inside, &peak, &order, -1};
+                ck_assert_int_eq(
+                    pthread_create(&th[i], NULL, gate_thread, &r[i]), 0);
+        }
+        for (i = 0; i < 12; i++)
+                pthread_join(th[i], NULL);
+        ck_assert_int_le(atomic_load(&peak), 3);
+        ck_assert_int_ge(atomic_load(&peak), 1);
+        cq_gate_stats(gate, &st);
+        ck_assert_uint_eq(st.entered, 12);
+        cq_gate_destroy(&gate);
+}
+END_TEST
+
+static void *gate_enter_leave(void *arg)
+{
+        cq_gate_t *gate = arg;
+
+        cq_gate_leave(gate, cq_gate_enter(gate));
+        return NULL;
+}
+
+START_TEST(gate_stops_counting_long_holders)
+{
+        /* a holder that never leaves is passed once it has held for
+         * hold_ms: without expiry this join would never return */
+        cq_gate_t *gate = cq_gate_new(1, 50);
+        cq_gate_stats_t st;
+        pthread_t th;
+        uint64_t stuck, second;
+
+        stuck = cq_gate_enter(gate);
+        ck_assert_int_eq(pthread_create(&th, NULL, gate_enter_leave, gate), 0);
+        pthread_join(th, NULL);
+        cq_gate_stats(gate, &st);
+        ck_assert_uint_eq(st.expired, 1);
+        ck_assert_uint_eq(st.waited, 1);
+        ck_assert_int_gt(st.max_wait_ms, 0);
+        /* the late leave of an expired ticket frees no one else's place */
+        second = cq_gate_enter(gate);
+        cq_gate_leave(gate, stuck);
+        ck_assert_int_eq(pthread_create(&th, NULL, gate_enter_leave, gate), 0);
+        gate_wait_arrived(gate, 4);
+        pthread_join(th, NULL);
+        cq_gate_stats(gate, &st);
+        ck_assert_uint_eq(st.entered, 4);
+        /* the last got in only by passing `second`, which never left */
+        ck_assert_uint_eq(st.expired, 2);
+        cq_gate_leave(gate, second);
+        cq_gate_destroy(&gate);
+        cq_gate_destroy(&gate);
+}
+END_TEST
+
 static Suite *common_suite(void)
 {
         Suite *s = suite_create("common");
@@ -375,6 +526,9 @@ static Suite *common_suite(void)
         tcase_add_test(tc, base64_round_trips_and_rejects_garbage);
         tcase_add_test(tc, sha256_known_vector);
         tcase_add_test(tc, iso8601_has_six_digit_microseconds);
+        tcase_add_test(tc, gate_admits_in_order_of_arrival);
+        tcase_add_test(tc, gate_never_admits_more_than_its_width);
+        tcase_add_test(tc, gate_stops_counting_long_holders);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -97,6 +97,49 @@ static bool kernels_nice(int nice)
         return n > 0 && bad == 0;
 }
 
+/* Whether \p pid is gone or a zombie (killed, not yet reaped). The
+ * signal may take a moment to land: wait up to 30 s for it. */
+static bool dead_or_zombie(pid_t pid)
+{
+        int i;
+
+        for (i = 0; i < 3000; i++) {
+                char path[64], buf[512], *p;
+                FILE *f;
+                struct timespec ts = {0, 10 * 1000 * 1000};
+
+                snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+                f = fopen(path, "r");
+                if (!f)
+                        return true;
+                p = fgets(buf, sizeof(buf), f);
+                fclose(f);
+                p = p ? strrchr(buf, ')') : NULL;
+                if (p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'))
+                        return true;
+                nanosleep(&ts, NULL);
+        }
+        return false;
+}
+
+/* The autogroup of \p pid ("/autogroup-N"); false without autogroups. */
+static bool autogroup_of(pid_t pid, char *out, size_t size)
+{
+        char path[64];
+        FILE *f;
+        bool ok;
+
+        snprintf(path, sizeof(path), "/proc/%d/autogroup", (int)pid);
+        f = fopen(path, "r");
+        if (!f)
+                return false;
+        ok = fgets(out, (int)size, f) != NULL;
+        fclose(f);
+        if (ok)
+                out[strcspn(out, " \n")] = '\0';
+        return ok;
+}
+
 static cq_interp_t *start_local(const cq_sandbox_t *sandbox, size_t out_max)
 {
         cq_local_opts_t opts;
@@ -681,11 +724,31 @@ static cq_kpool_t *new_pool(size_t size, size_t starts, int start_nice)
         opts.size = size;
         opts.starts = starts;
         opts.start_nice = start_nice;
+        opts.cell_gate = 2;
         opts.local.work_root = root;
         opts.local.kernel.startup_timeout_ms = 60000;
         pool = cq_kpool_new(&opts, errstr, sizeof(errstr));
         ck_assert_msg(pool != NULL, "%s", errstr);
         return pool;
+}
+
+/* Wait (up to 30 s) until the pool's reaper has torn down \p n used
+ * kernels, with none left waiting. */
+static void wait_discarded(cq_kpool_t *pool, uint64_t n)
+{
+        cq_kpool_stats_t st;
+        int i;
+
+        for (i = 0; i < 3000; i++) {
+                struct timespec ts = {0, 10 * 1000 * 1000};
+
+                cq_kpool_stats(pool, &st);
+                if (st.discarded == n && st.discarding == 0)
+                        break;
+                nanosleep(&ts, NULL);
+        }
+        ck_assert_uint_eq(st.discarded, n);
+        ck_assert_uint_eq(st.discarding, 0);
 }
 
 /* Wait (up to two minutes) until \p n kernels are ready. */
@@ -742,10 +805,13 @@ START_TEST(pool_hands_out_ready_kernels)
         assert_stdout(a, "secret = 1", "");
         assert_stdout(b, "print('secret' in dir())", "False\n");
         /* a used pooled kernel is discarded, not shut down gracefully:
-         * its process is gone and reaped when destroy returns */
+         * killed when destroy returns (a zombie, or gone), then reaped
+         * and its work dir removed by the pool's reaper */
         pid = cq_kernel_pid(cq_local_interp_kernel(a));
         ck_assert_int_gt(pid, 0);
         cq_interp_destroy(&a);
+        ck_assert(dead_or_zombie(pid));
+        wait_discarded(pool, 1);
         ck_assert_int_eq(kill(pid, 0), -1);
         ck_assert_int_eq(errno, ESRCH);
         ck_assert_int_ne(stat(dir, &st), 0); /* work dir removed */
@@ -783,6 +849,19 @@ START_TEST(pool_starts_kernels_in_parallel)
         for (i = 0; i < 4; i++) {
                 pid_t pid = cq_kernel_pid(cq_local_interp_kernel(k[i]));
 
+                /* a process group of its own in our session, so that
+                 * an autogroup scheduler weighs it (and its niceness)
+                 * together with this process, not as a group of its own */
+                ck_assert_int_eq(getpgid(pid), pid);
+                ck_assert_int_eq(getsid(pid), getsid(0));
+                {
+                        char mine[64], its[64];
+
+                        if (autogroup_of(getpid(), mine, sizeof(mine))) {
+                                ck_assert(autogroup_of(pid, its, sizeof(its)));
+                                ck_assert_str_eq(its, mine);
+                        }
+                }
                 /* a job's kernel runs at normal priority again */
                 errno = 0;
                 ck_assert_int_eq(getpriority(PRIO_PROCESS, (id_t)pid), 0);
@@ -793,6 +872,12 @@ START_TEST(pool_starts_kernels_in_parallel)
                               "42 0\n");
                 cq_interp_destroy(&k[i]);
         }
+        /* each job's cell took its turn at the pool's gate */
+        cq_kpool_stats(pool, &st);
+        ck_assert_uint_eq(st.gate.width, 2);
+        ck_assert_uint_eq(st.gate.entered, 4);
+        /* the used kernels were killed at once and reaped by the pool */
+        wait_discarded(pool, 4);
         /* the replacements come up too */
         wait_ready(pool, 4);
         cq_kpool_stats(pool, &st);

@@ -50,6 +50,7 @@ typedef struct cq_config {
         long kpool_size;
         long kpool_starts;
         long kpool_nice;
+        long cell_gate;
         long kernel_startup_timeout_s;
         size_t output_max;
         char *sandbox;

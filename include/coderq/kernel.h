@@ -112,6 +112,14 @@ void cq_kernel_stats(const cq_kernel_t *kernel, cq_jmsg_stats_t *stats);
 void cq_kernel_destroy(cq_kernel_t **kernelp);
 
 /**
+ * @brief SIGKILL the kernel's processes at niceness 19 and return at once;
+ *        cq_kernel_discard() (or destroy) still reaps them and frees the
+ *        handle. For a kernel whose teardown is finished elsewhere.
+ * @locality The thread that owns the kernel.
+ */
+void cq_kernel_kill(cq_kernel_t *kernel);
+
+/**
  * @brief As cq_kernel_destroy() without the shutdown_request: SIGTERM and
  *        SIGKILL to the process group at once. For a kernel whose state
  *        and work dir are thrown away (a pooled kernel after its job):

@@ -8,6 +8,7 @@
 
 #include "coderq/common.h"
 #include "coderq/config.h"
+#include "coderq/gate.h"
 #include "coderq/interp.h"
 #include "coderq/kernel.h"
 
@@ -99,8 +100,16 @@ typedef struct cq_kpool_opts {
          * cannot be lowered again here (no CAP_SYS_NICE or RLIMIT_NICE),
          * kernels start at local.kernel.nice. */
         int start_nice;
+        /* Cells of the pool's kernels that start at once, first come
+         * first served (see gate.h); each counts for its first
+         * CQ_KPOOL_GATE_HOLD_MS only. 0: no gate. */
+        unsigned cell_gate;
         cq_local_opts_t local; /* kernel.work_dir is ignored */
 } cq_kpool_opts_t;
+
+/** How long a cell counts against the pool's cell gate: longer cells are
+ *  long work, which sharing the CPUs suits. */
+#define CQ_KPOOL_GATE_HOLD_MS 50
 
 /** @brief Counters of a pool. */
 typedef struct cq_kpool_stats {
@@ -111,10 +120,14 @@ typedef struct cq_kpool_stats {
         uint64_t failed;      /* starts that failed */
         int start_nice;       /* niceness of starts in effect */
         uint64_t own_starts;  /* kernels acquire started itself */
+        size_t discarding;    /* used kernels waiting for the reaper */
+        uint64_t discarded;   /* used kernels the reaper tore down */
+        cq_gate_stats_t gate; /* the cell gate's; all 0 without one */
 } cq_kpool_stats_t;
 
 /** @brief Fill \p opts from \p cfg (CODERQ_KPOOL_SIZE,
- *         CODERQ_KPOOL_STARTS and the local kernel settings); \p sandbox
+ *         CODERQ_KPOOL_STARTS, CODERQ_CELL_GATE and the local kernel
+ *         settings); \p sandbox
  *         is borrowed. */
 void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
                                const cq_config_t *cfg,
@@ -141,9 +154,11 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size);
  *        of its own at the job's priority instead (which may take up to
  *        the kernel startup timeout), so a job never waits on a start
  *        that a busy machine starves.
- * @returns Caller owns the returned interpreter (destroying it destroys
- *          the kernel and removes its work dir); NULL on timeout or when
- *          the pool is stopping, with \p errstr filled.
+ * @returns Caller owns the returned interpreter (destroying it kills the
+ *          kernel at once; the pool's reaper thread, at niceness 19, reaps
+ *          it and removes its work dir, and cq_kpool_destroy() waits for
+ *          it); NULL on timeout or when the pool is stopping, with
+ *          \p errstr filled.
  * @locality Any thread. The kernel moves to the calling thread under the
  *           pool's mutex. Kernels are tied to the life of the refill
  *           thread that started them (PR_SET_PDEATHSIG): destroy
