@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -134,7 +135,8 @@ struct cq_kernel {
         int info_fd;
         int inner_pidfd;
         pid_t inner_pid;
-        int nice; /* of the processes started; 0: inherited */
+        int nice;    /* of the processes started; 0: inherited */
+        bool killed; /* cq_kernel_kill() ran: only reaping is left */
         json_t *language_info;
 
         atomic_int interrupt_req;
@@ -670,9 +672,22 @@ static int spawn(cq_kernel_t *kernel)
                  * in the worker's session, not a session of its own: with
                  * autogroup scheduling every session is weighed as one,
                  * and a niced pool start alone in its session would take
-                 * as much CPU as all running jobs together. Terminal
-                 * signals still miss it (not the foreground group). */
+                 * as much CPU as all running jobs together. And no
+                 * controlling terminal: the code it runs must not reach
+                 * the operator's terminal (TIOCSTI, prompts that stop
+                 * a background group, sudo's per-terminal timestamp).
+                 * TIOCNOTTY from a process that is not the session
+                 * leader detaches only itself. */
                 setpgid(0, 0);
+                {
+                        int tty =
+                            open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+
+                        if (tty >= 0) {
+                                ioctl(tty, TIOCNOTTY);
+                                close(tty);
+                        }
+                }
                 dup2(nullfd, 0);
                 dup2(logfd, 1);
                 dup2(logfd, 2);
@@ -1679,17 +1694,12 @@ static void kernel_close(cq_kernel_t **kernelp, bool graceful)
                                  content, NULL) == 0)
                         wait_exit(kernel, 500);
         }
-        if (kernel->pid > 0) {
-                /* A process's exit (freeing a Python heap) is CPU spent
-                 * in its own name: a discarded kernel dies at the lowest
-                 * priority, behind the work of running jobs. Raising
-                 * niceness is always allowed. */
-                if (!graceful) {
-                        (void)setpriority(PRIO_PGRP, (id_t)kernel->pid, 19);
-                        if (kernel->inner_pid > 0)
-                                (void)setpriority(PRIO_PGRP,
-                                                  (id_t)kernel->inner_pid, 19);
-                }
+        /* A process's exit (freeing a Python heap) is CPU spent in its
+         * own name: a discarded kernel dies at the lowest priority,
+         * behind the work of running jobs. */
+        if (!graceful && !kernel->killed)
+                cq_kernel_kill(kernel);
+        if (kernel->pid > 0 && !kernel->killed) {
                 killpg(kernel->pid, SIGTERM);
                 wait_exit(kernel, 300);
         }
@@ -1728,18 +1738,35 @@ int cq_kernel_renice(cq_kernel_t *kernel, int nice)
         return rc;
 }
 
+/* Whether the sandbox's pid 1 is known and still running: it is not our
+ * child, so once it exited its pid may name another process group. */
+static bool inner_alive(const cq_kernel_t *kernel)
+{
+        struct pollfd pfd;
+
+        if (kernel->inner_pid <= 0 || kernel->inner_pidfd < 0)
+                return false;
+        pfd.fd = kernel->inner_pidfd;
+        pfd.events = POLLIN;
+        pfd.revents = 0;
+        return poll(&pfd, 1, 0) == 0;
+}
+
 void cq_kernel_kill(cq_kernel_t *kernel)
 {
-        if (!kernel || kernel->pid <= 0)
+        if (!kernel || kernel->pid <= 0 || kernel->killed)
                 return;
-        /* Lowest priority first: its exit is CPU spent in its name. */
+        /* Lowest priority first: its exit is CPU spent in its name.
+         * Raising niceness is always allowed. Our child's pid (and so
+         * its group) stays ours until we reap it. */
         (void)setpriority(PRIO_PGRP, (id_t)kernel->pid, 19);
-        if (kernel->inner_pid > 0)
+        if (inner_alive(kernel)) {
                 (void)setpriority(PRIO_PGRP, (id_t)kernel->inner_pid, 19);
-        if (kernel->inner_pidfd >= 0)
                 syscall(SYS_pidfd_send_signal, kernel->inner_pidfd, SIGKILL,
                         NULL, 0U);
+        }
         killpg(kernel->pid, SIGKILL);
+        kernel->killed = true;
 }
 
 void cq_kernel_destroy(cq_kernel_t **kernelp) { kernel_close(kernelp, true); }

@@ -229,16 +229,53 @@ static bool has_token(const char *list, const char *want)
         return false;
 }
 
+/* Whether the cgroup v2 group \p path (from /proc/self/cgroup) or one of
+ * its ancestors below the root has the cpu controller: then our tasks
+ * are in a task group of their own, not the root one. */
+static bool v2_cpu_below_root(const char *path)
+{
+        char p[4096], file[4200], ctl[1024];
+
+        snprintf(p, sizeof(p), "%s", path);
+        while (strcmp(p, "/") != 0 && p[0] == '/') {
+                FILE *f;
+                char *slash;
+                bool cpu = false;
+
+                snprintf(file, sizeof(file),
+                         "/sys/fs/cgroup%s/cgroup.controllers", p);
+                f = fopen(file, "re");
+                if (f) {
+                        if (fgets(ctl, sizeof(ctl), f)) {
+                                char *tok, *save = NULL;
+
+                                ctl[strcspn(ctl, "\n")] = '\0';
+                                for (tok = strtok_r(ctl, " ", &save); tok;
+                                     tok = strtok_r(NULL, " ", &save))
+                                        cpu = cpu || strcmp(tok, "cpu") == 0;
+                        }
+                        fclose(f);
+                }
+                if (cpu)
+                        return true;
+                slash = strrchr(p, '/');
+                if (slash == p)
+                        break;
+                *slash = '\0';
+        }
+        return false;
+}
+
 /* Whether the scheduler weighs each session as one group (autogroup
- * scheduling: enabled, and this process in the root CPU cgroup, the only
- * place where autogroups apply). A cgroup namespace may show its own
- * cgroup as the root; then this says yes where it need not. */
+ * scheduling: enabled, and this process in the root CPU task group, the
+ * only place where autogroups apply). A cgroup namespace may show its
+ * own cgroup as the root; then this says yes where it need not. */
 static bool autogroups_active(void)
 {
-        char line[4096];
+        char line[4096], v2path[4096] = "/";
         FILE *f = fopen("/proc/sys/kernel/sched_autogroup_enabled", "re");
         int c = f ? fgetc(f) : EOF;
-        int v1 = -1, v2 = 1;
+        int v1 = -1;
 
         if (f)
                 fclose(f);
@@ -259,10 +296,10 @@ static bool autogroups_active(void)
                 if (has_token(ctl, "cpu"))
                         v1 = strcmp(path, "/") == 0;
                 else if (!*ctl && strcmp(line, "0") == 0)
-                        v2 = strcmp(path, "/") == 0;
+                        snprintf(v2path, sizeof(v2path), "%s", path);
         }
         fclose(f);
-        return v1 >= 0 ? v1 == 1 : v2 == 1;
+        return v1 >= 0 ? v1 == 1 : !v2_cpu_below_root(v2path);
 }
 
 cq_kpool_t *

@@ -15,9 +15,13 @@ typedef struct holder {
         bool used;
 } holder_t;
 
+/* Waiters sleep on the condition variable of their ticket's ring slot,
+ * so an admission wakes the next in line, not every waiter. */
+#define GATE_RING 64
+
 struct cq_gate {
         pthread_mutex_t lock;
-        pthread_cond_t cond; /* CLOCK_MONOTONIC */
+        pthread_cond_t ring[GATE_RING]; /* CLOCK_MONOTONIC */
         unsigned width;
         int64_t hold_ms;
         uint64_t next;    /* ticket of the next arrival */
@@ -38,6 +42,7 @@ cq_gate_t *cq_gate_new(unsigned width, int64_t hold_ms)
 {
         cq_gate_t *gate;
         pthread_condattr_t attr;
+        size_t i;
 
         if (width == 0)
                 return NULL;
@@ -56,7 +61,8 @@ cq_gate_t *cq_gate_new(unsigned width, int64_t hold_ms)
         pthread_mutex_init(&gate->lock, NULL);
         pthread_condattr_init(&attr);
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        pthread_cond_init(&gate->cond, &attr);
+        for (i = 0; i < GATE_RING; i++)
+                pthread_cond_init(&gate->ring[i], &attr);
         pthread_condattr_destroy(&attr);
         return gate;
 }
@@ -64,10 +70,12 @@ cq_gate_t *cq_gate_new(unsigned width, int64_t hold_ms)
 void cq_gate_destroy(cq_gate_t **gatep)
 {
         cq_gate_t *gate = *gatep;
+        size_t i;
 
         if (!gate)
                 return;
-        pthread_cond_destroy(&gate->cond);
+        for (i = 0; i < GATE_RING; i++)
+                pthread_cond_destroy(&gate->ring[i]);
         pthread_mutex_destroy(&gate->lock);
         free(gate->holders);
         free(gate);
@@ -120,9 +128,11 @@ uint64_t cq_gate_enter(cq_gate_t *gate)
                                               (long)(soonest % 1000) *
                                                   1000000L};
 
-                        pthread_cond_timedwait(&gate->cond, &gate->lock, &ts);
+                        pthread_cond_timedwait(&gate->ring[ticket % GATE_RING],
+                                               &gate->lock, &ts);
                 } else {
-                        pthread_cond_wait(&gate->cond, &gate->lock);
+                        pthread_cond_wait(&gate->ring[ticket % GATE_RING],
+                                          &gate->lock);
                 }
                 now = mono_ms();
         }
@@ -136,8 +146,9 @@ uint64_t cq_gate_enter(cq_gate_t *gate)
                 gate->st.waited++;
         if (waited > gate->st.max_wait_ms)
                 gate->st.max_wait_ms = waited;
-        /* the next in line may find room too */
-        pthread_cond_broadcast(&gate->cond);
+        /* the next in line may find room too (tickets a ring apart
+         * share a slot: broadcast, and they look at their turn) */
+        pthread_cond_broadcast(&gate->ring[gate->serving % GATE_RING]);
         pthread_mutex_unlock(&gate->lock);
         return ticket;
 }
@@ -152,7 +163,8 @@ void cq_gate_leave(cq_gate_t *gate, uint64_t ticket)
 
                 if (h->used && h->ticket == ticket) {
                         h->used = false;
-                        pthread_cond_broadcast(&gate->cond);
+                        pthread_cond_broadcast(
+                            &gate->ring[gate->serving % GATE_RING]);
                         break;
                 }
         }

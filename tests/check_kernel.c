@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -18,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -974,6 +976,81 @@ START_TEST(sweep_removes_dirs_of_dead_workers)
 }
 END_TEST
 
+/* In a child that is a session leader with a pseudo-terminal as its
+ * controlling terminal (as a worker started from a shell has one): a
+ * kernel's answer to opening /dev/tty. Exit codes name the step that
+ * failed; 0 means the kernel had no terminal and shares our session. */
+static int tty_probe(void)
+{
+        int master, slave, tty;
+        cq_local_opts_t opts;
+        cq_exec_opts_t eo = {0};
+        cq_cell_result_t res;
+        cq_interp_t *interp;
+        char errstr[512], *out;
+        int rc;
+
+        if (setsid() < 0)
+                return 10;
+        master = posix_openpt(O_RDWR | O_NOCTTY);
+        if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0)
+                return 11;
+        slave = open(ptsname(master), O_RDWR);
+        if (slave < 0 || ioctl(slave, TIOCSCTTY, 0) != 0)
+                return 12;
+        tty = open("/dev/tty", O_RDWR);
+        if (tty < 0)
+                return 13; /* we have none: the probe would prove nothing */
+        close(tty);
+        memset(&opts, 0, sizeof(opts));
+        opts.work_root = root;
+        opts.kernel.startup_timeout_ms = 60000;
+        interp = cq_local_interp_new(&opts, errstr, sizeof(errstr));
+        if (!interp)
+                return 14;
+        eo.timeout_ms = 60000;
+        cq_cell_result_init(&res);
+        rc = 15;
+        if (cq_interp_execute(interp,
+                              "import os\ntry:\n    os.close(os.open("
+                              "'/dev/tty', os.O_RDWR))\n    print('tty')\n"
+                              "except OSError as e:\n    print('none', "
+                              "e.errno)",
+                              &eo, &res) == CQ_OK) {
+                out = stream_text(&res, "stdout");
+                rc = strcmp(out, "none 6\n") == 0 ? 0 : 16; /* ENXIO */
+                free(out);
+        }
+        /* still our session, so autogroup scheduling weighs it with us */
+        if (rc == 0 &&
+            getsid(cq_kernel_pid(cq_local_interp_kernel(interp))) != getsid(0))
+                rc = 17;
+        cq_cell_result_release(&res);
+        cq_interp_destroy(&interp);
+        /* closing the master hangs up our own terminal */
+        signal(SIGHUP, SIG_IGN);
+        close(slave);
+        close(master);
+        return rc;
+}
+
+START_TEST(kernel_has_no_controlling_terminal)
+{
+        int status = -1;
+        pid_t pid = fork();
+
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+                _exit(tty_probe());
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "tty probe failed at step %d, signal %d (16: the "
+                      "kernel could open the terminal)",
+                      WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+                      WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+END_TEST
+
 START_TEST(config_and_start_failure)
 {
         cq_config_t cfg;
@@ -994,7 +1071,18 @@ START_TEST(config_and_start_failure)
         cq_kpool_opts_from_config(&popts, &cfg, NULL);
         ck_assert_uint_eq(popts.size, 2);
         ck_assert_uint_eq(popts.starts, 2);
+        ck_assert_uint_eq(popts.cell_gate, 4);
         ck_assert_int_eq(popts.local.kernel.startup_timeout_ms, 60000);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_CELL_GATE", "0",
+                                       "CODERQ_CELL_GATE", errstr,
+                                       sizeof(errstr)),
+                         0);
+        cq_kpool_opts_from_config(&popts, &cfg, NULL);
+        ck_assert_uint_eq(popts.cell_gate, 0);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_CELL_GATE", "-1",
+                                       "CODERQ_CELL_GATE", errstr,
+                                       sizeof(errstr)),
+                         -1);
         ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX", "maybe",
                                        "CODERQ_SANDBOX", errstr,
                                        sizeof(errstr)),
@@ -1072,6 +1160,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, pool_starts_kernels_in_parallel);
         tcase_add_test(tc, acquire_starts_its_own_when_the_pool_has_none);
         tcase_add_test(tc, sweep_removes_dirs_of_dead_workers);
+        tcase_add_test(tc, kernel_has_no_controlling_terminal);
         tcase_add_test(tc, config_and_start_failure);
         tcase_add_test(tc, nothing_left_behind);
         suite_add_tcase(s, tc);

@@ -176,7 +176,9 @@ size_t cq_kpool_ready(cq_kpool_t *pool);
 void cq_kpool_stats(cq_kpool_t *pool, cq_kpool_stats_t *stats);
 
 /**
- * @brief Stop the refill threads and destroy every kernel it holds.
+ * @brief Stop the refill threads, let the reaper finish tearing down the
+ *        used kernels handed to it, and destroy every kernel the pool
+ *        holds. Interpreters from the pool must be destroyed first.
  *        Accepts *poolp == NULL and sets it to NULL.
  */
 void cq_kpool_destroy(cq_kpool_t **poolp);
