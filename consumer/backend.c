@@ -113,6 +113,11 @@ const char *cq_backend_describe(const cq_backend_t *backend)
         return backend->describe;
 }
 
+cq_kpool_t *cq_backend_kpool(cq_backend_t *backend)
+{
+        return backend ? backend->pool : NULL;
+}
+
 void cq_backend_destroy(cq_backend_t **backendp)
 {
         cq_backend_t *backend = *backendp;

@@ -194,6 +194,31 @@ static void dump_log(const worker_t *w)
                 free(ring[i]);
 }
 
+/* The sum over \p w's log lines with message \p msg of their numeric
+ * field \p key (logged as a string); -1 when no such line exists. */
+static long long log_sum(const worker_t *w, const char *msg, const char *key)
+{
+        char path[512], line[4096];
+        long long sum = -1;
+        FILE *fp;
+
+        snprintf(path, sizeof(path), "%s/%s-%s.log", logdir, prefix, w->name);
+        fp = fopen(path, "r");
+        if (!fp)
+                return -1;
+        while (fgets(line, sizeof(line), fp)) {
+                json_t *doc = json_loads(line, 0, NULL);
+                const char *m = json_string_value(json_object_get(doc, "msg"));
+                const char *v = json_string_value(json_object_get(doc, key));
+
+                if (m && v && strcmp(m, msg) == 0)
+                        sum = (sum < 0 ? 0 : sum) + strtoll(v, NULL, 10);
+                json_decref(doc);
+        }
+        fclose(fp);
+        return sum;
+}
+
 /* Signal the worker and wait for it; returns its exit status (or 128+sig)
  * or -1 when it did not exit within \p timeout_ms. A failure prints the
  * end of the worker's log. */
@@ -370,6 +395,19 @@ START_TEST(fifty_jobs_two_workers)
         ck_assert_uint_eq(completion_events(50, 60000), 50);
         ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
         ck_assert_int_eq(stop_worker(&b, SIGTERM, 30000), 0);
+        /* each worker's last words: its pool's reaper tore down every
+         * job's kernel, and every cell took its turn at the gate */
+        ck_assert_int_ge(log_sum(&a, "kernel pool", "discarded"), 1);
+        ck_assert_int_ge(log_sum(&b, "kernel pool", "discarded"), 1);
+        ck_assert_int_eq(log_sum(&a, "kernel pool", "discarded") +
+                             log_sum(&b, "kernel pool", "discarded"),
+                         50);
+        ck_assert_int_ge(log_sum(&a, "kernel pool", "cells") +
+                             log_sum(&b, "kernel pool", "cells"),
+                         100);
+        ck_assert_int_eq(log_sum(&a, "kernel pool", "failed") +
+                             log_sum(&b, "kernel pool", "failed"),
+                         0);
 }
 END_TEST
 

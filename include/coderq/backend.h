@@ -9,6 +9,7 @@
 #include "coderq/common.h"
 #include "coderq/config.h"
 #include "coderq/interp.h"
+#include "coderq/kpool.h"
 
 typedef struct cq_backend cq_backend_t;
 
@@ -40,6 +41,10 @@ cq_interp_t *cq_backend_acquire(cq_backend_t *backend,
 
 /** @brief One line on how kernels are confined, for logs. Borrowed. */
 const char *cq_backend_describe(const cq_backend_t *backend);
+
+/** @brief The local kernel pool, or NULL (E2B only, or no pool).
+ *         Borrowed; lives as long as the backend. */
+cq_kpool_t *cq_backend_kpool(cq_backend_t *backend);
 
 /** @brief Stop the pool; interpreters must be destroyed first. */
 void cq_backend_destroy(cq_backend_t **backendp);
