@@ -1697,9 +1697,9 @@ static void kernel_close(cq_kernel_t **kernelp, bool graceful)
         /* A process's exit (freeing a Python heap) is CPU spent in its
          * own name: a discarded kernel dies at the lowest priority,
          * behind the work of running jobs. */
-        if (!graceful && !kernel->killed)
-                cq_kernel_kill(kernel);
-        if (kernel->pid > 0 && !kernel->killed) {
+        if (!graceful) {
+                cq_kernel_kill(kernel); /* once: a no-op when done */
+        } else if (kernel->pid > 0 && !kernel->killed) {
                 killpg(kernel->pid, SIGTERM);
                 wait_exit(kernel, 300);
         }

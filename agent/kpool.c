@@ -302,6 +302,23 @@ static bool autogroups_active(void)
         return v1 >= 0 ? v1 == 1 : !v2_cpu_below_root(v2path);
 }
 
+/* Start one of the pool's threads; on failure \p errstr says which. */
+static int start_thread(pthread_t *thr,
+                        void *(*fn)(void *),
+                        cq_kpool_t *pool,
+                        const char *what,
+                        char *errstr,
+                        size_t errstr_size)
+{
+        int rc = pthread_create(thr, NULL, fn, pool);
+
+        if (rc && errstr)
+                snprintf(errstr, errstr_size,
+                         "could not start kernel pool %s: %s", what,
+                         strerror(rc));
+        return rc;
+}
+
 cq_kpool_t *
 cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
 {
@@ -358,36 +375,20 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
         pool->local.kernel.preload = pool->preload;
         pool->local.kernel.work_dir = NULL;
         pool->local.work_root = pool->work_root;
-        {
-                int rc = pthread_create(&pool->reaper, NULL, reaper_main, pool);
-
-                if (rc) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "could not start kernel pool "
-                                         "reaper: %s",
-                                         strerror(rc));
-                        cq_kpool_destroy(&pool);
-                        return NULL;
-                }
-                pool->reaper_started = true;
-        }
+        if (start_thread(&pool->reaper, reaper_main, pool, "reaper", errstr,
+                         errstr_size))
+                goto failed;
+        pool->reaper_started = true;
         for (i = 0; i < nthreads; i++) {
-                int rc =
-                    pthread_create(&pool->threads[i], NULL, refill_main, pool);
-
-                if (rc) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "could not start kernel pool "
-                                         "thread: %s",
-                                         strerror(rc));
-                        cq_kpool_destroy(&pool);
-                        return NULL;
-                }
+                if (start_thread(&pool->threads[i], refill_main, pool,
+                                 "refill thread", errstr, errstr_size))
+                        goto failed;
                 pool->nthreads++;
         }
         return pool;
+failed:
+        cq_kpool_destroy(&pool);
+        return NULL;
 oom:
         if (errstr)
                 snprintf(errstr, errstr_size,

@@ -908,26 +908,21 @@ static void log_pool(cq_worker_t *w)
 {
         cq_kpool_t *pool = cq_backend_kpool(w->backend);
         cq_kpool_stats_t st;
-        char v[8][32];
+        json_t *fields;
 
         if (!pool)
                 return;
         cq_kpool_stats(pool, &st);
-        snprintf(v[0], sizeof(v[0]), "%llu", (unsigned long long)st.started);
-        snprintf(v[1], sizeof(v[1]), "%llu", (unsigned long long)st.failed);
-        snprintf(v[2], sizeof(v[2]), "%llu", (unsigned long long)st.own_starts);
-        snprintf(v[3], sizeof(v[3]), "%llu", (unsigned long long)st.discarded);
-        snprintf(v[4], sizeof(v[4]), "%llu",
-                 (unsigned long long)st.gate.entered);
-        snprintf(v[5], sizeof(v[5]), "%llu",
-                 (unsigned long long)st.gate.waited);
-        snprintf(v[6], sizeof(v[6]), "%lld", (long long)st.gate.max_wait_ms);
-        snprintf(v[7], sizeof(v[7]), "%llu",
-                 (unsigned long long)st.gate.expired);
-        cq_log_kv(CQ_LOG_INFO, "kernel pool", "started", v[0], "failed", v[1],
-                  "own_starts", v[2], "discarded", v[3], "cells", v[4],
-                  "cells_waited", v[5], "cell_wait_max_ms", v[6], "cells_long",
-                  v[7], NULL);
+        fields = json_pack(
+            "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "started",
+            (json_int_t)st.started, "failed", (json_int_t)st.failed,
+            "own_starts", (json_int_t)st.own_starts, "discarded",
+            (json_int_t)st.discarded, "cells", (json_int_t)st.gate.entered,
+            "cells_waited", (json_int_t)st.gate.waited, "cell_wait_max_ms",
+            (json_int_t)st.gate.max_wait_ms, "cells_long",
+            (json_int_t)st.gate.expired);
+        cq_log_json(CQ_LOG_INFO, fields, "kernel pool");
+        json_decref(fields);
 }
 
 int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)

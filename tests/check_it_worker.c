@@ -194,8 +194,8 @@ static void dump_log(const worker_t *w)
                 free(ring[i]);
 }
 
-/* The sum over \p w's log lines with message \p msg of their numeric
- * field \p key (logged as a string); -1 when no such line exists. */
+/* The sum over \p w's log lines with message \p msg of their integer
+ * field \p key; -1 when no such line exists. */
 static long long log_sum(const worker_t *w, const char *msg, const char *key)
 {
         char path[512], line[4096];
@@ -209,10 +209,10 @@ static long long log_sum(const worker_t *w, const char *msg, const char *key)
         while (fgets(line, sizeof(line), fp)) {
                 json_t *doc = json_loads(line, 0, NULL);
                 const char *m = json_string_value(json_object_get(doc, "msg"));
-                const char *v = json_string_value(json_object_get(doc, key));
+                json_t *v = json_object_get(doc, key);
 
-                if (m && v && strcmp(m, msg) == 0)
-                        sum = (sum < 0 ? 0 : sum) + strtoll(v, NULL, 10);
+                if (m && json_is_integer(v) && strcmp(m, msg) == 0)
+                        sum = (sum < 0 ? 0 : sum) + json_integer_value(v);
                 json_decref(doc);
         }
         fclose(fp);
