@@ -190,7 +190,9 @@ static const cq_cfg_entry_t entries[] = {
      "seconds a stopping worker gives running jobs to reach a checkpoint "
      "before it interrupts them"},
     {"CODERQ_POLL_MS", NULL, "poll-ms", CQ_CFG_INT, F(poll_ms), "500", 10,
-     60000, NULL, "how often an idle slot looks for a runnable job"},
+     60000, NULL,
+     "how often an idle worker looks for a runnable job nobody "
+     "announced (one slot looks)"},
     {"CODERQ_BACKEND", NULL, "backend", CQ_CFG_CHOICE, F(backend), "local", 0,
      0, "local|e2b",
      "interpreter for jobs that do not name one: local (Jupyter kernel) or "

@@ -61,12 +61,18 @@ struct cq_worker {
         int intake_rc;
         atomic_int stop_intake, stop_relay, stop_claims, stop_jobs, stop_hk;
         slot_t *slots;
-        /* Idle slots wait here between claims; the listener adds a token
-         * per claimable job PostgreSQL announces and wakes that many. */
+        /* Idle slots wait here between claims. The listener adds a token
+         * per claimable job PostgreSQL announces and wakes that many; it
+         * also keeps the fallback poll, one look per CODERQ_POLL_MS for
+         * the whole worker (a poll token), which a slot that finds a job
+         * with it passes on. Without a listener thread, idle slots poll
+         * by themselves. */
         pthread_mutex_t idle_lock;
         pthread_cond_t idle_cond;
-        long idle_tokens;
+        long idle_tokens, poll_tokens, idle_waiting;
+        atomic_bool listening;
         atomic_ullong wakeups; /* jobs announced to this worker */
+        atomic_ullong claims, claims_empty;
 };
 
 void cq_worker_opts_from_config(cq_worker_opts_t *opts, const cq_config_t *cfg)
@@ -588,20 +594,48 @@ static void wake_slots(cq_worker_t *w, long n)
         pthread_mutex_unlock(&w->idle_lock);
 }
 
-/* An idle slot's pause: until a wake-up token, stop, or \p ms. */
-static void idle_wait(cq_worker_t *w, int64_t ms)
+/* The fallback poll: one idle slot looks, unless one is about to anyway.
+ * Polling per slot would cost an idle worker a claim transaction per slot
+ * and CODERQ_POLL_MS (measured: ~400 a second for 64 idle slots at
+ * 100 ms, each also running the jobs table's statement trigger). */
+static void wake_poll(cq_worker_t *w)
+{
+        pthread_mutex_lock(&w->idle_lock);
+        if (w->idle_waiting > 0 && w->idle_tokens + w->poll_tokens == 0) {
+                w->poll_tokens = 1;
+                pthread_cond_signal(&w->idle_cond);
+        }
+        pthread_mutex_unlock(&w->idle_lock);
+}
+
+/* An idle slot's pause until a token or stop; without a listener thread,
+ * at most CODERQ_POLL_MS (jitter keeps such slots from polling in step).
+ * Returns true when the token was the poll's. */
+static bool idle_wait(cq_worker_t *w)
 {
         struct timespec ts;
+        bool timed = !atomic_load(&w->listening), poll = false;
 
-        cq_abstime_in(&ts, ms);
+        cq_abstime_in(&ts, w->cfg->poll_ms + (rand() % 100));
         pthread_mutex_lock(&w->idle_lock);
-        while (w->idle_tokens == 0 && !atomic_load(&w->stop_claims))
-                if (pthread_cond_timedwait(&w->idle_cond, &w->idle_lock, &ts) ==
-                    ETIMEDOUT)
+        w->idle_waiting++;
+        while (w->idle_tokens + w->poll_tokens == 0 &&
+               !atomic_load(&w->stop_claims)) {
+                if (!timed)
+                        pthread_cond_wait(&w->idle_cond, &w->idle_lock);
+                else if (pthread_cond_timedwait(&w->idle_cond, &w->idle_lock,
+                                                &ts) == ETIMEDOUT)
                         break;
-        if (w->idle_tokens > 0)
+        }
+        if (w->idle_tokens > 0) {
                 w->idle_tokens--;
+        } else if (w->poll_tokens > 0) {
+                w->poll_tokens--;
+                poll = true;
+        }
+        w->idle_waiting--;
         pthread_mutex_unlock(&w->idle_lock);
+        return poll;
 }
 
 static void *slot_main(void *arg)
@@ -609,6 +643,7 @@ static void *slot_main(void *arg)
         slot_t *slot = arg;
         cq_worker_t *w = slot->w;
         char errstr[512], name[32];
+        bool polled = false; /* whether this claim is the poll's */
 
         snprintf(name, sizeof(name), "slot-%d", slot->index);
         slot->llm = cq_llm_new(&w->lconf, errstr, sizeof(errstr));
@@ -634,13 +669,18 @@ static void *slot_main(void *arg)
                         continue;
                 }
                 if (!found) {
+                        atomic_fetch_add(&w->claims_empty, 1);
                         cq_claim_release(&claim);
-                        /* A notification brings it back at once; the poll
-                         * is the fallback (jitter keeps idle slots from
-                         * polling in step). */
-                        idle_wait(w, w->cfg->poll_ms + (rand() % 100));
+                        polled = idle_wait(w);
                         continue;
                 }
+                atomic_fetch_add(&w->claims, 1);
+                /* The poll found work nobody announced (a lost
+                 * notification, a retry whose backoff ran out): there may
+                 * be more, so another idle slot looks too. */
+                if (polled)
+                        wake_poll(w);
+                polled = false;
                 run_job(slot, &claim);
                 cq_claim_release(&claim);
         }
@@ -752,12 +792,13 @@ out:
 }
 
 /* Turn PostgreSQL's announcements of claimable jobs into wake-ups of
- * idle slots. After a reconnect every slot looks once: what was announced
- * meanwhile is lost. */
+ * idle slots, and keep the fallback poll. After a reconnect every slot
+ * looks once: what was announced meanwhile is lost. */
 static void *listen_main(void *arg)
 {
         cq_worker_t *w = arg;
         cq_listener_t *l = cq_listener_new(&w->sopts, CQ_CHANNEL_JOBS, NULL, 0);
+        int64_t next_poll = cq_now_ms() + w->cfg->poll_ms;
         bool down = false;
 
         if (!l) {
@@ -765,9 +806,15 @@ static void *listen_main(void *arg)
                             "poll every CODERQ_POLL_MS");
                 return NULL;
         }
+        atomic_store(&w->listening, true);
         while (!atomic_load(&w->stop_claims)) {
                 bool reconnected = false;
-                long n = cq_listener_wait(l, 250, &reconnected);
+                int64_t wait = next_poll - cq_now_ms();
+                long n = cq_listener_wait(l,
+                                          wait > 250 ? 250
+                                          : wait < 0 ? 0
+                                                     : (int)wait,
+                                          &reconnected);
 
                 if (n < 0 && !down)
                         cq_log_kv(CQ_LOG_WARN,
@@ -783,7 +830,12 @@ static void *listen_main(void *arg)
                         atomic_fetch_add(&w->wakeups, (unsigned long long)n);
                         wake_slots(w, n);
                 }
+                if (cq_now_ms() >= next_poll) {
+                        next_poll = cq_now_ms() + w->cfg->poll_ms;
+                        wake_poll(w);
+                }
         }
+        atomic_store(&w->listening, false);
         cq_listener_destroy(&l);
         return NULL;
 }
@@ -993,12 +1045,14 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
                 w->hk_started = false;
         }
         {
-                char num[32];
+                json_t *fields = json_pack(
+                    "{s:s, s:I, s:I, s:I}", "worker", w->id, "jobs_announced",
+                    (json_int_t)atomic_load(&w->wakeups), "claims",
+                    (json_int_t)atomic_load(&w->claims), "claims_empty",
+                    (json_int_t)atomic_load(&w->claims_empty));
 
-                snprintf(num, sizeof(num), "%llu",
-                         (unsigned long long)atomic_load(&w->wakeups));
-                cq_log_kv(CQ_LOG_INFO, "worker stopped", "worker", w->id,
-                          "jobs_announced", num, NULL);
+                cq_log_json(CQ_LOG_INFO, fields, "worker stopped");
+                json_decref(fields);
         }
         log_pool(w);
         return rc;

@@ -19,6 +19,7 @@
 #include "support/pgtest.h"
 #include "coderq/common.h"
 #include "coderq/store.h"
+#include "coderq/util.h"
 #include "support/fake_llm.h"
 #include "support/kafka_test.h"
 
@@ -101,6 +102,7 @@ static const char *job_max_bytes = "1M";
 /* Idle slots' poll and the relay's interval of the next worker started. */
 static const char *child_poll_ms = "100";
 static const char *child_relay_ms = "200";
+static const char *child_slots = "2";
 
 static void child_env(const char *name, const char *lease_s)
 {
@@ -122,7 +124,7 @@ static void child_env(const char *name, const char *lease_s)
         unsetenv("CODERQ_LLM_API_KEY");
         unsetenv("OPENAI_API_KEY");
         setenv("CODERQ_LLM_MAX_WAIT_S", "5", 1);
-        setenv("CODERQ_SLOTS", "2", 1);
+        setenv("CODERQ_SLOTS", child_slots, 1);
         setenv("CODERQ_KPOOL_SIZE", "2", 1);
         setenv("CODERQ_LEASE_S", lease_s, 1);
         setenv("CODERQ_POLL_MS", child_poll_ms, 1);
@@ -740,6 +742,53 @@ START_TEST(idle_worker_hears_of_new_jobs)
 }
 END_TEST
 
+/* Idle slots cost one claim per CODERQ_POLL_MS for the whole worker, not
+ * one per slot; and work that nobody announces (here: jobs whose
+ * run_after passes while the worker is idle) is still found by that poll,
+ * and all of it is taken, not one job per poll. */
+START_TEST(idle_slots_poll_once_per_worker)
+{
+        worker_t a;
+        char sql[2048];
+        int64_t t0, elapsed;
+        long long claims, empty;
+
+        fresh("poll");
+        register_script("two_cells", two_cells);
+        child_slots = "8";
+        t0 = cq_now_ms();
+        start_worker(&a, "wp", "30");
+        child_slots = "2";
+        kt_sleep_ms(3000);
+        /* Announced on insert, but claimable only 2 s later: what wakes
+         * the slots then is the poll. */
+        snprintf(sql, sizeof(sql),
+                 "WITH ins AS (INSERT INTO jobs (job_id, run_id, prompt, spec,"
+                 " run_after) SELECT id, $1, 'Job ' || id || ': compute.',"
+                 " jsonb_build_object('job_id', id, 'run_id', $1::text,"
+                 " 'model', 'script:two_cells', 'prompt', 'Job ' || id ||"
+                 " ': compute.'), now() + interval '2 s' FROM (SELECT $1 ||"
+                 " '-p' || g AS id FROM generate_series(1, 4) g) s"
+                 " RETURNING 1) SELECT count(*) FROM ins");
+        ck_assert_int_eq(kt_pg_long(dsn, sql, prefix), 4);
+        wait_finished(4, 60000);
+        ck_assert_int_eq(count_status("succeeded"), 4);
+        kt_sleep_ms(1000); /* idle again */
+        elapsed = cq_now_ms() - t0;
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+        claims = log_sum(&a, "worker stopped", "claims");
+        empty = log_sum(&a, "worker stopped", "claims_empty");
+        ck_assert_int_eq(claims, 4);
+        /* Per worker: a first look and one more per slot before the
+         * listener is up, the 4 announced, the poll's (one per 100 ms)
+         * and a chained look per job found. Per-slot polling would make
+         * it 8 per 100-199 ms: over 5 per 100 ms. */
+        ck_assert_msg(empty >= 1 && empty <= 2 * 8 + 4 + 4 + 2 * elapsed / 100,
+                      "%lld empty claims in %lld ms by an 8-slot worker", empty,
+                      (long long)elapsed);
+}
+END_TEST
+
 START_TEST(broker_and_database_outages_lose_nothing)
 {
         worker_t a;
@@ -781,6 +830,7 @@ static Suite *worker_suite(void)
         tcase_add_test(tc, sigterm_releases_jobs_to_another_worker);
         tcase_add_test(tc, cancel_and_sessions);
         tcase_add_test(tc, idle_worker_hears_of_new_jobs);
+        tcase_add_test(tc, idle_slots_poll_once_per_worker);
         tcase_add_test(tc, broker_and_database_outages_lose_nothing);
         suite_add_tcase(s, tc);
         return s;
