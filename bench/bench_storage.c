@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* bench_storage.c - queue throughput: claim + heartbeat + finish cycles
  * per second with 1 and with 8 connections (one thread and one store
- * each), in a throw-away database on the server of CODERQ_PG_DSN.
+ * each), in a throw-away database on the server of CODERQ_PG_DSN; the
+ * 8-connection run again with prepared statements off (CODERQ_PG_PREPARE)
+ * for their ratio.
  * usage: bench_storage [seconds]   (run by scripts/bench.sh storage) */
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -20,6 +22,7 @@
 typedef struct bench_slot {
         const char *dsn;
         int n;
+        bool prepare;
         int64_t deadline;
         long cycles;
         int64_t claim_us, heartbeat_us, finish_us;
@@ -81,6 +84,7 @@ static void *slot_main(void *arg)
         cq_store_opts_init(&opts);
         opts.dsn = slot->dsn;
         opts.owner = owner;
+        opts.prepare = slot->prepare;
         store = cq_store_new(&opts, slot->errmsg, sizeof(slot->errmsg));
         if (!store) {
                 slot->failed = 1;
@@ -134,7 +138,8 @@ fail:
 }
 
 /* One measurement with \p n connections; returns cycles per second. */
-static double run(const char *dsn, PGconn *conn, int n, int seconds)
+static double
+run(const char *dsn, PGconn *conn, int n, int seconds, bool prepare)
 {
         bench_slot_t slots[8];
         pthread_t th[8];
@@ -159,6 +164,7 @@ static double run(const char *dsn, PGconn *conn, int n, int seconds)
                 memset(&slots[i], 0, sizeof(slots[i]));
                 slots[i].dsn = dsn;
                 slots[i].n = i;
+                slots[i].prepare = prepare;
                 slots[i].deadline = start + (int64_t)seconds * 1000;
                 if (pthread_create(&th[i], NULL, slot_main, &slots[i]))
                         return -1;
@@ -178,13 +184,15 @@ static double run(const char *dsn, PGconn *conn, int n, int seconds)
                 finish_us += slots[i].finish_us;
         }
         if (total > 0)
-                printf("connections=%d mean_ms claim=%.2f heartbeat=%.2f "
+                printf("connections=%d%s mean_ms claim=%.2f heartbeat=%.2f "
                        "finish=%.2f\n",
-                       n, (double)claim_us / 1000.0 / (double)total,
+                       n, prepare ? "" : " unprepared",
+                       (double)claim_us / 1000.0 / (double)total,
                        (double)heartbeat_us / 1000.0 / (double)total,
                        (double)finish_us / 1000.0 / (double)total);
-        printf("connections=%d cycles=%ld seconds=%.2f cycles_per_s=%.1f\n", n,
-               total, (double)(end - start) / 1000.0,
+        printf("connections=%d%s cycles=%ld seconds=%.2f cycles_per_s=%.1f\n",
+               n, prepare ? "" : " unprepared", total,
+               (double)(end - start) / 1000.0,
                (double)total * 1000.0 / (double)(end - start));
         return (double)total * 1000.0 / (double)(end - start);
 }
@@ -195,7 +203,7 @@ int main(int argc, char **argv)
         int seconds = argc > 1 ? (int)strtol(argv[1], NULL, 10) : 10;
         char name[64], dsn[2048], admin_dsn[2048], sql[128], errstr[1024];
         PGconn *admin = NULL, *conn = NULL;
-        double c1, c8;
+        double c1, c8, u8;
         int rc = 1;
 
         if (!base || seconds < 1) {
@@ -225,10 +233,14 @@ int main(int argc, char **argv)
         conn = PQconnectdb(dsn);
         if (PQstatus(conn) != CONNECTION_OK)
                 goto drop;
-        c1 = run(dsn, conn, 1, seconds);
-        c8 = c1 >= 0 ? run(dsn, conn, 8, seconds) : -1;
-        if (c1 >= 0 && c8 >= 0) {
-                printf("cycles_per_s_1=%.1f\ncycles_per_s_8=%.1f\n", c1, c8);
+        c1 = run(dsn, conn, 1, seconds, true);
+        c8 = c1 >= 0 ? run(dsn, conn, 8, seconds, true) : -1;
+        u8 = c8 >= 0 ? run(dsn, conn, 8, seconds, false) : -1;
+        if (c1 >= 0 && c8 >= 0 && u8 > 0) {
+                printf("cycles_per_s_1=%.1f\ncycles_per_s_8=%.1f\n"
+                       "cycles_per_s_8_unprepared=%.1f\n"
+                       "prepared_ratio_8=%.3f\n",
+                       c1, c8, u8, c8 / u8);
                 rc = 0;
         }
 drop:

@@ -125,6 +125,10 @@ static const cq_cfg_entry_t entries[] = {
      F(pg_reconnect_s), "30", 0, 3600, NULL,
      "seconds to keep trying to reconnect to PostgreSQL before an operation "
      "fails"},
+    {"CODERQ_PG_PREPARE", NULL, "pg-prepare", CQ_CFG_CHOICE, F(pg_prepare),
+     "on", 0, 0, "on|off",
+     "prepare each statement once per connection (parsed and planned once; "
+     "off behind a transaction-mode pooler that cannot keep them)"},
     {"CODERQ_TOPIC_JOBS", NULL, "topic-jobs", CQ_CFG_STRING, F(topic_jobs),
      "coderq.jobs", 0, 0, NULL,
      "Kafka topic of job messages: the intake consumes it, coderq submit "

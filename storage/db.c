@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "coderq/buf.h"
+#include "coderq/log.h"
 #include "coderq/util.h"
 
 #define BACKOFF_FIRST_MS 50
@@ -29,6 +30,7 @@ void cq_store_opts_init(cq_store_opts_t *opts)
         opts->memory_threshold = 0.3;
         opts->reconnect_ms = 30000;
         opts->results_topic = CQ_STORE_RESULTS_TOPIC;
+        opts->prepare = true;
 }
 
 void cq_store_opts_from_config(cq_store_opts_t *opts, const cq_config_t *cfg)
@@ -43,6 +45,7 @@ void cq_store_opts_from_config(cq_store_opts_t *opts, const cq_config_t *cfg)
         opts->image_max = cfg->image_max;
         opts->memory_threshold = (double)cfg->memory_threshold / 100.0;
         opts->reconnect_ms = (int)cfg->pg_reconnect_s * 1000;
+        opts->prepare = !cfg->pg_prepare || strcmp(cfg->pg_prepare, "off") != 0;
         /* Completion events are written to the outbox with their topic,
          * so every writer (worker, reaper, coderq cancel) uses this one. */
         if (cfg->topic_results)
@@ -151,12 +154,22 @@ static PGconn *connect_once(const char *dsn)
 
 /* Re-establish the connection, waiting 50 ms, 100 ms, ... up to 1 s
  * between attempts, for at most opts.reconnect_ms. */
+static void prep_forget(cq_store_t *store)
+{
+        int i;
+
+        for (i = 0; i < store->nprep; i++)
+                free(store->prep[i].sql);
+        store->nprep = 0;
+}
+
 static cq_err_t reconnect(cq_store_t *store)
 {
         int64_t deadline = cq_now_ms() + store->opts.reconnect_ms;
         int delay = BACKOFF_FIRST_MS;
 
         store->in_txn = false;
+        prep_forget(store); /* a new session has none */
         for (;;) {
                 PQreset(store->conn);
                 if (PQstatus(store->conn) == CONNECTION_OK) {
@@ -228,6 +241,7 @@ void cq_store_destroy(cq_store_t **storep)
                 return;
         if (store->conn)
                 PQfinish(store->conn);
+        prep_forget(store);
         free(store->dsn);
         free(store->owner);
         free(store->topic);
@@ -237,7 +251,8 @@ void cq_store_destroy(cq_store_t **storep)
 
 /* SQLSTATE classes worth another try: connection exceptions, transaction
  * rollbacks (serialization, deadlock), insufficient resources, operator
- * intervention (shutdown), and lock/statement timeouts. */
+ * intervention (shutdown), lock/statement timeouts, and a prepared
+ * statement the server lost (the retry runs unprepared). */
 static cq_err_t classify(const PGresult *res)
 {
         const char *state =
@@ -247,11 +262,98 @@ static cq_err_t classify(const PGresult *res)
                 return CQ_ERR_RETRIABLE; /* no server reply at all */
         if (strncmp(state, "08", 2) == 0 || strncmp(state, "40", 2) == 0 ||
             strncmp(state, "53", 2) == 0 || strncmp(state, "57", 2) == 0 ||
-            strcmp(state, "55P03") == 0)
+            strcmp(state, "55P03") == 0 ||
+            strcmp(state, "26000") == 0) /* prepared statement lost */
                 return CQ_ERR_RETRIABLE;
         if (strcmp(state, "54000") == 0)
                 return CQ_ERR_TOO_LARGE; /* program_limit_exceeded */
         return CQ_ERR_FATAL;
+}
+
+/* FNV-1a: statements are looked up by their text, so that SQL built at
+ * run time can never run as another statement's plan. */
+static uint64_t sql_hash(const char *sql)
+{
+        uint64_t h = 14695981039346656037ULL;
+
+        for (; *sql; sql++)
+                h = (h ^ (unsigned char)*sql) * 1099511628211ULL;
+        return h;
+}
+
+/* Whether the server says the prepared statement is gone: a pooler in
+ * transaction mode hands each transaction another server connection, and
+ * DISCARD ALL drops them too. */
+static bool prep_lost(const PGresult *res)
+{
+        const char *state =
+            res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+        return state && strcmp(state, "26000") == 0;
+}
+
+/* Run \p sql once. A statement with parameters is prepared on first use
+ * and then only bound and executed: it is parsed, analysed and planned
+ * once per connection instead of on every call (for a checkpoint INSERT
+ * that is a third of the server's work; bench/bench_storage.c). Plans
+ * follow PostgreSQL's plan_cache_mode as for any prepared statement.
+ * Statements without parameters (transaction control) are sent as
+ * they are. */
+static PGresult *
+exec_once(cq_store_t *store, const char *sql, const store_params_t *sp, int fmt)
+{
+        char name[16];
+        uint64_t h;
+        PGresult *res;
+        int i;
+
+        if (sp->n == 0 || !store->opts.prepare || store->prep_off)
+                return PQexecParams(store->conn, sql, sp->n, NULL, sp->values,
+                                    sp->lengths, sp->formats, fmt);
+        h = sql_hash(sql);
+        for (i = 0; i < store->nprep; i++)
+                if (store->prep[i].hash == h &&
+                    strcmp(store->prep[i].sql, sql) == 0)
+                        break;
+        snprintf(name, sizeof(name), "cq%d", i);
+        if (i == store->nprep) {
+                char *copy;
+
+                /* Full (more distinct statements than coderq has), or no
+                 * memory to remember it: run it unprepared. */
+                if (store->nprep == STORE_PREP_MAX || !(copy = strdup(sql)))
+                        return PQexecParams(store->conn, sql, sp->n, NULL,
+                                            sp->values, sp->lengths,
+                                            sp->formats, fmt);
+                res = PQprepare(store->conn, name, sql, sp->n, NULL);
+                if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+                        free(copy);
+                        return res; /* its error is the statement's */
+                }
+                PQclear(res);
+                store->prep[i].hash = h;
+                store->prep[i].sql = copy;
+                store->nprep++;
+        }
+        res = PQexecPrepared(store->conn, name, sp->n, sp->values, sp->lengths,
+                             sp->formats, fmt);
+        if (prep_lost(res)) {
+                cq_log_kv(CQ_LOG_WARN,
+                          "PostgreSQL lost this connection's prepared "
+                          "statements (a transaction-mode pooler? set "
+                          "CODERQ_PG_PREPARE=off); not preparing on it again",
+                          "statement", name, NULL);
+                prep_forget(store);
+                store->prep_off = true;
+                /* Outside a transaction nothing ran: run it as it is. */
+                if (!store->in_txn) {
+                        PQclear(res);
+                        res = PQexecParams(store->conn, sql, sp->n, NULL,
+                                           sp->values, sp->lengths, sp->formats,
+                                           fmt);
+                }
+        }
+        return res;
 }
 
 cq_err_t store_exec(cq_store_t *store,
@@ -280,8 +382,7 @@ cq_err_t store_exec(cq_store_t *store,
                 ExecStatusType st;
                 const char *msg;
 
-                res = PQexecParams(store->conn, sql, sp->n, NULL, sp->values,
-                                   sp->lengths, sp->formats, result_format);
+                res = exec_once(store, sql, sp, result_format);
                 st = PQresultStatus(res);
                 if (res && (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)) {
                         if (resp)

@@ -6,10 +6,19 @@
 #define CODERQ_STORE_INT_H
 
 #include <libpq-fe.h>
+#include <stdint.h>
 
 #include "coderq/store.h"
 
 #define STORE_MAX_PARAMS 16
+
+/* Statements prepared on the current connection (statement "cq<i>"). */
+#define STORE_PREP_MAX 64
+
+typedef struct store_prep {
+        uint64_t hash;
+        char *sql;
+} store_prep_t;
 
 struct cq_store {
         PGconn *conn;
@@ -19,6 +28,11 @@ struct cq_store {
         char *topic;
         bool in_txn;
         unsigned reconnects;
+        /* Forgotten on reconnect; prep_off after the server lost them
+         * (a transaction-mode pooler), for the rest of this handle. */
+        store_prep_t prep[STORE_PREP_MAX];
+        int nprep;
+        bool prep_off;
         char errmsg[1024];
 };
 

@@ -19,6 +19,7 @@
 #include "support/pgtest.h"
 #include "coderq/store.h"
 #include "coderq/util.h"
+#include "../storage/store_int.h"
 
 static char g_dsn[2048]; /* the test's own database */
 static char g_dbname[64];
@@ -1742,6 +1743,137 @@ fail:
         return NULL;
 }
 
+/* The number of prepared statements of the store's own session. */
+static long prepared_on(cq_store_t *store)
+{
+        PGresult *res = NULL;
+        long n;
+
+        ck_assert_int_eq(store_exec(store, "count prepared statements",
+                                    "SELECT count(*) FROM "
+                                    "pg_prepared_statements",
+                                    NULL, 0, true, &res),
+                         CQ_OK);
+        n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+        PQclear(res);
+        return n;
+}
+
+static void append(cq_store_t *store, const char *job, int want_seq)
+{
+        json_t *msg = json_pack("{s:s, s:s}", "role", "user", "content", "x");
+        bool lost = true;
+        int seq = 0;
+
+        ck_assert_msg(cq_store_append_message(store, job, msg, &seq, &lost) ==
+                          CQ_OK,
+                      "%s", cq_store_errmsg(store));
+        ck_assert(!lost);
+        ck_assert_int_eq(seq, want_seq);
+        json_decref(msg);
+}
+
+/* Statements with parameters are prepared once per connection and reused;
+ * after a reconnect they are prepared again; when the server loses them
+ * (what a transaction-mode pooler does) the statement is retried
+ * unprepared and the handle stops preparing; with prepare off, none. */
+START_TEST(statements_prepared_once_per_connection)
+{
+        cq_store_t *store = store_for("w", 120), *plain;
+        cq_store_opts_t opts;
+        char errstr[512], *pid;
+        int i;
+
+        add_job(store, "pj", 0, NULL, NULL);
+        free(claim_id(store));
+        append(store, "pj", 1);
+        ck_assert_int_eq(store->nprep, 3); /* upsert, claim, append */
+        ck_assert_int_eq(prepared_on(store), 3);
+        for (i = 2; i <= 5; i++)
+                append(store, "pj", i);
+        ck_assert_int_eq(store->nprep, 3); /* the same one, reused */
+        ck_assert_int_eq(prepared_on(store), 3);
+
+        /* A new session after the backend is gone. */
+        pid = q1("SELECT pid::text FROM pg_stat_activity WHERE "
+                 "datname = current_database() AND pid <> pg_backend_pid() "
+                 "AND query LIKE '%pg_prepared_statements%'",
+                 NULL);
+        ck_assert_ptr_nonnull(pid);
+        ck_assert_int_eq(qn("SELECT pg_terminate_backend($1::int)::int", pid),
+                         1);
+        free(pid);
+        {
+                /* An INSERT is not retried blindly after a lost connection
+                 * (it may have run): this one fails, the next works. */
+                json_t *msg = json_pack("{s:s}", "role", "user");
+                bool lost = false;
+
+                ck_assert_int_eq(
+                    cq_store_append_message(store, "pj", msg, NULL, &lost),
+                    CQ_ERR_RETRIABLE);
+                json_decref(msg);
+        }
+        append(store, "pj", 6);
+        ck_assert_int_eq(store->nprep, 1);
+        ck_assert_int_eq(prepared_on(store), 1);
+
+        /* Lost behind our back: outside a transaction the statement is run
+         * again unprepared, and nothing is prepared from then on. */
+        ck_assert_int_eq(store_exec(store, "deallocate", "DEALLOCATE ALL", NULL,
+                                    0, true, NULL),
+                         CQ_OK);
+        append(store, "pj", 7);
+        ck_assert(store->prep_off);
+        ck_assert_int_eq(store->nprep, 0);
+        append(store, "pj", 8);
+        ck_assert_int_eq(prepared_on(store), 0);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages WHERE "
+                            "job_id = $1",
+                            "pj"),
+                         8);
+
+        /* Inside a transaction the transaction is lost: retriable. */
+        cq_store_destroy(&store);
+        store = store_for("w", 120);
+        append(store, "pj", 9);
+        ck_assert_int_eq(store_begin(store, "test"), CQ_OK);
+        ck_assert_int_eq(store_exec(store, "deallocate", "DEALLOCATE ALL", NULL,
+                                    0, true, NULL),
+                         CQ_OK);
+        {
+                store_params_t sp;
+                char *sql = strdup(store->prep[0].sql);
+
+                ck_assert_ptr_nonnull(sql);
+                sp_init(&sp);
+                sp_text(&sp, "pj");
+                sp_text(&sp, "w");
+                sp_text(&sp, "user");
+                sp_text(&sp, "{\"role\": \"user\"}");
+                ck_assert_int_eq(store_exec(store, "append in a transaction",
+                                            sql, &sp, 0, false, NULL),
+                                 CQ_ERR_RETRIABLE);
+                free(sql);
+        }
+        store_rollback(store);
+        ck_assert(store->prep_off);
+        append(store, "pj", 10);
+
+        cq_store_opts_init(&opts);
+        opts.dsn = g_dsn;
+        opts.owner = "w";
+        opts.prepare = false;
+        plain = cq_store_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(plain != NULL, "%s", errstr);
+        append(plain, "pj", 11);
+        ck_assert_int_eq(plain->nprep, 0);
+        ck_assert_int_eq(prepared_on(plain), 0);
+        cq_store_destroy(&plain);
+        cq_store_destroy(&store);
+}
+END_TEST
+
 START_TEST(postgres_restart_loses_nothing)
 {
         enum { NJOBS = 300 };
@@ -1828,6 +1960,7 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, checkpoint_loads_in_order);
         tcase_add_test(tc, memory_recalls_similar_not_unrelated);
         tcase_add_test(tc, run_queries_for_people);
+        tcase_add_test(tc, statements_prepared_once_per_connection);
         tcase_add_test(tc, postgres_restart_loses_nothing);
         suite_add_tcase(s, tc);
         return s;

@@ -65,6 +65,7 @@ typedef struct cq_config {
         size_t image_max;
         long memory_threshold; /* percent */
         long pg_reconnect_s;
+        char *pg_prepare;
         /* agent loop */
         long max_turns;
         long max_retries;

@@ -45,12 +45,14 @@ typedef struct cq_store_opts {
         double memory_threshold;   /* 0..1 trigram similarity for recall */
         int reconnect_ms;          /* give up reconnecting after this long */
         const char *results_topic; /* outbox topic of completion events */
+        bool prepare;              /* prepared statements (CODERQ_PG_PREPARE) */
 } cq_store_opts_t;
 
 #define CQ_STORE_RESULTS_TOPIC "coderq.results"
 
 /** @brief Defaults: lease 120 s, 3 attempts, notebook 64 MiB, image 32 MiB,
- *         threshold 0.3, reconnect 30 s, owner "coderq". */
+ *         threshold 0.3, reconnect 30 s, owner "coderq", prepared
+ *         statements on. */
 void cq_store_opts_init(cq_store_opts_t *opts);
 
 /** @brief Fill \p opts from \p cfg (borrowed: it must outlive the store). */

@@ -2,8 +2,10 @@
 # storage.sh [seconds] - the PostgreSQL job queue: claim + heartbeat +
 # finish cycles per second with 1 and 8 connections (bench_storage), side
 # by side with pgbench running single-row INSERT transactions (8 clients)
-# on the same server in the same run. Starts PostgreSQL with services.sh
-# when it is not running (and stops it again). Last line: JSON.
+# on the same server in the same run; and the 8-connection run with
+# prepared statements off (CODERQ_PG_PREPARE=off), as prepared_ratio_8.
+# Starts PostgreSQL with services.sh when it is not running (and stops it
+# again). Last line: JSON.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 
@@ -29,6 +31,7 @@ out=$("$build/bench/bench_storage" "$secs")
 printf '%s\n' "$out"
 c1=$(printf '%s\n' "$out" | sed -n 's/^cycles_per_s_1=//p')
 c8=$(printf '%s\n' "$out" | sed -n 's/^cycles_per_s_8=//p')
+pr=$(printf '%s\n' "$out" | sed -n 's/^prepared_ratio_8=//p')
 
 cq_say "pgbench: single-row INSERT transactions, 8 clients, ${secs}s"
 psql "$CODERQ_PG_DSN" -Xqc "DROP DATABASE IF EXISTS cqbench_pgbench WITH (FORCE)" >/dev/null
@@ -44,5 +47,5 @@ tps=$(printf '%s\n' "$pgb" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
 [ -n "$tps" ] || cq_die "could not read pgbench's tps: $pgb"
 echo "pgbench_tps=$tps"
 ratio=$(awk -v a="$c8" -v b="$tps" 'BEGIN { printf "%.3f", a / b }')
-printf '{"bench":"storage","cycles_per_s_1":%s,"cycles_per_s_8":%s,"pgbench_tps":%s,"ratio_8":%s}\n' \
-        "$c1" "$c8" "$tps" "$ratio"
+printf '{"bench":"storage","cycles_per_s_1":%s,"cycles_per_s_8":%s,"pgbench_tps":%s,"ratio_8":%s,"prepared_ratio_8":%s}\n' \
+        "$c1" "$c8" "$tps" "$ratio" "$pr"
