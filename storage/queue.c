@@ -141,8 +141,9 @@ static const char SQL_CANCEL_RUNNING[] =
     " WHERE job_id = $1";
 
 static const char SQL_CANCEL_POLL[] =
-    "SELECT cancel_requested FROM jobs"
-    " WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'";
+    "SELECT job_id FROM jobs"
+    " WHERE job_id = ANY ($1::text[]) AND lease_owner = $2"
+    "  AND status = 'running' AND cancel_requested";
 
 static int clamp_int(long long v)
 {
@@ -742,21 +743,34 @@ out:
 }
 
 cq_err_t cq_store_cancel_requested(cq_store_t *store,
-                                   const char *job_id,
-                                   bool *requestedp)
+                                   const char *const *job_ids,
+                                   size_t n,
+                                   bool *requested)
 {
         store_params_t sp;
         PGresult *res = NULL;
+        char *ids;
         cq_err_t err;
+        size_t i;
+        int row;
 
-        *requestedp = false;
+        for (i = 0; i < n; i++)
+                requested[i] = false;
+        if (n == 0)
+                return CQ_OK;
+        ids = store_text_array(store, job_ids, n);
+        if (!ids)
+                return CQ_ERR_FATAL;
         sp_init(&sp);
-        sp_text(&sp, job_id);
+        sp_text(&sp, ids);
         sp_text(&sp, store->owner);
         err = store_exec(store, "poll for cancellation", SQL_CANCEL_POLL, &sp,
                          0, true, &res);
-        if (err == CQ_OK && PQntuples(res) == 1)
-                *requestedp = PQgetvalue(res, 0, 0)[0] == 't';
+        for (row = 0; err == CQ_OK && row < PQntuples(res); row++)
+                for (i = 0; i < n; i++)
+                        if (strcmp(PQgetvalue(res, row, 0), job_ids[i]) == 0)
+                                requested[i] = true;
         PQclear(res);
+        free(ids);
         return err;
 }

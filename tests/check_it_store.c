@@ -1340,6 +1340,7 @@ START_TEST(cancel_queued_now_running_by_flag)
         cq_store_t *other = store_for("other", 120);
         cq_cancel_outcome_t out;
         bool requested = true;
+        static const char *const ids[] = {"r"};
         int requeued = -1, failed = -1;
         char *s;
 
@@ -1347,7 +1348,7 @@ START_TEST(cancel_queued_now_running_by_flag)
         add_job(store, "r", 0, NULL, NULL);
         qexec("UPDATE jobs SET priority = 1 WHERE job_id = 'r'");
         expect_claim(store, "r");
-        ck_assert_int_eq(cq_store_cancel_requested(store, "r", &requested),
+        ck_assert_int_eq(cq_store_cancel_requested(store, ids, 1, &requested),
                          CQ_OK);
         ck_assert(!requested);
         /* Queued: cancelled at once, with its event. */
@@ -1366,12 +1367,22 @@ START_TEST(cancel_queued_now_running_by_flag)
         s = q1("SELECT status FROM jobs WHERE job_id = 'r'", NULL);
         ck_assert_str_eq(s, "running");
         free(s);
-        ck_assert_int_eq(cq_store_cancel_requested(store, "r", &requested),
+        ck_assert_int_eq(cq_store_cancel_requested(store, ids, 1, &requested),
                          CQ_OK);
         ck_assert(requested);
-        ck_assert_int_eq(cq_store_cancel_requested(other, "r", &requested),
+        ck_assert_int_eq(cq_store_cancel_requested(other, ids, 1, &requested),
                          CQ_OK);
         ck_assert(!requested); /* not its job */
+        {
+                /* Many at once: only the running one with the flag; an
+                 * unknown id and a queued job are false. */
+                static const char *const three[] = {"nope", "r", "q"};
+                bool req[3] = {true, false, true};
+
+                ck_assert_int_eq(
+                    cq_store_cancel_requested(store, three, 3, req), CQ_OK);
+                ck_assert(!req[0] && req[1] && !req[2]);
+        }
         finish(store, "r", "cancelled", NULL);
         ck_assert_int_eq(cq_store_cancel(other, "r", &out), CQ_OK);
         ck_assert_int_eq(out, CQ_CANCEL_FINISHED);

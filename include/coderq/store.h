@@ -250,10 +250,15 @@ CQ_NODISCARD cq_err_t cq_store_cancel(cq_store_t *store,
                                       const char *job_id,
                                       cq_cancel_outcome_t *outcomep);
 
-/** @brief Whether a cancel was requested for a job this owner runs. */
+/**
+ * @brief Which of \p n jobs this owner runs have a cancel request, in one
+ *        statement: requested[i] for job_ids[i] (false for a job that is
+ *        not running under this owner).
+ */
 CQ_NODISCARD cq_err_t cq_store_cancel_requested(cq_store_t *store,
-                                                const char *job_id,
-                                                bool *requestedp);
+                                                const char *const *job_ids,
+                                                size_t n,
+                                                bool *requested);
 
 /* ----------------------------------------------------------- checkpoint */
 
