@@ -17,6 +17,11 @@
 # Kernel pools are filled before the jobs go in: a fresh kernel per job
 # costs ~1 s of CPU here and the refill starts two at a time, so without
 # it kernel starts would be all that is measured (their rate is printed).
+# Also printed per phase b: its overhead, the wall time beyond the LLM
+# latency its waves of jobs must wait (wall - jobs/slots x 4 x latency).
+# CQ_E2E_LATENCY_MS (default 1000) sets the LLM latency of phase b, and
+# CQ_E2E_PHASES (default "a idle b16 b64") which phases run; figures of
+# phases left out are null in the JSON.
 # Starts the services with services.sh when they are not running (and
 # stops them again). Last line: JSON.
 set -euo pipefail
@@ -56,14 +61,25 @@ fake_pid=$!
 for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
 port=$(cat "$tmp/port")
 base="http://127.0.0.1:$port/v1"
-/usr/bin/python3 - "$port" <<'PY'
+latency=${CQ_E2E_LATENCY_MS:-1000}
+phases=" ${CQ_E2E_PHASES:-a idle b16 b64} "
+case "$latency" in
+''|*[!0-9]*) cq_die "CQ_E2E_LATENCY_MS must be a number of milliseconds" ;;
+esac
+for p in $phases; do
+        case "$p" in
+        a|idle|b16|b64) ;;
+        *) cq_die "unknown phase in CQ_E2E_PHASES: $p (a, idle, b16, b64)" ;;
+        esac
+done
+/usr/bin/python3 - "$port" "$latency" <<'PY'
 import http.client, json, sys
-port = int(sys.argv[1])
+port, d = int(sys.argv[1]), int(sys.argv[2])
 cell = lambda code, delay=0: {"tool_calls": [{"code": code}], **({"delay_ms": delay} if delay else {})}
 scripts = {
     "e2e_two": [cell("x = 6 * 7"), cell("print(x)"), {"content": "42"}],
-    "e2e_slow4": [cell("a = 1", 1000), cell("b = a + 1", 1000),
-                  cell("print(a + b)", 1000), {"content": "3", "delay_ms": 1000}],
+    "e2e_slow4": [cell("a = 1", d), cell("b = a + 1", d),
+                  cell("print(a + b)", d), {"content": "3", "delay_ms": d}],
 }
 c = http.client.HTTPConnection("127.0.0.1", port)
 for name, steps in scripts.items():
@@ -78,24 +94,37 @@ export CQ_BENCH_LOGDIR=$tmp
 phase() { # NAME SLOTS JOBS POOL SCRIPT TURNS LATENCY_MS
         "$build/bench/bench_e2e" "$build/coderq" "$base" "$dsn" "$CODERQ_KAFKA_BROKERS" "$@"
 }
-cq_say "a) instant LLM, 2-cell jobs: 40 jobs, 4 slots"
-a=$(phase a 4 40 40 e2e_two 3 0); echo "$a"
-cq_say "idle worker, 0 slots"
-idle=$(phase idle 0 0 0 e2e_two 3 0); echo "$idle"
-cq_say "b) 1 s LLM latency, 4-turn jobs: 16 slots, 48 jobs"
-b16=$(phase b16 16 48 48 e2e_slow4 4 1000); echo "$b16"
-cq_say "b) 1 s LLM latency, 4-turn jobs: 64 slots, 64 jobs"
-b64=$(phase b64 64 64 64 e2e_slow4 4 1000); echo "$b64"
+a=null idle=null b16=null b64=null
+if [[ $phases == *" a "* ]]; then
+        cq_say "a) instant LLM, 2-cell jobs: 40 jobs, 4 slots"
+        a=$(phase a 4 40 40 e2e_two 3 0); echo "$a"
+fi
+if [[ $phases == *" idle "* ]]; then
+        cq_say "idle worker, 0 slots"
+        idle=$(phase idle 0 0 0 e2e_two 3 0); echo "$idle"
+fi
+if [[ $phases == *" b16 "* ]]; then
+        cq_say "b) ${latency} ms LLM latency, 4-turn jobs: 16 slots, 48 jobs"
+        b16=$(phase b16 16 48 48 e2e_slow4 4 "$latency"); echo "$b16"
+fi
+if [[ $phases == *" b64 "* ]]; then
+        cq_say "b) ${latency} ms LLM latency, 4-turn jobs: 64 slots, 64 jobs"
+        b64=$(phase b64 64 64 64 e2e_slow4 4 "$latency"); echo "$b64"
+fi
 
 /usr/bin/python3 - "$a" "$idle" "$b16" "$b64" <<'PY'
 import json, sys
 a, idle, b16, b64 = (json.loads(s) for s in sys.argv[1:5])
+bs = [b for b in (b16, b64) if b]
 per = lambda b: (b["rss_peak_kb"] - idle["rss_kb"]) / b["slots"]
-print("rss per slot (peak - idle 0-slot worker) / slots: 16 slots %.0f kB, 64 slots %.0f kB; "
-      "marginal (peak64 - peak16) / 48: %.0f kB"
-      % (per(b16), per(b64), (b64["rss_peak_kb"] - b16["rss_peak_kb"]) / 48))
-for b in (b16, b64):
+if idle and bs:
+    print("rss per slot (peak - idle 0-slot worker) / slots: "
+          + ", ".join("%d slots %.0f kB" % (b["slots"], per(b)) for b in bs)
+          + ("; marginal (peak64 - peak16) / 48: %.0f kB"
+             % ((b64["rss_peak_kb"] - b16["rss_peak_kb"]) / 48) if b16 and b64 else ""))
+for b in bs:
     ideal_run = b["turns"] * b["latency_ms"]
+    waves = b["jobs"] / b["slots"]
     print("%d slots: efficiency %.3f over first submit .. last event; a job's run "
           "%.0f ms for %d ms of LLM latency (run efficiency %.3f); mean ms: intake %.0f, "
           "queue %.0f, run %.0f (setup %.0f, per LLM turn %.0f, per cell turn %.0f, "
@@ -105,14 +134,25 @@ for b in (b16, b64):
              b["run_ms_mean"], b["setup_ms_mean"], b["llm_turn_ms_mean"],
              b["tool_turn_ms_mean"], b["finish_ms_mean"], b["relay_ms_mean"],
              b["outbox_ms_mean"]))
-print("kernel pool refill: %.2f kernels/s at best in this run; sustained "
-      "64-slot throughput would need %.0f/s"
-      % (max(x["kernel_starts_per_s"] for x in (a, b16, b64)), b64["ideal_jobs_per_s"]))
-print(json.dumps({"bench": "e2e", "jobs_per_s": a["jobs_per_s"], "p50_ms": a["p50_ms"],
-                  "p95_ms": a["p95_ms"], "efficiency_16": b16["efficiency"],
-                  "efficiency_64": b64["efficiency"],
-                  "run_efficiency_16": round(b16["turns"] * b16["latency_ms"] / b16["run_ms_mean"], 3),
-                  "run_efficiency_64": round(b64["turns"] * b64["latency_ms"] / b64["run_ms_mean"], 3),
-                  "rss_per_slot_kb": round(per(b64)),
-                  "kernel_starts_per_s": round(max(x["kernel_starts_per_s"] for x in (a, b16, b64)), 3)}))
+    print("%d slots: overhead %.0f ms: wall %.0f ms for %.0f wave(s) of %d ms of LLM latency"
+          % (b["slots"], b["wall_s"] * 1000 - waves * ideal_run, b["wall_s"] * 1000,
+             waves, ideal_run))
+ran = [x for x in (a, b16, b64) if x]
+if ran and b64:
+    print("kernel pool refill: %.2f kernels/s at best in this run; sustained "
+          "64-slot throughput would need %.0f/s"
+          % (max(x["kernel_starts_per_s"] for x in ran), b64["ideal_jobs_per_s"]))
+eff = lambda b: b["efficiency"] if b else None
+reff = lambda b: round(b["turns"] * b["latency_ms"] / b["run_ms_mean"], 3) if b else None
+over = lambda b: (round(b["wall_s"] * 1000 - b["jobs"] / b["slots"] * b["turns"] * b["latency_ms"])
+                  if b else None)
+print(json.dumps({"bench": "e2e", "jobs_per_s": a and a["jobs_per_s"],
+                  "p50_ms": a and a["p50_ms"], "p95_ms": a and a["p95_ms"],
+                  "latency_ms": bs[0]["latency_ms"] if bs else None,
+                  "efficiency_16": eff(b16), "efficiency_64": eff(b64),
+                  "run_efficiency_16": reff(b16), "run_efficiency_64": reff(b64),
+                  "overhead_ms_16": over(b16), "overhead_ms_64": over(b64),
+                  "rss_per_slot_kb": round(per(b64)) if b64 and idle else None,
+                  "kernel_starts_per_s": round(max(x["kernel_starts_per_s"] for x in ran), 3)
+                  if ran else None}))
 PY
