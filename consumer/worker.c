@@ -70,7 +70,8 @@ struct cq_worker {
         pthread_mutex_t idle_lock;
         pthread_cond_t idle_cond;
         long idle_tokens, poll_tokens, idle_waiting;
-        atomic_bool listening;
+        bool poll_pending;     /* the poll found tokens: the next is its */
+        atomic_bool listening; /* listener up: it polls, slots need not */
         atomic_ullong wakeups; /* jobs announced to this worker */
         atomic_ullong claims, claims_empty;
 };
@@ -601,27 +602,32 @@ static void wake_slots(cq_worker_t *w, long n)
 static void wake_poll(cq_worker_t *w)
 {
         pthread_mutex_lock(&w->idle_lock);
-        if (w->idle_waiting > 0 && w->idle_tokens + w->poll_tokens == 0) {
+        if (w->idle_tokens + w->poll_tokens > 0) {
+                /* A slot is about to look anyway: that look counts as the
+                 * poll's, and passes it on if it finds something. */
+                w->poll_pending = true;
+        } else if (w->idle_waiting > 0) {
                 w->poll_tokens = 1;
                 pthread_cond_signal(&w->idle_cond);
         }
         pthread_mutex_unlock(&w->idle_lock);
 }
 
-/* An idle slot's pause until a token or stop; without a listener thread,
- * at most CODERQ_POLL_MS (jitter keeps such slots from polling in step).
- * Returns true when the token was the poll's. */
+/* An idle slot's pause until a token or stop; while no listener is up
+ * (none started, or its connection is down), at most CODERQ_POLL_MS
+ * (jitter keeps such slots from polling in step). Returns true when the
+ * token was the poll's. */
 static bool idle_wait(cq_worker_t *w)
 {
         struct timespec ts;
-        bool timed = !atomic_load(&w->listening), poll = false;
+        bool poll = false;
 
         cq_abstime_in(&ts, w->cfg->poll_ms + (rand() % 100));
         pthread_mutex_lock(&w->idle_lock);
         w->idle_waiting++;
         while (w->idle_tokens + w->poll_tokens == 0 &&
                !atomic_load(&w->stop_claims)) {
-                if (!timed)
+                if (atomic_load(&w->listening))
                         pthread_cond_wait(&w->idle_cond, &w->idle_lock);
                 else if (pthread_cond_timedwait(&w->idle_cond, &w->idle_lock,
                                                 &ts) == ETIMEDOUT)
@@ -629,6 +635,8 @@ static bool idle_wait(cq_worker_t *w)
         }
         if (w->idle_tokens > 0) {
                 w->idle_tokens--;
+                poll = w->poll_pending;
+                w->poll_pending = false;
         } else if (w->poll_tokens > 0) {
                 w->poll_tokens--;
                 poll = true;
@@ -796,6 +804,17 @@ out:
         return NULL;
 }
 
+/* While the listener is up, idle slots wait for its tokens; while it is
+ * not (connecting can take seconds), they poll by themselves again: wake
+ * them to switch. */
+static void set_listening(cq_worker_t *w, bool on)
+{
+        pthread_mutex_lock(&w->idle_lock);
+        atomic_store(&w->listening, on);
+        pthread_cond_broadcast(&w->idle_cond);
+        pthread_mutex_unlock(&w->idle_lock);
+}
+
 /* Turn PostgreSQL's announcements of claimable jobs into wake-ups of
  * idle slots, and keep the fallback poll. After a reconnect every slot
  * looks once: what was announced meanwhile is lost. */
@@ -811,7 +830,7 @@ static void *listen_main(void *arg)
                             "poll every CODERQ_POLL_MS");
                 return NULL;
         }
-        atomic_store(&w->listening, true);
+        set_listening(w, true);
         while (!atomic_load(&w->stop_claims)) {
                 bool reconnected = false;
                 int64_t wait = next_poll - cq_now_ms();
@@ -826,6 +845,8 @@ static void *listen_main(void *arg)
                                   "not listening for jobs; slots poll until "
                                   "it is back",
                                   "error", cq_listener_errmsg(l), NULL);
+                if ((n < 0) != down)
+                        set_listening(w, n >= 0);
                 down = n < 0;
                 if (reconnected) {
                         cq_log_info("listening for jobs again");
@@ -840,7 +861,7 @@ static void *listen_main(void *arg)
                         wake_poll(w);
                 }
         }
-        atomic_store(&w->listening, false);
+        set_listening(w, false);
         cq_listener_destroy(&l);
         return NULL;
 }

@@ -251,8 +251,8 @@ void cq_store_destroy(cq_store_t **storep)
 
 /* SQLSTATE classes worth another try: connection exceptions, transaction
  * rollbacks (serialization, deadlock), insufficient resources, operator
- * intervention (shutdown), lock/statement timeouts, and a prepared
- * statement the server lost (the retry runs unprepared). */
+ * intervention (shutdown), lock/statement timeouts, and prepared
+ * statements that are not ours (the retry runs unprepared). */
 static cq_err_t classify(const PGresult *res)
 {
         const char *state =
@@ -263,7 +263,8 @@ static cq_err_t classify(const PGresult *res)
         if (strncmp(state, "08", 2) == 0 || strncmp(state, "40", 2) == 0 ||
             strncmp(state, "53", 2) == 0 || strncmp(state, "57", 2) == 0 ||
             strcmp(state, "55P03") == 0 ||
-            strcmp(state, "26000") == 0) /* prepared statement lost */
+            /* prepared statements not ours: retried unprepared */
+            strcmp(state, "26000") == 0 || strcmp(state, "42P05") == 0)
                 return CQ_ERR_RETRIABLE;
         if (strcmp(state, "54000") == 0)
                 return CQ_ERR_TOO_LARGE; /* program_limit_exceeded */
@@ -281,15 +282,41 @@ static uint64_t sql_hash(const char *sql)
         return h;
 }
 
-/* Whether the server says the prepared statement is gone: a pooler in
- * transaction mode hands each transaction another server connection, and
- * DISCARD ALL drops them too. */
-static bool prep_lost(const PGresult *res)
+/* Whether the server's prepared statements are not the ones this handle
+ * made: gone (26000) or already there (42P05). A pooler in transaction
+ * mode hands each transaction another server connection, and DISCARD ALL
+ * drops them. */
+static bool prep_foreign(const PGresult *res)
 {
         const char *state =
             res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 
-        return state && strcmp(state, "26000") == 0;
+        return state &&
+               (strcmp(state, "26000") == 0 || strcmp(state, "42P05") == 0);
+}
+
+/* Stop preparing on this handle; outside a transaction nothing ran, so
+ * \p res (the failure) is replaced by the statement run unprepared. */
+static PGresult *prep_give_up(cq_store_t *store,
+                              PGresult *res,
+                              const char *name,
+                              const char *sql,
+                              const store_params_t *sp,
+                              int fmt)
+{
+        cq_log_kv(CQ_LOG_WARN,
+                  "PostgreSQL's prepared statements on this connection are "
+                  "not the ones coderq made (a transaction-mode pooler? set "
+                  "CODERQ_PG_PREPARE=off); not preparing on it again",
+                  "statement", name, "sqlstate",
+                  PQresultErrorField(res, PG_DIAG_SQLSTATE), NULL);
+        prep_forget(store);
+        store->prep_off = true;
+        if (store->in_txn)
+                return res;
+        PQclear(res);
+        return PQexecParams(store->conn, sql, sp->n, NULL, sp->values,
+                            sp->lengths, sp->formats, fmt);
 }
 
 /* Run \p sql once. A statement with parameters is prepared on first use
@@ -297,12 +324,14 @@ static bool prep_lost(const PGresult *res)
  * once per connection instead of on every call (for a checkpoint INSERT
  * that is a third of the server's work; bench/bench_storage.c). Plans
  * follow PostgreSQL's plan_cache_mode as for any prepared statement.
- * Statements without parameters (transaction control) are sent as
- * they are. */
+ * A statement is named after a hash of its text, so that one name means
+ * one text for every handle (behind a pooler, handles share server
+ * connections). Statements without parameters (transaction control) are
+ * sent as they are. */
 static PGresult *
 exec_once(cq_store_t *store, const char *sql, const store_params_t *sp, int fmt)
 {
-        char name[16];
+        char name[24];
         uint64_t h;
         PGresult *res;
         int i;
@@ -311,23 +340,31 @@ exec_once(cq_store_t *store, const char *sql, const store_params_t *sp, int fmt)
                 return PQexecParams(store->conn, sql, sp->n, NULL, sp->values,
                                     sp->lengths, sp->formats, fmt);
         h = sql_hash(sql);
+        snprintf(name, sizeof(name), "cq_%016" PRIx64, h);
         for (i = 0; i < store->nprep; i++)
                 if (store->prep[i].hash == h &&
                     strcmp(store->prep[i].sql, sql) == 0)
                         break;
-        snprintf(name, sizeof(name), "cq%d", i);
         if (i == store->nprep) {
                 char *copy;
 
-                /* Full (more distinct statements than coderq has), or no
-                 * memory to remember it: run it unprepared. */
-                if (store->nprep == STORE_PREP_MAX || !(copy = strdup(sql)))
+                /* Full (more distinct statements than coderq has), another
+                 * text with the same hash already prepared, or no memory
+                 * to remember it: run it unprepared. */
+                for (i = 0; i < store->nprep; i++)
+                        if (store->prep[i].hash == h)
+                                break;
+                if (i < store->nprep || store->nprep == STORE_PREP_MAX ||
+                    !(copy = strdup(sql)))
                         return PQexecParams(store->conn, sql, sp->n, NULL,
                                             sp->values, sp->lengths,
                                             sp->formats, fmt);
                 res = PQprepare(store->conn, name, sql, sp->n, NULL);
                 if (PQresultStatus(res) != PGRES_COMMAND_OK) {
                         free(copy);
+                        if (prep_foreign(res))
+                                return prep_give_up(store, res, name, sql, sp,
+                                                    fmt);
                         return res; /* its error is the statement's */
                 }
                 PQclear(res);
@@ -337,22 +374,8 @@ exec_once(cq_store_t *store, const char *sql, const store_params_t *sp, int fmt)
         }
         res = PQexecPrepared(store->conn, name, sp->n, sp->values, sp->lengths,
                              sp->formats, fmt);
-        if (prep_lost(res)) {
-                cq_log_kv(CQ_LOG_WARN,
-                          "PostgreSQL lost this connection's prepared "
-                          "statements (a transaction-mode pooler? set "
-                          "CODERQ_PG_PREPARE=off); not preparing on it again",
-                          "statement", name, NULL);
-                prep_forget(store);
-                store->prep_off = true;
-                /* Outside a transaction nothing ran: run it as it is. */
-                if (!store->in_txn) {
-                        PQclear(res);
-                        res = PQexecParams(store->conn, sql, sp->n, NULL,
-                                           sp->values, sp->lengths, sp->formats,
-                                           fmt);
-                }
-        }
+        if (prep_foreign(res))
+                res = prep_give_up(store, res, name, sql, sp, fmt);
         return res;
 }
 

@@ -1375,7 +1375,7 @@ START_TEST(cancel_queued_now_running_by_flag)
         ck_assert(!requested); /* not its job */
         {
                 /* Many at once: only the running one with the flag; an
-                 * unknown id and a queued job are false. */
+                 * unknown id and a finished job are false. */
                 static const char *const three[] = {"nope", "r", "q"};
                 bool req[3] = {true, false, true};
 
@@ -1871,13 +1871,52 @@ START_TEST(statements_prepared_once_per_connection)
         ck_assert(store->prep_off);
         append(store, "pj", 10);
 
+        /* Already there under our name on a fresh handle's connection
+         * (behind a pooler: prepared by another handle): 42P05, then as
+         * above. The name is the same for every handle. */
+        {
+                cq_store_t *fresh_store = store_for("w", 120);
+                PGresult *res = NULL;
+                char sql[4096];
+
+                ck_assert_int_eq(store_exec(store, "read prepared statements",
+                                            "SELECT name, statement FROM "
+                                            "pg_prepared_statements",
+                                            NULL, 0, true, &res),
+                                 CQ_OK);
+                ck_assert_int_eq(PQntuples(res), 0); /* prep_off */
+                PQclear(res);
+                append(fresh_store, "pj", 11);
+                ck_assert_int_eq(fresh_store->nprep, 1);
+                ck_assert_int_eq(store_exec(fresh_store,
+                                            "read prepared statements",
+                                            "SELECT name, statement FROM "
+                                            "pg_prepared_statements",
+                                            NULL, 0, true, &res),
+                                 CQ_OK);
+                ck_assert_int_eq(PQntuples(res), 1);
+                ck_assert_str_eq(PQgetvalue(res, 0, 1),
+                                 fresh_store->prep[0].sql);
+                snprintf(sql, sizeof(sql), "PREPARE %s AS %s",
+                         PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
+                PQclear(res);
+                cq_store_destroy(&fresh_store);
+                fresh_store = store_for("w", 120);
+                ck_assert_int_eq(store_exec(fresh_store, "prepare by hand", sql,
+                                            NULL, 0, true, NULL),
+                                 CQ_OK);
+                append(fresh_store, "pj", 12);
+                ck_assert(fresh_store->prep_off);
+                cq_store_destroy(&fresh_store);
+        }
+
         cq_store_opts_init(&opts);
         opts.dsn = g_dsn;
         opts.owner = "w";
         opts.prepare = false;
         plain = cq_store_new(&opts, errstr, sizeof(errstr));
         ck_assert_msg(plain != NULL, "%s", errstr);
-        append(plain, "pj", 11);
+        append(plain, "pj", 13);
         ck_assert_int_eq(plain->nprep, 0);
         ck_assert_int_eq(prepared_on(plain), 0);
         cq_store_destroy(&plain);

@@ -752,13 +752,18 @@ START_TEST(idle_slots_poll_once_per_worker)
         char sql[2048];
         int64_t t0, elapsed;
         long long claims, empty;
+        long spread;
 
         fresh("poll");
-        register_script("two_cells", two_cells);
+        /* Jobs longer than the poll interval: a slot that finished one
+         * cannot pick up the next before the poll would. */
+        register_script("slow_steps", slow_steps);
         child_slots = "8";
+        child_poll_ms = "1000";
         t0 = cq_now_ms();
         start_worker(&a, "wp", "30");
         child_slots = "2";
+        child_poll_ms = "100";
         kt_sleep_ms(3000);
         /* Announced on insert, but claimable only 2 s later: what wakes
          * the slots then is the poll. */
@@ -766,13 +771,21 @@ START_TEST(idle_slots_poll_once_per_worker)
                  "WITH ins AS (INSERT INTO jobs (job_id, run_id, prompt, spec,"
                  " run_after) SELECT id, $1, 'Job ' || id || ': compute.',"
                  " jsonb_build_object('job_id', id, 'run_id', $1::text,"
-                 " 'model', 'script:two_cells', 'prompt', 'Job ' || id ||"
+                 " 'model', 'script:slow_steps', 'prompt', 'Job ' || id ||"
                  " ': compute.'), now() + interval '2 s' FROM (SELECT $1 ||"
                  " '-p' || g AS id FROM generate_series(1, 4) g) s"
                  " RETURNING 1) SELECT count(*) FROM ins");
         ck_assert_int_eq(kt_pg_long(dsn, sql, prefix), 4);
         wait_finished(4, 60000);
         ck_assert_int_eq(count_status("succeeded"), 4);
+        /* One poll found them all: each find let another slot look at
+         * once. One job per poll would spread the claims over 3 s (the
+         * jobs take 6 s each). */
+        spread = kt_pg_long(dsn,
+                            "SELECT (1000 * extract(epoch FROM max(started_at)"
+                            " - min(started_at)))::bigint FROM jobs",
+                            NULL);
+        ck_assert_msg(spread < 1000, "claims spread over %ld ms", spread);
         kt_sleep_ms(1000); /* idle again */
         elapsed = cq_now_ms() - t0;
         ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
@@ -780,10 +793,10 @@ START_TEST(idle_slots_poll_once_per_worker)
         empty = log_sum(&a, "worker stopped", "claims_empty");
         ck_assert_int_eq(claims, 4);
         /* Per worker: a first look and one more per slot before the
-         * listener is up, the 4 announced, the poll's (one per 100 ms)
-         * and a chained look per job found. Per-slot polling would make
-         * it 8 per 100-199 ms: over 5 per 100 ms. */
-        ck_assert_msg(empty >= 1 && empty <= 2 * 8 + 4 + 4 + 2 * elapsed / 100,
+         * listener is up, the 4 announced, the poll's (one a second) and
+         * a chained look per job found. Per-slot polling would make it 8
+         * per 1.0-1.1 s: over 7 a second. */
+        ck_assert_msg(empty >= 1 && empty <= 2 * 8 + 4 + 4 + 2 * elapsed / 1000,
                       "%lld empty claims in %lld ms by an 8-slot worker", empty,
                       (long long)elapsed);
 }
