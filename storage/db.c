@@ -271,8 +271,9 @@ static cq_err_t classify(const PGresult *res)
         return CQ_ERR_FATAL;
 }
 
-/* FNV-1a: statements are looked up by their text, so that SQL built at
- * run time can never run as another statement's plan. */
+/* FNV-1a of a statement's text: its name, and its key in the cache
+ * (checked against the text, so SQL built at run time can never run as
+ * another statement's plan). */
 static uint64_t sql_hash(const char *sql)
 {
         uint64_t h = 14695981039346656037ULL;
@@ -295,6 +296,16 @@ static bool prep_foreign(const PGresult *res)
                (strcmp(state, "26000") == 0 || strcmp(state, "42P05") == 0);
 }
 
+/* The statement as text: parsed and planned by the server this once. */
+static PGresult *exec_plain(cq_store_t *store,
+                            const char *sql,
+                            const store_params_t *sp,
+                            int fmt)
+{
+        return PQexecParams(store->conn, sql, sp->n, NULL, sp->values,
+                            sp->lengths, sp->formats, fmt);
+}
+
 /* Stop preparing on this handle; outside a transaction nothing ran, so
  * \p res (the failure) is replaced by the statement run unprepared. */
 static PGresult *prep_give_up(cq_store_t *store,
@@ -315,8 +326,7 @@ static PGresult *prep_give_up(cq_store_t *store,
         if (store->in_txn)
                 return res;
         PQclear(res);
-        return PQexecParams(store->conn, sql, sp->n, NULL, sp->values,
-                            sp->lengths, sp->formats, fmt);
+        return exec_plain(store, sql, sp, fmt);
 }
 
 /* Run \p sql once. A statement with parameters is prepared on first use
@@ -337,28 +347,22 @@ exec_once(cq_store_t *store, const char *sql, const store_params_t *sp, int fmt)
         int i;
 
         if (sp->n == 0 || !store->opts.prepare || store->prep_off)
-                return PQexecParams(store->conn, sql, sp->n, NULL, sp->values,
-                                    sp->lengths, sp->formats, fmt);
+                return exec_plain(store, sql, sp, fmt);
         h = sql_hash(sql);
         snprintf(name, sizeof(name), "cq_%016" PRIx64, h);
-        for (i = 0; i < store->nprep; i++)
-                if (store->prep[i].hash == h &&
-                    strcmp(store->prep[i].sql, sql) == 0)
-                        break;
-        if (i == store->nprep) {
+        for (i = 0; i < store->nprep && store->prep[i].hash != h; i++)
+                ;
+        if (i < store->nprep) {
+                /* Another text under the same name: run this one as text. */
+                if (strcmp(store->prep[i].sql, sql) != 0)
+                        return exec_plain(store, sql, sp, fmt);
+        } else {
                 char *copy;
 
-                /* Full (more distinct statements than coderq has), another
-                 * text with the same hash already prepared, or no memory
-                 * to remember it: run it unprepared. */
-                for (i = 0; i < store->nprep; i++)
-                        if (store->prep[i].hash == h)
-                                break;
-                if (i < store->nprep || store->nprep == STORE_PREP_MAX ||
-                    !(copy = strdup(sql)))
-                        return PQexecParams(store->conn, sql, sp->n, NULL,
-                                            sp->values, sp->lengths,
-                                            sp->formats, fmt);
+                /* Full (more distinct statements than coderq has), or no
+                 * memory to remember it: run it unprepared. */
+                if (store->nprep == STORE_PREP_MAX || !(copy = strdup(sql)))
+                        return exec_plain(store, sql, sp, fmt);
                 res = PQprepare(store->conn, name, sql, sp->n, NULL);
                 if (PQresultStatus(res) != PGRES_COMMAND_OK) {
                         free(copy);
