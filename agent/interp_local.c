@@ -65,8 +65,75 @@ void cq_work_root_default(char *out, size_t size)
         snprintf(out, size, "%s/coderq", tmp && *tmp == '/' ? tmp : "/tmp");
 }
 
+int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
+{
+        char path[PATH_MAX];
+        struct stat st;
+        size_t i, len = strlen(root);
+
+        if (root[0] != '/' || len >= sizeof(path)) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "work root \"%s\" must be an absolute path "
+                                 "shorter than %zu bytes",
+                                 root, sizeof(path));
+                return -1;
+        }
+        memcpy(path, root, len + 1);
+        /* Missing parents as mkdir -p makes them; the root itself 0711:
+         * kernel uids must traverse it, not list it. */
+        for (i = 1; i < len; i++) {
+                if (path[i] != '/')
+                        continue;
+                path[i] = '\0';
+                if (mkdir(path, 0755) && errno != EEXIST) {
+                        if (errstr)
+                                snprintf(errstr, errstr_size,
+                                         "could not create \"%s\" for the "
+                                         "work root: %s",
+                                         path, strerror(errno));
+                        return -1;
+                }
+                path[i] = '/';
+        }
+        if (mkdir(root, 0711) == 0) {
+                if (chmod(root, 0711)) {
+                        if (errstr)
+                                snprintf(errstr, errstr_size,
+                                         "could not chmod work root \"%s\": "
+                                         "%s",
+                                         root, strerror(errno));
+                        return -1;
+                }
+        } else if (errno != EEXIST) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create work root \"%s\": %s", root,
+                                 strerror(errno));
+                return -1;
+        }
+        if (lstat(root, &st) || !S_ISDIR(st.st_mode)) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "work root \"%s\" is not a directory", root);
+                return -1;
+        }
+        /* Work dirs are made and removed in it as root: one that others
+         * own or may write could have them swapped for symlinks. */
+        if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "work root \"%s\" must belong to uid %ld and "
+                                 "be writable only by it (it is uid %ld, mode "
+                                 "%04o)",
+                                 root, (long)geteuid(), (long)st.st_uid,
+                                 (unsigned)(st.st_mode & 07777));
+                return -1;
+        }
+        return 0;
+}
+
 int cq_work_dir_new(const char *root,
-                    const cq_sandbox_t *sandbox,
                     char *out,
                     size_t out_size,
                     char *errstr,
@@ -78,16 +145,11 @@ int cq_work_dir_new(const char *root,
                 cq_work_root_default(def, sizeof(def));
                 root = def;
         }
-        /* 0711: the sandbox uid must traverse it, not list it. */
-        if (mkdir(root, 0711) && errno != EEXIST) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create work root \"%s\": %s", root,
-                                 strerror(errno));
+        if (cq_work_root_prepare(root, errstr, errstr_size))
                 return -1;
-        }
         /* The worker's pid in the name lets cq_work_root_sweep() tell the
-         * dirs of workers that are gone. */
+         * dirs of workers that are gone. The kernel gives the dir to the
+         * uid it runs as (cq_kernel_new()). */
         if (snprintf(out, out_size, "%s/k-%ld-XXXXXX", root, (long)getpid()) >=
                 (int)out_size ||
             !mkdtemp(out)) {
@@ -95,14 +157,6 @@ int cq_work_dir_new(const char *root,
                         snprintf(errstr, errstr_size,
                                  "could not create work dir in \"%s\": %s",
                                  root, strerror(errno));
-                return -1;
-        }
-        if (cq_sandbox_own(sandbox, out)) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not chown work dir \"%s\": %s", out,
-                                 strerror(errno));
-                rmdir(out);
                 return -1;
         }
         return 0;
@@ -404,7 +458,8 @@ static cq_err_t local_put_file(cq_interp_t *interp,
                 for (;;) {
                         char *slash;
 
-                        if (cq_sandbox_own(li->sandbox, path))
+                        if (cq_sandbox_own(cq_kernel_sandbox_id(li->kernel),
+                                           path))
                                 break;
                         slash = strrchr(path, '/');
                         if (!slash ||
@@ -752,8 +807,8 @@ cq_interp_t *cq_local_interp_new(const cq_local_opts_t *opts,
         bool own = false;
 
         if (!kopts.work_dir) {
-                if (cq_work_dir_new(opts->work_root, kopts.sandbox, dir,
-                                    sizeof(dir), errstr, errstr_size))
+                if (cq_work_dir_new(opts->work_root, dir, sizeof(dir), errstr,
+                                    errstr_size))
                         return NULL;
                 kopts.work_dir = dir;
                 own = true;

@@ -116,6 +116,7 @@ struct cq_kernel {
         int64_t interrupt_grace_ms;
         int64_t idle_wait_ms;
         const cq_sandbox_t *sandbox;
+        cq_sandbox_id_t id; /* the uid it runs as, for its whole life */
         void *zctx;
         bool own_ctx;
 
@@ -167,6 +168,11 @@ pid_t cq_kernel_pid(const cq_kernel_t *kernel) { return kernel->pid; }
 const char *cq_kernel_work_dir(const cq_kernel_t *kernel)
 {
         return kernel->work_dir;
+}
+
+const cq_sandbox_id_t *cq_kernel_sandbox_id(const cq_kernel_t *kernel)
+{
+        return &kernel->id;
 }
 
 const json_t *cq_kernel_language_info(const cq_kernel_t *kernel)
@@ -298,7 +304,7 @@ static int write_conn_file(cq_kernel_t *kernel)
                 }
                 off += (size_t)n;
         }
-        if (cq_sandbox_own(kernel->sandbox, kernel->conn_path)) {
+        if (cq_sandbox_own(&kernel->id, kernel->conn_path)) {
                 kernel_set_error(kernel, "could not chown \"%s\": %s",
                                  kernel->conn_path, strerror(errno));
                 goto out;
@@ -708,7 +714,7 @@ static int spawn(cq_kernel_t *kernel)
                  * allowed, and the kernel's processes inherit it. */
                 if (kernel->nice > 0)
                         setpriority(PRIO_PROCESS, 0, kernel->nice);
-                if (cq_sandbox_child(kernel->sandbox) != 0)
+                if (cq_sandbox_child(kernel->sandbox, &kernel->id) != 0)
                         _exit(125);
                 /* After the uid change, which clears the death signal. */
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -1298,6 +1304,7 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
         kernel->info_fd = -1;
         kernel->inner_pidfd = -1;
         kernel->inner_pid = -1;
+        kernel->id.lock_fd = -1;
         kernel->nice = opts->nice > 0 && opts->nice < 20 ? opts->nice : 0;
         atomic_init(&kernel->sig_pid, -1);
         atomic_init(&kernel->interrupt_req, 0);
@@ -1343,6 +1350,17 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
                                  kernel->run_dir);
                 goto fail;
         }
+        /* Its own uid before any of its files exist, for its whole life:
+         * a restart keeps it, destroy releases it once nothing runs as
+         * it. */
+        if (cq_sandbox_id_acquire(kernel->sandbox, &kernel->id, kernel->errmsg,
+                                  sizeof(kernel->errmsg)))
+                goto fail;
+        if (cq_sandbox_own(&kernel->id, kernel->work_dir)) {
+                kernel_set_error(kernel, "could not chown \"%s\": %s",
+                                 kernel->work_dir, strerror(errno));
+                goto fail;
+        }
         if (mkdir(kernel->run_dir, 0700) && errno != EEXIST) {
                 kernel_set_error(kernel, "could not create \"%s\": %s",
                                  kernel->run_dir, strerror(errno));
@@ -1350,7 +1368,7 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
         }
         if (lstat(kernel->run_dir, &st) || !S_ISDIR(st.st_mode) ||
             chmod(kernel->run_dir, 0700) ||
-            cq_sandbox_own(kernel->sandbox, kernel->run_dir)) {
+            cq_sandbox_own(&kernel->id, kernel->run_dir)) {
                 kernel_set_error(kernel, "could not prepare \"%s\": %s",
                                  kernel->run_dir, strerror(errno));
                 goto fail;
@@ -1706,6 +1724,9 @@ static void kernel_close(cq_kernel_t **kernelp, bool graceful)
         teardown(kernel);
         if (kernel->run_dir[0])
                 remove_tree(kernel->run_dir);
+        /* teardown() waited for the sandbox's pid 1, which outlives
+         * every process in it: nothing runs as the uid any more. */
+        cq_sandbox_id_release(&kernel->id);
         if (kernel->own_ctx && kernel->zctx)
                 zmq_ctx_term(kernel->zctx);
         free(kernel->python);

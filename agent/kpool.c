@@ -72,8 +72,8 @@ start_kernel(cq_kpool_t *pool, int nice, char *errstr, size_t errstr_size)
         char dir[PATH_MAX];
 
         kopts.nice = nice;
-        if (cq_work_dir_new(pool->work_root, kopts.sandbox, dir, sizeof(dir),
-                            errstr, errstr_size) == 0) {
+        if (cq_work_dir_new(pool->work_root, dir, sizeof(dir), errstr,
+                            errstr_size) == 0) {
                 kopts.work_dir = dir;
                 kernel = cq_kernel_new(&kopts, errstr, errstr_size);
                 if (!kernel)

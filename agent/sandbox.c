@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* sandbox.c - confinement of local kernels with bubblewrap, an unprivileged
- * uid and rlimits; the startup probe that decides whether bubblewrap works.
+/* sandbox.c - confinement of local kernels with bubblewrap, unprivileged
+ * uids and rlimits; the startup probe that decides whether bubblewrap
+ * works; the lease of per-kernel uids.
  *
- * What it does (mode on, or auto when the probe passed):
+ * What it does (mode on, the default, or auto when the probe passed):
  * - The kernel runs under `bwrap --unshare-all --die-with-parent
  *   --new-session`: its own network namespace with no interfaces but an
  *   unconfigured loopback, so it cannot open a connection to anything,
@@ -12,16 +13,24 @@
  *   private tmpfs /tmp, and the job's work dir as the only writable bind.
  *   /root, /home, /var, /srv, the worker's other work dirs and everything
  *   else not listed do not exist inside.
- * - When the worker runs as root, the child drops to uid/gid 65534
- *   (setgroups, setgid, setuid) before it execs bwrap: bwrap's --uid only
- *   renames root inside the user namespace, so without the drop the
- *   kernel could read root-only files such as /etc/shadow.
+ * - When the worker runs as root, the child drops to an unprivileged uid
+ *   and gid (setgroups, setgid, setuid) before it execs bwrap: bwrap's
+ *   --uid only renames root inside the user namespace, so without the
+ *   drop the kernel could read root-only files such as /etc/shadow.
+ *   With a uid range (CODERQ_SANDBOX_UIDS, default auto) each kernel gets
+ *   a uid of its own, leased host-wide through byte locks on
+ *   CQ_SANDBOX_UID_LOCK_FILE and held until its processes are gone, so
+ *   RLIMIT_NPROC, which Linux counts per uid, is each kernel's own: a fork
+ *   bomb in one job cannot stop another job's kernel from forking.
+ *   Without a range every kernel runs as 65534 and they share the limit.
  * - rlimits set before exec and inherited by everything the kernel
  *   starts: RLIMIT_AS (memory), RLIMIT_NPROC (processes and threads of
  *   the uid), RLIMIT_FSIZE (largest file written).
  * - In every mode the kernel gets an environment built from scratch
  *   (kernel.c): no OPENAI_API_KEY, E2B_API_KEY, CODERQ_*, PG* or any
  *   other variable of the worker; mode off keeps that and the rlimits.
+ *   The worker makes itself non-dumpable (cq_sandbox_protect_self()), so
+ *   code of its own uid cannot read its /proc/PID/environ either.
  * - The kernel dies with the worker (--die-with-parent and
  *   PR_SET_PDEATHSIG) and a timeout kills its whole process group.
  *
@@ -29,39 +38,51 @@
  * - Exploits of the host Linux kernel (namespaces share it); E2B, a
  *   microVM per sandbox, is the stronger isolation for hostile code.
  * - CPU exhaustion and memory beyond RLIMIT_AS accounting (no cgroups):
- *   a cell can spin a core until its deadline and can fill page cache;
- *   RLIMIT_NPROC counts per uid, so all kernels share it.
+ *   a cell can spin a core until its deadline and can fill page cache.
+ * - A worker that is not root cannot switch uids: its kernels run as its
+ *   own uid (inside bubblewrap) and share its process limit; naming a
+ *   uid range then refuses to start instead.
  * - Reading world-readable files under /usr and /etc (configuration,
  *   installed code), and anything the job itself put into the work dir.
  * - Disk filling of the work dir beyond RLIMIT_FSIZE per file (no quota).
- * - Mode off, or auto when the probe fails: no namespaces at all; the
- *   code runs as the worker's user with the worker's filesystem view and
- *   network; only the scrubbed environment and the rlimits remain. */
+ * - Mode off, or auto when the probe fails (both only when configured so
+ *   explicitly; the worker then warns at start and with every job): no
+ *   namespaces at all; the code runs as the worker's user with the
+ *   worker's filesystem view and network; only the scrubbed environment
+ *   and the rlimits remain. */
 #include "coderq/sandbox.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "coderq/kpool.h"
 #include "coderq/util.h"
+
+/* Exit status of a probe child that could not switch uids. */
+#define PROBE_DROP_FAILED 125
 
 struct cq_sandbox {
         bool enabled;
-        bool drop; /* root: drop to CQ_SANDBOX_UID in the child */
+        bool drop;       /* root: kernels switch to an unprivileged uid */
+        bool per_kernel; /* ... a uid of their own from the range */
+        long uid_first, uid_last;
         char *bwrap;
         size_t mem;
         long nproc;
         size_t fsize;
-        char reason[256];
+        char reason[512];
 };
 
 int cq_sandbox_mode_parse(const char *s, cq_sandbox_mode_t *mp)
@@ -77,15 +98,66 @@ int cq_sandbox_mode_parse(const char *s, cq_sandbox_mode_t *mp)
         return 0;
 }
 
+static bool parse_uid(const char *s, const char *end, long *out)
+{
+        long v = 0;
+
+        if (s == end || end - s > 10)
+                return false;
+        for (; s < end; s++) {
+                if (*s < '0' || *s > '9')
+                        return false;
+                v = v * 10 + (*s - '0');
+        }
+        *out = v;
+        return true;
+}
+
+int cq_sandbox_uids_parse(const char *s,
+                          long *firstp,
+                          long *lastp,
+                          bool *requiredp)
+{
+        const char *dash;
+        long first, last;
+
+        if (strcmp(s, "auto") == 0) {
+                *firstp = CQ_SANDBOX_UIDS_FIRST;
+                *lastp = CQ_SANDBOX_UIDS_LAST;
+                *requiredp = false;
+                return 0;
+        }
+        if (strcmp(s, "off") == 0) {
+                *firstp = 0;
+                *lastp = 0;
+                *requiredp = false;
+                return 0;
+        }
+        dash = strchr(s, '-');
+        if (!dash || !parse_uid(s, dash, &first) ||
+            !parse_uid(dash + 1, dash + 1 + strlen(dash + 1), &last) ||
+            first < CQ_SANDBOX_UIDS_MIN || last > CQ_SANDBOX_UIDS_MAX ||
+            first > last)
+                return -1;
+        *firstp = first;
+        *lastp = last;
+        *requiredp = true;
+        return 0;
+}
+
 int cq_sandbox_opts_from_config(cq_sandbox_opts_t *opts, const cq_config_t *cfg)
 {
-        memset(opts, 0, sizeof(*opts));
+        memset(opts, 0, sizeof(opts[0]));
         opts->python = cfg->python;
         opts->probe_dir = cfg->work_root;
         opts->mem = cfg->sandbox_mem;
         opts->nproc = cfg->sandbox_nproc;
         opts->fsize = cfg->sandbox_fsize;
-        return cq_sandbox_mode_parse(cfg->sandbox ? cfg->sandbox : "auto",
+        if (cq_sandbox_uids_parse(
+                cfg->sandbox_uids ? cfg->sandbox_uids : "auto",
+                &opts->uid_first, &opts->uid_last, &opts->uids_required))
+                return -1;
+        return cq_sandbox_mode_parse(cfg->sandbox ? cfg->sandbox : "on",
                                      &opts->mode);
 }
 
@@ -94,17 +166,136 @@ bool cq_sandbox_enabled(const cq_sandbox_t *sandbox)
         return sandbox && sandbox->enabled;
 }
 
+bool cq_sandbox_uid_per_kernel(const cq_sandbox_t *sandbox)
+{
+        return cq_sandbox_enabled(sandbox) && sandbox->per_kernel;
+}
+
+const char *cq_sandbox_mode_name(const cq_sandbox_t *sandbox)
+{
+        if (!cq_sandbox_enabled(sandbox))
+                return CQ_SANDBOX_MODE_OFF;
+        return sandbox->per_kernel ? CQ_SANDBOX_MODE_UIDS
+                                   : CQ_SANDBOX_MODE_BWRAP;
+}
+
 const char *cq_sandbox_reason(const cq_sandbox_t *sandbox)
 {
         return sandbox ? sandbox->reason : "";
 }
 
-int cq_sandbox_own(const cq_sandbox_t *sandbox, const char *path)
+/* The lease file, opened anew for each lease: open file description
+ * locks conflict between descriptions, in this process too. */
+static int open_lock_file(char *errstr, size_t errstr_size)
 {
-        if (!sandbox || !sandbox->enabled || !sandbox->drop)
-                return 0;
-        return chown(path, CQ_SANDBOX_UID, CQ_SANDBOX_GID);
+        struct stat st;
+        int fd;
+
+        if (mkdir(CQ_SANDBOX_UID_LOCK_DIR, 0700) && errno != EEXIST) {
+                snprintf(errstr, errstr_size, "could not create \"%s\": %s",
+                         CQ_SANDBOX_UID_LOCK_DIR, strerror(errno));
+                return -1;
+        }
+        if (lstat(CQ_SANDBOX_UID_LOCK_DIR, &st) || !S_ISDIR(st.st_mode) ||
+            st.st_uid != 0 || (st.st_mode & 022)) {
+                snprintf(errstr, errstr_size,
+                         "\"%s\" must be a directory of root's that only "
+                         "root can write",
+                         CQ_SANDBOX_UID_LOCK_DIR);
+                return -1;
+        }
+        fd = open(CQ_SANDBOX_UID_LOCK_FILE,
+                  O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+                snprintf(errstr, errstr_size, "could not open \"%s\": %s",
+                         CQ_SANDBOX_UID_LOCK_FILE, strerror(errno));
+                return -1;
+        }
+        return fd;
 }
+
+int cq_sandbox_id_acquire(const cq_sandbox_t *sandbox,
+                          cq_sandbox_id_t *id,
+                          char *errstr,
+                          size_t errstr_size)
+{
+        char err[256];
+        long uid;
+        int fd;
+
+        id->uid = geteuid();
+        id->gid = getegid();
+        id->drop = false;
+        id->lock_fd = -1;
+        if (!cq_sandbox_enabled(sandbox) || !sandbox->drop)
+                return 0;
+        if (!sandbox->per_kernel) {
+                id->uid = CQ_SANDBOX_UID;
+                id->gid = CQ_SANDBOX_GID;
+                id->drop = true;
+                return 0;
+        }
+        fd = open_lock_file(err, sizeof(err));
+        if (fd < 0) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not lease a kernel uid: %s", err);
+                return -1;
+        }
+        /* The lowest free one: the file stays sparse and small. */
+        for (uid = sandbox->uid_first; uid <= sandbox->uid_last; uid++) {
+                struct flock fl;
+
+                memset(&fl, 0, sizeof(fl));
+                fl.l_type = F_WRLCK;
+                fl.l_whence = SEEK_SET;
+                fl.l_start = (off_t)uid;
+                fl.l_len = 1;
+                if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+                        id->uid = (uid_t)uid;
+                        id->gid = (gid_t)uid;
+                        id->drop = true;
+                        id->lock_fd = fd;
+                        return 0;
+                }
+                if (errno != EAGAIN && errno != EACCES && errno != EINTR) {
+                        if (errstr)
+                                snprintf(errstr, errstr_size,
+                                         "could not lease a kernel uid: could "
+                                         "not lock \"%s\": %s",
+                                         CQ_SANDBOX_UID_LOCK_FILE,
+                                         strerror(errno));
+                        close(fd);
+                        return -1;
+                }
+        }
+        close(fd);
+        if (errstr)
+                snprintf(errstr, errstr_size,
+                         "could not lease a kernel uid: all of %ld-%ld are in "
+                         "use (CODERQ_SANDBOX_UIDS)",
+                         sandbox->uid_first, sandbox->uid_last);
+        return -1;
+}
+
+void cq_sandbox_id_release(cq_sandbox_id_t *id)
+{
+        if (!id)
+                return;
+        if (id->lock_fd >= 0)
+                close(id->lock_fd); /* drops the byte lock */
+        id->lock_fd = -1;
+        id->drop = false;
+}
+
+int cq_sandbox_own(const cq_sandbox_id_t *id, const char *path)
+{
+        if (!id || !id->drop)
+                return 0;
+        return chown(path, id->uid, id->gid);
+}
+
+int cq_sandbox_protect_self(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
 
 static int set_limit(int resource, rlim_t value)
 {
@@ -115,21 +306,22 @@ static int set_limit(int resource, rlim_t value)
         return setrlimit(resource, &rl);
 }
 
-int cq_sandbox_child(const cq_sandbox_t *sandbox)
+int cq_sandbox_child(const cq_sandbox_t *sandbox, const cq_sandbox_id_t *id)
 {
-        if (!sandbox)
-                return 0;
-        if (sandbox->mem && set_limit(RLIMIT_AS, (rlim_t)sandbox->mem))
-                return -1;
-        if (sandbox->nproc && set_limit(RLIMIT_NPROC, (rlim_t)sandbox->nproc))
-                return -1;
-        if (sandbox->fsize && set_limit(RLIMIT_FSIZE, (rlim_t)sandbox->fsize))
-                return -1;
-        if (sandbox->enabled && sandbox->drop) {
-                gid_t gid = CQ_SANDBOX_GID;
+        if (sandbox) {
+                if (sandbox->mem && set_limit(RLIMIT_AS, (rlim_t)sandbox->mem))
+                        return -1;
+                if (sandbox->nproc &&
+                    set_limit(RLIMIT_NPROC, (rlim_t)sandbox->nproc))
+                        return -1;
+                if (sandbox->fsize &&
+                    set_limit(RLIMIT_FSIZE, (rlim_t)sandbox->fsize))
+                        return -1;
+        }
+        if (id && id->drop) {
+                gid_t gid = id->gid;
 
-                if (setgroups(1, &gid) || setgid(CQ_SANDBOX_GID) ||
-                    setuid(CQ_SANDBOX_UID))
+                if (setgroups(1, &gid) || setgid(id->gid) || setuid(id->uid))
                         return -1;
                 /* Refuse to go on if root could be regained. */
                 if (setuid(0) == 0)
@@ -214,27 +406,36 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
         return argv;
 }
 
-/* Run the interpreter under bubblewrap as the kernels will; 0 when it
- * exited 0 within ten seconds. */
+/* Run the interpreter under bubblewrap as the kernels will, as a kernel
+ * uid leased like theirs, in a work dir under \p dir; 0 when it exited 0
+ * within ten seconds. */
 static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
 {
         const char *cmd[] = {python, "-c", "import sys; sys.exit(0)", NULL};
-        char tmpl[4096];
+        char tmpl[PATH_MAX], err[256];
         char **argv = NULL;
         char path_env[] = "PATH=/usr/bin:/bin";
         char *const envp[] = {path_env, NULL};
+        cq_sandbox_id_t id = CQ_SANDBOX_ID_INIT;
         int64_t deadline;
         pid_t pid = -1;
         int status = 0, rc = -1, devnull;
+        bool made = false;
 
-        snprintf(tmpl, sizeof(tmpl), "%s/probe-XXXXXX", dir);
-        if (!mkdtemp(tmpl)) {
-                snprintf(sandbox->reason, sizeof(sandbox->reason),
-                         "could not create probe dir in %s: %s", dir,
-                         strerror(errno));
-                return -1;
+        if (cq_sandbox_id_acquire(sandbox, &id, err, sizeof(err))) {
+                snprintf(sandbox->reason, sizeof(sandbox->reason), "%s", err);
+                goto out;
         }
-        if (cq_sandbox_own(sandbox, tmpl)) {
+        if (snprintf(tmpl, sizeof(tmpl), "%s/probe-XXXXXX", dir) >=
+                (int)sizeof(tmpl) ||
+            !mkdtemp(tmpl)) {
+                snprintf(sandbox->reason, sizeof(sandbox->reason),
+                         "could not create probe dir in %.300s: %s", dir,
+                         strerror(errno));
+                goto out;
+        }
+        made = true;
+        if (cq_sandbox_own(&id, tmpl)) {
                 snprintf(sandbox->reason, sizeof(sandbox->reason),
                          "could not chown probe dir: %s", strerror(errno));
                 goto out;
@@ -258,8 +459,9 @@ static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
                         dup2(devnull, 1);
                         dup2(devnull, 2);
                 }
-                if (cq_sandbox_child(sandbox) == 0)
-                        execve(argv[0], argv, envp);
+                if (cq_sandbox_child(sandbox, &id) != 0)
+                        _exit(PROBE_DROP_FAILED);
+                execve(argv[0], argv, envp);
                 _exit(127);
         }
         deadline = cq_now_ms() + 10000;
@@ -284,6 +486,14 @@ static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
                 }
                 nanosleep(&ts, NULL);
         }
+        if (WIFEXITED(status) && WEXITSTATUS(status) == PROBE_DROP_FAILED) {
+                snprintf(sandbox->reason, sizeof(sandbox->reason),
+                         "bubblewrap probe failed: could not switch to uid "
+                         "%ld or set the rlimits (is the uid mapped in this "
+                         "user namespace? see CODERQ_SANDBOX_UIDS)",
+                         (long)id.uid);
+                goto out;
+        }
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
                 snprintf(sandbox->reason, sizeof(sandbox->reason),
                          "bubblewrap probe failed (status %d): %s cannot "
@@ -294,7 +504,9 @@ static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
         rc = 0;
 out:
         cq_sandbox_argv_free(argv);
-        rmdir(tmpl);
+        if (made)
+                rmdir(tmpl);
+        cq_sandbox_id_release(&id);
         return rc;
 }
 
@@ -302,7 +514,8 @@ cq_sandbox_t *
 cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
 {
         cq_sandbox_t *sandbox = calloc(1, sizeof(*sandbox));
-        const char *dir = opts->probe_dir ? opts->probe_dir : "/tmp";
+        char def[PATH_MAX], err[400];
+        const char *dir = opts->probe_dir;
 
         if (!sandbox) {
                 if (errstr)
@@ -318,6 +531,10 @@ cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
                 cq_sandbox_destroy(&sandbox);
                 return NULL;
         }
+        if (!dir) {
+                cq_work_root_default(def, sizeof(def));
+                dir = def;
+        }
         sandbox->mem = opts->mem;
         sandbox->nproc = opts->nproc;
         sandbox->fsize = opts->fsize;
@@ -327,11 +544,32 @@ cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
                          "sandbox disabled (CODERQ_SANDBOX=off)");
                 return sandbox;
         }
+        if (opts->uid_first > 0 && opts->uid_last >= opts->uid_first) {
+                if (sandbox->drop) {
+                        sandbox->per_kernel = true;
+                        sandbox->uid_first = opts->uid_first;
+                        sandbox->uid_last = opts->uid_last;
+                } else if (opts->uids_required) {
+                        if (errstr)
+                                snprintf(errstr, errstr_size,
+                                         "could not enable the sandbox: a uid "
+                                         "per kernel (CODERQ_SANDBOX_UIDS=%ld-"
+                                         "%ld) needs a worker running as "
+                                         "root; set CODERQ_SANDBOX_UIDS=auto "
+                                         "to share one uid",
+                                         opts->uid_first, opts->uid_last);
+                        cq_sandbox_destroy(&sandbox);
+                        return NULL;
+                }
+        }
         sandbox->enabled = true;
         if (access(sandbox->bwrap, X_OK) != 0) {
                 snprintf(sandbox->reason, sizeof(sandbox->reason),
                          "%s is not executable: %s", sandbox->bwrap,
                          strerror(errno));
+                sandbox->enabled = false;
+        } else if (cq_work_root_prepare(dir, err, sizeof(err))) {
+                snprintf(sandbox->reason, sizeof(sandbox->reason), "%s", err);
                 sandbox->enabled = false;
         } else if (probe(sandbox,
                          opts->python ? opts->python : "/usr/bin/python3",
@@ -341,11 +579,20 @@ cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
         if (!sandbox->enabled && opts->mode == CQ_SANDBOX_ON) {
                 if (errstr)
                         snprintf(errstr, errstr_size,
-                                 "could not enable the sandbox: %s",
+                                 "could not enable the sandbox "
+                                 "(CODERQ_SANDBOX=on): %s",
                                  sandbox->reason);
                 cq_sandbox_destroy(&sandbox);
                 return NULL;
         }
+        if (sandbox->enabled && !sandbox->per_kernel)
+                snprintf(sandbox->reason, sizeof(sandbox->reason),
+                         "every kernel runs as uid %ld and shares its process "
+                         "limit (%s)",
+                         sandbox->drop ? (long)CQ_SANDBOX_UID : (long)geteuid(),
+                         sandbox->drop ? "CODERQ_SANDBOX_UIDS=off"
+                                       : "a uid per kernel needs a worker "
+                                         "running as root");
         return sandbox;
 }
 

@@ -88,10 +88,16 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_OUTPUT_MAX", NULL, "output-max", CQ_CFG_SIZE, F(output_max), "1M",
      1024, 0, NULL,
      "output kept per cell (head and tail around a truncation marker)"},
-    {"CODERQ_SANDBOX", NULL, "sandbox", CQ_CFG_CHOICE, F(sandbox), "auto", 0, 0,
-     "auto|on|off",
-     "bubblewrap sandbox for local kernels: auto uses it when a startup "
-     "probe works, on fails without it"},
+    {"CODERQ_SANDBOX", NULL, "sandbox", CQ_CFG_CHOICE, F(sandbox), "on", 0, 0,
+     "on|auto|off",
+     "bubblewrap sandbox for local kernels: on refuses to start without it; "
+     "auto runs kernels unsandboxed when its startup probe fails; off never "
+     "uses it (both warn at start and with every job)"},
+    {"CODERQ_SANDBOX_UIDS", NULL, "sandbox-uids", CQ_CFG_RANGE, F(sandbox_uids),
+     "auto", 65536, 2147483646L, NULL,
+     "uids of sandboxed kernels, one per kernel so each has its own process "
+     "limit: FIRST-LAST (the worker must be root), auto (100000-100999 when "
+     "root, else the worker's own uid) or off (every kernel as 65534)"},
     {"CODERQ_SANDBOX_MEM", NULL, "sandbox-mem", CQ_CFG_SIZE, F(sandbox_mem),
      "4G", 0, 0, NULL, "address-space limit (RLIMIT_AS) of a kernel; 0: none"},
     {"CODERQ_SANDBOX_NPROC", NULL, "sandbox-nproc", CQ_CFG_INT,
@@ -347,6 +353,26 @@ static bool in_choices(const char *choices, const char *s)
         return false;
 }
 
+/* "auto", "off", or "FIRST-LAST" with min <= FIRST <= LAST <= max. */
+static bool valid_range(const cq_cfg_entry_t *entry, const char *s)
+{
+        const char *dash = strchr(s, '-');
+        char first[24];
+        long a, b;
+
+        if (strcmp(s, "auto") == 0 || strcmp(s, "off") == 0)
+                return true;
+        if (!dash || (size_t)(dash - s) >= sizeof(first) || dash == s ||
+            !isdigit((unsigned char)dash[1]))
+                return false;
+        memcpy(first, s, (size_t)(dash - s));
+        first[dash - s] = '\0';
+        if (!isdigit((unsigned char)first[0]) || !parse_long(first, &a) ||
+            !parse_long(dash + 1, &b))
+                return false;
+        return a >= entry->min && b <= entry->max && a <= b;
+}
+
 static int set_entry(cq_config_t *cfg,
                      const cq_cfg_entry_t *entry,
                      const char *value,
@@ -360,9 +386,19 @@ static int set_entry(cq_config_t *cfg,
         switch (entry->type) {
         case CQ_CFG_STRING:
         case CQ_CFG_SECRET:
+        case CQ_CFG_RANGE:
         case CQ_CFG_CHOICE: {
                 char *copy;
 
+                if (entry->type == CQ_CFG_RANGE && !valid_range(entry, value)) {
+                        if (errstr)
+                                snprintf(errstr, errstr_size,
+                                         "invalid value \"%s\" for %s: "
+                                         "expected auto, off or FIRST-LAST "
+                                         "with %ld <= FIRST <= LAST <= %ld",
+                                         value, source, entry->min, entry->max);
+                        return -1;
+                }
                 if (entry->type == CQ_CFG_CHOICE &&
                     !in_choices(entry->choices, value)) {
                         if (errstr)
@@ -473,6 +509,7 @@ void cq_config_release(cq_config_t *cfg)
                 switch (entries[i].type) {
                 case CQ_CFG_STRING:
                 case CQ_CFG_SECRET:
+                case CQ_CFG_RANGE:
                 case CQ_CFG_CHOICE: {
                         char **p = field(cfg, &entries[i]);
 
@@ -606,6 +643,8 @@ static const char *type_hint(const cq_cfg_entry_t *entry)
                 return "LEVEL";
         case CQ_CFG_CHOICE:
                 return "CHOICE";
+        case CQ_CFG_RANGE:
+                return "RANGE";
         default:
                 return "STR";
         }
@@ -646,6 +685,7 @@ void cq_config_describe(const cq_config_t *cfg,
                          *(char *const *)p ? "(set)" : "(unset)");
                 break;
         case CQ_CFG_STRING:
+        case CQ_CFG_RANGE:
         case CQ_CFG_CHOICE:
                 snprintf(out, out_size, "%s",
                          *(char *const *)p ? *(char *const *)p : "(unset)");

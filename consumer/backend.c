@@ -4,6 +4,7 @@
  * per job (a microVM: nothing to pre-start). */
 #include "coderq/backend.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,35 +37,42 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                 return NULL;
         }
         backend->cfg = cfg;
-        memset(&so, 0, sizeof(so));
-        if (cq_sandbox_mode_parse(cfg->sandbox ? cfg->sandbox : "auto",
-                                  &so.mode) != 0) {
+        /* Before any kernel exists: code of our uid (a kernel with the
+         * sandbox off, or sharing our uid) must not read our environment
+         * (API keys, the database DSN) from /proc, nor ptrace us. */
+        if (cq_sandbox_protect_self() != 0)
+                cq_log_kv(CQ_LOG_WARN,
+                          "could not make the process non-dumpable", "error",
+                          strerror(errno), NULL);
+        if (cq_sandbox_opts_from_config(&so, cfg) != 0) {
                 snprintf(errstr, errstr_size,
-                         "invalid CODERQ_SANDBOX \"%s\": expected auto, on "
-                         "or off",
-                         cfg->sandbox);
+                         "invalid CODERQ_SANDBOX \"%s\" or CODERQ_SANDBOX_UIDS "
+                         "\"%s\"",
+                         cfg->sandbox ? cfg->sandbox : "",
+                         cfg->sandbox_uids ? cfg->sandbox_uids : "");
                 goto fail;
         }
-        so.python = cfg->python;
-        if (cfg->work_root) {
-                so.probe_dir = cfg->work_root;
-        } else {
+        if (!cfg->work_root) {
                 cq_work_root_default(root, sizeof(root));
                 so.probe_dir = root;
         }
-        so.mem = cfg->sandbox_mem;
-        so.nproc = cfg->sandbox_nproc;
-        so.fsize = cfg->sandbox_fsize;
         backend->sandbox = cq_sandbox_new(&so, errstr, errstr_size);
         if (!backend->sandbox)
                 goto fail;
         snprintf(backend->describe, sizeof(backend->describe),
                  "local kernels %s%s%s",
-                 cq_sandbox_enabled(backend->sandbox)
+                 cq_sandbox_uid_per_kernel(backend->sandbox)
+                     ? "sandboxed with bubblewrap, a uid per kernel"
+                 : cq_sandbox_enabled(backend->sandbox)
                      ? "sandboxed with bubblewrap"
-                     : "without bubblewrap",
+                     : "UNSANDBOXED, as the worker's user",
                  *cq_sandbox_reason(backend->sandbox) ? ": " : "",
                  cq_sandbox_reason(backend->sandbox));
+        /* An operator who chose less isolation hears of it at warn. */
+        cq_log_kv(cq_sandbox_uid_per_kernel(backend->sandbox) ? CQ_LOG_INFO
+                                                              : CQ_LOG_WARN,
+                  "sandbox", "mode", cq_sandbox_mode_name(backend->sandbox),
+                  "detail", backend->describe, NULL);
         swept = cq_work_root_sweep(cfg->work_root);
         if (swept > 0)
                 cq_log_json(CQ_LOG_INFO, NULL,
@@ -111,6 +119,14 @@ cq_interp_t *cq_backend_acquire(cq_backend_t *backend,
 const char *cq_backend_describe(const cq_backend_t *backend)
 {
         return backend->describe;
+}
+
+const char *cq_backend_sandbox_mode(const cq_backend_t *backend,
+                                    cq_interp_t *interp)
+{
+        if (interp && !cq_local_interp_kernel(interp))
+                return "e2b";
+        return cq_sandbox_mode_name(backend->sandbox);
 }
 
 cq_kpool_t *cq_backend_kpool(cq_backend_t *backend)

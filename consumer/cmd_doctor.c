@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_doctor.c - "coderq doctor": one line per check of what a worker needs
- * (PostgreSQL, Kafka, Debian's Python kernel, the bubblewrap sandbox), each
- * bounded by a short timeout so a dead service never hangs the command. */
+ * (PostgreSQL, Kafka, Debian's Python kernel, the sandbox: the very probe
+ * a worker runs at start), each bounded by a short timeout so a dead
+ * service never hangs the command. */
 #include "coderq/cmd_cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
@@ -17,7 +19,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "coderq/kpool.h"
 #include "coderq/log.h"
+#include "coderq/sandbox.h"
 #include "coderq/util.h"
 
 extern char **environ;
@@ -34,10 +38,14 @@ const char cq_cmd_doctor_usage[] =
     "count)\n"
     "  python      " DOCTOR_PYTHON " -c 'import ipykernel' (local "
     "kernels)\n"
-    "  bubblewrap  bwrap --unshare-all --ro-bind / / true (the sandbox; a\n"
-    "              failure is a warning: kernels then run unsandboxed)\n"
+    "  sandbox     the worker's own start-up probe with the configured\n"
+    "              CODERQ_SANDBOX, CODERQ_SANDBOX_UIDS and CODERQ_WORK_ROOT\n"
+    "              (creates the work root); prints the sandbox mode kernels\n"
+    "              would run in: bwrap+uid-per-kernel (ok), bwrap (a warning:\n"
+    "              kernels share one uid) or off (a warning: unsandboxed); a\n"
+    "              failure means a worker would refuse to start\n"
     "Exit status: 0 all required checks passed, 4 PostgreSQL or Kafka is\n"
-    "unreachable, 1 python cannot import ipykernel.\n";
+    "unreachable, 1 python cannot import ipykernel or the sandbox fails.\n";
 
 enum check_state { CHECK_OK, CHECK_WARN, CHECK_FAIL };
 
@@ -361,15 +369,58 @@ static int check_tool(const char *name,
         return -1;
 }
 
+/* The probe a worker runs at start (cq_backend_new()), with the same
+ * settings: what it says is what a worker would do. */
+static int check_sandbox(const cq_config_t *cfg)
+{
+        cq_sandbox_opts_t so;
+        cq_sandbox_t *sandbox;
+        char root[PATH_MAX], errstr[768], what[1024];
+        const char *mode;
+
+        if (cq_sandbox_opts_from_config(&so, cfg) != 0) {
+                report("sandbox", CHECK_FAIL,
+                       "invalid CODERQ_SANDBOX or CODERQ_SANDBOX_UIDS");
+                return -1;
+        }
+        if (!so.probe_dir) {
+                cq_work_root_default(root, sizeof(root));
+                so.probe_dir = root;
+        }
+        sandbox = cq_sandbox_new(&so, errstr, sizeof(errstr));
+        if (!sandbox) {
+                one_line(errstr);
+                report("sandbox", CHECK_FAIL, errstr);
+                return -1;
+        }
+        mode = cq_sandbox_mode_name(sandbox);
+        if (cq_sandbox_uid_per_kernel(sandbox)) {
+                snprintf(what, sizeof(what),
+                         "%s: bubblewrap works, a uid per kernel from "
+                         "%ld-%ld, work root %s",
+                         mode, so.uid_first, so.uid_last, so.probe_dir);
+                report("sandbox", CHECK_OK, what);
+        } else if (cq_sandbox_enabled(sandbox)) {
+                snprintf(what, sizeof(what),
+                         "%s: bubblewrap works, work root %s; %s", mode,
+                         so.probe_dir, cq_sandbox_reason(sandbox));
+                report("sandbox", CHECK_WARN, what);
+        } else {
+                snprintf(what, sizeof(what),
+                         "%s: kernels would run UNSANDBOXED, as uid %ld: %s",
+                         mode, (long)geteuid(), cq_sandbox_reason(sandbox));
+                one_line(what);
+                report("sandbox", CHECK_WARN, what);
+        }
+        cq_sandbox_destroy(&sandbox);
+        return 0;
+}
+
 int cq_cmd_doctor(const cq_config_t *cfg, int argc, char **argv)
 {
         static char python[] = DOCTOR_PYTHON, dash_c[] = "-c",
-                    import[] = "import ipykernel", bwrap[] = "bwrap",
-                    unshare[] = "--unshare-all", ro_bind[] = "--ro-bind",
-                    root[] = "/", truecmd[] = "true";
+                    import[] = "import ipykernel";
         char *const python_argv[] = {python, dash_c, import, NULL};
-        char *const bwrap_argv[] = {bwrap, unshare, ro_bind, root,
-                                    root,  truecmd, NULL};
         bool services_ok = true, tools_ok = true;
 
         (void)argv;
@@ -385,9 +436,8 @@ int cq_cmd_doctor(const cq_config_t *cfg, int argc, char **argv)
         if (check_tool("python", python_argv,
                        DOCTOR_PYTHON " imports ipykernel", CHECK_FAIL) != 0)
                 tools_ok = false;
-        (void)check_tool("bubblewrap", bwrap_argv,
-                         "bwrap --unshare-all --ro-bind / / true works",
-                         CHECK_WARN);
+        if (check_sandbox(cfg) != 0)
+                tools_ok = false;
         if (!services_ok)
                 return CQ_EXIT_UNAVAILABLE;
         return tools_ok ? CQ_EXIT_OK : CQ_EXIT_FAILED;

@@ -165,6 +165,8 @@ int cq_cmd_exec(const cq_config_t *cfg, int argc, char **argv)
                 cq_cli_error("could not start a kernel: %s", errstr);
                 goto out;
         }
+        fprintf(stderr, "-- sandbox: %s\n",
+                cq_backend_sandbox_mode(backend, interp));
         nb = cq_nb_new(cq_kernel_language_info(cq_local_interp_kernel(interp)));
         if (!nb) {
                 rc = CQ_EXIT_INTERNAL;

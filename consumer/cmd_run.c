@@ -95,6 +95,7 @@ static int write_bytes(const char *path, const void *data, size_t len)
 /* DIR/notebook.ipynb, DIR/images/, DIR/result.json */
 static int write_outputs(const char *dir,
                          const cq_job_t *job,
+                         const char *sandbox,
                          const cq_nb_t *nb,
                          const cq_agent_result_t *res)
 {
@@ -130,7 +131,7 @@ static int write_outputs(const char *dir,
         }
         summary = json_pack(
             "{s:s, s:s, s:s?, s:s?, s:s?, s:I, s:I, s:I, s:o?, s:b, "
-            "s:{s:I, s:I}, s:o, s:I}",
+            "s:{s:I, s:I}, s:o, s:I, s:s}",
             "job_id", job->job_id, "status", cq_agent_status_name(res->status),
             "reason", res->reason, "answer", res->answer, "last_error",
             res->last_error, "turns", (json_int_t)res->turns, "retries",
@@ -139,7 +140,7 @@ static int write_outputs(const char *dir,
             res->from_memory, "usage", "prompt_tokens",
             (json_int_t)res->prompt_tokens, "completion_tokens",
             (json_int_t)res->completion_tokens, "images", images, "duration_ms",
-            (json_int_t)res->duration_ms);
+            (json_int_t)res->duration_ms, "sandbox", sandbox);
         images = NULL;
         if (!summary)
                 goto out;
@@ -248,7 +249,9 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
                 rc = CQ_EXIT_INTERNAL;
                 goto out;
         }
-        if (write_outputs(out_dir, &job, nb, &result) != 0)
+        if (write_outputs(out_dir, &job,
+                          cq_backend_sandbox_mode(backend, interp), nb,
+                          &result) != 0)
                 goto out;
         printf("coderq run: %s%s%s (%ld turns, %ld retries, %ld cells",
                cq_agent_status_name(result.status), result.reason ? ": " : "",

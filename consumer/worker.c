@@ -325,6 +325,7 @@ static void append_codes(json_t *cells, const json_t *cp_cells)
 static void finish_job(slot_t *slot,
                        const cq_job_t *job,
                        int attempt,
+                       const char *sandbox,
                        const cq_nb_t *nb,
                        const cq_agent_result_t *res)
 {
@@ -348,11 +349,11 @@ static void finish_job(slot_t *slot,
                                   "job_id", job->job_id, "image", img->name,
                                   "error", cq_store_errmsg(slot->store), NULL);
         }
-        report = json_pack("{s:b, s:I, s:I, s:O?, s:s?, s:i}", "from_memory",
-                           res->from_memory, "cells", (json_int_t)res->cells,
-                           "duration_ms", (json_int_t)res->duration_ms, "tests",
-                           res->tests, "last_error", res->last_error, "attempt",
-                           attempt);
+        report = json_pack(
+            "{s:b, s:I, s:I, s:O?, s:s?, s:i, s:s?}", "from_memory",
+            res->from_memory, "cells", (json_int_t)res->cells, "duration_ms",
+            (json_int_t)res->duration_ms, "tests", res->tests, "last_error",
+            res->last_error, "attempt", attempt, "sandbox", sandbox);
         memset(&fin, 0, sizeof(fin));
         fin.job_id = job->job_id;
         fin.status = status;
@@ -456,6 +457,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         cq_nb_t *nb = NULL;
         json_t *cells = json_array(), *history = NULL;
         job_ctx_t ctx;
+        const char *sandbox = NULL;
         char errstr[1024];
 
         cq_job_init(&job);
@@ -483,7 +485,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 bare.job_id = claim->job_id;
                 res.status = CQ_AGENT_FAILED;
                 res.reason = strdup(errstr);
-                finish_job(slot, &bare, claim->attempt, NULL, &res);
+                finish_job(slot, &bare, claim->attempt, NULL, NULL, &res);
                 goto out;
         }
         if (!cells)
@@ -528,6 +530,11 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 give_back(slot, job.job_id);
                 goto out;
         }
+        sandbox = cq_backend_sandbox_mode(w->backend, interp);
+        if (strcmp(sandbox, CQ_SANDBOX_MODE_OFF) == 0)
+                cq_log_kv(CQ_LOG_WARN,
+                          "job runs UNSANDBOXED, as the worker's user",
+                          "job_id", job.job_id, "sandbox", sandbox, NULL);
         if (cp.notebook)
                 nb = cq_nb_from_json(cp.notebook, errstr, sizeof(errstr));
         if (!nb)
@@ -565,7 +572,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 free(res.reason);
                 res.reason = strdup("cancelled by request");
         }
-        finish_job(slot, &job, claim->attempt, nb, &res);
+        finish_job(slot, &job, claim->attempt, sandbox, nb, &res);
 out:
         cq_interp_destroy(&interp);
         cq_nb_destroy(&nb);

@@ -6,8 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The sandbox a finished job's code ran in ("bwrap+uid-per-kernel",
+ * "bwrap", "off" or "e2b") is in its result's report. */
+#define SQL_SANDBOX_OF(o)                                                      \
+        "(SELECT r.report->>'sandbox' FROM results r WHERE r.job_id = " o      \
+        ".job_id)"
+
 static const char SQL_STATUS[] =
-    "SELECT row_to_json(o)::text FROM job_overview o WHERE o.job_id = $1";
+    "SELECT row_to_json(x)::text FROM (SELECT o.*, " SQL_SANDBOX_OF(
+        "o") " AS sandbox FROM job_overview o WHERE o.job_id = $1) x";
 
 /* json_build_object keeps key order, so every row has the same columns. */
 static const char SQL_RUN_RESULTS[] =
@@ -15,9 +22,11 @@ static const char SQL_RUN_RESULTS[] =
     " 'title', o.title, 'status', o.status, 'reason', o.reason,"
     " 'attempts', o.attempts, 'turns', o.turns, 'retries', o.retries,"
     " 'tests_passed', o.tests_passed, 'tests_total', o.tests_total,"
-    " 'total_tokens', o.total_tokens, 'duration_ms', o.duration_ms)"
-    " ORDER BY o.created_at, o.job_id), '[]')::text"
-    " FROM job_overview o WHERE o.run_id = $1";
+    " 'total_tokens', o.total_tokens, 'duration_ms', o.duration_ms,"
+    " 'sandbox', " SQL_SANDBOX_OF(
+        "o") ")"
+             " ORDER BY o.created_at, o.job_id), '[]')::text"
+             " FROM job_overview o WHERE o.run_id = $1";
 
 static const char SQL_RUN_SUMMARY[] =
     "SELECT row_to_json(s)::text FROM run_summary s WHERE s.run_id = $1";

@@ -20,11 +20,13 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "check_support.h"
+#include "coderq/backend.h"
 #include "coderq/config.h"
 #include "coderq/kpool.h"
 #include "coderq/util.h"
@@ -940,9 +942,9 @@ START_TEST(sweep_removes_dirs_of_dead_workers)
         ck_assert_int_eq(cq_work_root_sweep(sweep), 0); /* missing: fine */
         ck_assert_int_eq(mkdir(sweep, 0711), 0);
         /* ours, made the normal way: kept */
-        ck_assert_int_eq(cq_work_dir_new(sweep, NULL, mine, sizeof(mine),
-                                         errstr, sizeof(errstr)),
-                         0);
+        ck_assert_int_eq(
+            cq_work_dir_new(sweep, mine, sizeof(mine), errstr, sizeof(errstr)),
+            0);
         /* a dead worker's, with content: removed */
         snprintf(path, sizeof(path), "%s/k-%ld-abcdef", sweep, (long)dead);
         ck_assert_int_eq(mkdir(path, 0700), 0);
@@ -1066,7 +1068,7 @@ START_TEST(config_and_start_failure)
         ck_assert_int_eq(cfg.kpool_starts, 2);
         ck_assert_uint_eq(cfg.output_max, 1 << 20);
         ck_assert_int_eq(cq_sandbox_opts_from_config(&sopts, &cfg), 0);
-        ck_assert_int_eq(sopts.mode, CQ_SANDBOX_AUTO);
+        ck_assert_int_eq(sopts.mode, CQ_SANDBOX_ON);
         ck_assert_uint_eq(sopts.mem, 4UL << 30);
         cq_kpool_opts_from_config(&popts, &cfg, NULL);
         ck_assert_uint_eq(popts.size, 2);
@@ -1121,6 +1123,367 @@ START_TEST(config_and_start_failure)
 }
 END_TEST
 
+/* Whether bubblewrap runs the kernel interpreter here at all (an auto
+ * probe in an existing root); prints why not, for a SKIP line. */
+static bool bwrap_works(const char *test)
+{
+        cq_sandbox_opts_t sopts = {0};
+        cq_sandbox_t *sandbox;
+        char errstr[512];
+        bool ok;
+
+        mkdir(root, 0711);
+        sopts.mode = CQ_SANDBOX_AUTO;
+        sopts.probe_dir = root;
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_msg(sandbox != NULL, "%s", errstr);
+        ok = cq_sandbox_enabled(sandbox);
+        if (!ok)
+                fprintf(stderr, "SKIP %s: bubblewrap does not work here: %s\n",
+                        test, cq_sandbox_reason(sandbox));
+        cq_sandbox_destroy(&sandbox);
+        return ok;
+}
+
+/* On a fresh machine the work root does not exist yet: the default
+ * configuration creates it (0711, ours) before its probe and runs the
+ * kernel sandboxed, never as us with /root in view. */
+START_TEST(fresh_work_root_runs_sandboxed)
+{
+        cq_config_t cfg;
+        cq_sandbox_opts_t sopts;
+        cq_sandbox_t *sandbox;
+        cq_local_opts_t lopts;
+        cq_interp_t *interp;
+        char fresh[400], top[300], errstr[512], want[64], code[4600];
+        struct stat st;
+
+        if (!bwrap_works("fresh_work_root_runs_sandboxed"))
+                return;
+        snprintf(top, sizeof(top), "%s/fresh", root);
+        snprintf(fresh, sizeof(fresh), "%s/work/root", top);
+        ck_assert_int_ne(stat(top, &st), 0);
+        ck_assert_int_eq(cq_config_init(&cfg), 0);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_WORK_ROOT", fresh, NULL,
+                                       errstr, sizeof(errstr)),
+                         0);
+        ck_assert_int_eq(cq_sandbox_opts_from_config(&sopts, &cfg), 0);
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_msg(sandbox != NULL, "%s", errstr);
+        ck_assert_msg(cq_sandbox_enabled(sandbox), "%s",
+                      cq_sandbox_reason(sandbox));
+        ck_assert_str_eq(cq_sandbox_mode_name(sandbox),
+                         geteuid() == 0 ? "bwrap+uid-per-kernel" : "bwrap");
+        ck_assert_int_eq(lstat(fresh, &st), 0);
+        ck_assert(S_ISDIR(st.st_mode));
+        ck_assert_uint_eq(st.st_mode & 07777, 0711);
+        ck_assert_uint_eq(st.st_uid, geteuid());
+        cq_local_opts_from_config(&lopts, &cfg, sandbox);
+        interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
+        ck_assert_msg(interp != NULL, "%s", errstr);
+        /* not us, no /root, no source tree (the worker's files) */
+        snprintf(want, sizeof(want), "%s False False\n",
+                 geteuid() == 0 ? "True" : "False");
+        snprintf(code, sizeof(code),
+                 "import os\nu = os.getuid()\n"
+                 "print(100000 <= u <= 100999, os.path.exists('/root'), "
+                 "os.path.exists('%s'))",
+                 CQ_SOURCE_DIR);
+        assert_stdout(interp, code, want);
+        if (geteuid() == 0)
+                assert_stdout(interp, "import os\nprint(os.getuid() != 0)",
+                              "True\n");
+        cq_interp_destroy(&interp);
+        cq_sandbox_destroy(&sandbox);
+        cq_config_release(&cfg);
+        cq_work_dir_remove(top);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+/* CODERQ_SANDBOX=on (the default) with a bubblewrap that cannot work is
+ * an error, never a fallback; only auto falls back, and says why. */
+START_TEST(sandbox_on_fails_closed)
+{
+        cq_config_t cfg;
+        cq_sandbox_opts_t sopts = {0};
+        cq_sandbox_t *sandbox;
+        char errstr[512] = "";
+        long first, last;
+        bool required;
+
+        ck_assert_int_eq(cq_config_init(&cfg), 0);
+        ck_assert_str_eq(cfg.sandbox, "on");
+        ck_assert_str_eq(cfg.sandbox_uids, "auto");
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX_UIDS", "1000-2000",
+                                       NULL, errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_ptr_nonnull(strstr(errstr, "65536 <= FIRST"));
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX_UIDS",
+                                       "200000-100000", NULL, errstr,
+                                       sizeof(errstr)),
+                         -1);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX_UIDS", "100000",
+                                       NULL, errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_int_eq(cq_config_set(&cfg, "sandbox-uids", "300000-300009",
+                                       NULL, errstr, sizeof(errstr)),
+                         0);
+        ck_assert_int_eq(
+            cq_sandbox_uids_parse(cfg.sandbox_uids, &first, &last, &required),
+            0);
+        ck_assert_int_eq(first, 300000);
+        ck_assert_int_eq(last, 300009);
+        ck_assert(required);
+        ck_assert_int_eq(
+            cq_sandbox_uids_parse("auto", &first, &last, &required), 0);
+        ck_assert_int_eq(first, CQ_SANDBOX_UIDS_FIRST);
+        ck_assert(!required);
+        cq_config_release(&cfg);
+
+        mkdir(root, 0711);
+        sopts.probe_dir = root;
+        sopts.mode = CQ_SANDBOX_ON;
+        sopts.bwrap = "/nonexistent/bwrap";
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_ptr_null(sandbox);
+        ck_assert_msg(strstr(errstr, "could not enable the sandbox") &&
+                          strstr(errstr, "/nonexistent/bwrap"),
+                      "%s", errstr);
+        /* present, but failing its probe */
+        sopts.bwrap = "/bin/false";
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_ptr_null(sandbox);
+        ck_assert_msg(strstr(errstr, "probe failed") != NULL, "%s", errstr);
+        /* a work root that cannot be created fails it too */
+        sopts.bwrap = NULL;
+        sopts.probe_dir = "/proc/nope/coderq";
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_ptr_null(sandbox);
+        ck_assert_msg(strstr(errstr, "/proc/nope") != NULL, "%s", errstr);
+        /* auto, asked for explicitly, falls back and says why */
+        sopts.probe_dir = root;
+        sopts.bwrap = "/bin/false";
+        sopts.mode = CQ_SANDBOX_AUTO;
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_ptr_nonnull(sandbox);
+        ck_assert(!cq_sandbox_enabled(sandbox));
+        ck_assert_str_eq(cq_sandbox_mode_name(sandbox), "off");
+        ck_assert_ptr_nonnull(strstr(cq_sandbox_reason(sandbox), "probe"));
+        cq_sandbox_destroy(&sandbox);
+        /* a uid range the operator named needs root: never less isolation
+         * than configured (checked as an unprivileged child) */
+        if (geteuid() == 0) {
+                int status = -1;
+                pid_t pid = fork();
+
+                ck_assert_int_ge(pid, 0);
+                if (pid == 0) {
+                        cq_sandbox_opts_t o = {0};
+                        char e[512] = "";
+                        cq_sandbox_t *sb;
+
+                        if (setgid(65534) || setuid(65534))
+                                _exit(10);
+                        o.mode = CQ_SANDBOX_ON;
+                        o.probe_dir = "/tmp";
+                        o.uid_first = 300000;
+                        o.uid_last = 300009;
+                        o.uids_required = true;
+                        sb = cq_sandbox_new(&o, e, sizeof(e));
+                        if (sb)
+                                _exit(11);
+                        _exit(strstr(e, "needs a worker running as root") ? 0
+                                                                          : 12);
+                }
+                ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+                ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                              "unprivileged child: status %d", status);
+        }
+}
+END_TEST
+
+/* A uid of its own per kernel: a fork bomb fills its own process limit
+ * only, and a concurrent kernel still forks. The bomb's children wait on
+ * a pipe (at most two minutes) so the limit stays full while the other
+ * kernel runs its subprocess. */
+START_TEST(fork_bomb_stays_in_its_kernel)
+{
+        cq_sandbox_opts_t sopts = {0};
+        cq_sandbox_t *sandbox;
+        cq_interp_t *a, *b;
+        char errstr[512], *out;
+        cq_cell_result_t res;
+        long ua = -1, ub = -1;
+        struct stat st;
+
+        if (geteuid() != 0) {
+                fprintf(stderr, "SKIP fork_bomb_stays_in_its_kernel: needs "
+                                "root to switch uids\n");
+                return;
+        }
+        if (!bwrap_works("fork_bomb_stays_in_its_kernel"))
+                return;
+        sopts.mode = CQ_SANDBOX_ON;
+        sopts.probe_dir = root;
+        sopts.nproc = 64;
+        sopts.uid_first = CQ_SANDBOX_UIDS_FIRST;
+        sopts.uid_last = CQ_SANDBOX_UIDS_LAST;
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_msg(sandbox != NULL, "%s", errstr);
+        ck_assert(cq_sandbox_uid_per_kernel(sandbox));
+        a = start_local(sandbox, 0);
+        b = start_local(sandbox, 0);
+        run(a, "import os\nprint(os.getuid())", 30000, &res);
+        out = stream_text(&res, "stdout");
+        ua = strtol(out, NULL, 10);
+        free(out);
+        cq_cell_result_release(&res);
+        run(b, "import os\nprint(os.getuid())", 30000, &res);
+        out = stream_text(&res, "stdout");
+        ub = strtol(out, NULL, 10);
+        free(out);
+        cq_cell_result_release(&res);
+        ck_assert_int_ne(ua, ub);
+        ck_assert(ua >= CQ_SANDBOX_UIDS_FIRST && ua <= CQ_SANDBOX_UIDS_LAST);
+        ck_assert(ub >= CQ_SANDBOX_UIDS_FIRST && ub <= CQ_SANDBOX_UIDS_LAST);
+        /* each work dir belongs to its kernel's uid */
+        ck_assert_int_eq(
+            stat(cq_kernel_work_dir(cq_local_interp_kernel(a)), &st), 0);
+        ck_assert_int_eq((long)st.st_uid, ua);
+        ck_assert_int_eq(
+            stat(cq_kernel_work_dir(cq_local_interp_kernel(b)), &st), 0);
+        ck_assert_int_eq((long)st.st_uid, ub);
+        /* the bomb: fork until the limit says no */
+        assert_stdout(a,
+                      "import os, select, errno\n"
+                      "r, w = os.pipe()\n"
+                      "kids, err = [], None\n"
+                      "for _ in range(1000):\n"
+                      "    try:\n"
+                      "        pid = os.fork()\n"
+                      "    except OSError as e:\n"
+                      "        err = e.errno\n"
+                      "        break\n"
+                      "    if pid == 0:\n"
+                      "        os.close(w)\n"
+                      "        select.select([r], [], [], 120)\n"
+                      "        os._exit(0)\n"
+                      "    kids.append(pid)\n"
+                      "os.close(r)\n"
+                      "print(err == errno.EAGAIN, 0 < len(kids) < 64)",
+                      "True True\n");
+        /* the other kernel is not affected */
+        run(b,
+            "import subprocess\n"
+            "try:\n"
+            "    print(subprocess.run(['true']).returncode)\n"
+            "except OSError as e:\n"
+            "    print('failed', e)",
+            30000, &res);
+        out = stream_text(&res, "stdout");
+        ck_assert_msg(strcmp(out, "0\n") == 0,
+                      "a fork bomb in another kernel broke this one: %s", out);
+        free(out);
+        cq_cell_result_release(&res);
+        /* and the bomb is over once its pipe closes */
+        assert_stdout(a,
+                      "os.close(w)\n"
+                      "for p in kids:\n"
+                      "    os.waitpid(p, 0)\n"
+                      "print(len(kids) > 0)",
+                      "True\n");
+        cq_interp_destroy(&a);
+        cq_interp_destroy(&b);
+        /* both uids are free again: two leases get two uids of the range,
+         * and none runs a process any more */
+        {
+                cq_sandbox_id_t ia = CQ_SANDBOX_ID_INIT,
+                                ib = CQ_SANDBOX_ID_INIT;
+
+                ck_assert_int_eq(
+                    cq_sandbox_id_acquire(sandbox, &ia, errstr, sizeof(errstr)),
+                    0);
+                ck_assert_int_eq(
+                    cq_sandbox_id_acquire(sandbox, &ib, errstr, sizeof(errstr)),
+                    0);
+                ck_assert(ia.drop && ib.drop);
+                ck_assert_uint_ne(ia.uid, ib.uid);
+                cq_sandbox_id_release(&ia);
+                cq_sandbox_id_release(&ib);
+        }
+        cq_sandbox_destroy(&sandbox);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+/* Every command that runs model code sets its process non-dumpable in
+ * cq_backend_new(), before any kernel: then code of the same uid cannot
+ * read its /proc/PID/environ (where the API keys are). Run as an
+ * unprivileged child, dumpable again as a worker started by a user is. */
+static int dumpable_probe(void)
+{
+        cq_config_t cfg;
+        cq_backend_t *backend;
+        char errstr[512], path[64];
+        int status = -1;
+        pid_t pid;
+
+        if (geteuid() == 0 && (setgid(65534) || setuid(65534)))
+                return 10;
+        if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) ||
+            prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1)
+                return 11;
+        setenv("CQ_TEST_SECRET", "sk-worker-secret", 1);
+        if (cq_config_init(&cfg) ||
+            cq_config_set(&cfg, "CODERQ_SANDBOX", "off", NULL, errstr,
+                          sizeof(errstr)) ||
+            cq_config_set(&cfg, "CODERQ_WORK_ROOT", "/tmp", NULL, errstr,
+                          sizeof(errstr)))
+                return 12;
+        backend = cq_backend_new(&cfg, 0, errstr, sizeof(errstr));
+        if (!backend)
+                return 13;
+        if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0)
+                return 14;
+        snprintf(path, sizeof(path), "/proc/%ld/environ", (long)getpid());
+        pid = fork();
+        if (pid < 0)
+                return 15;
+        if (pid == 0) {
+                int fd = open("/dev/null", O_WRONLY);
+
+                if (fd >= 0) {
+                        dup2(fd, 1);
+                        dup2(fd, 2);
+                }
+                execl("/bin/cat", "cat", path, (char *)NULL);
+                _exit(127);
+        }
+        if (waitpid(pid, &status, 0) != pid)
+                return 16;
+        cq_backend_destroy(&backend);
+        cq_config_release(&cfg);
+        /* cat, our uid, could not read it */
+        return WIFEXITED(status) && WEXITSTATUS(status) == 1 ? 0 : 17;
+}
+
+START_TEST(backend_makes_the_process_non_dumpable)
+{
+        int status = -1;
+        pid_t pid = fork();
+
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+                _exit(dumpable_probe());
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "dumpable probe failed at step %d (14: still dumpable; "
+                      "17: a same-uid process read /proc/PID/environ)",
+                      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+END_TEST
+
 START_TEST(nothing_left_behind)
 {
         DIR *dir;
@@ -1162,6 +1525,10 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, sweep_removes_dirs_of_dead_workers);
         tcase_add_test(tc, kernel_has_no_controlling_terminal);
         tcase_add_test(tc, config_and_start_failure);
+        tcase_add_test(tc, fresh_work_root_runs_sandboxed);
+        tcase_add_test(tc, sandbox_on_fails_closed);
+        tcase_add_test(tc, fork_bomb_stays_in_its_kernel);
+        tcase_add_test(tc, backend_makes_the_process_non_dumpable);
         tcase_add_test(tc, nothing_left_behind);
         suite_add_tcase(s, tc);
         return s;

@@ -14,7 +14,10 @@
 typedef struct cq_backend cq_backend_t;
 
 /**
- * @brief Set up the sandbox and a pool of \p pool_size ready kernels.
+ * @brief Make the process non-dumpable (cq_sandbox_protect_self()), set
+ *        up the sandbox (creating the work root, then the probe) and a
+ *        pool of \p pool_size ready kernels. Logs the sandbox mode, at
+ *        warn unless each kernel runs sandboxed as a uid of its own.
  * @param cfg Borrowed; must outlive the backend.
  * @returns Caller owns the returned value; free with cq_backend_destroy().
  *          NULL with \p errstr filled (CODERQ_SANDBOX=on without a working
@@ -41,6 +44,16 @@ cq_interp_t *cq_backend_acquire(cq_backend_t *backend,
 
 /** @brief One line on how kernels are confined, for logs. Borrowed. */
 const char *cq_backend_describe(const cq_backend_t *backend);
+
+/**
+ * @brief Where the code of \p interp runs, for a job's result: "e2b" for
+ *        an E2B sandbox, else the local sandbox mode ("bwrap+uid-per-
+ *        kernel", "bwrap" or "off"; see sandbox.h). \p interp may be NULL
+ *        (the local mode). Static string.
+ * @locality Any thread.
+ */
+const char *cq_backend_sandbox_mode(const cq_backend_t *backend,
+                                    cq_interp_t *interp);
 
 /** @brief The local kernel pool, or NULL (E2B only, or no pool).
  *         Borrowed; lives as long as the backend. */

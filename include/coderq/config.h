@@ -23,6 +23,7 @@ typedef enum cq_cfg_type {
         CQ_CFG_SIZE,   /* size_t bytes, suffixes k, M, G (powers of 1024) */
         CQ_CFG_LEVEL,  /* cq_log_level_t */
         CQ_CFG_CHOICE, /* char *, one of a '|'-separated list */
+        CQ_CFG_RANGE,  /* char *: auto, off or FIRST-LAST within [min, max] */
 } cq_cfg_type_t;
 
 /** @brief All settings. Strings are owned by the struct. */
@@ -54,6 +55,7 @@ typedef struct cq_config {
         long kernel_startup_timeout_s;
         size_t output_max;
         char *sandbox;
+        char *sandbox_uids; /* auto, off or FIRST-LAST */
         size_t sandbox_mem;
         long sandbox_nproc;
         size_t sandbox_fsize;
@@ -109,7 +111,7 @@ typedef struct cq_cfg_entry {
         cq_cfg_type_t type;
         size_t offset;       /* into cq_config_t */
         const char *defval;  /* textual default, NULL for unset */
-        long min, max;       /* CQ_CFG_INT and CQ_CFG_SIZE bounds */
+        long min, max;       /* CQ_CFG_INT, _SIZE and _RANGE bounds */
         const char *choices; /* CQ_CFG_CHOICE: "local|e2b" */
         const char *help;
 } cq_cfg_entry_t;

@@ -39,7 +39,10 @@ typedef struct cq_kernel_opts {
 
 /**
  * @brief Launch a kernel and wait until it is ready (kernel_info reply and
- *        an iopub message seen).
+ *        an iopub message seen). With a sandbox that switches uids, the
+ *        kernel first leases its uid (cq_sandbox_id_acquire()) and gives
+ *        it the work dir; destroy releases the uid once the kernel's
+ *        processes are gone.
  * @param opts Borrowed; strings are copied.
  * @returns Caller owns the returned value; free with cq_kernel_destroy().
  *          NULL on failure with \p errstr filled (no process left behind).
@@ -89,6 +92,10 @@ pid_t cq_kernel_pid(const cq_kernel_t *kernel);
 
 /** @brief The work dir; borrowed, valid until destroy. */
 const char *cq_kernel_work_dir(const cq_kernel_t *kernel);
+
+/** @brief The identity the kernel runs as (its uid lease, restarts
+ *         included); borrowed, valid until destroy. */
+const cq_sandbox_id_t *cq_kernel_sandbox_id(const cq_kernel_t *kernel);
 
 /**
  * @brief Set the niceness of the kernel's processes (its process groups:

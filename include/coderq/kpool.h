@@ -56,14 +56,22 @@ cq_interp_t *cq_local_interp_new(const cq_local_opts_t *opts,
 cq_kernel_t *cq_local_interp_kernel(cq_interp_t *interp);
 
 /**
- * @brief Create a new empty 0700 work dir under \p root (created 0711 if
- *        missing), owned by the sandbox uid when the sandbox drops
- *        privileges.
+ * @brief Create the work root \p root if missing (mode 0711, missing
+ *        parents 0755) and check it: a directory (not a symlink) of this
+ *        process's uid that nobody else may write.
+ * @returns 0, or -1 with \p errstr filled.
+ */
+CQ_NODISCARD int
+cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size);
+
+/**
+ * @brief Create a new empty 0700 work dir under \p root (NULL: the
+ *        default), prepared first with cq_work_root_prepare(). The kernel
+ *        started in it gives it to the uid it runs as.
  * @param out (out) Its path.
  * @returns 0, or -1 with \p errstr filled.
  */
 CQ_NODISCARD int cq_work_dir_new(const char *root,
-                                 const cq_sandbox_t *sandbox,
                                  char *out,
                                  size_t out_size,
                                  char *errstr,
