@@ -2,6 +2,13 @@
 # libpq, libzmq and the Python kernel stack. Configuration comes only from
 # the environment (see README, "Configuration"); docker-compose.yml runs
 # `coderq migrate` once and then `coderq worker`.
+#
+# Kernels run sandboxed: the worker runs as root inside the container so
+# each kernel drops to a uid of its own (CODERQ_SANDBOX_UIDS) under
+# bubblewrap, and with CODERQ_SANDBOX=on it refuses to start when the
+# sandbox does not work. The container needs user namespaces and a fresh
+# /proc for bubblewrap: see the worker's security_opt in
+# docker-compose.yml, and `docker run ... coderq doctor` to check.
 FROM debian:12 AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config ca-certificates \
@@ -20,11 +27,12 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
         python3 python3-ipykernel python3-jupyter-client python3-numpy \
         python3-pandas python3-matplotlib python3-nbformat python3-scipy \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --create-home --home-dir /var/lib/coderq coderq
+    && mkdir -p /var/lib/coderq
 COPY --from=build /build/coderq /usr/local/bin/coderq
 # The migration runner reads the folder at the path it was built with.
 COPY --from=build /src/migrations /src/migrations
-USER coderq
+# Fail closed: never run model code unsandboxed unless told to.
+ENV CODERQ_SANDBOX=on CODERQ_SANDBOX_UIDS=auto
 WORKDIR /var/lib/coderq
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/coderq"]
 CMD ["worker"]

@@ -82,7 +82,7 @@ struct cq_sandbox {
         size_t mem;
         long nproc;
         size_t fsize;
-        char reason[512];
+        char reason[768];
 };
 
 int cq_sandbox_mode_parse(const char *s, cq_sandbox_mode_t *mp)
@@ -510,11 +510,37 @@ out:
         return rc;
 }
 
+/* Whether a kernel uid (no group of ours) can reach \p dir: every
+ * directory on the way needs o+x; says which one does not. */
+static bool reachable(const char *dir, char *err, size_t err_size)
+{
+        char path[PATH_MAX];
+        struct stat st;
+        char *slash;
+
+        if (strlen(dir) >= sizeof(path))
+                return false;
+        memcpy(path, dir, strlen(dir) + 1);
+        for (;;) {
+                if (stat(path, &st) == 0 && !(st.st_mode & S_IXOTH)) {
+                        snprintf(err, err_size,
+                                 "kernel uids cannot reach the work root "
+                                 "%.200s: %.200s has mode %04o (needs o+x)",
+                                 dir, path, (unsigned)(st.st_mode & 07777));
+                        return false;
+                }
+                slash = strrchr(path, '/');
+                if (!slash || slash == path)
+                        return true;
+                *slash = '\0';
+        }
+}
+
 cq_sandbox_t *
 cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
 {
         cq_sandbox_t *sandbox = calloc(1, sizeof(*sandbox));
-        char def[PATH_MAX], err[400];
+        char def[PATH_MAX], err[600];
         const char *dir = opts->probe_dir;
 
         if (!sandbox) {
@@ -569,6 +595,9 @@ cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
                          strerror(errno));
                 sandbox->enabled = false;
         } else if (cq_work_root_prepare(dir, err, sizeof(err))) {
+                snprintf(sandbox->reason, sizeof(sandbox->reason), "%s", err);
+                sandbox->enabled = false;
+        } else if (sandbox->drop && !reachable(dir, err, sizeof(err))) {
                 snprintf(sandbox->reason, sizeof(sandbox->reason), "%s", err);
                 sandbox->enabled = false;
         } else if (probe(sandbox,

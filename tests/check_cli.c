@@ -198,7 +198,7 @@ START_TEST(doctor_exits_4_when_services_are_unreachable)
                       "%s", proc.out);
         ck_assert_msg(strstr(proc.out, " 127.0.0.1:1") != NULL, "%s", proc.out);
         ck_assert_ptr_nonnull(strstr(proc.out, "\npython "));
-        ck_assert_ptr_nonnull(strstr(proc.out, "\nbubblewrap "));
+        ck_assert_ptr_nonnull(strstr(proc.out, "\nsandbox "));
         ck_assert_uint_eq(cq_check_count_lines(proc.out), 4);
         cq_check_proc_release(&proc);
 }
@@ -237,6 +237,40 @@ START_TEST(readme_documents_every_setting_and_command)
 }
 END_TEST
 
+static char *slurp(const char *rel)
+{
+        char *text = NULL;
+        size_t len = 0;
+        FILE *fp = fopen(cq_check_srcpath(rel), "r");
+
+        ck_assert_msg(fp != NULL, "cannot open %s", rel);
+        ck_assert_int_gt(getdelim(&text, &len, '\0', fp), 0);
+        fclose(fp);
+        return text;
+}
+
+/* The image's worker fails closed: sandbox on unless told otherwise, run
+ * as root in the container so each kernel gets a uid of its own (kernels
+ * never run as root), and compose grants what bubblewrap needs. */
+START_TEST(docker_files_keep_the_sandbox_on)
+{
+        char *docker = slurp("Dockerfile"),
+             *compose = slurp("docker-compose.yml");
+
+        ck_assert_ptr_nonnull(strstr(docker, "\nENV CODERQ_SANDBOX=on "));
+        ck_assert_ptr_null(strstr(docker, "\nUSER "));
+        ck_assert_ptr_null(strstr(docker, "CODERQ_SANDBOX=auto"));
+        ck_assert_ptr_null(strstr(docker, "CODERQ_SANDBOX=off"));
+        ck_assert_ptr_nonnull(
+            strstr(compose, "CODERQ_SANDBOX: ${CODERQ_SANDBOX:-on}\n"));
+        ck_assert_ptr_nonnull(strstr(compose, "- seccomp=unconfined\n"));
+        ck_assert_ptr_nonnull(strstr(compose, "- apparmor=unconfined\n"));
+        ck_assert_ptr_nonnull(strstr(compose, "- systempaths=unconfined\n"));
+        free(docker);
+        free(compose);
+}
+END_TEST
+
 START_TEST(doctor_rejects_arguments)
 {
         cq_check_proc_t proc;
@@ -264,6 +298,7 @@ static Suite *cli_suite(void)
         tcase_add_test(tc, config_prints_every_variable_and_hides_secrets);
         tcase_add_test(tc, doctor_exits_4_when_services_are_unreachable);
         tcase_add_test(tc, doctor_rejects_arguments);
+        tcase_add_test(tc, docker_files_keep_the_sandbox_on);
         tcase_add_test(tc, readme_documents_every_setting_and_command);
         suite_add_tcase(s, tc);
         return s;

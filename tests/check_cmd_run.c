@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,6 +123,9 @@ START_TEST(demo_job_succeeds_and_writes_outputs)
         ck_assert_int_eq(json_integer_value(json_object_get(
                              json_object_get(result, "tests"), "passed")),
                          1);
+        /* the default configuration runs it sandboxed, and says so */
+        ck_assert_str_eq(json_string_value(json_object_get(result, "sandbox")),
+                         geteuid() == 0 ? "bwrap+uid-per-kernel" : "bwrap");
         json_decref(result);
         snprintf(path, sizeof(path), "%s/images/newton.png", out);
         ck_assert_int_eq(access(path, R_OK), 0);
@@ -153,6 +157,8 @@ START_TEST(e2b_backend_runs_the_same_job)
         result = load(path);
         ck_assert_str_eq(json_string_value(json_object_get(result, "status")),
                          "succeeded");
+        ck_assert_str_eq(json_string_value(json_object_get(result, "sandbox")),
+                         "e2b");
         json_decref(result);
         /* the sandbox was created through the control plane and killed */
         ck_assert_int_ge(cq_fake_e2b_stat(&e2b, "created"), 1);
@@ -258,6 +264,54 @@ START_TEST(exec_runs_cells_from_stdin_and_writes_the_notebook)
 }
 END_TEST
 
+/* A fresh machine: the work root does not exist. Both the first run
+ * (which creates it) and the second run the code sandboxed, not as us:
+ * no /root, no source tree, another uid. */
+START_TEST(exec_in_a_fresh_work_root_is_sandboxed)
+{
+        char cmd[8192], src[512], path[600], want[4200], *text = NULL;
+        size_t cap = 0;
+        FILE *fp;
+        int st, i;
+
+        /* kernel uids pass through it to reach the work root */
+        ck_assert_int_eq(chmod(dir, 0711), 0);
+        snprintf(src, sizeof(src), "%s/whoami.py", dir);
+        fp = fopen(src, "w");
+        ck_assert_ptr_nonnull(fp);
+        fprintf(fp,
+                "import os\nprint(os.getuid() == %ld, "
+                "os.path.exists('/root'), os.path.exists('%s'))\n",
+                (long)geteuid(), CQ_SOURCE_DIR);
+        fclose(fp);
+        snprintf(want, sizeof(want), "-- sandbox: %s\n",
+                 geteuid() == 0 ? "bwrap+uid-per-kernel" : "bwrap");
+        for (i = 0; i < 2; i++) {
+                snprintf(cmd, sizeof(cmd),
+                         "env -u CODERQ_SANDBOX -u CODERQ_SANDBOX_UIDS "
+                         "CODERQ_WORK_ROOT=%s/fresh/work CODERQ_LOG_LEVEL=warn "
+                         "%s/coderq exec --out %s/fresh.ipynb %s "
+                         ">%s/fresh.out 2>%s/fresh.err",
+                         dir, CQ_BINARY_DIR, dir, src, dir, dir);
+                st = system(cmd);
+                snprintf(path, sizeof(path), "%s/fresh.err", dir);
+                fp = fopen(path, "r");
+                ck_assert_ptr_nonnull(fp);
+                ck_assert_int_ge(getdelim(&text, &cap, '\0', fp), 0);
+                fclose(fp);
+                ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                              "run %d: %s", i + 1, text);
+                ck_assert_msg(strstr(text, want) != NULL, "run %d: %s", i + 1,
+                              text);
+                snprintf(cmd, sizeof(cmd),
+                         "grep -qx 'False False False' %s/fresh.out", dir);
+                ck_assert_msg(system(cmd) == 0, "run %d ran unsandboxed",
+                              i + 1);
+        }
+        free(text);
+}
+END_TEST
+
 static Suite *cmd_run_suite(void)
 {
         Suite *s = suite_create("cmd_run");
@@ -270,6 +324,7 @@ static Suite *cmd_run_suite(void)
         tcase_add_test(tc, failed_job_exits_one_with_the_reason);
         tcase_add_test(tc, invalid_job_is_one_clear_line_and_exit_two);
         tcase_add_test(tc, exec_runs_cells_from_stdin_and_writes_the_notebook);
+        tcase_add_test(tc, exec_in_a_fresh_work_root_is_sandboxed);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -123,7 +123,8 @@ typedef struct fin_args {
         int passed, total, turns, retries;
         int64_t ptok, ctok;
         const json_t *nb;
-        long duration_ms; /* > 0: pin started_at to finished_at - this */
+        long duration_ms;    /* > 0: pin started_at to finished_at - this */
+        const char *sandbox; /* the report's sandbox mode, or NULL */
 } fin_args_t;
 
 static void finish(cq_store_t *store, const char *id, const fin_args_t *a)
@@ -131,6 +132,8 @@ static void finish(cq_store_t *store, const char *id, const fin_args_t *a)
         cq_finish_t fin;
         bool lost = true;
         char sql[200];
+        json_t *report =
+            a->sandbox ? json_pack("{s:s}", "sandbox", a->sandbox) : NULL;
 
         memset(&fin, 0, sizeof(fin));
         fin.job_id = id;
@@ -144,8 +147,10 @@ static void finish(cq_store_t *store, const char *id, const fin_args_t *a)
         fin.prompt_tokens = a->ptok;
         fin.completion_tokens = a->ctok;
         fin.notebook = a->nb;
+        fin.report = report;
         ck_assert_msg(cq_store_finish(store, &fin, &lost) == CQ_OK, "%s",
                       cq_store_errmsg(store));
+        json_decref(report);
         ck_assert(!lost);
         if (a->duration_ms > 0) {
                 snprintf(sql, sizeof(sql),
@@ -530,11 +535,15 @@ END_TEST
 /* Two jobs of run r1 finished, one queued, with pinned durations. */
 static void make_run(cq_store_t *store)
 {
-        fin_args_t ok = {"succeeded", NULL, "two", 2,    2,   3,
-                         1,           100,  50,    NULL, 1500};
-        fin_args_t bad = {
-            "failed", "bad, \"quoted\" value", NULL, 0, 2, 5, 2, 200, 100, NULL,
-            2500};
+        fin_args_t ok = {"succeeded", NULL, "two", 2,
+                         2,           3,    1,     100,
+                         50,          NULL, 1500,  "bwrap+uid-per-kernel"};
+        fin_args_t bad = {"failed", "bad, \"quoted\" value",
+                          NULL,     0,
+                          2,        5,
+                          2,        200,
+                          100,      NULL,
+                          2500,     "off"};
 
         add_job(store, "{\"job_id\":\"j1\",\"prompt\":\"p\",\"run_id\":\"r1\","
                        "\"title\":\"First\"}");
@@ -572,11 +581,11 @@ START_TEST(results_table_json_csv)
         ck_assert_str_eq(
             run.out,
             "job_id,title,status,reason,attempts,turns,retries,tests_passed,"
-            "tests_total,total_tokens,duration_ms\r\n"
-            "j1,First,succeeded,,1,3,1,2,2,150,1500\r\n"
+            "tests_total,total_tokens,duration_ms,sandbox\r\n"
+            "j1,First,succeeded,,1,3,1,2,2,150,1500,bwrap+uid-per-kernel\r\n"
             "j2,\"Second, \"\"quoted\"\"\",failed,\"bad, \"\"quoted\"\" "
-            "value\",1,5,2,0,2,300,2500\r\n"
-            "j3,,queued,,0,0,0,,,0,\r\n");
+            "value\",1,5,2,0,2,300,2500,off\r\n"
+            "j3,,queued,,0,0,0,,,0,,\r\n");
         cli_release(&run);
 
         cli(&run, NULL, json_args);
@@ -590,6 +599,11 @@ START_TEST(results_table_json_csv)
         ck_assert_str_eq(json_string_value(
                              json_object_get(json_array_get(got, 1), "reason")),
                          "bad, \"quoted\" value");
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(got, 0), "sandbox")),
+                         "bwrap+uid-per-kernel");
+        ck_assert(
+            json_is_null(json_object_get(json_array_get(got, 2), "sandbox")));
         json_decref(got);
         json_decref(want);
         cli_release(&run);
@@ -691,6 +705,14 @@ START_TEST(status_lines_and_json)
         ck_assert_ptr_nonnull(strstr(run.out, "\nstatus:"));
         ck_assert_ptr_nonnull(
             strstr(run.out, "\nreason:            bad, \"quoted\" value\n"));
+        /* the sandbox its code ran in, last */
+        {
+                const char *tail = "\nsandbox:           off\n";
+                size_t n = strlen(run.out), m = strlen(tail);
+
+                ck_assert_msg(n > m && strcmp(run.out + n - m, tail) == 0, "%s",
+                              run.out);
+        }
         cli_release(&run);
 
         cli(&run, NULL, json_args);
@@ -733,8 +755,8 @@ START_TEST(export_writes_notebook_images_answer)
             {"..", img_d, sizeof(img_d), NULL},
         };
         fin_args_t ok = {
-            "succeeded", NULL, "The answer is **42**.", 2, 2, 3, 0, 10, 5,
-            NULL,        1000};
+            "succeeded", NULL, "The answer is **42**.", 2, 2, 3, 0, 10, 5, NULL,
+            1000,        NULL};
         cq_cell_result_t res;
         cq_nb_t *nb;
         char *want_nb, *got_nb, *want_paths = NULL, sha[65], name[160],
@@ -851,7 +873,8 @@ START_TEST(cancel_queued_running_finished)
         const char *r[] = {"cancel", "cr", NULL};
         const char *f[] = {"cancel", "cf", NULL};
         const char *none[] = {"cancel", "nope", NULL};
-        fin_args_t ok = {"succeeded", NULL, "a", -1, 0, 1, 0, 1, 1, NULL, 0};
+        fin_args_t ok = {"succeeded", NULL, "a", -1,   0, 1,
+                         0,           1,    1,   NULL, 0, NULL};
         json_t *row = NULL;
         cli_run_t run;
 
@@ -904,8 +927,10 @@ START_TEST(submit_wait_follows_jobs_to_the_end)
         const char *file = tmp_path("wait.jsonl");
         const char *args[] = {"submit",    file,  "--wait",
                               "--timeout", "120", NULL};
-        fin_args_t ok = {"succeeded", NULL, "a", 1, 1, 2, 0, 1, 1, NULL, 0};
-        fin_args_t bad = {"failed", "boom", NULL, 0, 1, 4, 3, 1, 1, NULL, 0};
+        fin_args_t ok = {"succeeded", NULL, "a", 1,    1, 2,
+                         0,           1,    1,   NULL, 0, NULL};
+        fin_args_t bad = {"failed", "boom", NULL, 0,    1, 4,
+                          3,        1,      1,    NULL, 0, NULL};
         struct timespec ts = {1, 500000000L};
         cli_run_t run;
 

@@ -221,6 +221,31 @@ static long long log_sum(const worker_t *w, const char *msg, const char *key)
         return sum;
 }
 
+/* How many of \p w's log lines have message \p msg at \p level. */
+static long log_count(const worker_t *w, const char *msg, const char *level)
+{
+        char path[512], line[4096];
+        long n = 0;
+        FILE *fp;
+
+        snprintf(path, sizeof(path), "%s/%s-%s.log", logdir, prefix, w->name);
+        fp = fopen(path, "r");
+        if (!fp)
+                return -1;
+        while (fgets(line, sizeof(line), fp)) {
+                json_t *doc = json_loads(line, 0, NULL);
+                const char *m = json_string_value(json_object_get(doc, "msg"));
+                const char *l =
+                    json_string_value(json_object_get(doc, "level"));
+
+                if (m && l && strcmp(m, msg) == 0 && strcmp(l, level) == 0)
+                        n++;
+                json_decref(doc);
+        }
+        fclose(fp);
+        return n;
+}
+
 /* Signal the worker and wait for it; returns its exit status (or 128+sig)
  * or -1 when it did not exit within \p timeout_ms. A failure prints the
  * end of the worker's log. */
@@ -394,9 +419,24 @@ START_TEST(fifty_jobs_two_workers)
                                     "images WHERE mime = 'image/png'",
                                     NULL),
                          50);
+        /* these workers run with CODERQ_SANDBOX=off: every result records
+         * it, and they warn at start and with every job */
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT count(*) FROM results WHERE "
+                                    "report->>'sandbox' = 'off'",
+                                    NULL),
+                         50);
         ck_assert_uint_eq(completion_events(50, 60000), 50);
         ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
         ck_assert_int_eq(stop_worker(&b, SIGTERM, 30000), 0);
+        ck_assert_int_eq(log_count(&a, "sandbox", "warn"), 1);
+        ck_assert_int_eq(log_count(&b, "sandbox", "warn"), 1);
+        ck_assert_int_eq(
+            log_count(&a, "job runs UNSANDBOXED, as the worker's user",
+                      "warn") +
+                log_count(&b, "job runs UNSANDBOXED, as the worker's user",
+                          "warn"),
+            50);
         /* each worker's last words: its pool's reaper tore down every
          * job's kernel, and every cell took its turn at the gate */
         ck_assert_int_ge(log_sum(&a, "kernel pool", "discarded"), 1);
