@@ -1579,9 +1579,9 @@ START_TEST(run_queries_for_people)
         json_t *value;
         bool found;
         static const char *const keys[] = {
-            "job_id",      "title",        "status",     "reason",
-            "attempts",    "turns",        "retries",    "tests_passed",
-            "tests_total", "total_tokens", "duration_ms"};
+            "job_id",      "title",        "status",      "reason",
+            "attempts",    "turns",        "retries",     "tests_passed",
+            "tests_total", "total_tokens", "duration_ms", "sandbox"};
         size_t i;
 
         add_job(store, "a", 3, NULL, "run1");
