@@ -289,7 +289,7 @@ START_TEST(exec_in_a_fresh_work_root_is_sandboxed)
         for (i = 0; i < 2; i++) {
                 snprintf(cmd, sizeof(cmd),
                          "env -u CODERQ_SANDBOX -u CODERQ_SANDBOX_UIDS "
-                         "CODERQ_WORK_ROOT=%s/fresh/work CODERQ_LOG_LEVEL=warn "
+                         "CODERQ_WORK_ROOT=%s/fresh-root CODERQ_LOG_LEVEL=warn "
                          "%s/coderq exec --out %s/fresh.ipynb %s "
                          ">%s/fresh.out 2>%s/fresh.err",
                          dir, CQ_BINARY_DIR, dir, src, dir, dir);
