@@ -266,7 +266,7 @@ START_TEST(relay_keeps_rows_when_produce_fails)
         /* Only this test's rows in the outbox. */
         kt_pg_exec(dsn,
                    "UPDATE outbox SET sent_at = now() WHERE sent_at IS "
-                   "NULL",
+                   "NULL AND failed_at IS NULL",
                    NULL);
         kt_unique("it-relaymock", prefix, sizeof(prefix));
         mrk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
