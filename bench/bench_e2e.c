@@ -8,11 +8,15 @@
  *   bench_e2e CODERQ BASE_URL DSN BROKERS PHASE SLOTS JOBS POOL SCRIPT
  *             TURNS LATENCY_MS
  *
- * PHASE is a name for the topics. The worker's kernel pool is filled
+ * PHASE is a name for the topics. CQ_E2E_WORKERS (default 1, at most 8)
+ * workers share SLOTS and POOL (each gets its share, rounded up) and one
+ * outbox. The kernel pools are filled
  * before the first job is produced (kernel starts are CPU-bound and would
  * otherwise be what is measured); SLOTS 0 measures an idle worker's RSS.
  * Efficiency = jobs/s over (first submit .. last completion event) divided
- * by the ideal SLOTS / (TURNS x LATENCY). */
+ * by the ideal SLOTS / (TURNS x LATENCY). Once every job has its event and
+ * the outbox is all sent, the results topic is read to its end and
+ * duplicate_events counts the completion events beyond one per job. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libpq-fe.h>
@@ -53,12 +57,15 @@
         "max(created_at) FROM job_messages m WHERE m.job_id = j.job_id))) "    \
         "FROM jobs j"
 
+#define MAX_WORKERS 8
+
 typedef struct bench {
         const char *coderq, *base_url, *dsn, *brokers, *phase, *script;
         long slots, jobs, pool, turns, latency_ms;
         char prefix[128];
-        char log[512];
-        pid_t worker;
+        char log[512]; /* the first worker's; the others' end in -N.log */
+        int nworkers;
+        pid_t workers[MAX_WORKERS];
 } bench_t;
 
 /* Wall clock, not monotonic: submit and completion times are compared
@@ -282,7 +289,13 @@ static int create_topic(const char *brokers, const char *topic, int parts)
         return rc;
 }
 
-static void child_env(const bench_t *b)
+/* A worker's share of \p total among \p n, rounded up. */
+static long share(long total, int n)
+{
+        return n > 1 ? (total + n - 1) / n : total;
+}
+
+static void child_env(const bench_t *b, int w)
 {
         char v[512];
 
@@ -302,9 +315,9 @@ static void child_env(const bench_t *b)
         setenv("CODERQ_LLM_MODEL", v, 1);
         unsetenv("CODERQ_LLM_API_KEY");
         unsetenv("OPENAI_API_KEY");
-        snprintf(v, sizeof(v), "%ld", b->slots);
+        snprintf(v, sizeof(v), "%ld", share(b->slots, b->nworkers));
         setenv("CODERQ_SLOTS", v, 1);
-        snprintf(v, sizeof(v), "%ld", b->pool);
+        snprintf(v, sizeof(v), "%ld", share(b->pool, b->nworkers));
         setenv("CODERQ_KPOOL_SIZE", v, 1);
         setenv("CODERQ_KERNEL_STARTUP_TIMEOUT_S", "300", 1);
         setenv("CODERQ_LEASE_S", "60", 1);
@@ -312,18 +325,29 @@ static void child_env(const bench_t *b)
         setenv("CODERQ_SHUTDOWN_S", "20", 1);
         setenv("CODERQ_SANDBOX", "off", 1);
         setenv("CODERQ_LOG_LEVEL", "info", 1);
-        snprintf(v, sizeof(v), "bench-%s", b->phase);
+        if (w == 0)
+                snprintf(v, sizeof(v), "bench-%s", b->phase);
+        else
+                snprintf(v, sizeof(v), "bench-%s-%d", b->phase, w);
         setenv("CODERQ_WORKER_ID", v, 1);
 }
 
-static int start_worker(bench_t *b)
+static int start_worker(bench_t *b, int w)
 {
         pid_t pid = fork();
 
         if (pid < 0)
                 return -1;
         if (pid == 0) {
-                int fd = open(b->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                char log[600];
+                int fd;
+
+                if (w == 0)
+                        snprintf(log, sizeof(log), "%s", b->log);
+                else
+                        snprintf(log, sizeof(log), "%.*s-%d.log",
+                                 (int)strlen(b->log) - 4, b->log, w);
+                fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
                 if (fd >= 0) {
@@ -331,31 +355,70 @@ static int start_worker(bench_t *b)
                         dup2(fd, 2);
                         close(fd);
                 }
-                child_env(b);
+                child_env(b, w);
                 execl(b->coderq, "coderq", "worker", (char *)NULL);
                 _exit(127);
         }
-        b->worker = pid;
+        b->workers[w] = pid;
         return 0;
 }
 
-static void stop_worker(bench_t *b)
+static void stop_workers(bench_t *b)
 {
-        int st, waited;
+        int st, waited, w, left;
 
-        if (b->worker <= 0)
-                return;
-        kill(b->worker, SIGTERM);
+        for (w = 0; w < b->nworkers; w++)
+                if (b->workers[w] > 0)
+                        kill(b->workers[w], SIGTERM);
         for (waited = 0; waited < 40000; waited += 50) {
-                if (waitpid(b->worker, &st, WNOHANG) == b->worker) {
-                        b->worker = 0;
-                        return;
+                for (w = 0, left = 0; w < b->nworkers; w++) {
+                        if (b->workers[w] <= 0)
+                                continue;
+                        if (waitpid(b->workers[w], &st, WNOHANG) ==
+                            b->workers[w])
+                                b->workers[w] = 0;
+                        else
+                                left++;
                 }
+                if (left == 0)
+                        return;
                 sleep_ms(50);
         }
-        kill(b->worker, SIGKILL);
-        waitpid(b->worker, &st, 0);
-        b->worker = 0;
+        for (w = 0; w < b->nworkers; w++) {
+                if (b->workers[w] <= 0)
+                        continue;
+                kill(b->workers[w], SIGKILL);
+                waitpid(b->workers[w], &st, 0);
+                b->workers[w] = 0;
+        }
+}
+
+/* Sum over the workers of rss_kb() or children(); -1 when one is gone. */
+static long workers_sum(const bench_t *b, long (*f)(pid_t))
+{
+        long sum = 0, v;
+        int w;
+
+        for (w = 0; w < b->nworkers; w++) {
+                v = f(b->workers[w]);
+                if (v < 0)
+                        return -1;
+                sum += v;
+        }
+        return sum;
+}
+
+/* Index of a worker that exited, or -1. */
+static int worker_exited(bench_t *b)
+{
+        int w;
+
+        for (w = 0; w < b->nworkers; w++)
+                if (waitpid(b->workers[w], NULL, WNOHANG) != 0) {
+                        b->workers[w] = 0;
+                        return w;
+                }
+        return -1;
 }
 
 static rd_kafka_t *results_consumer(const bench_t *b)
@@ -399,6 +462,49 @@ static long job_index(const bench_t *b, const rd_kafka_message_t *m)
         return strtol(key, NULL, 10);
 }
 
+/* Completion events beyond one per job: wait (bounded) until the outbox
+ * is all sent, then read the results topic to its high watermark.
+ * \p seen: events read per job so far, \p nread: events read so far (from
+ * the topic's start). Returns -1 when it could not tell. */
+static long
+duplicates(const bench_t *b, rd_kafka_t *cons, long *seen, long nread)
+{
+        char topic[256];
+        int64_t lo = 0, hi = 0, pos = nread;
+        double t0 = now_ms();
+        long dup = 0, i;
+
+        while (pg_value(b->dsn, "SELECT count(*) FROM outbox WHERE sent_at "
+                                "IS NULL") != 0) {
+                if (now_ms() - t0 > 60000)
+                        return -1;
+                sleep_ms(100);
+        }
+        snprintf(topic, sizeof(topic), "%s.results", b->prefix);
+        if (rd_kafka_query_watermark_offsets(cons, topic, 0, &lo, &hi, 10000) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR)
+                return -1;
+        while (lo + pos < hi && now_ms() - t0 < 120000) {
+                rd_kafka_message_t *m = rd_kafka_consumer_poll(cons, 100);
+
+                if (!m)
+                        continue;
+                if (!m->err) {
+                        long k = job_index(b, m);
+
+                        pos++;
+                        if (k >= 0 && k < b->jobs)
+                                seen[k]++;
+                }
+                rd_kafka_message_destroy(m);
+        }
+        if (lo + pos < hi)
+                return -1;
+        for (i = 0; i < b->jobs; i++)
+                dup += seen[i] > 1 ? seen[i] - 1 : 0;
+        return dup;
+}
+
 static void produce_job(const bench_t *b, rd_kafka_t *rk, long i)
 {
         char id[192], value[1024], topic[256];
@@ -424,6 +530,9 @@ int main(int argc, char **argv)
         char topic[256], errstr[256], sql[512];
         rd_kafka_t *prod = NULL, *cons = NULL;
         double *sub = NULL, *done = NULL, *lat = NULL;
+        long *seen = NULL, nread = 0, dup = -1;
+        const char *nw = getenv("CQ_E2E_WORKERS");
+        int w;
         double st[4], t0, t_first = 0, t_last = 0, warm_s, wall_s, jps, ideal;
         long i, ndone = 0, rss_warm, rss_peak = 0, kids;
         int rc = 1;
@@ -447,7 +556,9 @@ int main(int argc, char **argv)
         b.script = argv[9];
         b.turns = strtol(argv[10], NULL, 10);
         b.latency_ms = strtol(argv[11], NULL, 10);
-        if (b.slots < 0 || b.jobs < 0 || b.jobs > 99999 || b.pool < 0)
+        b.nworkers = nw && *nw ? (int)strtol(nw, NULL, 10) : 1;
+        if (b.slots < 0 || b.jobs < 0 || b.jobs > 99999 || b.pool < 0 ||
+            b.nworkers < 1 || b.nworkers > MAX_WORKERS)
                 return 2;
         snprintf(b.prefix, sizeof(b.prefix), "cqbench-%s-%ld-%ld", b.phase,
                  (long)getpid(), (long)time(NULL));
@@ -457,7 +568,8 @@ int main(int argc, char **argv)
         sub = calloc((size_t)b.jobs + 1, sizeof(double));
         done = calloc((size_t)b.jobs + 1, sizeof(double));
         lat = calloc((size_t)b.jobs + 1, sizeof(double));
-        if (!sub || !done || !lat)
+        seen = calloc((size_t)b.jobs + 1, sizeof(long));
+        if (!sub || !done || !lat || !seen)
                 goto out;
         if (pg_exec(b.dsn, "SET client_min_messages = warning; "
                            "TRUNCATE jobs, solutions CASCADE"))
@@ -476,18 +588,18 @@ int main(int argc, char **argv)
                 goto out;
 
         t0 = now_ms();
-        if (start_worker(&b))
-                goto out;
+        for (w = 0; w < b.nworkers; w++)
+                if (start_worker(&b, w))
+                        goto out;
         /* Fill the pool: the refill threads (CODERQ_KPOOL_STARTS) start
          * two kernels at a time, so when all are forked the last two may
          * still be starting; the pause below covers them. */
         kids = 0;
-        while (b.slots > 0 && (kids = children(b.worker)) < b.pool) {
-                if (waitpid(b.worker, NULL, WNOHANG) != 0) {
-                        fprintf(stderr,
-                                "bench_e2e: the worker exited; see %s\n",
-                                b.log);
-                        b.worker = 0;
+        while (b.slots > 0 && (kids = workers_sum(&b, children)) <
+                                  share(b.pool, b.nworkers) * b.nworkers) {
+                if ((w = worker_exited(&b)) >= 0) {
+                        fprintf(stderr, "bench_e2e: worker %d exited; see %s\n",
+                                w, b.log);
                         goto out;
                 }
                 if (now_ms() - t0 > 900000) {
@@ -501,7 +613,7 @@ int main(int argc, char **argv)
         }
         warm_s = (now_ms() - t0) / 1e3;
         sleep_ms(b.slots > 0 ? 8000 : 3000);
-        rss_warm = rss_kb(b.worker);
+        rss_warm = workers_sum(&b, rss_kb);
         if (b.jobs == 0) {
                 printf("{\"phase\":\"%s\",\"slots\":%ld,\"rss_kb\":%ld}\n",
                        b.phase, b.slots, rss_warm);
@@ -550,7 +662,7 @@ int main(int argc, char **argv)
         rd_kafka_flush(prod, 30000);
         while (ndone < b.jobs && now_ms() - t_first < 900000) {
                 rd_kafka_message_t *m = rd_kafka_consumer_poll(cons, 20);
-                long r = rss_kb(b.worker);
+                long r = workers_sum(&b, rss_kb);
 
                 if (r > rss_peak)
                         rss_peak = r;
@@ -559,6 +671,9 @@ int main(int argc, char **argv)
                 if (!m->err) {
                         long k = job_index(&b, m);
 
+                        nread++;
+                        if (k >= 0 && k < b.jobs)
+                                seen[k]++;
                         if (k >= 0 && k < b.jobs && done[k] == 0) {
                                 done[k] = now_ms();
                                 t_last = done[k];
@@ -587,6 +702,11 @@ int main(int argc, char **argv)
                 fprintf(stderr, "bench_e2e: could not read the job rows\n");
                 goto out;
         }
+        dup = duplicates(&b, cons, seen, nread);
+        fprintf(stderr,
+                "bench_e2e: %s: %d worker(s), %ld jobs: %ld duplicate "
+                "completion event(s)\n",
+                b.phase, b.nworkers, b.jobs, dup);
         for (i = 0; i < b.jobs; i++)
                 lat[i] = done[i] - sub[i];
         qsort(lat, (size_t)b.jobs, sizeof(double), cmp_double);
@@ -605,18 +725,18 @@ int main(int argc, char **argv)
                "\"run_ms_mean\":%.1f,\"relay_ms_mean\":%.1f,"
                "\"setup_ms_mean\":%.1f,\"llm_turn_ms_mean\":%.1f,"
                "\"tool_turn_ms_mean\":%.1f,\"finish_ms_mean\":%.1f,"
-               "\"outbox_ms_mean\":%.1f}\n",
+               "\"outbox_ms_mean\":%.1f,\"workers\":%d,"
+               "\"duplicate_events\":%ld}\n",
                b.phase, b.slots, b.jobs, b.pool, b.turns, b.latency_ms, wall_s,
                jps, ideal, ideal > 0 ? jps / ideal : 0, pct(lat, b.jobs, 0.5),
                pct(lat, b.jobs, 0.95), lat[b.jobs - 1], rss_warm, rss_peak,
                (double)b.pool / warm_s, st[0], st[1], st[2], st[3],
                pg_value(b.dsn, SQL_SETUP), pg_value(b.dsn, SQL_LLM_TURN),
                pg_value(b.dsn, SQL_TOOL_TURN), pg_value(b.dsn, SQL_FINISH),
-               pg_value(b.dsn, SQL_OUTBOX));
+               pg_value(b.dsn, SQL_OUTBOX), b.nworkers, dup);
         rc = 0;
 out:
-        if (b.worker > 0)
-                stop_worker(&b);
+        stop_workers(&b);
         if (prod)
                 rd_kafka_destroy(prod);
         if (cons) {
@@ -626,5 +746,6 @@ out:
         free(sub);
         free(done);
         free(lat);
+        free(seen);
         return rc;
 }

@@ -192,6 +192,11 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_RELAY_INTERVAL_MS", NULL, "relay-interval-ms", CQ_CFG_INT,
      F(relay_interval_ms), "200", 10, 60000, NULL,
      "how often the outbox relay looks for unsent completion events"},
+    {"CODERQ_EVENT_MAX_BYTES", NULL, "event-max-bytes", CQ_CFG_SIZE,
+     F(event_max_bytes), "256K", 4096, 64L << 20, NULL,
+     "largest completion event produced; a larger answer is cut in the "
+     "event (the full answer stays in PostgreSQL). Keep it under the "
+     "broker's message.max.bytes (1 MB by default)"},
     {"CODERQ_SLOTS", NULL, "slots", CQ_CFG_INT, F(slots), "2", 0, 1024, NULL,
      "jobs a worker runs at once (threads, each with its own connection "
      "and kernel); 0 runs only intake and relay"},

@@ -52,9 +52,14 @@ static const cq_cmd_t commands[] = {
      cq_cmd_submit},
     {"status", "show one job",
      "usage: coderq status JOB [--json]\n"
+     "       coderq status --outbox [--json]\n"
      "Prints the job's overview (status, attempts, turns, tests, tokens,\n"
-     "lease, timings, reason, the start of the answer) as key: value\n"
-     "lines, or as one JSON object with --json.\n"
+     "lease, timings, reason, the start of the answer) and its completion\n"
+     "event (event: pending, sent or failed; event_attempts; event_error)\n"
+     "as key: value lines, or as one JSON object with --json (the events\n"
+     "under \"events\"). --outbox prints the outbox instead: pending,\n"
+     "claimed, sent and failed counts, the oldest pending event and the 20\n"
+     "most recent failed rows with their error.\n"
      "Exit: 0 found; 4 PostgreSQL unreachable; 5 no such job.\n",
      cq_cmd_status},
     {"results", "show the jobs of a run and its summary",

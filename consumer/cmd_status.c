@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* cmd_status.c - `coderq status JOB`: one job's job_overview row as
- * aligned "key: value" lines, or as a JSON object with --json. */
+/* cmd_status.c - `coderq status JOB`: one job's job_overview row and the
+ * state of its completion event as aligned "key: value" lines, or as a
+ * JSON object with --json; `coderq status --outbox`: the outbox counts
+ * and its failed rows. */
 #include "coderq/cmd_cli.h"
 
 #include <stdio.h>
@@ -49,13 +51,106 @@ static cq_err_t status_line(cq_buf_t *buf,
         return err;
 }
 
+/* The job's first completion event as flat keys (event, event_attempts,
+ * event_error); every event under "events" in JSON. */
+static cq_err_t add_events(json_t *row, json_t *events, bool as_json)
+{
+        json_t *first = json_array_get(events, 0);
+        int rc = 0;
+
+        if (as_json)
+                return json_object_set(row, "events", events) ? CQ_ERR_FATAL
+                                                              : CQ_OK;
+        if (!first)
+                return json_object_set_new(row, "event", json_null())
+                           ? CQ_ERR_FATAL
+                           : CQ_OK;
+        rc |= json_object_set(row, "event", json_object_get(first, "state"));
+        rc |= json_object_set(row, "event_attempts",
+                              json_object_get(first, "attempts"));
+        if (json_is_string(json_object_get(first, "error")))
+                rc |= json_object_set(row, "event_error",
+                                      json_object_get(first, "error"));
+        return rc ? CQ_ERR_FATAL : CQ_OK;
+}
+
+/* `coderq status --outbox`. */
+static int outbox_status(cq_store_t *store, bool as_json)
+{
+        json_t *sum = NULL, *rows, *row;
+        char *text = NULL;
+        cq_buf_t buf;
+        cq_err_t err;
+        size_t i;
+        int rc = CQ_EXIT_INTERNAL;
+
+        cq_buf_init(&buf, SIZE_MAX);
+        err = cq_store_outbox_summary(store, 20, &sum);
+        if (err != CQ_OK) {
+                cq_cli_error("%s", cq_store_errmsg(store));
+                return cq_cli_store_exit(err);
+        }
+        if (as_json) {
+                text = json_dumps(sum, JSON_INDENT(2));
+                if (!text) {
+                        cq_cli_error("could not format the outbox: out of "
+                                     "memory");
+                        goto out;
+                }
+                printf("%s\n", text);
+                rc = CQ_EXIT_OK;
+                goto out;
+        }
+        rows = json_object_get(sum, "failed_rows");
+        if (status_line(&buf, "pending", 14, json_object_get(sum, "pending")) ||
+            status_line(&buf, "claimed", 14, json_object_get(sum, "claimed")) ||
+            status_line(&buf, "sent", 14, json_object_get(sum, "sent")) ||
+            status_line(&buf, "failed", 14, json_object_get(sum, "failed")) ||
+            status_line(&buf, "oldest_pending", 14,
+                        json_object_get(sum, "oldest_pending")))
+                goto oom;
+        json_array_foreach(rows, i, row)
+        {
+                json_t *line = json_sprintf(
+                    "job %s event %s (%s, %lld attempts) failed at %s: %s",
+                    json_string_value(json_object_get(row, "job_id")),
+                    json_string_value(json_object_get(row, "event_id")),
+                    json_string_value(json_object_get(row, "topic")),
+                    (long long)json_integer_value(
+                        json_object_get(row, "attempts")),
+                    json_string_value(json_object_get(row, "failed_at")),
+                    json_is_string(json_object_get(row, "error"))
+                        ? json_string_value(json_object_get(row, "error"))
+                        : "-");
+                cq_err_t lerr;
+
+                if (!line)
+                        goto oom;
+                lerr = status_line(&buf, "failed_row", 14, line);
+                json_decref(line);
+                if (lerr != CQ_OK)
+                        goto oom;
+        }
+        fwrite(buf.data, 1, buf.len, stdout);
+        rc = CQ_EXIT_OK;
+        goto out;
+oom:
+        cq_cli_error("could not format the outbox: out of memory");
+out:
+        free(text);
+        cq_buf_release(&buf);
+        json_decref(sum);
+        return rc;
+}
+
 int cq_cmd_status(const cq_config_t *cfg, int argc, char **argv)
 {
         int rc = CQ_EXIT_INTERNAL, i;
         const char *job_id = NULL;
         bool as_json = false;
         cq_store_t *store = NULL;
-        json_t *row = NULL;
+        json_t *row = NULL, *events = NULL;
+        bool outbox = false;
         const char *key;
         json_t *value;
         size_t key_width = 0;
@@ -67,6 +162,8 @@ int cq_cmd_status(const cq_config_t *cfg, int argc, char **argv)
         for (i = 1; i < argc; i++) {
                 if (strcmp(argv[i], "--json") == 0) {
                         as_json = true;
+                } else if (strcmp(argv[i], "--outbox") == 0) {
+                        outbox = true;
                 } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
                         cq_cli_error("unknown option \"%s\" for status; see "
                                      "coderq status --help",
@@ -80,6 +177,17 @@ int cq_cmd_status(const cq_config_t *cfg, int argc, char **argv)
                         rc = CQ_EXIT_USAGE;
                         goto out;
                 }
+        }
+        if (outbox && job_id) {
+                cq_cli_error("status takes a job id or --outbox, not both");
+                rc = CQ_EXIT_USAGE;
+                goto out;
+        }
+        if (outbox) {
+                rc = cq_cli_store_open(cfg, &store);
+                if (rc == CQ_EXIT_OK)
+                        rc = outbox_status(store, as_json);
+                goto out;
         }
         if (!job_id) {
                 cq_cli_error("status needs a job id: coderq status JOB");
@@ -100,7 +208,18 @@ int cq_cmd_status(const cq_config_t *cfg, int argc, char **argv)
                 rc = CQ_EXIT_NOT_FOUND;
                 goto out;
         }
+        err = cq_store_outbox_job(store, job_id, &events);
+        if (err != CQ_OK) {
+                cq_cli_error("%s", cq_store_errmsg(store));
+                rc = cq_cli_store_exit(err);
+                goto out;
+        }
         rc = CQ_EXIT_INTERNAL;
+        if (add_events(row, events, as_json) != CQ_OK) {
+                cq_cli_error("could not format job \"%s\": out of memory",
+                             job_id);
+                goto out;
+        }
         if (as_json) {
                 text = json_dumps(row, JSON_INDENT(2));
                 if (!text) {
@@ -131,6 +250,7 @@ out:
         free(text);
         cq_buf_release(&buf);
         json_decref(row);
+        json_decref(events);
         cq_store_destroy(&store);
         return rc;
 }

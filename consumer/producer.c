@@ -60,6 +60,7 @@ void cq_kafka_opts_init(cq_kafka_opts_t *opts)
         opts->pg_reconnect_ms = 500;
         opts->relay_interval_ms = 200;
         opts->relay_batch = 100;
+        opts->event_max_bytes = 256 * 1024;
         opts->flush_timeout_ms = 10000;
         opts->events_queue_max = 10000;
 }
@@ -84,6 +85,7 @@ void cq_kafka_opts_from_config(cq_kafka_opts_t *opts, const cq_config_t *cfg)
         opts->backlog_max = cfg->backlog_max;
         opts->events_queue_max = cfg->events_queue_max;
         opts->relay_interval_ms = (int)cfg->relay_interval_ms;
+        opts->event_max_bytes = cfg->event_max_bytes;
 }
 
 int kafka_conf_set(rd_kafka_conf_t *conf,

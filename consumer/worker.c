@@ -989,6 +989,24 @@ static bool any_busy(cq_worker_t *w)
 /* What the kernel pool and its cell gate did, for capacity planning:
  * starts a job waited for (own_starts) say the pool is too small or
  * refills too slowly; long gate waits say CODERQ_CELL_GATE is too low. */
+/* The relay's counters, once it stopped: events sent, deliveries
+ * retried, rows failed for good, events cut to the cap. */
+static void log_relay(cq_worker_t *w)
+{
+        cq_relay_stats_t st;
+        json_t *fields;
+
+        cq_relay_stats(w->relay, &st);
+        fields = json_pack("{s:I, s:I, s:I, s:I, s:I}", "produced",
+                           (json_int_t)st.produced, "sent", (json_int_t)st.sent,
+                           "retried", (json_int_t)st.failed, "rejected",
+                           (json_int_t)st.rejected, "truncated",
+                           (json_int_t)st.truncated);
+        cq_log_json(st.rejected ? CQ_LOG_WARN : CQ_LOG_INFO, fields,
+                    "outbox relay");
+        json_decref(fields);
+}
+
 static void log_pool(cq_worker_t *w)
 {
         cq_kpool_t *pool = cq_backend_kpool(w->backend);
@@ -1067,6 +1085,7 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
         if (w->relay_started) {
                 pthread_join(w->relay_thr, NULL);
                 w->relay_started = false;
+                log_relay(w);
         }
         if (w->listen_started) {
                 pthread_join(w->listen_thr, NULL);

@@ -653,7 +653,9 @@ START_TEST(status_lines_and_json)
         const char *args[] = {"status", "j2", NULL};
         const char *json_args[] = {"status", "j2", "--json", NULL};
         const char *none[] = {"status", "nope", NULL};
-        json_t *want = NULL, *got;
+        const char *outbox[] = {"status", "--outbox", NULL};
+        const char *both[] = {"status", "j2", "--outbox", NULL};
+        json_t *want = NULL, *got, *events;
         const char *key;
         json_t *value;
         char line[512];
@@ -666,6 +668,8 @@ START_TEST(status_lines_and_json)
         ck_assert_msg(run.code == 0, "%s", run.err);
         json_object_foreach(want, key, value) if (strlen(key) > width) width =
             strlen(key);
+        if (width < strlen("event_attempts"))
+                width = strlen("event_attempts");
         /* every column, in view order, value aligned after the colon */
         {
                 char *p = run.out;
@@ -700,7 +704,15 @@ START_TEST(status_lines_and_json)
                                       line);
                         p = nl + 1;
                 }
-                ck_assert_str_eq(p, "");
+                /* then its completion event, not sent yet */
+                snprintf(line, sizeof(line), "event:%*spending\n",
+                         (int)(width + 1 - strlen("event")), "");
+                ck_assert_msg(strncmp(p, line, strlen(line)) == 0, "got [%s]",
+                              p);
+                p += strlen(line);
+                snprintf(line, sizeof(line), "event_attempts:%*s0\n",
+                         (int)(width + 1 - strlen("event_attempts")), "");
+                ck_assert_str_eq(p, line);
         }
         ck_assert_ptr_nonnull(strstr(run.out, "\nstatus:"));
         ck_assert_ptr_nonnull(
@@ -718,10 +730,25 @@ START_TEST(status_lines_and_json)
         cli(&run, NULL, json_args);
         ck_assert_msg(run.code == 0, "%s", run.err);
         got = json_loads(run.out, 0, NULL);
+        events = json_object_get(got, "events");
+        ck_assert_uint_eq(json_array_size(events), 1);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(events, 0), "state")),
+                         "pending");
+        ck_assert_int_eq(json_object_del(got, "events"), 0);
         ck_assert(json_equal(got, want));
         json_decref(got);
         cli_release(&run);
         json_decref(want);
+
+        cli(&run, NULL, outbox);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert(strncmp(run.out, "pending:        ", 16) == 0);
+        ck_assert_ptr_nonnull(strstr(run.out, "\nfailed:         0\n"));
+        cli_release(&run);
+        cli(&run, NULL, both);
+        ck_assert_int_eq(run.code, 2);
+        cli_release(&run);
 
         cli(&run, NULL, none);
         ck_assert_int_eq(run.code, 5);

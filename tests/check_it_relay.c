@@ -3,7 +3,10 @@
  * broker and PostgreSQL: rows reach their topic with key and event_id and
  * are marked sent; with the broker stopped they stay unsent and go out
  * after it is back; failed Produce requests (librdkafka's mock cluster)
- * leave rows unsent; events arrive with increasing seq per job. */
+ * leave rows unsent; a 3 MB answer goes out cut under the event cap; a
+ * row the broker refuses is marked failed without holding the others
+ * back; a fleet of relays sends each row once, and a dead relay's rows
+ * once more; events arrive with increasing seq per job. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +20,7 @@
 #include "coderq/kafka.h"
 #include "coderq/util.h"
 #include "support/kafka_test.h"
+#include "../consumer/kafka_int.h"
 
 typedef struct runner {
         cq_relay_t *relay;
@@ -262,7 +266,7 @@ START_TEST(relay_keeps_rows_when_produce_fails)
         /* Only this test's rows in the outbox. */
         kt_pg_exec(dsn,
                    "UPDATE outbox SET sent_at = now() WHERE sent_at IS "
-                   "NULL",
+                   "NULL AND failed_at IS NULL",
                    NULL);
         kt_unique("it-relaymock", prefix, sizeof(prefix));
         mrk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
@@ -278,13 +282,18 @@ START_TEST(relay_keeps_rows_when_produce_fails)
         prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
         ck_assert_msg(prod, "%s", errstr);
 
-        /* Every Produce request fails with a non-retriable error. */
+        /* Every Produce request fails with an error a retry can fix,
+         * until the messages time out. */
+        kopts.message_timeout_ms = 2000;
+        cq_producer_destroy(&prod);
+        prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
+        ck_assert_msg(prod, "%s", errstr);
         {
-                rd_kafka_resp_err_t errs[50];
+                rd_kafka_resp_err_t errs[200];
 
-                for (i = 0; i < 50; i++)
-                        errs[i] = RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED;
-                rd_kafka_mock_push_request_errors_array(mc, 0, 50, errs);
+                for (i = 0; i < 200; i++)
+                        errs[i] = RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS;
+                rd_kafka_mock_push_request_errors_array(mc, 0, 200, errs);
         }
         add_rows(dsn, prefix, 1, 2);
         runner_start(&r, &kopts, prod);
@@ -297,13 +306,347 @@ START_TEST(relay_keeps_rows_when_produce_fails)
         } while (st.failed < 2);
         ck_assert_int_eq(unsent(dsn, prefix), 2);
         ck_assert_uint_eq(st.sent, 0);
+        ck_assert_uint_eq(st.rejected, 0);
         /* Once Produce works again the rows go out. */
         rd_kafka_mock_clear_request_errors(mc, 0);
-        wait_unsent(dsn, prefix, 0, 60000);
+        wait_unsent(dsn, prefix, 0, 120000);
         runner_stop(&r);
         cq_producer_destroy(&prod);
         rd_kafka_mock_cluster_destroy(mc);
         rd_kafka_destroy(mrk);
+}
+END_TEST
+
+static cq_producer_t *test_producer(const cq_kafka_opts_t *kopts)
+{
+        char errstr[512];
+        cq_producer_t *prod = cq_producer_new(kopts, errstr, sizeof(errstr));
+
+        ck_assert_msg(prod, "%s", errstr);
+        return prod;
+}
+
+/* Wait until the row of job \p job_id has \p column set. */
+static void wait_column(const char *dsn,
+                        const char *job_id,
+                        const char *column,
+                        int timeout_ms)
+{
+        int64_t deadline = cq_now_ms() + timeout_ms;
+        char sql[256];
+
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM outbox WHERE job_id = $1 AND %s IS "
+                 "NOT NULL",
+                 column);
+        while (kt_pg_long(dsn, sql, job_id) != 1) {
+                ck_assert_msg(cq_now_ms() < deadline, "%s of %s never set",
+                              column, job_id);
+                kt_sleep_ms(100);
+        }
+}
+
+/* A job whose answer is 3 MB: its completion event, built by the schema,
+ * is over what the broker accepts. The relay delivers it cut under the
+ * cap, saying so; the full answer stays in PostgreSQL. */
+START_TEST(relay_caps_a_large_answer)
+{
+        const char *dsn = cq_check_env("CODERQ_PG_DSN");
+        const char *brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
+        char prefix[96], topic[160], job[160];
+        cq_store_opts_t sopts;
+        cq_kafka_opts_t kopts;
+        cq_producer_t *prod;
+        cq_relay_stats_t st;
+        kt_msg_t *msgs = NULL;
+        json_t *doc;
+        runner_t r;
+        size_t n;
+
+        kt_services("start-kafka");
+        kt_migrate(dsn);
+        kt_unique("it-relaybig", prefix, sizeof(prefix));
+        snprintf(topic, sizeof(topic), "%s.results", prefix);
+        snprintf(job, sizeof(job), "%s-1", prefix);
+        kt_create_topic(brokers, topic, 1);
+        kt_pg_exec(dsn,
+                   "INSERT INTO jobs (job_id, prompt, spec, status,"
+                   " started_at, finished_at)"
+                   " VALUES ($1, 'p', '{}'::jsonb, 'succeeded', now(), now())",
+                   job);
+        kt_pg_exec(dsn,
+                   "INSERT INTO results (job_id, status, answer)"
+                   " VALUES ($1, 'succeeded', repeat('0123456789', 314573)"
+                   " || 'é')",
+                   job);
+        kt_pg_exec(dsn,
+                   "INSERT INTO outbox (job_id, topic, key, payload)"
+                   " VALUES ($1 || '-1', $1 || '.results', $1 || '-1',"
+                   " coderq_completion_event($1 || '-1'))",
+                   prefix);
+        ck_assert_int_gt(kt_pg_long(dsn,
+                                    "SELECT length(payload::text) FROM outbox"
+                                    " WHERE job_id = $1",
+                                    job),
+                         3000000);
+        cq_store_opts_init(&sopts);
+        sopts.dsn = dsn;
+        cq_kafka_opts_init(&kopts);
+        kopts.brokers = brokers;
+        kopts.store = &sopts;
+        prod = test_producer(&kopts);
+        runner_start(&r, &kopts, prod);
+        wait_column(dsn, job, "sent_at", 60000);
+        cq_relay_stats(r.relay, &st);
+        ck_assert_uint_ge(st.truncated, 1);
+        runner_stop(&r);
+        n = kt_consume(brokers, topic, 1, 1, 60000, &msgs);
+        ck_assert_uint_eq(n, 1);
+        ck_assert_uint_le(msgs[0].len, kopts.event_max_bytes);
+        doc = json_loadb(msgs[0].value, msgs[0].len, 0, NULL);
+        ck_assert_ptr_nonnull(doc);
+        ck_assert_str_eq(json_string_value(json_object_get(doc, "job_id")),
+                         job);
+        ck_assert_str_eq(json_string_value(json_object_get(doc, "status")),
+                         "succeeded");
+        ck_assert(json_is_true(json_object_get(doc, "answer_truncated")));
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(doc, "answer_bytes")),
+            kt_pg_long(dsn,
+                       "SELECT octet_length(answer) FROM results"
+                       " WHERE job_id = $1",
+                       job));
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_object_get(doc, "answer_ref"), "job_id")),
+                         job);
+        ck_assert_uint_gt(json_string_length(json_object_get(doc, "answer")),
+                          200000);
+        json_decref(doc);
+        kt_msgs_free(msgs, n);
+        cq_producer_destroy(&prod);
+}
+END_TEST
+
+/* With a cap above what the broker accepts, the 3 MB event is refused for
+ * good: its row is marked failed with the error and counted, and the rows
+ * behind it are still delivered. */
+START_TEST(relay_marks_refused_rows_failed)
+{
+        const char *dsn = cq_check_env("CODERQ_PG_DSN");
+        const char *brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
+        static const char *const conf[] = {"message.max.bytes", "10000000",
+                                           NULL};
+        char prefix[96], topic[160], big[160];
+        cq_store_opts_t sopts;
+        cq_kafka_opts_t kopts;
+        cq_producer_t *prod;
+        cq_relay_stats_t st;
+        cq_store_t *store;
+        json_t *sum;
+        char errstr[256];
+        runner_t r;
+        long failed;
+
+        kt_services("start-kafka");
+        kt_migrate(dsn);
+        kt_unique("it-relayrefused", prefix, sizeof(prefix));
+        snprintf(topic, sizeof(topic), "%s.results", prefix);
+        snprintf(big, sizeof(big), "%s-0", prefix);
+        kt_create_topic(brokers, topic, 1);
+        failed = kt_pg_long(dsn,
+                            "SELECT count(*) FROM outbox WHERE failed_at IS "
+                            "NOT NULL",
+                            NULL);
+        kt_pg_exec(dsn,
+                   "INSERT INTO jobs (job_id, prompt, spec, status,"
+                   " finished_at)"
+                   " VALUES ($1, 'p', '{}'::jsonb, 'succeeded', now())",
+                   big);
+        kt_pg_exec(dsn,
+                   "INSERT INTO outbox (job_id, topic, key, payload)"
+                   " VALUES ($1 || '-0', $1 || '.results', $1 || '-0',"
+                   " jsonb_build_object('job_id', $1 || '-0', 'answer',"
+                   " repeat('x', 3000000)))",
+                   prefix);
+        add_rows(dsn, prefix, 1, 3);
+        cq_store_opts_init(&sopts);
+        sopts.dsn = dsn;
+        cq_kafka_opts_init(&kopts);
+        kopts.brokers = brokers;
+        kopts.store = &sopts;
+        kopts.conf = conf;
+        kopts.event_max_bytes = 8u << 20;
+        kopts.relay_batch = 1; /* the refused row first, alone */
+        prod = test_producer(&kopts);
+        runner_start(&r, &kopts, prod);
+        wait_column(dsn, big, "failed_at", 60000);
+        wait_unsent(dsn, prefix, 1, 60000);
+        cq_relay_stats(r.relay, &st);
+        ck_assert_uint_eq(st.rejected, 1);
+        runner_stop(&r);
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT count(*) FROM outbox WHERE"
+                                    " job_id = $1 AND sent_at IS NULL AND"
+                                    " error ILIKE '%too large%'",
+                                    big),
+                         1);
+        check_results(dsn, brokers, prefix, 3, 3);
+        store = cq_store_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_msg(store, "%s", errstr);
+        ck_assert_int_eq(cq_store_outbox_summary(store, 1, &sum), CQ_OK);
+        ck_assert_int_eq(json_integer_value(json_object_get(sum, "failed")),
+                         failed + 1);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(
+                json_array_get(json_object_get(sum, "failed_rows"), 0),
+                "job_id")),
+            big);
+        json_decref(sum);
+        cq_store_destroy(&store);
+        cq_producer_destroy(&prod);
+}
+END_TEST
+
+typedef struct fleet {
+        cq_producer_t *prod[4];
+        runner_t r[4];
+        int n;
+} fleet_t;
+
+static void fleet_start(fleet_t *f, int n, const cq_kafka_opts_t *kopts)
+{
+        int i;
+
+        f->n = n;
+        for (i = 0; i < n; i++) {
+                f->prod[i] = test_producer(kopts);
+                runner_start(&f->r[i], kopts, f->prod[i]);
+        }
+}
+
+static void fleet_stop(fleet_t *f)
+{
+        int i;
+
+        for (i = 0; i < f->n; i++) {
+                runner_stop(&f->r[i]);
+                cq_producer_destroy(&f->prod[i]);
+        }
+}
+
+/* Four relays over one outbox, rows arriving while they run: each row is
+ * produced once. */
+START_TEST(relays_of_a_fleet_send_each_row_once)
+{
+        const char *dsn = cq_check_env("CODERQ_PG_DSN");
+        const char *brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
+        char prefix[96], topic[160];
+        cq_store_opts_t sopts;
+        cq_kafka_opts_t kopts;
+        fleet_t f;
+        int k;
+
+        kt_services("start-kafka");
+        kt_migrate(dsn);
+        kt_unique("it-relayfleet", prefix, sizeof(prefix));
+        snprintf(topic, sizeof(topic), "%s.results", prefix);
+        kt_create_topic(brokers, topic, 1);
+        cq_store_opts_init(&sopts);
+        sopts.dsn = dsn;
+        cq_kafka_opts_init(&kopts);
+        kopts.brokers = brokers;
+        kopts.store = &sopts;
+        kopts.relay_interval_ms = 5;
+        kopts.relay_batch = 7;
+        fleet_start(&f, 4, &kopts);
+        for (k = 0; k < 20; k++) {
+                add_rows(dsn, prefix, k * 10 + 1, 10);
+                kt_sleep_ms(20); /* spread the arrivals, not a wait */
+        }
+        wait_unsent(dsn, prefix, 0, 120000);
+        fleet_stop(&f);
+        check_results(dsn, brokers, prefix, 200, 200);
+        ck_assert_int_eq(kt_high_sum(brokers, topic, 1), 200);
+}
+END_TEST
+
+/* A relay that dies after its delivery and before marking the row sent:
+ * its claim expires and another relay sends the row again, once: one
+ * duplicate for the dead relay, none for the other rows. */
+START_TEST(relay_takes_over_the_claims_of_a_dead_relay)
+{
+        const char *dsn = cq_check_env("CODERQ_PG_DSN");
+        const char *brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
+        char prefix[96], topic[160], errstr[512];
+        cq_store_opts_t sopts;
+        cq_kafka_opts_t kopts;
+        cq_producer_t *prod;
+        cq_store_t *store;
+        cq_outbox_t box;
+        rd_kafka_headers_t *hdrs = NULL;
+        cq_dr_t *dr;
+        rd_kafka_resp_err_t err;
+        rd_kafka_msg_status_t status;
+        int64_t deadline;
+        fleet_t f;
+        size_t i, dead = 0;
+
+        kt_services("start-kafka");
+        kt_migrate(dsn);
+        kt_unique("it-relaydead", prefix, sizeof(prefix));
+        snprintf(topic, sizeof(topic), "%s.results", prefix);
+        kt_create_topic(brokers, topic, 1);
+        cq_store_opts_init(&sopts);
+        sopts.dsn = dsn;
+        cq_kafka_opts_init(&kopts);
+        kopts.brokers = brokers;
+        kopts.store = &sopts;
+        kopts.relay_interval_ms = 20;
+        add_rows(dsn, prefix, 1, 10);
+        /* The dead relay: claims everything for 3 s, delivers its first
+         * row of this test, never marks it. */
+        store = cq_store_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_msg(store, "%s", errstr);
+        cq_outbox_init(&box);
+        ck_assert_int_eq(
+            cq_store_outbox_claim(store, "dead", 100000, 3000, &box), CQ_OK);
+        prod = test_producer(&kopts);
+        for (i = 0; i < box.n; i++)
+                if (strcmp(box.v[i].topic, topic) == 0)
+                        break;
+        ck_assert_uint_lt(i, box.n);
+        dead = i;
+        dr = cq_dr_new(prod);
+        ck_assert_ptr_nonnull(dr);
+        hdrs = rd_kafka_headers_new(1);
+        rd_kafka_header_add(hdrs, "event_id", -1, box.v[dead].event_id, -1);
+        ck_assert_int_eq(
+            cq_producer_send(prod, topic, box.v[dead].key,
+                             strlen(box.v[dead].key), box.v[dead].payload,
+                             strlen(box.v[dead].payload), &hdrs, dr),
+            0);
+        deadline = cq_now_ms() + 30000;
+        while (!cq_dr_done(prod, dr, &err, &status)) {
+                ck_assert_msg(cq_now_ms() < deadline, "no delivery report");
+                kt_sleep_ms(20);
+        }
+        ck_assert_int_eq(err, 0);
+        cq_dr_put(prod, &dr);
+        cq_producer_destroy(&prod);
+        cq_store_destroy(&store);
+        /* Two live relays: nothing moves until the claims expire, then
+         * every row goes out once more. */
+        fleet_start(&f, 2, &kopts);
+        wait_unsent(dsn, prefix, 0, 60000);
+        fleet_stop(&f);
+        check_results(dsn, brokers, prefix, 10, 11);
+        ck_assert_int_eq(kt_high_sum(brokers, topic, 1), 11);
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT attempts FROM outbox WHERE"
+                                    " event_id::text = $1",
+                                    box.v[dead].event_id),
+                         2);
+        cq_outbox_release(&box);
 }
 END_TEST
 
@@ -407,6 +750,10 @@ static Suite *relay_suite(void)
         tcase_add_test(tc, relay_marks_sent_and_survives_broker_outage);
         tcase_add_test(tc, relay_waits_for_postgres);
         tcase_add_test(tc, relay_keeps_rows_when_produce_fails);
+        tcase_add_test(tc, relay_caps_a_large_answer);
+        tcase_add_test(tc, relay_marks_refused_rows_failed);
+        tcase_add_test(tc, relays_of_a_fleet_send_each_row_once);
+        tcase_add_test(tc, relay_takes_over_the_claims_of_a_dead_relay);
         tcase_add_test(tc, events_arrive_with_increasing_seq);
         suite_add_tcase(s, tc);
         return s;

@@ -2,6 +2,7 @@
 /* check_it_store.c - storage against a real PostgreSQL (CODERQ_PG_DSN):
  * every test runs in a fresh database, migrated from migrations/, and
  * drops it afterwards, so tests are independent and re-runnable. */
+#include <dirent.h>
 #include <errno.h>
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -987,21 +988,45 @@ static int run_migrate_cli(const char *dsn, const char *dir)
         return WEXITSTATUS(rc);
 }
 
+/* Copy every migration of the source tree into \p dir; with \p remove,
+ * delete those copies instead. Returns how many there are. */
+static long each_migration(const char *dir, bool remove)
+{
+        DIR *d = opendir(cq_check_srcpath("migrations"));
+        struct dirent *e;
+        char from[512], to[512];
+        long n = 0;
+
+        ck_assert_ptr_nonnull(d);
+        while ((e = readdir(d)) != NULL) {
+                size_t len = strlen(e->d_name);
+
+                if (len < 5 || strcmp(e->d_name + len - 4, ".sql") != 0)
+                        continue;
+                snprintf(from, sizeof(from), "migrations/%s", e->d_name);
+                snprintf(to, sizeof(to), "%s/%s", dir, e->d_name);
+                if (remove)
+                        unlink(to);
+                else
+                        copy_file(cq_check_srcpath(from), to, NULL);
+                n++;
+        }
+        closedir(d);
+        return n;
+}
+
 START_TEST(changed_applied_migration_is_refused)
 {
         char dir[] = "/tmp/cq-migrations-XXXXXX";
-        char path[512], path2[512], path3[512], errstr[1024];
+        char path[512], path2[512], errstr[1024];
         int applied = -1;
         long base;
 
         ck_assert_ptr_nonnull(mkdtemp(dir));
         snprintf(path, sizeof(path), "%s/0001_schema.sql", dir);
-        snprintf(path3, sizeof(path3), "%s/0002_wakeups.sql", dir);
         snprintf(path2, sizeof(path2), "%s/0900_more.sql", dir);
-        copy_file(cq_check_srcpath("migrations/0001_schema.sql"), path, NULL);
-        copy_file(cq_check_srcpath("migrations/0002_wakeups.sql"), path3, NULL);
         base = qn("SELECT count(*) FROM schema_migrations", NULL);
-        ck_assert_int_eq(base, 2);
+        ck_assert_int_eq(base, each_migration(dir, false));
         ck_assert_int_eq(cq_migrate_run(g_dsn, dir, NULL, NULL, &applied,
                                         errstr, sizeof(errstr)),
                          CQ_OK);
@@ -1048,8 +1073,7 @@ START_TEST(changed_applied_migration_is_refused)
         ck_assert_ptr_nonnull(strstr(errstr, "has no file"));
         ck_assert_int_eq(
             run_migrate_cli("postgresql://nobody@127.0.0.1:1/none", dir), 4);
-        unlink(path);
-        unlink(path3);
+        each_migration(dir, true);
         rmdir(dir);
 }
 END_TEST
@@ -1330,6 +1354,116 @@ START_TEST(outbox_rows_marked_sent_only_when_asked)
         ck_assert_int_eq(cq_store_outbox_fetch(store, 10, &box), CQ_OK);
         ck_assert_uint_eq(box.n, 0);
         cq_outbox_release(&box);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+/* Claims keep relays apart: a claimed row is not claimed again until its
+ * lease expires; a released row waits out its backoff; a failed row is
+ * never claimed and shows in the summary and the job's events. */
+START_TEST(outbox_claims_are_exclusive_and_failed_rows_skipped)
+{
+        cq_store_t *store = store_for("w", 120);
+        cq_store_t *other = store_for("other", 120);
+        cq_outbox_t a, b;
+        json_t *sum, *ev;
+        char o0[37], o1[37], o2[37];
+        const char *ids[1];
+        int i;
+
+        for (i = 0; i < 3; i++) {
+                char id[16];
+
+                snprintf(id, sizeof(id), "o%d", i);
+                add_job(store, id, 0, NULL, "run");
+                free(claim_id(store));
+                finish(store, id, "succeeded", NULL);
+        }
+        cq_outbox_init(&a);
+        cq_outbox_init(&b);
+        ck_assert_int_eq(cq_store_outbox_claim(store, "A", 2, 60000, &a),
+                         CQ_OK);
+        ck_assert_uint_eq(a.n, 2);
+        ck_assert_str_eq(a.v[0].key, "o0");
+        ck_assert_str_eq(a.v[1].key, "o1");
+        ck_assert_int_eq(a.v[0].attempts, 1);
+        snprintf(o0, sizeof(o0), "%s", a.v[0].event_id);
+        snprintf(o1, sizeof(o1), "%s", a.v[1].event_id);
+        ck_assert_int_eq(cq_store_outbox_claim(other, "B", 10, 60000, &b),
+                         CQ_OK);
+        ck_assert_uint_eq(b.n, 1);
+        ck_assert_str_eq(b.v[0].key, "o2");
+        snprintf(o2, sizeof(o2), "%s", b.v[0].event_id);
+        cq_outbox_release(&a);
+        cq_outbox_release(&b);
+        ck_assert_int_eq(cq_store_outbox_claim(store, "A", 10, 60000, &a),
+                         CQ_OK);
+        ck_assert_uint_eq(a.n, 0);
+        /* Released with a long backoff: nobody claims it meanwhile; only
+         * its claimant can release it. */
+        ids[0] = o2;
+        ck_assert_int_eq(
+            cq_store_outbox_release(store, "A", ids, 1, "nope", 100000, 100000),
+            CQ_OK);
+        ck_assert_int_eq(qn("SELECT count(*) FROM outbox WHERE job_id = 'o2'"
+                            " AND claimed_by = 'B'",
+                            NULL),
+                         1);
+        ck_assert_int_eq(
+            cq_store_outbox_release(other, "B", ids, 1, "boom", 100000, 100000),
+            CQ_OK);
+        ck_assert_int_eq(qn("SELECT count(*) FROM outbox WHERE job_id = 'o2'"
+                            " AND claimed_by IS NULL AND error = 'boom'"
+                            " AND claimed_until > now() + interval '90 s'",
+                            NULL),
+                         1);
+        ck_assert_int_eq(cq_store_outbox_claim(other, "B", 10, 60000, &b),
+                         CQ_OK);
+        ck_assert_uint_eq(b.n, 0);
+        /* Failed for good: out of every claim and fetch. */
+        ck_assert_int_eq(cq_store_outbox_mark_failed(store, o0, "too large"),
+                         CQ_OK);
+        qexec("UPDATE outbox SET claimed_until = now() - interval '1 s'");
+        ck_assert_int_eq(cq_store_outbox_claim(other, "B", 10, 60000, &b),
+                         CQ_OK);
+        ck_assert_uint_eq(b.n, 2);
+        ck_assert_str_eq(b.v[0].event_id, o1);
+        ck_assert_int_eq(b.v[0].attempts, 2);
+        ck_assert_str_eq(b.v[1].event_id, o2);
+        cq_outbox_release(&b);
+        ck_assert_int_eq(cq_store_outbox_fetch(store, 10, &b), CQ_OK);
+        ck_assert_uint_eq(b.n, 2);
+        cq_outbox_release(&b);
+        ids[0] = o1;
+        ck_assert_int_eq(cq_store_outbox_mark_sent(other, ids, 1), CQ_OK);
+        ck_assert_int_eq(cq_store_outbox_summary(store, 5, &sum), CQ_OK);
+        ck_assert_int_eq(json_integer_value(json_object_get(sum, "failed")), 1);
+        ck_assert_int_eq(json_integer_value(json_object_get(sum, "sent")), 1);
+        ck_assert_int_eq(json_integer_value(json_object_get(sum, "pending")),
+                         1);
+        ck_assert_int_eq(json_integer_value(json_object_get(sum, "claimed")),
+                         1);
+        ev = json_array_get(json_object_get(sum, "failed_rows"), 0);
+        ck_assert_str_eq(json_string_value(json_object_get(ev, "job_id")),
+                         "o0");
+        ck_assert_str_eq(json_string_value(json_object_get(ev, "error")),
+                         "too large");
+        json_decref(sum);
+        ck_assert_int_eq(cq_store_outbox_job(store, "o0", &ev), CQ_OK);
+        ck_assert_uint_eq(json_array_size(ev), 1);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(json_array_get(ev, 0), "state")),
+            "failed");
+        json_decref(ev);
+        ck_assert_int_eq(cq_store_outbox_job(store, "o1", &ev), CQ_OK);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(json_array_get(ev, 0), "state")),
+            "sent");
+        json_decref(ev);
+        ck_assert_int_eq(cq_store_outbox_job(store, "nope", &ev), CQ_OK);
+        ck_assert_uint_eq(json_array_size(ev), 0);
+        json_decref(ev);
+        cq_store_destroy(&other);
         cq_store_destroy(&store);
 }
 END_TEST
@@ -2006,6 +2140,7 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, batch_upsert_is_one_atomic_statement);
         tcase_add_test(tc, claimable_jobs_are_announced);
         tcase_add_test(tc, outbox_rows_marked_sent_only_when_asked);
+        tcase_add_test(tc, outbox_claims_are_exclusive_and_failed_rows_skipped);
         tcase_add_test(tc, cancel_queued_now_running_by_flag);
         tcase_add_test(tc, checkpoint_loads_in_order);
         tcase_add_test(tc, memory_recalls_similar_not_unrelated);

@@ -334,8 +334,7 @@ static void wait_finished(long n, int ms)
 }
 
 /* Distinct job ids among the completion events, read until \p expected
- * distinct ones arrived or \p ms passed. With two workers, two relays
- * may both publish a row (at least once): duplicates are expected. */
+ * distinct ones arrived or \p ms passed. */
 static size_t completion_events(size_t expected, int ms)
 {
         char topic[256];
@@ -371,6 +370,27 @@ static size_t completion_events(size_t expected, int ms)
                                    "sent_at IS NULL",
                                    NULL));
         return distinct;
+}
+
+/* Every completion event on the results topic, once the outbox is all
+ * sent (waited for at most \p ms): the relays claim rows, so a fleet
+ * sends one event per job; only a relay killed between a delivery and
+ * its marking sends one again. */
+static long all_events(int ms)
+{
+        char topic[256];
+        int waited;
+
+        for (waited = 0; waited < ms; waited += 100) {
+                if (kt_pg_long(dsn,
+                               "SELECT count(*) FROM outbox WHERE sent_at "
+                               "IS NULL",
+                               NULL) == 0)
+                        break;
+                kt_sleep_ms(100);
+        }
+        snprintf(topic, sizeof(topic), "%s.results", prefix);
+        return (long)kt_high_sum(brokers, topic, 1);
 }
 
 static const char two_cells[] =
@@ -427,6 +447,8 @@ START_TEST(fifty_jobs_two_workers)
                                     NULL),
                          50);
         ck_assert_uint_eq(completion_events(50, 60000), 50);
+        /* no duplicates: each row was sent by one relay */
+        ck_assert_int_eq(all_events(60000), 50);
         ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
         ck_assert_int_eq(stop_worker(&b, SIGTERM, 30000), 0);
         ck_assert_int_eq(log_count(&a, "sandbox", "warn"), 1);
@@ -627,6 +649,8 @@ START_TEST(killed_worker_jobs_are_resumed_once)
                               repeated);
         }
         ck_assert_uint_eq(completion_events(4, 60000), 4);
+        /* at most one duplicate for the one killed worker */
+        ck_assert_int_le(all_events(120000), 4 + 1);
         ck_assert_int_eq(stop_worker(&b, SIGTERM, 30000), 0);
 }
 END_TEST
@@ -844,13 +868,14 @@ END_TEST
 
 START_TEST(broker_and_database_outages_lose_nothing)
 {
-        worker_t a;
+        worker_t a, b;
         rd_kafka_t *rk;
         int i;
 
         fresh("outage");
         register_script("two_cells", two_cells);
         start_worker(&a, "wo", "30");
+        start_worker(&b, "wo2", "30");
         rk = kt_producer(brokers);
         for (i = 0; i < 6; i++)
                 submit(rk, i, "two_cells", NULL);
@@ -864,8 +889,12 @@ START_TEST(broker_and_database_outages_lose_nothing)
         wait_finished(6, WAIT_MS);
         ck_assert_int_eq(count_status("succeeded"), 6);
         ck_assert_uint_eq(completion_events(6, 90000), 6);
+        /* two relays through the outage: still one event per job */
+        ck_assert_int_eq(all_events(90000), 6);
         ck_assert_msg(worker_alive(&a), "the worker died in the outage");
+        ck_assert_msg(worker_alive(&b), "the worker died in the outage");
         ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+        ck_assert_int_eq(stop_worker(&b, SIGTERM, 30000), 0);
 }
 END_TEST
 

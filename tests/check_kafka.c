@@ -2,7 +2,8 @@
 /* check_kafka.c - the Kafka modules without a broker or PostgreSQL:
  * librdkafka's mock cluster for fault injection (a failed final commit
  * must be reported; a refused DLQ delivery must keep the offset unstored),
- * events dropping when their queue is full, and the settings rows. */
+ * events dropping when their queue is full, the settings rows, the
+ * completion event cap and which produce errors are permanent. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,7 +306,139 @@ START_TEST(settings_rows)
         ck_assert_uint_eq(kopts.job_max, 65536);
         ck_assert_str_eq(kopts.group, "coderq-workers");
         ck_assert_int_eq(kopts.relay_interval_ms, 200);
+        ck_assert_uint_eq(kopts.event_max_bytes, 256u << 10);
+        ck_assert_int_eq(cq_config_set(&cfg, "event-max-bytes", "1k", NULL,
+                                       errstr, sizeof(errstr)),
+                         -1);
         cq_config_release(&cfg);
+}
+END_TEST
+
+/* A 3 MB answer: the event is cut under the cap, says so, says how big
+ * the answer was and where it is; the rest of the event is kept. */
+START_TEST(event_cap_cuts_the_answer)
+{
+        size_t alen = 3u << 20, max = 256u << 10, len, outlen;
+        char *answer = malloc(alen + 1), *json, *out = NULL, errstr[256];
+        json_t *doc, *ev;
+        bool cut = false;
+        size_t i;
+
+        ck_assert_ptr_nonnull(answer);
+        /* Multi-byte characters and escapes, so cuts and escaping count. */
+        for (i = 0; i + 3 <= alen; i += 3)
+                memcpy(answer + i, i % 2 ? "\xC3\xA9\n" : "a\"\t", 3);
+        alen = i;
+        answer[alen] = '\0';
+        doc = json_pack("{s:s, s:s, s:s, s:i, s:s}", "job_id", "j-big",
+                        "status", "succeeded", "answer", answer, "turns", 3,
+                        "worker", "w1");
+        ck_assert_ptr_nonnull(doc);
+        json = json_dumps(doc, JSON_COMPACT);
+        json_decref(doc);
+        len = strlen(json);
+        ck_assert_int_eq(cq_event_cap(json, len, max, &out, &outlen, &cut,
+                                      errstr, sizeof(errstr)),
+                         0);
+        ck_assert(cut);
+        ck_assert_uint_le(outlen, max);
+        ck_assert_uint_gt(outlen, max - max / 100);
+        ck_assert_uint_eq(strlen(out), outlen);
+        ev = json_loads(out, 0, NULL);
+        ck_assert_ptr_nonnull(ev);
+        ck_assert(json_is_true(json_object_get(ev, "answer_truncated")));
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(ev, "answer_bytes")),
+            (json_int_t)alen);
+        ck_assert_str_eq(json_string_value(json_object_get(ev, "job_id")),
+                         "j-big");
+        ck_assert_int_eq(json_integer_value(json_object_get(ev, "turns")), 3);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_object_get(ev, "answer_ref"), "table")),
+                         "results");
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_object_get(ev, "answer_ref"), "command")),
+                         "coderq export j-big --out DIR");
+        /* A prefix of the answer, cut on a character boundary. */
+        ck_assert_uint_gt(json_string_length(json_object_get(ev, "answer")), 0);
+        ck_assert(
+            memcmp(json_string_value(json_object_get(ev, "answer")), answer,
+                   json_string_length(json_object_get(ev, "answer"))) == 0);
+        json_decref(ev);
+        free(out);
+        /* Within the cap: copied as it is. */
+        ck_assert_int_eq(cq_event_cap(json, len, len, &out, &outlen, &cut,
+                                      errstr, sizeof(errstr)),
+                         0);
+        ck_assert(!cut);
+        ck_assert_uint_eq(outlen, len);
+        ck_assert_str_eq(out, json);
+        free(out);
+        free(json);
+        free(answer);
+}
+END_TEST
+
+/* Too large without an answer to cut: only the identity is kept; not an
+ * object: refused. */
+START_TEST(event_cap_keeps_the_identity)
+{
+        json_t *doc = json_object(), *ev, *imgs = json_array();
+        char *json, *out = NULL, errstr[256];
+        size_t outlen;
+        bool cut = false;
+        int i;
+
+        for (i = 0; i < 5000; i++)
+                json_array_append_new(
+                    imgs, json_pack("{s:s, s:i}", "name", "plot.png", "i", i));
+        json_object_set_new(doc, "job_id", json_string("j-img"));
+        json_object_set_new(doc, "status", json_string("failed"));
+        json_object_set_new(doc, "images", imgs);
+        json = json_dumps(doc, JSON_COMPACT);
+        json_decref(doc);
+        ck_assert_int_eq(cq_event_cap(json, strlen(json), 4096, &out, &outlen,
+                                      &cut, errstr, sizeof(errstr)),
+                         0);
+        ck_assert(cut);
+        ck_assert_uint_le(outlen, 4096);
+        ev = json_loads(out, 0, NULL);
+        ck_assert_ptr_nonnull(ev);
+        ck_assert_str_eq(json_string_value(json_object_get(ev, "job_id")),
+                         "j-img");
+        ck_assert_str_eq(json_string_value(json_object_get(ev, "status")),
+                         "failed");
+        ck_assert(json_is_true(json_object_get(ev, "event_truncated")));
+        ck_assert_int_eq(json_integer_value(json_object_get(ev, "event_bytes")),
+                         (json_int_t)strlen(json));
+        ck_assert_ptr_null(json_object_get(ev, "images"));
+        json_decref(ev);
+        free(out);
+        free(json);
+        ck_assert_int_eq(cq_event_cap("[1,2,3,4,5,6,7,8,9]", 19, 4, &out,
+                                      &outlen, &cut, errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_ptr_null(out);
+        ck_assert_ptr_nonnull(strstr(errstr, "not a JSON object"));
+}
+END_TEST
+
+START_TEST(permanent_produce_errors)
+{
+        ck_assert(cq_kafka_err_permanent(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
+        ck_assert(cq_kafka_err_permanent(RD_KAFKA_RESP_ERR_INVALID_MSG));
+        ck_assert(
+            cq_kafka_err_permanent(RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE));
+        ck_assert(cq_kafka_err_permanent(
+            RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED));
+        ck_assert(!cq_kafka_err_permanent(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT));
+        ck_assert(!cq_kafka_err_permanent(RD_KAFKA_RESP_ERR__QUEUE_FULL));
+        ck_assert(!cq_kafka_err_permanent(RD_KAFKA_RESP_ERR__TRANSPORT));
+        ck_assert(!cq_kafka_err_permanent(RD_KAFKA_RESP_ERR__PURGE_QUEUE));
+        ck_assert(!cq_kafka_err_permanent(RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
+        ck_assert(!cq_kafka_err_permanent(
+            RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION));
+        ck_assert(!cq_kafka_err_permanent(RD_KAFKA_RESP_ERR_NO_ERROR));
 }
 END_TEST
 
@@ -324,6 +457,9 @@ static Suite *kafka_suite(void)
         tcase_set_timeout(plain, 60);
         tcase_add_test(plain, events_drop_when_queue_full);
         tcase_add_test(plain, settings_rows);
+        tcase_add_test(plain, event_cap_cuts_the_answer);
+        tcase_add_test(plain, event_cap_keeps_the_identity);
+        tcase_add_test(plain, permanent_produce_errors);
         suite_add_tcase(s, plain);
         return s;
 }

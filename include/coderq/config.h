@@ -87,6 +87,7 @@ typedef struct cq_config {
         long backlog_max;
         long events_queue_max;
         long relay_interval_ms;
+        size_t event_max_bytes;
         /* worker */
         long slots;
         long shutdown_s;

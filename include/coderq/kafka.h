@@ -54,7 +54,12 @@ typedef struct cq_kafka_opts {
         int message_timeout_ms;  /* producer message.timeout.ms */
         int pg_reconnect_ms;     /* one reconnect attempt budget per call */
         int relay_interval_ms;   /* outbox poll period */
-        int relay_batch;         /* rows per outbox fetch */
+        int relay_batch;         /* rows per outbox claim */
+        int relay_lease_ms;      /* how long a relay's claim on a row lasts;
+                                    0: message_timeout_ms + 15 s, so a
+                                    delivery in flight never outlives it */
+        size_t event_max_bytes;  /* completion event cap
+                                    (CODERQ_EVENT_MAX_BYTES) */
         int flush_timeout_ms;    /* bounded waits at shutdown */
         long events_queue_max;   /* events in flight before dropping */
         const char *const *conf; /* extra librdkafka "key", "value" pairs for
@@ -64,7 +69,8 @@ typedef struct cq_kafka_opts {
 /** @brief Defaults: the topic and group names above, job_max
  *         CQ_JOB_DEFAULT_MAX, backlog 1000 checked every second, session
  *         30 s, max poll 120 s, commit every 1 s, message timeout 60 s,
- *         reconnect 500 ms, relay every 200 ms by 100 rows, flush 10 s,
+ *         reconnect 500 ms, relay every 200 ms by 100 rows, relay lease
+ *         from the message timeout, events capped at 256 KiB, flush 10 s,
  *         10000 events in flight. */
 void cq_kafka_opts_init(cq_kafka_opts_t *opts);
 
@@ -168,12 +174,54 @@ void cq_intake_destroy(cq_intake_t **intakep);
 typedef struct cq_relay cq_relay_t;
 
 typedef struct cq_relay_stats {
-        uint64_t produced; /* rows handed to the producer */
-        uint64_t sent;     /* rows marked sent */
-        uint64_t failed;   /* deliveries that failed (row stays unsent) */
-        uint64_t inflight; /* rows waiting for their delivery report */
+        uint64_t produced;  /* rows handed to the producer */
+        uint64_t sent;      /* rows marked sent */
+        uint64_t failed;    /* deliveries that failed for a reason a retry
+                               can fix (row released, retried later) */
+        uint64_t rejected;  /* rows marked failed for good (a permanent
+                               produce error) */
+        uint64_t truncated; /* events cut to event_max_bytes */
+        uint64_t inflight;  /* rows waiting for their delivery report */
         bool pg_down;
 } cq_relay_stats_t;
+
+/**
+ * @brief Whether a produce or delivery error (an rd_kafka_resp_err_t) can
+ *        never succeed on a retry of the same message: a message or batch
+ *        the broker refuses
+ *        (MSG_SIZE_TOO_LARGE, INVALID_MSG, INVALID_MSG_SIZE,
+ *        RECORD_LIST_TOO_LARGE, INVALID_RECORD, a timestamp or format the
+ *        broker refuses), a topic it refuses (TOPIC_AUTHORIZATION_FAILED,
+ *        TOPIC_EXCEPTION) and local invalid arguments. Everything else
+ *        (timeouts, purges, a full queue, leader changes, transport
+ *        errors, unknown topics and partitions, which may yet be created)
+ *        is retried.
+ */
+bool cq_kafka_err_permanent(int err);
+
+/**
+ * @brief Cap a completion event at \p max bytes of JSON text. An event
+ *        within the cap is copied as it is. Otherwise the "answer" string
+ *        is cut (on a UTF-8 boundary) so the event fits, and the event
+ *        gains "answer_truncated": true, "answer_bytes" (the full
+ *        answer's size) and "answer_ref" (where the full answer is:
+ *        table, column, job_id and the command that writes it). When
+ *        that is still too large, only the job's identity, status and
+ *        figures are kept, with "event_truncated": true and "event_bytes"
+ *        (the full event's size).
+ * @param outp (out) The capped JSON text, NUL-terminated; caller frees.
+ * @param cutp (out, may be NULL) true when the event was cut.
+ * @returns 0; -1 when \p json is not a JSON object or no event fits in
+ *          \p max (errstr says why).
+ */
+int cq_event_cap(const char *json,
+                 size_t len,
+                 size_t max,
+                 char **outp,
+                 size_t *outlenp,
+                 bool *cutp,
+                 char *errstr,
+                 size_t errstr_size);
 
 /**
  * @brief An outbox relay. Each row is produced to its own topic (the
@@ -188,12 +236,16 @@ cq_relay_t *cq_relay_new(const cq_kafka_opts_t *opts,
                          size_t errstr_size);
 
 /**
- * @brief Relay until *\p stop: every relay_interval_ms fetch unsent rows
- *        (not already in flight), produce them, and mark a row sent when
- *        its delivery report succeeded (err 0, status PERSISTED). Failed
- *        or possibly persisted deliveries leave the row unsent: it is
- *        produced again later. On stop, waits at most flush_timeout_ms for
- *        the reports in flight.
+ * @brief Relay until *\p stop: every relay_interval_ms claim unsent rows
+ *        (cq_store_outbox_claim(): no other relay produces them while the
+ *        claim runs), produce them capped at event_max_bytes
+ *        (cq_event_cap()), and mark a row sent when its delivery report
+ *        succeeded (err 0, status PERSISTED). A delivery that failed for a
+ *        reason a retry can fix (or possibly persisted) releases the row
+ *        with a backoff; a permanent error (cq_kafka_err_permanent())
+ *        marks it failed, logged at error and counted in "rejected". On
+ *        stop, waits at most flush_timeout_ms for the reports in flight;
+ *        rows still in flight keep their claim until it expires.
  * @returns 0.
  * @locality One thread.
  */

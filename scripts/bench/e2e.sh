@@ -19,9 +19,14 @@
 # it kernel starts would be all that is measured (their rate is printed).
 # Also printed per phase b: its overhead, the wall time beyond the LLM
 # latency its waves of jobs must wait (wall - jobs/slots x 4 x latency).
-# CQ_E2E_LATENCY_MS (default 1000) sets the LLM latency of phase b, and
-# CQ_E2E_PHASES (default "a idle b16 b64") which phases run; figures of
-# phases left out are null in the JSON.
+# CQ_E2E_LATENCY_MS (default 1000) sets the LLM latency of phase b,
+# CQ_E2E_PHASES (default "a idle b16 b64") which phases run (figures of
+# phases left out are null in the JSON), and CQ_E2E_WORKERS (default 1,
+# at most 8) how many worker processes share each phase's slots and pool
+# (and one outbox).
+# Also printed per phase: duplicate completion events (events beyond one
+# per job on the results topic, read to its end once the outbox is all
+# sent); duplicate_events in the JSON is their sum over the phases.
 # Starts the services with services.sh when they are not running (and
 # stops them again). Last line: JSON.
 set -euo pipefail
@@ -142,6 +147,11 @@ if ran and b64:
     print("kernel pool refill: %.2f kernels/s at best in this run; sustained "
           "64-slot throughput would need %.0f/s"
           % (max(x["kernel_starts_per_s"] for x in ran), b64["ideal_jobs_per_s"]))
+for x in ran:
+    print("%s: %d worker(s), %d jobs, %s duplicate completion event(s)"
+          % (x["phase"], x["workers"], x["jobs"],
+             x["duplicate_events"] if x["duplicate_events"] >= 0 else "unknown"))
+dups = [x["duplicate_events"] for x in ran]
 eff = lambda b: b["efficiency"] if b else None
 reff = lambda b: round(b["turns"] * b["latency_ms"] / b["run_ms_mean"], 3) if b else None
 over = lambda b: (round(b["wall_s"] * 1000 - b["jobs"] / b["slots"] * b["turns"] * b["latency_ms"])
@@ -154,5 +164,7 @@ print(json.dumps({"bench": "e2e", "jobs_per_s": a and a["jobs_per_s"],
                   "overhead_ms_16": over(b16), "overhead_ms_64": over(b64),
                   "rss_per_slot_kb": round(per(b64)) if b64 and idle else None,
                   "kernel_starts_per_s": round(max(x["kernel_starts_per_s"] for x in ran), 3)
-                  if ran else None}))
+                  if ran else None,
+                  "workers": ran[0]["workers"] if ran else None,
+                  "duplicate_events": sum(dups) if ran and min(dups) >= 0 else None}))
 PY
