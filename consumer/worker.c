@@ -176,10 +176,14 @@ checkpointed(job_ctx_t *ctx, cq_err_t err, bool lost, const char *what)
                 cq_log_kv(CQ_LOG_ERROR, what, "job_id", ctx->job->job_id,
                           "error", cq_store_errmsg(ctx->slot->store), NULL);
                 if (ctx->ckpt_err == CQ_OK) {
+                        const char *msg = cq_store_errmsg(ctx->slot->store);
+
+                        /* The first line: PostgreSQL's DETAIL may quote
+                         * the whole refused row. */
                         ctx->ckpt_err = err;
                         snprintf(ctx->ckpt_errmsg, sizeof(ctx->ckpt_errmsg),
-                                 "%s: %s", what,
-                                 cq_store_errmsg(ctx->slot->store));
+                                 "%s: %.*s", what, (int)strcspn(msg, "\n"),
+                                 msg);
                 }
                 return -1;
         }
