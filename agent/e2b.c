@@ -1140,31 +1140,33 @@ line_error(char *errstr, size_t errstr_size, const char *fmt, ...)
         return CQ_ERR_FATAL;
 }
 
-static json_t *split_traceback(const char *tb)
+/* \p tb (\p len bytes, NULs included) without colour codes, one string
+ * per line. */
+static json_t *split_traceback(const char *tb, size_t len)
 {
         json_t *lines = json_array();
         char *clean;
-        const char *p, *nl;
+        size_t clen, start = 0, i;
 
         if (!lines)
                 return NULL;
-        clean = cq_ansi_strip(tb, strlen(tb), NULL);
+        clean = cq_ansi_strip(tb, len, &clen);
         if (!clean) {
                 json_decref(lines);
                 return NULL;
         }
-        for (p = clean; *p; p = nl + 1) {
-                nl = strchr(p, '\n');
-                if (!nl)
-                        nl = p + strlen(p);
-                if (json_array_append_new(lines,
-                                          json_stringn(p, (size_t)(nl - p)))) {
+        for (i = 0; i <= clen; i++) {
+                if (i < clen && clean[i] != '\n')
+                        continue;
+                if (i == clen && start == clen)
+                        break; /* nothing after the last newline */
+                if (json_array_append_new(
+                        lines, json_stringn(clean + start, i - start))) {
                         json_decref(lines);
                         lines = NULL;
                         break;
                 }
-                if (!*nl)
-                        break;
+                start = i + 1;
         }
         free(clean);
         return lines;
@@ -1239,7 +1241,10 @@ cq_err_t cq_e2b_parse_line(const char *line,
         memset(out, 0, sizeof(*out));
         if (errstr && errstr_size)
                 errstr[0] = '\0';
-        doc = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+        /* Code may print any character, NUL included (a JSON "\u0000"):
+         * it is output like any other. */
+        doc = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                         &jerr);
         if (!doc) {
                 line_error(errstr, errstr_size, "invalid JSON: %s", jerr.text);
                 goto out;
@@ -1297,7 +1302,8 @@ cq_err_t cq_e2b_parse_line(const char *line,
                         goto out;
                 }
                 lines = split_traceback(
-                    tb && json_is_string(tb) ? json_string_value(tb) : "");
+                    tb && json_is_string(tb) ? json_string_value(tb) : "",
+                    tb && json_is_string(tb) ? json_string_length(tb) : 0);
                 if (!lines)
                         goto oom;
                 out->output = json_pack("{s:s, s:O, s:O, s:o}", "output_type",

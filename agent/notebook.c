@@ -525,8 +525,10 @@ static json_t *output_metadata(const json_t *output)
 
 static json_t *string_or_empty(const json_t *value)
 {
-        return json_string(json_is_string(value) ? json_string_value(value)
-                                                 : "");
+        /* a copy with its length: an evalue may hold NULs */
+        return json_is_string(value) ? json_stringn(json_string_value(value),
+                                                    json_string_length(value))
+                                     : json_string("");
 }
 
 /* One non-stream output in stored shape; NULL with *skipp set for output

@@ -207,7 +207,9 @@ out:
         return code;
 }
 
-/* The last stdout line that starts with the marker, parsed. */
+/* The last stdout line that starts with the marker, parsed. The output
+ * may hold NULs (the code under test printed them): lengths, not C
+ * strings, and a report may carry "\u0000" in its values. */
 static json_t *find_report(const cq_cell_result_t *res, const char *marker)
 {
         size_t i, mlen = strlen(marker);
@@ -215,22 +217,26 @@ static json_t *find_report(const cq_cell_result_t *res, const char *marker)
 
         json_array_foreach(res->outputs, i, output)
         {
-                const char *name, *text, *p, *end;
+                const json_t *tv = json_object_get(output, "text");
+                const char *name, *text, *p, *end, *stop;
 
                 name = json_string_value(json_object_get(output, "name"));
-                text = json_string_value(json_object_get(output, "text"));
+                text = json_string_value(tv);
                 if (!name || strcmp(name, "stdout") != 0 || !text)
                         continue;
-                for (p = text; (p = strstr(p, marker)) != NULL; p = end) {
+                stop = text + json_string_length(tv);
+                for (p = text;
+                     (p = memmem(p, (size_t)(stop - p), marker, mlen)) != NULL;
+                     p = end) {
                         json_t *parsed;
 
-                        end = strchr(p, '\n');
+                        end = memchr(p, '\n', (size_t)(stop - p));
                         if (!end)
-                                end = p + strlen(p);
+                                end = stop;
                         if (p != text && p[-1] != '\n')
                                 continue; /* must start a line */
                         parsed = json_loadb(p + mlen, (size_t)(end - p) - mlen,
-                                            0, NULL);
+                                            JSON_ALLOW_NUL, NULL);
                         if (json_is_object(parsed)) {
                                 json_decref(report);
                                 report = parsed;

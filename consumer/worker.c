@@ -133,31 +133,58 @@ typedef struct job_ctx {
         slot_t *slot;
         const cq_job_t *job;
         cq_nb_t *nb;
+        int next_cell_seq; /* seq of the next cell checkpoint */
+        /* The first checkpoint write that failed: CQ_ERR_RETRIABLE gives
+         * the job back to the queue; anything else (the store refused the
+         * data) fails the job, since running it again would fail the
+         * same way. */
+        cq_err_t ckpt_err;
+        char ckpt_errmsg[1024];
 } job_ctx_t;
 
-/* Run a checkpoint write (assigning err), retrying transient failures a
- * few times; the store reconnects underneath. */
-#define RETRY_WRITE(call)                                                      \
-        do {                                                                   \
-                int64_t backoff_ = 100;                                        \
-                int attempt_;                                                  \
-                for (attempt_ = 0; attempt_ < WRITE_ATTEMPTS; attempt_++) {    \
-                        err = (call);                                          \
-                        if (err != CQ_ERR_RETRIABLE)                           \
-                                break;                                         \
-                        nap(backoff_, NULL);                                   \
-                        backoff_ *= 2;                                         \
-                }                                                              \
-        } while (0)
+/* Bounded retries of a checkpoint write whose failure is transient (the
+ * store reconnects underneath; every write is idempotent, so one whose
+ * commit landed unseen is not stored twice): up to WRITE_ATTEMPTS, 100 ms
+ * apart doubling. */
+typedef struct write_retry {
+        int attempts;
+        int64_t backoff_ms;
+} write_retry_t;
+
+static void write_retry_init(write_retry_t *r)
+{
+        r->attempts = 0;
+        r->backoff_ms = 100;
+}
+
+/* Whether to try again after a write that returned \p err; naps first. */
+static bool write_again(write_retry_t *r, cq_err_t err)
+{
+        if (err != CQ_ERR_RETRIABLE || ++r->attempts >= WRITE_ATTEMPTS)
+                return false;
+        nap(r->backoff_ms, NULL);
+        r->backoff_ms *= 2;
+        return true;
+}
 
 /* An observer's verdict on a checkpoint write: 0 to go on; -1 stops the
  * job (the write failed, or the lease is gone and the slot says so). */
 static int
-checkpointed(const job_ctx_t *ctx, cq_err_t err, bool lost, const char *what)
+checkpointed(job_ctx_t *ctx, cq_err_t err, bool lost, const char *what)
 {
         if (err != CQ_OK) {
                 cq_log_kv(CQ_LOG_ERROR, what, "job_id", ctx->job->job_id,
                           "error", cq_store_errmsg(ctx->slot->store), NULL);
+                if (ctx->ckpt_err == CQ_OK) {
+                        const char *msg = cq_store_errmsg(ctx->slot->store);
+
+                        /* The first line: PostgreSQL's DETAIL may quote
+                         * the whole refused row. */
+                        ctx->ckpt_err = err;
+                        snprintf(ctx->ckpt_errmsg, sizeof(ctx->ckpt_errmsg),
+                                 "%s: %.*s", what, (int)strcspn(msg, "\n"),
+                                 msg);
+                }
                 return -1;
         }
         if (lost) {
@@ -171,12 +198,17 @@ static int obs_message(void *opaque, size_t index, const json_t *msg)
 {
         job_ctx_t *ctx = opaque;
         slot_t *slot = ctx->slot;
+        write_retry_t retry;
         bool lost = false;
         cq_err_t err;
 
-        (void)index;
-        RETRY_WRITE(cq_store_append_message(slot->store, ctx->job->job_id, msg,
-                                            NULL, &lost));
+        /* The history is the job's stored conversation plus what follows:
+         * the message at index i is seq i + 1. */
+        write_retry_init(&retry);
+        do {
+                err = cq_store_append_message(slot->store, ctx->job->job_id,
+                                              (int)index + 1, msg, &lost);
+        } while (write_again(&retry, err));
         return checkpointed(ctx, err, lost, "could not checkpoint a message");
 }
 
@@ -185,20 +217,31 @@ static int obs_cell(void *opaque, const char *code, const cq_cell_result_t *res)
         job_ctx_t *ctx = opaque;
         slot_t *slot = ctx->slot;
         const json_t *doc = ctx->nb ? cq_nb_json(ctx->nb) : NULL;
+        write_retry_t retry;
         bool lost = false;
         cq_err_t err;
 
-        RETRY_WRITE(cq_store_record_cell(slot->store, ctx->job->job_id, code,
-                                         res, doc, NULL, &lost));
+        write_retry_init(&retry);
+        do {
+                err = cq_store_record_cell(slot->store, ctx->job->job_id,
+                                           ctx->next_cell_seq, code, res, doc,
+                                           &lost);
+        } while (write_again(&retry, err));
         if (err == CQ_ERR_TOO_LARGE) {
                 /* The cell matters more than the notebook snapshot: the
                  * final notebook is checked against the cap again. */
                 cq_log_kv(CQ_LOG_WARN,
                           "notebook over the cap; cell stored without it",
                           "job_id", ctx->job->job_id, NULL);
-                RETRY_WRITE(cq_store_record_cell(slot->store, ctx->job->job_id,
-                                                 code, res, NULL, NULL, &lost));
+                write_retry_init(&retry);
+                do {
+                        err = cq_store_record_cell(
+                            slot->store, ctx->job->job_id, ctx->next_cell_seq,
+                            code, res, NULL, &lost);
+                } while (write_again(&retry, err));
         }
+        if (err == CQ_OK && !lost)
+                ctx->next_cell_seq++;
         return checkpointed(ctx, err, lost, "could not checkpoint a cell");
 }
 
@@ -331,6 +374,7 @@ static void finish_job(slot_t *slot,
 {
         cq_finish_t fin;
         json_t *report;
+        write_retry_t retry;
         bool lost = false;
         size_t i;
         cq_err_t err;
@@ -367,14 +411,22 @@ static void finish_job(slot_t *slot,
         fin.completion_tokens = res->completion_tokens;
         fin.notebook = nb ? cq_nb_json(nb) : NULL;
         fin.report = report;
-        RETRY_WRITE(cq_store_finish(slot->store, &fin, &lost));
-        if (err == CQ_ERR_TOO_LARGE) {
+        write_retry_init(&retry);
+        do {
+                err = cq_store_finish(slot->store, &fin, &lost);
+        } while (write_again(&retry, err));
+        if ((err == CQ_ERR_TOO_LARGE || err == CQ_ERR_FATAL) && fin.notebook) {
+                /* The notebook is the likeliest culprit and the least
+                 * needed part: the cells are stored already. */
                 cq_log_kv(CQ_LOG_WARN,
-                          "final notebook over the cap; "
-                          "finishing without it",
-                          "job_id", job->job_id, NULL);
+                          "final notebook refused; finishing without it",
+                          "job_id", job->job_id, "error",
+                          cq_store_errmsg(slot->store), NULL);
                 fin.notebook = NULL;
-                RETRY_WRITE(cq_store_finish(slot->store, &fin, &lost));
+                write_retry_init(&retry);
+                do {
+                        err = cq_store_finish(slot->store, &fin, &lost);
+                } while (write_again(&retry, err));
         }
         json_decref(report);
         if (err != CQ_OK) {
@@ -463,6 +515,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         cq_job_init(&job);
         cq_checkpoint_init(&cp);
         cq_agent_result_init(&res);
+        memset(&ctx, 0, sizeof(ctx));
         pthread_mutex_lock(&slot->lock);
         snprintf(slot->job_id, sizeof(slot->job_id), "%s", claim->job_id);
         slot->busy = true;
@@ -545,6 +598,8 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         ctx.slot = slot;
         ctx.job = &job;
         ctx.nb = nb;
+        ctx.next_cell_seq = cp.last_cell_seq + 1;
+        ctx.ckpt_err = CQ_OK;
         obs.on_message = obs_message;
         obs.on_cell = obs_cell;
         obs.on_event = obs_event;
@@ -559,6 +614,17 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 cq_log_kv(CQ_LOG_ERROR, "the agent could not run", "job_id",
                           job.job_id, NULL);
                 give_back(slot, job.job_id);
+                goto out;
+        }
+        if (ctx.ckpt_err != CQ_OK && ctx.ckpt_err != CQ_ERR_RETRIABLE &&
+            !atomic_load(&slot->lost)) {
+                /* The store refused what the job produced: another run
+                 * would produce and be refused the same, so the job fails
+                 * saying why instead of going back to the queue. */
+                res.status = CQ_AGENT_FAILED;
+                free(res.reason);
+                res.reason = strdup(ctx.ckpt_errmsg);
+                finish_job(slot, &job, claim->attempt, nb, &res);
                 goto out;
         }
         if (res.status == CQ_AGENT_ABORTED ||

@@ -12,24 +12,35 @@
 
 #include "coderq/util.h"
 
+/* Idempotent: the caller names the seq, so a write retried after its
+ * commit's reply was lost finds its own row ('stored') instead of adding
+ * another. 'lost' when the lease is not this owner's; 'conflict' when the
+ * seq holds something else (a bug: nothing is overwritten). */
 static const char SQL_APPEND_MESSAGE[] =
-    "INSERT INTO job_messages (job_id, seq, role, message, attempt)"
-    " SELECT j.job_id, COALESCE((SELECT max(m.seq) FROM job_messages m"
-    "                            WHERE m.job_id = j.job_id), 0) + 1,"
-    "  $3, $4::jsonb, j.attempts"
-    " FROM jobs j"
-    " WHERE j.job_id = $1 AND j.lease_owner = $2 AND j.status = 'running'"
-    " RETURNING seq";
+    "WITH j AS (SELECT job_id, attempts FROM jobs"
+    "  WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'),"
+    " ins AS (INSERT INTO job_messages (job_id, seq, role, message, attempt)"
+    "  SELECT j.job_id, $3, $4, $5::jsonb, j.attempts FROM j"
+    "  ON CONFLICT (job_id, seq) DO NOTHING RETURNING 1)"
+    " SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM j) THEN 'lost'"
+    "  WHEN EXISTS (SELECT 1 FROM ins) THEN 'stored'"
+    "  WHEN EXISTS (SELECT 1 FROM job_messages m WHERE m.job_id = $1"
+    "   AND m.seq = $3 AND m.role = $4 AND m.message = $5::jsonb)"
+    "  THEN 'stored' ELSE 'conflict' END";
 
 static const char SQL_RECORD_CELL[] =
-    "INSERT INTO cells (job_id, seq, code, status, outputs, execution_count,"
-    " duration_ms, truncated, attempt)"
-    " SELECT j.job_id, COALESCE((SELECT max(c.seq) FROM cells c"
-    "                            WHERE c.job_id = j.job_id), 0) + 1,"
-    "  $3, $4, $5::jsonb, $6, $7, $8, j.attempts"
-    " FROM jobs j"
-    " WHERE j.job_id = $1 AND j.lease_owner = $2 AND j.status = 'running'"
-    " RETURNING seq";
+    "WITH j AS (SELECT job_id, attempts FROM jobs"
+    "  WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'),"
+    " ins AS (INSERT INTO cells (job_id, seq, code, status, outputs,"
+    "  execution_count, duration_ms, truncated, attempt)"
+    "  SELECT j.job_id, $3, $4, $5, $6::jsonb, $7, $8, $9, j.attempts FROM j"
+    "  ON CONFLICT (job_id, seq) DO NOTHING RETURNING 1)"
+    " SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM j) THEN 'lost'"
+    "  WHEN EXISTS (SELECT 1 FROM ins) THEN 'stored'"
+    "  WHEN EXISTS (SELECT 1 FROM cells c WHERE c.job_id = $1"
+    "   AND c.seq = $3 AND c.code = $4 AND c.status = $5"
+    "   AND c.outputs = $6::jsonb)"
+    "  THEN 'stored' ELSE 'conflict' END";
 
 static const char SQL_PUT_IMAGE[] =
     "INSERT INTO images (job_id, sha256, mime, name, cell_seq, bytes, data)"
@@ -54,7 +65,10 @@ static const char SQL_CHECKPOINT[] =
     "   'outputs', c.outputs) ORDER BY c.seq), '[]')"
     "  FROM cells c WHERE c.job_id = $1"
     "   AND c.status IN ('ok', 'error'))::text,"
-    " (SELECT n.doc::text FROM notebooks n WHERE n.job_id = $1)";
+    " (SELECT n.doc::text FROM notebooks n WHERE n.job_id = $1),"
+    " (SELECT COALESCE(max(m.seq), 0) FROM job_messages m"
+    "  WHERE m.job_id = $1),"
+    " (SELECT COALESCE(max(c.seq), 0) FROM cells c WHERE c.job_id = $1)";
 
 static void lease_lost(cq_store_t *store, const char *what, const char *job_id)
 {
@@ -64,10 +78,35 @@ static void lease_lost(cq_store_t *store, const char *what, const char *job_id)
                         what, job_id, store->owner);
 }
 
+/* What an idempotent checkpoint write found: CQ_OK stored (now or by an
+ * earlier attempt), lease lost (*lostp) or a conflicting row. */
+static cq_err_t write_outcome(cq_store_t *store,
+                              const PGresult *res,
+                              const char *what,
+                              const char *job_id,
+                              int seq,
+                              bool *lostp)
+{
+        const char *outcome = PQgetvalue(res, 0, 0);
+
+        if (strcmp(outcome, "lost") == 0) {
+                *lostp = true;
+                lease_lost(store, what, job_id);
+                return CQ_OK;
+        }
+        if (strcmp(outcome, "stored") == 0)
+                return CQ_OK;
+        store_set_error(store,
+                        "could not %s of job \"%s\": seq %d is already "
+                        "stored with other content",
+                        what, job_id, seq);
+        return CQ_ERR_FATAL;
+}
+
 cq_err_t cq_store_append_message(cq_store_t *store,
                                  const char *job_id,
+                                 int seq,
                                  const json_t *message,
-                                 int *seqp,
                                  bool *lostp)
 {
         store_params_t sp;
@@ -78,32 +117,29 @@ cq_err_t cq_store_append_message(cq_store_t *store,
 
         *lostp = false;
         role = json_string_value(json_object_get(message, "role"));
-        if (!json_is_object(message) || !role) {
+        if (!json_is_object(message) || !role || seq < 1) {
                 store_set_error(store,
                                 "could not store a message of job \"%s\": "
-                                "not an object with a \"role\" string",
-                                job_id);
+                                "not an object with a \"role\" string, or "
+                                "seq %d below 1",
+                                job_id, seq);
                 return CQ_ERR_FATAL;
         }
-        text = store_dump(store, message, NULL);
+        text = store_dump_doc(store, message, NULL);
         if (!text)
                 return CQ_ERR_FATAL;
         sp_init(&sp);
         sp_text(&sp, job_id);
         sp_text(&sp, store->owner);
+        sp_long(&sp, seq);
         sp_text(&sp, role);
         sp_text(&sp, text);
-        /* Not retried after a reconnect: it could be stored twice. */
+        /* Retry-safe: the seq is its key. */
         err = store_exec(store, "store a message", SQL_APPEND_MESSAGE, &sp, 0,
-                         false, &res);
-        if (err == CQ_OK) {
-                if (PQntuples(res) == 0) {
-                        *lostp = true;
-                        lease_lost(store, "store a message", job_id);
-                } else if (seqp) {
-                        *seqp = (int)store_long_value(res, 0, 0);
-                }
-        }
+                         true, &res);
+        if (err == CQ_OK)
+                err = write_outcome(store, res, "store a message", job_id, seq,
+                                    lostp);
         PQclear(res);
         free(text);
         return err;
@@ -128,10 +164,10 @@ static const char *cell_status(cq_cell_status_t status)
 
 cq_err_t cq_store_record_cell(cq_store_t *store,
                               const char *job_id,
+                              int seq,
                               const char *code,
                               const cq_cell_result_t *res,
                               const json_t *notebook,
-                              int *seqp,
                               bool *lostp)
 {
         store_params_t sp;
@@ -142,11 +178,11 @@ cq_err_t cq_store_record_cell(cq_store_t *store,
         cq_err_t err;
 
         *lostp = false;
-        if (!status || !code ||
+        if (!status || !code || seq < 1 ||
             (res->outputs && !json_is_array(res->outputs))) {
                 store_set_error(store,
                                 "could not store a cell of job \"%s\": "
-                                "invalid status, code or outputs",
+                                "invalid seq, status, code or outputs",
                                 job_id);
                 return CQ_ERR_FATAL;
         }
@@ -154,7 +190,7 @@ cq_err_t cq_store_record_cell(cq_store_t *store,
         if (err != CQ_OK)
                 return err;
         if (res->outputs) {
-                outputs = store_dump(store, res->outputs, NULL);
+                outputs = store_dump_doc(store, res->outputs, NULL);
                 if (!outputs) {
                         err = CQ_ERR_FATAL;
                         goto out;
@@ -166,6 +202,7 @@ cq_err_t cq_store_record_cell(cq_store_t *store,
         sp_init(&sp);
         sp_text(&sp, job_id);
         sp_text(&sp, store->owner);
+        sp_long(&sp, seq);
         sp_text(&sp, code);
         sp_text(&sp, status);
         sp_text(&sp, outputs ? outputs : "[]");
@@ -179,14 +216,13 @@ cq_err_t cq_store_record_cell(cq_store_t *store,
                          &pgres);
         if (err != CQ_OK)
                 goto out;
-        if (PQntuples(pgres) == 0) {
-                *lostp = true;
-                lease_lost(store, "store a cell", job_id);
+        err = write_outcome(store, pgres, "store a cell", job_id, seq, lostp);
+        if (err != CQ_OK || *lostp) {
                 store_rollback(store);
                 goto out;
         }
-        if (seqp)
-                *seqp = (int)store_long_value(pgres, 0, 0);
+        /* Stored now or by an earlier attempt whose commit reply was
+         * lost: the notebook is rewritten either way. */
         if (nb)
                 err = store_write_notebook(store, job_id, notebook, nb, nblen);
         if (err == CQ_OK)
@@ -354,6 +390,32 @@ void cq_checkpoint_release(cq_checkpoint_t *cp)
         cq_checkpoint_init(cp);
 }
 
+/* The outputs of checkpointed cells are escaped documents (the code is a
+ * plain text column): unescape them, when the text holds a U+FFFF at all. */
+static int decode_outputs(cq_store_t *store, const PGresult *res, json_t *cells)
+{
+        json_t *cell;
+        size_t i;
+
+        if (!memmem(PQgetvalue(res, 0, 1), (size_t)PQgetlength(res, 0, 1),
+                    "\xef\xbf\xbf", 3))
+                return 0;
+        json_array_foreach(cells, i, cell)
+        {
+                json_t *outputs = json_object_get(cell, "outputs"), *dec;
+
+                if (!outputs)
+                        continue;
+                dec = store_doc_decode(outputs);
+                if (!dec || json_object_set_new(cell, "outputs", dec)) {
+                        store_set_error(store, "could not load a checkpoint: "
+                                               "out of memory");
+                        return -1;
+                }
+        }
+        return 0;
+}
+
 cq_err_t cq_store_load_checkpoint(cq_store_t *store,
                                   const char *job_id,
                                   cq_checkpoint_t *cp)
@@ -368,15 +430,19 @@ cq_err_t cq_store_load_checkpoint(cq_store_t *store,
                          true, &res);
         if (err != CQ_OK)
                 goto out;
-        cp->messages = store_json_value(store, res, 0, 0, "messages");
+        cp->messages = store_doc_value(store, res, 0, 0, "messages");
         cp->cells = store_json_value(store, res, 0, 1, "cells");
         if (!PQgetisnull(res, 0, 2))
-                cp->notebook = store_json_value(store, res, 0, 2, "notebook");
-        if (!cp->messages || !cp->cells ||
-            (!PQgetisnull(res, 0, 2) && !cp->notebook)) {
-                cq_checkpoint_release(cp);
+                cp->notebook = store_doc_value(store, res, 0, 2, "notebook");
+        cp->last_message_seq = (int)store_long_value(res, 0, 3);
+        cp->last_cell_seq = (int)store_long_value(res, 0, 4);
+        if (cp->cells && decode_outputs(store, res, cp->cells) != 0)
                 err = CQ_ERR_FATAL;
-        }
+        if (!cp->messages || !cp->cells ||
+            (!PQgetisnull(res, 0, 2) && !cp->notebook))
+                err = CQ_ERR_FATAL;
+        if (err != CQ_OK)
+                cq_checkpoint_release(cp);
 out:
         PQclear(res);
         return err;

@@ -523,6 +523,172 @@ char *store_dump(cq_store_t *store, const json_t *doc, size_t *lenp)
         return text;
 }
 
+/* ------------------------------------------------- lossless documents */
+
+/* U+FFFF in UTF-8: a noncharacter, never meant for interchange, so the
+ * escape character of stored documents. */
+static const char MARK[] = "\xef\xbf\xbf";
+#define MARK_LEN 3
+
+static bool str_needs_escape(const char *s, size_t len)
+{
+        return memchr(s, '\0', len) || memmem(s, len, MARK, MARK_LEN);
+}
+
+/* \p s escaped (NUL -> U+FFFF '0', U+FFFF -> U+FFFF U+FFFF) or unescaped;
+ * NULL when out of memory. */
+static json_t *str_map(const char *s, size_t len, bool encode)
+{
+        /* NUL grows to four bytes, U+FFFF to six: at most four times */
+        char *out = malloc(encode ? len * 4 + 1 : len + 1);
+        size_t i = 0, n = 0;
+        json_t *v;
+
+        if (!out)
+                return NULL;
+        while (i < len) {
+                if (encode && s[i] == '\0') {
+                        memcpy(out + n, MARK, MARK_LEN);
+                        out[n + MARK_LEN] = '0';
+                        n += MARK_LEN + 1;
+                        i++;
+                } else if (encode && len - i >= MARK_LEN &&
+                           memcmp(s + i, MARK, MARK_LEN) == 0) {
+                        memcpy(out + n, MARK, MARK_LEN);
+                        memcpy(out + n + MARK_LEN, MARK, MARK_LEN);
+                        n += 2 * MARK_LEN;
+                        i += MARK_LEN;
+                } else if (!encode && len - i > MARK_LEN &&
+                           memcmp(s + i, MARK, MARK_LEN) == 0 &&
+                           s[i + MARK_LEN] == '0') {
+                        out[n++] = '\0';
+                        i += MARK_LEN + 1;
+                } else if (!encode && len - i >= 2 * MARK_LEN &&
+                           memcmp(s + i, MARK, MARK_LEN) == 0 &&
+                           memcmp(s + i + MARK_LEN, MARK, MARK_LEN) == 0) {
+                        memcpy(out + n, MARK, MARK_LEN);
+                        n += MARK_LEN;
+                        i += 2 * MARK_LEN;
+                } else {
+                        out[n++] = s[i++];
+                }
+        }
+        v = json_stringn_nocheck(out, n);
+        free(out);
+        return v;
+}
+
+/* \p v for jansson calls that only read it but are not declared const
+ * (iteration, reference counts). */
+static json_t *unconst(const json_t *v)
+{
+        union {
+                const json_t *c;
+                json_t *m;
+        } u;
+
+        u.c = v;
+        return u.m;
+}
+
+static json_t *shared(const json_t *v) { return json_incref(unconst(v)); }
+
+/* A copy of \p doc with every string and key mapped; unchanged scalars
+ * are shared. NULL when out of memory. */
+static json_t *doc_map(const json_t *doc, bool encode)
+{
+        json_t *out = NULL, *v, *m, *obj;
+        const char *key;
+        size_t i, klen;
+
+        switch (json_typeof(doc)) {
+        case JSON_STRING:
+                if (!encode || str_needs_escape(json_string_value(doc),
+                                                json_string_length(doc)))
+                        return str_map(json_string_value(doc),
+                                       json_string_length(doc), encode);
+                return shared(doc);
+        case JSON_ARRAY:
+                out = json_array();
+                json_array_foreach(doc, i, v)
+                {
+                        m = out ? doc_map(v, encode) : NULL;
+                        if (!m || json_array_append_new(out, m)) {
+                                json_decref(out);
+                                return NULL;
+                        }
+                }
+                return out;
+        case JSON_OBJECT:
+                obj = unconst(doc);
+                out = json_object();
+                json_object_keylen_foreach(obj, key, klen, v)
+                {
+                        json_t *k = out ? str_map(key, klen, encode) : NULL;
+
+                        m = k ? doc_map(v, encode) : NULL;
+                        if (!m || json_object_setn_new_nocheck(
+                                      out, json_string_value(k),
+                                      json_string_length(k), m)) {
+                                json_decref(m);
+                                json_decref(k);
+                                json_decref(out);
+                                return NULL;
+                        }
+                        json_decref(k);
+                }
+                return out;
+        default:
+                return shared(doc);
+        }
+}
+
+json_t *store_doc_encode(const json_t *doc) { return doc_map(doc, true); }
+
+json_t *store_doc_decode(const json_t *doc) { return doc_map(doc, false); }
+
+char *store_dump_doc(cq_store_t *store, const json_t *doc, size_t *lenp)
+{
+        char *text = store_dump(store, doc, lenp);
+        size_t len;
+        json_t *enc;
+
+        if (!text)
+                return NULL;
+        len = strlen(text);
+        /* Most documents hold neither: one scan of the text decides (a
+         * literal backslash before "u0000" only costs the slow path). */
+        if (!memmem(text, len, "\\u0000", 6) &&
+            !memmem(text, len, MARK, MARK_LEN))
+                return text;
+        free(text);
+        enc = store_doc_encode(doc);
+        if (!enc) {
+                store_set_error(store, "could not serialize JSON: out of "
+                                       "memory");
+                return NULL;
+        }
+        text = store_dump(store, enc, lenp);
+        json_decref(enc);
+        return text;
+}
+
+json_t *store_doc_value(
+    cq_store_t *store, const PGresult *res, int row, int col, const char *what)
+{
+        json_t *doc = store_json_value(store, res, row, col, what), *dec;
+
+        if (!doc || !memmem(PQgetvalue(res, row, col),
+                            (size_t)PQgetlength(res, row, col), MARK, MARK_LEN))
+                return doc;
+        dec = store_doc_decode(doc);
+        json_decref(doc);
+        if (!dec)
+                store_set_error(store, "could not parse %s: out of memory",
+                                what);
+        return dec;
+}
+
 char *store_text_array(cq_store_t *store, const char *const *v, size_t n)
 {
         cq_buf_t buf;

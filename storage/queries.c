@@ -123,7 +123,7 @@ cq_err_t cq_store_export(cq_store_t *store,
         if (err != CQ_OK)
                 goto out;
         if (!PQgetisnull(res, 0, 0)) {
-                exp->notebook = store_json_value(store, res, 0, 0, "notebook");
+                exp->notebook = store_doc_value(store, res, 0, 0, "notebook");
                 if (!exp->notebook) {
                         err = CQ_ERR_FATAL;
                         goto out;

@@ -558,7 +558,7 @@ cq_err_t store_dump_notebook(cq_store_t *store,
                                 job_id);
                 return CQ_ERR_FATAL;
         }
-        *textp = store_dump(store, notebook, lenp);
+        *textp = store_dump_doc(store, notebook, lenp);
         if (!*textp)
                 return CQ_ERR_FATAL;
         if (*lenp > store->opts.notebook_max || *lenp > INT_MAX) {
@@ -622,7 +622,7 @@ cq_err_t cq_store_finish(cq_store_t *store, const cq_finish_t *fin, bool *lostp)
         if (err != CQ_OK)
                 return err;
         if (fin->report) {
-                report = store_dump(store, fin->report, NULL);
+                report = store_dump_doc(store, fin->report, NULL);
                 if (!report) {
                         err = CQ_ERR_FATAL;
                         goto out;

@@ -84,6 +84,22 @@ json_t *store_json_value(
 /* JSON text of \p doc, compact; NULL with error set when out of memory. */
 char *store_dump(cq_store_t *store, const json_t *doc, size_t *lenp);
 
+/* Documents (messages, cell outputs, notebooks, result reports) are
+ * stored losslessly in jsonb, which cannot hold U+0000: in their strings
+ * and keys each U+0000 is written as U+FFFF followed by '0' and each
+ * U+FFFF as two U+FFFF. Strings holding neither are stored unchanged. */
+
+/* The escaped or unescaped copy of \p doc; NULL when out of memory. */
+json_t *store_doc_encode(const json_t *doc);
+json_t *store_doc_decode(const json_t *doc);
+
+/* store_dump() of the escaped \p doc. */
+char *store_dump_doc(cq_store_t *store, const json_t *doc, size_t *lenp);
+
+/* store_json_value() of an escaped document, unescaped. */
+json_t *store_doc_value(
+    cq_store_t *store, const PGresult *res, int row, int col, const char *what);
+
 /* A PostgreSQL text[] literal of \p v ("{\"a\",\"b\"}"); caller frees.
  * NULL with the error set when out of memory. */
 char *store_text_array(cq_store_t *store, const char *const *v, size_t n);

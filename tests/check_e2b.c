@@ -210,6 +210,45 @@ START_TEST(parse_lines_of_every_type)
 }
 END_TEST
 
+/* Code may print a NUL ("\u0000" in the stream): kept like any other
+ * character, in stdout text, error values and tracebacks. */
+START_TEST(parse_keeps_nul_bytes)
+{
+        cq_e2b_line_t line;
+        char err[256];
+        const json_t *text, *tb;
+        static const char out[] =
+            "{\"type\": \"stdout\", \"text\": \"a\\u0000b\\n\"}";
+        static const char error[] =
+            "{\"type\": \"error\", \"name\": \"E\", \"value\": \"x\\u0000y\", "
+            "\"traceback\": \"\\u001b[0;31mt\\u0000\\u001b[0m\\nlast\\u0000"
+            "\"}";
+
+        ck_assert_msg(cq_e2b_parse_line(out, strlen(out), &line, err,
+                                        sizeof(err)) == CQ_OK,
+                      "%s", err);
+        ck_assert_int_eq(line.kind, CQ_E2B_LINE_OUTPUT);
+        text = json_object_get(line.output, "text");
+        ck_assert_uint_eq(json_string_length(text), 4);
+        ck_assert_mem_eq(json_string_value(text), "a\0b\n", 4);
+        json_decref(line.output);
+
+        ck_assert_msg(cq_e2b_parse_line(error, strlen(error), &line, err,
+                                        sizeof(err)) == CQ_OK,
+                      "%s", err);
+        text = json_object_get(line.output, "evalue");
+        ck_assert_uint_eq(json_string_length(text), 3);
+        ck_assert_mem_eq(json_string_value(text), "x\0y", 3);
+        tb = json_object_get(line.output, "traceback");
+        ck_assert_uint_eq(json_array_size(tb), 2);
+        ck_assert_uint_eq(json_string_length(json_array_get(tb, 0)), 2);
+        ck_assert_mem_eq(json_string_value(json_array_get(tb, 0)), "t\0", 2);
+        ck_assert_uint_eq(json_string_length(json_array_get(tb, 1)), 5);
+        ck_assert_mem_eq(json_string_value(json_array_get(tb, 1)), "last\0", 5);
+        json_decref(line.output);
+}
+END_TEST
+
 START_TEST(parse_rejects_malformed_lines)
 {
         static const char *bad[] = {
@@ -945,6 +984,7 @@ static Suite *e2b_suite(void)
         TCase *tc = tcase_create("backend");
 
         tcase_add_test(parser, parse_lines_of_every_type);
+        tcase_add_test(parser, parse_keeps_nul_bytes);
         tcase_add_test(parser, parse_rejects_malformed_lines);
         tcase_add_test(parser, parse_survives_random_and_truncated_input);
         tcase_add_test(parser, parse_huge_values);

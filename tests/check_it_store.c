@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
+#include "support/pgproxy.h"
 #include "support/pgtest.h"
 #include "coderq/store.h"
 #include "coderq/util.h"
@@ -645,7 +646,6 @@ START_TEST(strings_and_bytes_stored_verbatim)
         bool found, created, lost;
         char *s;
         size_t i;
-        int seq;
 
         for (i = 0; i < sizeof(ascii) - 1; i++)
                 ascii[i] = (char)(i + 1); /* every ASCII byte but NUL */
@@ -680,8 +680,7 @@ START_TEST(strings_and_bytes_stored_verbatim)
                 msg = json_pack("{s:s, s:s}", "role", "user", "content",
                                 nasty[i]);
                 ck_assert_int_eq(
-                    cq_store_append_message(store, id, msg, &seq, &lost),
-                    CQ_OK);
+                    cq_store_append_message(store, id, 1, msg, &lost), CQ_OK);
                 ck_assert(!lost);
                 ck_assert_int_eq(
                     cq_store_put_image(store, id, nasty[i], "image/png", bin,
@@ -793,7 +792,6 @@ static void record(cq_store_t *store,
 {
         cq_cell_result_t res;
         bool lost = true;
-        int seq = 0;
 
         memset(&res, 0, sizeof(res));
         res.status = status;
@@ -801,11 +799,10 @@ static void record(cq_store_t *store,
                                 "name", "stdout", "text", code);
         res.execution_count = expect_seq;
         res.duration_ms = 12;
-        ck_assert_msg(cq_store_record_cell(store, id, code, &res, nb, &seq,
-                                           &lost) == CQ_OK,
+        ck_assert_msg(cq_store_record_cell(store, id, expect_seq, code, &res,
+                                           nb, &lost) == CQ_OK,
                       "%s", cq_store_errmsg(store));
         ck_assert(!lost);
-        ck_assert_int_eq(seq, expect_seq);
         json_decref(res.outputs);
 }
 
@@ -867,7 +864,7 @@ START_TEST(notebook_jsonb_equals_what_was_written)
         res.status = CQ_CELL_OK;
         res.execution_count = -1;
         ck_assert_int_eq(
-            cq_store_record_cell(small, "nb2", "x", &res, big, NULL, &lost),
+            cq_store_record_cell(small, "nb2", 1, "x", &res, big, &lost),
             CQ_ERR_TOO_LARGE);
         ck_assert_ptr_nonnull(
             strstr(cq_store_errmsg(small), "(CODERQ_NOTEBOOK_MAX)"));
@@ -1557,7 +1554,7 @@ START_TEST(checkpoint_loads_in_order)
         cq_claim_t claim;
         json_t *msg;
         bool lost, found;
-        int i, seq;
+        int i;
 
         add_job(store, "cp", 0, NULL, NULL);
         free(claim_id(store));
@@ -1565,10 +1562,9 @@ START_TEST(checkpoint_loads_in_order)
                 msg = json_pack("{s:s, s:s, s:i}", "role", roles[i], "content",
                                 roles[i], "n", i);
                 ck_assert_int_eq(
-                    cq_store_append_message(store, "cp", msg, &seq, &lost),
+                    cq_store_append_message(store, "cp", i + 1, msg, &lost),
                     CQ_OK);
                 ck_assert(!lost);
-                ck_assert_int_eq(seq, i + 1);
                 json_decref(msg);
                 if (i < 3)
                         record(store, "cp",
@@ -1583,12 +1579,12 @@ START_TEST(checkpoint_loads_in_order)
         record(store, "cp", "z = 3", CQ_CELL_OK, NULL, 4);
         /* Someone without the lease cannot append. */
         msg = json_pack("{s:s}", "role", "user");
-        ck_assert_int_eq(cq_store_append_message(thief, "cp", msg, &seq, &lost),
+        ck_assert_int_eq(cq_store_append_message(thief, "cp", 6, msg, &lost),
                          CQ_OK);
         ck_assert(lost);
         json_decref(msg);
         msg = json_pack("{s:i}", "role", 3);
-        ck_assert_int_eq(cq_store_append_message(store, "cp", msg, &seq, &lost),
+        ck_assert_int_eq(cq_store_append_message(store, "cp", 6, msg, &lost),
                          CQ_ERR_FATAL);
         json_decref(msg);
         cq_checkpoint_init(&cp);
@@ -1908,13 +1904,11 @@ static void append(cq_store_t *store, const char *job, int want_seq)
 {
         json_t *msg = json_pack("{s:s, s:s}", "role", "user", "content", "x");
         bool lost = true;
-        int seq = 0;
 
-        ck_assert_msg(cq_store_append_message(store, job, msg, &seq, &lost) ==
-                          CQ_OK,
-                      "%s", cq_store_errmsg(store));
+        ck_assert_msg(
+            cq_store_append_message(store, job, want_seq, msg, &lost) == CQ_OK,
+            "%s", cq_store_errmsg(store));
         ck_assert(!lost);
-        ck_assert_int_eq(seq, want_seq);
         json_decref(msg);
 }
 
@@ -1948,18 +1942,10 @@ START_TEST(statements_prepared_once_per_connection)
         ck_assert_int_eq(qn("SELECT pg_terminate_backend($1::int)::int", pid),
                          1);
         free(pid);
-        {
-                /* An INSERT is not retried blindly after a lost connection
-                 * (it may have run): this one fails, the next works. */
-                json_t *msg = json_pack("{s:s}", "role", "user");
-                bool lost = false;
-
-                ck_assert_int_eq(
-                    cq_store_append_message(store, "pj", msg, NULL, &lost),
-                    CQ_ERR_RETRIABLE);
-                json_decref(msg);
-        }
+        /* The append is retried after the reconnect (its seq is its key,
+         * so a retry cannot store it twice) and prepared again. */
         append(store, "pj", 6);
+        ck_assert_uint_eq(cq_store_reconnects(store), 1);
         ck_assert_int_eq(store->nprep, 1);
         ck_assert_int_eq(prepared_on(store), 1);
 
@@ -1994,6 +1980,7 @@ START_TEST(statements_prepared_once_per_connection)
                 sp_init(&sp);
                 sp_text(&sp, "pj");
                 sp_text(&sp, "w");
+                sp_long(&sp, 10);
                 sp_text(&sp, "user");
                 sp_text(&sp, "{\"role\": \"user\"}");
                 ck_assert_int_eq(store_exec(store, "append in a transaction",
@@ -2118,6 +2105,272 @@ START_TEST(postgres_restart_loses_nothing)
 }
 END_TEST
 
+/* Any character a kernel or E2B can print is stored and read back
+ * exactly, U+0000 included (jsonb cannot hold it: documents are stored
+ * escaped), and U+FFFF (the escape character) too; the columns stay
+ * jsonb, queryable with ->>. */
+static json_t *nul_doc(void)
+{
+        json_t *doc = json_pack(
+            "{s:s, s:s%, s:[{s:s, s:s, s:s%}, {s:s, s:s, s:s%, s:[s%]}],"
+            " s:s, s:s, s:s}",
+            "role", "tool", "content", "a\0b", (size_t)3, "outputs",
+            "output_type", "stream", "name", "stdout", "text", "a\0b\n",
+            (size_t)4, "output_type", "error", "ename", "E", "evalue", "x\0\0y",
+            (size_t)4, "traceback", "t\0", (size_t)2, "mark0",
+            "\xef\xbf\xbf"
+            "0",
+            "mark2", "\xef\xbf\xbf\xef\xbf\xbf", "plain", "h\xc3\xa9");
+
+        ck_assert_ptr_nonnull(doc);
+        ck_assert_int_eq(json_object_setn_new(doc, "k\0ey", 4, json_true()), 0);
+        return doc;
+}
+
+/* json_equal() looks keys up as C strings, so a key holding a NUL never
+ * matches: compare the canonical texts (which escape it). */
+static bool same_json(const json_t *a, const json_t *b)
+{
+        char *x =
+            json_dumps(a, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        char *y =
+            json_dumps(b, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        bool same = x && y && strcmp(x, y) == 0;
+
+        free(x);
+        free(y);
+        return same;
+}
+
+START_TEST(nul_bytes_stored_and_exported_exactly)
+{
+        cq_store_t *store = store_for("w", 120);
+        json_t *msg = nul_doc(), *nb = notebook_doc("t"), *other;
+        cq_cell_result_t res;
+        cq_checkpoint_t cp;
+        cq_export_t exp;
+        bool lost = true, found = false;
+        char *s;
+
+        add_job(store, "nul", 0, NULL, NULL);
+        free(claim_id(store));
+        json_object_set(nb, "x_nul", msg);
+        ck_assert_msg(cq_store_append_message(store, "nul", 1, msg, &lost) ==
+                          CQ_OK,
+                      "%s", cq_store_errmsg(store));
+        ck_assert(!lost);
+        memset(&res, 0, sizeof(res));
+        res.status = CQ_CELL_ERROR;
+        res.execution_count = 1;
+        res.outputs = json_incref(json_object_get(msg, "outputs"));
+        ck_assert_msg(cq_store_record_cell(store, "nul", 1, "print(1)", &res,
+                                           nb, &lost) == CQ_OK,
+                      "%s", cq_store_errmsg(store));
+        ck_assert(!lost);
+        /* The same write again (a retry) is one row; other content at a
+         * stored seq is refused. */
+        ck_assert_int_eq(cq_store_append_message(store, "nul", 1, msg, &lost),
+                         CQ_OK);
+        ck_assert_int_eq(
+            cq_store_record_cell(store, "nul", 1, "print(1)", &res, nb, &lost),
+            CQ_OK);
+        other = json_pack("{s:s}", "role", "user");
+        ck_assert_int_eq(cq_store_append_message(store, "nul", 1, other, &lost),
+                         CQ_ERR_FATAL);
+        ck_assert_ptr_nonnull(
+            strstr(cq_store_errmsg(store), "already stored with other"));
+        json_decref(other);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 1);
+        ck_assert_int_eq(qn("SELECT count(*) FROM cells", NULL), 1);
+        /* Queryable as jsonb; the escaped form is what SQL sees. */
+        s = q1("SELECT message->>'content' FROM job_messages", NULL);
+        ck_assert_str_eq(s, "a\xef\xbf\xbf"
+                            "0b");
+        free(s);
+        s = q1("SELECT message->>'mark2' || (outputs->1->>'evalue') FROM "
+               "job_messages, cells",
+               NULL);
+        ck_assert_str_eq(s, "\xef\xbf\xbf\xef\xbf\xbf\xef\xbf\xbf\xef\xbf\xbf"
+                            "x\xef\xbf\xbf"
+                            "0\xef\xbf\xbf"
+                            "0y");
+        free(s);
+        s = q1("SELECT doc->'metadata'->'kernelspec'->>'name' FROM notebooks",
+               NULL);
+        ck_assert_str_eq(s, "python3");
+        free(s);
+        /* Read back exactly. */
+        cq_checkpoint_init(&cp);
+        ck_assert_int_eq(cq_store_load_checkpoint(store, "nul", &cp), CQ_OK);
+        ck_assert(same_json(json_array_get(cp.messages, 0), msg));
+        ck_assert(
+            same_json(json_object_get(json_array_get(cp.cells, 0), "outputs"),
+                      res.outputs));
+        ck_assert(same_json(cp.notebook, nb));
+        ck_assert_int_eq(cp.last_message_seq, 1);
+        ck_assert_int_eq(cp.last_cell_seq, 1);
+        cq_checkpoint_release(&cp);
+        /* The final notebook and a report through finish and export. */
+        json_object_set_new(nb, "x_final", json_stringn("z\0", 2));
+        finish(store, "nul", "succeeded", nb);
+        cq_export_init(&exp);
+        ck_assert_int_eq(cq_store_export(store, "nul", &exp, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert(same_json(exp.notebook, nb));
+        cq_export_release(&exp);
+        json_decref(res.outputs);
+        json_decref(msg);
+        json_decref(nb);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+/* Restart the server this suite talks to (services.sh picks the cluster
+ * by CODERQ_PG_PORT, so it must match the DSN). */
+static void restart_postgres(void)
+{
+        PQconninfoOption *opts, *o;
+        const char *port = getenv("CODERQ_PG_PORT");
+        char cmd[4096], dsn_port[16] = "";
+        int rc;
+
+        opts = PQconninfoParse(g_dsn, NULL);
+        for (o = opts; o->keyword; o++)
+                if (strcmp(o->keyword, "port") == 0 && o->val)
+                        snprintf(dsn_port, sizeof(dsn_port), "%s", o->val);
+        PQconninfoFree(opts);
+        ck_assert_msg(dsn_port[0], "CODERQ_PG_DSN names no port");
+        if (port && *port)
+                ck_assert_msg(strcmp(port, dsn_port) == 0,
+                              "CODERQ_PG_DSN (port %s) is not on "
+                              "CODERQ_PG_PORT %s",
+                              dsn_port, port);
+        else
+                setenv("CODERQ_PG_PORT", dsn_port, 1);
+        snprintf(cmd, sizeof(cmd), "'%s' restart-pg >/dev/null 2>&1",
+                 cq_check_srcpath("scripts/services.sh"));
+        rc = system(cmd);
+        ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0,
+                      "services.sh restart-pg failed");
+}
+
+struct cell_writer {
+        cq_store_t *store;
+        const json_t *nb;
+        int seq;
+        cq_err_t err;
+        bool lost;
+};
+
+static void *cell_writer_main(void *arg)
+{
+        struct cell_writer *cw = arg;
+        cq_cell_result_t res;
+
+        memset(&res, 0, sizeof(res));
+        res.status = CQ_CELL_OK;
+        res.execution_count = cw->seq;
+        res.outputs = json_pack("[{s:s, s:s, s:s}]", "output_type", "stream",
+                                "name", "stdout", "text", "once\n");
+        cw->err = cq_store_record_cell(cw->store, "idem", cw->seq, "x = 1",
+                                       &res, cw->nb, &cw->lost);
+        json_decref(res.outputs);
+        return NULL;
+}
+
+struct msg_writer {
+        cq_store_t *store;
+        int seq;
+        cq_err_t err;
+        bool lost;
+};
+
+static void *msg_writer_main(void *arg)
+{
+        struct msg_writer *mw = arg;
+        json_t *msg = json_pack("{s:s, s:i}", "role", "user", "n", mw->seq);
+
+        mw->err =
+            cq_store_append_message(mw->store, "idem", mw->seq, msg, &mw->lost);
+        json_decref(msg);
+        return NULL;
+}
+
+/* A checkpoint write whose commit landed but whose reply was lost is
+ * retried and stored once: a message (its reply dropped on the way; the
+ * store retries it itself) and a cell (PostgreSQL restarted between its
+ * COMMIT and the reply; the caller retries the transaction, as the
+ * worker does). */
+START_TEST(checkpoint_write_after_lost_commit_reply_stored_once)
+{
+        cq_pgproxy_t *proxy = cq_pgproxy_start(g_dsn);
+        cq_store_opts_t opts;
+        cq_store_t *store;
+        struct msg_writer mw;
+        struct cell_writer cw;
+        json_t *nb = notebook_doc("idem");
+        pthread_t th;
+        char pdsn[2048], errstr[512], *s;
+
+        cq_pgproxy_dsn(proxy, g_dsn, pdsn, sizeof(pdsn));
+        cq_store_opts_init(&opts);
+        opts.dsn = pdsn;
+        opts.owner = "w";
+        opts.reconnect_ms = 60000;
+        /* Unprepared: every request carries its SQL text, the marker. */
+        opts.prepare = false;
+        store = cq_store_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(store != NULL, "%s", errstr);
+        add_job(store, "idem", 0, NULL, NULL);
+        free(claim_id(store));
+        mw = (struct msg_writer){store, 1, CQ_OK, false};
+        msg_writer_main(&mw);
+        ck_assert_int_eq(mw.err, CQ_OK);
+
+        /* The message: its autocommit INSERT runs, its reply is lost. */
+        cq_pgproxy_hold_after(proxy, "INSERT INTO job_messages");
+        mw = (struct msg_writer){store, 2, CQ_ERR_FATAL, true};
+        ck_assert_int_eq(pthread_create(&th, NULL, msg_writer_main, &mw), 0);
+        ck_assert_msg(cq_pgproxy_wait_held(proxy, 30000),
+                      "the INSERT was never answered");
+        cq_pgproxy_drop_held(proxy);
+        pthread_join(th, NULL);
+        ck_assert_msg(mw.err == CQ_OK, "%s", cq_store_errmsg(store));
+        ck_assert(!mw.lost);
+        ck_assert_uint_eq(cq_store_reconnects(store), 1);
+        s = q1("SELECT string_agg(seq::text, ',' ORDER BY seq) FROM "
+               "job_messages",
+               NULL);
+        ck_assert_str_eq(s, "1,2");
+        free(s);
+
+        /* The cell: committed, then the server restarts before the reply
+         * reaches the client. */
+        cw = (struct cell_writer){store, nb, 1, CQ_ERR_FATAL, true};
+        cq_pgproxy_hold_after(proxy, "COMMIT");
+        ck_assert_int_eq(pthread_create(&th, NULL, cell_writer_main, &cw), 0);
+        ck_assert_msg(cq_pgproxy_wait_held(proxy, 30000),
+                      "the COMMIT was never answered");
+        ck_assert_int_eq(qn("SELECT count(*) FROM cells", NULL), 1);
+        restart_postgres();
+        pthread_join(th, NULL);
+        ck_assert_int_eq(cw.err, CQ_ERR_RETRIABLE);
+        /* What the worker does on CQ_ERR_RETRIABLE: the same write. */
+        cw.err = CQ_ERR_FATAL;
+        cell_writer_main(&cw);
+        ck_assert_msg(cw.err == CQ_OK, "%s", cq_store_errmsg(store));
+        ck_assert(!cw.lost);
+        s = q1("SELECT string_agg(seq::text || ':' || code, ',' ORDER BY seq)"
+               " || ' ' || (SELECT ncells FROM notebooks) FROM cells",
+               NULL);
+        ck_assert_str_eq(s, "1:x = 1 2");
+        free(s);
+        json_decref(nb);
+        cq_store_destroy(&store);
+        cq_pgproxy_stop(&proxy);
+}
+END_TEST
+
 static Suite *it_store_suite(void)
 {
         Suite *s = suite_create("it_store");
@@ -2147,6 +2400,9 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, run_queries_for_people);
         tcase_add_test(tc, statements_prepared_once_per_connection);
         tcase_add_test(tc, postgres_restart_loses_nothing);
+        tcase_add_test(tc, nul_bytes_stored_and_exported_exactly);
+        tcase_add_test(tc,
+                       checkpoint_write_after_lost_commit_reply_stored_once);
         suite_add_tcase(s, tc);
         return s;
 }

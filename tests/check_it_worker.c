@@ -18,6 +18,7 @@
 #include "check_support.h"
 #include "support/pgtest.h"
 #include "coderq/common.h"
+#include "coderq/notebook.h"
 #include "coderq/store.h"
 #include "coderq/util.h"
 #include "support/fake_llm.h"
@@ -898,6 +899,137 @@ START_TEST(broker_and_database_outages_lose_nothing)
 }
 END_TEST
 
+/* A cell printing a NUL byte: the job succeeds with the exact bytes in
+ * its stored cell, its stored notebook and the exported notebook. A cell
+ * the store refuses for good (here a CHECK constraint the test adds)
+ * fails its job with the reason, once, instead of going back to the
+ * queue again and again. */
+static const char nul_cell[] =
+    "[{\"tool_calls\":[{\"code\":\"print('a\\\\x00b')\"}]},"
+    "{\"content\":\"done\"}]";
+static const char refused_cell[] =
+    "[{\"tool_calls\":[{\"code\":\"print('refuse-me')\"}]},"
+    "{\"content\":\"done\"}]";
+
+/* The text of the first stream output of \p outputs, with its length. */
+static const char *stream_text(const json_t *outputs, size_t *lenp)
+{
+        size_t i;
+        const json_t *out;
+
+        json_array_foreach(outputs, i, out)
+        {
+                const char *type =
+                    json_string_value(json_object_get(out, "output_type"));
+                const json_t *text = json_object_get(out, "text");
+
+                if (type && strcmp(type, "stream") == 0 && json_is_array(text))
+                        text = json_array_get(text, 0); /* nbformat lines */
+                if (type && strcmp(type, "stream") == 0 &&
+                    json_is_string(text)) {
+                        *lenp = json_string_length(text);
+                        return json_string_value(text);
+                }
+        }
+        *lenp = 0;
+        return NULL;
+}
+
+START_TEST(nul_output_kept_and_refused_checkpoint_fails_job)
+{
+        worker_t a;
+        rd_kafka_t *rk;
+        cq_store_opts_t opts;
+        cq_store_t *store;
+        cq_checkpoint_t cp;
+        cq_export_t exp;
+        cq_nb_t *nb;
+        const json_t *cells, *cell;
+        char errstr[512], nul_id[192], refused_id[192], *text;
+        const char *got;
+        size_t len, i;
+        bool found = false, seen = false;
+
+        fresh("nul");
+        register_script("nul_cell", nul_cell);
+        register_script("refused_cell", refused_cell);
+        kt_pg_exec(dsn,
+                   "ALTER TABLE cells ADD CONSTRAINT test_refuse_me CHECK "
+                   "(code NOT LIKE '%refuse-me%') NOT VALID",
+                   NULL);
+        start_worker(&a, "wn", "30");
+        rk = kt_producer(brokers);
+        submit(rk, 0, "nul_cell", NULL);
+        submit(rk, 1, "refused_cell", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        snprintf(nul_id, sizeof(nul_id), "%s-000", prefix);
+        snprintf(refused_id, sizeof(refused_id), "%s-001", prefix);
+        wait_finished(2, WAIT_MS);
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+        kt_pg_exec(dsn, "ALTER TABLE cells DROP CONSTRAINT test_refuse_me",
+                   NULL);
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT count(*) FROM jobs WHERE job_id = "
+                                    "$1 AND status = 'succeeded' AND "
+                                    "attempts = 1",
+                                    nul_id),
+                         1);
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT count(*) FROM jobs WHERE job_id = "
+                                    "$1 AND status = 'failed' AND attempts = 1"
+                                    " AND reason LIKE 'could not checkpoint a "
+                                    "cell: %test_refuse_me%'",
+                                    refused_id),
+                         1);
+        /* jsonb stays queryable: the NUL is stored escaped */
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT count(*) FROM cells WHERE job_id = "
+                                    "$1 AND outputs->0->>'text' = U&'a\\FFFF0b"
+                                    "\\000a'",
+                                    nul_id),
+                         1);
+
+        cq_store_opts_init(&opts);
+        opts.dsn = dsn;
+        store = cq_store_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(store != NULL, "%s", errstr);
+        /* the stored cell and the stored notebook */
+        cq_checkpoint_init(&cp);
+        ck_assert_int_eq(cq_store_load_checkpoint(store, nul_id, &cp), CQ_OK);
+        ck_assert_uint_eq(json_array_size(cp.cells), 1);
+        got = stream_text(
+            json_object_get(json_array_get(cp.cells, 0), "outputs"), &len);
+        ck_assert_ptr_nonnull(got);
+        ck_assert_uint_eq(len, 4);
+        ck_assert_mem_eq(got, "a\0b\n", 4);
+        ck_assert_int_eq(cp.last_cell_seq, 1);
+        cells = json_object_get(cp.notebook, "cells");
+        json_array_foreach(cells, i, cell)
+        {
+                got = stream_text(json_object_get(cell, "outputs"), &len);
+                if (got && len == 4 && memcmp(got, "a\0b\n", 4) == 0)
+                        seen = true;
+        }
+        ck_assert_msg(seen, "the stored notebook lacks the cell's output");
+        cq_checkpoint_release(&cp);
+        /* the exported notebook.ipynb (what coderq export writes) */
+        cq_export_init(&exp);
+        ck_assert_int_eq(cq_store_export(store, nul_id, &exp, &found), CQ_OK);
+        ck_assert(found);
+        nb = cq_nb_from_json(exp.notebook, errstr, sizeof(errstr));
+        ck_assert_msg(nb != NULL, "%s", errstr);
+        text = cq_nb_dumps(nb, &len);
+        ck_assert_ptr_nonnull(text);
+        ck_assert_msg(strstr(text, "\"a\\u0000b\\n\"") != NULL,
+                      "exported notebook lacks the NUL: %s", text);
+        free(text);
+        cq_nb_destroy(&nb);
+        cq_export_release(&exp);
+        cq_store_destroy(&store);
+}
+END_TEST
+
 static Suite *worker_suite(void)
 {
         Suite *s = suite_create("worker");
@@ -914,6 +1046,7 @@ static Suite *worker_suite(void)
         tcase_add_test(tc, idle_worker_hears_of_new_jobs);
         tcase_add_test(tc, idle_slots_poll_once_per_worker);
         tcase_add_test(tc, broker_and_database_outages_lose_nothing);
+        tcase_add_test(tc, nul_output_kept_and_refused_checkpoint_fails_job);
         suite_add_tcase(s, tc);
         return s;
 }

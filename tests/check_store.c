@@ -166,6 +166,83 @@ START_TEST(text_array_escapes)
 }
 END_TEST
 
+/* The escape of stored documents: NUL and U+FFFF in strings and keys
+ * round-trip, everything else is left as it is. */
+START_TEST(doc_escape_round_trips)
+{
+        static const struct {
+                const char *in;
+                size_t len;
+                const char *enc;
+                size_t enc_len;
+        } cases[] = {
+            {"plain h\xc3\xa9", 9, "plain h\xc3\xa9", 9},
+            {"", 0, "", 0},
+            {"\0", 1,
+             "\xef\xbf\xbf"
+             "0",
+             4},
+            {"a\0\0b", 4,
+             "a\xef\xbf\xbf"
+             "0\xef\xbf\xbf"
+             "0b",
+             10},
+            {"\xef\xbf\xbf", 3, "\xef\xbf\xbf\xef\xbf\xbf", 6},
+            {"\xef\xbf\xbf"
+             "0",
+             4,
+             "\xef\xbf\xbf\xef\xbf\xbf"
+             "0",
+             7},
+            {"\xef\xbf\xbf\0", 4,
+             "\xef\xbf\xbf\xef\xbf\xbf\xef\xbf\xbf"
+             "0",
+             10},
+        };
+        size_t i;
+
+        for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+                json_t *doc = json_pack("[s%, {}]", cases[i].in, cases[i].len);
+                json_t *enc, *dec, *v;
+                const char *k;
+                size_t klen, nkeys = 0;
+
+                ck_assert_ptr_nonnull(doc);
+                ck_assert_int_eq(json_object_setn_new(json_array_get(doc, 1),
+                                                      cases[i].in, cases[i].len,
+                                                      json_null()),
+                                 0);
+                enc = store_doc_encode(doc);
+                ck_assert_ptr_nonnull(enc);
+                ck_assert_uint_eq(json_string_length(json_array_get(enc, 0)),
+                                  cases[i].enc_len);
+                ck_assert_mem_eq(json_string_value(json_array_get(enc, 0)),
+                                 cases[i].enc, cases[i].enc_len);
+                json_object_keylen_foreach(json_array_get(enc, 1), k, klen, v)
+                {
+                        ck_assert_uint_eq(klen, cases[i].enc_len);
+                        ck_assert_mem_eq(k, cases[i].enc, klen);
+                        nkeys++;
+                }
+                ck_assert_uint_eq(nkeys, 1);
+                dec = store_doc_decode(enc);
+                ck_assert_ptr_nonnull(dec);
+                ck_assert_uint_eq(json_string_length(json_array_get(dec, 0)),
+                                  cases[i].len);
+                ck_assert_mem_eq(json_string_value(json_array_get(dec, 0)),
+                                 cases[i].in, cases[i].len);
+                json_object_keylen_foreach(json_array_get(dec, 1), k, klen, v)
+                {
+                        ck_assert_uint_eq(klen, cases[i].len);
+                        ck_assert_mem_eq(k, cases[i].in, klen);
+                }
+                json_decref(doc);
+                json_decref(enc);
+                json_decref(dec);
+        }
+}
+END_TEST
+
 START_TEST(opts_from_config)
 {
         cq_config_t cfg;
@@ -215,6 +292,7 @@ static Suite *store_suite(void)
         tcase_add_test(tc, migrate_unreachable_is_retriable);
         tcase_add_test(tc, text_array_escapes);
         tcase_add_test(tc, opts_from_config);
+        tcase_add_test(tc, doc_escape_round_trips);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -319,45 +319,60 @@ CQ_NODISCARD cq_err_t cq_store_cancel_requested(cq_store_t *store,
 
 /* ----------------------------------------------------------- checkpoint */
 
+/*
+ * Checkpoint writes are idempotent: the caller names each message's and
+ * cell's seq (its key with the job), so a write retried after a lost
+ * connection (its commit may have landed) is stored once. Retrying the
+ * same seq with the same content is CQ_OK; other content at a stored seq
+ * is CQ_ERR_FATAL (nothing is overwritten). Strings in documents may hold
+ * any character, U+0000 included (stored escaped, see store_int.h and the
+ * README "Storage" section); readers here return them unescaped.
+ */
+
 /**
- * @brief Append one conversation message (an OpenAI chat message object
- *        with a "role") as the next seq of the job.
+ * @brief Store one conversation message (an OpenAI chat message object
+ *        with a "role") at \p seq of the job, guarded by the lease.
+ *        Retried once after a reconnect (safe: \p seq is its key).
+ * @param seq From 1: the message's position in the conversation.
  * @param message Borrowed.
- * @param seqp (out, optional) Its seq, from 1.
  * @param lostp (out) true when this owner no longer holds the lease:
  *        nothing was written.
  */
 CQ_NODISCARD cq_err_t cq_store_append_message(cq_store_t *store,
                                               const char *job_id,
+                                              int seq,
                                               const json_t *message,
-                                              int *seqp,
                                               bool *lostp);
 
 /**
- * @brief Record an executed cell and rewrite the job's notebook, in one
- *        transaction guarded by the lease.
+ * @brief Record an executed cell at \p seq and rewrite the job's notebook,
+ *        in one transaction guarded by the lease. Not retried here (a
+ *        transaction): on CQ_ERR_RETRIABLE call it again with the same
+ *        arguments.
+ * @param seq From 1: the cell's position among the job's cells.
  * @param code, res, notebook Borrowed. \p notebook may be NULL.
- * @param seqp (out, optional) The cell's seq, from 1.
  * @returns CQ_ERR_TOO_LARGE when the notebook exceeds the cap.
  */
 CQ_NODISCARD cq_err_t cq_store_record_cell(cq_store_t *store,
                                            const char *job_id,
+                                           int seq,
                                            const char *code,
                                            const cq_cell_result_t *res,
                                            const json_t *notebook,
-                                           int *seqp,
                                            bool *lostp);
 
 /** @brief What a resumed job starts from. Release with
  *         cq_checkpoint_release(). */
 typedef struct cq_checkpoint {
-        json_t *messages; /* array of message objects in seq order */
-        json_t *cells;    /* array of {"seq","code","status",
-                             "execution_count","outputs"} of the cells
-                             that ran to the end (status ok or error: a
-                             failed cell may have set state), in seq
-                             order */
-        json_t *notebook; /* the last notebook, or NULL */
+        json_t *messages;     /* array of message objects in seq order */
+        json_t *cells;        /* array of {"seq","code","status",
+                                 "execution_count","outputs"} of the cells
+                                 that ran to the end (status ok or error: a
+                                 failed cell may have set state), in seq
+                                 order */
+        json_t *notebook;     /* the last notebook, or NULL */
+        int last_message_seq; /* highest stored seq, 0 for none */
+        int last_cell_seq;    /* highest stored cell seq (all statuses) */
 } cq_checkpoint_t;
 
 void cq_checkpoint_init(cq_checkpoint_t *cp);
