@@ -624,7 +624,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 res.status = CQ_AGENT_FAILED;
                 free(res.reason);
                 res.reason = strdup(ctx.ckpt_errmsg);
-                finish_job(slot, &job, claim->attempt, nb, &res);
+                finish_job(slot, &job, claim->attempt, sandbox, nb, &res);
                 goto out;
         }
         if (res.status == CQ_AGENT_ABORTED ||
