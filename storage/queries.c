@@ -15,7 +15,8 @@ static const char SQL_RUN_RESULTS[] =
     " 'title', o.title, 'status', o.status, 'reason', o.reason,"
     " 'attempts', o.attempts, 'turns', o.turns, 'retries', o.retries,"
     " 'tests_passed', o.tests_passed, 'tests_total', o.tests_total,"
-    " 'total_tokens', o.total_tokens, 'duration_ms', o.duration_ms)"
+    " 'total_tokens', o.total_tokens, 'duration_ms', o.duration_ms,"
+    " 'from_memory', o.from_memory, 'memory_source_job', o.memory_source_job)"
     " ORDER BY o.created_at, o.job_id), '[]')::text"
     " FROM job_overview o WHERE o.run_id = $1";
 
