@@ -990,18 +990,21 @@ static int run_migrate_cli(const char *dsn, const char *dir)
 START_TEST(changed_applied_migration_is_refused)
 {
         char dir[] = "/tmp/cq-migrations-XXXXXX";
-        char path[512], path2[512], path3[512], errstr[1024];
+        char path[512], path2[512], path3[512], path4[512], errstr[1024];
         int applied = -1;
         long base;
 
         ck_assert_ptr_nonnull(mkdtemp(dir));
         snprintf(path, sizeof(path), "%s/0001_schema.sql", dir);
         snprintf(path3, sizeof(path3), "%s/0002_wakeups.sql", dir);
+        snprintf(path4, sizeof(path4), "%s/0010_memory_scope.sql", dir);
         snprintf(path2, sizeof(path2), "%s/0900_more.sql", dir);
         copy_file(cq_check_srcpath("migrations/0001_schema.sql"), path, NULL);
         copy_file(cq_check_srcpath("migrations/0002_wakeups.sql"), path3, NULL);
+        copy_file(cq_check_srcpath("migrations/0010_memory_scope.sql"), path4,
+                  NULL);
         base = qn("SELECT count(*) FROM schema_migrations", NULL);
-        ck_assert_int_eq(base, 2);
+        ck_assert_int_eq(base, 3);
         ck_assert_int_eq(cq_migrate_run(g_dsn, dir, NULL, NULL, &applied,
                                         errstr, sizeof(errstr)),
                          CQ_OK);
@@ -1050,6 +1053,7 @@ START_TEST(changed_applied_migration_is_refused)
             run_migrate_cli("postgresql://nobody@127.0.0.1:1/none", dir), 4);
         unlink(path);
         unlink(path3);
+        unlink(path4);
         rmdir(dir);
 }
 END_TEST
@@ -1609,9 +1613,10 @@ START_TEST(run_queries_for_people)
         json_t *value;
         bool found;
         static const char *const keys[] = {
-            "job_id",      "title",        "status",     "reason",
-            "attempts",    "turns",        "retries",    "tests_passed",
-            "tests_total", "total_tokens", "duration_ms"};
+            "job_id",           "title",        "status",      "reason",
+            "attempts",         "turns",        "retries",     "tests_passed",
+            "tests_total",      "total_tokens", "duration_ms", "from_memory",
+            "memory_source_job"};
         size_t i;
 
         add_job(store, "a", 3, NULL, "run1");
