@@ -430,13 +430,17 @@ static int64_t remaining_ms(const run_t *run)
 static void add_solution_cell(run_t *run, const char *code)
 {
         size_t len = strlen(code);
+        json_t *cell;
 
         if (run->solution_over || len > SOLUTION_MAX - run->solution_bytes) {
                 run->solution_over = true;
                 return;
         }
-        if (json_array_append_new(run->solution, json_string(code)) != 0) {
-                run->oom = true;
+        /* NULL for code that is not UTF-8: it cannot be kept, and a fresh
+         * test run says so rather than replay part of the solution. */
+        cell = json_string(code);
+        if (!cell || json_array_append_new(run->solution, cell) != 0) {
+                run->solution_over = true;
                 return;
         }
         run->solution_bytes += len;
@@ -763,8 +767,9 @@ static int fresh_tests(run_t *run,
         }
         if (run->solution_over) {
                 snprintf(why, size,
-                         "the solution's cells exceed %zu bytes: "
-                         "tests.isolation \"fresh\" cannot run them",
+                         "the solution's cells exceed %zu bytes or could "
+                         "not be kept: tests.isolation \"fresh\" cannot run "
+                         "them",
                          SOLUTION_MAX);
                 return 1;
         }
