@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* testrun.h - a job's tests (DESIGN.md "tests"): turn them into one Python
- * cell that runs in the job's own kernel, and read its report back.
+ * cell that runs in the job's own kernel or, with "isolation": "fresh", in
+ * a new interpreter after the job's solution (agent.c decides), and read
+ * its report back.
  *
  *   {"kind":"cases","function":"f","cases":[{"args":[..],"expected":..}]}
  *   {"kind":"code","code":"assert f(2) == 4"}
