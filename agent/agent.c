@@ -21,6 +21,8 @@
 #define KEEP_RECENT_MESSAGES 6   /* never elided */
 #define ELIDE_MIN_CHARS      200 /* shorter tool outputs are not worth it */
 #define EVENT_TEXT_MAX       4096
+#define SOLUTION_MAX         ((size_t)64 << 20) /* fresh tests need it all */
+#define MEMORY_CODE_MAX      ((size_t)4 << 20)  /* kept in memory */
 
 static const char default_system_prompt[] =
     "You are a careful Python data-analysis and mathematical-modelling "
@@ -84,10 +86,20 @@ void cq_agent_opts_from_config(cq_agent_opts_t *opts, const cq_config_t *cfg)
         opts->max_retries = cfg->max_retries;
         opts->cell_timeout_s = cfg->cell_timeout_s;
         opts->job_timeout_s = cfg->job_timeout_s;
+        opts->test_timeout_s = 0;
         opts->context_tokens = (size_t)cfg->llm_context_window;
         opts->tool_item_max = cfg->tool_item_max;
         opts->tool_total_max = cfg->tool_total_max;
         opts->file_max = cfg->artifact_max;
+}
+
+void cq_agent_recall_release(cq_agent_recall_t *recall)
+{
+        free(recall->code);
+        free(recall->source_job);
+        free(recall->scope);
+        free(recall->model);
+        memset(recall, 0, sizeof(*recall));
 }
 
 void cq_agent_result_init(cq_agent_result_t *result)
@@ -102,6 +114,7 @@ void cq_agent_result_release(cq_agent_result_t *result)
         free(result->last_error);
         free(result->answer);
         free(result->solution);
+        free(result->memory_source_job);
         json_decref(result->tests);
         json_decref(result->history);
         cq_files_release(&result->images);
@@ -118,8 +131,11 @@ typedef struct run {
         cq_nb_t *nb;
         cq_agent_result_t *result;
         json_t *history;
-        cq_buf_t solution; /* code of the successful cells */
+        json_t *solution;      /* code of the successful cells, in order */
+        size_t solution_bytes; /* their total size */
+        bool solution_over;    /* past SOLUTION_MAX: fresh tests cannot run */
         long max_turns, max_retries, cell_timeout_s, job_timeout_s;
+        long test_timeout_s;
         int64_t deadline_ms; /* monotonic */
         long image_seq;
         cq_tooltext_opts_t topts;
@@ -212,7 +228,9 @@ fail:
 
 /* The job's prompt, with what the model must know about its tests and a
  * remembered solution. */
-static char *task_message(const cq_job_t *job, const char *hint)
+static char *task_message(const cq_job_t *job,
+                          const cq_agent_recall_t *hint,
+                          const char *tried)
 {
         cq_buf_t buf;
         const char *kind =
@@ -233,12 +251,17 @@ static char *task_message(const cq_job_t *job, const char *hint)
                 err = cq_buf_append_str(
                     &buf, "\n\nYour work will be checked by test code run in "
                           "this kernel after your final answer.");
-        if (err == CQ_OK && hint)
-                err = cq_buf_printf(&buf,
-                                    "\n\nA similar problem was solved before "
-                                    "with the code below. Reuse or adapt it "
-                                    "if it fits:\n```python\n%s\n```",
-                                    hint);
+        if (err == CQ_OK && hint && hint->code)
+                err = cq_buf_printf(
+                    &buf,
+                    "\n\nA hint from episodic memory (scope \"%s\"): a "
+                    "similar problem (job %s, model %s, similarity %.2f) was "
+                    "solved before with the code below.%s Reuse or adapt it "
+                    "if it fits:\n```python\n%s\n```",
+                    hint->scope ? hint->scope : "?",
+                    hint->source_job ? hint->source_job : "unknown",
+                    hint->model ? hint->model : "unknown", hint->similarity,
+                    tried ? tried : "", hint->code);
         if (err != CQ_OK) {
                 cq_buf_release(&buf);
                 return NULL;
@@ -403,6 +426,48 @@ static int64_t remaining_ms(const run_t *run)
         return run->deadline_ms - cq_now_ms();
 }
 
+/* A cell that succeeded becomes part of the job's solution. */
+static void add_solution_cell(run_t *run, const char *code)
+{
+        size_t len = strlen(code);
+        json_t *cell;
+
+        if (run->solution_over || len > SOLUTION_MAX - run->solution_bytes) {
+                run->solution_over = true;
+                return;
+        }
+        /* NULL for code that is not UTF-8: it cannot be kept, and a fresh
+         * test run says so rather than replay part of the solution. */
+        cell = json_string(code);
+        if (!cell || json_array_append_new(run->solution, cell) != 0) {
+                run->solution_over = true;
+                return;
+        }
+        run->solution_bytes += len;
+}
+
+/* The solution as one text with "# %%" between cells, for memory; NULL
+ * when over MEMORY_CODE_MAX or empty. */
+static char *solution_text(const run_t *run)
+{
+        cq_buf_t buf;
+        size_t i;
+        json_t *cell;
+
+        if (run->solution_over || json_array_size(run->solution) == 0)
+                return NULL;
+        cq_buf_init(&buf, MEMORY_CODE_MAX);
+        json_array_foreach(run->solution, i, cell)
+        {
+                if ((i > 0 && cq_buf_append_str(&buf, "\n\n# %%\n") != CQ_OK) ||
+                    cq_buf_append_str(&buf, json_string_value(cell)) != CQ_OK) {
+                        cq_buf_release(&buf);
+                        return NULL;
+                }
+        }
+        return cq_buf_take(&buf, NULL);
+}
+
 /* Run one cell and record it everywhere. */
 static cq_err_t run_cell(run_t *run, const char *code, cq_cell_result_t *res)
 {
@@ -429,13 +494,8 @@ static cq_err_t run_cell(run_t *run, const char *code, cq_cell_result_t *res)
         if (run->nb && cq_nb_add_code(run->nb, code, res) != 0)
                 run->oom = true;
         collect_output_images(run, res);
-        if (res->status == CQ_CELL_OK) {
-                if (run->solution.len &&
-                    cq_buf_append_str(&run->solution, "\n\n# %%\n") != CQ_OK)
-                        cq_buf_reset(&run->solution); /* too big to keep */
-                if (cq_buf_append_str(&run->solution, code) != CQ_OK)
-                        cq_buf_reset(&run->solution);
-        }
+        if (res->status == CQ_CELL_OK)
+                add_solution_cell(run, code);
         if (run->obs && run->obs->on_cell &&
             run->obs->on_cell(run->obs->opaque, code, res) != 0)
                 run->aborted = true;
@@ -631,15 +691,164 @@ out:
         return rc;
 }
 
+/* The deadline of one test run: the test timeout, within the job's. */
+static int64_t test_timeout_ms(const run_t *run)
+{
+        int64_t ms = run->test_timeout_s * 1000, left = remaining_ms(run);
+
+        if (left < ms)
+                ms = left > 1000 ? left : 1000;
+        return ms;
+}
+
+/* Why a test cell that did not run to its end failed: the limit it hit,
+ * and whether the job's kernel lost its state. */
+static void explain_cell_end(const run_t *run,
+                             const cq_cell_result_t *res,
+                             bool fresh,
+                             char *why,
+                             size_t size)
+{
+        const char *where =
+            fresh ? "in a fresh interpreter" : "in the job's kernel";
+        const char *lost =
+            !fresh && res->state_lost
+                ? "; the kernel was replaced, so its variables are gone: "
+                  "run your code again before answering"
+                : "";
+
+        switch (res->status) {
+        case CQ_CELL_TIMEOUT:
+                snprintf(why, size,
+                         "the tests did not finish within %ld s "
+                         "(limits.test_timeout_s) %s%s",
+                         run->test_timeout_s, where, lost);
+                break;
+        case CQ_CELL_DIED:
+                snprintf(why, size, "the kernel died while the tests ran %s%s",
+                         where, lost);
+                break;
+        case CQ_CELL_CANCELLED:
+                snprintf(why, size, "the tests were cancelled");
+                break;
+        default:
+                why[0] = '\0';
+                break;
+        }
+}
+
+/* Write one input file into \p interp's work dir, fetching it first when
+ * the job gives a URL. */
+static int
+put_input_file(run_t *run, cq_interp_t *interp, const cq_job_file_t *file);
+
+/* The solution, then the test cell \p code, in a new interpreter. A
+ * solution cell that fails there is noted in \p note (the first one) and
+ * the others still run. Returns 0 with \p res the test cell's result; 1
+ * when the tests could not run through the solution's fault (\p why says
+ * how); -1 when the run must stop (result set). */
+static int fresh_tests(run_t *run,
+                       const char *code,
+                       cq_cell_result_t *res,
+                       char *why,
+                       char *note,
+                       size_t size)
+{
+        cq_interp_t *fresh = NULL;
+        char errstr[512];
+        size_t i, n = json_array_size(run->solution);
+        int rc = -1;
+
+        if (!run->opts->new_interp) {
+                fail(run, CQ_AGENT_FAILED,
+                     "tests.isolation \"fresh\" is not available here: no "
+                     "way to start a new interpreter");
+                return -1;
+        }
+        if (run->solution_over) {
+                snprintf(why, size,
+                         "the solution's cells exceed %zu bytes or could "
+                         "not be kept: tests.isolation \"fresh\" cannot run "
+                         "them",
+                         SOLUTION_MAX);
+                return 1;
+        }
+        fresh =
+            run->opts->new_interp(run->opts->new_interp_opaque,
+                                  run->job->backend, errstr, sizeof(errstr));
+        if (!fresh) {
+                fail(run, CQ_AGENT_FAILED,
+                     "could not start a fresh interpreter for the tests: %s",
+                     errstr);
+                return -1;
+        }
+        for (i = 0; i < run->job->nfiles; i++)
+                if (put_input_file(run, fresh, &run->job->files[i]) != 0)
+                        goto out;
+        for (i = 0; i < n; i++) {
+                cq_cell_result_t cell;
+                cq_exec_opts_t xo = {0};
+                char *summary = NULL;
+                int64_t left = remaining_ms(run);
+
+                cq_cell_result_init(&cell);
+                xo.timeout_ms = run->cell_timeout_s * 1000;
+                if (left < xo.timeout_ms)
+                        xo.timeout_ms = left > 1000 ? left : 1000;
+                xo.cancel = run->opts->cancel;
+                if (cq_interp_execute(
+                        fresh,
+                        json_string_value(json_array_get(run->solution, i)),
+                        &xo, &cell) != CQ_OK) {
+                        fail(run, CQ_AGENT_FAILED,
+                             "the fresh interpreter for the tests failed: %s",
+                             cq_interp_errmsg(fresh));
+                        cq_cell_result_release(&cell);
+                        goto out;
+                }
+                if (cell.status != CQ_CELL_OK && !note[0]) {
+                        cell_error_summary(&cell, &summary);
+                        snprintf(note, size,
+                                 "in a fresh interpreter, cell %zu of the "
+                                 "solution's %zu failed (%s): the tests run "
+                                 "after the job's successful cells alone, "
+                                 "so state set by failed cells or changed "
+                                 "outside them is not there",
+                                 i + 1, n, summary ? summary : "no detail");
+                        free(summary);
+                }
+                cq_cell_result_release(&cell);
+                if (cancelled(run))
+                        goto out;
+        }
+        {
+                cq_exec_opts_t xo = {0};
+
+                xo.timeout_ms = test_timeout_ms(run);
+                xo.cancel = run->opts->cancel;
+                if (cq_interp_execute(fresh, code, &xo, res) != CQ_OK) {
+                        fail(run, CQ_AGENT_FAILED,
+                             "the fresh interpreter for the tests failed: %s",
+                             cq_interp_errmsg(fresh));
+                        goto out;
+                }
+        }
+        rc = 0;
+out:
+        cq_interp_destroy(&fresh);
+        return rc;
+}
+
 /* The job's tests, after a final answer. Returns 1 when they passed, 0 when
  * they failed (feedback appended), -1 when the run must stop. */
 static int run_tests(run_t *run)
 {
-        char marker[40], errstr[256];
+        char marker[40], errstr[256], why[1024] = "", note[1024] = "";
         char *code;
         cq_cell_result_t res;
         cq_testrun_t tr;
-        cq_exec_opts_t xo = {0};
+        bool fresh = run->job->tests_fresh;
+        const char *isolation = fresh ? "fresh" : "kernel";
         int rc = -1;
 
         code = cq_testrun_code(run->job->tests, marker, sizeof(marker), errstr,
@@ -651,14 +860,39 @@ static int run_tests(run_t *run)
         }
         cq_cell_result_init(&res);
         cq_testrun_init(&tr);
-        xo.timeout_ms = run->cell_timeout_s * 1000;
-        xo.cancel = run->opts->cancel;
-        if (cq_interp_execute(run->interp, code, &xo, &res) != CQ_OK) {
-                fail(run, CQ_AGENT_FAILED, "the interpreter failed: %s",
-                     cq_interp_errmsg(run->interp));
-                goto out;
+        if (fresh) {
+                int f = fresh_tests(run, code, &res, why, note, sizeof(why));
+
+                if (f < 0)
+                        goto out;
+                if (f == 1 && cq_testrun_fail(run->job->tests, why, &tr) != 0) {
+                        run->oom = true;
+                        goto out;
+                }
+        } else {
+                cq_exec_opts_t xo = {0};
+
+                xo.timeout_ms = test_timeout_ms(run);
+                xo.cancel = run->opts->cancel;
+                if (cq_interp_execute(run->interp, code, &xo, &res) != CQ_OK) {
+                        fail(run, CQ_AGENT_FAILED, "the interpreter failed: %s",
+                             cq_interp_errmsg(run->interp));
+                        goto out;
+                }
         }
-        if (cq_testrun_parse(run->job->tests, marker, &res, &tr) != 0) {
+        if (!why[0]) {
+                explain_cell_end(run, &res, fresh, why, sizeof(why));
+                if ((why[0] ? cq_testrun_fail(run->job->tests, why, &tr)
+                            : cq_testrun_parse(run->job->tests, marker, &res,
+                                               &tr)) != 0) {
+                        run->oom = true;
+                        goto out;
+                }
+        }
+        if (json_object_set_new(tr.report, "isolation",
+                                json_string(isolation)) != 0 ||
+            (note[0] && json_object_set_new(tr.report, "solution_error",
+                                            json_string(note)) != 0)) {
                 run->oom = true;
                 goto out;
         }
@@ -667,22 +901,28 @@ static int run_tests(run_t *run)
         json_decref(run->result->tests);
         run->result->tests = json_incref(tr.report);
         event(run, "tests.result",
-              json_pack("{s:i, s:i}", "passed", tr.passed, "total", tr.total));
+              json_pack("{s:i, s:i, s:s, s:s?}", "passed", tr.passed, "total",
+                        tr.total, "isolation", isolation, "error", tr.error));
         if (run->nb) {
-                char line[128];
+                char line[1400];
 
-                snprintf(line, sizeof(line), "**Tests: %d of %d passed.**",
-                         tr.passed, tr.total);
+                snprintf(
+                    line, sizeof(line), "**Tests%s: %d of %d passed.**%s%s",
+                    fresh ? " (fresh interpreter)" : "", tr.passed, tr.total,
+                    tr.error ? " " : "", tr.error ? tr.error : "");
                 if (cq_nb_add_markdown(run->nb, line) != 0)
                         run->oom = true;
         }
-        if (tr.passed == tr.total && res.status == CQ_CELL_OK) {
+        if (tr.passed == tr.total && res.status == CQ_CELL_OK && !tr.error) {
                 rc = 1;
                 goto out;
         }
         run->result->retries++;
-        set_str(&run->result->last_error, "%d of %d tests passed", tr.passed,
-                tr.total);
+        if (tr.error)
+                set_str(&run->result->last_error, "%s", tr.error);
+        else
+                set_str(&run->result->last_error, "%d of %d tests passed%s%s",
+                        tr.passed, tr.total, note[0] ? "; " : "", note);
         {
                 cq_test_failure_t failures[16];
                 size_t n =
@@ -693,6 +933,13 @@ static int run_tests(run_t *run)
                     (size_t)tr.passed, (size_t)tr.total, failures, n,
                     &run->topts, NULL);
 
+                if (text && note[0]) {
+                        char *both = NULL;
+
+                        set_str(&both, "%s\n\nNote: %s.", text, note);
+                        free(text);
+                        text = both;
+                }
                 if (!text || append(run, text_message("user", text)) != 0) {
                         if (!text)
                                 run->oom = true;
@@ -891,6 +1138,8 @@ static int replay(run_t *run, const json_t *cells)
                         cq_log_kv(CQ_LOG_INFO, "replayed cell did not succeed",
                                   "job_id", run->job->job_id, "status",
                                   cq_cell_status_name(res.status), NULL);
+                if (err == CQ_OK && res.status == CQ_CELL_OK)
+                        add_solution_cell(run, json_string_value(cell));
                 cq_cell_result_release(&res);
                 if (err != CQ_OK) {
                         fail(run, CQ_AGENT_FAILED,
@@ -905,29 +1154,62 @@ static int replay(run_t *run, const json_t *cells)
 }
 
 /* A remembered solution run against the tests before any LLM call.
- * Returns 1 when it passed (done), 0 otherwise. */
-static int try_memory(run_t *run, const char *code)
+ * Returns 1 when it passed (done), 0 otherwise, with \p triedp saying so
+ * for the task message. */
+static int
+try_memory(run_t *run, const cq_agent_recall_t *recall, char **triedp)
 {
         cq_cell_result_t res;
         int rc = 0;
 
         cq_cell_result_init(&res);
-        if (run_cell(run, code, &res) == CQ_OK && res.status == CQ_CELL_OK &&
-            !run->aborted) {
-                long retries = run->result->retries;
+        if (run->nb) {
+                char *note = NULL;
 
-                rc = run_tests(run) == 1 ? 1 : 0;
+                set_str(&note,
+                        "**From episodic memory** (scope `%s`): the solution "
+                        "of job `%s` (model `%s`, similarity %.2f) runs "
+                        "against the job's tests before any LLM call.",
+                        recall->scope ? recall->scope : "?",
+                        recall->source_job ? recall->source_job : "unknown",
+                        recall->model ? recall->model : "unknown",
+                        recall->similarity);
+                if (!note || cq_nb_add_markdown(run->nb, note) != 0)
+                        run->oom = true;
+                free(note);
+        }
+        if (run_cell(run, recall->code, &res) == CQ_OK &&
+            res.status == CQ_CELL_OK && !run->aborted) {
+                long retries = run->result->retries;
+                int t = run_tests(run);
+
                 run->result->retries = retries; /* not the model's failure */
-                if (rc == 1) {
+                if (t == 1) {
+                        rc = 1;
                         run->result->from_memory = true;
                         run->result->status = CQ_AGENT_SUCCEEDED;
                         set_str(&run->result->answer,
-                                "Solved with a remembered solution of a "
-                                "similar problem; the job's tests passed "
-                                "(%d of %d).",
+                                "Solved from episodic memory with no LLM "
+                                "call: the remembered solution of job %s "
+                                "(scope %s, similarity %.2f) passed the job's "
+                                "tests (%d of %d).",
+                                recall->source_job ? recall->source_job
+                                                   : "unknown",
+                                recall->scope ? recall->scope : "?",
+                                recall->similarity, run->result->tests_passed,
+                                run->result->tests_total);
+                } else if (t == 0) {
+                        set_str(triedp,
+                                " It was run in this kernel before you "
+                                "started and did not pass the tests (%d of %d "
+                                "passed), so what it defines is already "
+                                "there.",
                                 run->result->tests_passed,
                                 run->result->tests_total);
                 }
+        } else if (!run->aborted) {
+                set_str(triedp, " It was run in this kernel before you "
+                                "started and failed.");
         }
         cq_cell_result_release(&res);
         return rc;
@@ -938,9 +1220,8 @@ static long pick(long job_value, long opt_value)
         return job_value > 0 ? job_value : opt_value;
 }
 
-/* Write one input file into the work dir, fetching it first when the job
- * gives a URL. */
-static int put_input_file(run_t *run, const cq_job_file_t *file)
+static int
+put_input_file(run_t *run, cq_interp_t *interp, const cq_job_file_t *file)
 {
         unsigned char *fetched = NULL;
         const unsigned char *data = file->data;
@@ -958,10 +1239,10 @@ static int put_input_file(run_t *run, const cq_job_file_t *file)
                 }
                 data = fetched;
         }
-        if (cq_interp_put_file(run->interp, file->name,
+        if (cq_interp_put_file(interp, file->name,
                                data ? (const void *)data : "", len) != CQ_OK) {
                 fail(run, CQ_AGENT_FAILED, "could not write input file %s: %s",
-                     file->name, cq_interp_errmsg(run->interp));
+                     file->name, cq_interp_errmsg(interp));
                 goto out;
         }
         rc = 0;
@@ -975,15 +1256,15 @@ out:
 static int begin(run_t *run,
                  const cq_agent_start_t *start,
                  const cq_agent_memory_t *mem,
-                 char **hintp)
+                 cq_agent_recall_t *hint)
 {
         const cq_job_t *job = run->job;
-        char *files = NULL, *task = NULL;
+        char *files = NULL, *task = NULL, *tried = NULL;
         size_t i;
         int rc = -1;
 
         for (i = 0; i < job->nfiles; i++)
-                if (put_input_file(run, &job->files[i]) != 0)
+                if (put_input_file(run, run->interp, &job->files[i]) != 0)
                         return -1;
         if (start && start->history) {
                 size_t n = json_array_size(start->history);
@@ -1015,7 +1296,7 @@ static int begin(run_t *run,
                 if (run->nb && job->title &&
                     cq_nb_add_heading(run->nb, job->title) != 0)
                         run->oom = true;
-                task = task_message(job, NULL);
+                task = task_message(job, NULL, NULL);
                 if (!task) {
                         run->oom = true;
                         return -1;
@@ -1027,10 +1308,15 @@ static int begin(run_t *run,
         if (run->nb && job->title && cq_nb_add_heading(run->nb, job->title))
                 run->oom = true;
         if (mem && mem->lookup &&
-            mem->lookup(mem->opaque, job->prompt, hintp) != 0) {
+            mem->lookup(mem->opaque, job->prompt, hint) != 0) {
                 cq_log_kv(CQ_LOG_WARN, "memory lookup failed; going on",
                           "job_id", job->job_id, NULL);
-                *hintp = NULL;
+                cq_agent_recall_release(hint);
+        }
+        if (hint->code) {
+                free(run->result->memory_source_job);
+                run->result->memory_source_job =
+                    hint->source_job ? strdup(hint->source_job) : NULL;
         }
         files = files_message(job);
         if (!files)
@@ -1043,11 +1329,13 @@ static int begin(run_t *run,
                                                 : default_system_prompt))) ||
             append(run, text_message("user", files)))
                 goto out;
-        if (*hintp && job->tests && try_memory(run, *hintp) == 1) {
+        if (hint->code && job->tests && try_memory(run, hint, &tried) == 1) {
                 rc = 0;
                 goto out;
         }
-        task = task_message(job, *hintp);
+        if (run->aborted)
+                goto out;
+        task = task_message(job, hint->code ? hint : NULL, tried);
         if (!task)
                 goto oom;
         if (append(run, text_message("user", task)) != 0)
@@ -1059,6 +1347,7 @@ oom:
 out:
         free(files);
         free(task);
+        free(tried);
         return rc;
 }
 
@@ -1103,11 +1392,12 @@ cq_err_t cq_agent_run(const cq_job_t *job,
                       cq_agent_result_t *result)
 {
         run_t run;
-        char *hint = NULL;
+        cq_agent_recall_t hint;
         int64_t t0 = cq_now_ms();
         int rc = 0;
 
         memset(&run, 0, sizeof(run));
+        memset(&hint, 0, sizeof(hint));
         cq_agent_result_init(result);
         run.job = job;
         run.interp = interp;
@@ -1123,14 +1413,21 @@ cq_err_t cq_agent_run(const cq_job_t *job,
             pick(job->limits.cell_timeout_s, opts->cell_timeout_s);
         run.job_timeout_s =
             pick(job->limits.job_timeout_s, opts->job_timeout_s);
+        run.test_timeout_s =
+            pick(job->limits.test_timeout_s, opts->test_timeout_s > 0
+                                                 ? opts->test_timeout_s
+                                                 : run.cell_timeout_s);
         run.deadline_ms = t0 + run.job_timeout_s * 1000;
         cq_tooltext_opts_init(&run.topts);
         run.topts.item_head = run.topts.item_tail = opts->tool_item_max / 2;
         run.topts.total_head = run.topts.total_tail = opts->tool_total_max / 2;
-        cq_buf_init(&run.solution, (size_t)4 << 20);
+        run.solution = json_array();
         run.history = json_array();
-        if (!run.history)
+        if (!run.history || !run.solution) {
+                json_decref(run.history);
+                json_decref(run.solution);
                 return CQ_ERR_FATAL;
+        }
         result->status = CQ_AGENT_FAILED;
         if (job->tests)
                 result->tests_total = 0;
@@ -1138,6 +1435,7 @@ cq_err_t cq_agent_run(const cq_job_t *job,
         cq_llm_set_cancel(llm, opts->cancel);
         if (cq_llm_set_model(llm, job->model) != 0) {
                 json_decref(run.history);
+                json_decref(run.solution);
                 return CQ_ERR_FATAL;
         }
 
@@ -1168,10 +1466,10 @@ done:
         cq_llm_set_cancel(llm, NULL);
         if (cq_llm_set_model(llm, NULL) != 0)
                 cq_log_warn("could not restore the configured model");
-        result->solution = cq_buf_take(&run.solution, NULL);
+        result->solution = solution_text(&run);
         result->history = run.history;
         result->duration_ms = cq_now_ms() - t0;
-        cq_buf_release(&run.solution);
-        free(hint);
+        json_decref(run.solution);
+        cq_agent_recall_release(&hint);
         return CQ_OK;
 }

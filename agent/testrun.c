@@ -14,95 +14,200 @@
 
 #define TESTRUN_CODE_MAX ((size_t)64 << 20)
 
-/* The harness for "cases", followed by a call line holding the cases
- * (base64 JSON), the function name (base64) and the marker. Catches
- * Exception, not BaseException, so that an interrupt from a
- * timeout still stops it. */
-static const char cases_harness[] =
-    "def __coderq_tests(__cases, __fname, __marker):\n"
-    "    import json, math, traceback\n"
-    "    def norm(v):\n"
-    "        try:\n"
-    "            import numpy as np\n"
-    "            if isinstance(v, np.ndarray):\n"
-    "                return v.tolist()\n"
-    "            if isinstance(v, np.generic):\n"
-    "                return v.item()\n"
-    "        except ImportError:\n"
-    "            pass\n"
-    "        if isinstance(v, (list, tuple)):\n"
-    "            return [norm(x) for x in v]\n"
-    "        if isinstance(v, dict):\n"
-    "            return {str(k): norm(x) for k, x in v.items()}\n"
-    "        return v\n"
-    "    def eq(a, b):\n"
-    "        if isinstance(a, bool) or isinstance(b, bool):\n"
-    "            return type(a) is type(b) and a == b\n"
-    "        if isinstance(a, (int, float)) and isinstance(b, (int, float)):\n"
-    "            if a != a and b != b:\n"
-    "                return True\n"
-    "            return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)\n"
-    "        if isinstance(a, list) and isinstance(b, list):\n"
-    "            return len(a) == len(b) and all(eq(x, y) for x, y in "
-    "zip(a, b))\n"
-    "        if isinstance(a, dict) and isinstance(b, dict):\n"
-    "            return a.keys() == b.keys() and all(eq(a[k], b[k]) for k in "
-    "a)\n"
-    "        return a == b\n"
-    "    def short(v):\n"
-    "        try:\n"
-    "            r = repr(v)\n"
-    "        except Exception as e:\n"
-    "            r = '<unrepresentable: %s>' % e\n"
-    "        return r if len(r) <= 300 else r[:300] + '...'\n"
-    "    out = []\n"
-    "    fn = globals().get(__fname)\n"
-    "    for i, c in enumerate(__cases):\n"
-    "        args = c.get('args', [])\n"
-    "        rec = {'case': i + 1, 'args': short(args),\n"
-    "               'call': '%s(%s)' % (__fname, ', '.join(short(a) for a "
-    "in args)),\n"
-    "               'expected': short(c.get('expected'))}\n"
-    "        if not callable(fn):\n"
-    "            rec['ok'] = False\n"
-    "            rec['error'] = 'NameError: function %r is not defined' % "
-    "__fname\n"
-    "        else:\n"
-    "            try:\n"
-    "                got = fn(*args)\n"
-    "                rec['got'] = short(got)\n"
-    "                rec['ok'] = bool(eq(norm(got), norm(c.get('expected'))))\n"
-    "            except Exception as e:\n"
-    "                rec['ok'] = False\n"
-    "                rec['error'] = '%s: %s' % (type(e).__name__, e)\n"
-    "                rec['traceback'] = traceback.format_exc(limit=5)[-2000:]\n"
-    "        out.append(rec)\n"
-    "    print(__marker + json.dumps({'cases': out}), flush=True)\n";
-
-static const char cases_call[] =
-    "__coderq_tests(__import__('json').loads(__import__('base64')."
-    "b64decode('%s')),\n"
-    "               __import__('base64').b64decode('%s').decode(), '%s')\n"
-    "del __coderq_tests\n";
-
-/* The harness for "code": run it in the user namespace; an exception
- * (assertion or other) fails the single test. */
-static const char code_harness[] =
-    "def __coderq_tests(__src, __marker):\n"
-    "    import json, traceback\n"
-    "    rec = {'case': 0}\n"
+/* The harness, one Python program for both kinds. It runs by exec() in a
+ * namespace of its own whose builtins are the real ones, so a variable the
+ * model named len, type or print cannot change it, and it leaves no name
+ * behind. It reads _ARGS: the user namespace, the kind, the cases (base64
+ * JSON) or the test code (base64), the function name (base64) and the
+ * marker.
+ *
+ * A result is compared only after _plain() turned it into plain data,
+ * without calling any method of an object the model's code made: exact
+ * types are checked with `type(v) is int` (a subclass of int, str, list or
+ * dict may override __eq__, __iter__ or __float__), exact lists, tuples
+ * and dicts are walked with the built-in methods, numpy arrays of
+ * bool/int/uint/float/str dtype and numpy's own scalar types are turned
+ * into Python values with tolist()/item() and checked again. Anything else
+ * fails the case with a message naming its type. Depth and size are
+ * bounded. While the model's function (or the test code) runs, stdout and
+ * stderr go to a sink, so a flood of output cannot bury the report, which
+ * is written to the stream the cell started with. Catches Exception and
+ * SystemExit, not KeyboardInterrupt, so that an interrupt from a timeout
+ * still stops it. */
+static const char harness_plain[] =
+    "import base64, json, math, sys, traceback\n"
+    "_ns, _kind, _data, _fname, _marker = _ARGS\n"
+    "_out = sys.stdout\n"
+    "_MAX_DEPTH = 100\n"
+    "_MAX_ITEMS = 1000000\n"
+    "_qualname = type.__dict__['__qualname__'].__get__\n"
+    "_mro = type.__dict__['__mro__'].__get__\n"
+    "_BASES = (bool, int, float, str, list, tuple, dict)\n"
+    "_np_array = None\n"
+    "_np_scalars = ()\n"
+    "_np = sys.modules.get('numpy')\n"
+    "if _np is not None:\n"
     "    try:\n"
-    "        exec(compile(__src, '<tests>', 'exec'), globals())\n"
-    "        rec['ok'] = True\n"
-    "    except Exception as e:\n"
-    "        rec['ok'] = False\n"
-    "        rec['error'] = '%s: %s' % (type(e).__name__, e)\n"
-    "        rec['traceback'] = traceback.format_exc(limit=5)[-2000:]\n"
-    "    print(__marker + json.dumps({'cases': [rec]}), flush=True)\n";
+    "        _np_array = _np.ndarray\n"
+    "        _np_scalars = tuple([_np.dtype(c).type for c in "
+    "'?bhilqpBHILQPefd'] +\n"
+    "                            [_np.str_])\n"
+    "    except Exception:\n"
+    "        _np_array = None\n"
+    "        _np_scalars = ()\n"
+    "class _NotPlain(Exception):\n"
+    "    pass\n"
+    "class _Sink:\n"
+    "    def write(self, s):\n"
+    "        pass\n"
+    "    def flush(self):\n"
+    "        pass\n"
+    "    def isatty(self):\n"
+    "        return False\n"
+    "_SINK = _Sink()\n"
+    "def _is(t, types):\n"
+    "    for x in types:\n"
+    "        if x is t:\n"
+    "            return True\n"
+    "    return False\n"
+    "def _describe(t):\n"
+    "    try:\n"
+    "        name = _qualname(t)\n"
+    "        mro = _mro(t)\n"
+    "    except Exception:\n"
+    "        return 'an object of unknown type'\n"
+    "    for b in _BASES:\n"
+    "        if b is not t and _is(b, mro):\n"
+    "            return '%s (a subclass of %s)' % (name, b.__name__)\n"
+    "    return name\n"
+    "def _plain(v, budget, depth):\n"
+    "    t = type(v)\n"
+    "    budget[0] += 1\n"
+    "    if budget[0] > _MAX_ITEMS:\n"
+    "        raise _NotPlain('more than %d values' % _MAX_ITEMS)\n"
+    "    if v is None or t is bool or t is int or t is float or t is str:\n"
+    "        return v\n"
+    "    if depth >= _MAX_DEPTH:\n"
+    "        raise _NotPlain('values nested deeper than %d levels' % "
+    "_MAX_DEPTH)\n"
+    "    if t is list or t is tuple:\n"
+    "        return [_plain(x, budget, depth + 1) for x in v]\n"
+    "    if t is dict:\n"
+    "        d = {}\n"
+    "        for k, x in dict.items(v):\n"
+    "            if type(k) is not str:\n"
+    "                raise _NotPlain('a dict key of type %s (keys must be "
+    "str)' %\n"
+    "                                _describe(type(k)))\n"
+    "            d[k] = _plain(x, budget, depth + 1)\n"
+    "        return d\n"
+    "    if _np_array is not None:\n"
+    "        if t is _np_array:\n"
+    "            if v.dtype.kind not in 'biufU':\n"
+    "                raise _NotPlain('a numpy array of dtype %s' % "
+    "v.dtype.str)\n"
+    "            if v.size > _MAX_ITEMS:\n"
+    "                raise _NotPlain('more than %d values' % _MAX_ITEMS)\n"
+    "            return _plain(v.tolist(), budget, depth)\n"
+    "        if _is(t, _np_scalars):\n"
+    "            return _plain(v.item(), budget, depth)\n"
+    "    raise _NotPlain('a value of type %s' % _describe(t))\n";
 
-static const char code_call[] =
-    "__coderq_tests(__import__('base64').b64decode('%s').decode(), '%s')\n"
-    "del __coderq_tests\n";
+/* The comparison and the runners (split: C99 caps string literals). */
+static const char harness_run[] =
+    "def _eq(a, b):\n"
+    "    ta, tb = type(a), type(b)\n"
+    "    if ta is bool or tb is bool:\n"
+    "        return ta is tb and a == b\n"
+    "    if (ta is int or ta is float) and (tb is int or tb is float):\n"
+    "        if a != a and b != b:\n"
+    "            return True\n"
+    "        try:\n"
+    "            return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)\n"
+    "        except OverflowError:\n"
+    "            return a == b\n"
+    "    if ta is list and tb is list:\n"
+    "        return len(a) == len(b) and all(_eq(x, y) for x, y in zip(a, b))\n"
+    "    if ta is dict and tb is dict:\n"
+    "        return a.keys() == b.keys() and all(_eq(a[k], b[k]) for k in a)\n"
+    "    return ta is tb and a == b\n"
+    "def _short(v):\n"
+    "    r = repr(v)\n"
+    "    return r if len(r) <= 300 else r[:300] + '...'\n"
+    "def _call(f, *a):\n"
+    "    so, se = sys.stdout, sys.stderr\n"
+    "    sys.stdout = sys.stderr = _SINK\n"
+    "    try:\n"
+    "        return f(*a)\n"
+    "    finally:\n"
+    "        sys.stdout, sys.stderr = so, se\n"
+    "def _failure(rec, e):\n"
+    "    try:\n"
+    "        msg = str(e)\n"
+    "    except Exception:\n"
+    "        msg = '<the exception could not be shown>'\n"
+    "    rec['error'] = '%s: %s' % (_describe(type(e)), msg[:1000])\n"
+    "    try:\n"
+    "        rec['traceback'] = traceback.format_exc(limit=5)[-2000:]\n"
+    "    except Exception:\n"
+    "        pass\n"
+    "_NOT_PLAIN = ('the result is not plain data: it holds %s. Tests compare "
+    "'\n"
+    "              'only None, bool, int, float, str, list, tuple and dict "
+    "with '\n"
+    "              'str keys (exact types, not subclasses) and numpy numbers, "
+    "'\n"
+    "              'strings and arrays of them; return such values')\n"
+    "def _cases(cases, fname):\n"
+    "    out = []\n"
+    "    fn = _ns.get(fname) if type(_ns) is dict else None\n"
+    "    for i, c in enumerate(cases):\n"
+    "        args = c.get('args', [])\n"
+    "        rec = {'case': i + 1, 'args': _short(args),\n"
+    "               'call': '%s(%s)' % (fname, ', '.join(_short(a) for a in "
+    "args)),\n"
+    "               'expected': _short(c.get('expected')), 'ok': False}\n"
+    "        if not callable(fn):\n"
+    "            rec['error'] = 'NameError: function %r is not defined' % "
+    "fname\n"
+    "            out.append(rec)\n"
+    "            continue\n"
+    "        try:\n"
+    "            got = _call(fn, *args)\n"
+    "        except (Exception, SystemExit) as e:\n"
+    "            _failure(rec, e)\n"
+    "            out.append(rec)\n"
+    "            continue\n"
+    "        try:\n"
+    "            value = _plain(got, [0], 0)\n"
+    "        except _NotPlain as e:\n"
+    "            rec['got'] = '<%s>' % _describe(type(got))\n"
+    "            rec['error'] = _NOT_PLAIN % e.args[0]\n"
+    "        else:\n"
+    "            rec['got'] = _short(value)\n"
+    "            rec['ok'] = _eq(value, _plain(c.get('expected'), [0], 0))\n"
+    "        out.append(rec)\n"
+    "    return out\n"
+    "def _code(src):\n"
+    "    rec = {'case': 0, 'ok': False}\n"
+    "    try:\n"
+    "        _call(exec, compile(src, '<tests>', 'exec'), _ns)\n"
+    "        rec['ok'] = True\n"
+    "    except (Exception, SystemExit) as e:\n"
+    "        _failure(rec, e)\n"
+    "    return [rec]\n"
+    "if _kind == 'cases':\n"
+    "    _report = _cases(json.loads(base64.b64decode(_data)),\n"
+    "                     base64.b64decode(_fname).decode())\n"
+    "else:\n"
+    "    _report = _code(base64.b64decode(_data).decode())\n"
+    "_out.write('\\n' + _marker + json.dumps({'cases': _report}) + '\\n')\n"
+    "_out.flush()\n";
+
+static const char harness_call[] =
+    "exec(__import__('base64').b64decode('%s').decode(), "
+    "{'__builtins__': __import__('builtins'), "
+    "'_ARGS': (globals(), '%s', '%s', '%s', '%s')})\n";
 
 void cq_testrun_init(cq_testrun_t *tr) { memset(tr, 0, sizeof(*tr)); }
 
@@ -134,7 +239,8 @@ char *cq_testrun_code(const json_t *tests,
                       size_t errstr_size)
 {
         const char *kind = json_string_value(json_object_get(tests, "kind"));
-        char *json = NULL, *b64a = NULL, *b64b = NULL, *code = NULL;
+        char *json = NULL, *b64h = NULL, *b64a = NULL, *b64b = NULL;
+        char *code = NULL;
         cq_buf_t buf;
         cq_err_t err;
 
@@ -159,12 +265,6 @@ char *cq_testrun_code(const json_t *tests,
                         goto oom;
                 b64a = cq_b64_encode(json, strlen(json), NULL);
                 b64b = cq_b64_encode(fname, strlen(fname), NULL);
-                if (!b64a || !b64b)
-                        goto oom;
-                err = cq_buf_append_str(&buf, cases_harness);
-                if (err == CQ_OK)
-                        err =
-                            cq_buf_printf(&buf, cases_call, b64a, b64b, marker);
         } else if (kind && strcmp(kind, "code") == 0) {
                 const json_t *src = json_object_get(tests, "code");
 
@@ -175,16 +275,20 @@ char *cq_testrun_code(const json_t *tests,
                 }
                 b64a = cq_b64_encode(json_string_value(src),
                                      json_string_length(src), NULL);
-                if (!b64a)
-                        goto oom;
-                err = cq_buf_append_str(&buf, code_harness);
-                if (err == CQ_OK)
-                        err = cq_buf_printf(&buf, code_call, b64a, marker);
+                b64b = cq_b64_encode("", 0, NULL);
         } else {
                 snprintf(errstr, errstr_size,
                          "tests \"kind\" must be \"cases\" or \"code\"");
                 goto out;
         }
+        if (cq_buf_append_str(&buf, harness_plain) != CQ_OK ||
+            cq_buf_append_str(&buf, harness_run) != CQ_OK)
+                goto oom;
+        b64h = cq_b64_encode(buf.data, buf.len, NULL);
+        cq_buf_reset(&buf);
+        if (!b64h || !b64a || !b64b)
+                goto oom;
+        err = cq_buf_printf(&buf, harness_call, b64h, kind, b64a, b64b, marker);
         if (err != CQ_OK) {
                 snprintf(errstr, errstr_size,
                          "could not build the test cell: "
@@ -201,6 +305,7 @@ oom:
                  "memory");
 out:
         free(json);
+        free(b64h);
         free(b64a);
         free(b64b);
         cq_buf_release(&buf);
@@ -277,6 +382,20 @@ static int expected_total(const json_t *tests)
         return json_is_array(cases) ? (int)json_array_size(cases) : 1;
 }
 
+int cq_testrun_fail(const json_t *tests, const char *why, cq_testrun_t *tr)
+{
+        cq_testrun_release(tr);
+        tr->total = expected_total(tests);
+        tr->error = strdup(why);
+        tr->report = json_pack("{s:i, s:i, s:s}", "passed", 0, "total",
+                               tr->total, "error", why);
+        if (!tr->error || !tr->report) {
+                cq_testrun_release(tr);
+                return -1;
+        }
+        return 0;
+}
+
 int cq_testrun_parse(const json_t *tests,
                      const char *marker,
                      const cq_cell_result_t *res,
@@ -296,14 +415,15 @@ int cq_testrun_parse(const json_t *tests,
                 char why[512];
 
                 cell_error(res, why, sizeof(why));
-                if (res->status == CQ_CELL_OK)
+                if (res->status == CQ_CELL_OK && res->truncated)
+                        snprintf(why, sizeof(why),
+                                 "the tests' report was lost: the test "
+                                 "cell's output passed the output cap");
+                else if (res->status == CQ_CELL_OK)
                         snprintf(why, sizeof(why),
                                  "the tests printed no report (did the code "
                                  "replace print or exit the interpreter?)");
-                tr->error = strdup(why);
-                tr->report = json_pack("{s:i, s:i, s:s}", "passed", 0, "total",
-                                       tr->total, "error", why);
-                rc = tr->error && tr->report ? 0 : -1;
+                rc = cq_testrun_fail(tests, why, tr);
                 goto out;
         }
         json_array_foreach(cases, i, rec)

@@ -127,6 +127,10 @@ static const cq_cfg_entry_t entries[] = {
      F(memory_threshold), "30", 1, 100, NULL,
      "percent of trigram similarity a solved problem needs to be recalled "
      "for a new prompt"},
+    {"CODERQ_MEMORY_SCOPE", NULL, "memory-scope", CQ_CFG_STRING,
+     F(memory_scope), NULL, 0, 0, NULL,
+     "episodic memory scope of jobs that name none in \"memory\" (unset or "
+     "empty: such jobs neither recall nor are remembered)"},
     {"CODERQ_PG_RECONNECT_S", NULL, "pg-reconnect-s", CQ_CFG_INT,
      F(pg_reconnect_s), "30", 0, 3600, NULL,
      "seconds to keep trying to reconnect to PostgreSQL before an operation "

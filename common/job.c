@@ -11,8 +11,9 @@
  * Bounds: ids (job_id, parent_job_id, task_id, run_id) are 1-128 printable
  * ASCII bytes without spaces; at most 1000 files and 64 MiB of decoded
  * inline content; URLs at most 2048 bytes; at most 10000 test cases;
- * limits max_turns and max_retries 1..1000, cell_timeout_s 1..86400,
- * job_timeout_s 1..604800; priority -1000..1000. */
+ * limits max_turns and max_retries 1..1000, cell_timeout_s and
+ * test_timeout_s 1..86400, job_timeout_s 1..604800; priority
+ * -1000..1000; memory.scope follows the id rules. */
 #include "coderq/job.h"
 
 #include <stdarg.h>
@@ -51,6 +52,9 @@ void cq_job_init(cq_job_t *job)
         job->limits.max_retries = -1;
         job->limits.cell_timeout_s = -1;
         job->limits.job_timeout_s = -1;
+        job->limits.test_timeout_s = -1;
+        job->memory.recall = true;
+        job->memory.remember = true;
 }
 
 void cq_job_release(cq_job_t *job)
@@ -66,6 +70,7 @@ void cq_job_release(cq_job_t *job)
         free(job->backend);
         free(job->model);
         free(job->system_prompt);
+        free(job->memory.scope);
         for (i = 0; i < job->nfiles; i++) {
                 free(job->files[i].name);
                 free(job->files[i].data);
@@ -276,9 +281,9 @@ static int parse_limits(const json_t *spec,
                         char *errstr,
                         size_t errstr_size)
 {
-        static const char *const known[] = {"max_turns", "max_retries",
+        static const char *const known[] = {"max_turns",      "max_retries",
                                             "cell_timeout_s", "job_timeout_s",
-                                            NULL};
+                                            "test_timeout_s", NULL};
         const json_t *obj = json_object_get(spec, "limits");
 
         if (!obj || json_is_null(obj))
@@ -296,7 +301,9 @@ static int parse_limits(const json_t *spec,
             parse_limit(obj, "cell_timeout_s", 1, 86400,
                         &limits->cell_timeout_s, errstr, errstr_size) ||
             parse_limit(obj, "job_timeout_s", 1, 7 * 86400,
-                        &limits->job_timeout_s, errstr, errstr_size))
+                        &limits->job_timeout_s, errstr, errstr_size) ||
+            parse_limit(obj, "test_timeout_s", 1, 86400,
+                        &limits->test_timeout_s, errstr, errstr_size))
                 return -1;
         return 0;
 }
@@ -432,7 +439,8 @@ parse_files(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
 
 static int parse_cases(const json_t *tests, char *errstr, size_t errstr_size)
 {
-        static const char *const known[] = {"kind", "function", "cases", NULL};
+        static const char *const known[] = {"kind", "function", "cases",
+                                            "isolation", NULL};
         static const char *const case_known[] = {"args", "expected", NULL};
         const json_t *function = json_object_get(tests, "function");
         const json_t *cases = json_object_get(tests, "cases");
@@ -486,10 +494,34 @@ static int parse_cases(const json_t *tests, char *errstr, size_t errstr_size)
         return 0;
 }
 
+/* tests.isolation: "kernel" (the default) or "fresh". */
+static int parse_isolation(const json_t *tests,
+                           bool *freshp,
+                           char *errstr,
+                           size_t errstr_size)
+{
+        const json_t *value = json_object_get(tests, "isolation");
+
+        if (!value || json_is_null(value))
+                return 0;
+        if (json_is_string(value) &&
+            strcmp(json_string_value(value), "kernel") == 0)
+                return 0;
+        if (json_is_string(value) &&
+            strcmp(json_string_value(value), "fresh") == 0) {
+                *freshp = true;
+                return 0;
+        }
+        set_err(errstr, errstr_size,
+                "field \"tests.isolation\" must be \"kernel\" or \"fresh\"");
+        return -1;
+}
+
 static int
 parse_tests(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
 {
-        static const char *const code_known[] = {"kind", "code", NULL};
+        static const char *const code_known[] = {"kind", "code", "isolation",
+                                                 NULL};
         json_t *tests = json_object_get(spec, "tests");
         const json_t *kind;
 
@@ -523,7 +555,71 @@ parse_tests(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
                         "field \"tests.kind\" must be \"cases\" or \"code\"");
                 return -1;
         }
+        if (parse_isolation(tests, &job->tests_fresh, errstr, errstr_size))
+                return -1;
         job->tests = json_incref(tests);
+        return 0;
+}
+
+/* An optional boolean member of "memory". */
+static int memory_flag(const json_t *obj,
+                       const char *key,
+                       bool *outp,
+                       char *errstr,
+                       size_t errstr_size)
+{
+        const json_t *value = json_object_get(obj, key);
+
+        if (!value || json_is_null(value))
+                return 0;
+        if (!json_is_boolean(value)) {
+                set_err(errstr, errstr_size,
+                        "field \"memory.%s\" must be true or false", key);
+                return -1;
+        }
+        *outp = json_is_true(value);
+        return 0;
+}
+
+static int parse_memory(const json_t *spec,
+                        cq_job_memory_t *memory,
+                        char *errstr,
+                        size_t errstr_size)
+{
+        static const char *const known[] = {"scope", "recall", "remember",
+                                            "cross_model", NULL};
+        const json_t *obj = json_object_get(spec, "memory");
+        const json_t *scope;
+
+        if (!obj || json_is_null(obj))
+                return 0;
+        if (!json_is_object(obj)) {
+                set_err(errstr, errstr_size,
+                        "field \"memory\" must be an object");
+                return -1;
+        }
+        if (check_known_keys(obj, known, "memory", errstr, errstr_size) ||
+            get_opt_string(obj, "scope", "memory.scope", &scope, errstr,
+                           errstr_size) ||
+            memory_flag(obj, "recall", &memory->recall, errstr, errstr_size) ||
+            memory_flag(obj, "remember", &memory->remember, errstr,
+                        errstr_size) ||
+            memory_flag(obj, "cross_model", &memory->cross_model, errstr,
+                        errstr_size))
+                return -1;
+        if (!scope)
+                return 0;
+        if (!id_is_valid(json_string_value(scope), json_string_length(scope))) {
+                set_err(errstr, errstr_size,
+                        "field \"memory.scope\" must be 1 to %d printable "
+                        "ASCII characters without spaces",
+                        CQ_JOB_ID_MAX);
+                return -1;
+        }
+        if (dup_string(scope, &memory->scope)) {
+                set_err(errstr, errstr_size, "out of memory");
+                return -1;
+        }
         return 0;
 }
 
@@ -614,7 +710,8 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
 
         if (parse_files(spec, job, errstr, errstr_size) ||
             parse_tests(spec, job, errstr, errstr_size) ||
-            parse_limits(spec, &job->limits, errstr, errstr_size))
+            parse_limits(spec, &job->limits, errstr, errstr_size) ||
+            parse_memory(spec, &job->memory, errstr, errstr_size))
                 return -1;
 
         value = json_object_get(spec, "priority");

@@ -141,12 +141,12 @@ static cq_err_t render_summary(const json_t *sum, cq_buf_t *buf)
                             : -1);
         return cq_buf_printf(
             buf,
-            "%.0f jobs: %.0f succeeded, %.0f failed, %.0f cancelled, %.0f "
-            "pending; pass rate %s; mean %.2f turns, %.2f retries; %.0f "
-            "tokens; duration p50 %s, p95 %s\n",
-            num(sum, "jobs"), num(sum, "succeeded"), num(sum, "failed"),
-            num(sum, "cancelled"), num(sum, "pending"), rate_s,
-            num(sum, "mean_turns"), num(sum, "mean_retries"),
+            "%.0f jobs: %.0f succeeded (%.0f from memory), %.0f failed, %.0f "
+            "cancelled, %.0f pending; pass rate %s; mean %.2f turns, %.2f "
+            "retries; %.0f tokens; duration p50 %s, p95 %s\n",
+            num(sum, "jobs"), num(sum, "succeeded"), num(sum, "from_memory"),
+            num(sum, "failed"), num(sum, "cancelled"), num(sum, "pending"),
+            rate_s, num(sum, "mean_turns"), num(sum, "mean_retries"),
             num(sum, "prompt_tokens") + num(sum, "completion_tokens"), p50_s,
             p95_s);
 }
@@ -154,13 +154,13 @@ static cq_err_t render_summary(const json_t *sum, cq_buf_t *buf)
 static cq_err_t
 render_table(const json_t *rows, const json_t *sum, cq_buf_t *buf)
 {
-        static const char *const headers[] = {"JOB",      "STATUS",  "TESTS",
-                                              "TURNS",    "RETRIES", "TOKENS",
-                                              "DURATION", "TITLE",   "REASON"};
+        static const char *const headers[] = {
+            "JOB",    "STATUS",   "TESTS",  "TURNS", "RETRIES",
+            "TOKENS", "DURATION", "MEMORY", "TITLE", "REASON"};
         static const int align[] = {
-            CQ_TABLE_LEFT,  CQ_TABLE_LEFT,  CQ_TABLE_RIGHT,
-            CQ_TABLE_RIGHT, CQ_TABLE_RIGHT, CQ_TABLE_RIGHT,
-            CQ_TABLE_RIGHT, CQ_TABLE_LEFT,  CQ_TABLE_LEFT};
+            CQ_TABLE_LEFT,  CQ_TABLE_LEFT,  CQ_TABLE_RIGHT, CQ_TABLE_RIGHT,
+            CQ_TABLE_RIGHT, CQ_TABLE_RIGHT, CQ_TABLE_RIGHT, CQ_TABLE_LEFT,
+            CQ_TABLE_LEFT,  CQ_TABLE_LEFT};
         cq_table_t *table;
         const json_t *row;
         size_t i;
@@ -174,8 +174,11 @@ render_table(const json_t *rows, const json_t *sum, cq_buf_t *buf)
                 const json_t *passed = json_object_get(row, "tests_passed");
                 const json_t *total = json_object_get(row, "tests_total");
                 const json_t *dur = json_object_get(row, "duration_ms");
+                const char *source = json_string_value(
+                    json_object_get(row, "memory_source_job"));
                 char tests[48], turns[32], retries[32], tokens[32], dur_s[32];
-                const char *cells[9];
+                char memory[200];
+                const char *cells[10];
 
                 if (json_is_integer(passed) && json_is_integer(total) &&
                     json_integer_value(total) > 0)
@@ -199,9 +202,19 @@ render_table(const json_t *rows, const json_t *sum, cq_buf_t *buf)
                 cells[3] = turns;
                 cells[4] = retries;
                 cells[5] = tokens;
+                /* "from JOB": finished with JOB's remembered solution, no
+                 * LLM; "hint JOB": the model was given it as a hint. */
+                if (json_is_true(json_object_get(row, "from_memory")))
+                        snprintf(memory, sizeof(memory), "from %s",
+                                 source ? source : "?");
+                else if (source)
+                        snprintf(memory, sizeof(memory), "hint %s", source);
+                else
+                        snprintf(memory, sizeof(memory), "-");
                 cells[6] = dur_s;
-                cells[7] = json_string_value(json_object_get(row, "title"));
-                cells[8] = json_string_value(json_object_get(row, "reason"));
+                cells[7] = memory;
+                cells[8] = json_string_value(json_object_get(row, "title"));
+                cells[9] = json_string_value(json_object_get(row, "reason"));
                 if (cq_table_add(table, cells))
                         goto out;
         }

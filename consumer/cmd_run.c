@@ -158,6 +158,23 @@ out:
         return rc;
 }
 
+/* Where tests with isolation "fresh" get a new interpreter. */
+typedef struct fresh_src {
+        cq_backend_t *backend;
+        int64_t startup_ms;
+} fresh_src_t;
+
+static cq_interp_t *run_new_interp(void *opaque,
+                                   const char *backend_name,
+                                   char *errstr,
+                                   size_t errstr_size)
+{
+        fresh_src_t *src = opaque;
+
+        return cq_backend_acquire(src->backend, backend_name, src->startup_ms,
+                                  errstr, errstr_size);
+}
+
 int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
 {
         const char *job_path = NULL, *out_dir = NULL;
@@ -169,6 +186,7 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
         cq_agent_opts_t opts;
         cq_agent_observer_t obs = {0};
         cq_agent_result_t result;
+        fresh_src_t fresh;
         cq_llm_conf_t conf;
         char *text = NULL, errstr[1024];
         size_t len = 0;
@@ -238,6 +256,10 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
         }
         cq_agent_opts_from_config(&opts, cfg);
         opts.cancel = &run_cancel;
+        fresh.backend = backend;
+        fresh.startup_ms = cfg->kernel_startup_timeout_s * 1000;
+        opts.new_interp = run_new_interp;
+        opts.new_interp_opaque = &fresh;
         obs.on_event = print_event;
         obs.opaque = &turn;
         signal(SIGINT, on_signal);

@@ -254,26 +254,70 @@ static void obs_event(void *opaque, const char *type, const json_t *data)
                                         type, data);
 }
 
-static int mem_lookup(void *opaque, const char *prompt, char **codep)
+/* The memory scope of \p job: its own, else the worker's default; NULL
+ * when it has none (then it neither recalls nor is remembered). */
+static const char *memory_scope(const cq_worker_t *w, const cq_job_t *job)
+{
+        if (job->memory.scope)
+                return job->memory.scope;
+        if (w->cfg->memory_scope && *w->cfg->memory_scope)
+                return w->cfg->memory_scope;
+        return NULL;
+}
+
+/* The model that answers \p job. */
+static const char *job_model(const cq_worker_t *w, const cq_job_t *job)
+{
+        return job->model ? job->model : w->cfg->llm_model;
+}
+
+static int
+mem_lookup(void *opaque, const char *prompt, cq_agent_recall_t *recall)
 {
         job_ctx_t *ctx = opaque;
+        const cq_worker_t *w = ctx->slot->w;
+        const char *scope = memory_scope(w, ctx->job);
         cq_solution_t sol;
         bool found = false;
+        int rc = -1;
 
-        *codep = NULL;
+        if (!scope)
+                return 0;
         cq_solution_init(&sol);
-        if (cq_store_recall(ctx->slot->store, prompt, -1, &sol, &found) !=
-            CQ_OK) {
-                cq_solution_release(&sol);
-                return -1;
-        }
-        if (found && sol.code) {
-                cq_log_kv(CQ_LOG_INFO, "recalled a similar solved problem",
-                          "job_id", ctx->job->job_id, "from", sol.job_id, NULL);
-                *codep = strdup(sol.code);
-        }
+        if (cq_store_recall(
+                ctx->slot->store, scope,
+                ctx->job->memory.cross_model ? NULL : job_model(w, ctx->job),
+                prompt, -1, &sol, &found) != CQ_OK)
+                goto out;
+        rc = 0;
+        if (!found || !sol.code)
+                goto out;
+        cq_log_kv(CQ_LOG_INFO, "recalled a similar solved problem", "job_id",
+                  ctx->job->job_id, "from", sol.job_id, "scope", scope, NULL);
+        recall->code = sol.code;
+        recall->source_job = sol.job_id;
+        recall->model = sol.model;
+        recall->similarity = sol.similarity;
+        recall->scope = strdup(scope);
+        sol.code = sol.job_id = sol.model = NULL; /* recall owns them now */
+        if (!recall->scope)
+                rc = -1;
+out:
         cq_solution_release(&sol);
-        return 0;
+        return rc;
+}
+
+/* A new interpreter for tests that run in a fresh one. */
+static cq_interp_t *slot_new_interp(void *opaque,
+                                    const char *backend,
+                                    char *errstr,
+                                    size_t errstr_size)
+{
+        slot_t *slot = opaque;
+
+        return cq_backend_acquire(slot->w->backend, backend,
+                                  slot->w->cfg->kernel_startup_timeout_s * 1000,
+                                  errstr, errstr_size);
 }
 
 static void
@@ -394,8 +438,11 @@ static void finish_job(slot_t *slot,
                                   "error", cq_store_errmsg(slot->store), NULL);
         }
         report = json_pack(
-            "{s:b, s:I, s:I, s:O?, s:s?, s:i, s:s?}", "from_memory",
-            res->from_memory, "cells", (json_int_t)res->cells, "duration_ms",
+            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:s?, s:i, s:s?}",
+            "from_memory", res->from_memory, "memory_source_job",
+            res->memory_source_job, "memory_scope",
+            res->memory_source_job ? memory_scope(slot->w, job) : NULL,
+            "cells", (json_int_t)res->cells, "duration_ms",
             (json_int_t)res->duration_ms, "tests", res->tests, "last_error",
             res->last_error, "attempt", attempt, "sandbox", sandbox);
         memset(&fin, 0, sizeof(fin));
@@ -450,12 +497,18 @@ static void finish_job(slot_t *slot,
         if (slot->w->relay)
                 cq_relay_kick(slot->w->relay);
         publish(slot, job->job_id, "job.finished",
-                json_pack("{s:s, s:s?, s:I, s:I}", "status", status, "reason",
-                          res->reason, "turns", (json_int_t)res->turns,
-                          "duration_ms", (json_int_t)res->duration_ms));
+                json_pack("{s:s, s:s?, s:I, s:I, s:b, s:s?}", "status", status,
+                          "reason", res->reason, "turns",
+                          (json_int_t)res->turns, "duration_ms",
+                          (json_int_t)res->duration_ms, "from_memory",
+                          res->from_memory, "memory_source_job",
+                          res->memory_source_job));
         if (res->status == CQ_AGENT_SUCCEEDED && !res->from_memory &&
+            job->memory.remember && memory_scope(slot->w, job) &&
             res->solution && *res->solution &&
-            cq_store_remember(slot->store, job->job_id, job->prompt,
+            cq_store_remember(slot->store, job->job_id,
+                              memory_scope(slot->w, job),
+                              job_model(slot->w, job), job->prompt,
                               res->solution, res->answer) != CQ_OK)
                 cq_log_kv(CQ_LOG_WARN, "could not remember the solution",
                           "job_id", job->job_id, "error",
@@ -609,7 +662,12 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         cq_agent_opts_from_config(&opts, w->cfg);
         opts.cancel = &slot->cancel;
         opts.stop = &w->stop_jobs;
-        if (cq_agent_run(&job, interp, slot->llm, &opts, &obs, &mem,
+        opts.new_interp = slot_new_interp;
+        opts.new_interp_opaque = slot;
+        /* Memory only inside a scope the job (or the worker) names. */
+        if (cq_agent_run(&job, interp, slot->llm, &opts, &obs,
+                         job.memory.recall && memory_scope(w, &job) ? &mem
+                                                                    : NULL,
                          start.history ? &start : NULL, nb, &res) != CQ_OK) {
                 cq_log_kv(CQ_LOG_ERROR, "the agent could not run", "job_id",
                           job.job_id, NULL);

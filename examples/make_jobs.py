@@ -3,7 +3,9 @@
 
 Run from anywhere: /usr/bin/python3 examples/make_jobs.py. The CSV is
 embedded as content_b64 so every job message is self-contained, as an
-upstream producer would publish it.
+upstream producer would publish it. Every job names the episodic memory
+scope "demo", so a second demo run recalls the first one's solutions
+(jobs without a scope never recall nor are remembered).
 """
 import base64
 import json
@@ -11,6 +13,7 @@ import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = "demo"
+MEMORY = {"scope": "demo"}
 with open(os.path.join(HERE, "data", "sales.csv"), "rb") as f:
     SALES = {"name": "sales.csv", "content_b64": base64.b64encode(f.read()).decode()}
 
@@ -165,5 +168,5 @@ JOBS = [
 
 with open(os.path.join(HERE, "jobs.jsonl"), "w") as out:
     for job in JOBS:
-        job = dict(job, run_id=RUN, task_id="demo")
+        job = dict(job, run_id=RUN, task_id="demo", memory=MEMORY)
         out.write(json.dumps(job, ensure_ascii=False) + "\n")

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* memory.c - episodic memory: solved problems kept with their code and
- * answer, recalled for a new prompt by pg_trgm similarity (GIN index on
- * the prompt; the % operator uses the threshold set for the lookup). */
+ * answer per scope and model, recalled for a new prompt by pg_trgm
+ * similarity (GIN index on the prompt; the % operator uses the threshold
+ * set for the lookup) inside one scope only. */
 #include "store_int.h"
 
 #include <stdio.h>
@@ -9,30 +10,35 @@
 #include <string.h>
 
 static const char SQL_REMEMBER[] =
-    "INSERT INTO solutions (job_id, prompt, code, answer)"
-    " VALUES ($1, $2, $3, $4)"
+    "INSERT INTO solutions (job_id, prompt, code, answer, scope, model)"
+    " VALUES ($1, $2, $3, $4, $5, $6)"
     " ON CONFLICT (job_id) DO UPDATE SET prompt = EXCLUDED.prompt,"
-    " code = EXCLUDED.code, answer = EXCLUDED.answer";
+    " code = EXCLUDED.code, answer = EXCLUDED.answer,"
+    " scope = EXCLUDED.scope, model = EXCLUDED.model";
 
 static const char SQL_THRESHOLD[] =
     "SELECT set_config('pg_trgm.similarity_threshold', $1, true)";
 
 static const char SQL_RECALL[] =
-    "SELECT job_id, prompt, code, answer, similarity(prompt, $1)::text"
-    " FROM solutions WHERE prompt % $1"
+    "SELECT job_id, prompt, code, answer, similarity(prompt, $1)::text,"
+    " model FROM solutions WHERE prompt % $1 AND scope = $2"
+    " AND ($3::text IS NULL OR model = $3)"
     " ORDER BY similarity(prompt, $1) DESC, solution_id DESC LIMIT 1";
 
 cq_err_t cq_store_remember(cq_store_t *store,
                            const char *job_id,
+                           const char *scope,
+                           const char *model,
                            const char *prompt,
                            const char *code,
                            const char *answer)
 {
         store_params_t sp;
 
-        if (!prompt || !*prompt || !code) {
+        if (!prompt || !*prompt || !code || !scope || !*scope || !model) {
                 store_set_error(store, "could not remember a solution: "
-                                       "prompt and code are required");
+                                       "scope, model, prompt and code are "
+                                       "required");
                 return CQ_ERR_FATAL;
         }
         sp_init(&sp);
@@ -40,6 +46,8 @@ cq_err_t cq_store_remember(cq_store_t *store,
         sp_text(&sp, prompt);
         sp_text(&sp, code);
         sp_text(&sp, answer);
+        sp_text(&sp, scope);
+        sp_text(&sp, model);
         return store_exec(store, "remember a solution", SQL_REMEMBER, &sp, 0,
                           job_id != NULL, NULL);
 }
@@ -52,10 +60,13 @@ void cq_solution_release(cq_solution_t *sol)
         free(sol->prompt);
         free(sol->code);
         free(sol->answer);
+        free(sol->model);
         cq_solution_init(sol);
 }
 
 cq_err_t cq_store_recall(cq_store_t *store,
+                         const char *scope,
+                         const char *model,
                          const char *prompt,
                          double threshold,
                          cq_solution_t *sol,
@@ -70,9 +81,11 @@ cq_err_t cq_store_recall(cq_store_t *store,
         *foundp = false;
         if (threshold < 0)
                 threshold = store->opts.memory_threshold;
-        if (!(threshold >= 0 && threshold <= 1) || !prompt) {
-                store_set_error(store, "could not recall a solution: the "
-                                       "threshold must be within 0..1");
+        if (!(threshold >= 0 && threshold <= 1) || !prompt || !scope ||
+            !*scope) {
+                store_set_error(store, "could not recall a solution: a "
+                                       "prompt, a scope and a threshold "
+                                       "within 0..1 are required");
                 return CQ_ERR_FATAL;
         }
         snprintf(num, sizeof(num), "%.6f", threshold);
@@ -87,6 +100,8 @@ cq_err_t cq_store_recall(cq_store_t *store,
                 goto out;
         sp_init(&sp);
         sp_text(&sp, prompt);
+        sp_text(&sp, scope);
+        sp_text(&sp, model);
         err = store_exec(store, "recall a solution", SQL_RECALL, &sp, 0, false,
                          &res);
         if (err != CQ_OK)
@@ -99,6 +114,7 @@ cq_err_t cq_store_recall(cq_store_t *store,
         sol->code = store_strdup_value(res, 0, 2, &oom);
         sol->answer = store_strdup_value(res, 0, 3, &oom);
         sol->similarity = strtod(PQgetvalue(res, 0, 4), NULL);
+        sol->model = store_strdup_value(res, 0, 5, &oom);
         if (oom) {
                 store_set_error(store, "could not recall a solution: out of "
                                        "memory");

@@ -53,6 +53,7 @@ typedef struct fixture {
         cq_nb_t *nb;
         cq_agent_opts_t opts;
         cq_agent_result_t result;
+        int fresh_made; /* interpreters made for fresh tests */
         char model[128];
         char script[96]; /* the test's script name, per backend */
 } fixture_t;
@@ -75,6 +76,21 @@ static cq_interp_t *new_interp(void)
         interp = cq_local_interp_new(&lo, err, sizeof(err));
         ck_assert_msg(interp != NULL, "no kernel: %s", err);
         return interp;
+}
+
+/* Fresh interpreters for tests.isolation "fresh", on the test's backend. */
+static cq_interp_t *fixture_new_interp(void *opaque,
+                                       const char *backend,
+                                       char *errstr,
+                                       size_t errstr_size)
+{
+        int *made = opaque;
+
+        (void)backend;
+        (void)errstr;
+        (void)errstr_size;
+        ++*made;
+        return new_interp();
 }
 
 /* Register \p steps (a JSON text) as script \p name and prepare a job. */
@@ -113,6 +129,8 @@ static void fixture_init(fixture_t *fx, const char *name, const char *steps)
         cq_agent_opts_init(&fx->opts);
         fx->opts.cell_timeout_s = 20;
         fx->opts.job_timeout_s = 120;
+        fx->opts.new_interp = fixture_new_interp;
+        fx->opts.new_interp_opaque = &fx->fresh_made;
         cq_agent_result_init(&fx->result);
 }
 
@@ -372,6 +390,106 @@ START_TEST(tests_never_pass_fails)
 }
 END_TEST
 
+/* The isolation recorded in the last test report. */
+static const char *report_isolation(const fixture_t *fx)
+{
+        return json_string_value(
+            json_object_get(fx->result.tests, "isolation"));
+}
+
+START_TEST(fresh_tests_run_on_the_successful_cells_alone)
+{
+        fixture_t fx;
+
+        /* k is set by a cell that then raises: not part of the solution.
+         * The job's kernel has k, so kernel-isolated tests would pass; a
+         * fresh interpreter replays only the successful cell, which needs
+         * k and fails before defining sq. The fix stands alone and passes
+         * although the old cell still fails in the replay. */
+        use_backend(_i);
+        fixture_init(&fx, "fresh_tests",
+                     "[{\"tool_calls\":[{\"code\":\"k = 3\\n"
+                     "raise RuntimeError('oops')\"}]},"
+                     "{\"tool_calls\":[{\"code\":\"y = k * 2\\n"
+                     "def sq(x):\\n    return x * x\"}]},"
+                     "{\"content\":\"sq is defined.\"},"
+                     "{\"tool_calls\":[{\"code\":\"k = 3\\ny = k * 2\\n"
+                     "def sq(x):\\n    return x * x\"}]},"
+                     "{\"content\":\"now it stands alone.\"}]");
+        set_tests(&fx);
+        fx.job.tests_fresh = true;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        /* one failed cell and one failed test run */
+        ck_assert_int_eq(fx.result.retries, 2);
+        ck_assert_int_eq(fx.result.turns, 5);
+        ck_assert(history_has(fx.result.history, "user",
+                              "in a fresh interpreter, cell 1 of the "
+                              "solution's 1 failed (NameError: name 'k' is "
+                              "not defined)"));
+        ck_assert_int_eq(fx.result.tests_passed, 2);
+        ck_assert_str_eq(report_isolation(&fx), "fresh");
+        ck_assert_int_eq(fx.fresh_made, 2);
+        fixture_release(&fx);
+
+        /* The same conversation with tests in the job's kernel passes at
+         * the first answer: the state the failed cell left counts. */
+        fixture_init(&fx, "kernel_tests",
+                     "[{\"tool_calls\":[{\"code\":\"k = 3\\n"
+                     "raise RuntimeError('oops')\"}]},"
+                     "{\"tool_calls\":[{\"code\":\"y = k * 2\\n"
+                     "def sq(x):\\n    return x * x\"}]},"
+                     "{\"content\":\"sq is defined.\"}]");
+        set_tests(&fx);
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_int_eq(fx.result.retries, 1);
+        ck_assert_str_eq(report_isolation(&fx), "kernel");
+        ck_assert_int_eq(fx.fresh_made, 0);
+        fixture_release(&fx);
+}
+END_TEST
+
+START_TEST(hanging_or_killing_tests_fail_with_a_reason)
+{
+        fixture_t fx;
+
+        use_backend(_i);
+        fixture_init(&fx, "tests_hang",
+                     "[{\"tool_calls\":[{\"code\":\"def sq(x):\\n"
+                     "    while True:\\n        pass\"}]},"
+                     "{\"content\":\"done\"}]");
+        set_tests(&fx);
+        fx.job.limits.test_timeout_s = 2;
+        fx.job.limits.max_retries = 0;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_msg(strstr(fx.result.reason,
+                             "the tests did not finish within 2 s "
+                             "(limits.test_timeout_s)"),
+                      "%s", fx.result.reason);
+        ck_assert_int_eq(fx.result.tests_passed, 0);
+        fixture_release(&fx);
+
+        fixture_init(&fx, "tests_kill",
+                     "[{\"tool_calls\":[{\"code\":\"import os\\n"
+                     "def sq(x):\\n    os._exit(3)\"}]},"
+                     "{\"content\":\"done\"}]");
+        set_tests(&fx);
+        fx.job.tests_fresh = true;
+        fx.job.limits.max_retries = 0;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        /* E2B reports a lost sandbox as the cell's error, not a death. */
+        ck_assert_msg(strstr(fx.result.reason,
+                             on_e2b ? "connections was lost"
+                                    : "the kernel died while the tests ran "
+                                      "in a fresh interpreter"),
+                      "%s", fx.result.reason);
+        fixture_release(&fx);
+}
+END_TEST
+
 START_TEST(two_tool_calls_both_answered_in_order)
 {
         fixture_t fx;
@@ -539,11 +657,16 @@ START_TEST(old_tool_outputs_are_elided_near_the_window)
 }
 END_TEST
 
-static int memory_lookup(void *opaque, const char *prompt, char **codep)
+static int
+memory_lookup(void *opaque, const char *prompt, cq_agent_recall_t *recall)
 {
         (void)opaque;
         ck_assert_msg(strstr(prompt, "Compute things"), "%s", prompt);
-        *codep = strdup("def sq(x):\n    return x ** 2\n");
+        recall->code = strdup("def sq(x):\n    return x ** 2\n");
+        recall->source_job = strdup("solved-before");
+        recall->scope = strdup("team");
+        recall->model = strdup("some-model");
+        recall->similarity = 0.75;
         return 0;
 }
 
@@ -559,6 +682,9 @@ START_TEST(memory_hit_skips_the_llm)
         fixture_run(&fx, NULL, &mem, NULL);
         ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
         ck_assert(fx.result.from_memory);
+        ck_assert_str_eq(fx.result.memory_source_job, "solved-before");
+        ck_assert_msg(strstr(fx.result.answer, "job solved-before"), "%s",
+                      fx.result.answer);
         ck_assert_int_eq(fx.result.turns, 0);
         ck_assert_int_eq(fx.result.tests_passed, 2);
         reqs = requests_for(fx.script);
@@ -701,6 +827,10 @@ static Suite *agent_suite(void)
         tcase_add_loop_test(tc, turn_limit_fails, 0, 2);
         tcase_add_loop_test(tc, tests_fail_then_pass, 0, 2);
         tcase_add_loop_test(tc, tests_never_pass_fails, 0, 2);
+        tcase_add_loop_test(tc, fresh_tests_run_on_the_successful_cells_alone,
+                            0, 2);
+        tcase_add_loop_test(tc, hanging_or_killing_tests_fail_with_a_reason, 0,
+                            2);
         tcase_add_loop_test(tc, two_tool_calls_both_answered_in_order, 0, 2);
         tcase_add_loop_test(tc, rate_limited_then_success, 0, 2);
         tcase_add_loop_test(tc, unauthorized_fails_at_once, 0, 2);

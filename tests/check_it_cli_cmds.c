@@ -555,6 +555,13 @@ static void make_run(cq_store_t *store)
         claim(store, "j2");
         finish(store, "j1", &ok);
         finish(store, "j2", &bad);
+        /* j1 was finished from memory; j2's model had a hint from j0 */
+        qexec("UPDATE results SET report = '{\"from_memory\": true, "
+              "\"memory_source_job\": \"j0\"}' WHERE job_id = $1",
+              "j1");
+        qexec("UPDATE results SET report = '{\"from_memory\": false, "
+              "\"memory_source_job\": \"j0\"}' WHERE job_id = $1",
+              "j2");
 }
 
 START_TEST(results_table_json_csv)
@@ -581,11 +588,13 @@ START_TEST(results_table_json_csv)
         ck_assert_str_eq(
             run.out,
             "job_id,title,status,reason,attempts,turns,retries,tests_passed,"
-            "tests_total,total_tokens,duration_ms,sandbox\r\n"
-            "j1,First,succeeded,,1,3,1,2,2,150,1500,bwrap+uid-per-kernel\r\n"
+            "tests_total,total_tokens,duration_ms,from_memory,"
+            "memory_source_job,sandbox\r\n"
+            "j1,First,succeeded,,1,3,1,2,2,150,1500,true,j0,"
+            "bwrap+uid-per-kernel\r\n"
             "j2,\"Second, \"\"quoted\"\"\",failed,\"bad, \"\"quoted\"\" "
-            "value\",1,5,2,0,2,300,2500,off\r\n"
-            "j3,,queued,,0,0,0,,,0,,\r\n");
+            "value\",1,5,2,0,2,300,2500,false,j0,off\r\n"
+            "j3,,queued,,0,0,0,,,0,,,,\r\n");
         cli_release(&run);
 
         cli(&run, NULL, json_args);
@@ -614,15 +623,16 @@ START_TEST(results_table_json_csv)
         ck_assert_str_eq(
             run.out,
             "run r1\n"
-            "JOB  STATUS     TESTS  TURNS  RETRIES  TOKENS  DURATION  TITLE"
-            "             REASON\n"
-            "j1   succeeded    2/2      3        1     150      1.5s  First"
-            "             -\n"
-            "j2   failed       0/2      5        2     300      2.5s  Second, "
-            "\"quoted\"  bad, \"quoted\" value\n"
+            "JOB  STATUS     TESTS  TURNS  RETRIES  TOKENS  DURATION  MEMORY"
+            "   TITLE             REASON\n"
+            "j1   succeeded    2/2      3        1     150      1.5s  from j0"
+            "  First             -\n"
+            "j2   failed       0/2      5        2     300      2.5s  hint j0"
+            "  Second, \"quoted\"  bad, \"quoted\" value\n"
             "j3   queued         -      0        0       0         -  -"
-            "                 -\n"
-            "3 jobs: 1 succeeded, 1 failed, 0 cancelled, 1 pending; pass rate "
+            "        -                 -\n"
+            "3 jobs: 1 succeeded (1 from memory), 1 failed, 0 cancelled, 1 "
+            "pending; pass rate "
             "50.0%; mean 4.00 turns, 1.50 retries; 450 tokens; duration p50 "
             "2.0s, p95 2.4s\n");
         cli_release(&run);

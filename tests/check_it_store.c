@@ -1642,13 +1642,15 @@ END_TEST
 
 START_TEST(memory_recalls_similar_not_unrelated)
 {
+        static const char fact_prompt[] = "Compute the factorial of a number "
+                                          "n with a recursive function";
         cq_store_t *store = store_for("w", 120);
         cq_solution_t sol;
         bool found;
 
         add_job(store, "m1", 0, NULL, NULL);
         ck_assert_int_eq(
-            cq_store_remember(store, "m1",
+            cq_store_remember(store, "m1", "s1", "model-a",
                               "Write a function that computes the factorial "
                               "of a number n recursively",
                               "def fact(n):\n    return 1 if n < 2 else n * "
@@ -1656,46 +1658,74 @@ START_TEST(memory_recalls_similar_not_unrelated)
                               "fact(5) = 120"),
             CQ_OK);
         ck_assert_int_eq(
-            cq_store_remember(store, NULL,
+            cq_store_remember(store, NULL, "s1", "model-a",
                               "Load the titanic CSV and plot a histogram of "
                               "passenger ages",
                               "df.age.hist()", NULL),
             CQ_OK);
         ck_assert_int_eq(
-            cq_store_remember(store, NULL,
+            cq_store_remember(store, NULL, "s1", "model-a",
                               "Solve the linear system Ax = b with numpy",
                               "np.linalg.solve(A, b)", NULL),
             CQ_OK);
         cq_solution_init(&sol);
-        ck_assert_int_eq(
-            cq_store_recall(store,
-                            "Compute the factorial of a number n with a "
-                            "recursive function",
-                            -1, &sol, &found),
-            CQ_OK);
+        ck_assert_int_eq(cq_store_recall(store, "s1", "model-a", fact_prompt,
+                                         -1, &sol, &found),
+                         CQ_OK);
         ck_assert(found);
         ck_assert_str_eq(sol.job_id, "m1");
+        ck_assert_str_eq(sol.model, "model-a");
         ck_assert_ptr_nonnull(strstr(sol.code, "def fact"));
         ck_assert_str_eq(sol.answer, "fact(5) = 120");
         ck_assert(sol.similarity >= 0.3 && sol.similarity <= 1.0);
         cq_solution_release(&sol);
-        ck_assert_int_eq(cq_store_recall(store,
+        /* Any model (cross-model recall) finds it too. */
+        ck_assert_int_eq(
+            cq_store_recall(store, "s1", NULL, fact_prompt, -1, &sol, &found),
+            CQ_OK);
+        ck_assert(found);
+        cq_solution_release(&sol);
+        /* Another model in the same scope, or another scope: nothing. */
+        ck_assert_int_eq(cq_store_recall(store, "s1", "model-b", fact_prompt,
+                                         -1, &sol, &found),
+                         CQ_OK);
+        ck_assert(!found);
+        ck_assert_int_eq(cq_store_recall(store, "s2", "model-a", fact_prompt,
+                                         -1, &sol, &found),
+                         CQ_OK);
+        ck_assert(!found);
+        ck_assert_int_eq(
+            cq_store_recall(store, "s2", NULL, fact_prompt, -1, &sol, &found),
+            CQ_OK);
+        ck_assert(!found);
+        /* Rows without a scope (remembered before scopes existed) are
+         * never recalled. */
+        /* A stricter threshold turns a near match away. */
+        ck_assert_int_eq(cq_store_recall(store, "s1", "model-a", fact_prompt,
+                                         0.99, &sol, &found),
+                         CQ_OK);
+        ck_assert(!found);
+        qexec("UPDATE solutions SET scope = NULL");
+        ck_assert_int_eq(
+            cq_store_recall(store, "s1", NULL, fact_prompt, -1, &sol, &found),
+            CQ_OK);
+        ck_assert(!found);
+        ck_assert_int_eq(cq_store_recall(store, "s1", "model-a",
                                          "Fetch the weather forecast for "
                                          "Paris from an HTTP API",
                                          -1, &sol, &found),
                          CQ_OK);
         ck_assert(!found);
         ck_assert_ptr_null(sol.prompt);
-        /* A stricter threshold turns a near match away. */
         ck_assert_int_eq(
-            cq_store_recall(store,
-                            "Compute the factorial of a number n with a "
-                            "recursive function",
-                            0.99, &sol, &found),
-            CQ_OK);
-        ck_assert(!found);
-        ck_assert_int_eq(cq_store_recall(store, "x", 1.5, &sol, &found),
-                         CQ_ERR_FATAL);
+            cq_store_recall(store, "s1", NULL, "x", 1.5, &sol, &found),
+            CQ_ERR_FATAL);
+        ck_assert_int_eq(
+            cq_store_recall(store, NULL, NULL, "x", -1, &sol, &found),
+            CQ_ERR_FATAL);
+        ck_assert_int_eq(
+            cq_store_remember(store, NULL, NULL, "model-a", "p", "c", NULL),
+            CQ_ERR_FATAL);
         cq_store_destroy(&store);
 }
 END_TEST
@@ -1709,9 +1739,10 @@ START_TEST(run_queries_for_people)
         json_t *value;
         bool found;
         static const char *const keys[] = {
-            "job_id",      "title",        "status",      "reason",
-            "attempts",    "turns",        "retries",     "tests_passed",
-            "tests_total", "total_tokens", "duration_ms", "sandbox"};
+            "job_id",           "title",        "status",      "reason",
+            "attempts",         "turns",        "retries",     "tests_passed",
+            "tests_total",      "total_tokens", "duration_ms", "from_memory",
+            "memory_source_job", "sandbox"};
         size_t i;
 
         add_job(store, "a", 3, NULL, "run1");

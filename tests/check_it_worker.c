@@ -1030,6 +1030,245 @@ START_TEST(nul_output_kept_and_refused_checkpoint_fails_job)
 }
 END_TEST
 
+/* ---------------------------------------------- memory and test rules */
+
+static const char sq_tests[] =
+    "\"tests\":{\"kind\":\"cases\",\"function\":\"sq\",\"cases\":["
+    "{\"args\":[3],\"expected\":9},{\"args\":[-2],\"expected\":4}]}";
+
+static const char sq_steps[] =
+    "[{\"tool_calls\":[{\"code\":\"def sq(x):\\n    return x * x\"}]},"
+    "{\"content\":\"sq is defined.\"}]";
+
+/* Job id \p n of this test. */
+static void job_id(int n, char *out, size_t size)
+{
+        snprintf(out, size, "%s-%03d", prefix, n);
+}
+
+/* Submit job \p n and wait until \p total jobs finished. */
+static void submit_wait(
+    rd_kafka_t *rk, int n, const char *script, const char *extra, long total)
+{
+        submit(rk, n, script, extra);
+        rd_kafka_flush(rk, 10000);
+        wait_finished(total, WAIT_MS);
+}
+
+/* A long from SQL about job \p n (the job id is the parameter). */
+static long job_long(int n, const char *sql)
+{
+        char id[192];
+
+        job_id(n, id, sizeof(id));
+        return kt_pg_long(dsn, sql, id);
+}
+
+/* Whether job \p n succeeded from the memory of job \p from, as the
+ * results table, the job_overview view and run_summary say. */
+static bool from_memory_of(int n, int from)
+{
+        char sql[512], src[192];
+
+        job_id(from, src, sizeof(src));
+        snprintf(sql, sizeof(sql),
+                 "SELECT count(*) FROM job_overview o JOIN results r USING "
+                 "(job_id) WHERE o.job_id = $1 AND o.status = 'succeeded' "
+                 "AND o.from_memory AND r.from_memory AND o.turns = 0 AND "
+                 "o.memory_source_job = '%s'",
+                 src);
+        return job_long(n, sql) == 1;
+}
+
+static long llm_calls_of(const char *script)
+{
+        json_t *all = cq_fake_llm_requests(fake), *req;
+        size_t i;
+        long n = 0;
+
+        json_array_foreach(all, i, req)
+        {
+                const char *name =
+                    json_string_value(json_object_get(req, "script"));
+
+                if (name && strcmp(name, script) == 0)
+                        n++;
+        }
+        json_decref(all);
+        return n;
+}
+
+/* The completion event of job \p n, read from the results topic. */
+static json_t *completion_event(int n)
+{
+        char topic[256], id[192];
+        json_t *event = NULL;
+        int waited;
+
+        job_id(n, id, sizeof(id));
+        snprintf(topic, sizeof(topic), "%s.results", prefix);
+        for (waited = 0; waited < 60000 && !event; waited += 2000) {
+                kt_msg_t *msgs = NULL;
+                size_t got, i;
+
+                got = kt_consume(brokers, topic, 1, 64, 2000, &msgs);
+                for (i = 0; i < got && !event; i++)
+                        if (msgs[i].key && strcmp(msgs[i].key, id) == 0)
+                                event = json_loads(msgs[i].value, 0, NULL);
+                kt_msgs_free(msgs, got);
+        }
+        ck_assert_msg(event != NULL, "no completion event for %s", id);
+        return event;
+}
+
+START_TEST(memory_only_inside_a_named_scope_and_model)
+{
+        worker_t w;
+        rd_kafka_t *rk;
+        char extra[1024], src[192];
+        json_t *event;
+        int n = 0;
+
+        fresh("memscope");
+        register_script("mem-a", sq_steps);
+        register_script("mem-b", sq_steps);
+        rk = kt_producer(brokers);
+        child_slots = "1";
+        start_worker(&w, "m1", "30");
+
+        /* No scope: the second job of the same task gets no memory. */
+        snprintf(extra, sizeof(extra), "%s", sq_tests);
+        submit_wait(rk, ++n, "mem-a", extra, 1);
+        submit_wait(rk, ++n, "mem-a", extra, 2);
+        ck_assert_int_eq(count_status("succeeded"), 2);
+        ck_assert_int_eq(
+            job_long(2, "SELECT count(*) FROM job_overview WHERE job_id = $1 "
+                        "AND NOT from_memory AND memory_source_job IS NULL "
+                        "AND turns = 2"),
+            1);
+        ck_assert_int_eq(
+            kt_pg_long(dsn, "SELECT count(*) FROM solutions", NULL), 0);
+        ck_assert_int_eq(llm_calls_of("mem-a"), 4);
+
+        /* A scope, same model: recalled and finished with no LLM call. */
+        snprintf(extra, sizeof(extra), "%s,\"memory\":{\"scope\":\"team\"}",
+                 sq_tests);
+        submit_wait(rk, ++n, "mem-a", extra, 3);
+        ck_assert_int_eq(
+            kt_pg_long(dsn,
+                       "SELECT count(*) FROM solutions WHERE scope = 'team' "
+                       "AND model = 'script:mem-a'",
+                       NULL),
+            1);
+        submit_wait(rk, ++n, "mem-a", extra, 4);
+        ck_assert_msg(from_memory_of(4, 3), "job 4 not from the memory of 3");
+        ck_assert_int_eq(llm_calls_of("mem-a"), 6);
+        event = completion_event(4);
+        job_id(3, src, sizeof(src));
+        ck_assert(json_is_true(json_object_get(event, "from_memory")));
+        ck_assert_str_eq(
+            json_string_value(json_object_get(event, "memory_source_job")),
+            src);
+        json_decref(event);
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT from_memory FROM run_summary "
+                                    "WHERE run_id = $1",
+                                    prefix),
+                         1);
+
+        /* Another model in the scope: no recall and no hint ... */
+        submit_wait(rk, ++n, "mem-b", extra, 5);
+        ck_assert_int_eq(
+            job_long(5, "SELECT count(*) FROM job_overview WHERE job_id = $1 "
+                        "AND status = 'succeeded' AND NOT from_memory AND "
+                        "memory_source_job IS NULL AND turns = 2"),
+            1);
+        ck_assert_int_eq(
+            job_long(5, "SELECT count(*) FROM job_messages WHERE job_id = $1 "
+                        "AND message->>'content' LIKE '%episodic memory%'"),
+            0);
+        /* ... unless the job allows cross-model recall. */
+        snprintf(extra, sizeof(extra),
+                 "%s,\"memory\":{\"scope\":\"team\",\"cross_model\":true}",
+                 sq_tests);
+        submit_wait(rk, ++n, "mem-b", extra, 6);
+        ck_assert_int_eq(job_long(6, "SELECT count(*) FROM job_overview "
+                                     "WHERE job_id = $1 AND from_memory"),
+                         1);
+        ck_assert_int_eq(llm_calls_of("mem-b"), 2);
+        /* Another scope sees none of it. */
+        snprintf(extra, sizeof(extra), "%s,\"memory\":{\"scope\":\"other\"}",
+                 sq_tests);
+        submit_wait(rk, ++n, "mem-a", extra, 7);
+        ck_assert_int_eq(job_long(7, "SELECT count(*) FROM job_overview "
+                                     "WHERE job_id = $1 AND NOT from_memory "
+                                     "AND memory_source_job IS NULL"),
+                         1);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+        child_slots = "2";
+        kt_producer_destroy(rk);
+}
+END_TEST
+
+START_TEST(fresh_tests_and_test_deadlines)
+{
+        worker_t w;
+        rd_kafka_t *rk;
+        char extra[1024];
+
+        fresh("testrules");
+        /* sq needs k, which only a failed cell set: in the job's kernel
+         * the tests pass, in a fresh interpreter they cannot. */
+        register_script(
+            "state-outside",
+            "[{\"tool_calls\":[{\"code\":\"k = 3\\nraise RuntimeError("
+            "'later')\"}]},"
+            "{\"tool_calls\":[{\"code\":\"y = k\\ndef sq(x):\\n"
+            "    return x * x\"}]},"
+            "{\"content\":\"sq is defined.\"}]");
+        register_script("hangs", "[{\"tool_calls\":[{\"code\":\"def sq(x):\\n"
+                                 "    while True:\\n        pass\"}]},"
+                                 "{\"content\":\"sq is defined.\"}]");
+        rk = kt_producer(brokers);
+        start_worker(&w, "t1", "30");
+        snprintf(extra, sizeof(extra),
+                 "%.*s,\"isolation\":\"fresh\"},\"limits\":{\"max_retries\":1}",
+                 (int)strlen(sq_tests) - 1, sq_tests);
+        submit(rk, 1, "state-outside", extra);
+        snprintf(extra, sizeof(extra), "%.*s},\"limits\":{\"max_retries\":1}",
+                 (int)strlen(sq_tests) - 1, sq_tests);
+        submit(rk, 2, "state-outside", extra);
+        snprintf(extra, sizeof(extra),
+                 "%s,\"limits\":{\"test_timeout_s\":2,\"max_retries\":0}",
+                 sq_tests);
+        submit(rk, 3, "hangs", extra);
+        rd_kafka_flush(rk, 10000);
+        wait_finished(3, WAIT_MS);
+
+        ck_assert_int_eq(
+            job_long(1, "SELECT count(*) FROM jobs j JOIN results r USING "
+                        "(job_id) WHERE j.job_id = $1 AND j.status = "
+                        "'failed' AND j.reason LIKE '%in a fresh interpreter, "
+                        "cell 1 of the solution''s 1 failed (NameError: name "
+                        "''k'' is not defined)%' AND "
+                        "r.report->'tests'->>'isolation' = 'fresh'"),
+            1);
+        ck_assert_int_eq(
+            job_long(2, "SELECT count(*) FROM jobs j JOIN results r USING "
+                        "(job_id) WHERE j.job_id = $1 AND j.status = "
+                        "'succeeded' AND r.report->'tests'->>'isolation' = "
+                        "'kernel'"),
+            1);
+        ck_assert_int_eq(
+            job_long(3, "SELECT count(*) FROM jobs WHERE job_id = $1 AND "
+                        "status = 'failed' AND reason LIKE '%the tests did "
+                        "not finish within 2 s (limits.test_timeout_s)%'"),
+            1);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+        kt_producer_destroy(rk);
+}
+END_TEST
+
 static Suite *worker_suite(void)
 {
         Suite *s = suite_create("worker");
@@ -1047,6 +1286,14 @@ static Suite *worker_suite(void)
         tcase_add_test(tc, idle_slots_poll_once_per_worker);
         tcase_add_test(tc, broker_and_database_outages_lose_nothing);
         tcase_add_test(tc, nul_output_kept_and_refused_checkpoint_fails_job);
+        suite_add_tcase(s, tc);
+        /* Evaluation rules: CK_RUN_CASE=eval runs them alone. */
+        tc = tcase_create("eval");
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_add_checked_fixture(tc, NULL, kill_leftovers);
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, memory_only_inside_a_named_scope_and_model);
+        tcase_add_test(tc, fresh_tests_and_test_deadlines);
         suite_add_tcase(s, tc);
         return s;
 }

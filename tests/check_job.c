@@ -81,8 +81,27 @@ static char *summarize(cq_err_t rc, const cq_job_t *job, const char *errstr)
                                               job->tests, "function")),
                                           json_array_size(cases)),
                             CQ_OK);
+                if (job->tests_fresh)
+                        ck_assert_int_eq(
+                            cq_buf_append_str(&buf, ", isolation fresh"),
+                            CQ_OK);
                 ck_assert_int_eq(cq_buf_append_str(&buf, "\n"), CQ_OK);
         }
+        /* Printed only when given, so older expected files stay valid. */
+        if (job->limits.test_timeout_s >= 0)
+                ck_assert_int_eq(cq_buf_printf(&buf, "test_timeout_s: %ld\n",
+                                               job->limits.test_timeout_s),
+                                 CQ_OK);
+        if (job->memory.scope || !job->memory.recall || !job->memory.remember ||
+            job->memory.cross_model)
+                ck_assert_int_eq(
+                    cq_buf_printf(&buf,
+                                  "memory: scope=%s recall=%d remember=%d "
+                                  "cross_model=%d\n",
+                                  job->memory.scope ? job->memory.scope : "-",
+                                  job->memory.recall, job->memory.remember,
+                                  job->memory.cross_model),
+                    CQ_OK);
         ck_assert_int_eq(
             cq_buf_printf(&buf,
                           "limits: max_turns=%ld max_retries=%ld "
@@ -290,9 +309,9 @@ START_TEST(job_fuzz_never_crashes)
             "{\"max_turns\":0}",
         };
         static const char *const keys[] = {
-            "version", "job_id",        "prompt",   "title",        "task_id",
-            "run_id",  "parent_job_id", "backend",  "model",        "files",
-            "tests",   "limits",        "priority", "system_prompt"};
+            "version", "job_id",        "prompt",   "title",         "task_id",
+            "run_id",  "parent_job_id", "backend",  "model",         "files",
+            "tests",   "limits",        "priority", "system_prompt", "memory"};
         size_t len, i, k, w, round;
         char *base = cq_check_slurp(
             cq_check_srcpath("tests/data/job/ok_full/input.json"), &len);

@@ -92,6 +92,117 @@ START_TEST(cases_all_pass_with_tolerance_and_numpy)
 }
 END_TEST
 
+/* The error of case \p i (from 1) of \p tr's report. */
+static const char *case_error(const cq_testrun_t *tr, size_t i)
+{
+        return json_string_value(json_object_get(
+            json_array_get(json_object_get(tr->report, "cases"), i - 1),
+            "error"));
+}
+
+START_TEST(cases_never_call_methods_of_model_objects)
+{
+        static const char *const types[] = {"Always",
+                                            "MyInt (a subclass of int)",
+                                            "MyStr (a subclass of str)",
+                                            "MyList (a subclass of list)",
+                                            "MyDict (a subclass of dict)",
+                                            "Always"};
+        cq_testrun_t tr;
+        size_t i;
+
+        /* Each value would compare equal to the expected one through its
+         * own methods; none may be called. */
+        run_tests("class Always:\n"
+                  "    def __eq__(self, other):\n"
+                  "        return True\n"
+                  "    __hash__ = None\n"
+                  "class MyInt(int):\n"
+                  "    def __eq__(self, other):\n"
+                  "        return True\n"
+                  "class MyStr(str):\n"
+                  "    def __eq__(self, other):\n"
+                  "        return True\n"
+                  "class MyList(list):\n"
+                  "    def __iter__(self):\n"
+                  "        return iter([1, 2])\n"
+                  "    def __len__(self):\n"
+                  "        return 2\n"
+                  "class MyDict(dict):\n"
+                  "    def keys(self):\n"
+                  "        return {'a': 1}.keys()\n"
+                  "    def __getitem__(self, k):\n"
+                  "        return 1\n"
+                  "def f(k):\n"
+                  "    return [Always(), MyInt(7), MyStr('x'), MyList(),\n"
+                  "            MyDict(), [1, Always()]][k]\n",
+                  "{\"kind\":\"cases\",\"function\":\"f\",\"cases\":["
+                  "{\"args\":[0],\"expected\":1},"
+                  "{\"args\":[1],\"expected\":5},"
+                  "{\"args\":[2],\"expected\":\"y\"},"
+                  "{\"args\":[3],\"expected\":[1,2]},"
+                  "{\"args\":[4],\"expected\":{\"a\":1}},"
+                  "{\"args\":[5],\"expected\":[1,2]}]}",
+                  &tr);
+        ck_assert_ptr_null(tr.error);
+        ck_assert_int_eq(tr.total, 6);
+        ck_assert_int_eq(tr.passed, 0);
+        for (i = 1; i <= 6; i++) {
+                const char *err = case_error(&tr, i);
+                char want[128];
+
+                snprintf(want, sizeof(want), "it holds a value of type %s.",
+                         types[i - 1]);
+                ck_assert_msg(err && strstr(err, "not plain data") &&
+                                  strstr(err, want),
+                              "case %zu: %s", i, err ? err : "(no error)");
+        }
+        cq_testrun_release(&tr);
+}
+END_TEST
+
+START_TEST(cases_take_numpy_values_and_survive_shadowed_builtins)
+{
+        cq_testrun_t tr;
+
+        /* Globals named like builtins, a flood of output and numpy scalars
+         * and arrays: the harness neither breaks nor loses its report. */
+        run_tests("import numpy as np\n"
+                  "len = type = print = isinstance = repr = None\n"
+                  "import sys\n"
+                  "def g(k):\n"
+                  "    sys.stdout.write('x' * 3000000)\n"
+                  "    if k == 0:\n"
+                  "        return np.float64(0.1) + np.float64(0.2)\n"
+                  "    if k == 1:\n"
+                  "        return {'n': np.int32(3), 'v': np.array([1.0, "
+                  "2.0000000001])}\n"
+                  "    if k == 2:\n"
+                  "        return np.bool_(True)\n"
+                  "    if k == 3:\n"
+                  "        return np.array(['a', 'b'])\n"
+                  "    if k == 4:\n"
+                  "        return np.array([1, None], dtype=object)\n"
+                  "    return {1: 2}\n",
+                  "{\"kind\":\"cases\",\"function\":\"g\",\"cases\":["
+                  "{\"args\":[0],\"expected\":0.3},"
+                  "{\"args\":[1],\"expected\":{\"n\":3,\"v\":[1,2]}},"
+                  "{\"args\":[2],\"expected\":true},"
+                  "{\"args\":[3],\"expected\":[\"a\",\"b\"]},"
+                  "{\"args\":[4],\"expected\":[1,null]},"
+                  "{\"args\":[5],\"expected\":{\"1\":2}}]}",
+                  &tr);
+        ck_assert_ptr_null(tr.error);
+        ck_assert_int_eq(tr.total, 6);
+        ck_assert_int_eq(tr.passed, 4);
+        ck_assert_msg(strstr(case_error(&tr, 5), "numpy array of dtype |O"),
+                      "%s", case_error(&tr, 5));
+        ck_assert_msg(strstr(case_error(&tr, 6), "a dict key of type int"),
+                      "%s", case_error(&tr, 6));
+        cq_testrun_release(&tr);
+}
+END_TEST
+
 START_TEST(cases_failures_say_which_expected_and_got)
 {
         cq_testrun_t tr;
@@ -247,6 +358,9 @@ static Suite *testrun_suite(void)
 
         tcase_set_timeout(tc, 60);
         tcase_add_test(tc, cases_all_pass_with_tolerance_and_numpy);
+        tcase_add_test(tc, cases_never_call_methods_of_model_objects);
+        tcase_add_test(tc,
+                       cases_take_numpy_values_and_survive_shadowed_builtins);
         tcase_add_test(tc, cases_failures_say_which_expected_and_got);
         tcase_add_test(tc, cases_missing_function_fails_every_case);
         tcase_add_test(tc, code_tests_pass_and_fail);

@@ -39,16 +39,44 @@ typedef struct cq_agent_observer {
         void *opaque;
 } cq_agent_observer_t;
 
-/** @brief Episodic memory: a solved problem similar to the job's prompt. */
+/** @brief A solved problem recalled from episodic memory; every string
+ *         is owned (free()) and may be NULL. */
+typedef struct cq_agent_recall {
+        char *code;       /* the remembered code; NULL: nothing similar */
+        char *source_job; /* the job that solved it */
+        char *scope;      /* the memory scope it was found in */
+        char *model;      /* the model that solved it */
+        double similarity;
+} cq_agent_recall_t;
+
+void cq_agent_recall_release(cq_agent_recall_t *recall);
+
+/** @brief Episodic memory: a solved problem similar to the job's prompt.
+ *         The caller passes it only for a job allowed to recall (one
+ *         that names a memory scope). */
 typedef struct cq_agent_memory {
         /**
-         * @param codep (out) Caller owns the returned value (free()): the
-         *        code of the solution, or NULL when none is similar.
+         * @param recall (out) Zeroed by the loop; filled when a similar
+         *        problem was found (recall->code non-NULL).
          * @returns 0, or -1 on an error (the loop logs it and goes on).
          */
-        int (*lookup)(void *opaque, const char *prompt, char **codep);
+        int (*lookup)(void *opaque,
+                      const char *prompt,
+                      cq_agent_recall_t *recall);
         void *opaque;
 } cq_agent_memory_t;
+
+/**
+ * @brief A new interpreter for tests.isolation "fresh", on the backend
+ *        \p backend ("local", "e2b", NULL for the default).
+ * @returns Caller owns the returned value (cq_interp_destroy()); NULL with
+ *          \p errstr filled.
+ * @locality The thread running the loop.
+ */
+typedef cq_interp_t *(cq_agent_new_interp_t)(void *opaque,
+                                             const char *backend,
+                                             char *errstr,
+                                             size_t errstr_size);
 
 /** @brief Settings of the loop; limits of the job override these. */
 typedef struct cq_agent_opts {
@@ -57,6 +85,7 @@ typedef struct cq_agent_opts {
         long max_retries;          /* failed cells + failed test runs */
         long cell_timeout_s;
         long job_timeout_s;
+        long test_timeout_s;      /* one test run; 0: cell_timeout_s */
         size_t context_tokens;    /* the model's window, estimated tokens */
         size_t tool_item_max;     /* per output item, head + tail */
         size_t tool_total_max;    /* per tool result */
@@ -66,6 +95,9 @@ typedef struct cq_agent_opts {
         const atomic_int *stop;   /* borrowed; raise to stop at the next
                                      checkpoint (the worker is shutting
                                      down): status CQ_AGENT_ABORTED */
+        cq_agent_new_interp_t *new_interp; /* tests.isolation "fresh";
+                                              NULL: such tests fail */
+        void *new_interp_opaque;
 } cq_agent_opts_t;
 
 /** @brief Defaults: 30 turns, 5 retries, 120 s cells, 1800 s jobs. */
@@ -114,10 +146,15 @@ typedef struct cq_agent_result {
         long retries;
         long cells; /* cells run (replays excluded) */
         int tests_passed;
-        int tests_total;  /* -1: the job has no tests */
-        json_t *tests;    /* last test report, or NULL */
-        bool from_memory; /* solved by a remembered solution, no LLM */
-        char *solution;   /* code of the successful cells, for memory */
+        int tests_total;         /* -1: the job has no tests */
+        json_t *tests;           /* last test report, or NULL */
+        bool from_memory;        /* solved by a remembered solution, no LLM */
+        char *memory_source_job; /* the job whose remembered solution
+                                    finished this one (from_memory) or was
+                                    given to the model as a hint; or NULL */
+        char *solution; /* code of the successful cells (the job's solution,
+                           see cq_agent_run()), for memory; NULL when over
+                           4 MiB */
         int64_t prompt_tokens;
         int64_t completion_tokens;
         json_t *history;   /* the conversation; owned */
@@ -137,6 +174,12 @@ void cq_agent_result_release(cq_agent_result_t *result);
  * @param nb     Borrowed; cells are appended to it (may be NULL).
  * @param start  NULL for a new job, else where to continue from.
  * @param mem    NULL for no memory.
+ *
+ * The job's solution is the code of its cells that succeeded, in the order
+ * they ran: cells replayed from a parent session or a checkpoint count
+ * when their replay succeeded. Tests with isolation "fresh" run on it
+ * alone: a new interpreter gets the job's input files, runs those cells one
+ * by one, then the tests; the job's own kernel is left as it was.
  * @returns CQ_OK with \p result filled (whatever the job's outcome);
  *          CQ_ERR_FATAL only when out of memory or the interpreter is
  *          unusable before anything ran.

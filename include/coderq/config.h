@@ -66,6 +66,7 @@ typedef struct cq_config {
         size_t notebook_max;
         size_t image_max;
         long memory_threshold; /* percent */
+        char *memory_scope;    /* NULL: jobs without a scope use no memory */
         long pg_reconnect_s;
         char *pg_prepare;
         /* agent loop */

@@ -28,7 +28,20 @@ typedef struct cq_job_limits {
         long max_retries;
         long cell_timeout_s;
         long job_timeout_s;
+        long test_timeout_s; /* one test run (the test cell) */
 } cq_job_limits_t;
+
+/**
+ * @brief Episodic memory of one job ("memory" field). Without a scope
+ *        (here or the worker's CODERQ_MEMORY_SCOPE) the job neither
+ *        recalls, nor is given hints, nor is remembered.
+ */
+typedef struct cq_job_memory {
+        char *scope;      /* NULL when not given */
+        bool recall;      /* recall a similar solved problem (default on) */
+        bool remember;    /* remember this job's solution (default on) */
+        bool cross_model; /* recall solutions of other models (default off) */
+} cq_job_memory_t;
 
 /** @brief A validated job. Strings are owned; optional ones may be NULL. */
 typedef struct cq_job {
@@ -43,7 +56,9 @@ typedef struct cq_job {
         char *system_prompt;
         cq_job_file_t *files;
         size_t nfiles;
-        json_t *tests; /* validated "cases" or "code" object, or NULL */
+        json_t *tests;    /* validated "cases" or "code" object, or NULL */
+        bool tests_fresh; /* tests.isolation "fresh": a new interpreter */
+        cq_job_memory_t memory;
         cq_job_limits_t limits;
         long priority; /* 0 when not given */
         json_t *spec;  /* the whole message as parsed; owned */

@@ -429,9 +429,17 @@ CQ_NODISCARD cq_err_t cq_store_get_images(cq_store_t *store,
 
 /* --------------------------------------------------------------- memory */
 
-/** @brief Remember a solved problem (once per job). */
+/**
+ * @brief Remember a solved problem (once per job) in memory scope \p scope
+ *        as solved by \p model. Only a job that named the scope may
+ *        recall it (cq_store_recall()).
+ * @param scope Required, 1..128 bytes.
+ * @param model Required: the model whose conversation produced \p code.
+ */
 CQ_NODISCARD cq_err_t cq_store_remember(cq_store_t *store,
                                         const char *job_id,
+                                        const char *scope,
+                                        const char *model,
                                         const char *prompt,
                                         const char *code,
                                         const char *answer);
@@ -442,6 +450,7 @@ typedef struct cq_solution {
         char *prompt;
         char *code;
         char *answer; /* may be NULL */
+        char *model;  /* the model that solved it; may be NULL */
         double similarity;
 } cq_solution_t;
 
@@ -449,12 +458,16 @@ void cq_solution_init(cq_solution_t *sol);
 void cq_solution_release(cq_solution_t *sol);
 
 /**
- * @brief The most similar remembered problem whose trigram similarity to
- *        \p prompt reaches the threshold.
+ * @brief The most similar problem remembered in \p scope whose trigram
+ *        similarity to \p prompt reaches the threshold.
+ * @param scope Required: nothing outside it is ever returned.
+ * @param model Only solutions of this model; NULL for any model.
  * @param threshold 0..1, or < 0 for the store's memory_threshold.
  * @param foundp (out) false when none is similar enough.
  */
 CQ_NODISCARD cq_err_t cq_store_recall(cq_store_t *store,
+                                      const char *scope,
+                                      const char *model,
                                       const char *prompt,
                                       double threshold,
                                       cq_solution_t *sol,

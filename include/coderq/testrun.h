@@ -1,14 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /* testrun.h - a job's tests (DESIGN.md "tests"): turn them into one Python
- * cell that runs in the job's own kernel, and read its report back.
+ * cell that runs in the job's own kernel or, with "isolation": "fresh", in
+ * a new interpreter after the job's solution (agent.c decides), and read
+ * its report back.
  *
  *   {"kind":"cases","function":"f","cases":[{"args":[..],"expected":..}]}
  *   {"kind":"code","code":"assert f(2) == 4"}
  *
- * Cases compare with numeric tolerance (math.isclose, rel 1e-6, abs 1e-9),
- * element-wise through lists, tuples and dicts; numpy values are converted
- * with tolist()/item() first. The report is printed on one line behind a
- * per-run random marker, so ordinary output cannot be taken for it. */
+ * A case's result is first turned into plain data without calling any
+ * method of an object the model's code made: exact None, bool, int, float,
+ * str, list and tuple (as a list), dict with str keys; numpy arrays of
+ * bool, integer, float or str dtype and numpy's own scalar types through
+ * tolist()/item(); anything else (another class, a subclass of a built-in
+ * type, an object array, a non-str dict key) fails the case with a message
+ * naming its type. Plain values then compare with numeric tolerance
+ * (math.isclose, rel 1e-6, abs 1e-9) element-wise; booleans only equal
+ * booleans. The report is printed on one line behind a per-run random
+ * marker, so ordinary output cannot be taken for it. */
 #ifndef CODERQ_TESTRUN_H
 #define CODERQ_TESTRUN_H
 
@@ -55,6 +63,14 @@ CQ_NODISCARD int cq_testrun_parse(const json_t *tests,
                                   const char *marker,
                                   const cq_cell_result_t *res,
                                   cq_testrun_t *tr);
+
+/**
+ * @brief Fill \p tr (released first) as a test run that could not run:
+ *        every case failed, with \p why (borrowed) as tr->error.
+ * @returns 0, or -1 when out of memory (\p tr left released).
+ */
+CQ_NODISCARD int
+cq_testrun_fail(const json_t *tests, const char *why, cq_testrun_t *tr);
 
 /**
  * @brief The failed cases of \p tr for cq_tooltext_test_feedback(); when
