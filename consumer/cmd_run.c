@@ -219,10 +219,9 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
                job.model ? job.model : cq_llm_model(llm),
                cq_backend_describe(backend));
         fflush(stdout);
-        interp = cq_backend_acquire(backend, job.backend,
-                                    cfg->kernel_startup_timeout_s * 1000,
-                                    errstr, sizeof(errstr));
-        if (!interp) {
+        if (cq_backend_acquire(backend, job.backend,
+                               cfg->kernel_startup_timeout_s * 1000, &interp,
+                               errstr, sizeof(errstr)) != CQ_OK) {
                 cq_cli_error("could not start a kernel: %s", errstr);
                 goto out;
         }
