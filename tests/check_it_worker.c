@@ -1039,16 +1039,16 @@ END_TEST
 
 /* job_timeout_s holds over the whole job: the running time of an attempt
  * stopped half-way counts when the job resumes. The first attempt spends
- * over 14 s (a cell that times out after 6 s, then an 8 s reply, during
- * which the worker stops); the job's limit is 12 s, so the resumed job
- * fails at once, where a fresh budget would let it finish in a second or
- * two (the timed-out cell is not replayed). */
+ * over 20 s (it runs a cell, then awaits a 20 s reply, during which the
+ * worker stops); the job's limit is 15 s, so the resumed job fails at
+ * once, where a fresh budget would let it finish in a few seconds. */
 START_TEST(resumed_job_keeps_its_running_time)
 {
         static const char steps[] =
-            "[{\"tool_calls\":[{\"code\":\"import time\\ntime.sleep(60)\"}]},"
-            "{\"delay_ms\":8000,\"tool_calls\":[{\"code\":\"x = 1\"}]},"
+            "[{\"tool_calls\":[{\"code\":\"x = 1\"}]},"
+            "{\"delay_ms\":20000,\"tool_calls\":[{\"code\":\"y = x\"}]},"
             "{\"content\":\"done\"}]";
+        static const char *const extra[] = {"CODERQ_SHUTDOWN_S=60", NULL};
         worker_t a, b;
         rd_kafka_t *rk;
         char *row;
@@ -1057,10 +1057,11 @@ START_TEST(resumed_job_keeps_its_running_time)
         fresh("runtime");
         register_script("slow", steps);
         child_slots = "1";
+        child_extra = extra;
         start_worker(&a, "wt1", "30");
+        child_extra = NULL;
         rk = kt_producer(brokers);
-        submit(rk, 0, "slow",
-               "\"limits\":{\"job_timeout_s\":12,\"cell_timeout_s\":6}");
+        submit(rk, 0, "slow", "\"limits\":{\"job_timeout_s\":15}");
         kt_flush(rk);
         kt_producer_destroy(rk);
         for (waited = 0; waited < 60000; waited += 100) {
@@ -1068,19 +1069,20 @@ START_TEST(resumed_job_keeps_its_running_time)
                         break;
                 kt_sleep_ms(100);
         }
-        /* the second reply is 8 s away: stop while it is awaited */
-        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+        /* the second reply is 20 s away: stop while it is awaited (the
+         * worker lets it arrive, then gives the job back) */
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 90000), 0);
         row = job_row(0, "status, attempts, reason");
         ck_assert_str_eq(row, "queued|0"); /* no reason */
         free(row);
         ck_assert_int_ge(kt_pg_long(dsn, "SELECT run_ms FROM jobs", NULL),
-                         14000);
+                         20000);
         start_worker(&b, "wt2", "30");
         child_slots = "2";
         wait_finished_or_dump(1, 60000);
         row = job_row(0, "status, reason");
         ck_assert_msg(
-            strncmp(row, "failed|job time limit reached (12 s ", 36) == 0, "%s",
+            strncmp(row, "failed|job time limit reached (15 s ", 36) == 0, "%s",
             row);
         free(row);
         /* it stopped before running the second call's cell */
