@@ -141,6 +141,8 @@ typedef struct run {
         cq_tooltext_opts_t topts;
         bool aborted;
         bool oom;
+        bool trying_memory; /* a remembered solution's failures are not
+                               the model's: they are not counted */
 } run_t;
 
 static void set_str(char **dst, const char *fmt, ...) CQ_PRINTF(2, 3);
@@ -168,6 +170,17 @@ static void event(run_t *run, const char *type, json_t *data)
         if (data && run->obs && run->obs->on_event)
                 run->obs->on_event(run->obs->opaque, type, data);
         json_decref(data);
+}
+
+/* One more failed cell or test run. The observer records the count, so
+ * a resumed job goes on from it: max_retries holds over the whole job. */
+static void count_retry(run_t *run)
+{
+        run->result->retries++;
+        if (run->trying_memory || !run->obs || !run->obs->on_retry)
+                return;
+        if (run->obs->on_retry(run->obs->opaque, run->result->retries) != 0)
+                run->aborted = true;
 }
 
 /* Append \p msg (takes ownership) to the history and checkpoint it. */
@@ -560,7 +573,8 @@ static bool must_stop(run_t *run)
         }
         if (remaining_ms(run) <= 0) {
                 fail(run, CQ_AGENT_FAILED,
-                     "job time limit reached (%ld s); last error: %s",
+                     "job time limit reached (%ld s of running time, "
+                     "earlier attempts included); last error: %s",
                      run->job_timeout_s,
                      run->result->last_error ? run->result->last_error
                                              : "none");
@@ -677,7 +691,7 @@ answer_calls(run_t *run, const cq_llm_reply_t *reply, const json_t *answered)
                     0)
                         goto out;
                 if (failed)
-                        run->result->retries++;
+                        count_retry(run);
         }
         if (reflection) {
                 event(run, "reflection",
@@ -917,7 +931,7 @@ static int run_tests(run_t *run)
                 rc = 1;
                 goto out;
         }
-        run->result->retries++;
+        count_retry(run);
         if (tr.error)
                 set_str(&run->result->last_error, "%s", tr.error);
         else
@@ -1181,8 +1195,11 @@ try_memory(run_t *run, const cq_agent_recall_t *recall, char **triedp)
         if (run_cell(run, recall->code, &res) == CQ_OK &&
             res.status == CQ_CELL_OK && !run->aborted) {
                 long retries = run->result->retries;
-                int t = run_tests(run);
+                int t;
 
+                run->trying_memory = true;
+                t = run_tests(run);
+                run->trying_memory = false;
                 run->result->retries = retries; /* not the model's failure */
                 if (t == 1) {
                         rc = 1;
@@ -1417,7 +1434,10 @@ cq_err_t cq_agent_run(const cq_job_t *job,
             pick(job->limits.test_timeout_s, opts->test_timeout_s > 0
                                                  ? opts->test_timeout_s
                                                  : run.cell_timeout_s);
-        run.deadline_ms = t0 + run.job_timeout_s * 1000;
+        /* The time earlier attempts ran counts: the limit is the job's. */
+        run.deadline_ms =
+            t0 + run.job_timeout_s * 1000 -
+            (start && start->elapsed_ms > 0 ? start->elapsed_ms : 0);
         cq_tooltext_opts_init(&run.topts);
         run.topts.item_head = run.topts.item_tail = opts->tool_item_max / 2;
         run.topts.total_head = run.topts.total_tail = opts->tool_total_max / 2;
@@ -1439,6 +1459,14 @@ cq_err_t cq_agent_run(const cq_job_t *job,
                 return CQ_ERR_FATAL;
         }
 
+        if (start && start->history && start->continue_job) {
+                result->turns = start->turns_done;
+                result->retries = start->retries_done;
+        }
+        /* A job resumed past its time limit fails before replaying its
+         * cells. */
+        if (must_stop(&run))
+                goto done;
         if (begin(&run, start, mem, &hint) != 0)
                 goto done;
         if (result->from_memory)

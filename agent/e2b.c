@@ -2198,19 +2198,23 @@ static char *dup_or(const char *s, const char *def)
         return strdup(s && *s ? s : def);
 }
 
-cq_interp_t *
-cq_e2b_new(const cq_e2b_opts_t *opts, char *errstr, size_t errstr_size)
+cq_err_t cq_e2b_create(const cq_e2b_opts_t *opts,
+                       cq_interp_t **interpp,
+                       char *errstr,
+                       size_t errstr_size)
 {
         cq_e2b_t *e2b = NULL;
         char api_url[512];
         size_t n;
+        cq_err_t err;
 
+        *interpp = NULL;
         if (!opts->api_key || !*opts->api_key) {
                 if (errstr)
                         snprintf(errstr, errstr_size,
                                  "could not create E2B sandbox: E2B_API_KEY "
                                  "is not set");
-                return NULL;
+                return CQ_ERR_FATAL;
         }
         e2b = calloc(1, sizeof(*e2b));
         if (!e2b)
@@ -2253,20 +2257,32 @@ cq_e2b_new(const cq_e2b_opts_t *opts, char *errstr, size_t errstr_size)
         e2b->aux = curl_easy_init();
         if (!e2b->curl || !e2b->aux)
                 goto oom_free;
-        if (start_sandbox(e2b) != CQ_OK) {
+        err = start_sandbox(e2b);
+        if (err != CQ_OK) {
                 if (errstr)
                         snprintf(errstr, errstr_size, "%s", e2b->errbuf);
                 e2b_destroy(&e2b->base);
-                return NULL;
+                return err;
         }
         cq_log_info("e2b: sandbox %s created from template %s", e2b->sandbox_id,
                     e2b->template_id);
-        return &e2b->base;
+        *interpp = &e2b->base;
+        return CQ_OK;
 oom_free:
         e2b_destroy(&e2b->base);
 oom:
         if (errstr)
                 snprintf(errstr, errstr_size,
                          "could not create E2B sandbox: out of memory");
-        return NULL;
+        return CQ_ERR_RETRIABLE;
+}
+
+cq_interp_t *
+cq_e2b_new(const cq_e2b_opts_t *opts, char *errstr, size_t errstr_size)
+{
+        cq_interp_t *interp = NULL;
+
+        if (cq_e2b_create(opts, &interp, errstr, errstr_size) != CQ_OK)
+                return NULL;
+        return interp;
 }

@@ -116,8 +116,19 @@ static const cq_cfg_entry_t entries[] = {
      "worker may take it over"},
     {"CODERQ_MAX_ATTEMPTS", NULL, "max-attempts", CQ_CFG_INT, F(max_attempts),
      "3", 1, 100, NULL,
-     "claims of one job (a crashed or lost worker counts one) before it "
-     "fails"},
+     "claims of one job before it fails (a crashed or lost worker, or a "
+     "try that found no interpreter, counts one; a shutdown does not)"},
+    {"CODERQ_REQUEUE_DELAY_MS", NULL, "requeue-delay-ms", CQ_CFG_INT,
+     F(requeue_delay_ms), "2000", 0, 3600000, NULL,
+     "wait before a job that met a passing failure (no interpreter, "
+     "PostgreSQL trouble) is tried again; doubles with each attempt, "
+     "jittered"},
+    {"CODERQ_REQUEUE_DELAY_MAX_S", NULL, "requeue-delay-max-s", CQ_CFG_INT,
+     F(requeue_delay_max_s), "300", 1, 86400, NULL,
+     "longest wait before a job is tried again"},
+    {"CODERQ_PARENT_WAIT_S", NULL, "parent-wait-s", CQ_CFG_INT,
+     F(parent_wait_s), "3600", 1, 604800, NULL,
+     "seconds a job waits for its parent_job_id to exist before it fails"},
     {"CODERQ_NOTEBOOK_MAX", NULL, "notebook-max", CQ_CFG_SIZE, F(notebook_max),
      "64M", 4096, 200L << 20, NULL,
      "largest notebook stored (serialized JSON); a larger one is refused"},

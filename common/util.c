@@ -18,6 +18,26 @@ int64_t cq_now_ms(void)
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t
+cq_backoff_ms(int n, int64_t first_ms, int64_t max_ms, unsigned int *seed)
+{
+        int64_t ms = first_ms > 0 ? first_ms : 0;
+        int64_t half;
+
+        if (max_ms < 0)
+                max_ms = 0;
+        for (; n > 1 && ms < max_ms && ms <= INT64_MAX / 2; n--)
+                ms *= 2;
+        if (ms > max_ms)
+                ms = max_ms;
+        half = ms / 2;
+        /* rand_r() gives at least 15 bits: two draws cover any wait. */
+        return ms - half +
+               (int64_t)(((uint64_t)rand_r(seed) << 16 ^
+                          (uint64_t)rand_r(seed)) %
+                         (uint64_t)(half + 1));
+}
+
 void cq_abstime_in(struct timespec *ts, int64_t ms)
 {
         clock_gettime(CLOCK_REALTIME, ts);

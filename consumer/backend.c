@@ -89,31 +89,39 @@ fail:
         return NULL;
 }
 
-cq_interp_t *cq_backend_acquire(cq_backend_t *backend,
-                                const char *which,
-                                int64_t timeout_ms,
-                                char *errstr,
-                                size_t errstr_size)
+cq_err_t cq_backend_acquire(cq_backend_t *backend,
+                            const char *which,
+                            int64_t timeout_ms,
+                            cq_interp_t **interpp,
+                            char *errstr,
+                            size_t errstr_size)
 {
+        *interpp = NULL;
         if (!which)
                 which = backend->cfg->backend ? backend->cfg->backend : "local";
-        if (strcmp(which, "local") == 0)
-                return cq_kpool_acquire(backend->pool, timeout_ms, errstr,
-                                        errstr_size);
+        if (strcmp(which, "local") == 0) {
+                /* No kernel in time, or one that could not start: the
+                 * pool may recover (a busy machine, a passing fault). */
+                *interpp = cq_kpool_acquire(backend->pool, timeout_ms, errstr,
+                                            errstr_size);
+                return *interpp ? CQ_OK : CQ_ERR_RETRIABLE;
+        }
         if (strcmp(which, "e2b") == 0) {
                 cq_e2b_opts_t eo;
+                cq_err_t err;
 
                 cq_e2b_opts_from_config(&eo, backend->cfg);
                 if (!eo.api_key || !*eo.api_key) {
                         snprintf(errstr, errstr_size,
-                                 "backend \"e2b\" needs E2B_API_KEY");
-                        return NULL;
+                                 "backend \"e2b\": E2B_API_KEY is not set");
+                        return CQ_ERR_FATAL;
                 }
                 eo.max_output = backend->cfg->output_max;
-                return cq_e2b_new(&eo, errstr, errstr_size);
+                err = cq_e2b_create(&eo, interpp, errstr, errstr_size);
+                return err == CQ_ERR_TOO_LARGE ? CQ_ERR_FATAL : err;
         }
         snprintf(errstr, errstr_size, "backend \"%s\" is not available", which);
-        return NULL;
+        return CQ_ERR_FATAL;
 }
 
 const char *cq_backend_describe(const cq_backend_t *backend)

@@ -158,10 +158,9 @@ int cq_cmd_exec(const cq_config_t *cfg, int argc, char **argv)
                 cq_cli_error("could not set up kernels: %s", errstr);
                 goto out;
         }
-        interp = cq_backend_acquire(backend, "local",
-                                    cfg->kernel_startup_timeout_s * 1000,
-                                    errstr, sizeof(errstr));
-        if (!interp) {
+        if (cq_backend_acquire(backend, "local",
+                               cfg->kernel_startup_timeout_s * 1000, &interp,
+                               errstr, sizeof(errstr)) != CQ_OK) {
                 cq_cli_error("could not start a kernel: %s", errstr);
                 goto out;
         }

@@ -170,9 +170,12 @@ static cq_interp_t *run_new_interp(void *opaque,
                                    size_t errstr_size)
 {
         fresh_src_t *src = opaque;
+        cq_interp_t *interp = NULL;
 
-        return cq_backend_acquire(src->backend, backend_name, src->startup_ms,
-                                  errstr, errstr_size);
+        if (cq_backend_acquire(src->backend, backend_name, src->startup_ms,
+                               &interp, errstr, errstr_size) != CQ_OK)
+                return NULL;
+        return interp;
 }
 
 int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
@@ -238,10 +241,9 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
                job.model ? job.model : cq_llm_model(llm),
                cq_backend_describe(backend));
         fflush(stdout);
-        interp = cq_backend_acquire(backend, job.backend,
-                                    cfg->kernel_startup_timeout_s * 1000,
-                                    errstr, sizeof(errstr));
-        if (!interp) {
+        if (cq_backend_acquire(backend, job.backend,
+                               cfg->kernel_startup_timeout_s * 1000, &interp,
+                               errstr, sizeof(errstr)) != CQ_OK) {
                 cq_cli_error("could not start a kernel: %s", errstr);
                 goto out;
         }

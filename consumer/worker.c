@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ typedef struct slot {
         atomic_int lost;        /* ... because the lease is gone */
         cq_store_t *store;
         cq_llm_t *llm;
+        unsigned int rng; /* rand_r() state: jitter of retry waits */
 } slot_t;
 
 struct cq_worker {
@@ -245,6 +247,26 @@ static int obs_cell(void *opaque, const char *code, const cq_cell_result_t *res)
         return checkpointed(ctx, err, lost, "could not checkpoint a cell");
 }
 
+/* The count is what a resumed job starts from. A failed write leaves the
+ * stored count behind until the next one (it matters only if the job is
+ * resumed before that), so it does not stop the job; a lost lease does. */
+static int obs_retry(void *opaque, long retries)
+{
+        job_ctx_t *ctx = opaque;
+        bool lost = false;
+
+        if (cq_store_set_retries(ctx->slot->store, ctx->job->job_id, retries,
+                                 &lost) != CQ_OK) {
+                cq_log_kv(CQ_LOG_WARN, "could not record the retry count",
+                          "job_id", ctx->job->job_id, "error",
+                          cq_store_errmsg(ctx->slot->store), NULL);
+                return 0;
+        }
+        return checkpointed(ctx, CQ_OK, lost,
+                            "could not record the retry "
+                            "count");
+}
+
 static void obs_event(void *opaque, const char *type, const json_t *data)
 {
         job_ctx_t *ctx = opaque;
@@ -314,10 +336,13 @@ static cq_interp_t *slot_new_interp(void *opaque,
                                     size_t errstr_size)
 {
         slot_t *slot = opaque;
+        cq_interp_t *interp = NULL;
 
-        return cq_backend_acquire(slot->w->backend, backend,
-                                  slot->w->cfg->kernel_startup_timeout_s * 1000,
-                                  errstr, errstr_size);
+        if (cq_backend_acquire(slot->w->backend, backend,
+                               slot->w->cfg->kernel_startup_timeout_s * 1000,
+                               &interp, errstr, errstr_size) != CQ_OK)
+                return NULL;
+        return interp;
 }
 
 static void
@@ -329,20 +354,23 @@ publish(slot_t *slot, const char *job_id, const char *type, json_t *data)
 }
 
 /* The successful cells of the session's ancestors, oldest first, and the
- * parent's conversation. */
+ * parent's conversation. On failure \p errstr says why. */
 static cq_err_t load_session(slot_t *slot,
                              const cq_job_t *job,
                              json_t *cells,
-                             json_t **historyp)
+                             json_t **historyp,
+                             char *errstr,
+                             size_t errstr_size)
 {
         char id[CQ_JOB_ID_MAX + 1];
         json_t *chain = json_array();
         int depth;
         size_t i;
-        cq_err_t err = CQ_ERR_FATAL;
+        cq_err_t err = CQ_ERR_RETRIABLE; /* out of memory may pass */
 
+        snprintf(errstr, errstr_size, "out of memory");
         if (!chain)
-                return CQ_ERR_FATAL;
+                return CQ_ERR_RETRIABLE;
         snprintf(id, sizeof(id), "%s", job->parent_job_id);
         for (depth = 0; id[0] && depth < SESSION_DEPTH_MAX; depth++) {
                 cq_checkpoint_t cp;
@@ -352,6 +380,8 @@ static cq_err_t load_session(slot_t *slot,
                 cq_checkpoint_init(&cp);
                 err = cq_store_load_checkpoint(slot->store, id, &cp);
                 if (err != CQ_OK) {
+                        snprintf(errstr, errstr_size, "%s",
+                                 cq_store_errmsg(slot->store));
                         cq_checkpoint_release(&cp);
                         goto out;
                 }
@@ -361,13 +391,16 @@ static cq_err_t load_session(slot_t *slot,
                 /* prepend: ancestors run first */
                 if (json_array_insert(chain, 0, cp.cells) != 0) {
                         cq_checkpoint_release(&cp);
-                        err = CQ_ERR_FATAL;
+                        err = CQ_ERR_RETRIABLE;
                         goto out;
                 }
                 cq_checkpoint_release(&cp);
                 err = cq_store_job_status(slot->store, id, &row);
-                if (err != CQ_OK)
+                if (err != CQ_OK) {
+                        snprintf(errstr, errstr_size, "%s",
+                                 cq_store_errmsg(slot->store));
                         goto out;
+                }
                 parent =
                     json_string_value(json_object_get(row, "parent_job_id"));
                 snprintf(id, sizeof(id), "%s", parent ? parent : "");
@@ -383,7 +416,7 @@ static cq_err_t load_session(slot_t *slot,
 
                         if (json_is_string(code) &&
                             json_array_append(cells, code) != 0) {
-                                err = CQ_ERR_FATAL;
+                                err = CQ_ERR_RETRIABLE;
                                 goto out;
                         }
                 }
@@ -533,6 +566,79 @@ static void give_back(slot_t *slot, const char *job_id)
                           job_id, NULL);
 }
 
+static void cannot_run(slot_t *slot,
+                       const cq_claim_t *claim,
+                       const cq_job_t *job,
+                       cq_err_t err,
+                       const char *fmt,
+                       ...) CQ_PRINTF(5, 6);
+
+/* The job cannot run on this claim. An error that trying again cannot fix
+ * fails it now with the reason. A passing one puts it back in the queue:
+ * the attempt counts, and it waits CODERQ_REQUEUE_DELAY_MS doubled with
+ * each attempt (capped, jittered) before it is claimed again; at its last
+ * attempt it fails, naming the last error. A release that counted nothing
+ * and waited for nothing would be claimed again at once, forever. */
+static void cannot_run(slot_t *slot,
+                       const cq_claim_t *claim,
+                       const cq_job_t *job,
+                       cq_err_t err,
+                       const char *fmt,
+                       ...)
+{
+        const cq_config_t *cfg = slot->w->cfg;
+        cq_agent_result_t res;
+        char why[1024];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(why, sizeof(why), fmt, ap);
+        va_end(ap);
+        cq_log_kv(CQ_LOG_ERROR, "job cannot run", "job_id", job->job_id,
+                  "error", why, NULL);
+        if (atomic_load(&slot->lost)) {
+                cq_log_kv(CQ_LOG_WARN, "lease lost; job left to its new owner",
+                          "job_id", job->job_id, NULL);
+                return;
+        }
+        if (err == CQ_ERR_RETRIABLE && claim->attempt < claim->max_attempts) {
+                int64_t delay = cq_backoff_ms(
+                    claim->attempt, cfg->requeue_delay_ms,
+                    (int64_t)cfg->requeue_delay_max_s * 1000, &slot->rng);
+                json_t *fields;
+
+                if (cq_store_retry_later(slot->store, job->job_id, why,
+                                         delay) != CQ_OK) {
+                        cq_log_kv(CQ_LOG_WARN,
+                                  "could not put the job back; its lease "
+                                  "will expire",
+                                  "job_id", job->job_id, "error",
+                                  cq_store_errmsg(slot->store), NULL);
+                        return;
+                }
+                fields = json_pack("{s:s, s:i, s:i, s:I}", "job_id",
+                                   job->job_id, "attempt", claim->attempt,
+                                   "max_attempts", claim->max_attempts,
+                                   "retry_in_ms", (json_int_t)delay);
+                cq_log_json(CQ_LOG_INFO, fields, "job put back for later");
+                json_decref(fields);
+                return;
+        }
+        cq_agent_result_init(&res);
+        res.status = CQ_AGENT_FAILED;
+        res.retries = claim->retries;
+        res.last_error = strdup(why);
+        if (err == CQ_ERR_RETRIABLE) {
+                if (asprintf(&res.reason, "gave up after %d attempts: %s",
+                             claim->attempt, why) < 0)
+                        res.reason = NULL;
+        } else {
+                res.reason = strdup(why);
+        }
+        finish_job(slot, job, claim->attempt, NULL, NULL, &res);
+        cq_agent_result_release(&res);
+}
+
 static long count_role(const json_t *history, const char *role)
 {
         size_t i;
@@ -564,6 +670,8 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         job_ctx_t ctx;
         const char *sandbox = NULL;
         char errstr[1024];
+        int64_t claimed_ms = cq_now_ms();
+        cq_err_t err;
 
         cq_job_init(&job);
         cq_checkpoint_init(&cp);
@@ -596,23 +704,25 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         }
         if (!cells)
                 goto out;
+        memset(&ctx, 0, sizeof(ctx));
         if (claim->has_checkpoint) {
-                if (cq_store_load_checkpoint(slot->store, job.job_id, &cp) !=
-                    CQ_OK) {
-                        cq_log_kv(CQ_LOG_ERROR, "could not load checkpoint",
-                                  "job_id", job.job_id, "error",
-                                  cq_store_errmsg(slot->store), NULL);
-                        give_back(slot, job.job_id);
+                err = cq_store_load_checkpoint(slot->store, job.job_id, &cp);
+                if (err != CQ_OK) {
+                        cannot_run(slot, claim, &job, err,
+                                   "could not load its checkpoint: %s",
+                                   cq_store_errmsg(slot->store));
                         goto out;
                 }
         }
-        if (job.parent_job_id &&
-            load_session(slot, &job, cells, &history) != CQ_OK) {
-                cq_log_kv(CQ_LOG_ERROR, "could not load the parent session",
-                          "job_id", job.job_id, "error",
-                          cq_store_errmsg(slot->store), NULL);
-                give_back(slot, job.job_id);
-                goto out;
+        if (job.parent_job_id) {
+                err = load_session(slot, &job, cells, &history, errstr,
+                                   sizeof(errstr));
+                if (err != CQ_OK) {
+                        cannot_run(slot, claim, &job, err,
+                                   "could not load the parent session: %s",
+                                   errstr);
+                        goto out;
+                }
         }
         if (claim->has_checkpoint && json_array_size(cp.messages) > 0) {
                 append_codes(cells, cp.cells);
@@ -622,18 +732,17 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 /* A session's history begins with the parent's turns. */
                 start.turns_done = count_role(cp.messages, "assistant") -
                                    count_role(history, "assistant");
-                start.retries_done = 0;
+                start.retries_done = claim->retries;
         } else if (job.parent_job_id) {
                 start.history = history;
                 start.cells = cells;
         }
-        interp = cq_backend_acquire(w->backend, job.backend,
-                                    w->cfg->kernel_startup_timeout_s * 1000,
-                                    errstr, sizeof(errstr));
-        if (!interp) {
-                cq_log_kv(CQ_LOG_ERROR, "could not get an interpreter",
-                          "job_id", job.job_id, "error", errstr, NULL);
-                give_back(slot, job.job_id);
+        err = cq_backend_acquire(w->backend, job.backend,
+                                 w->cfg->kernel_startup_timeout_s * 1000,
+                                 &interp, errstr, sizeof(errstr));
+        if (err != CQ_OK) {
+                cannot_run(slot, claim, &job, err,
+                           "could not get an interpreter: %s", errstr);
                 goto out;
         }
         sandbox = cq_backend_sandbox_mode(w->backend, interp);
@@ -656,6 +765,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         obs.on_message = obs_message;
         obs.on_cell = obs_cell;
         obs.on_event = obs_event;
+        obs.on_retry = obs_retry;
         obs.opaque = &ctx;
         mem.lookup = mem_lookup;
         mem.opaque = &ctx;
@@ -664,14 +774,16 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         opts.stop = &w->stop_jobs;
         opts.new_interp = slot_new_interp;
         opts.new_interp_opaque = slot;
+        /* Limits hold over the whole job: this attempt so far, and the
+         * running time of the earlier ones. */
+        start.elapsed_ms = claim->run_ms + (cq_now_ms() - claimed_ms);
         /* Memory only inside a scope the job (or the worker) names. */
         if (cq_agent_run(&job, interp, slot->llm, &opts, &obs,
                          job.memory.recall && memory_scope(w, &job) ? &mem
                                                                     : NULL,
-                         start.history ? &start : NULL, nb, &res) != CQ_OK) {
-                cq_log_kv(CQ_LOG_ERROR, "the agent could not run", "job_id",
-                          job.job_id, NULL);
-                give_back(slot, job.job_id);
+                         &start, nb, &res) != CQ_OK) {
+                cannot_run(slot, claim, &job, CQ_ERR_RETRIABLE,
+                           "the agent could not run: out of memory");
                 goto out;
         }
         if (ctx.ckpt_err != CQ_OK && ctx.ckpt_err != CQ_ERR_RETRIABLE &&
@@ -689,7 +801,13 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
             (res.status == CQ_AGENT_CANCELLED &&
              !atomic_load(&slot->user_cancel)) ||
             atomic_load(&slot->lost)) {
-                give_back(slot, job.job_id);
+                /* A shutdown gives the job back as it is; a checkpoint
+                 * that could not be written is a failed try. */
+                if (ctx.ckpt_err != CQ_OK && !atomic_load(&slot->lost))
+                        cannot_run(slot, claim, &job, CQ_ERR_RETRIABLE, "%s",
+                                   ctx.ckpt_errmsg);
+                else
+                        give_back(slot, job.job_id);
                 goto out;
         }
         if (res.status == CQ_AGENT_CANCELLED) {
@@ -785,6 +903,8 @@ static void *slot_main(void *arg)
         bool polled = false; /* whether this claim is the poll's */
 
         snprintf(name, sizeof(name), "slot-%d", slot->index);
+        slot->rng = (unsigned int)cq_now_ms() ^ (unsigned int)getpid() << 10 ^
+                    (unsigned int)slot->index * 2654435761u;
         slot->llm = cq_llm_new(&w->lconf, errstr, sizeof(errstr));
         if (!slot->llm) {
                 cq_log_kv(CQ_LOG_ERROR, "could not create the LLM client",

@@ -31,6 +31,7 @@ void cq_store_opts_init(cq_store_opts_t *opts)
         opts->reconnect_ms = 30000;
         opts->results_topic = CQ_STORE_RESULTS_TOPIC;
         opts->prepare = true;
+        opts->parent_wait_s = 3600;
 }
 
 void cq_store_opts_from_config(cq_store_opts_t *opts, const cq_config_t *cfg)
@@ -46,6 +47,7 @@ void cq_store_opts_from_config(cq_store_opts_t *opts, const cq_config_t *cfg)
         opts->memory_threshold = (double)cfg->memory_threshold / 100.0;
         opts->reconnect_ms = (int)cfg->pg_reconnect_s * 1000;
         opts->prepare = !cfg->pg_prepare || strcmp(cfg->pg_prepare, "off") != 0;
+        opts->parent_wait_s = (int)cfg->parent_wait_s;
         /* Completion events are written to the outbox with their topic,
          * so every writer (worker, reaper, coderq cancel) uses this one. */
         if (cfg->topic_results)

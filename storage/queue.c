@@ -53,7 +53,8 @@ static const char SQL_CLAIM[] =
     " FROM next WHERE jobs.job_id = next.job_id"
     " RETURNING jobs.job_id, jobs.spec::text, jobs.attempts,"
     "  EXISTS (SELECT 1 FROM job_messages m WHERE m.job_id = jobs.job_id)"
-    "  OR EXISTS (SELECT 1 FROM cells c WHERE c.job_id = jobs.job_id)";
+    "  OR EXISTS (SELECT 1 FROM cells c WHERE c.job_id = jobs.job_id),"
+    "  jobs.max_attempts, jobs.retries, jobs.run_ms";
 
 static const char SQL_HEARTBEAT[] =
     "UPDATE jobs SET lease_until = now() + make_interval(secs => $2::int),"
@@ -96,6 +97,18 @@ static const char SQL_ORPHANS[] =
     "  AND p.status IN ('failed', 'cancelled')"
     " RETURNING c.job_id";
 
+/* A child whose parent never arrived: the parent's message may come after
+ * the child's (another partition), but not forever. */
+static const char SQL_NO_PARENT[] =
+    "UPDATE jobs c SET status = 'failed', finished_at = now(),"
+    " updated_at = now(),"
+    " reason = format('parent job %s does not exist after %s s',"
+    "                 c.parent_job_id, $1::int)"
+    " WHERE c.status = 'queued' AND c.parent_job_id IS NOT NULL"
+    "  AND c.created_at < now() - make_interval(secs => $1::int)"
+    "  AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.job_id = c.parent_job_id)"
+    " RETURNING c.job_id";
+
 static const char SQL_EVENTS[] =
     "INSERT INTO outbox (job_id, topic, key, payload)"
     " SELECT id, $1, id, coderq_completion_event(id)"
@@ -106,6 +119,21 @@ static const char SQL_RELEASE[] =
     "UPDATE jobs SET status = 'queued', lease_owner = NULL,"
     " lease_until = NULL, attempts = GREATEST(attempts - 1, 0),"
     " run_after = now(), updated_at = now()"
+    " WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'"
+    " RETURNING 1";
+
+/* The attempt counts: this is a failed try, not a shutdown. */
+static const char SQL_RETRY_LATER[] =
+    "UPDATE jobs SET status = 'queued', lease_owner = NULL,"
+    " lease_until = NULL, error = $3,"
+    " run_after = now() + make_interval(secs => $4::double precision / 1000),"
+    " updated_at = now()"
+    " WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'"
+    "  AND attempts < max_attempts"
+    " RETURNING 1";
+
+static const char SQL_SET_RETRIES[] =
+    "UPDATE jobs SET retries = $3"
     " WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'"
     " RETURNING 1";
 
@@ -372,6 +400,9 @@ cq_err_t cq_store_claim(cq_store_t *store, cq_claim_t *claim, bool *foundp)
         claim->spec = store_json_value(store, res, 0, 1, "job spec");
         claim->attempt = (int)store_long_value(res, 0, 2);
         claim->has_checkpoint = PQgetvalue(res, 0, 3)[0] == 't';
+        claim->max_attempts = (int)store_long_value(res, 0, 4);
+        claim->retries = (int)store_long_value(res, 0, 5);
+        claim->run_ms = (int64_t)store_long_value(res, 0, 6);
         if (oom || !claim->spec) {
                 /* The lease stays and expires: the job is not lost. */
                 if (oom)
@@ -459,7 +490,8 @@ queue_events(cq_store_t *store, const char *const *ids, size_t n)
 cq_err_t
 cq_store_requeue_expired(cq_store_t *store, int *requeuedp, int *failedp)
 {
-        PGresult *res = NULL, *orphans = NULL;
+        PGresult *res = NULL, *orphans = NULL, *unborn = NULL;
+        store_params_t sp;
         const char **failed = NULL;
         size_t nfailed = 0;
         int requeued = 0, row;
@@ -477,9 +509,16 @@ cq_store_requeue_expired(cq_store_t *store, int *requeuedp, int *failedp)
         if (err == CQ_OK)
                 err = store_exec(store, "fail jobs whose parent failed",
                                  SQL_ORPHANS, NULL, 0, false, &orphans);
+        if (err == CQ_OK) {
+                sp_init(&sp);
+                sp_long(&sp, store->opts.parent_wait_s);
+                err = store_exec(store, "fail jobs whose parent never came",
+                                 SQL_NO_PARENT, &sp, 0, false, &unborn);
+        }
         if (err != CQ_OK)
                 goto out;
-        failed = calloc((size_t)PQntuples(res) + (size_t)PQntuples(orphans) + 1,
+        failed = calloc((size_t)PQntuples(res) + (size_t)PQntuples(orphans) +
+                            (size_t)PQntuples(unborn) + 1,
                         sizeof(*failed));
         if (!failed) {
                 store_set_error(store, "could not requeue expired leases: "
@@ -495,6 +534,8 @@ cq_store_requeue_expired(cq_store_t *store, int *requeuedp, int *failedp)
         }
         for (row = 0; row < PQntuples(orphans); row++)
                 failed[nfailed++] = PQgetvalue(orphans, row, 0);
+        for (row = 0; row < PQntuples(unborn); row++)
+                failed[nfailed++] = PQgetvalue(unborn, row, 0);
         err = queue_events(store, failed, nfailed);
         if (err == CQ_OK)
                 err = store_commit(store, "requeue expired leases");
@@ -510,6 +551,7 @@ out:
         free(failed); /* its strings are borrowed from the results */
         PQclear(res);
         PQclear(orphans);
+        PQclear(unborn);
         return err;
 }
 
@@ -530,6 +572,61 @@ cq_err_t cq_store_release(cq_store_t *store, const char *job_id)
                                 "does not hold its lease",
                                 job_id, store->owner);
                 err = CQ_ERR_FATAL;
+        }
+        PQclear(res);
+        return err;
+}
+
+cq_err_t cq_store_retry_later(cq_store_t *store,
+                              const char *job_id,
+                              const char *error,
+                              int64_t delay_ms)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        cq_err_t err;
+
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, store->owner);
+        sp_text(&sp, error);
+        sp_long(&sp, delay_ms < 0 ? 0 : (long long)delay_ms);
+        err = store_exec(store, "put a job back for later", SQL_RETRY_LATER,
+                         &sp, 0, true, &res);
+        if (err == CQ_OK && PQntuples(res) == 0) {
+                store_set_error(store,
+                                "could not put job \"%s\" back: worker \"%s\" "
+                                "does not hold its lease, or it has no "
+                                "attempt left",
+                                job_id, store->owner);
+                err = CQ_ERR_FATAL;
+        }
+        PQclear(res);
+        return err;
+}
+
+cq_err_t cq_store_set_retries(cq_store_t *store,
+                              const char *job_id,
+                              long retries,
+                              bool *lostp)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        cq_err_t err;
+
+        *lostp = false;
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, store->owner);
+        sp_long(&sp, retries < 0 ? 0 : clamp_int(retries));
+        err = store_exec(store, "count the retries", SQL_SET_RETRIES, &sp, 0,
+                         true, &res);
+        if (err == CQ_OK && PQntuples(res) == 0) {
+                *lostp = true;
+                store_set_error(store,
+                                "could not count the retries of job \"%s\": "
+                                "worker \"%s\" does not hold its lease",
+                                job_id, store->owner);
         }
         PQclear(res);
         return err;

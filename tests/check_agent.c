@@ -698,6 +698,8 @@ END_TEST
 typedef struct crash {
         size_t stop_at; /* abort when a message lands at this index */
         json_t *cells;  /* successful cells seen, as a checkpoint keeps */
+        long retries;   /* the last count on_retry reported */
+        long nretry;    /* how often it was called */
 } crash_t;
 
 static int crash_on_message(void *opaque, size_t index, const json_t *msg)
@@ -717,6 +719,96 @@ crash_on_cell(void *opaque, const char *code, const cq_cell_result_t *res)
                 json_array_append_new(c->cells, json_string(code));
         return 0;
 }
+
+static int crash_on_retry(void *opaque, long retries)
+{
+        crash_t *c = opaque;
+
+        c->retries = retries;
+        c->nretry++;
+        return 0;
+}
+
+/* Limits are the job's, not the attempt's: the retries an earlier attempt
+ * counted (reported as they were counted) and the time it ran count. */
+START_TEST(resumed_job_keeps_counting_retries_and_time)
+{
+        static const char steps[] = "[{\"tool_calls\":[{\"code\":\"1/0\"}]},"
+                                    "{\"tool_calls\":[{\"code\":\"[][1]\"}]},"
+                                    "{\"tool_calls\":[{\"code\":\"{}['x']\"}]},"
+                                    "{\"content\":\"done\"}]";
+        fixture_t fx;
+        crash_t crash = {0};
+        cq_agent_observer_t obs = {0};
+        cq_agent_start_t start = {0};
+        json_t *saved, *reqs;
+        size_t i;
+
+        /* First attempt: two failed cells, then the worker is gone when
+         * the second reflection is checkpointed (system, files, task, a1,
+         * t1, r1, a2, t2, r2 -> index 8). */
+        use_backend(_i);
+        fixture_init(&fx, "resume_limits", steps);
+        fx.job.limits.max_retries = 2;
+        crash.stop_at = 8;
+        crash.cells = json_array();
+        obs.on_message = crash_on_message;
+        obs.on_cell = crash_on_cell;
+        obs.on_retry = crash_on_retry;
+        obs.opaque = &crash;
+        fixture_run(&fx, &obs, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "aborted");
+        ck_assert_int_eq(crash.nretry, 2);
+        ck_assert_int_eq(crash.retries, 2);
+        saved = json_array();
+        for (i = 0; i < 8; i++)
+                json_array_append(saved, json_array_get(fx.result.history, i));
+        cq_agent_result_release(&fx.result);
+        cq_interp_destroy(&fx.interp);
+
+        /* Second attempt: one more failure is one too many for the job. */
+        fx.interp = new_interp();
+        start.history = saved;
+        start.cells = crash.cells;
+        start.continue_job = true;
+        start.turns_done = 2;
+        start.retries_done = crash.retries;
+        crash.stop_at = 1000;
+        fixture_run(&fx, &obs, NULL, &start);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_msg(strstr(fx.result.reason, "retry limit reached: 3 "), "%s",
+                      fx.result.reason);
+        ck_assert_msg(strstr(fx.result.reason, "KeyError"), "%s",
+                      fx.result.reason);
+        ck_assert_int_eq(fx.result.retries, 3);
+        ck_assert_int_eq(crash.retries, 3);
+        cq_agent_result_release(&fx.result);
+        cq_interp_destroy(&fx.interp);
+
+        /* Third: earlier attempts ran for the whole job_timeout_s. It
+         * fails before replaying a cell or asking the model anything. */
+        fx.interp = new_interp();
+        reqs = requests_for(fx.script);
+        i = json_array_size(reqs);
+        json_decref(reqs);
+        start.retries_done = 0;
+        start.elapsed_ms = fx.opts.job_timeout_s * 1000;
+        fixture_run(&fx, &obs, NULL, &start);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_msg(strstr(fx.result.reason, "job time limit reached (120 s "
+                                               "of running time, earlier "
+                                               "attempts included)"),
+                      "%s", fx.result.reason);
+        ck_assert_int_eq(fx.result.cells, 0);
+        ck_assert_int_eq(fx.result.turns, 2);
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), i);
+        json_decref(reqs);
+        json_decref(saved);
+        json_decref(crash.cells);
+        fixture_release(&fx);
+}
+END_TEST
 
 START_TEST(resume_replays_cells_and_does_not_repeat_turns)
 {
@@ -824,6 +916,8 @@ static Suite *agent_suite(void)
         tcase_add_loop_test(tc, success_first_try, 0, 2);
         tcase_add_loop_test(tc, error_then_reflection_then_fixed, 0, 2);
         tcase_add_loop_test(tc, retry_limit_fails_with_last_error, 0, 2);
+        tcase_add_loop_test(tc, resumed_job_keeps_counting_retries_and_time, 0,
+                            2);
         tcase_add_loop_test(tc, turn_limit_fails, 0, 2);
         tcase_add_loop_test(tc, tests_fail_then_pass, 0, 2);
         tcase_add_loop_test(tc, tests_never_pass_fails, 0, 2);

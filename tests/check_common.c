@@ -350,6 +350,42 @@ START_TEST(sha256_known_vector)
 }
 END_TEST
 
+/* Doubling, capped, jittered over the upper half, and spread out: many
+ * waiters that failed together do not come back together. */
+START_TEST(backoff_doubles_caps_and_jitters)
+{
+        unsigned int seed = 12345, seed2 = 12345;
+        int64_t ms, first = -1;
+        bool varied = false;
+        int i;
+
+        for (i = 0; i < 200; i++) {
+                ms = cq_backoff_ms(1, 200, 300000, &seed);
+                ck_assert_int_ge(ms, 100);
+                ck_assert_int_le(ms, 200);
+                if (first < 0)
+                        first = ms;
+                varied = varied || ms != first;
+                ms = cq_backoff_ms(3, 200, 300000, &seed);
+                ck_assert_int_ge(ms, 400);
+                ck_assert_int_le(ms, 800);
+                ms = cq_backoff_ms(40, 200, 300000, &seed);
+                ck_assert_int_ge(ms, 150000);
+                ck_assert_int_le(ms, 300000);
+                ms = cq_backoff_ms(1000000, 1, INT64_MAX, &seed);
+                ck_assert_int_gt(ms, 0);
+        }
+        ck_assert(varied);
+        ck_assert_int_eq(cq_backoff_ms(5, 0, 1000, &seed), 0);
+        ck_assert_int_eq(cq_backoff_ms(5, 100, 0, &seed), 0);
+        /* the same seed gives the same waits: the state is the caller's */
+        seed = 7;
+        ms = cq_backoff_ms(2, 1000, 60000, &seed);
+        seed2 = 7;
+        ck_assert_int_eq(cq_backoff_ms(2, 1000, 60000, &seed2), ms);
+}
+END_TEST
+
 START_TEST(iso8601_has_six_digit_microseconds)
 {
         char ts[40];
@@ -526,6 +562,7 @@ static Suite *common_suite(void)
         tcase_add_test(tc, base64_round_trips_and_rejects_garbage);
         tcase_add_test(tc, sha256_known_vector);
         tcase_add_test(tc, iso8601_has_six_digit_microseconds);
+        tcase_add_test(tc, backoff_doubles_caps_and_jitters);
         tcase_add_test(tc, gate_admits_in_order_of_arrival);
         tcase_add_test(tc, gate_never_admits_more_than_its_width);
         tcase_add_test(tc, gate_stops_counting_long_holders);

@@ -626,6 +626,171 @@ START_TEST(child_waits_for_parent_success)
 }
 END_TEST
 
+/* A child whose parent never arrives fails after the parent wait, with an
+ * event; a younger one, and one whose parent exists, go on waiting. */
+START_TEST(child_without_parent_fails_after_the_wait)
+{
+        cq_store_t *store = store_for("w", 120);
+        cq_store_opts_t opts;
+        cq_store_t *reaper;
+        char errstr[512], *s;
+        int requeued = -1, failed = -1;
+
+        cq_store_opts_init(&opts);
+        opts.dsn = g_dsn;
+        opts.owner = "reaper";
+        opts.parent_wait_s = 60;
+        reaper = cq_store_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(reaper != NULL, "%s", errstr);
+        add_job(store, "orphan", 0, "ghost", NULL);
+        add_job(store, "young", 0, "ghost", NULL);
+        add_job(store, "waiting", 0, "slow-parent", NULL);
+        add_job(store, "slow-parent", 0, NULL, NULL);
+        expect_claim(store, "slow-parent");
+        qexec("UPDATE jobs SET created_at = now() - interval '61 seconds'"
+              " WHERE job_id IN ('orphan', 'waiting')");
+        ck_assert_int_eq(cq_store_requeue_expired(reaper, &requeued, &failed),
+                         CQ_OK);
+        ck_assert_int_eq(requeued, 0);
+        ck_assert_int_eq(failed, 1);
+        s = q1("SELECT string_agg(job_id || ' ' || status || ' ' ||"
+               " COALESCE(reason, '-'), '; ' ORDER BY job_id) FROM jobs"
+               " WHERE parent_job_id IS NOT NULL",
+               NULL);
+        ck_assert_str_eq(s, "orphan failed parent job ghost does not exist "
+                            "after 60 s; waiting queued -; young queued -");
+        free(s);
+        s = q1("SELECT payload->>'status' || ' ' || (payload->>'reason')"
+               " FROM outbox WHERE job_id = 'orphan'",
+               NULL);
+        ck_assert_str_eq(s, "failed parent job ghost does not exist after "
+                            "60 s");
+        free(s);
+        ck_assert_int_eq(qn("SELECT count(*) FROM outbox", NULL), 1);
+        /* Again: nothing more to do. */
+        ck_assert_int_eq(cq_store_requeue_expired(reaper, &requeued, &failed),
+                         CQ_OK);
+        ck_assert_int_eq(failed, 0);
+        cq_store_destroy(&store);
+        cq_store_destroy(&reaper);
+}
+END_TEST
+
+/* A try put back for later counts its attempt, waits, keeps its error,
+ * and cannot be put back once no attempt is left (it would never run). */
+START_TEST(retry_later_counts_and_waits)
+{
+        cq_store_t *w1 = store_for("w1", 120), *w2 = store_for("w2", 120);
+        cq_claim_t claim;
+        bool found;
+        char *s;
+
+        add_job(w1, "t1", 0, NULL, NULL);
+        qexec("UPDATE jobs SET max_attempts = 2");
+        expect_claim(w1, "t1");
+        ck_assert_int_eq(cq_store_retry_later(w2, "t1", "nope", 0),
+                         CQ_ERR_FATAL);
+        ck_assert_int_eq(cq_store_retry_later(w1, "t1",
+                                              "could not get an interpreter: "
+                                              "no kernel",
+                                              60000),
+                         CQ_OK);
+        s = q1("SELECT status || ' ' || attempts || ' ' || error || ' ' ||"
+               " (run_after > now() + interval '50 seconds') || ' ' ||"
+               " (lease_owner IS NULL) FROM jobs",
+               NULL);
+        ck_assert_str_eq(s, "queued 1 could not get an interpreter: no kernel "
+                            "true true");
+        free(s);
+        /* not before its time */
+        ck_assert_ptr_null(claim_id(w2));
+        qexec("UPDATE jobs SET run_after = now()");
+        cq_claim_init(&claim);
+        ck_assert_int_eq(cq_store_claim(w2, &claim, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert_int_eq(claim.attempt, 2);
+        ck_assert_int_eq(claim.max_attempts, 2);
+        cq_claim_release(&claim);
+        /* the last attempt: finish it instead */
+        ck_assert_int_eq(cq_store_retry_later(w2, "t1", "again", 0),
+                         CQ_ERR_FATAL);
+        ck_assert_ptr_nonnull(
+            strstr(cq_store_errmsg(w2), "it has no attempt left"));
+        s = q1("SELECT status || ' ' || lease_owner FROM jobs", NULL);
+        ck_assert_str_eq(s, "running w2");
+        free(s);
+        cq_store_destroy(&w1);
+        cq_store_destroy(&w2);
+}
+END_TEST
+
+/* The running time of every attempt is summed (up to the last heartbeat
+ * for an expired lease) and a claim returns it with the retries counted
+ * so far: the limits of a resumed job are the job's. */
+START_TEST(run_time_and_retries_carry_over_attempts)
+{
+        cq_store_t *w1 = store_for("w1", 120), *w2 = store_for("w2", 120);
+        cq_store_t *reaper = store_for("reaper", 120);
+        cq_claim_t claim;
+        bool found, lost = true;
+        long ms;
+        int requeued, failed;
+        char *s;
+
+        add_job(w1, "r1", 0, NULL, NULL);
+        cq_claim_init(&claim);
+        ck_assert_int_eq(cq_store_claim(w1, &claim, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert_int_eq(claim.retries, 0);
+        ck_assert_int_eq(claim.run_ms, 0);
+        cq_claim_release(&claim);
+        ck_assert_int_eq(qn("SELECT count(*) FROM jobs WHERE claimed_at IS "
+                            "NOT NULL",
+                            NULL),
+                         1);
+        ck_assert_int_eq(cq_store_set_retries(w1, "r1", 2, &lost), CQ_OK);
+        ck_assert(!lost);
+        ck_assert_int_eq(cq_store_set_retries(w2, "r1", 9, &lost), CQ_OK);
+        ck_assert(lost);
+        /* this attempt started 300 ms earlier than it did */
+        qexec("UPDATE jobs SET claimed_at = claimed_at - interval '300 ms'");
+        ck_assert_int_eq(cq_store_release(w1, "r1"), CQ_OK);
+        ms = qn("SELECT run_ms FROM jobs", NULL);
+        ck_assert_int_ge(ms, 300);
+        ck_assert_int_eq(qn("SELECT count(*) FROM jobs WHERE claimed_at IS "
+                            "NULL",
+                            NULL),
+                         1);
+        /* the next claim starts from there */
+        cq_claim_init(&claim);
+        ck_assert_int_eq(cq_store_claim(w2, &claim, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert_int_eq(claim.retries, 2);
+        ck_assert_int_eq(claim.run_ms, ms);
+        cq_claim_release(&claim);
+        /* a worker that died: counted up to its last heartbeat */
+        qexec("UPDATE jobs SET claimed_at = now() - interval '10 s',"
+              " heartbeat_at = now() - interval '4 s',"
+              " lease_until = now() - interval '1 s'");
+        ck_assert_int_eq(cq_store_requeue_expired(reaper, &requeued, &failed),
+                         CQ_OK);
+        ck_assert_int_eq(requeued, 1);
+        ck_assert_int_eq(qn("SELECT run_ms FROM jobs", NULL), ms + 6000);
+        /* a finished job's run_ms is its whole running time */
+        expect_claim(w1, "r1");
+        qexec("UPDATE jobs SET claimed_at = now() - interval '2 s'");
+        finish(w1, "r1", "succeeded", NULL);
+        s = q1("SELECT run_ms || ' ' || (claimed_at IS NULL) FROM jobs", NULL);
+        ck_assert_int_ge(strtol(s, NULL, 10), ms + 8000);
+        ck_assert_int_lt(strtol(s, NULL, 10), ms + 8000 + 60000);
+        ck_assert_ptr_nonnull(strstr(s, " true"));
+        free(s);
+        cq_store_destroy(&w1);
+        cq_store_destroy(&w2);
+        cq_store_destroy(&reaper);
+}
+END_TEST
+
 START_TEST(strings_and_bytes_stored_verbatim)
 {
         cq_store_t *store = store_for("w'; DROP TABLE jobs; --", 120);
@@ -2415,6 +2580,9 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, release_gives_the_job_back);
         tcase_add_test(tc, finish_is_atomic_when_the_backend_is_killed);
         tcase_add_test(tc, child_waits_for_parent_success);
+        tcase_add_test(tc, child_without_parent_fails_after_the_wait);
+        tcase_add_test(tc, retry_later_counts_and_waits);
+        tcase_add_test(tc, run_time_and_retries_carry_over_attempts);
         tcase_add_test(tc, strings_and_bytes_stored_verbatim);
         tcase_add_test(tc, image_20mb_round_trips_and_caps);
         tcase_add_test(tc, notebook_jsonb_equals_what_was_written);

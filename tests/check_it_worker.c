@@ -104,10 +104,14 @@ static const char *job_max_bytes = "1M";
 static const char *child_poll_ms = "100";
 static const char *child_relay_ms = "200";
 static const char *child_slots = "2";
+/* More settings of the next worker started ("NAME=VALUE"; "NAME=" unsets
+ * NAME), or NULL. */
+static const char *const *child_extra;
 
 static void child_env(const char *name, const char *lease_s)
 {
         char v[512];
+        const char *const *extra;
 
         setenv("CODERQ_JOB_MAX_BYTES", job_max_bytes, 1);
         setenv("CODERQ_PG_DSN", dsn, 1);
@@ -134,6 +138,19 @@ static void child_env(const char *name, const char *lease_s)
         setenv("CODERQ_SANDBOX", "off", 1);
         setenv("CODERQ_LOG_LEVEL", "info", 1);
         setenv("CODERQ_WORKER_ID", name, 1);
+        unsetenv("E2B_API_KEY");
+        for (extra = child_extra; extra && *extra; extra++) {
+                const char *eq = strchr(*extra, '=');
+                char key[128];
+
+                if (!eq || (size_t)(eq - *extra) >= sizeof(key))
+                        continue;
+                snprintf(key, sizeof(key), "%.*s", (int)(eq - *extra), *extra);
+                if (eq[1])
+                        setenv(key, eq + 1, 1);
+                else
+                        unsetenv(key);
+        }
 }
 
 static void start_worker(worker_t *w, const char *name, const char *lease_s)
@@ -1269,10 +1286,264 @@ START_TEST(fresh_tests_and_test_deadlines)
 }
 END_TEST
 
+/* The first value of \p sql with one parameter; caller frees; NULL for no
+ * row or NULL. */
+static char *pg_text(const char *sql, const char *param)
+{
+        PGconn *conn = cq_pgtest_connect(dsn);
+        PGresult *res =
+            PQexecParams(conn, sql, param ? 1 : 0, NULL, &param, NULL, NULL, 0);
+        char *out = NULL;
+
+        ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK, "%s: %s", sql,
+                      PQerrorMessage(conn));
+        if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+                out = strdup(PQgetvalue(res, 0, 0));
+        PQclear(res);
+        PQfinish(conn);
+        return out;
+}
+
+/* The job \p n of this test: "<column>|<column>|..." of \p cols (SQL). */
+static char *job_row(int n, const char *cols)
+{
+        char sql[1024], id[192];
+        char *out;
+
+        snprintf(id, sizeof(id), "%s-%03d", prefix, n);
+        snprintf(sql, sizeof(sql),
+                 "SELECT concat_ws('|', %s) FROM jobs"
+                 " WHERE job_id = $1",
+                 cols);
+        out = pg_text(sql, id);
+        ck_assert_msg(out != NULL, "no job %s", id);
+        return out;
+}
+
+/* Waits until \p n jobs finished, or fails the test with the state of
+ * the queue after \p ms. */
+static void wait_finished_or_dump(long n, int ms)
+{
+        int waited;
+        char *state;
+
+        for (waited = 0; waited < ms; waited += 100) {
+                if (finished() >= n)
+                        return;
+                kt_sleep_ms(100);
+        }
+        state = pg_text("SELECT string_agg(job_id || ' ' || status ||"
+                        " ' attempts ' || attempts, '; ') FROM jobs",
+                        NULL);
+        ck_abort_msg("only %ld of %ld jobs finished in %d ms; %s", finished(),
+                     n, ms, state ? state : "no jobs");
+}
+
+/* A job that can never get an interpreter (e2b without a key) fails at
+ * once with the reason instead of being claimed again forever; a child
+ * whose parent never comes fails after CODERQ_PARENT_WAIT_S. */
+START_TEST(jobs_that_cannot_run_fail_with_a_reason)
+{
+        static const char *const extra[] = {
+            "CODERQ_PARENT_WAIT_S=1", "CODERQ_REQUEUE_DELAY_MS=100", NULL};
+        worker_t a;
+        rd_kafka_t *rk;
+        char parent[256];
+        char *row;
+        long long claims;
+
+        fresh("norun");
+        register_script("quick", "[{\"content\":\"ok\"}]");
+        child_slots = "1";
+        child_extra = extra;
+        start_worker(&a, "wn", "30");
+        child_slots = "2";
+        rk = kt_producer(brokers);
+        submit(rk, 0, "quick", "\"backend\":\"e2b\"");
+        snprintf(parent, sizeof(parent), "\"parent_job_id\":\"%s-ghost\"",
+                 prefix);
+        submit(rk, 1, "quick", parent);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished_or_dump(2, 60000);
+        row = job_row(0, "status, attempts, reason");
+        ck_assert_str_eq(row, "failed|1|could not get an interpreter: backend "
+                              "\"e2b\": E2B_API_KEY is not set");
+        free(row);
+        row = job_row(1, "status, attempts, reason");
+        ck_assert_msg(strncmp(row, "failed|0|parent job ", 20) == 0 &&
+                          strstr(row, "-ghost does not exist after 1 s"),
+                      "%s", row);
+        free(row);
+        ck_assert_int_eq(kt_pg_long(dsn, "SELECT count(*) FROM outbox", NULL),
+                         2);
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+        /* one claim, not thousands */
+        claims = log_sum(&a, "worker stopped", "claims");
+        ck_assert_msg(claims >= 1 && claims <= 3, "%lld claims", claims);
+}
+END_TEST
+
+/* A kernel pool that cannot start kernels may recover: the job is tried
+ * again after a growing wait, each try an attempt, and fails at the last
+ * one naming the error. */
+START_TEST(interpreter_failures_back_off_then_fail)
+{
+        static const char *const extra[] = {
+            "CODERQ_PYTHON=/nonexistent/python3", "CODERQ_MAX_ATTEMPTS=3",
+            "CODERQ_REQUEUE_DELAY_MS=200", "CODERQ_KPOOL_SIZE=1", NULL};
+        worker_t a;
+        rd_kafka_t *rk;
+        char *row;
+        long long claims, attempts, waits;
+
+        fresh("backoff");
+        register_script("quick", "[{\"content\":\"ok\"}]");
+        child_slots = "1";
+        child_extra = extra;
+        start_worker(&a, "wb", "30");
+        child_slots = "2";
+        rk = kt_producer(brokers);
+        submit(rk, 0, "quick", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished_or_dump(1, 120000);
+        row = job_row(0, "status, attempts, max_attempts");
+        ck_assert_str_eq(row, "failed|3|3");
+        free(row);
+        row = job_row(0, "reason");
+        ck_assert_msg(strstr(row, "gave up after 3 attempts: could not get "
+                                  "an interpreter: ") == row,
+                      "%s", row);
+        ck_assert_msg(strstr(row, "kernel"), "%s", row);
+        free(row);
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+        claims = log_sum(&a, "worker stopped", "claims");
+        ck_assert_int_eq(claims, 3);
+        /* put back twice (attempts 1 and 2), waiting 100-200 ms, then
+         * 200-400 ms (the doubled delay, jittered over its upper half) */
+        attempts = log_sum(&a, "job put back for later", "attempt");
+        ck_assert_int_eq(attempts, 1 + 2);
+        waits = log_sum(&a, "job put back for later", "retry_in_ms");
+        ck_assert_msg(waits >= 300 && waits <= 600, "%lld ms", waits);
+}
+END_TEST
+
+/* max_retries holds over the whole job: a job stopped after two failed
+ * cells and resumed elsewhere fails at its third. */
+START_TEST(resumed_job_keeps_its_retry_count)
+{
+        static const char steps[] =
+            "[{\"tool_calls\":[{\"code\":\"1/0\"}]},"
+            "{\"tool_calls\":[{\"code\":\"[][1]\"}]},"
+            "{\"delay_ms\":3000,\"tool_calls\":[{\"code\":\"{}['x']\"}]},"
+            "{\"content\":\"done\"}]";
+        worker_t a, b;
+        rd_kafka_t *rk;
+        char *row;
+        int waited;
+
+        fresh("retries");
+        register_script("fails", steps);
+        child_slots = "1";
+        start_worker(&a, "wr1", "30");
+        rk = kt_producer(brokers);
+        submit(rk, 0, "fails", "\"limits\":{\"max_retries\":2}");
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        for (waited = 0; waited < 60000; waited += 100) {
+                if (kt_pg_long(dsn,
+                               "SELECT count(*) FROM cells WHERE status = "
+                               "'error'",
+                               NULL) >= 2)
+                        break;
+                kt_sleep_ms(100);
+        }
+        /* the third reply is 3 s away: stop while it is awaited */
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+        start_worker(&b, "wr2", "30");
+        child_slots = "2";
+        wait_finished_or_dump(1, 60000);
+        row = job_row(0, "status, retries");
+        ck_assert_str_eq(row, "failed|3");
+        free(row);
+        row = job_row(0, "reason");
+        ck_assert_msg(strstr(row, "retry limit reached: 3 failed cells or "
+                                  "test runs (max_retries 2)") &&
+                          strstr(row, "KeyError"),
+                      "%s", row);
+        free(row);
+        ck_assert_int_eq(stop_worker(&b, SIGTERM, 30000), 0);
+}
+END_TEST
+
+/* job_timeout_s holds over the whole job: the running time of an attempt
+ * stopped half-way counts when the job resumes. The first attempt spends
+ * over 20 s (it runs a cell, then awaits a 20 s reply, during which the
+ * worker stops); the job's limit is 15 s, so the resumed job fails at
+ * once, where a fresh budget would let it finish in a few seconds. */
+START_TEST(resumed_job_keeps_its_running_time)
+{
+        static const char steps[] =
+            "[{\"tool_calls\":[{\"code\":\"x = 1\"}]},"
+            "{\"delay_ms\":20000,\"tool_calls\":[{\"code\":\"y = x\"}]},"
+            "{\"content\":\"done\"}]";
+        static const char *const extra[] = {"CODERQ_SHUTDOWN_S=60", NULL};
+        worker_t a, b;
+        rd_kafka_t *rk;
+        char *row;
+        int waited;
+
+        fresh("runtime");
+        register_script("slow", steps);
+        child_slots = "1";
+        child_extra = extra;
+        start_worker(&a, "wt1", "30");
+        child_extra = NULL;
+        rk = kt_producer(brokers);
+        submit(rk, 0, "slow", "\"limits\":{\"job_timeout_s\":15}");
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        for (waited = 0; waited < 60000; waited += 100) {
+                if (kt_pg_long(dsn, "SELECT count(*) FROM cells", NULL) >= 1)
+                        break;
+                kt_sleep_ms(100);
+        }
+        /* the second reply is 20 s away: stop while it is awaited (the
+         * worker lets it arrive, then gives the job back) */
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 90000), 0);
+        row = job_row(0, "status, attempts, reason");
+        ck_assert_str_eq(row, "queued|0"); /* no reason */
+        free(row);
+        ck_assert_int_ge(kt_pg_long(dsn, "SELECT run_ms FROM jobs", NULL),
+                         20000);
+        start_worker(&b, "wt2", "30");
+        child_slots = "2";
+        wait_finished_or_dump(1, 60000);
+        row = job_row(0, "status, reason");
+        ck_assert_msg(
+            strncmp(row, "failed|job time limit reached (15 s ", 36) == 0, "%s",
+            row);
+        free(row);
+        /* it stopped before running the second call's cell */
+        ck_assert_int_eq(kt_pg_long(dsn, "SELECT count(*) FROM cells", NULL),
+                         1);
+        ck_assert_int_eq(stop_worker(&b, SIGTERM, 30000), 0);
+}
+END_TEST
+
+static void no_extra(void)
+{
+        child_extra = NULL;
+        child_slots = "2";
+        kill_leftovers();
+}
+
 static Suite *worker_suite(void)
 {
         Suite *s = suite_create("worker");
         TCase *tc = tcase_create("e2e");
+        TCase *limits = tcase_create("limits");
 
         tcase_add_unchecked_fixture(tc, setup, teardown);
         tcase_add_checked_fixture(tc, NULL, kill_leftovers);
@@ -1295,6 +1566,14 @@ static Suite *worker_suite(void)
         tcase_add_test(tc, memory_only_inside_a_named_scope_and_model);
         tcase_add_test(tc, fresh_tests_and_test_deadlines);
         suite_add_tcase(s, tc);
+        tcase_add_unchecked_fixture(limits, setup, teardown);
+        tcase_add_checked_fixture(limits, NULL, no_extra);
+        tcase_set_timeout(limits, 600);
+        tcase_add_test(limits, jobs_that_cannot_run_fail_with_a_reason);
+        tcase_add_test(limits, interpreter_failures_back_off_then_fail);
+        tcase_add_test(limits, resumed_job_keeps_its_retry_count);
+        tcase_add_test(limits, resumed_job_keeps_its_running_time);
+        suite_add_tcase(s, limits);
         return s;
 }
 

@@ -36,6 +36,11 @@ typedef struct cq_agent_observer {
          *         llm.reply, cell.started, cell.output, cell.finished,
          *         reflection, tests.result. \p data borrowed. */
         void (*on_event)(void *opaque, const char *type, const json_t *data);
+        /** @brief A failed cell or test run was counted; \p retries is the
+         *         job's count so far, earlier attempts included (what
+         *         start->retries_done must be when the job resumes). A
+         *         non-zero return stops the job, as for on_message. */
+        int (*on_retry)(void *opaque, long retries);
         void *opaque;
 } cq_agent_observer_t;
 
@@ -108,13 +113,17 @@ void cq_agent_opts_init(cq_agent_opts_t *opts);
 void cq_agent_opts_from_config(cq_agent_opts_t *opts, const cq_config_t *cfg);
 
 /**
- * @brief Continue from a checkpoint instead of starting afresh.
+ * @brief Where a run starts: afresh, or from a checkpoint.
+ *   - history NULL: a new conversation.
  *   - continue_job: \p history is this job's own saved conversation; its
  *     successful \p cells are replayed silently and the loop goes on from
  *     the last message (a completed turn is never repeated).
  *   - otherwise (a session: the job has a parent): \p history and \p cells
  *     are the parent's; the cells are replayed and the job's prompt is
  *     appended to the parent's conversation.
+ * Limits hold over the whole job: elapsed_ms (any start) is running time
+ * already spent, which job_timeout_s counts; turns_done and retries_done
+ * count against max_turns and max_retries.
  */
 typedef struct cq_agent_start {
         const json_t *history; /* borrowed; array of messages */
@@ -122,8 +131,9 @@ typedef struct cq_agent_start {
                                   cell that ran to the end, failed ones
                                   included (they may have set state) */
         bool continue_job;
-        long turns_done;   /* continue_job: already spent */
-        long retries_done; /* continue_job: already spent */
+        long turns_done;    /* continue_job: already spent */
+        long retries_done;  /* continue_job: already spent */
+        int64_t elapsed_ms; /* running time already spent by the job */
 } cq_agent_start_t;
 
 typedef enum cq_agent_status {

@@ -32,15 +32,22 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
 /**
  * @brief A fresh interpreter for one job.
  * @param which "local", "e2b", or NULL for CODERQ_BACKEND.
- * @returns Caller owns the returned value (cq_interp_destroy() after the
- *          job); NULL with \p errstr filled.
+ * @param interpp (out) Caller owns the returned value on CQ_OK
+ *        (cq_interp_destroy() after the job); NULL otherwise.
+ * @returns CQ_OK; CQ_ERR_FATAL when trying again cannot help (an unknown
+ *          backend, E2B without E2B_API_KEY, E2B refusing the key with
+ *          401/403 or the request with another 4xx); CQ_ERR_RETRIABLE when
+ *          it may (no local kernel ready in time or one that could not
+ *          start, E2B unreachable or answering 429/5xx, out of memory).
+ *          \p errstr says why.
  * @locality Any thread; the interpreter then belongs to that thread.
  */
-cq_interp_t *cq_backend_acquire(cq_backend_t *backend,
-                                const char *which,
-                                int64_t timeout_ms,
-                                char *errstr,
-                                size_t errstr_size);
+CQ_NODISCARD cq_err_t cq_backend_acquire(cq_backend_t *backend,
+                                         const char *which,
+                                         int64_t timeout_ms,
+                                         cq_interp_t **interpp,
+                                         char *errstr,
+                                         size_t errstr_size);
 
 /** @brief One line on how kernels are confined, for logs. Borrowed. */
 const char *cq_backend_describe(const cq_backend_t *backend);

@@ -63,6 +63,9 @@ typedef struct cq_config {
         char *migrations_dir;
         long lease_s;
         long max_attempts;
+        long requeue_delay_ms;
+        long requeue_delay_max_s;
+        long parent_wait_s;
         size_t notebook_max;
         size_t image_max;
         long memory_threshold; /* percent */

@@ -95,6 +95,22 @@ cq_interp_t *
 cq_e2b_new(const cq_e2b_opts_t *opts, char *errstr, size_t errstr_size);
 
 /**
+ * @brief cq_e2b_new() that says whether trying again later can help.
+ * @param interpp (out) Caller owns the returned value on CQ_OK; NULL
+ *        otherwise.
+ * @returns CQ_OK; CQ_ERR_FATAL when retrying cannot help (no API key, the
+ *          key refused with 401/403, another 4xx such as an unknown
+ *          template); CQ_ERR_TOO_LARGE for an over-long reply;
+ *          CQ_ERR_RETRIABLE for network errors, 429 and 5xx after the
+ *          call's own retries, or out of memory. \p errstr says why.
+ * @locality As cq_e2b_new().
+ */
+CQ_NODISCARD cq_err_t cq_e2b_create(const cq_e2b_opts_t *opts,
+                                    cq_interp_t **interpp,
+                                    char *errstr,
+                                    size_t errstr_size);
+
+/**
  * @brief Extend the sandbox's TTL now (POST /sandboxes/{id}/timeout), on a
  *        curl handle of its own.
  * @returns CQ_OK; CQ_ERR_FATAL for 401/403/404; else CQ_ERR_RETRIABLE.

@@ -46,13 +46,15 @@ typedef struct cq_store_opts {
         int reconnect_ms;          /* give up reconnecting after this long */
         const char *results_topic; /* outbox topic of completion events */
         bool prepare;              /* prepared statements (CODERQ_PG_PREPARE) */
+        int parent_wait_s;         /* a missing parent fails its child after
+                                      this long (CODERQ_PARENT_WAIT_S) */
 } cq_store_opts_t;
 
 #define CQ_STORE_RESULTS_TOPIC "coderq.results"
 
 /** @brief Defaults: lease 120 s, 3 attempts, notebook 64 MiB, image 32 MiB,
  *         threshold 0.3, reconnect 30 s, owner "coderq", prepared
- *         statements on. */
+ *         statements on, parent wait 3600 s. */
 void cq_store_opts_init(cq_store_opts_t *opts);
 
 /** @brief Fill \p opts from \p cfg (borrowed: it must outlive the store). */
@@ -130,7 +132,10 @@ typedef struct cq_claim {
         char *job_id;
         json_t *spec;        /* the job message; owned */
         int attempt;         /* 1 for the first run */
+        int max_attempts;    /* the job's bound on attempts */
         bool has_checkpoint; /* messages or cells from an earlier attempt */
+        int retries;         /* failed cells and test runs counted so far */
+        int64_t run_ms;      /* running time of the earlier attempts */
 } cq_claim_t;
 
 void cq_claim_init(cq_claim_t *claim);
@@ -140,6 +145,7 @@ void cq_claim_release(cq_claim_t *claim);
  * @brief Claim the next runnable job: queued, run_after reached, parent
  *        (if any) succeeded; highest priority first, then oldest. Sets the
  *        lease (owner, expiry now + lease_s) and counts the attempt.
+ *        A job whose attempts reached max_attempts is never claimed.
  * @param claim (out) Initialised by the caller; filled when *foundp.
  * @param foundp (out) false when nothing is runnable.
  * @remark Never retried after a reconnect: a lost reply may have claimed a
@@ -167,7 +173,9 @@ CQ_NODISCARD cq_err_t cq_store_heartbeat(cq_store_t *store,
  *        attempts fails instead, with the reason "lease expired after N
  *        attempts" and a completion event in the outbox; one whose cancel
  *        was requested is cancelled. Queued jobs whose parent failed or
- *        was cancelled fail too ("parent job X failed").
+ *        was cancelled fail too ("parent job X failed"), and so do queued
+ *        jobs whose parent does not exist parent_wait_s after they were
+ *        created ("parent job X does not exist after N s").
  * @param requeuedp, failedp (out, optional) Counts; failedp counts every
  *        job this call finished (failed or cancelled).
  */
@@ -181,6 +189,33 @@ CQ_NODISCARD cq_err_t cq_store_requeue_expired(cq_store_t *store,
  * @returns CQ_OK; CQ_ERR_FATAL when this owner does not hold the lease.
  */
 CQ_NODISCARD cq_err_t cq_store_release(cq_store_t *store, const char *job_id);
+
+/**
+ * @brief Give a job back after a failure that a later try may not meet (no
+ *        interpreter, PostgreSQL trouble): running -> queued, lease
+ *        cleared, the attempt counted, claimable again \p delay_ms from
+ *        now; \p error is kept in the job's error column.
+ * @param error Borrowed; may be NULL.
+ * @returns CQ_OK; CQ_ERR_FATAL when this owner does not hold the lease or
+ *          the job has no attempt left (finish it as failed instead: a
+ *          queued job with no attempt left would never run).
+ */
+CQ_NODISCARD cq_err_t cq_store_retry_later(cq_store_t *store,
+                                           const char *job_id,
+                                           const char *error,
+                                           int64_t delay_ms);
+
+/**
+ * @brief Record how many failed cells and test runs a running job has had
+ *        (the retries column), so a resumed job goes on counting from
+ *        there: max_retries holds over the whole job.
+ * @param lostp (out) true when this owner no longer holds the lease:
+ *        nothing was written.
+ */
+CQ_NODISCARD cq_err_t cq_store_set_retries(cq_store_t *store,
+                                           const char *job_id,
+                                           long retries,
+                                           bool *lostp);
 
 /** @brief The final state of a job, for cq_store_finish(). */
 typedef struct cq_finish {

@@ -19,6 +19,17 @@ int64_t cq_now_ms(void);
 void cq_abstime_in(struct timespec *ts, int64_t ms);
 
 /**
+ * @brief The wait before try \p n (1 for the first retry): \p first_ms
+ *        doubled n - 1 times and capped at \p max_ms, then jittered over
+ *        its upper half, so waiters that failed together spread out.
+ * @param seed rand_r() state owned by the calling thread (thread-safe,
+ *        unlike rand()).
+ * @returns 0 .. max_ms.
+ */
+int64_t
+cq_backoff_ms(int n, int64_t first_ms, int64_t max_ms, unsigned int *seed);
+
+/**
  * @brief UTC ISO 8601 with microseconds zero-padded to 6 digits and a 'Z':
  *        "2026-11-29T09:38:32.009516Z" (Jupyter's header.date form).
  * @param out At least 32 bytes.
