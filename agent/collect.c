@@ -353,8 +353,14 @@ static int append_all(json_t *all, json_t *arr)
 
         json_array_foreach(arr, i, v)
         {
-                json_object_del(v, "transient");
-                if (append_merged(all, json_incref(v)) != 0)
+                /* a shallow copy: merging and dropping "transient" leave
+                 * the collector's own outputs alone */
+                json_t *out = json_copy(v);
+
+                if (!out)
+                        return -1;
+                json_object_del(out, "transient");
+                if (append_merged(all, out) != 0)
                         return -1;
         }
         return 0;
