@@ -1339,6 +1339,7 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
         bool got_reply = false, idle = false, saw_error = false;
         bool timed_out = false, cancelled = false, died = false;
         bool kill_it = false, resend = false, shim_dropped = false;
+        int64_t idle_wait_ms = kernel->idle_wait_ms;
         int aborts = 0;
         cq_err_t err = CQ_OK;
         cq_jmsg_t msg;
@@ -1393,7 +1394,7 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                         items[imon].events = ZMQ_POLLIN;
                 }
 
-                if (got_reply && now - reply_at >= kernel->idle_wait_ms)
+                if (got_reply && now - reply_at >= idle_wait_ms)
                         break; /* idle lost; the reply is authoritative */
                 if (interrupted_at &&
                     now - interrupted_at >= kernel->interrupt_grace_ms) {
@@ -1475,6 +1476,10 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                                 kill_it = true;
                                 break;
                         }
+                        /* the idle status may be lost with the rest: do
+                         * not wait long for it after the reply */
+                        if (idle_wait_ms > 500)
+                                idle_wait_ms = 500;
                 }
                 if (items[0].revents & ZMQ_POLLIN) {
                         int r;
