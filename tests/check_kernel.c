@@ -721,8 +721,15 @@ START_TEST(every_byte_counts_against_the_cap)
                 "every_byte_counts_against_the_cap: VmHWM %ld kB -> "
                 "%ld kB (+%ld kB)\n",
                 before, after, after - before);
+#if defined(__SANITIZE_ADDRESS__)
+        /* ASan's quarantine keeps freed memory (256 MB): the 100000
+         * updates alone fill it, so the bound says nothing there */
+        fprintf(stderr, "every_byte_counts_against_the_cap: RSS bound not "
+                        "checked under ASan\n");
+#else
         ck_assert_msg(after - before < 16 * 1024, "peak RSS grew by %ld kB",
                       after - before);
+#endif
         cq_interp_destroy(&interp);
 }
 END_TEST
