@@ -33,6 +33,8 @@
 #include "coderq/util.h"
 
 #define POLL_SLICE_MS 100
+/* Messages iopub queues in the client (each within iopub_max bytes). */
+#define IOPUB_HWM 4
 /* The descriptor of the kernel's child on which bubblewrap gets --info-fd. */
 #define INFO_FD 3
 
@@ -46,8 +48,10 @@
  * a head and a tail per cell, send small messages (blocking the writer
  * until each is sent), and report the UTF-8 bytes it dropped as "[TAG N]"
  * where they were, as it goes (a cell that dies has reported most); TAG
- * holds a random nonce, and the client adds N to its own count. The client
- * still enforces its cap: code can undo this. */
+ * holds a random nonce, and the client adds N to its own count. And iopub
+ * blocks instead of dropping when the client's small queue is full
+ * (XPUB_NODROP), so the backlog of a fast publisher stays in the kernel.
+ * The client still enforces its cap: code can undo this. */
 static const char shim_fmt[] =
     "def _cq_setup(budget, keep, chunk, tag):\n"
     "    import collections\n"
@@ -116,6 +120,12 @@ static const char shim_fmt[] =
     "    ip = get_ipython()\n"
     "    ip.events.register('pre_execute', pre)\n"
     "    ip.events.register('post_execute', post)\n"
+    "    try:\n"
+    "        import zmq\n"
+    "        t = ip.kernel.iopub_thread\n"
+    "        t.schedule(lambda: t.socket.setsockopt(zmq.XPUB_NODROP, 1))\n"
+    "    except Exception:\n"
+    "        pass\n"
     "_cq_setup(%zu, %zu, %zu, '" DROP_TAG "%s')\n"
     "del _cq_setup\n";
 
@@ -402,7 +412,7 @@ static void close_iopub(cq_kernel_t *kernel)
 static void *open_socket(cq_kernel_t *kernel, int type, int port)
 {
         char endpoint[PATH_MAX + 32];
-        int zero = 0, ivl = 10;
+        int zero = 0, ivl = 10, hwm = IOPUB_HWM;
         int64_t maxmsg =
             (int64_t)(type == ZMQ_SUB ? kernel->iopub_max : kernel->msg_max);
         void *sock = zmq_socket(kernel->zctx, type);
@@ -418,8 +428,11 @@ static void *open_socket(cq_kernel_t *kernel, int type, int port)
                 zmq_setsockopt(sock, ZMQ_ROUTING_ID, kernel->session,
                                strlen(kernel->session));
         if (type == ZMQ_SUB) {
-                /* The default HWM of 1000 drops output, idle included. */
-                zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof(zero));
+                /* A few messages of at most iopub_max bytes: a kernel that
+                 * publishes faster than we read waits (the shim makes its
+                 * iopub block rather than drop) instead of filling our
+                 * memory. */
+                zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
                 zmq_setsockopt(sock, ZMQ_SUBSCRIBE, "", 0);
                 zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
                 kernel->iopub_mon = open_monitor(kernel, sock);

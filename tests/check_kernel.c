@@ -702,6 +702,34 @@ START_TEST(every_byte_counts_against_the_cap)
                          "last");
         cq_cell_result_release(&res);
 
+        /* displays published faster than the client parses them: the
+         * kernel waits for the client's small queue, nothing is lost */
+        {
+                json_t *list = json_array(), *one;
+                size_t size, shown = 0, i;
+                json_t *v;
+
+                for (i = 0; i < 80000; i++)
+                        json_array_append_new(list, json_integer((int)i));
+                one = json_pack("{s:s, s:{s:o}, s:{}, s:{}}", "output_type",
+                                "display_data", "data", "application/json",
+                                list, "metadata", "transient");
+                size = cq_collect_size(one);
+                json_decref(one);
+                run(interp,
+                    "d = {'application/json': list(range(80000))}\n"
+                    "for i in range(100):\n"
+                    "    display(d, raw=True)",
+                    300000, &res);
+                ck_assert(res.truncated);
+                json_array_foreach(res.outputs, i, v) shown +=
+                    json_object_get(v, "data") != NULL;
+                n = marker_bytes(&res, &at_least);
+                ck_assert(!at_least);
+                ck_assert_int_eq(n, (long long)((100 - shown) * size));
+                cq_cell_result_release(&res);
+        }
+
         /* a 500 MB JSON value: refused at the frame cap */
         run(interp,
             "display({'application/json': {'a': 'x' * 500_000_000}}, "
@@ -727,7 +755,7 @@ START_TEST(every_byte_counts_against_the_cap)
         fprintf(stderr, "every_byte_counts_against_the_cap: RSS bound not "
                         "checked under ASan\n");
 #else
-        ck_assert_msg(after - before < 16 * 1024, "peak RSS grew by %ld kB",
+        ck_assert_msg(after - before < 24 * 1024, "peak RSS grew by %ld kB",
                       after - before);
 #endif
         cq_interp_destroy(&interp);
