@@ -349,12 +349,13 @@ out:
  * so, and we open iopub again (see reopen_iopub()). */
 static void *open_monitor(cq_kernel_t *kernel, void *sock)
 {
-        char endpoint[96];
+        char endpoint[128];
         int zero = 0;
         void *mon;
 
-        snprintf(endpoint, sizeof(endpoint), "inproc://cq-kernel-mon-%p-%llu",
-                 (void *)kernel, (unsigned long long)++kernel->mon_seq);
+        /* the session is random per start: unique in a shared context */
+        snprintf(endpoint, sizeof(endpoint), "inproc://cq-kernel-mon-%s-%llu",
+                 kernel->session, (unsigned long long)++kernel->mon_seq);
         if (zmq_socket_monitor(sock, endpoint, ZMQ_EVENT_DISCONNECTED) != 0)
                 return NULL;
         mon = zmq_socket(kernel->zctx, ZMQ_PAIR);
