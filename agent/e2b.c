@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "coderq/buf.h"
+#include "coderq/collect.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
 
@@ -1327,212 +1328,6 @@ out:
         return err;
 }
 
-/* ------------------------------------------------------- output capping */
-
-/* Outputs of one cell: a head up to half the cap, then a sliding tail of
- * the other half; what falls between is counted and marked. */
-struct outacc {
-        json_t *head, *tail;
-        size_t head_bytes, tail_bytes, dropped, cap;
-        bool truncated;
-};
-
-static size_t output_size(const json_t *o)
-{
-        json_t *data = json_object_get(o, "data"), *v;
-        const char *key;
-        size_t n = 0;
-
-        if (json_is_string(json_object_get(o, "text")))
-                return json_string_length(json_object_get(o, "text"));
-        json_object_foreach(data, key, v)
-        {
-                if (json_is_string(v))
-                        n += json_string_length(v);
-                else
-                        n += 64; /* JSON values: counted roughly */
-        }
-        return n + 16;
-}
-
-static bool is_stream(const json_t *o, const char **namep)
-{
-        const char *t = json_string_value(json_object_get(o, "output_type"));
-
-        if (!t || strcmp(t, "stream") != 0)
-                return false;
-        *namep = json_string_value(json_object_get(o, "name"));
-        return *namep != NULL;
-}
-
-/* Append \p n bytes of \p text to stream output \p o. */
-static int stream_append(json_t *o, const char *text, size_t n)
-{
-        json_t *old = json_object_get(o, "text");
-        size_t olen = json_string_length(old);
-        char *joined = malloc(olen + n + 1);
-        int rc;
-
-        if (!joined)
-                return -1;
-        memcpy(joined, json_string_value(old), olen);
-        memcpy(joined + olen, text, n);
-        joined[olen + n] = '\0';
-        rc = json_object_set_new(o, "text", json_stringn(joined, olen + n));
-        free(joined);
-        return rc;
-}
-
-/* Add \p o (borrowed) to \p arr, merging into a last stream of its name. */
-static int arr_add(json_t *arr, json_t *o, const char *text, size_t n)
-{
-        const char *name, *lname;
-        json_t *last = json_array_get(arr, json_array_size(arr) - 1);
-
-        if (is_stream(o, &name)) {
-                if (last && is_stream(last, &lname) && strcmp(name, lname) == 0)
-                        return stream_append(last, text, n);
-                return json_array_append_new(
-                    arr, json_pack("{s:s, s:s, s:s%}", "output_type", "stream",
-                                   "name", name, "text", text, n));
-        }
-        return json_array_append(arr, o);
-}
-
-/* A UTF-8 safe cut at most \p n bytes into \p s. */
-static size_t utf8_cut(const char *s, size_t n)
-{
-        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-                n--;
-        return n;
-}
-
-static void tail_trim(struct outacc *acc)
-{
-        size_t half = acc->cap / 2;
-
-        while (acc->tail_bytes > half && json_array_size(acc->tail) > 0) {
-                json_t *first = json_array_get(acc->tail, 0);
-                size_t sz = output_size(first), excess = acc->tail_bytes - half;
-                const char *name;
-
-                if (is_stream(first, &name) && sz > excess) {
-                        const char *text =
-                            json_string_value(json_object_get(first, "text"));
-                        size_t len =
-                            json_string_length(json_object_get(first, "text"));
-                        size_t cut = excess;
-
-                        while (cut < len &&
-                               ((unsigned char)text[cut] & 0xC0) == 0x80)
-                                cut++;
-                        if (json_object_set_new(
-                                first, "text",
-                                json_stringn(text + cut, len - cut)) == 0) {
-                                acc->tail_bytes -= cut;
-                                acc->dropped += cut;
-                                continue;
-                        }
-                }
-                json_array_remove(acc->tail, 0);
-                acc->tail_bytes -= sz < acc->tail_bytes ? sz : acc->tail_bytes;
-                acc->dropped += sz;
-        }
-}
-
-static int acc_add(struct outacc *acc, json_t *o)
-{
-        size_t half = acc->cap / 2, sz = output_size(o);
-        const char *name, *text = NULL;
-        size_t len = 0;
-
-        if (is_stream(o, &name)) {
-                text = json_string_value(json_object_get(o, "text"));
-                len = json_string_length(json_object_get(o, "text"));
-        }
-        if (!acc->truncated && acc->head_bytes + sz <= half) {
-                acc->head_bytes += sz;
-                return arr_add(acc->head, o, text, len);
-        }
-        if (!acc->truncated && text) {
-                size_t fit = utf8_cut(text, half - acc->head_bytes);
-
-                if (fit > 0 && arr_add(acc->head, o, text, fit) != 0)
-                        return -1;
-                acc->head_bytes += fit;
-                text += fit;
-                len -= fit;
-                sz = len;
-        }
-        acc->truncated = true;
-        if (text) {
-                if (arr_add(acc->tail, o, text, len) != 0)
-                        return -1;
-        } else if (json_array_append(acc->tail, o) != 0) {
-                return -1;
-        }
-        acc->tail_bytes += sz;
-        tail_trim(acc);
-        return 0;
-}
-
-/* head + marker + tail, streams merged across the seams. */
-static json_t *acc_finish(struct outacc *acc, json_t *error)
-{
-        json_t *out = json_array(), *o;
-        size_t i;
-        char marker[160];
-
-        if (!out)
-                return NULL;
-        json_array_foreach(acc->head, i, o)
-        {
-                const char *name;
-
-                if (is_stream(o, &name)) {
-                        if (arr_add(
-                                out, o,
-                                json_string_value(json_object_get(o, "text")),
-                                json_string_length(json_object_get(o, "text"))))
-                                goto fail;
-                } else if (json_array_append(out, o)) {
-                        goto fail;
-                }
-        }
-        if (acc->truncated) {
-                snprintf(marker, sizeof(marker),
-                         "\n... [output truncated: %zu bytes omitted] ...\n",
-                         acc->dropped);
-                o = json_pack("{s:s, s:s, s:s}", "output_type", "stream",
-                              "name", "stderr", "text", marker);
-                if (!o || arr_add(out, o, marker, strlen(marker))) {
-                        json_decref(o);
-                        goto fail;
-                }
-                json_decref(o);
-        }
-        json_array_foreach(acc->tail, i, o)
-        {
-                const char *name;
-
-                if (is_stream(o, &name)) {
-                        if (arr_add(
-                                out, o,
-                                json_string_value(json_object_get(o, "text")),
-                                json_string_length(json_object_get(o, "text"))))
-                                goto fail;
-                } else if (json_array_append(out, o)) {
-                        goto fail;
-                }
-        }
-        if (error && json_array_append(out, error))
-                goto fail;
-        return out;
-fail:
-        json_decref(out);
-        return NULL;
-}
-
 /* ------------------------------------------------------------- /execute */
 
 enum outcome {
@@ -1558,9 +1353,13 @@ struct exec {
         bool aborted;
         char why[512];
         int execution_count;
-        struct outacc acc;
-        json_t *error;   /* the last error output */
-        json_t *results; /* execute_result outputs waiting for the count */
+        cq_collect_t col; /* outputs: head, tail, bytes dropped */
+        bool col_ok;
+        uint64_t skipped; /* bytes of the line over max_line being skipped */
+        bool skipping;
+        bool skipped_error; /* that line is an "error" line */
+        json_t *error;      /* the last error output */
+        json_t *results;    /* execute_result outputs waiting for the count */
 };
 
 static int exec_line(struct exec *x)
@@ -1599,19 +1398,35 @@ static int exec_line(struct exec *x)
                         x->error = line.output;
                         return 0;
                 }
-                if (x->opts->on_output)
-                        x->opts->on_output(x->opts->opaque, line.output);
-                if (acc_add(&x->acc, line.output) != 0) {
-                        json_decref(line.output);
-                        snprintf(x->why, sizeof(x->why), "out of memory");
-                        x->outcome = OUT_PROTOCOL;
-                        return -1;
-                }
-                json_decref(line.output);
+                cq_collect_add(&x->col, &line.output);
                 break;
         }
         }
         return 0;
+}
+
+static json_t *error_output(const char *ename, const char *evalue);
+
+/* The end of a line that was over max_line: count it, and keep a trace of
+ * an error line so the cell still fails. */
+static void skip_done(struct exec *x)
+{
+        cq_log_warn("e2b: skipped a line of %llu bytes in the /execute "
+                    "stream (over %zu)",
+                    (unsigned long long)x->skipped, x->e2b->max_line);
+        cq_collect_dropped(&x->col, x->skipped, false);
+        if (x->skipped_error) {
+                char evalue[256];
+
+                snprintf(evalue, sizeof(evalue),
+                         "the cell raised an exception whose report (%llu "
+                         "bytes) exceeded the output cap and was dropped",
+                         (unsigned long long)x->skipped);
+                json_decref(x->error);
+                x->error = error_output("OutputTooLarge", evalue);
+        }
+        x->skipping = x->skipped_error = false;
+        x->skipped = 0;
 }
 
 static size_t exec_write(char *ptr, size_t size, size_t nmemb, void *ud)
@@ -1635,19 +1450,31 @@ static size_t exec_write(char *ptr, size_t size, size_t nmemb, void *ud)
                 const char *nl = memchr(ptr + off, '\n', n - off);
                 size_t seg = nl ? (size_t)(nl - (ptr + off)) : n - off;
 
-                if (cq_buf_append(&x->line, ptr + off, seg) != CQ_OK) {
-                        snprintf(x->why, sizeof(x->why),
-                                 "a line of the E2B /execute stream exceeds "
-                                 "%zu bytes",
-                                 x->e2b->max_line);
-                        x->outcome = OUT_PROTOCOL;
-                        x->aborted = true;
-                        return 0;
+                /* A line over max_line (the output cap plus slack) holds an
+                 * output that could not be kept whole: stop buffering it,
+                 * count its bytes as dropped and go on with the cell. */
+                if (!x->skipping &&
+                    cq_buf_append(&x->line, ptr + off, seg) != CQ_OK) {
+                        size_t head = x->line.len < 64 ? x->line.len : 64;
+
+                        /* the server writes "type" first */
+                        x->skipping = true;
+                        x->skipped_error =
+                            head &&
+                            memmem(x->line.data, head, "\"error\"", 7) != NULL;
+                        x->skipped = x->line.len;
+                        cq_buf_reset(&x->line);
                 }
+                if (x->skipping)
+                        x->skipped += seg;
                 off += seg;
                 if (!nl)
                         break;
                 off++;
+                if (x->skipping) {
+                        skip_done(x);
+                        continue;
+                }
                 if (exec_line(x) != 0) {
                         x->aborted = true;
                         return 0;
@@ -1764,6 +1591,8 @@ static void exec_run(struct exec *x, const char *code)
                 goto out;
         }
         /* a last line without '\n' */
+        if (x->skipping)
+                skip_done(x);
         if (!x->end_seen && x->line.len > 0 && exec_line(x) != 0)
                 goto out;
         if (!x->end_seen) {
@@ -1790,17 +1619,15 @@ static void exec_init(struct exec *x, cq_e2b_t *e2b, const cq_exec_opts_t *opts)
         x->execution_count = -1;
         cq_buf_init(&x->line, e2b->max_line);
         cq_buf_init(&x->errbody, MAX_ERR_BODY);
-        x->acc.cap = e2b->max_output;
-        x->acc.head = json_array();
-        x->acc.tail = json_array();
+        x->col_ok = cq_collect_init(&x->col, e2b->max_output, opts->on_output,
+                                    opts->opaque) == 0;
 }
 
 static void exec_release(struct exec *x)
 {
         cq_buf_release(&x->line);
         cq_buf_release(&x->errbody);
-        json_decref(x->acc.head);
-        json_decref(x->acc.tail);
+        cq_collect_release(&x->col);
         json_decref(x->error);
 }
 
@@ -1938,8 +1765,8 @@ static bool never_ran(const struct exec *x)
 
         return x->outcome == OUT_END && ename &&
                strcmp(ename, "ExecutionAborted") == 0 &&
-               json_array_size(x->acc.head) == 0 &&
-               json_array_size(x->acc.tail) == 0;
+               json_array_size(x->col.head) == 0 &&
+               json_array_size(x->col.tail) == 0 && x->col.dropped == 0;
 }
 
 static cq_err_t e2b_execute(cq_interp_t *interp,
@@ -1957,7 +1784,7 @@ static cq_err_t e2b_execute(cq_interp_t *interp,
 
         exec_init(&x, e2b, opts);
         e2b->errbuf[0] = '\0';
-        if (!x.acc.head || !x.acc.tail) {
+        if (!x.col_ok) {
                 set_error(e2b, "could not run cell: out of memory");
                 err = CQ_ERR_FATAL;
                 goto out;
@@ -1988,15 +1815,12 @@ static cq_err_t e2b_execute(cq_interp_t *interp,
                 json_t *o = json_pack("{s:s, s:s, s:s}", "output_type",
                                       "stream", "name", "stderr", "text", note);
 
-                if (!o || acc_add(&x.acc, o) != 0) {
-                        json_decref(o);
+                if (!o) {
                         set_error(e2b, "could not run cell: out of memory");
                         err = CQ_ERR_FATAL;
                         goto out;
                 }
-                if (opts->on_output)
-                        opts->on_output(opts->opaque, o);
-                json_decref(o);
+                cq_collect_add(&x.col, &o);
         }
         if (opts->timeout_ms > 0)
                 x.deadline_ms = start + opts->timeout_ms;
@@ -2013,7 +1837,7 @@ static cq_err_t e2b_execute(cq_interp_t *interp,
                 nanosleep(&ts, NULL);
                 exec_release(&x);
                 exec_init(&x, e2b, opts);
-                if (!x.acc.head || !x.acc.tail) {
+                if (!x.col_ok) {
                         set_error(e2b, "could not run cell: out of memory");
                         err = CQ_ERR_FATAL;
                         goto out;
@@ -2102,16 +1926,16 @@ static cq_err_t e2b_execute(cq_interp_t *interp,
                 x.error = extra_err;
                 extra_err = NULL;
         }
-        if (x.error && opts->on_output)
-                opts->on_output(opts->opaque, x.error);
-        res->outputs = acc_finish(&x.acc, x.error);
+        /* the error comes last, counted like any output */
+        cq_collect_add(&x.col, &x.error);
+        res->outputs = cq_collect_finish(&x.col);
         if (!res->outputs) {
                 set_error(e2b, "could not collect cell outputs: out of "
                                "memory");
                 err = CQ_ERR_FATAL;
                 goto out;
         }
-        res->truncated = x.acc.truncated;
+        res->truncated = cq_collect_truncated(&x.col);
         res->execution_count = x.execution_count;
         err = CQ_OK;
 out:
@@ -2239,8 +2063,9 @@ cq_err_t cq_e2b_create(const cq_e2b_opts_t *opts,
         if (n > 0 && e2b->api_url[n - 1] == '/')
                 e2b->api_url[n - 1] = '\0';
         e2b->ttl_s = opts->ttl_s > 0 ? opts->ttl_s : 300;
-        e2b->max_line = opts->max_line ? opts->max_line : 32u << 20;
         e2b->max_output = opts->max_output ? opts->max_output : 1u << 20;
+        e2b->max_line = opts->max_line ? opts->max_line
+                                       : e2b->max_output + CQ_COLLECT_SLACK;
         e2b->max_body = opts->max_body ? opts->max_body : 16u << 20;
         e2b->max_file = opts->max_file ? opts->max_file : 64u << 20;
         e2b->max_attempts = opts->max_attempts > 0 ? opts->max_attempts : 5;

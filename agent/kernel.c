@@ -2,8 +2,8 @@
 /* kernel.c - one local Jupyter kernel over ZeroMQ: launch, readiness,
  * execute with a deadline, interrupt, recovery by replacement, shutdown.
  * Message signing and parsing live in jmsg.c; confinement in sandbox.c.
- * Kernel output is untrusted: frames are capped by ZMQ_MAXMSGSIZE, each
- * cell's outputs by output_max (head and tail kept around a marker). */
+ * Kernel output is untrusted: frames are capped by ZMQ_MAXMSGSIZE (iopub
+ * from the output cap), each cell's outputs by output_max (collect.c). */
 #include "coderq/kernel.h"
 
 #include <dirent.h>
@@ -28,23 +28,32 @@
 #include <zmq.h>
 
 #include "coderq/buf.h"
+#include "coderq/collect.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
 
 #define POLL_SLICE_MS 100
+/* Messages iopub queues in the client (each within iopub_max bytes). */
+#define IOPUB_HWM 4
 /* The descriptor of the kernel's child on which bubblewrap gets --info-fd. */
 #define INFO_FD 3
 
+/* How the shim reports the bytes it dropped: "[" DROP_TAG nonce " N]". */
+#define DROP_TAG "coderq-dropped "
+
 /* Run silently in every kernel once it is ready (format: head budget,
- * tail kept per stream, both in characters). ipykernel buffers stdout for
- * 0.2 s and publishes it as one message however large, so a print flood
- * would reach us as huge messages and fill our receive queue faster than
- * we drop it. This makes the kernel itself keep a head and a tail per
- * cell, send at most about 1 MiB per message (blocking the writer until
- * it is sent), and write a marker saying how much it dropped. The client
- * still enforces its own cap: code can undo this. */
+ * tail kept per stream, characters per message, drop tag). ipykernel
+ * buffers stdout for 0.2 s and publishes it as one message however large,
+ * which iopub's frame cap would refuse. This makes the kernel itself keep
+ * a head and a tail per cell, send small messages (blocking the writer
+ * until each is sent), and report the UTF-8 bytes it dropped as "[TAG N]"
+ * where they were, as it goes (a cell that dies has reported most); TAG
+ * holds a random nonce, and the client adds N to its own count. And iopub
+ * blocks instead of dropping when the client's small queue is full
+ * (XPUB_NODROP), so the backlog of a fast publisher stays in the kernel.
+ * The client still enforces its cap: code can undo this. */
 static const char shim_fmt[] =
-    "def _cq_setup(budget, keep):\n"
+    "def _cq_setup(budget, keep, chunk, tag):\n"
     "    import collections\n"
     "    import ipykernel.iostream as m\n"
     "    from IPython import get_ipython\n"
@@ -52,7 +61,10 @@ static const char shim_fmt[] =
     "        return\n"
     "    w = m.OutStream.write\n"
     "    st = {'sent': 0, 'tails': {}}\n"
-    "    def send(self, s, n=1 << 20):\n"
+    "    def nbytes(s, end):\n"
+    "        return sum(len(s[i:min(i + 65536, end)].encode('utf-8', "
+    "'surrogatepass')) for i in range(0, end, 65536))\n"
+    "    def send(self, s, n=chunk):\n"
     "        for i in range(0, len(s), n):\n"
     "            w(self, s[i:i + n])\n"
     "            try:\n"
@@ -71,13 +83,23 @@ static const char shim_fmt[] =
     "            rest = s[room:]\n"
     "        if rest:\n"
     "            t = st['tails'].setdefault(self, [collections.deque(), 0, "
-    "0])\n"
+    "0, False])\n"
     "            t[0].append(rest)\n"
     "            t[1] += len(rest)\n"
     "            while len(t[0]) > 1 and t[1] - len(t[0][0]) >= keep:\n"
-    "                k = len(t[0].popleft())\n"
-    "                t[1] -= k\n"
-    "                t[2] += k\n"
+    "                k = t[0].popleft()\n"
+    "                t[1] -= len(k)\n"
+    "                t[2] += nbytes(k, len(k))\n"
+    "            if t[1] > keep:\n"
+    "                k = t[0][0]\n"
+    "                cut = min(len(k), t[1] - keep)\n"
+    "                t[0][0] = k[cut:]\n"
+    "                t[1] -= cut\n"
+    "                t[2] += nbytes(k, cut)\n"
+    "            if t[2] >= keep or (t[2] and not t[3]):\n"
+    "                send(self, '[' + tag + ' ' + str(t[2]) + ']')\n"
+    "                t[2] = 0\n"
+    "                t[3] = True\n"
     "        return len(s)\n"
     "    def pre(*args):\n"
     "        st['sent'] = 0\n"
@@ -85,25 +107,27 @@ static const char shim_fmt[] =
     "    def post(*args):\n"
     "        tails = st['tails']\n"
     "        st['tails'] = {}\n"
-    "        for stream, (chunks, n, dropped) in tails.items():\n"
+    "        for stream, (chunks, n, dropped, _) in tails.items():\n"
     "            text = ''.join(chunks)\n"
     "            if n > keep:\n"
-    "                dropped += n - keep\n"
+    "                dropped += nbytes(text, n - keep)\n"
     "                text = text[n - keep:]\n"
     "            if dropped:\n"
-    "                text = ('\\n[... output truncated by coderq: %%d "
-    "characters dropped ...]\\n' %% dropped) + text\n"
+    "                text = '[' + tag + ' ' + str(dropped) + ']' + text\n"
     "            send(stream, text)\n"
     "    m.OutStream.write = write\n"
     "    m.OutStream._cq_capped = True\n"
     "    ip = get_ipython()\n"
     "    ip.events.register('pre_execute', pre)\n"
     "    ip.events.register('post_execute', post)\n"
-    "_cq_setup(%zu, %zu)\n"
+    "    try:\n"
+    "        import zmq\n"
+    "        t = ip.kernel.iopub_thread\n"
+    "        t.schedule(lambda: t.socket.setsockopt(zmq.XPUB_NODROP, 1))\n"
+    "    except Exception:\n"
+    "        pass\n"
+    "_cq_setup(%zu, %zu, %zu, '" DROP_TAG "%s')\n"
     "del _cq_setup\n";
-
-/* A marker in stream text, from the shim or from collector_finish(). */
-#define TRUNC_MARK "[... output truncated by coderq: "
 
 struct cq_kernel {
         /* options, copied */
@@ -112,7 +136,8 @@ struct cq_kernel {
         char *preload;
         int64_t startup_timeout_ms;
         size_t output_max;
-        size_t msg_max;
+        size_t msg_max;   /* shell and control frames */
+        size_t iopub_max; /* iopub frames: from output_max */
         int64_t interrupt_grace_ms;
         int64_t idle_wait_ms;
         const cq_sandbox_t *sandbox;
@@ -127,6 +152,10 @@ struct cq_kernel {
         char session[37];
         uint64_t seq;
         void *shell, *control, *iopub;
+        void *iopub_mon; /* PAIR receiving iopub's disconnect events */
+        uint64_t mon_seq;
+        char nonce[17];                       /* of this start's shim */
+        char drop_tag[sizeof(DROP_TAG) + 20]; /* "[" DROP_TAG nonce " " */
         pid_t pid;
         int pidfd;
         /* In the sandbox: bubblewrap's info pipe until it is read, then a
@@ -320,11 +349,79 @@ out:
 
 /* ---- sockets and messages ---- */
 
+/* A frame above ZMQ_MAXMSGSIZE makes libzmq (4.3) drop the connection as a
+ * protocol error, and a connecting socket then never reconnects: iopub
+ * would stay silent for the rest of the kernel's life. A monitor tells us
+ * so, and we open iopub again (see reopen_iopub()). */
+static void *open_monitor(cq_kernel_t *kernel, void *sock)
+{
+        char endpoint[128];
+        int zero = 0;
+        void *mon;
+
+        /* the session is random per start: unique in a shared context */
+        snprintf(endpoint, sizeof(endpoint), "inproc://cq-kernel-mon-%s-%llu",
+                 kernel->session, (unsigned long long)++kernel->mon_seq);
+        if (zmq_socket_monitor(sock, endpoint, ZMQ_EVENT_DISCONNECTED) != 0)
+                return NULL;
+        mon = zmq_socket(kernel->zctx, ZMQ_PAIR);
+        if (!mon)
+                goto fail;
+        zmq_setsockopt(mon, ZMQ_LINGER, &zero, sizeof(zero));
+        if (zmq_connect(mon, endpoint) == 0)
+                return mon;
+        zmq_close(mon);
+fail:
+        zmq_socket_monitor(sock, NULL, 0);
+        return NULL;
+}
+
+/* Whether the monitor reported a disconnect since the last call. Events
+ * are two frames: 16-bit event and 32-bit value, then the address. */
+static bool monitor_disconnected(void *mon)
+{
+        bool seen = false, first = true;
+
+        if (!mon)
+                return false;
+        for (;;) {
+                zmq_msg_t part;
+
+                zmq_msg_init(&part);
+                if (zmq_msg_recv(&part, mon, ZMQ_DONTWAIT) < 0) {
+                        zmq_msg_close(&part);
+                        return seen;
+                }
+                if (first && zmq_msg_size(&part) >= 2) {
+                        uint16_t event;
+
+                        memcpy(&event, zmq_msg_data(&part), sizeof(event));
+                        if (event == ZMQ_EVENT_DISCONNECTED)
+                                seen = true;
+                }
+                first = !zmq_msg_more(&part);
+                zmq_msg_close(&part);
+        }
+}
+
+static void close_iopub(cq_kernel_t *kernel)
+{
+        if (kernel->iopub) {
+                if (kernel->iopub_mon)
+                        zmq_socket_monitor(kernel->iopub, NULL, 0);
+                zmq_close(kernel->iopub);
+        }
+        if (kernel->iopub_mon)
+                zmq_close(kernel->iopub_mon);
+        kernel->iopub = kernel->iopub_mon = NULL;
+}
+
 static void *open_socket(cq_kernel_t *kernel, int type, int port)
 {
         char endpoint[PATH_MAX + 32];
-        int zero = 0;
-        int64_t maxmsg = (int64_t)kernel->msg_max;
+        int zero = 0, ivl = 10, hwm = IOPUB_HWM;
+        int64_t maxmsg =
+            (int64_t)(type == ZMQ_SUB ? kernel->iopub_max : kernel->msg_max);
         void *sock = zmq_socket(kernel->zctx, type);
 
         if (!sock) {
@@ -338,15 +435,28 @@ static void *open_socket(cq_kernel_t *kernel, int type, int port)
                 zmq_setsockopt(sock, ZMQ_ROUTING_ID, kernel->session,
                                strlen(kernel->session));
         if (type == ZMQ_SUB) {
-                /* The default HWM of 1000 drops output, idle included. */
-                zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof(zero));
+                /* A few messages of at most iopub_max bytes: a kernel that
+                 * publishes faster than we read waits (the shim makes its
+                 * iopub block rather than drop) instead of filling our
+                 * memory. */
+                zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
                 zmq_setsockopt(sock, ZMQ_SUBSCRIBE, "", 0);
+                zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
+                kernel->iopub_mon = open_monitor(kernel, sock);
+                if (!kernel->iopub_mon)
+                        cq_log_warn("kernel: could not monitor iopub: %s",
+                                    zmq_strerror(zmq_errno()));
         }
         snprintf(endpoint, sizeof(endpoint), "ipc://%s/k-%d", kernel->run_dir,
                  port);
         if (zmq_connect(sock, endpoint)) {
                 kernel_set_error(kernel, "could not connect to \"%s\": %s",
                                  endpoint, zmq_strerror(zmq_errno()));
+                if (type == ZMQ_SUB && kernel->iopub_mon) {
+                        zmq_socket_monitor(sock, NULL, 0);
+                        zmq_close(kernel->iopub_mon);
+                        kernel->iopub_mon = NULL;
+                }
                 zmq_close(sock);
                 return NULL;
         }
@@ -366,9 +476,17 @@ static void close_sockets(cq_kernel_t *kernel)
                                sizeof(zero));
                 zmq_close(kernel->control);
         }
-        if (kernel->iopub)
-                zmq_close(kernel->iopub);
-        kernel->shell = kernel->control = kernel->iopub = NULL;
+        close_iopub(kernel);
+        kernel->shell = kernel->control = NULL;
+}
+
+/* Open iopub again after its connection was dropped; the caller read what
+ * the old socket had received first. */
+static int reopen_iopub(cq_kernel_t *kernel)
+{
+        close_iopub(kernel);
+        kernel->iopub = open_socket(kernel, ZMQ_SUB, 2);
+        return kernel->iopub ? 0 : -1;
 }
 
 /* Send a request; its msg_id goes to \p msg_id (64 bytes). */
@@ -446,8 +564,9 @@ static int recv_msg(cq_kernel_t *kernel, void *sock, cq_jmsg_t *msg)
                 goto out;
         }
         if (cq_jmsg_parse(kernel->key, strlen(kernel->key), frames, n,
-                          kernel->msg_max, msg, &kernel->stats, NULL,
-                          0) == CQ_JMSG_DROP_NONE)
+                          sock == kernel->iopub ? kernel->iopub_max
+                                                : kernel->msg_max,
+                          msg, &kernel->stats, NULL, 0) == CQ_JMSG_DROP_NONE)
                 rc = 1;
 out:
         for (i = 0; i < n; i++)
@@ -744,101 +863,7 @@ out:
         return rc;
 }
 
-/* ---- output collection ---- */
-
-typedef struct collector {
-        json_t *head, *tail; /* arrays of outputs (with "transient") */
-        size_t head_bytes, tail_bytes, head_max, tail_max;
-        size_t dropped;
-        bool truncated;
-        bool kernel_truncated; /* the kernel's shim dropped output */
-        bool clear_pending;
-        cq_interp_output_cb_t *cb;
-        void *opaque;
-} collector_t;
-
-static size_t output_size(json_t *out)
-{
-        const char *type =
-            json_string_value(json_object_get(out, "output_type"));
-        json_t *data;
-        const char *key;
-        json_t *v;
-        size_t n = 64;
-
-        if (type && strcmp(type, "stream") == 0)
-                return json_string_length(json_object_get(out, "text"));
-        data = json_object_get(out, "data");
-        json_object_foreach(data, key, v)
-        {
-                n += strlen(key);
-                if (json_is_string(v))
-                        n += json_string_length(v);
-                else
-                        n += 256;
-        }
-        if (type && strcmp(type, "error") == 0) {
-                size_t i;
-
-                json_array_foreach(json_object_get(out, "traceback"), i, v) n +=
-                    json_string_length(v);
-                n += json_string_length(json_object_get(out, "evalue"));
-        }
-        return n;
-}
-
-static bool is_stream(const json_t *out, const char **namep)
-{
-        const char *type =
-            json_string_value(json_object_get(out, "output_type"));
-
-        if (!type || strcmp(type, "stream") != 0)
-                return false;
-        if (namep)
-                *namep = json_string_value(json_object_get(out, "name"));
-        return true;
-}
-
-/* Append \p out (stolen) to \p arr, merging a stream into a preceding
- * stream of the same name. */
-static int append_merged(json_t *arr, json_t *out)
-{
-        const char *name, *lname;
-        json_t *last = json_array_get(arr, json_array_size(arr) - 1);
-
-        if (last && is_stream(out, &name) && is_stream(last, &lname) && name &&
-            lname && strcmp(name, lname) == 0) {
-                json_t *a = json_object_get(last, "text");
-                json_t *b = json_object_get(out, "text");
-                size_t alen = json_string_length(a),
-                       blen = json_string_length(b);
-                char *joined = malloc(alen + blen + 1);
-                int rc;
-
-                if (!joined) {
-                        json_decref(out);
-                        return -1;
-                }
-                memcpy(joined, json_string_value(a), alen);
-                memcpy(joined + alen, json_string_value(b), blen);
-                rc = json_object_set_new(
-                    last, "text", json_stringn_nocheck(joined, alen + blen));
-                free(joined);
-                json_decref(out);
-                return rc;
-        }
-        return json_array_append_new(arr, out);
-}
-
-/* Largest n <= want that does not cut a UTF-8 sequence at s[n]. */
-static size_t utf8_floor(const char *s, size_t len, size_t want)
-{
-        if (want >= len)
-                return len;
-        while (want > 0 && ((unsigned char)s[want] & 0xc0) == 0x80)
-                want--;
-        return want;
-}
+/* ---- output collection (the accounting is collect.c's) ---- */
 
 static json_t *stream_part(const char *name, const char *text, size_t len)
 {
@@ -846,152 +871,41 @@ static json_t *stream_part(const char *name, const char *text, size_t len)
                          name, "text", json_stringn_nocheck(text, len));
 }
 
-static void collector_clear(collector_t *col)
+/* Add a stream's text to \p col, turning each "[TAG N]" of the shim into
+ * N bytes dropped at that point. */
+static void add_stream(cq_collect_t *col,
+                       const char *tag,
+                       const char *name,
+                       const char *s,
+                       size_t len,
+                       bool *reportedp)
 {
-        json_array_clear(col->head);
-        json_array_clear(col->tail);
-        col->head_bytes = col->tail_bytes = col->dropped = 0;
-        col->truncated = false;
-}
+        size_t taglen = strlen(tag);
 
-/* Keep the tail within tail_max by dropping from its front. */
-static void trim_tail(collector_t *col)
-{
-        while (col->tail_bytes > col->tail_max &&
-               json_array_size(col->tail) > 0) {
-                json_t *front = json_array_get(col->tail, 0);
-                size_t excess = col->tail_bytes - col->tail_max;
-                size_t size = output_size(front);
-                const char *name;
+        while (len > 0) {
+                const char *p = memmem(s, len, tag, taglen);
+                const char *q = p ? p + taglen : NULL;
+                uint64_t n = 0;
+                json_t *out;
 
-                if (is_stream(front, &name) && excess < size) {
-                        json_t *text = json_object_get(front, "text");
-                        const char *s = json_string_value(text);
-                        size_t cut = excess;
-
-                        while (cut < size &&
-                               ((unsigned char)s[cut] & 0xc0) == 0x80)
-                                cut++;
-                        json_object_set_new(
-                            front, "text",
-                            json_stringn_nocheck(s + cut, size - cut));
-                        col->tail_bytes -= cut;
-                        col->dropped += cut;
-                        continue;
+                while (q && q < s + len && *q >= '0' && *q <= '9' &&
+                       n < UINT64_MAX / 10)
+                        n = n * 10 + (uint64_t)(*q++ - '0');
+                if (q && (q == p + taglen || q >= s + len || *q != ']'))
+                        q = NULL; /* not a report after all: plain text */
+                if (!q) {
+                        out = stream_part(name, s, len);
+                        cq_collect_add(col, &out);
+                        return;
                 }
-                col->tail_bytes -=
-                    size < col->tail_bytes ? size : col->tail_bytes;
-                col->dropped += size;
-                json_array_remove(col->tail, 0);
-        }
-}
-
-/* Add one output (stolen) in arrival order. */
-static void collector_add(collector_t *col, json_t *out)
-{
-        size_t size;
-        const char *name;
-
-        if (!out)
-                return;
-        if (col->clear_pending) {
-                collector_clear(col);
-                col->clear_pending = false;
-        }
-        size = output_size(out);
-        if (!col->truncated && col->head_bytes + size <= col->head_max) {
-                if (col->cb)
-                        col->cb(col->opaque, out);
-                col->head_bytes += size;
-                append_merged(col->head, out);
-                return;
-        }
-        if (!col->truncated) {
-                static const char note[] =
-                    "\n[coderq: output cap reached; only the tail of the "
-                    "remaining output is kept]\n";
-                json_t *marker;
-
-                col->truncated = true;
-                if (is_stream(out, &name) && name) {
-                        const char *s =
-                            json_string_value(json_object_get(out, "text"));
-                        size_t room = utf8_floor(
-                            s, size, col->head_max - col->head_bytes);
-
-                        if (room > 0) {
-                                json_t *part = stream_part(name, s, room);
-                                json_t *rest =
-                                    stream_part(name, s + room, size - room);
-
-                                if (part && col->cb)
-                                        col->cb(col->opaque, part);
-                                col->head_bytes += room;
-                                if (part)
-                                        append_merged(col->head, part);
-                                json_decref(out);
-                                out = rest;
-                                if (!out)
-                                        return;
-                                size -= room;
-                        }
+                if (p > s) {
+                        out = stream_part(name, s, (size_t)(p - s));
+                        cq_collect_add(col, &out);
                 }
-                marker = stream_part("stderr", note, sizeof(note) - 1);
-                if (marker && col->cb)
-                        col->cb(col->opaque, marker);
-                json_decref(marker);
-        }
-        col->tail_bytes += size;
-        append_merged(col->tail, out);
-        trim_tail(col);
-}
-
-/* The final output list: head, a marker when something was dropped, tail;
- * "transient" removed and streams merged. */
-static json_t *collector_finish(collector_t *col)
-{
-        json_t *all = json_array();
-        json_t *v;
-        size_t i;
-
-        if (!all)
-                return NULL;
-        json_array_foreach(col->head, i, v)
-        {
-                json_object_del(v, "transient");
-                append_merged(all, json_incref(v));
-        }
-        if (col->truncated) {
-                char note[160];
-
-                snprintf(note, sizeof(note),
-                         "\n" TRUNC_MARK "%zu bytes dropped ...]\n",
-                         col->dropped);
-                append_merged(all, stream_part("stderr", note, strlen(note)));
-        }
-        json_array_foreach(col->tail, i, v)
-        {
-                json_object_del(v, "transient");
-                append_merged(all, json_incref(v));
-        }
-        return all;
-}
-
-static void update_display(json_t *arr, const char *id, const json_t *content)
-{
-        size_t i;
-        json_t *v;
-
-        json_array_foreach(arr, i, v)
-        {
-                const char *have = json_string_value(json_object_get(
-                    json_object_get(v, "transient"), "display_id"));
-
-                if (!have || strcmp(have, id) != 0)
-                        continue;
-                json_object_set(v, "data", json_object_get(content, "data"));
-                json_object_set(v, "metadata",
-                                json_object_get(content, "metadata"));
+                cq_collect_dropped(col, n, false);
+                *reportedp = true;
+                len -= (size_t)(q + 1 - s);
+                s = q + 1;
         }
 }
 
@@ -1026,11 +940,13 @@ static json_t *error_output(const json_t *content)
 }
 
 /* One iopub message of the running cell, turned into outputs. */
-static void handle_iopub(collector_t *col,
+static void handle_iopub(cq_kernel_t *kernel,
+                         cq_collect_t *col,
                          const cq_jmsg_t *msg,
                          cq_cell_result_t *res,
                          bool *idle,
-                         bool *saw_error)
+                         bool *saw_error,
+                         bool *shim_dropped)
 {
         const char *type = msg->msg_type;
         const json_t *c = msg->content;
@@ -1068,11 +984,9 @@ static void handle_iopub(collector_t *col,
                 if (!json_is_string(text) || !name ||
                     (strcmp(name, "stdout") && strcmp(name, "stderr")))
                         return;
-                out = json_pack("{s:s, s:s, s:O}", "output_type", "stream",
-                                "name", name, "text", text);
-                if (memmem(json_string_value(text), json_string_length(text),
-                           TRUNC_MARK, sizeof(TRUNC_MARK) - 1))
-                        col->kernel_truncated = true;
+                add_stream(col, kernel->drop_tag, name, json_string_value(text),
+                           json_string_length(text), shim_dropped);
+                return;
         } else if (strcmp(type, "display_data") == 0 ||
                    strcmp(type, "execute_result") == 0) {
                 json_t *data = json_object_get(c, "data");
@@ -1101,22 +1015,21 @@ static void handle_iopub(collector_t *col,
                 out = error_output(c);
                 *saw_error = true;
         } else if (strcmp(type, "clear_output") == 0) {
-                if (json_is_true(json_object_get(c, "wait")))
-                        col->clear_pending = true;
-                else
-                        collector_clear(col);
+                cq_collect_clear(col, json_is_true(json_object_get(c, "wait")));
                 return;
         } else if (strcmp(type, "update_display_data") == 0) {
                 const char *id = json_string_value(json_object_get(
                     json_object_get(c, "transient"), "display_id"));
 
-                if (id) {
-                        update_display(col->head, id, c);
-                        update_display(col->tail, id, c);
-                }
+                cq_collect_update(col, id, json_object_get(c, "data"),
+                                  json_object_get(c, "metadata"));
                 return;
+        } else {
+                return; /* comms and the like are not outputs */
         }
-        collector_add(col, out);
+        if (!out) /* out of memory: the message still counts */
+                cq_collect_dropped(col, cq_collect_size(c), false);
+        cq_collect_add(col, &out);
 }
 
 /* ---- lifecycle ---- */
@@ -1150,11 +1063,14 @@ static int start(cq_kernel_t *kernel)
         cq_jmsg_t msg;
         int port;
 
-        if (random_hex(kernel->key, 16) || random_hex(kernel->session, 16)) {
+        if (random_hex(kernel->key, 16) || random_hex(kernel->session, 16) ||
+            random_hex(kernel->nonce, 8)) {
                 kernel_set_error(kernel, "could not get random bytes: %s",
                                  strerror(errno));
                 return -1;
         }
+        snprintf(kernel->drop_tag, sizeof(kernel->drop_tag), "[" DROP_TAG "%s ",
+                 kernel->nonce);
         kernel->seq = 0;
         atomic_store(&kernel->interrupt_req, 0);
         for (port = 1; port <= 5; port++) {
@@ -1245,9 +1161,14 @@ static int start(cq_kernel_t *kernel)
                 eo.timeout_ms = kernel->startup_timeout_ms;
                 size_t half = kernel->output_max / 2;
 
+                /* a message of chunk characters is at most 6 bytes each
+                 * as JSON (\u001f), so within iopub's frame cap */
+                size_t chunk = kernel->output_max / 16;
+
                 if (cq_buf_printf(&code, shim_fmt,
                                   half > 2048 ? half - 1024 : half / 2,
-                                  half > 2048 ? half / 2 - 512 : half / 4) ||
+                                  half > 2048 ? half / 2 - 512 : half / 4,
+                                  chunk > 256 ? chunk : 256, kernel->nonce) ||
                     (kernel->preload &&
                      (cq_buf_append_str(&code, "\n") ||
                       cq_buf_append_str(&code, kernel->preload)))) {
@@ -1316,6 +1237,11 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
             opts->startup_timeout_ms > 0 ? opts->startup_timeout_ms : 60000;
         kernel->output_max = opts->output_max ? opts->output_max : 1 << 20;
         kernel->msg_max = opts->msg_max ? opts->msg_max : 64u << 20;
+        /* an iopub frame larger than this carries an output that could not
+         * be kept whole anyway: refuse it rather than allocate it */
+        kernel->iopub_max = kernel->output_max + CQ_COLLECT_SLACK;
+        if (opts->msg_max && opts->msg_max < kernel->iopub_max)
+                kernel->iopub_max = opts->msg_max;
         kernel->interrupt_grace_ms =
             opts->interrupt_grace_ms > 0 ? opts->interrupt_grace_ms : 2500;
         kernel->idle_wait_ms =
@@ -1409,6 +1335,13 @@ static void send_interrupt(cq_kernel_t *kernel)
                            content, NULL);
 }
 
+static bool wait_exit(cq_kernel_t *kernel, int ms);
+
+static void add_output(cq_collect_t *col, json_t *out)
+{
+        cq_collect_add(col, &out);
+}
+
 static json_t *status_error(const char *ename, const char *evalue)
 {
         return json_pack("{s:s, s:s, s:s, s:[]}", "output_type", "error",
@@ -1430,35 +1363,37 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                          const cq_exec_opts_t *opts,
                          cq_cell_result_t *res)
 {
-        collector_t col;
+        cq_collect_t col;
         char msg_id[64];
         json_t *content, *reply = NULL;
         int64_t start_ms = cq_now_ms(), deadline, reply_at = 0;
         int64_t interrupted_at = 0;
         bool got_reply = false, idle = false, saw_error = false;
         bool timed_out = false, cancelled = false, died = false;
-        bool kill_it = false, resend = false;
+        bool kill_it = false, resend = false, shim_dropped = false;
+        int64_t idle_wait_ms = kernel->idle_wait_ms;
         int aborts = 0;
         cq_err_t err = CQ_OK;
         cq_jmsg_t msg;
 
-        memset(&col, 0, sizeof(col));
-        col.head = json_array();
-        col.tail = json_array();
-        col.head_max = kernel->output_max / 2;
-        col.tail_max = kernel->output_max - col.head_max;
-        col.cb = silent ? NULL : opts->on_output;
-        col.opaque = opts->opaque;
-        json_decref(res->timing);
-        res->timing = silent ? NULL : json_object();
-        if (!col.head || !col.tail) {
+        if (cq_collect_init(&col, kernel->output_max,
+                            silent ? NULL : opts->on_output,
+                            opts->opaque) != 0) {
                 kernel_set_error(kernel, "could not run cell: out of memory");
                 err = CQ_ERR_RETRIABLE;
                 goto out;
         }
+        json_decref(res->timing);
+        res->timing = silent ? NULL : json_object();
         atomic_store(&kernel->interrupt_req, 0);
         if (!kernel_alive(kernel)) {
                 died = true;
+                goto finish;
+        }
+        /* iopub dropped between cells (a background thread's output) */
+        if ((!kernel->iopub || monitor_disconnected(kernel->iopub_mon)) &&
+            reopen_iopub(kernel) != 0) {
+                kill_it = true;
                 goto finish;
         }
         content = execute_content(code, silent);
@@ -1472,15 +1407,26 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
         }
         deadline = opts->timeout_ms > 0 ? start_ms + opts->timeout_ms : 0;
         while (!(got_reply && idle)) {
-                zmq_pollitem_t items[3] = {
+                zmq_pollitem_t items[4] = {
                     {kernel->shell, 0, ZMQ_POLLIN, 0},
                     {kernel->iopub, 0, ZMQ_POLLIN, 0},
-                    {NULL, kernel->pidfd, ZMQ_POLLIN, 0},
                 };
+                int nitems = 2, ipid = -1, imon = -1;
                 int64_t now = cq_now_ms();
                 long wait = POLL_SLICE_MS;
 
-                if (got_reply && now - reply_at >= kernel->idle_wait_ms)
+                if (kernel->pidfd >= 0) {
+                        ipid = nitems++;
+                        items[ipid].fd = kernel->pidfd;
+                        items[ipid].events = ZMQ_POLLIN;
+                }
+                if (kernel->iopub_mon) {
+                        imon = nitems++;
+                        items[imon].socket = kernel->iopub_mon;
+                        items[imon].events = ZMQ_POLLIN;
+                }
+
+                if (got_reply && now - reply_at >= idle_wait_ms)
                         break; /* idle lost; the reply is authoritative */
                 if (interrupted_at &&
                     now - interrupted_at >= kernel->interrupt_grace_ms) {
@@ -1507,8 +1453,7 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                         wait = (long)(deadline - now) > 0
                                    ? (long)(deadline - now)
                                    : 0;
-                if (zmq_poll(items, kernel->pidfd >= 0 ? 3 : 2, wait) < 0 &&
-                    zmq_errno() != EINTR) {
+                if (zmq_poll(items, nitems, wait) < 0 && zmq_errno() != EINTR) {
                         kernel_set_error(kernel, "could not poll: %s",
                                          zmq_strerror(zmq_errno()));
                         kill_it = true;
@@ -1526,10 +1471,47 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                                         break;
                                 if (r > 0 && msg.parent_id &&
                                     strcmp(msg.parent_id, msg_id) == 0)
-                                        handle_iopub(&col, &msg, res, &idle,
-                                                     &saw_error);
+                                        handle_iopub(kernel, &col, &msg, res,
+                                                     &idle, &saw_error,
+                                                     &shim_dropped);
                                 cq_jmsg_release(&msg);
                         }
+                }
+                if (imon >= 0 && (items[imon].revents & ZMQ_POLLIN) &&
+                    monitor_disconnected(kernel->iopub_mon)) {
+                        int r;
+
+                        /* keep what arrived before the refused frame */
+                        while ((r = recv_msg(kernel, kernel->iopub, &msg)) !=
+                               0) {
+                                if (r > 0 && msg.parent_id &&
+                                    strcmp(msg.parent_id, msg_id) == 0)
+                                        handle_iopub(kernel, &col, &msg, res,
+                                                     &idle, &saw_error,
+                                                     &shim_dropped);
+                                cq_jmsg_release(&msg);
+                        }
+                        /* a dying kernel closes its sockets too */
+                        if (wait_exit(kernel, 200)) {
+                                died = true;
+                                break;
+                        }
+                        /* the refused frame, and whatever the kernel sent
+                         * until we subscribed again, are lost: their size
+                         * is unknown beyond the frame cap */
+                        cq_collect_dropped(
+                            &col, (uint64_t)kernel->iopub_max + 1, true);
+                        cq_log_warn("kernel: an iopub frame exceeded %zu "
+                                    "bytes; output was dropped",
+                                    kernel->iopub_max);
+                        if (reopen_iopub(kernel) != 0) {
+                                kill_it = true;
+                                break;
+                        }
+                        /* the idle status may be lost with the rest: do
+                         * not wait long for it after the reply */
+                        if (idle_wait_ms > 500)
+                                idle_wait_ms = 500;
                 }
                 if (items[0].revents & ZMQ_POLLIN) {
                         int r;
@@ -1583,7 +1565,7 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                                 goto out;
                         }
                 }
-                if ((kernel->pidfd >= 0 && (items[2].revents & ZMQ_POLLIN)) ||
+                if ((ipid >= 0 && (items[ipid].revents & ZMQ_POLLIN)) ||
                     (kernel->pidfd < 0 && !kernel_alive(kernel))) {
                         reap(kernel, true);
                         died = true;
@@ -1601,13 +1583,12 @@ finish:
                 if (st && strcmp(st, "error") == 0) {
                         res->status = CQ_CELL_ERROR;
                         if (!saw_error)
-                                collector_add(&col, error_output(reply));
+                                add_output(&col, error_output(reply));
                 } else if (st && strcmp(st, "aborted") == 0) {
                         res->status = CQ_CELL_ERROR;
-                        collector_add(&col,
-                                      status_error("Aborted",
-                                                   "the kernel aborted this "
-                                                   "cell"));
+                        add_output(&col, status_error("Aborted",
+                                                      "the kernel aborted this "
+                                                      "cell"));
                 }
         }
         if (timed_out) {
@@ -1620,30 +1601,34 @@ finish:
                          "was restarted and its state (variables, imports) "
                          "is lost",
                          (long long)opts->timeout_ms);
-                collector_add(&col, status_error("TimeoutError", text));
+                add_output(&col, status_error("TimeoutError", text));
         } else if (died) {
                 res->status = CQ_CELL_DIED;
-                collector_add(&col,
-                              status_error("DeadKernelError",
-                                           "the kernel died while running the "
-                                           "cell; a fresh kernel was started "
-                                           "and its state (variables, imports) "
-                                           "is lost"));
+                add_output(&col,
+                           status_error("DeadKernelError",
+                                        "the kernel died while running the "
+                                        "cell; a fresh kernel was started "
+                                        "and its state (variables, imports) "
+                                        "is lost"));
         } else if (cancelled) {
                 res->status = CQ_CELL_CANCELLED;
                 if (kill_it)
-                        collector_add(&col,
-                                      status_error("Cancelled",
-                                                   "the cell was cancelled and "
-                                                   "did not stop; the kernel "
-                                                   "was restarted and its "
-                                                   "state is lost"));
+                        add_output(&col,
+                                   status_error("Cancelled",
+                                                "the cell was cancelled and "
+                                                "did not stop; the kernel "
+                                                "was restarted and its "
+                                                "state is lost"));
         } else if (kill_it && res->status == CQ_CELL_OK) {
                 res->status = CQ_CELL_TIMEOUT;
         }
+        /* the shim reports the rest of what it dropped when the cell
+         * ends, which a killed kernel never did */
+        if (shim_dropped && !got_reply)
+                cq_collect_dropped(&col, 0, true);
         json_decref(res->outputs);
-        res->outputs = collector_finish(&col);
-        res->truncated = col.truncated || col.kernel_truncated;
+        res->outputs = cq_collect_finish(&col);
+        res->truncated = cq_collect_truncated(&col);
         if (!res->outputs) {
                 kernel_set_error(kernel, "could not run cell: out of memory");
                 err = CQ_ERR_RETRIABLE;
@@ -1656,8 +1641,7 @@ finish:
 out:
         res->duration_ms = cq_now_ms() - start_ms;
         json_decref(reply);
-        json_decref(col.head);
-        json_decref(col.tail);
+        cq_collect_release(&col);
         return err;
 }
 

@@ -12,6 +12,7 @@
 #include "coderq/buf.h"
 #include "coderq/cli.h"
 #include "coderq/cmd_cli.h"
+#include "coderq/collect.h"
 #include "coderq/kpool.h"
 #include "coderq/notebook.h"
 
@@ -49,6 +50,14 @@ static void print_output(void *opaque, const json_t *output)
 
                 json_array_foreach(tb, i, line)
                     fprintf(stderr, "%s\n", json_string_value(line));
+                /* the backend's own errors (DeadKernelError, TimeoutError)
+                 * have no traceback */
+                if (json_array_size(tb) == 0)
+                        fprintf(
+                            stderr, "%s: %s\n",
+                            json_string_value(json_object_get(output, "ename")),
+                            json_string_value(
+                                json_object_get(output, "evalue")));
         } else if (data) {
                 const char *mime;
                 json_t *value;
@@ -63,6 +72,37 @@ static void print_output(void *opaque, const json_t *output)
                 }
         }
         fflush(stdout);
+}
+
+/* Once the output cap is reached only the head was printed live: print
+ * what the notebook keeps from the truncation marker on (the tail, and
+ * errors such as DeadKernelError or TimeoutError). */
+static void print_rest(const json_t *outputs)
+{
+        size_t i;
+        json_t *v;
+        bool found = false;
+
+        json_array_foreach(outputs, i, v)
+        {
+                if (found) {
+                        print_output(NULL, v);
+                        continue;
+                }
+                if (json_is_string(json_object_get(v, "text"))) {
+                        json_t *text = json_object_get(v, "text");
+                        const char *s = json_string_value(text);
+                        size_t len = json_string_length(text);
+                        const char *mark = memmem(s, len, CQ_COLLECT_MARK,
+                                                  sizeof(CQ_COLLECT_MARK) - 1);
+
+                        if (!mark)
+                                continue;
+                        found = true;
+                        fwrite(mark, 1, len - (size_t)(mark - s), stderr);
+                }
+        }
+        fflush(stderr);
 }
 
 /* Split \p text at "# %%" lines and append the cells to \p cells. */
@@ -190,6 +230,8 @@ int cq_cmd_exec(const cq_config_t *cfg, int argc, char **argv)
                         cq_cell_result_release(&res);
                         goto out;
                 }
+                if (res.truncated)
+                        print_rest(res.outputs);
                 fprintf(stderr, "-- cell %zu: %s (%lld ms)%s\n", k + 1,
                         cq_cell_status_name(res.status),
                         (long long)res.duration_ms,

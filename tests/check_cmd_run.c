@@ -312,6 +312,69 @@ START_TEST(exec_in_a_fresh_work_root_is_sandboxed)
 }
 END_TEST
 
+/* A cell past the output cap: exec prints what the notebook keeps after
+ * the marker (the tail, DeadKernelError, TimeoutError), and the stored
+ * marker states a real byte count. */
+START_TEST(exec_prints_the_tail_and_errors_of_truncated_cells)
+{
+        char cmd[4096], nb[512], src[512];
+        FILE *fp;
+        int st;
+
+        snprintf(src, sizeof(src), "%s/flood.py", dir);
+        fp = fopen(src, "w");
+        ck_assert_ptr_nonnull(fp);
+        fputs("import os, sys, time\n"
+              "sys.stdout.write('x' * 3000000)\n"
+              "sys.stdout.flush()\n"
+              "time.sleep(0.5)\n"
+              "os._exit(1)\n"
+              "# %%\n"
+              "import time\n"
+              "print('y' * 3000000)\n"
+              "print('TAIL-MARK')\n"
+              "time.sleep(120)\n",
+              fp);
+        fclose(fp);
+        snprintf(nb, sizeof(nb), "%s/flood.ipynb", dir);
+        snprintf(cmd, sizeof(cmd),
+                 "CODERQ_LOG_LEVEL=warn %s/coderq exec --timeout 5 --out %s "
+                 "%s >%s/flood.out 2>%s/flood.err",
+                 CQ_BINARY_DIR, nb, src, dir, dir);
+        st = system(cmd);
+        ck_assert(WIFEXITED(st));
+        ck_assert_int_eq(WEXITSTATUS(st), 1);
+        snprintf(cmd, sizeof(cmd), "grep -q TAIL-MARK %s/flood.out", dir);
+        ck_assert_int_eq(system(cmd), 0);
+        snprintf(cmd, sizeof(cmd), "grep -q '^DeadKernelError: ' %s/flood.err",
+                 dir);
+        ck_assert_int_eq(system(cmd), 0);
+        snprintf(cmd, sizeof(cmd), "grep -q '^TimeoutError: ' %s/flood.err",
+                 dir);
+        ck_assert_int_eq(system(cmd), 0);
+        snprintf(cmd, sizeof(cmd),
+                 "test $(grep -c 'output truncated by coderq: .*[1-9][0-9]* "
+                 "bytes dropped' %s/flood.err) -eq 2",
+                 dir);
+        ck_assert_int_eq(system(cmd), 0);
+        /* the notebook has the same: a real count, the tail, the errors */
+        snprintf(
+            cmd, sizeof(cmd),
+            "/usr/bin/python3 -c 'import nbformat, re, sys; "
+            "nb = nbformat.read(sys.argv[1], as_version=4); "
+            "outs = [c.outputs for c in nb.cells]; "
+            "text = lambda o: \"\".join(x.get(\"text\", \"\") for x in o); "
+            "counts = [int(re.search(r\"(\\d+) bytes dropped\", "
+            "text(o)).group(1)) for o in outs]; "
+            "assert all(n > 2000000 for n in counts), counts; "
+            "assert outs[0][-1].ename == \"DeadKernelError\"; "
+            "assert outs[1][-1].ename == \"TimeoutError\"; "
+            "assert \"TAIL-MARK\" in text(outs[1])' %s",
+            nb);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *cmd_run_suite(void)
 {
         Suite *s = suite_create("cmd_run");
@@ -325,6 +388,7 @@ static Suite *cmd_run_suite(void)
         tcase_add_test(tc, invalid_job_is_one_clear_line_and_exit_two);
         tcase_add_test(tc, exec_runs_cells_from_stdin_and_writes_the_notebook);
         tcase_add_test(tc, exec_in_a_fresh_work_root_is_sandboxed);
+        tcase_add_test(tc, exec_prints_the_tail_and_errors_of_truncated_cells);
         suite_add_tcase(s, tc);
         return s;
 }

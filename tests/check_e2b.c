@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
+#include "coderq/collect.h"
 #include "coderq/log.h"
 #include "support/fake_e2b.h"
 
@@ -557,6 +558,24 @@ START_TEST(files_up_and_created_files_down)
 }
 END_TEST
 
+/* The bytes the marker of \p res says were dropped, -1 without one. */
+static long long marker_bytes(const cq_cell_result_t *res, bool *at_leastp)
+{
+        const char *m = strstr(stream_text(res, "stderr"), CQ_COLLECT_MARK);
+        long long n = -1;
+
+        *at_leastp = false;
+        if (m) {
+                m += strlen(CQ_COLLECT_MARK);
+                if (strncmp(m, "at least ", 9) == 0) {
+                        *at_leastp = true;
+                        m += 9;
+                }
+                ck_assert_int_eq(sscanf(m, "%lld bytes dropped", &n), 1);
+        }
+        return n;
+}
+
 START_TEST(output_cap_keeps_head_and_tail)
 {
         cq_e2b_opts_t opts;
@@ -565,6 +584,8 @@ START_TEST(output_cap_keeps_head_and_tail)
         cq_exec_opts_t eopts = {0};
         char err[256];
         const char *out;
+        long long n;
+        bool at_least;
 
         cq_fake_e2b_opts(&fake, &opts);
         opts.max_output = 4096;
@@ -588,18 +609,66 @@ START_TEST(output_cap_keeps_head_and_tail)
         cq_cell_result_release(&res);
         cq_interp_destroy(&interp);
 
-        /* one NDJSON line over the line cap: a clear error, then usable */
+        /* JSON values that are not strings count their serialized size */
+        cq_fake_e2b_opts(&fake, &opts);
+        opts.max_output = 65536;
+        interp = cq_e2b_new(&opts, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "%s", err);
+        cq_cell_result_init(&res);
+        ck_assert_int_eq(
+            cq_interp_execute(interp,
+                              "from IPython.display import display\n"
+                              "for i in range(20):\n"
+                              "    display({'application/json': "
+                              "list(range(5000))}, raw=True)",
+                              &eopts, &res),
+            CQ_OK);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert(res.truncated);
+        n = marker_bytes(&res, &at_least);
+        ck_assert(!at_least);
+        ck_assert_int_ge(n, 150000);
+        {
+                size_t i, kept = 0;
+                json_t *v;
+
+                json_array_foreach(res.outputs, i, v) kept +=
+                    cq_collect_size(v);
+                ck_assert_uint_le(kept, 65536 + 200);
+        }
+        cq_cell_result_release(&res);
+        cq_interp_destroy(&interp);
+
+        /* one NDJSON line over the line cap: skipped and counted, the cell
+         * goes on */
         cq_fake_e2b_opts(&fake, &opts);
         opts.max_line = 256 * 1024;
         interp = cq_e2b_new(&opts, err, sizeof(err));
         ck_assert_msg(interp != NULL, "%s", err);
         cq_cell_result_init(&res);
-        ck_assert_int_eq(
-            cq_interp_execute(interp, "print('x' * 400000)", &eopts, &res),
-            CQ_OK);
-        ck_assert_int_eq(res.status, CQ_CELL_DIED);
-        ck_assert(strstr(error_field(&res, "evalue"), "exceeds 262144 bytes") !=
-                  NULL);
+        ck_assert_int_eq(cq_interp_execute(interp,
+                                           "import sys\n"
+                                           "print('x' * 400000)\n"
+                                           "sys.stdout.flush()\n"
+                                           "print('after')",
+                                           &eopts, &res),
+                         CQ_OK);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert(res.truncated);
+        n = marker_bytes(&res, &at_least);
+        ck_assert(!at_least);
+        ck_assert_int_ge(n, 400000);
+        ck_assert(strstr(stream_text(&res, "stdout"), "after\n") != NULL);
+        cq_cell_result_release(&res);
+        /* an error line over the cap still fails the cell */
+        cq_cell_result_init(&res);
+        ck_assert_int_eq(cq_interp_execute(interp,
+                                           "raise ValueError('v' * 400000)",
+                                           &eopts, &res),
+                         CQ_OK);
+        ck_assert_int_eq(res.status, CQ_CELL_ERROR);
+        ck_assert_str_eq(error_field(&res, "ename"), "OutputTooLarge");
+        ck_assert(res.truncated);
         cq_cell_result_release(&res);
         cq_cell_result_init(&res);
         ck_assert_int_eq(cq_interp_execute(interp, "print('ok')", &eopts, &res),

@@ -27,6 +27,7 @@
 
 #include "check_support.h"
 #include "coderq/backend.h"
+#include "coderq/collect.h"
 #include "coderq/config.h"
 #include "coderq/kpool.h"
 #include "coderq/util.h"
@@ -545,6 +546,37 @@ static long vm_hwm_kb(void)
         return kb;
 }
 
+/* The bytes the marker of \p res says were dropped, -1 without one;
+ * *at_leastp tells whether it is a lower bound. */
+static long long marker_bytes(const cq_cell_result_t *res, bool *at_leastp)
+{
+        char *err = stream_text(res, "stderr");
+        const char *m = strstr(err, CQ_COLLECT_MARK);
+        long long n = -1;
+
+        *at_leastp = false;
+        if (m) {
+                m += strlen(CQ_COLLECT_MARK);
+                if (strncmp(m, "at least ", 9) == 0) {
+                        *at_leastp = true;
+                        m += 9;
+                }
+                ck_assert_int_eq(sscanf(m, "%lld bytes dropped", &n), 1);
+        }
+        free(err);
+        return n;
+}
+
+/* What the kept outputs weigh, as the collector counts them. */
+static size_t kept_size(const cq_cell_result_t *res)
+{
+        size_t i, n = 0;
+        json_t *v;
+
+        json_array_foreach(res->outputs, i, v) n += cq_collect_size(v);
+        return n;
+}
+
 START_TEST(output_flood_is_bounded)
 {
         cq_interp_t *interp = start_local(NULL, 1 << 20);
@@ -553,6 +585,8 @@ START_TEST(output_flood_is_bounded)
         size_t total = 0, i;
         json_t *v;
         char *out, *err;
+        long long n;
+        bool at_least;
 
         /* make sure the baseline includes a warmed-up client */
         assert_stdout(interp, "print('warm')", "warm\n");
@@ -582,11 +616,150 @@ START_TEST(output_flood_is_bounded)
         ck_assert(strstr(out, " dropped ...]") || strstr(err, " dropped ...]"));
         free(out);
         free(err);
+        /* the marker states the bytes really dropped (the kernel's count
+         * and the client's) */
+        n = marker_bytes(&res, &at_least);
+        ck_assert(!at_least);
+        ck_assert_int_ge(n, 200000000 - (1 << 20));
+        ck_assert_int_le(n, 200000008);
         cq_cell_result_release(&res);
         /* 200 MB went through; the peak grew by far less */
         ck_assert_msg(after - before < 64 * 1024, "peak RSS grew by %ld kB",
                       after - before);
         assert_stdout(interp, "print('after')", "after\n");
+        cq_interp_destroy(&interp);
+}
+END_TEST
+
+/* Every byte a cell sends counts against the cap: metadata, JSON values
+ * that are not strings, display updates; a frame far above the cap is
+ * refused without being allocated, and iopub still works afterwards. */
+START_TEST(every_byte_counts_against_the_cap)
+{
+        cq_interp_t *interp = start_local(NULL, 1 << 20);
+        cq_cell_result_t res;
+        long before, after;
+        long long n;
+        bool at_least;
+        const json_t *disp;
+
+        assert_stdout(interp, "from IPython.display import display", "");
+        before = vm_hwm_kb();
+
+        /* metadata: three displays of 400 kB each */
+        run(interp,
+            "for i in range(3):\n"
+            "    display({'text/plain': str(i)}, metadata={'m': 'x' * "
+            "400000}, raw=True)",
+            60000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert(res.truncated);
+        n = marker_bytes(&res, &at_least);
+        ck_assert(!at_least);
+        ck_assert_int_ge(n, 400000);
+        ck_assert_int_le(n, 400200);
+        ck_assert_uint_le(kept_size(&res), (1 << 20) + 200);
+        cq_cell_result_release(&res);
+
+        /* JSON values that are not strings, 589 kB each */
+        run(interp,
+            "for i in range(3):\n"
+            "    display({'application/json': list(range(100000))}, "
+            "raw=True)",
+            60000, &res);
+        ck_assert(res.truncated);
+        n = marker_bytes(&res, &at_least);
+        ck_assert(!at_least);
+        ck_assert_int_ge(n, 3 * 588000);
+        ck_assert_uint_le(kept_size(&res), (1 << 20) + 200);
+        cq_cell_result_release(&res);
+
+        /* a display that an update makes too large */
+        run(interp,
+            "h = display({'text/plain': 'a'}, raw=True, display_id=True)\n"
+            "print('between')\n"
+            "h.update({'text/plain': 'y' * 900000}, raw=True)",
+            60000, &res);
+        ck_assert(res.truncated);
+        n = marker_bytes(&res, &at_least);
+        ck_assert_int_ge(n, 900000);
+        ck_assert_uint_le(kept_size(&res), (1 << 20) + 200);
+        cq_cell_result_release(&res);
+
+        /* 100000 updates of one display: the last one is kept */
+        run(interp,
+            "h = display({'text/plain': 'start'}, raw=True, "
+            "display_id=True)\n"
+            "for i in range(100000):\n"
+            "    h.update({'text/plain': 'u%d' % i}, raw=True)\n"
+            "h.update({'text/plain': 'last'}, raw=True)",
+            300000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert(!res.truncated);
+        ck_assert_uint_eq(json_array_size(res.outputs), 1);
+        disp = find_output(&res, "display_data");
+        ck_assert_ptr_nonnull(disp);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_object_get(disp, "data"), "text/plain")),
+                         "last");
+        cq_cell_result_release(&res);
+
+        /* displays published faster than the client parses them: the
+         * kernel waits for the client's small queue, nothing is lost */
+        {
+                json_t *list = json_array(), *one;
+                size_t size, shown = 0, i;
+                json_t *v;
+
+                for (i = 0; i < 80000; i++)
+                        json_array_append_new(list, json_integer((int)i));
+                one = json_pack("{s:s, s:{s:o}, s:{}, s:{}}", "output_type",
+                                "display_data", "data", "application/json",
+                                list, "metadata", "transient");
+                size = cq_collect_size(one);
+                json_decref(one);
+                run(interp,
+                    "d = {'application/json': list(range(80000))}\n"
+                    "for i in range(100):\n"
+                    "    display(d, raw=True)",
+                    300000, &res);
+                ck_assert(res.truncated);
+                json_array_foreach(res.outputs, i, v) shown +=
+                    json_object_get(v, "data") != NULL;
+                n = marker_bytes(&res, &at_least);
+                ck_assert(!at_least);
+                ck_assert_int_eq(n, (long long)((100 - shown) * size));
+                cq_cell_result_release(&res);
+        }
+
+        /* a 500 MB JSON value: refused at the frame cap */
+        run(interp,
+            "display({'application/json': {'a': 'x' * 500_000_000}}, "
+            "raw=True)",
+            300000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert(res.truncated);
+        n = marker_bytes(&res, &at_least);
+        ck_assert(at_least);
+        ck_assert_int_gt(n, 1 << 20);
+        ck_assert_uint_le(kept_size(&res), (1 << 20) + 200);
+        cq_cell_result_release(&res);
+        /* iopub was opened again: output flows */
+        assert_stdout(interp, "print('next')", "next\n");
+        after = vm_hwm_kb();
+        fprintf(stderr,
+                "every_byte_counts_against_the_cap: VmHWM %ld kB -> "
+                "%ld kB (+%ld kB)\n",
+                before, after, after - before);
+#if defined(__SANITIZE_ADDRESS__)
+        /* ASan's quarantine keeps freed memory (256 MB): the 100000
+         * updates alone fill it, so the bound says nothing there */
+        fprintf(stderr, "every_byte_counts_against_the_cap: RSS bound not "
+                        "checked under ASan\n");
+#else
+        ck_assert_msg(after - before < 24 * 1024, "peak RSS grew by %ld kB",
+                      after - before);
+#endif
         cq_interp_destroy(&interp);
 }
 END_TEST
@@ -1518,6 +1691,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, files_created_and_inputs);
         tcase_add_test(tc, timeout_and_death_replace_the_kernel);
         tcase_add_test(tc, output_flood_is_bounded);
+        tcase_add_test(tc, every_byte_counts_against_the_cap);
         tcase_add_test(tc, sandbox_confines_the_kernel);
         tcase_add_test(tc, pool_hands_out_ready_kernels);
         tcase_add_test(tc, pool_starts_kernels_in_parallel);

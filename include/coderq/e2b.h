@@ -61,7 +61,7 @@ typedef struct cq_e2b_opts {
         const char *template_id; /* NULL: "code-interpreter-v1" */
         const char *create_path; /* NULL: "/sandboxes" ("/v2/sandboxes") */
         int ttl_s;               /* <= 0: 300 */
-        size_t max_line;         /* NDJSON line cap; 0: 32 MiB */
+        size_t max_line;         /* longer lines are dropped; 0: cap + 64K */
         size_t max_output;       /* per-cell output cap; 0: 1 MiB */
         size_t max_body;         /* API/RPC reply cap; 0: 16 MiB */
         size_t max_file;         /* created_files() data cap; 0: 64 MiB */
