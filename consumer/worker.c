@@ -519,9 +519,9 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 start.history = history;
                 start.cells = cells;
         }
-        interp = cq_backend_acquire(w->backend, job.backend,
-                                    w->cfg->kernel_startup_timeout_s * 1000,
-                                    errstr, sizeof(errstr));
+        interp = cq_backend_acquire_job(
+            w->backend, job.backend, w->cfg->kernel_startup_timeout_s * 1000,
+            job.job_id, claim->attempt, errstr, sizeof(errstr));
         if (!interp) {
                 cq_log_kv(CQ_LOG_ERROR, "could not get an interpreter",
                           "job_id", job.job_id, "error", errstr, NULL);
@@ -780,6 +780,9 @@ static void *hk_main(void *arg)
                                 }
                         }
                 }
+                /* E2B sandboxes outlive an LLM turn longer than their
+                 * TTL only if extended; strays of lost creates die here */
+                cq_backend_housekeep(w->backend);
                 if (now - last_requeue >= 5000) {
                         int requeued = 0, failed = 0;
 
@@ -932,7 +935,9 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
 
                 w->backend =
                     cq_backend_new(cfg, (size_t)pool, errstr, errstr_size);
-                if (!w->backend)
+                if (!w->backend ||
+                    cq_backend_track_e2b(w->backend, w->id, errstr,
+                                         errstr_size) != 0)
                         goto fail;
                 cq_log_kv(CQ_LOG_INFO, "interpreters ready", "backend",
                           cq_backend_describe(w->backend), NULL);
