@@ -1180,6 +1180,34 @@ START_TEST(double_behaves_like_e2b)
 }
 END_TEST
 
+START_TEST(sandbox_paths_are_e2b_s)
+{
+        cq_interp_t *interp;
+        cq_cell_result_t res;
+        json_t *stats = cq_fake_e2b_get(&fake, "/_fake/stats");
+        bool jailed = json_is_true(json_object_get(stats, "jailed"));
+
+        json_decref(stats);
+        if (!jailed) {
+                fprintf(stderr, "SKIP sandbox_paths_are_e2b_s: bubblewrap "
+                                "cannot run here, so the double's kernels "
+                                "see host paths\n");
+                return;
+        }
+        interp = new_interp();
+        run(interp,
+            "import os\nopen('/tmp/t.txt', 'w').write('tmp')\n"
+            "print(os.getcwd(), os.environ['HOME'], "
+            "os.path.expanduser('~'), open('/tmp/t.txt').read())",
+            60000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert_str_eq(stream_text(&res, "stdout"),
+                         "/home/user /home/user /home/user tmp\n");
+        cq_cell_result_release(&res);
+        cq_interp_destroy(&interp);
+}
+END_TEST
+
 START_TEST(no_sandbox_is_left_behind)
 {
         ck_assert_int_eq(cq_fake_e2b_stat(&fake, "live"), 0);
@@ -1192,6 +1220,7 @@ static Suite *e2b_suite(void)
         Suite *s = suite_create("e2b");
         TCase *parser = tcase_create("parser");
         TCase *tc = tcase_create("backend");
+        TCase *dbl = tcase_create("double");
 
         tcase_add_test(parser, parse_lines_of_every_type);
         tcase_add_test(parser, parse_rejects_malformed_lines);
@@ -1219,6 +1248,11 @@ static Suite *e2b_suite(void)
         tcase_add_test(tc, double_behaves_like_e2b);
         tcase_add_test(tc, no_sandbox_is_left_behind);
         suite_add_tcase(s, tc);
+
+        tcase_add_unchecked_fixture(dbl, fake_up, fake_down);
+        tcase_set_timeout(dbl, 120);
+        tcase_add_test(dbl, sandbox_paths_are_e2b_s);
+        suite_add_tcase(s, dbl);
         return s;
 }
 

@@ -10,7 +10,9 @@ Two loopback listeners on ephemeral ports, printed first on stdout:
     SANDBOX <port>
 (and written to --port-file when given). The sandbox listener routes by the
 E2b-Sandbox-Id / E2b-Sandbox-Port headers, as the real proxy does for
-localhost. /home/user inside a sandbox maps to a per-sandbox temp dir.
+localhost. /home/user and /tmp inside a sandbox map to per-sandbox temp
+dirs; where bubblewrap runs, kernels and commands see them at those paths,
+with cwd and HOME /home/user, as in E2B (GET /_fake/stats says "jailed").
 
 Fault injection (API listener):
     POST /_fake/faults {"create": [{"status": 429, "count": 2,
@@ -70,21 +72,75 @@ def rfc3339(ts):
         ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# Set by probe_jail(): a directory for kernel connection files, visible
+# at the same path inside the jail, or None when bubblewrap cannot run.
+RUN_DIR = None
+
+
+def probe_jail():
+    """Can bubblewrap give a process a /home/user and /tmp of its own?"""
+    global RUN_DIR
+    if not shutil.which("bwrap"):
+        return
+    try:
+        ok = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--tmpfs",
+                             "/home", "--dir", HOME, "--chdir", HOME,
+                             "true"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return
+    if ok.returncode == 0:
+        RUN_DIR = tempfile.mkdtemp(prefix="fake-e2b-run-")
+
+
+def jail(root, tmp, cwd=HOME):
+    """The bwrap prefix that runs a command as E2B would: /home/user is the
+    sandbox's home, /tmp its own, cwd and HOME /home/user. No
+    --die-with-parent: that parent is the request thread that started the
+    kernel, which ends with its connection."""
+    return ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home",
+            "--bind", root, HOME, "--bind", tmp, "/tmp",
+            "--bind", RUN_DIR, RUN_DIR, "--chdir", cwd,
+            "--setenv", "HOME", HOME, "--"]
+
+
+class JailedKernelManager(KernelManager):
+    prefix = []
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        # SIGINT to the process group would end bwrap's monitor too, and
+        # --die-with-parent the kernel with it: interrupt by message
+        self.kernel_spec.interrupt_mode = "message"
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        return self.prefix + super().format_kernel_cmd(extra_arguments)
+
+
 class Context:
     """One Jupyter kernel, as the code-interpreter server keeps per context."""
 
-    def __init__(self, root, language="python", cwd=HOME, envs=None):
+    def __init__(self, root, language="python", cwd=HOME, envs=None,
+                 tmp=None):
         self.language = language
         self.cwd = cwd
         self.lock = threading.Lock()
         env = dict(os.environ)
         env.update(envs or {})
-        env["HOME"] = root
-        env["MPLCONFIGDIR"] = os.path.join(root, ".config", "matplotlib")
+        home = HOME if RUN_DIR else root
+        env["HOME"] = home
+        env["MPLCONFIGDIR"] = os.path.join(home, ".config", "matplotlib")
         env["PYTHONUNBUFFERED"] = "1"
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
         env.pop("PYTHONPATH", None)
-        self.km = KernelManager(kernel_name="python3")
+        if RUN_DIR:
+            self.km = JailedKernelManager(kernel_name="python3")
+            self.km.prefix = jail(root, tmp, cwd if cwd.startswith(HOME)
+                                  else HOME)
+            self.km.connection_file = os.path.join(
+                RUN_DIR, "kernel-%s.json" % secrets.token_hex(8))
+        else:
+            self.km = KernelManager(kernel_name="python3")
         # the kernel's own stderr (debugger notices) would only be noise
         self.km.start_kernel(cwd=root, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
@@ -120,6 +176,7 @@ class Sandbox:
         self.template = template
         self.token = secrets.token_hex(16)
         self.root = tempfile.mkdtemp(prefix="fake-e2b-")
+        self.tmp = tempfile.mkdtemp(prefix="fake-e2b-tmp-")
         self.started = time.time()
         self.end = time.time() + timeout_s
         self.contexts = {}
@@ -141,7 +198,9 @@ class Sandbox:
                 "envdVersion": "0.6.13", "metadata": dict(self.metadata)}
 
     def local(self, path):
-        """Map a sandbox path to the host; None when outside /home/user."""
+        """Map a sandbox path to the host: /home/user and /tmp are the
+        sandbox's own; None elsewhere (the rest of the VM is not
+        modelled)."""
         if path is None:
             return None
         if path.startswith("~"):
@@ -149,26 +208,30 @@ class Sandbox:
         if not path.startswith("/"):
             path = HOME + "/" + path
         norm = os.path.normpath(path)
-        if norm != HOME and not norm.startswith(HOME + "/"):
-            return None
-        return self.root + norm[len(HOME):]
+        for top, host in ((HOME, self.root), ("/tmp", self.tmp)):
+            if norm == top or norm.startswith(top + "/"):
+                return host + norm[len(top):]
+        return None
 
     def remote(self, local):
-        rel = os.path.relpath(local, self.root)
-        return HOME if rel == "." else HOME + "/" + rel
+        for top, host in ((HOME, self.root), ("/tmp", self.tmp)):
+            rel = os.path.relpath(local, host)
+            if not rel.startswith(".."):
+                return top if rel == "." else top + "/" + rel
+        return local
 
     def context(self, ctx_id):
         with self.lock:
             if ctx_id is None:
                 if self.default_ctx is None:
-                    ctx = Context(self.root, envs=self.envs)
+                    ctx = Context(self.root, envs=self.envs, tmp=self.tmp)
                     self.contexts[ctx.id] = ctx
                     self.default_ctx = ctx.id
                 return self.contexts[self.default_ctx]
             return self.contexts.get(ctx_id)
 
     def new_context(self, language, cwd):
-        ctx = Context(self.root, language, cwd, self.envs)
+        ctx = Context(self.root, language, cwd, self.envs, self.tmp)
         with self.lock:
             if not self.alive:
                 ctx.shutdown()
@@ -184,6 +247,7 @@ class Sandbox:
         for ctx in ctxs:
             ctx.shutdown()
         shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 # what the double's team can create from; others get E2B's 404
@@ -471,7 +535,7 @@ class ApiHandler(Handler):
             st.reap()
             with st.lock:
                 out = dict(st.stats, live=len(st.sandboxes),
-                           ids=list(st.sandboxes))
+                           ids=list(st.sandboxes), jailed=bool(RUN_DIR))
             return self.send(200, out)
         if path == "/_fake/log":
             with st.lock:
@@ -698,6 +762,9 @@ class SandboxHandler(Handler):
         env = dict(os.environ, HOME=sbx.root)
         env.update(sbx.envs)
         env.update(proc.get("envs") or {})
+        if RUN_DIR:
+            env["HOME"] = HOME
+            argv = jail(sbx.root, sbx.tmp, sbx.remote(cwd)) + argv
         p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         out, err = p.communicate()
@@ -962,6 +1029,7 @@ def main():
     ap.add_argument("--max-timeout-s", type=int, default=3600,
                     help="the plan's longest sandbox timeout (Hobby 3600)")
     args = ap.parse_args()
+    probe_jail()
     state = State(args.api_key, args.keepalive_s, args.max_timeout_s)
     api_cls = type("Api", (ApiHandler,), {"state": state})
     sbx_cls = type("Sbx", (SandboxHandler,), {"state": state})
@@ -993,6 +1061,8 @@ def main():
     api.shutdown()
     sbx.shutdown()
     state.shutdown()
+    if RUN_DIR:
+        shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
 if __name__ == "__main__":
