@@ -153,9 +153,11 @@ static int parse_entry(char *s, allow_entry_t *e)
                 e->family = AF_INET6;
                 max = 128;
         } else {
-                if (slash || strlen(s) >= HOST_MAX || !host_name_ok(s))
+                size_t n = strlen(s);
+
+                if (slash || n >= sizeof(e->host) || !host_name_ok(s))
                         return -1;
-                snprintf(e->host, sizeof(e->host), "%s", s);
+                memcpy(e->host, s, n + 1);
                 return 0;
         }
         e->prefix = max;
