@@ -91,6 +91,7 @@ void cq_agent_opts_from_config(cq_agent_opts_t *opts, const cq_config_t *cfg)
         opts->tool_item_max = cfg->tool_item_max;
         opts->tool_total_max = cfg->tool_total_max;
         opts->file_max = cfg->artifact_max;
+        opts->fetch_allow = cfg->fetch_allow;
 }
 
 void cq_agent_recall_release(cq_agent_recall_t *recall)
@@ -1247,8 +1248,9 @@ put_input_file(run_t *run, cq_interp_t *interp, const cq_job_file_t *file)
         int rc = -1;
 
         if (!data && file->url) {
-                if (cq_fetch_url(file->url, run->opts->file_max, 120, &fetched,
-                                 &len, errstr, sizeof(errstr)) != CQ_OK) {
+                if (cq_fetch_url(file->url, run->opts->file_max, 120,
+                                 run->opts->fetch_allow, &fetched, &len, errstr,
+                                 sizeof(errstr)) != CQ_OK) {
                         fail(run, CQ_AGENT_FAILED,
                              "could not get input file %s: %s", file->name,
                              errstr);

@@ -6,12 +6,14 @@
 #include "coderq/e2b.h"
 
 #include <curl/curl.h>
+#include <assert.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "coderq/buf.h"
@@ -30,9 +32,15 @@
 #define USER_AGENT    "coderq/" CQ_VERSION
 #define DEF_TEMPLATE  "code-interpreter-v1"
 #define DEF_DOMAIN    "e2b.app"
-#define DEF_CREATE    "/sandboxes"
+#define DEF_CREATE    "/v2/sandboxes"
 #define CONNECT_MS    10000L
 #define KILL_ATTEMPTS 3
+#define NONCE_LEN     16
+#define LIST_PAGES    20
+#define TAG_CREATE    "coderq_create"
+#define TAG_WORKER    "coderq_worker"
+#define TAG_JOB       "coderq_job"
+#define TAG_ATTEMPT   "coderq_attempt"
 
 enum plane { PLANE_API, PLANE_ENVD, PLANE_CI, PLANE_CI_NOTOKEN };
 
@@ -70,7 +78,25 @@ typedef struct cq_e2b {
         unsigned int rng;
         atomic_int interrupt;
         char errbuf[1024];
+        /* metadata tags of our sandboxes, so strays can be found */
+        char *tag_job, *tag_worker;
+        int tag_attempt, max_timeout_s;
+        /* coderq_create tag of the adopted sandbox and of the one being
+         * created; under lock (the fleet reads them) */
+        char nonce[NONCE_LEN + 1];
+        char pending[NONCE_LEN + 1];
+        /* membership of a fleet; under fleet->lock */
+        struct cq_e2b_fleet *fleet;
+        struct cq_e2b *fleet_next;
+        int fleet_refs;
 } cq_e2b_t;
+
+struct cq_e2b_fleet {
+        pthread_mutex_t lock;
+        pthread_cond_t cond; /* a member's fleet_refs dropped */
+        cq_e2b_t *members;
+        cq_e2b_t *api; /* no sandbox: list and kill; housekeeping only */
+};
 
 /* ---------------------------------------------------------------- errors */
 
@@ -131,17 +157,50 @@ static size_t sink_write(char *ptr, size_t size, size_t nmemb, void *ud)
 
 struct hdr_sink {
         long retry_after_s;
+        int should_retry; /* Should-Retry: -1 absent, 0 false, 1 true */
+        char next_token[256];
 };
+
+/* Copy a header's value, trimmed, into \p out. */
+static void header_value(const char *p, size_t n, char *out, size_t size)
+{
+        while (n > 0 && (*p == ' ' || *p == '\t')) {
+                p++;
+                n--;
+        }
+        while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == '\n' ||
+                         p[n - 1] == ' ' || p[n - 1] == '\t'))
+                n--;
+        if (n >= size)
+                n = size - 1;
+        memcpy(out, p, n);
+        out[n] = '\0';
+}
 
 static size_t header_cb(char *ptr, size_t size, size_t nmemb, void *ud)
 {
         struct hdr_sink *hdr = ud;
         size_t n = size * nmemb;
         static const char name[] = "retry-after:";
+        static const char should[] = "should-retry:";
+        static const char next[] = "x-next-token:";
+        char tmp[32];
 
+        if (n > sizeof(should) - 1 &&
+            strncasecmp(ptr, should, sizeof(should) - 1) == 0) {
+                header_value(ptr + sizeof(should) - 1, n - (sizeof(should) - 1),
+                             tmp, sizeof(tmp));
+                hdr->should_retry = strcasecmp(tmp, "true") == 0 ? 1 : 0;
+                return n;
+        }
+        if (n > sizeof(next) - 1 &&
+            strncasecmp(ptr, next, sizeof(next) - 1) == 0) {
+                header_value(ptr + sizeof(next) - 1, n - (sizeof(next) - 1),
+                             hdr->next_token, sizeof(hdr->next_token));
+                return n;
+        }
         if (n > sizeof(name) - 1 &&
             strncasecmp(ptr, name, sizeof(name) - 1) == 0) {
-                char tmp[32];
                 size_t len = n - (sizeof(name) - 1);
                 char *end;
                 long v;
@@ -272,6 +331,10 @@ struct call {
         /* out */
         long status;
         cq_buf_t reply;
+        CURLcode curl_rc;     /* of the last attempt */
+        int should_retry;     /* Should-Retry of the last reply, or -1 */
+        long retry_after_s;   /* Retry-After of the last reply, or 0 */
+        char next_token[256]; /* X-Next-Token of the last reply */
 };
 
 CQ_PRINTF(3, 4)
@@ -358,9 +421,10 @@ static cq_err_t call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
 
         cq_buf_init(&call->reply,
                     call->max_reply ? call->max_reply : e2b->max_body);
+        call->should_retry = -1;
         for (attempt = 0; attempt < attempts; attempt++) {
                 struct body_sink sink = {&call->reply, false};
-                struct hdr_sink hdr = {0};
+                struct hdr_sink hdr = {0, -1, ""};
                 CURLcode rc;
                 bool last = attempt + 1 == attempts;
 
@@ -392,6 +456,12 @@ static cq_err_t call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
                                          call->method);
                 }
                 rc = curl_easy_perform(curl);
+                call->status = 0;
+                call->curl_rc = rc;
+                call->should_retry = hdr.should_retry;
+                call->retry_after_s = hdr.retry_after_s;
+                snprintf(call->next_token, sizeof(call->next_token), "%s",
+                         hdr.next_token);
                 if (rc == CURLE_WRITE_ERROR && sink.overflow) {
                         call_error(e2b, call,
                                    "could not %s: reply exceeds %zu bytes",
@@ -431,7 +501,15 @@ static cq_err_t call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
                         err = CQ_ERR_RETRIABLE;
                         goto out;
                 }
-                if (call->status != 429 && call->status < 500) {
+                /* the API says whether a retry can help */
+                if (hdr.should_retry == 0) {
+                        err = call->status == 429 || call->status >= 500
+                                  ? CQ_ERR_RETRIABLE
+                                  : CQ_ERR_FATAL;
+                        goto out;
+                }
+                if (call->status != 429 && call->status < 500 &&
+                    hdr.should_retry != 1) {
                         err = CQ_ERR_FATAL;
                         goto out;
                 }
@@ -548,51 +626,260 @@ out:
         return err;
 }
 
+static void make_nonce(cq_e2b_t *e2b, char *out)
+{
+        unsigned char b[NONCE_LEN / 2];
+        size_t i;
+
+        if (getrandom(b, sizeof(b), GRND_NONBLOCK) != (ssize_t)sizeof(b))
+                for (i = 0; i < sizeof(b); i++)
+                        b[i] = (unsigned char)rand_r(&e2b->rng);
+        for (i = 0; i < sizeof(b); i++)
+                snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* GET /v2/sandboxes whose metadata has \p key = \p value, every page.
+ * On CQ_OK *idsp is a JSON array of sandbox ids. */
+static cq_err_t
+list_tagged(cq_e2b_t *e2b, const char *key, const char *value, json_t **idsp)
+{
+        static const long ok[] = {200, 0};
+        char filter[512], url[2048], token[256] = "";
+        char *meta = NULL, *tok = NULL;
+        json_t *ids = json_array();
+        cq_err_t err = CQ_ERR_FATAL;
+        int page;
+
+        snprintf(filter, sizeof(filter), "%s=%s", key, value);
+        meta = curl_easy_escape(e2b->curl, filter, 0);
+        if (!ids || !meta) {
+                set_error(e2b, "could not list E2B sandboxes: out of memory");
+                goto out;
+        }
+        for (page = 0; page < LIST_PAGES; page++) {
+                struct call call = {0};
+                json_t *doc;
+                size_t i;
+
+                curl_free(tok);
+                tok = token[0] ? curl_easy_escape(e2b->curl, token, 0) : NULL;
+                snprintf(url, sizeof(url),
+                         "%s/v2/sandboxes?metadata=%s&state=running%%2Cpaused"
+                         "&limit=100%s%s",
+                         e2b->api_url, meta, tok ? "&nextToken=" : "",
+                         tok ? tok : "");
+                call.what = "list E2B sandboxes";
+                call.plane = PLANE_API;
+                call.method = "GET";
+                call.url = url;
+                call.ok = ok;
+                err = call_run(e2b, e2b->curl, &call);
+                if (err != CQ_OK) {
+                        cq_buf_release(&call.reply);
+                        goto out;
+                }
+                doc = json_loadb(call.reply.data ? call.reply.data : "",
+                                 call.reply.len, 0, NULL);
+                snprintf(token, sizeof(token), "%s", call.next_token);
+                cq_buf_release(&call.reply);
+                if (!json_is_array(doc)) {
+                        json_decref(doc);
+                        set_error(e2b, "could not list E2B sandboxes: reply "
+                                       "is not a JSON array");
+                        err = CQ_ERR_FATAL;
+                        goto out;
+                }
+                for (i = 0; i < json_array_size(doc); i++) {
+                        const char *id = json_string_value(json_object_get(
+                            json_array_get(doc, i), "sandboxID"));
+
+                        if (id && id_is_safe(id, ID_MAX) &&
+                            json_array_append_new(ids, json_string(id))) {
+                                json_decref(doc);
+                                set_error(e2b, "could not list E2B "
+                                               "sandboxes: out of memory");
+                                err = CQ_ERR_FATAL;
+                                goto out;
+                        }
+                }
+                json_decref(doc);
+                if (!token[0])
+                        break;
+        }
+        *idsp = ids;
+        ids = NULL;
+        err = CQ_OK;
+out:
+        curl_free(tok);
+        curl_free(meta);
+        json_decref(ids);
+        return err;
+}
+
+/* Kill every sandbox tagged coderq_create = \p nonce: what a create whose
+ * reply was lost may have made. Returns how many, or -1 when the list
+ * failed (the error is in e2b->errbuf). */
+static int reap_created(cq_e2b_t *e2b, const char *nonce)
+{
+        json_t *ids = NULL;
+        size_t i;
+        int n = 0;
+
+        if (list_tagged(e2b, TAG_CREATE, nonce, &ids) != CQ_OK)
+                return -1;
+        for (i = 0; i < json_array_size(ids); i++) {
+                const char *id = json_string_value(json_array_get(ids, i));
+
+                cq_log_warn("e2b: killing sandbox %s, made by a create whose "
+                            "reply was lost",
+                            id);
+                if (kill_sandbox(e2b, id) == CQ_OK)
+                        n++;
+        }
+        json_decref(ids);
+        return n;
+}
+
+static json_t *create_request(cq_e2b_t *e2b, const char *nonce)
+{
+        char attempt[24];
+        json_t *meta = json_pack("{s:s}", TAG_CREATE, nonce);
+        json_t *req;
+
+        snprintf(attempt, sizeof(attempt), "%d", e2b->tag_attempt);
+        if (meta && e2b->tag_worker &&
+            json_object_set_new(meta, TAG_WORKER, json_string(e2b->tag_worker)))
+                goto fail;
+        if (meta && e2b->tag_job &&
+            (json_object_set_new(meta, TAG_JOB, json_string(e2b->tag_job)) ||
+             json_object_set_new(meta, TAG_ATTEMPT, json_string(attempt))))
+                goto fail;
+        if (!meta)
+                return NULL;
+        req =
+            json_pack("{s:s, s:i, s:b, s:o, s:{}}", "templateID",
+                      e2b->template_id, "timeout", e2b->ttl_s,
+                      "allow_internet_access", 1, "metadata", meta, "envVars");
+        if (req && strcmp(e2b->create_path, "/sandboxes") == 0 &&
+            json_object_set_new(req, "secure", json_true())) {
+                json_decref(req);
+                return NULL;
+        }
+        return req;
+fail:
+        json_decref(meta);
+        return NULL;
+}
+
+/* Did a failed create possibly make a sandbox? Only a refusal (4xx) or a
+ * connection that never opened proves it did not. */
+static bool maybe_created(const struct call *call, cq_err_t err)
+{
+        if (err == CQ_ERR_TOO_LARGE)
+                return true;
+        if (call->status == 0)
+                return call->curl_rc != CURLE_COULDNT_CONNECT &&
+                       call->curl_rc != CURLE_COULDNT_RESOLVE_HOST &&
+                       call->curl_rc != CURLE_COULDNT_RESOLVE_PROXY &&
+                       call->curl_rc != CURLE_OUT_OF_MEMORY;
+        return call->status < 400 || call->status >= 500;
+}
+
+/* E2B bills every sandbox it makes, so a create is repeated only when the
+ * reply says it may be (429, 502, 503, 504, or Should-Retry: true), or
+ * when no request went out; and whenever a sandbox may have been made
+ * (a lost reply, a 5xx), the sandboxes tagged with that create's nonce
+ * are killed first. When that cannot be checked, no second create. */
 static cq_err_t create_sandbox(cq_e2b_t *e2b)
 {
-        struct call call = {0};
-        char url[1024];
-        char *body = NULL;
-        json_t *req = NULL;
+        char nonce[NONCE_LEN + 1];
         cq_err_t err = CQ_ERR_FATAL;
+        int attempt;
 
         e2b->errbuf[0] = '\0';
-        req = json_pack("{s:s, s:i, s:b, s:{}, s:{}}", "templateID",
-                        e2b->template_id, "timeout", e2b->ttl_s,
-                        "allow_internet_access", 1, "metadata", "envVars");
-        if (req && strcmp(e2b->create_path, "/sandboxes") == 0)
-                json_object_set_new(req, "secure", json_true());
-        body = req ? json_dumps(req, JSON_COMPACT) : NULL;
-        if (!body) {
-                set_error(e2b, "could not create E2B sandbox: out of memory");
-                goto out;
-        }
-        snprintf(url, sizeof(url), "%s%s", e2b->api_url, e2b->create_path);
-        call.what = "create E2B sandbox";
-        call.plane = PLANE_API;
-        call.method = "POST";
-        call.url = url;
-        call.ctype = "application/json";
-        call.body = body;
-        call.body_len = strlen(body);
-        call.ok = OK_201;
-        err = call_run(e2b, e2b->curl, &call);
-        if (err != CQ_OK)
-                goto out;
-        e2b->lost = false;
-        err = adopt_sandbox(e2b, &call.reply);
-        if (err != CQ_OK && e2b->sandbox_id[0]) {
-                char saved[sizeof(e2b->errbuf)];
+        for (attempt = 0; attempt < e2b->max_attempts; attempt++) {
+                struct call call = {0};
+                char url[1024];
+                char *body = NULL;
+                json_t *req;
+                bool retry, last = attempt + 1 == e2b->max_attempts;
 
-                memcpy(saved, e2b->errbuf, sizeof(saved));
-                (void)kill_sandbox(e2b, e2b->sandbox_id);
-                memcpy(e2b->errbuf, saved, sizeof(saved));
-                e2b->sandbox_id[0] = '\0';
+                make_nonce(e2b, nonce);
+                pthread_mutex_lock(&e2b->lock);
+                snprintf(e2b->pending, sizeof(e2b->pending), "%s", nonce);
+                pthread_mutex_unlock(&e2b->lock);
+                req = create_request(e2b, nonce);
+                body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+                json_decref(req);
+                if (!body) {
+                        set_error(
+                            e2b, "could not create E2B sandbox: out of memory");
+                        err = CQ_ERR_FATAL;
+                        break;
+                }
+                snprintf(url, sizeof(url), "%s%s", e2b->api_url,
+                         e2b->create_path);
+                call.what = "create E2B sandbox";
+                call.plane = PLANE_API;
+                call.method = "POST";
+                call.url = url;
+                call.ctype = "application/json";
+                call.body = body;
+                call.body_len = strlen(body);
+                call.ok = OK_201;
+                call.attempts = 1;
+                err = call_run(e2b, e2b->curl, &call);
+                free(body);
+                if (err == CQ_OK) {
+                        e2b->lost = false;
+                        err = adopt_sandbox(e2b, &call.reply);
+                        cq_buf_release(&call.reply);
+                        if (err != CQ_OK && e2b->sandbox_id[0]) {
+                                char saved[sizeof(e2b->errbuf)];
+
+                                memcpy(saved, e2b->errbuf, sizeof(saved));
+                                (void)kill_sandbox(e2b, e2b->sandbox_id);
+                                memcpy(e2b->errbuf, saved, sizeof(saved));
+                                pthread_mutex_lock(&e2b->lock);
+                                e2b->sandbox_id[0] = '\0';
+                                pthread_mutex_unlock(&e2b->lock);
+                        } else if (err == CQ_OK) {
+                                pthread_mutex_lock(&e2b->lock);
+                                snprintf(e2b->nonce, sizeof(e2b->nonce), "%s",
+                                         nonce);
+                                pthread_mutex_unlock(&e2b->lock);
+                        }
+                        break;
+                }
+                cq_buf_release(&call.reply);
+                retry = err == CQ_ERR_RETRIABLE && call.should_retry != 0 &&
+                        (call.status == 0 || call.status == 429 ||
+                         call.status == 502 || call.status == 503 ||
+                         call.status == 504 || call.should_retry == 1);
+                if (maybe_created(&call, err)) {
+                        char saved[sizeof(e2b->errbuf)];
+                        int reaped;
+
+                        memcpy(saved, e2b->errbuf, sizeof(saved));
+                        reaped = reap_created(e2b, nonce);
+                        if (reaped < 0) {
+                                cq_log_error("e2b: %s; not creating another "
+                                             "sandbox, the lost one may live "
+                                             "until its TTL ends",
+                                             e2b->errbuf);
+                                retry = false;
+                        }
+                        memcpy(e2b->errbuf, saved, sizeof(saved));
+                }
+                if (!retry || last)
+                        break;
+                cq_log_warn("e2b: %s (attempt %d of %d)", e2b->errbuf,
+                            attempt + 1, e2b->max_attempts);
+                backoff_sleep(e2b, &e2b->rng, attempt, call.retry_after_s);
         }
-out:
-        cq_buf_release(&call.reply);
-        json_decref(req);
-        free(body);
+        pthread_mutex_lock(&e2b->lock);
+        e2b->pending[0] = '\0';
+        pthread_mutex_unlock(&e2b->lock);
         return err;
 }
 
@@ -654,6 +941,8 @@ static cq_err_t maybe_extend(cq_e2b_t *e2b, int64_t cell_timeout_ms)
         pthread_mutex_unlock(&e2b->lock);
         if (left >= want_ms - ttl_ms / 3)
                 return CQ_OK;
+        if (want_ms > (int64_t)e2b->max_timeout_s * 1000)
+                want_ms = (int64_t)e2b->max_timeout_s * 1000;
         pthread_mutex_lock(&e2b->lock);
         err = set_timeout_on(e2b, e2b->curl, (int)((want_ms + 999) / 1000),
                              &status, NULL, 0, NULL, 0);
@@ -670,9 +959,11 @@ static cq_err_t maybe_extend(cq_e2b_t *e2b, int64_t cell_timeout_ms)
         return err;
 }
 
-cq_err_t cq_e2b_keepalive(cq_interp_t *interp, char *errstr, size_t errstr_size)
+static cq_err_t
+keepalive(cq_e2b_t *e2b, int attempts, char *errstr, size_t errstr_size)
 {
-        cq_e2b_t *e2b = (cq_e2b_t *)interp;
+        int64_t left_s;
+        int timeout_s;
         cq_err_t err;
         CURL *curl = curl_easy_init();
         char buf[512] = "";
@@ -689,13 +980,24 @@ cq_err_t cq_e2b_keepalive(cq_interp_t *interp, char *errstr, size_t errstr_size)
         /* the lock keeps the sandbox id and tokens stable against the owner
          * thread's recovery */
         pthread_mutex_lock(&e2b->lock);
-        err = set_timeout_on(e2b, curl, e2b->ttl_s, &status, buf, sizeof(buf),
-                             &rng, 0);
+        /* E2B sets the end to now + timeout, shortening too: never cut
+         * what a running cell's deadline asked for */
+        left_s = (e2b->expires_ms - cq_now_ms() + 999) / 1000;
+        timeout_s = left_s > e2b->ttl_s ? (int)left_s : e2b->ttl_s;
+        if (timeout_s > e2b->max_timeout_s)
+                timeout_s = e2b->max_timeout_s;
+        err = set_timeout_on(e2b, curl, timeout_s, &status, buf, sizeof(buf),
+                             &rng, attempts);
         pthread_mutex_unlock(&e2b->lock);
         if (err != CQ_OK && errstr)
                 snprintf(errstr, errstr_size, "%s", buf);
         curl_easy_cleanup(curl);
         return err;
+}
+
+cq_err_t cq_e2b_keepalive(cq_interp_t *interp, char *errstr, size_t errstr_size)
+{
+        return keepalive((cq_e2b_t *)interp, 0, errstr, errstr_size);
 }
 
 void cq_e2b_sandbox_id(cq_interp_t *interp, char *out, size_t out_size)
@@ -1963,11 +2265,14 @@ static cq_err_t e2b_restart(cq_interp_t *interp)
         return recover(e2b, &replaced);
 }
 
+static void fleet_leave(cq_e2b_t *e2b);
+
 static void e2b_destroy(cq_interp_t *interp)
 {
         cq_e2b_t *e2b = (cq_e2b_t *)interp;
         size_t i;
 
+        fleet_leave(e2b);
         if (e2b->sandbox_id[0] && e2b->curl)
                 (void)kill_sandbox(e2b, e2b->sandbox_id);
         if (e2b->curl)
@@ -1987,6 +2292,8 @@ static void e2b_destroy(cq_interp_t *interp)
         free(e2b->template_id);
         free(e2b->create_path);
         free(e2b->sandbox_domain);
+        free(e2b->tag_job);
+        free(e2b->tag_worker);
         pthread_mutex_destroy(&e2b->lock);
         free(e2b);
 }
@@ -2015,6 +2322,8 @@ void cq_e2b_opts_from_config(cq_e2b_opts_t *opts, const cq_config_t *cfg)
         opts->template_id = cfg->e2b_template;
         opts->create_path = cfg->e2b_create_path;
         opts->ttl_s = (int)cfg->e2b_ttl_s;
+        opts->max_timeout_s = (int)cfg->e2b_max_timeout_s;
+        opts->worker_id = cfg->worker_id;
 }
 
 static char *dup_or(const char *s, const char *def)
@@ -2022,23 +2331,26 @@ static char *dup_or(const char *s, const char *def)
         return strdup(s && *s ? s : def);
 }
 
-cq_err_t cq_e2b_create(const cq_e2b_opts_t *opts,
-                       cq_interp_t **interpp,
-                       char *errstr,
-                       size_t errstr_size)
+/* A handle with the settings and curl handles, no sandbox yet; NULL with
+ * *errp CQ_ERR_FATAL when the settings can never work, CQ_ERR_RETRIABLE
+ * when out of memory. */
+static cq_e2b_t *handle_new(const cq_e2b_opts_t *opts,
+                            cq_err_t *errp,
+                            char *errstr,
+                            size_t errstr_size)
 {
         cq_e2b_t *e2b = NULL;
         char api_url[512];
         size_t n;
-        cq_err_t err;
 
-        *interpp = NULL;
+        *errp = CQ_ERR_RETRIABLE;
         if (!opts->api_key || !*opts->api_key) {
                 if (errstr)
                         snprintf(errstr, errstr_size,
                                  "could not create E2B sandbox: E2B_API_KEY "
                                  "is not set");
-                return CQ_ERR_FATAL;
+                *errp = CQ_ERR_FATAL;
+                return NULL;
         }
         e2b = calloc(1, sizeof(*e2b));
         if (!e2b)
@@ -2080,8 +2392,70 @@ cq_err_t cq_e2b_create(const cq_e2b_opts_t *opts,
         atomic_init(&e2b->interrupt, 0);
         e2b->curl = curl_easy_init();
         e2b->aux = curl_easy_init();
-        if (!e2b->curl || !e2b->aux)
+        e2b->max_timeout_s =
+            opts->max_timeout_s > 0 ? opts->max_timeout_s : 3600;
+        if (e2b->ttl_s > e2b->max_timeout_s)
+                e2b->ttl_s = e2b->max_timeout_s;
+        e2b->tag_attempt = opts->attempt;
+        e2b->tag_job = opts->job_id ? strdup(opts->job_id) : NULL;
+        e2b->tag_worker = opts->worker_id ? strdup(opts->worker_id) : NULL;
+        if (!e2b->curl || !e2b->aux || (opts->job_id && !e2b->tag_job) ||
+            (opts->worker_id && !e2b->tag_worker))
                 goto oom_free;
+        return e2b;
+oom_free:
+        e2b_destroy(&e2b->base);
+oom:
+        if (errstr)
+                snprintf(errstr, errstr_size,
+                         "could not create E2B sandbox: out of memory");
+        return NULL;
+}
+
+static void fleet_join(cq_e2b_fleet_t *fleet, cq_e2b_t *e2b)
+{
+        pthread_mutex_lock(&fleet->lock);
+        e2b->fleet = fleet;
+        e2b->fleet_next = fleet->members;
+        fleet->members = e2b;
+        pthread_mutex_unlock(&fleet->lock);
+}
+
+/* Leave the fleet once housekeeping is done with this handle. */
+static void fleet_leave(cq_e2b_t *e2b)
+{
+        cq_e2b_fleet_t *fleet = e2b->fleet;
+        cq_e2b_t **pp;
+
+        if (!fleet)
+                return;
+        pthread_mutex_lock(&fleet->lock);
+        while (e2b->fleet_refs > 0)
+                pthread_cond_wait(&fleet->cond, &fleet->lock);
+        for (pp = &fleet->members; *pp; pp = &(*pp)->fleet_next)
+                if (*pp == e2b) {
+                        *pp = e2b->fleet_next;
+                        break;
+                }
+        e2b->fleet = NULL;
+        pthread_mutex_unlock(&fleet->lock);
+}
+
+cq_err_t cq_e2b_create(const cq_e2b_opts_t *opts,
+                       cq_interp_t **interpp,
+                       char *errstr,
+                       size_t errstr_size)
+{
+        cq_err_t err = CQ_ERR_RETRIABLE;
+        cq_e2b_t *e2b = handle_new(opts, &err, errstr, errstr_size);
+
+        *interpp = NULL;
+        if (!e2b)
+                return err;
+        /* joined before the create goes out, so that housekeeping sees
+         * the pending create's tag and leaves that sandbox alone */
+        if (opts->fleet)
+                fleet_join(opts->fleet, e2b);
         err = start_sandbox(e2b);
         if (err != CQ_OK) {
                 if (errstr)
@@ -2093,13 +2467,6 @@ cq_err_t cq_e2b_create(const cq_e2b_opts_t *opts,
                     e2b->template_id);
         *interpp = &e2b->base;
         return CQ_OK;
-oom_free:
-        e2b_destroy(&e2b->base);
-oom:
-        if (errstr)
-                snprintf(errstr, errstr_size,
-                         "could not create E2B sandbox: out of memory");
-        return CQ_ERR_RETRIABLE;
 }
 
 cq_interp_t *
@@ -2110,4 +2477,161 @@ cq_e2b_new(const cq_e2b_opts_t *opts, char *errstr, size_t errstr_size)
         if (cq_e2b_create(opts, &interp, errstr, errstr_size) != CQ_OK)
                 return NULL;
         return interp;
+}
+
+/* ---------------------------------------------------------------- fleet */
+
+cq_e2b_fleet_t *
+cq_e2b_fleet_new(const cq_e2b_opts_t *opts, char *errstr, size_t errstr_size)
+{
+        cq_e2b_fleet_t *fleet;
+        cq_err_t err;
+
+        if (!opts->worker_id || !*opts->worker_id) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not track E2B sandboxes: no worker id");
+                return NULL;
+        }
+        fleet = calloc(1, sizeof(*fleet));
+        if (!fleet) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not track E2B sandboxes: out of "
+                                 "memory");
+                return NULL;
+        }
+        pthread_mutex_init(&fleet->lock, NULL);
+        pthread_cond_init(&fleet->cond, NULL);
+        fleet->api = handle_new(opts, &err, errstr, errstr_size);
+        if (!fleet->api) {
+                cq_e2b_fleet_destroy(&fleet);
+                return NULL;
+        }
+        return fleet;
+}
+
+void cq_e2b_fleet_destroy(cq_e2b_fleet_t **fleetp)
+{
+        cq_e2b_fleet_t *fleet = *fleetp;
+
+        if (!fleet)
+                return;
+        *fleetp = NULL;
+        assert(!fleet->members);
+        if (fleet->api)
+                e2b_destroy(&fleet->api->base);
+        pthread_cond_destroy(&fleet->cond);
+        pthread_mutex_destroy(&fleet->lock);
+        free(fleet);
+}
+
+/* The members, each with a reference so that none leaves meanwhile;
+ * release with fleet_put(). */
+static cq_e2b_t **fleet_get(cq_e2b_fleet_t *fleet, size_t *np)
+{
+        cq_e2b_t **v = NULL, *m;
+        size_t n = 0, i = 0;
+
+        pthread_mutex_lock(&fleet->lock);
+        for (m = fleet->members; m; m = m->fleet_next)
+                n++;
+        v = calloc(n ? n : 1, sizeof(*v));
+        for (m = fleet->members; v && m; m = m->fleet_next) {
+                m->fleet_refs++;
+                v[i++] = m;
+        }
+        pthread_mutex_unlock(&fleet->lock);
+        *np = v ? n : 0;
+        return v;
+}
+
+static void fleet_put(cq_e2b_fleet_t *fleet, cq_e2b_t **v, size_t n)
+{
+        size_t i;
+
+        pthread_mutex_lock(&fleet->lock);
+        for (i = 0; i < n; i++)
+                v[i]->fleet_refs--;
+        pthread_cond_broadcast(&fleet->cond);
+        pthread_mutex_unlock(&fleet->lock);
+        free(v);
+}
+
+int cq_e2b_fleet_keepalive(cq_e2b_fleet_t *fleet, bool force)
+{
+        size_t n = 0, i;
+        cq_e2b_t **v = fleet_get(fleet, &n);
+        int extended = 0;
+
+        if (!v)
+                return -1;
+        for (i = 0; i < n; i++) {
+                cq_e2b_t *e2b = v[i];
+                char errstr[512];
+                bool due;
+
+                pthread_mutex_lock(&e2b->lock);
+                due = e2b->sandbox_id[0] &&
+                      (force || e2b->expires_ms - cq_now_ms() <
+                                    (int64_t)e2b->ttl_s * 1000 * 2 / 3);
+                pthread_mutex_unlock(&e2b->lock);
+                if (!due)
+                        continue;
+                /* one attempt: housekeeping has other work, and comes back
+                 * long before the TTL ends */
+                if (keepalive(e2b, 1, errstr, sizeof(errstr)) == CQ_OK)
+                        extended++;
+                else
+                        cq_log_warn("e2b: %s", errstr);
+        }
+        fleet_put(fleet, v, n);
+        return extended;
+}
+
+/* Is \p id, or its create tag, one a member holds or is making? */
+static bool fleet_owns(cq_e2b_fleet_t *fleet, const char *id)
+{
+        size_t n = 0, i;
+        cq_e2b_t **v = fleet_get(fleet, &n);
+        bool owned = !v; /* out of memory: kill nothing */
+
+        for (i = 0; v && i < n && !owned; i++) {
+                pthread_mutex_lock(&v[i]->lock);
+                owned = strcmp(v[i]->sandbox_id, id) == 0 || v[i]->pending[0];
+                pthread_mutex_unlock(&v[i]->lock);
+        }
+        if (v)
+                fleet_put(fleet, v, n);
+        return owned;
+}
+
+int cq_e2b_fleet_reconcile(cq_e2b_fleet_t *fleet,
+                           char *errstr,
+                           size_t errstr_size)
+{
+        cq_e2b_t *api = fleet->api;
+        json_t *ids = NULL;
+        size_t i;
+        int killed = 0;
+
+        if (list_tagged(api, TAG_WORKER, api->tag_worker, &ids) != CQ_OK) {
+                if (errstr)
+                        snprintf(errstr, errstr_size, "%s", api->errbuf);
+                return -1;
+        }
+        for (i = 0; i < json_array_size(ids); i++) {
+                const char *id = json_string_value(json_array_get(ids, i));
+
+                /* While any member is creating, its sandbox may be listed
+                 * before its reply arrives: leave everything to the next
+                 * round rather than kill a sandbox being handed out. */
+                if (fleet_owns(fleet, id))
+                        continue;
+                cq_log_warn("e2b: killing stray sandbox %s of this worker", id);
+                if (kill_sandbox(api, id) == CQ_OK)
+                        killed++;
+        }
+        json_decref(ids);
+        return killed;
 }

@@ -240,12 +240,14 @@ int cq_work_root_sweep(const char *root)
         return removed;
 }
 
-/* Open \p name under \p root, never following a symlink on the way.
- * \p create: make missing parent directories and the file itself. */
+/* Open \p name under \p root, never following a symlink on the way; only
+ * a regular file (errno EINVAL otherwise). \p create: make missing parent
+ * directories and the file itself, truncated. */
 static int open_beneath(const char *root, const char *name, bool create)
 {
         char comp[256];
         const char *p = name;
+        struct stat st;
         int dirfd, fd;
 
         dirfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -276,12 +278,34 @@ static int open_beneath(const char *root, const char *name, bool create)
                 dirfd = fd;
                 p = slash + 1;
         }
+        /* The code may have left a FIFO or a device under this name: an
+         * open would block the slot on a FIFO, or touch the device. Look
+         * first, open without blocking, and check the file opened. */
+        if (fstatat(dirfd, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            !S_ISREG(st.st_mode)) {
+                close(dirfd);
+                errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+                return -1;
+        }
         fd = openat(dirfd, comp,
-                    create
-                        ? O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC
-                        : O_RDONLY | O_NOFOLLOW | O_CLOEXEC,
+                    (create ? O_WRONLY | O_CREAT : O_RDONLY) | O_NOFOLLOW |
+                        O_NONBLOCK | O_CLOEXEC,
                     0644);
         close(dirfd);
+        if (fd < 0)
+                return -1;
+        if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+                close(fd);
+                errno = EINVAL;
+                return -1;
+        }
+        if (create && ftruncate(fd, 0)) {
+                int saved = errno;
+
+                close(fd);
+                errno = saved;
+                return -1;
+        }
         return fd;
 }
 

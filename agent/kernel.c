@@ -264,6 +264,7 @@ static void remove_tree(const char *path)
 /* The last bytes of the kernel's log, for error messages. */
 static void log_tail(const cq_kernel_t *kernel, char *out, size_t size)
 {
+        struct stat st;
         char path[PATH_MAX + 16];
         char buf[400];
         ssize_t n;
@@ -273,9 +274,15 @@ static void log_tail(const cq_kernel_t *kernel, char *out, size_t size)
 
         out[0] = '\0';
         snprintf(path, sizeof(path), "%s/kernel.log", kernel->run_dir);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        /* The run dir belongs to the kernel's uid: the code may have put a
+         * FIFO or a symlink there, which must neither block nor lead out. */
+        fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0)
                 return;
+        if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+                close(fd);
+                return;
+        }
         end = lseek(fd, 0, SEEK_END);
         if (end > (off_t)sizeof(buf) - 1)
                 lseek(fd, end - (off_t)sizeof(buf) + 1, SEEK_SET);

@@ -246,9 +246,19 @@ static const cq_cfg_entry_t entries[] = {
      "sandbox lifetime in seconds, extended while the job runs; a sandbox of "
      "a dead worker ends within this long (plus the running cell's "
      "deadline)"},
+    {"CODERQ_E2B_MAX_TIMEOUT_S", NULL, "e2b-max-timeout-s", CQ_CFG_INT,
+     F(e2b_max_timeout_s), "3600", 60, 86400, NULL,
+     "the longest sandbox timeout the E2B plan accepts (Hobby 3600, Pro "
+     "86400); CODERQ_E2B_TTL_S must not exceed it, and extensions are "
+     "capped at it"},
     {"CODERQ_E2B_CREATE_PATH", NULL, "e2b-create-path", CQ_CFG_CHOICE,
-     F(e2b_create_path), "/sandboxes", 0, 0, "/sandboxes|/v2/sandboxes",
+     F(e2b_create_path), "/v2/sandboxes", 0, 0, "/sandboxes|/v2/sandboxes",
      "E2B API path that creates sandboxes"},
+    {"CODERQ_FETCH_ALLOW", NULL, "fetch-allow", CQ_CFG_STRING, F(fetch_allow),
+     NULL, 0, 0, NULL,
+     "input file URLs may reach these non-public addresses: a comma-"
+     "separated list of addresses, CIDR blocks and host names (default: "
+     "public addresses only)"},
 };
 
 #undef F
@@ -560,6 +570,20 @@ int cq_config_load_env(cq_config_t *cfg, char *errstr, size_t errstr_size)
                         continue;
                 if (set_entry(cfg, entry, value, name, errstr, errstr_size))
                         return -1;
+        }
+        return 0;
+}
+
+int cq_config_check(const cq_config_t *cfg, char *errstr, size_t errstr_size)
+{
+        if (cfg->e2b_ttl_s > cfg->e2b_max_timeout_s) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "invalid CODERQ_E2B_TTL_S %ld: above "
+                                 "CODERQ_E2B_MAX_TIMEOUT_S (%ld), the longest "
+                                 "timeout E2B accepts",
+                                 cfg->e2b_ttl_s, cfg->e2b_max_timeout_s);
+                return -1;
         }
         return 0;
 }

@@ -13,11 +13,18 @@
 #include "coderq/kpool.h"
 #include "coderq/log.h"
 #include "coderq/sandbox.h"
+#include "coderq/util.h"
+
+/* How often housekeeping looks for stray E2B sandboxes of this worker. */
+#define RECONCILE_MS 60000
 
 struct cq_backend {
         const cq_config_t *cfg;
         cq_sandbox_t *sandbox;
         cq_kpool_t *pool;
+        cq_e2b_fleet_t *fleet; /* NULL: not tracked (no E2B, or no id) */
+        char worker_id[192];
+        int64_t next_reconcile; /* housekeeping thread only */
         char describe[384];
 };
 
@@ -89,12 +96,62 @@ fail:
         return NULL;
 }
 
+int cq_backend_track_e2b(cq_backend_t *backend,
+                         const char *worker_id,
+                         char *errstr,
+                         size_t errstr_size)
+{
+        cq_e2b_opts_t eo;
+
+        if (!backend->cfg->e2b_api_key || !*backend->cfg->e2b_api_key)
+                return 0;
+        snprintf(backend->worker_id, sizeof(backend->worker_id), "%s",
+                 worker_id);
+        cq_e2b_opts_from_config(&eo, backend->cfg);
+        eo.worker_id = backend->worker_id;
+        backend->fleet = cq_e2b_fleet_new(&eo, errstr, errstr_size);
+        return backend->fleet ? 0 : -1;
+}
+
+void cq_backend_housekeep(cq_backend_t *backend)
+{
+        char errstr[512];
+        int n;
+
+        if (!backend || !backend->fleet)
+                return;
+        (void)cq_e2b_fleet_keepalive(backend->fleet, false);
+        if (cq_now_ms() < backend->next_reconcile)
+                return;
+        backend->next_reconcile = cq_now_ms() + RECONCILE_MS;
+        n = cq_e2b_fleet_reconcile(backend->fleet, errstr, sizeof(errstr));
+        if (n < 0)
+                cq_log_kv(CQ_LOG_WARN, "could not look for stray E2B sandboxes",
+                          "error", errstr, NULL);
+        else if (n > 0)
+                cq_log_json(CQ_LOG_INFO, NULL,
+                            "killed %d stray E2B sandboxes of this worker", n);
+}
+
 cq_err_t cq_backend_acquire(cq_backend_t *backend,
                             const char *which,
                             int64_t timeout_ms,
                             cq_interp_t **interpp,
                             char *errstr,
                             size_t errstr_size)
+{
+        return cq_backend_acquire_job(backend, which, timeout_ms, NULL, 0,
+                                      interpp, errstr, errstr_size);
+}
+
+cq_err_t cq_backend_acquire_job(cq_backend_t *backend,
+                                const char *which,
+                                int64_t timeout_ms,
+                                const char *job_id,
+                                int attempt,
+                                cq_interp_t **interpp,
+                                char *errstr,
+                                size_t errstr_size)
 {
         *interpp = NULL;
         if (!which)
@@ -117,6 +174,12 @@ cq_err_t cq_backend_acquire(cq_backend_t *backend,
                         return CQ_ERR_FATAL;
                 }
                 eo.max_output = backend->cfg->output_max;
+                eo.job_id = job_id;
+                eo.attempt = attempt;
+                if (backend->fleet) {
+                        eo.fleet = backend->fleet;
+                        eo.worker_id = backend->worker_id;
+                }
                 err = cq_e2b_create(&eo, interpp, errstr, errstr_size);
                 return err == CQ_ERR_TOO_LARGE ? CQ_ERR_FATAL : err;
         }
@@ -150,6 +213,7 @@ void cq_backend_destroy(cq_backend_t **backendp)
                 return;
         *backendp = NULL;
         cq_kpool_destroy(&backend->pool);
+        cq_e2b_fleet_destroy(&backend->fleet);
         cq_sandbox_destroy(&backend->sandbox);
         free(backend);
 }

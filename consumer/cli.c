@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "coderq/cmd_cli.h"
+#include "coderq/fetch.h"
 #include "coderq/log.h"
 
 static cq_cmd_fn_t cmd_config;
@@ -209,7 +210,9 @@ int cq_cli_main(int argc, char **argv)
                 return CQ_EXIT_INTERNAL;
         }
         if (cq_config_load_env(&cfg, errstr, sizeof(errstr)) != 0 ||
-            cq_config_parse_args(&cfg, &argc, argv, errstr, sizeof(errstr))) {
+            cq_config_parse_args(&cfg, &argc, argv, errstr, sizeof(errstr)) ||
+            cq_config_check(&cfg, errstr, sizeof(errstr)) ||
+            cq_fetch_allow_check(cfg.fetch_allow, errstr, sizeof(errstr))) {
                 cq_cli_error("%s", errstr);
                 cq_config_release(&cfg);
                 return CQ_EXIT_CONFIG;

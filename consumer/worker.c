@@ -737,9 +737,9 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 start.history = history;
                 start.cells = cells;
         }
-        err = cq_backend_acquire(w->backend, job.backend,
-                                 w->cfg->kernel_startup_timeout_s * 1000,
-                                 &interp, errstr, sizeof(errstr));
+        err = cq_backend_acquire_job(
+            w->backend, job.backend, w->cfg->kernel_startup_timeout_s * 1000,
+            job.job_id, claim->attempt, &interp, errstr, sizeof(errstr));
         if (err != CQ_OK) {
                 cannot_run(slot, claim, &job, err,
                            "could not get an interpreter: %s", errstr);
@@ -1031,6 +1031,9 @@ static void *hk_main(void *arg)
                                 }
                         }
                 }
+                /* E2B sandboxes outlive an LLM turn longer than their
+                 * TTL only if extended; strays of lost creates die here */
+                cq_backend_housekeep(w->backend);
                 if (now - last_requeue >= 5000) {
                         int requeued = 0, failed = 0;
 
@@ -1183,7 +1186,9 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
 
                 w->backend =
                     cq_backend_new(cfg, (size_t)pool, errstr, errstr_size);
-                if (!w->backend)
+                if (!w->backend ||
+                    cq_backend_track_e2b(w->backend, w->id, errstr,
+                                         errstr_size) != 0)
                         goto fail;
                 cq_log_kv(CQ_LOG_INFO, "interpreters ready", "backend",
                           cq_backend_describe(w->backend), NULL);

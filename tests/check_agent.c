@@ -895,6 +895,8 @@ START_TEST(input_files_by_content_and_by_url_reach_the_kernel)
         fx.job.files[0].len = 8;
         fx.job.files[1].name = strdup("sub/h.json");
         fx.job.files[1].url = strdup(url);
+        /* the server is on loopback, which only an allowlist admits */
+        fx.opts.fetch_allow = "127.0.0.1";
         fixture_run(&fx, NULL, NULL, NULL);
         ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
         /* the file listing names both, the tool result shows both */

@@ -401,8 +401,24 @@ START_TEST(data_plane_urls_and_config)
         ck_assert(opts.api_key == NULL);
         ck_assert_str_eq(opts.domain, "e2b.app");
         ck_assert_str_eq(opts.template_id, "code-interpreter-v1");
-        ck_assert_str_eq(opts.create_path, "/sandboxes");
+        /* what the official SDKs use now */
+        ck_assert_str_eq(opts.create_path, "/v2/sandboxes");
         ck_assert_int_eq(opts.ttl_s, 300);
+        ck_assert_int_eq(opts.max_timeout_s, 3600);
+        ck_assert_int_eq(cq_config_check(&cfg, err, sizeof(err)), 0);
+        /* a TTL E2B would refuse on every create is refused now */
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_E2B_TTL_S", "7200", "env",
+                                       err, sizeof(err)),
+                         0);
+        ck_assert_int_eq(cq_config_check(&cfg, err, sizeof(err)), -1);
+        ck_assert_msg(strstr(err, "CODERQ_E2B_MAX_TIMEOUT_S"), "%s", err);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_E2B_MAX_TIMEOUT_S",
+                                       "86400", "env", err, sizeof(err)),
+                         0);
+        ck_assert_int_eq(cq_config_check(&cfg, err, sizeof(err)), 0);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_E2B_MAX_TIMEOUT_S",
+                                       "90000", "env", err, sizeof(err)),
+                         -1);
         ck_assert_int_eq(cq_config_set(&cfg, "E2B_API_KEY", "e2b_abc", "env",
                                        err, sizeof(err)),
                          0);
@@ -1039,6 +1055,267 @@ START_TEST(create_401_fails_at_once_without_the_key)
 }
 END_TEST
 
+/* ----------------------------------------------------- money & lifetime */
+
+/* The sandboxes the double holds whose metadata has \p key = \p value. */
+static json_t *tagged(const char *key, const char *value)
+{
+        char path[512];
+
+        snprintf(path, sizeof(path),
+                 "/v2/sandboxes?metadata=%s%%3D%s&state=running", key, value);
+        return cq_fake_e2b_get(&fake, path);
+}
+
+START_TEST(create_retries_only_what_may_help)
+{
+        cq_e2b_opts_t opts;
+        cq_interp_t *interp;
+        char err[512];
+        long calls = cq_fake_e2b_stat(&fake, "create_calls");
+
+        cq_fake_e2b_opts(&fake, &opts);
+        /* a 500 may have made a sandbox: not repeated */
+        inject("{\"create\": [{\"status\": 500, \"count\": 1}]}");
+        ck_assert(cq_e2b_new(&opts, err, sizeof(err)) == NULL);
+        ck_assert_msg(strstr(err, "HTTP 500"), "%s", err);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "create_calls"), calls + 1);
+        /* ... unless the API says it may be */
+        inject("{\"create\": [{\"status\": 500, \"count\": 1, "
+               "\"should_retry\": true}]}");
+        interp = cq_e2b_new(&opts, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "%s", err);
+        cq_interp_destroy(&interp);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "create_calls"), calls + 3);
+        /* a 503 is retried, Should-Retry: false is obeyed */
+        inject("{\"create\": [{\"status\": 503, \"count\": 1}]}");
+        interp = cq_e2b_new(&opts, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "%s", err);
+        cq_interp_destroy(&interp);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "create_calls"), calls + 5);
+        inject("{\"create\": [{\"status\": 503, \"count\": 1, "
+               "\"should_retry\": false}]}");
+        ck_assert(cq_e2b_new(&opts, err, sizeof(err)) == NULL);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "create_calls"), calls + 6);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "live"), 0);
+}
+END_TEST
+
+START_TEST(lost_create_reply_leaves_no_second_sandbox)
+{
+        cq_e2b_opts_t opts;
+        cq_interp_t *interp;
+        json_t *mine;
+        char err[512], id[64];
+        long created = cq_fake_e2b_stat(&fake, "created");
+
+        cq_fake_e2b_opts(&fake, &opts);
+        opts.worker_id = "w-lost";
+        opts.job_id = "job-lost";
+        opts.attempt = 2;
+        /* the first create makes a sandbox whose reply never arrives */
+        inject("{\"create\": [{\"mode\": \"lost\", \"count\": 1}]}");
+        interp = cq_e2b_new(&opts, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "%s", err);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "created"), created + 2);
+        /* the lost one was found by its tag and killed: one is billed */
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "live"), 1);
+        mine = tagged("coderq_job", "job-lost");
+        ck_assert_uint_eq(json_array_size(mine), 1);
+        cq_e2b_sandbox_id(interp, id, sizeof(id));
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(mine, 0), "sandboxID")),
+                         id);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(
+                json_object_get(json_array_get(mine, 0), "metadata"),
+                "coderq_attempt")),
+            "2");
+        ck_assert_str_eq(
+            json_string_value(json_object_get(
+                json_object_get(json_array_get(mine, 0), "metadata"),
+                "coderq_worker")),
+            "w-lost");
+        json_decref(mine);
+        cq_interp_destroy(&interp);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "live"), 0);
+}
+END_TEST
+
+START_TEST(fleet_keeps_sandboxes_alive_and_kills_strays)
+{
+        cq_e2b_opts_t opts;
+        cq_e2b_fleet_t *fleet;
+        cq_interp_t *interp;
+        json_t *detail, *stray;
+        char err[512], id[64], path[128], end_before[64];
+        long set_timeout;
+
+        cq_fake_e2b_opts(&fake, &opts);
+        opts.worker_id = "w-fleet";
+        fleet = cq_e2b_fleet_new(&opts, err, sizeof(err));
+        ck_assert_msg(fleet != NULL, "%s", err);
+        opts.fleet = fleet;
+        opts.job_id = "job-fleet";
+        interp = cq_e2b_new(&opts, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "%s", err);
+        cq_e2b_sandbox_id(interp, id, sizeof(id));
+
+        /* not due yet: nothing sent; forced (or due): extended */
+        set_timeout = cq_fake_e2b_stat(&fake, "set_timeout");
+        ck_assert_int_eq(cq_e2b_fleet_keepalive(fleet, false), 0);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "set_timeout"), set_timeout);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        detail = cq_fake_e2b_get(&fake, path);
+        snprintf(end_before, sizeof(end_before), "%s",
+                 json_string_value(json_object_get(detail, "endAt")));
+        json_decref(detail);
+        ck_assert_int_eq(cq_e2b_fleet_keepalive(fleet, true), 1);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "set_timeout"),
+                         set_timeout + 1);
+        detail = cq_fake_e2b_get(&fake, path);
+        ck_assert_str_gt(json_string_value(json_object_get(detail, "endAt")),
+                         end_before);
+        json_decref(detail);
+
+        /* a stray of this worker (say, a lost create's sandbox that came
+         * up after the create gave up) and one of another worker */
+        ck_assert_int_eq(
+            cq_fake_e2b_post(&fake, "/v2/sandboxes",
+                             "{\"templateID\": \"base\", \"timeout\": 60, "
+                             "\"metadata\": {\"coderq_worker\": "
+                             "\"w-fleet\"}}"),
+            201);
+        ck_assert_int_eq(
+            cq_fake_e2b_post(&fake, "/v2/sandboxes",
+                             "{\"templateID\": \"base\", \"timeout\": 60, "
+                             "\"metadata\": {\"coderq_worker\": "
+                             "\"w-other\"}}"),
+            201);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "live"), 3);
+        ck_assert_int_eq(cq_e2b_fleet_reconcile(fleet, err, sizeof(err)), 1);
+        stray = tagged("coderq_worker", "w-fleet");
+        ck_assert_uint_eq(json_array_size(stray), 1);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(stray, 0), "sandboxID")),
+                         id);
+        json_decref(stray);
+        stray = tagged("coderq_worker", "w-other");
+        ck_assert_uint_eq(json_array_size(stray), 1);
+        snprintf(path, sizeof(path), "/_fake/kill/%s",
+                 json_string_value(
+                     json_object_get(json_array_get(stray, 0), "sandboxID")));
+        json_decref(stray);
+        ck_assert_int_eq(cq_fake_e2b_post(&fake, path, NULL), 204);
+        cq_interp_destroy(&interp);
+        /* a member gone: keepalive has nothing to do */
+        ck_assert_int_eq(cq_e2b_fleet_keepalive(fleet, true), 0);
+        cq_e2b_fleet_destroy(&fleet);
+        ck_assert(fleet == NULL);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "live"), 0);
+}
+END_TEST
+
+START_TEST(timeout_bound_of_the_plan)
+{
+        cq_e2b_opts_t opts;
+        cq_interp_t *interp;
+        json_t *detail;
+        char err[512], id[64], path[128];
+        long set_timeout;
+
+        cq_fake_e2b_opts(&fake, &opts);
+        /* the double's plan allows one hour, like Hobby */
+        opts.ttl_s = 7200;
+        opts.max_timeout_s = 86400;
+        interp = cq_e2b_new(&opts, err, sizeof(err));
+        ck_assert(interp == NULL);
+        ck_assert_msg(strstr(err, "Timeout cannot be greater than 1 hours"),
+                      "%s", err);
+        opts.max_timeout_s = 3600;
+        interp = cq_e2b_new(&opts, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "%s", err);
+        cq_e2b_sandbox_id(interp, id, sizeof(id));
+        set_timeout = cq_fake_e2b_stat(&fake, "set_timeout");
+        ck_assert_int_eq(cq_e2b_keepalive(interp, err, sizeof(err)), CQ_OK);
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "set_timeout"),
+                         set_timeout + 1);
+        snprintf(path, sizeof(path), "/sandboxes/%s", id);
+        detail = cq_fake_e2b_get(&fake, path);
+        ck_assert(detail != NULL);
+        json_decref(detail);
+        cq_interp_destroy(&interp);
+}
+END_TEST
+
+START_TEST(double_behaves_like_e2b)
+{
+        json_t *list;
+
+        /* an unknown template and a timeout above the plan's bound */
+        ck_assert_int_eq(cq_fake_e2b_post(&fake, "/v2/sandboxes",
+                                          "{\"templateID\": \"no-such\"}"),
+                         404);
+        ck_assert_int_eq(
+            cq_fake_e2b_post(&fake, "/v2/sandboxes",
+                             "{\"templateID\": \"base\", \"timeout\": 3601}"),
+            400);
+        /* metadata reaches the list and filters it */
+        ck_assert_int_eq(
+            cq_fake_e2b_post(&fake, "/v2/sandboxes",
+                             "{\"templateID\": \"base\", \"timeout\": 30, "
+                             "\"metadata\": {\"k\": \"v1\"}, "
+                             "\"envVars\": {\"CQ_ENV\": \"set\"}}"),
+            201);
+        list = tagged("k", "v1");
+        ck_assert_uint_eq(json_array_size(list), 1);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(
+                json_object_get(json_array_get(list, 0), "metadata"), "k")),
+            "v1");
+        {
+                char path[128];
+
+                snprintf(path, sizeof(path), "/_fake/kill/%s",
+                         json_string_value(json_object_get(
+                             json_array_get(list, 0), "sandboxID")));
+                ck_assert_int_eq(cq_fake_e2b_post(&fake, path, NULL), 204);
+        }
+        json_decref(list);
+        list = tagged("k", "v2");
+        ck_assert_uint_eq(json_array_size(list), 0);
+        json_decref(list);
+}
+END_TEST
+
+START_TEST(sandbox_paths_are_e2b_s)
+{
+        cq_interp_t *interp;
+        cq_cell_result_t res;
+        json_t *stats = cq_fake_e2b_get(&fake, "/_fake/stats");
+        bool jailed = json_is_true(json_object_get(stats, "jailed"));
+
+        json_decref(stats);
+        if (!jailed) {
+                fprintf(stderr, "SKIP sandbox_paths_are_e2b_s: bubblewrap "
+                                "cannot run here, so the double's kernels "
+                                "see host paths\n");
+                return;
+        }
+        interp = new_interp();
+        run(interp,
+            "import os\nopen('/tmp/t.txt', 'w').write('tmp')\n"
+            "print(os.getcwd(), os.environ['HOME'], "
+            "os.path.expanduser('~'), open('/tmp/t.txt').read())",
+            60000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert_str_eq(stream_text(&res, "stdout"),
+                         "/home/user /home/user /home/user tmp\n");
+        cq_cell_result_release(&res);
+        cq_interp_destroy(&interp);
+}
+END_TEST
+
 START_TEST(no_sandbox_is_left_behind)
 {
         ck_assert_int_eq(cq_fake_e2b_stat(&fake, "live"), 0);
@@ -1051,6 +1328,7 @@ static Suite *e2b_suite(void)
         Suite *s = suite_create("e2b");
         TCase *parser = tcase_create("parser");
         TCase *tc = tcase_create("backend");
+        TCase *dbl = tcase_create("double");
 
         tcase_add_test(parser, parse_lines_of_every_type);
         tcase_add_test(parser, parse_keeps_nul_bytes);
@@ -1072,8 +1350,18 @@ static Suite *e2b_suite(void)
         tcase_add_test(tc, timeouts_and_cancel);
         tcase_add_test(tc, create_retries_429_then_succeeds);
         tcase_add_test(tc, create_401_fails_at_once_without_the_key);
+        tcase_add_test(tc, create_retries_only_what_may_help);
+        tcase_add_test(tc, lost_create_reply_leaves_no_second_sandbox);
+        tcase_add_test(tc, fleet_keeps_sandboxes_alive_and_kills_strays);
+        tcase_add_test(tc, timeout_bound_of_the_plan);
+        tcase_add_test(tc, double_behaves_like_e2b);
         tcase_add_test(tc, no_sandbox_is_left_behind);
         suite_add_tcase(s, tc);
+
+        tcase_add_unchecked_fixture(dbl, fake_up, fake_down);
+        tcase_set_timeout(dbl, 120);
+        tcase_add_test(dbl, sandbox_paths_are_e2b_s);
+        suite_add_tcase(s, dbl);
         return s;
 }
 

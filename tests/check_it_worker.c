@@ -21,6 +21,7 @@
 #include "coderq/notebook.h"
 #include "coderq/store.h"
 #include "coderq/util.h"
+#include "support/fake_e2b.h"
 #include "support/fake_llm.h"
 #include "support/kafka_test.h"
 
@@ -1539,11 +1540,55 @@ static void no_extra(void)
         kill_leftovers();
 }
 
+/* An LLM turn longer than the E2B TTL must not lose the job's sandbox:
+ * housekeeping extends it. The TTL is 30 s and the turn 40 s; the job's
+ * cell deadline (1 s) is too short for the per-cell extension to cover
+ * the turn. */
+START_TEST(long_llm_turn_keeps_the_e2b_sandbox)
+{
+        cq_fake_e2b_t e2b;
+        worker_t a;
+        rd_kafka_t *rk;
+
+        fresh("e2bkeep");
+        ck_assert_int_eq(cq_fake_e2b_start(&e2b, 1.0), 0);
+        register_script("slow_turn",
+                        "[{\"tool_calls\":[{\"code\":\"x = 41\"}]},"
+                        "{\"delay_ms\":40000,\"tool_calls\":[{\"code\":"
+                        "\"print(x + 1)\"}]},"
+                        "{\"content\":\"done\"}]");
+        setenv("E2B_API_KEY", e2b.api_key, 1);
+        setenv("E2B_API_URL", e2b.api_url, 1);
+        setenv("E2B_SANDBOX_URL", e2b.sandbox_url, 1);
+        setenv("CODERQ_E2B_TTL_S", "30", 1);
+        start_worker(&a, "wk", "30");
+        unsetenv("E2B_API_KEY");
+        unsetenv("E2B_API_URL");
+        unsetenv("E2B_SANDBOX_URL");
+        unsetenv("CODERQ_E2B_TTL_S");
+        rk = kt_producer(brokers);
+        submit(rk, 0, "slow_turn",
+               "\"backend\":\"e2b\",\"limits\":{\"cell_timeout_s\":1}");
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished(1, 150000);
+        ck_assert_int_eq(count_status("succeeded"), 1);
+        /* one sandbox, extended by housekeeping, never expired */
+        ck_assert_int_eq(cq_fake_e2b_stat(&e2b, "created"), 1);
+        ck_assert_int_eq(cq_fake_e2b_stat(&e2b, "expired"), 0);
+        ck_assert_int_ge(cq_fake_e2b_stat(&e2b, "set_timeout"), 2);
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+        ck_assert_int_eq(cq_fake_e2b_stat(&e2b, "live"), 0);
+        cq_fake_e2b_stop(&e2b);
+}
+END_TEST
+
 static Suite *worker_suite(void)
 {
         Suite *s = suite_create("worker");
         TCase *tc = tcase_create("e2e");
         TCase *limits = tcase_create("limits");
+        TCase *e2b = tcase_create("e2b");
 
         tcase_add_unchecked_fixture(tc, setup, teardown);
         tcase_add_checked_fixture(tc, NULL, kill_leftovers);
@@ -1574,6 +1619,11 @@ static Suite *worker_suite(void)
         tcase_add_test(limits, resumed_job_keeps_its_retry_count);
         tcase_add_test(limits, resumed_job_keeps_its_running_time);
         suite_add_tcase(s, limits);
+        tcase_add_unchecked_fixture(e2b, setup, teardown);
+        tcase_add_checked_fixture(e2b, NULL, kill_leftovers);
+        tcase_set_timeout(e2b, 300);
+        tcase_add_test(e2b, long_llm_turn_keeps_the_e2b_sandbox);
+        suite_add_tcase(s, e2b);
         return s;
 }
 

@@ -439,6 +439,103 @@ START_TEST(files_created_and_inputs)
 }
 END_TEST
 
+/* A call into the interpreter made on a helper thread, so that a call
+ * blocked on a FIFO fails the test instead of hanging it. */
+typedef struct file_call {
+        cq_interp_t *interp;
+        const char *name;
+        bool put;
+        cq_err_t err;
+        atomic_int done;
+} file_call_t;
+
+static void *file_call_main(void *arg)
+{
+        file_call_t *call = arg;
+        cq_file_t file = {0};
+
+        if (call->put) {
+                call->err =
+                    cq_interp_put_file(call->interp, call->name, "x", 1);
+        } else {
+                call->err =
+                    cq_interp_get_file(call->interp, call->name, 100, &file);
+                free(file.name);
+                free(file.mime);
+                free(file.data);
+        }
+        atomic_store(&call->done, 1);
+        return NULL;
+}
+
+/* Run the call; true when it returned within 10 s. A blocked call is
+ * released by opening the FIFO from the other end. */
+static bool call_returns(cq_interp_t *interp,
+                         const char *dir,
+                         const char *name,
+                         bool put,
+                         cq_err_t *errp)
+{
+        file_call_t call = {interp, name, put, CQ_OK, 0};
+        int64_t deadline = cq_now_ms() + 10000;
+        pthread_t thread;
+        bool done;
+
+        ck_assert_int_eq(pthread_create(&thread, NULL, file_call_main, &call),
+                         0);
+        while (!(done = atomic_load(&call.done)) && cq_now_ms() < deadline) {
+                struct timespec ts = {0, 10 * 1000 * 1000};
+
+                nanosleep(&ts, NULL);
+        }
+        if (!done) {
+                char path[PATH_MAX];
+                int fd;
+
+                snprintf(path, sizeof(path), "%s/%s", dir, name);
+                fd = open(path, (put ? O_RDONLY : O_WRONLY) | O_NONBLOCK);
+                pthread_join(thread, NULL);
+                if (fd >= 0)
+                        close(fd);
+        } else {
+                pthread_join(thread, NULL);
+        }
+        *errp = call.err;
+        return done;
+}
+
+START_TEST(fifo_in_work_dir_does_not_block)
+{
+        cq_interp_t *interp = start_local(NULL, 0);
+        cq_files_t files = {0};
+        cq_cell_result_t res;
+        char dir[PATH_MAX];
+        cq_err_t err;
+
+        snprintf(dir, sizeof(dir), "%s",
+                 cq_kernel_work_dir(cq_local_interp_kernel(interp)));
+        ck_assert_int_eq(cq_interp_put_file(interp, "in.txt", "in", 2), CQ_OK);
+        /* the code swaps its input for a FIFO and leaves another */
+        run(interp,
+            "import os\nos.remove('in.txt')\nos.mkfifo('in.txt')\n"
+            "os.mkfifo('pipe.csv')",
+            60000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        cq_cell_result_release(&res);
+        ck_assert_msg(call_returns(interp, dir, "pipe.csv", false, &err),
+                      "reading a FIFO blocked");
+        ck_assert_int_ne(err, CQ_OK);
+        ck_assert_msg(call_returns(interp, dir, "in.txt", true, &err),
+                      "writing over a FIFO blocked");
+        ck_assert_int_ne(err, CQ_OK);
+        ck_assert_int_eq(cq_interp_created_files(interp, true, &files), CQ_OK);
+        ck_assert_uint_eq(files.n, 0);
+        cq_files_release(&files);
+        cq_interp_destroy(&interp);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 static void *raise_later(void *arg)
 {
         struct timespec ts = {0, 700 * 1000 * 1000};
@@ -1689,6 +1786,7 @@ static Suite *cq_kernel_suite(void)
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, outputs_errors_and_text);
         tcase_add_test(tc, files_created_and_inputs);
+        tcase_add_test(tc, fifo_in_work_dir_does_not_block);
         tcase_add_test(tc, timeout_and_death_replace_the_kernel);
         tcase_add_test(tc, output_flood_is_bounded);
         tcase_add_test(tc, every_byte_counts_against_the_cap);

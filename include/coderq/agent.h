@@ -95,6 +95,7 @@ typedef struct cq_agent_opts {
         size_t tool_item_max;     /* per output item, head + tail */
         size_t tool_total_max;    /* per tool result */
         size_t file_max;          /* a created file taken as an artefact */
+        const char *fetch_allow;  /* borrowed; CODERQ_FETCH_ALLOW, or NULL */
         const atomic_int *cancel; /* borrowed; raise to cancel the job: a
                                      running cell is interrupted */
         const atomic_int *stop;   /* borrowed; raise to stop at the next

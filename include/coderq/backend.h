@@ -49,6 +49,42 @@ CQ_NODISCARD cq_err_t cq_backend_acquire(cq_backend_t *backend,
                                          char *errstr,
                                          size_t errstr_size);
 
+/**
+ * @brief cq_backend_acquire() for a job: an E2B sandbox is tagged with
+ *        \p job_id and \p attempt (borrowed) and, once
+ *        cq_backend_track_e2b() ran, kept alive by housekeeping.
+ *        Returns as cq_backend_acquire().
+ * @locality Any thread; the interpreter then belongs to that thread.
+ */
+CQ_NODISCARD cq_err_t cq_backend_acquire_job(cq_backend_t *backend,
+                                             const char *which,
+                                             int64_t timeout_ms,
+                                             const char *job_id,
+                                             int attempt,
+                                             cq_interp_t **interpp,
+                                             char *errstr,
+                                             size_t errstr_size);
+
+/**
+ * @brief Track this worker's E2B sandboxes (when E2B_API_KEY is set):
+ *        tag them with \p worker_id (copied) so that
+ *        cq_backend_housekeep() extends them and kills strays.
+ * @returns 0, or -1 with \p errstr filled.
+ * @locality Before any interpreter is acquired.
+ */
+int cq_backend_track_e2b(cq_backend_t *backend,
+                         const char *worker_id,
+                         char *errstr,
+                         size_t errstr_size);
+
+/**
+ * @brief Extend every running E2B sandbox once a third of its TTL has
+ *        passed and, each minute, kill this worker's stray sandboxes.
+ *        Call it every few seconds. No-op without tracking.
+ * @locality One housekeeping thread.
+ */
+void cq_backend_housekeep(cq_backend_t *backend);
+
 /** @brief One line on how kernels are confined, for logs. Borrowed. */
 const char *cq_backend_describe(const cq_backend_t *backend);
 

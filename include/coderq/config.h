@@ -105,7 +105,10 @@ typedef struct cq_config {
         char *e2b_sandbox_url;
         char *e2b_template;
         long e2b_ttl_s;
+        long e2b_max_timeout_s;
         char *e2b_create_path;
+        /* job input files fetched by URL */
+        char *fetch_allow;
 } cq_config_t;
 
 /** @brief One row of the settings table; read-only. */
@@ -163,6 +166,15 @@ CQ_NODISCARD int cq_config_parse_args(cq_config_t *cfg,
                                       char **argv,
                                       char *errstr,
                                       size_t errstr_size);
+
+/**
+ * @brief Checks that span settings, run once all are set: the E2B TTL
+ *        within the plan's longest timeout (E2B refuses a longer one with
+ *        HTTP 400 on every create).
+ * @returns 0, or -1 with \p errstr filled.
+ */
+CQ_NODISCARD int
+cq_config_check(const cq_config_t *cfg, char *errstr, size_t errstr_size);
 
 /** @brief Print every variable, its flag, default and help to \p fp. */
 void cq_config_print_help(FILE *fp);

@@ -7,8 +7,12 @@
  * context of its own; each cell extends the TTL when a third of it has
  * passed (or when the cell's deadline would outlast it), a running cell
  * extends it again once two thirds have passed, and cq_e2b_keepalive()
- * lets a housekeeping thread do the same at any time. A sandbox found gone
- * before a cell (its TTL ended, or a 502) is replaced and the cell runs in
+ * lets a housekeeping thread do the same at any time (a fleet does it for
+ * every sandbox of a worker). Creation is retried only when E2B says a
+ * retry may help (429, 502, 503, 504, Should-Retry: true) or the request
+ * never went out; a create whose reply was lost or failed with a 5xx
+ * first kills what it may have made, found by its metadata tag. A sandbox found
+ * gone before a cell (its TTL ended, or a 502) is replaced and the cell runs in
  * the new one with state_lost set and a note on stderr. E2B_DEBUG mode
  * (no control plane) is not supported. The sandbox is killed on destroy and on
  * every failed construction, so a worker that dies leaves only sandboxes that
@@ -48,6 +52,7 @@
 #define CODERQ_E2B_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "coderq/common.h"
 #include "coderq/config.h"
@@ -59,7 +64,7 @@ typedef struct cq_e2b_opts {
         const char *api_url;     /* NULL: https://api.{domain} */
         const char *sandbox_url; /* NULL: per-sandbox hosts (e2b.md §2) */
         const char *template_id; /* NULL: "code-interpreter-v1" */
-        const char *create_path; /* NULL: "/sandboxes" ("/v2/sandboxes") */
+        const char *create_path; /* NULL: "/v2/sandboxes" ("/sandboxes") */
         int ttl_s;               /* <= 0: 300 */
         size_t max_line;         /* longer lines are dropped; 0: cap + 64K */
         size_t max_output;       /* per-cell output cap; 0: 1 MiB */
@@ -70,12 +75,27 @@ typedef struct cq_e2b_opts {
         int retry_max_ms;        /* backoff and Retry-After cap; <= 0: 10 s */
         int request_timeout_ms;  /* per lifecycle request; <= 0: 60 s */
         int probe_timeout_ms;    /* after a timeout; <= 0: 15 s */
+        int max_timeout_s;       /* the plan's longest timeout; <= 0: 3600.
+                                    ttl_s and extensions are capped here */
+        /* Metadata tags of the sandbox (coderq_worker, coderq_job,
+         * coderq_attempt, plus coderq_create, a nonce per create call), by
+         * which lost sandboxes are found and killed. NULL: no such tag. */
+        const char *worker_id;
+        const char *job_id;
+        int attempt;
+        struct cq_e2b_fleet *fleet; /* borrowed, or NULL; see below */
 } cq_e2b_opts_t;
+
+/** @brief The E2B sandboxes of one worker process: housekeeping extends
+ *         their lifetimes and kills the worker's strays. Thread-safe
+ *         (@locks its own mutex). */
+typedef struct cq_e2b_fleet cq_e2b_fleet_t;
 
 /**
  * @brief Fill \p opts from \p cfg (E2B_API_KEY, E2B_DOMAIN, E2B_API_URL,
  *        E2B_SANDBOX_URL, CODERQ_E2B_TEMPLATE, CODERQ_E2B_TTL_S,
- *        CODERQ_E2B_CREATE_PATH); the rest get their defaults.
+ *        CODERQ_E2B_MAX_TIMEOUT_S, CODERQ_E2B_CREATE_PATH,
+ *        CODERQ_WORKER_ID); the rest get their defaults.
  * @remark The strings are borrowed from \p cfg; keep it alive as long as
  *         \p opts is used (cq_e2b_new() copies what it keeps).
  */
@@ -120,6 +140,46 @@ CQ_NODISCARD cq_err_t cq_e2b_create(const cq_e2b_opts_t *opts,
 CQ_NODISCARD cq_err_t cq_e2b_keepalive(cq_interp_t *interp,
                                        char *errstr,
                                        size_t errstr_size);
+
+/**
+ * @brief A fleet for sandboxes tagged with \p opts->worker_id (required);
+ *        the API settings of \p opts are copied.
+ * @returns Caller owns the returned value; free with
+ *          cq_e2b_fleet_destroy() once every member is destroyed. NULL
+ *          with \p errstr filled.
+ * @locality Any thread.
+ */
+cq_e2b_fleet_t *
+cq_e2b_fleet_new(const cq_e2b_opts_t *opts, char *errstr, size_t errstr_size);
+
+/** @brief Accepts *fleetp == NULL. Members must be gone. */
+void cq_e2b_fleet_destroy(cq_e2b_fleet_t **fleetp);
+
+/**
+ * @brief Extend the sandbox of every member (an interpreter made by
+ *        cq_e2b_new() with this fleet in its options) once a third of its
+ *        TTL has passed, or now with \p force; one attempt each, on a
+ *        curl handle of its own. An LLM turn longer than the TTL then
+ *        does not lose the sandbox.
+ * @returns How many were extended, or -1 when out of memory.
+ * @locality Any thread; members may run cells and be destroyed meanwhile
+ *           (destroy waits for a keepalive in flight).
+ */
+int cq_e2b_fleet_keepalive(cq_e2b_fleet_t *fleet, bool force);
+
+/**
+ * @brief Kill the running or paused sandboxes tagged with the fleet's
+ *        worker id that no member holds: left by a create whose reply was
+ *        lost, or by an earlier process with the same worker id. While a
+ *        member is creating, nothing is killed (its sandbox may be listed
+ *        before its reply arrives).
+ * @returns How many were killed, or -1 with \p errstr filled when the
+ *          list failed.
+ * @locality One thread at a time (the fleet's own API handle).
+ */
+int cq_e2b_fleet_reconcile(cq_e2b_fleet_t *fleet,
+                           char *errstr,
+                           size_t errstr_size);
 
 /**
  * @brief Copy the current sandbox id (it changes when a lost sandbox is

@@ -10,7 +10,9 @@ Two loopback listeners on ephemeral ports, printed first on stdout:
     SANDBOX <port>
 (and written to --port-file when given). The sandbox listener routes by the
 E2b-Sandbox-Id / E2b-Sandbox-Port headers, as the real proxy does for
-localhost. /home/user inside a sandbox maps to a per-sandbox temp dir.
+localhost. /home/user and /tmp inside a sandbox map to per-sandbox temp
+dirs; where bubblewrap runs, kernels and commands see them at those paths,
+with cwd and HOME /home/user, as in E2B (GET /_fake/stats says "jailed").
 
 Fault injection (API listener):
     POST /_fake/faults {"create": [{"status": 429, "count": 2,
@@ -23,8 +25,15 @@ Fault injection (API listener):
     POST /_fake/reset        clear faults and the request log
     GET  /_fake/stats        {"live": n, "created": n, ...}
     GET  /_fake/log          the request log (method, path, port)
+    create faults may also be {"mode": "lost"} (the sandbox is made, the
+    reply never sent) and carry "should_retry": true|false (the
+    Should-Retry header of the error reply).
 Templates "fault-401", "fault-404", "fault-429" always fail create;
-template "seeded" starts with /home/user/seed.txt and seed2.txt.
+template "seeded" starts with /home/user/seed.txt and seed2.txt; other
+templates than those, "code-interpreter-v1" and "base" get a 404, and a
+timeout above --max-timeout-s a 400, as E2B answers. Create-time
+"metadata" is listed (GET /v2/sandboxes?metadata=k%3Dv filters on it) and
+"envVars" reach the kernels and commands.
 """
 
 import argparse
@@ -63,20 +72,75 @@ def rfc3339(ts):
         ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# Set by probe_jail(): a directory for kernel connection files, visible
+# at the same path inside the jail, or None when bubblewrap cannot run.
+RUN_DIR = None
+
+
+def probe_jail():
+    """Can bubblewrap give a process a /home/user and /tmp of its own?"""
+    global RUN_DIR
+    if not shutil.which("bwrap"):
+        return
+    try:
+        ok = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--tmpfs",
+                             "/home", "--dir", HOME, "--chdir", HOME,
+                             "true"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return
+    if ok.returncode == 0:
+        RUN_DIR = tempfile.mkdtemp(prefix="fake-e2b-run-")
+
+
+def jail(root, tmp, cwd=HOME):
+    """The bwrap prefix that runs a command as E2B would: /home/user is the
+    sandbox's home, /tmp its own, cwd and HOME /home/user. No
+    --die-with-parent: that parent is the request thread that started the
+    kernel, which ends with its connection."""
+    return ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home",
+            "--bind", root, HOME, "--bind", tmp, "/tmp",
+            "--bind", RUN_DIR, RUN_DIR, "--chdir", cwd,
+            "--setenv", "HOME", HOME, "--"]
+
+
+class JailedKernelManager(KernelManager):
+    prefix = []
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        # SIGINT to the process group would end bwrap's monitor too, and
+        # --die-with-parent the kernel with it: interrupt by message
+        self.kernel_spec.interrupt_mode = "message"
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        return self.prefix + super().format_kernel_cmd(extra_arguments)
+
+
 class Context:
     """One Jupyter kernel, as the code-interpreter server keeps per context."""
 
-    def __init__(self, root, language="python", cwd=HOME):
+    def __init__(self, root, language="python", cwd=HOME, envs=None,
+                 tmp=None):
         self.language = language
         self.cwd = cwd
         self.lock = threading.Lock()
         env = dict(os.environ)
-        env["HOME"] = root
-        env["MPLCONFIGDIR"] = os.path.join(root, ".config", "matplotlib")
+        env.update(envs or {})
+        home = HOME if RUN_DIR else root
+        env["HOME"] = home
+        env["MPLCONFIGDIR"] = os.path.join(home, ".config", "matplotlib")
         env["PYTHONUNBUFFERED"] = "1"
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
         env.pop("PYTHONPATH", None)
-        self.km = KernelManager(kernel_name="python3")
+        if RUN_DIR:
+            self.km = JailedKernelManager(kernel_name="python3")
+            self.km.prefix = jail(root, tmp, cwd if cwd.startswith(HOME)
+                                  else HOME)
+            self.km.connection_file = os.path.join(
+                RUN_DIR, "kernel-%s.json" % secrets.token_hex(8))
+        else:
+            self.km = KernelManager(kernel_name="python3")
         # the kernel's own stderr (debugger notices) would only be noise
         self.km.start_kernel(cwd=root, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
@@ -105,11 +169,14 @@ class Context:
 
 
 class Sandbox:
-    def __init__(self, template, timeout_s):
+    def __init__(self, template, timeout_s, metadata=None, envs=None):
         self.id = "i" + secrets.token_hex(10)
+        self.metadata = dict(metadata or {})
+        self.envs = dict(envs or {})
         self.template = template
         self.token = secrets.token_hex(16)
         self.root = tempfile.mkdtemp(prefix="fake-e2b-")
+        self.tmp = tempfile.mkdtemp(prefix="fake-e2b-tmp-")
         self.started = time.time()
         self.end = time.time() + timeout_s
         self.contexts = {}
@@ -128,10 +195,12 @@ class Sandbox:
                 "clientID": "6532622b", "startedAt": rfc3339(self.started),
                 "endAt": rfc3339(self.end), "cpuCount": 2, "memoryMB": 512,
                 "diskSizeMB": 1024, "state": "running",
-                "envdVersion": "0.6.13", "metadata": {}}
+                "envdVersion": "0.6.13", "metadata": dict(self.metadata)}
 
     def local(self, path):
-        """Map a sandbox path to the host; None when outside /home/user."""
+        """Map a sandbox path to the host: /home/user and /tmp are the
+        sandbox's own; None elsewhere (the rest of the VM is not
+        modelled)."""
         if path is None:
             return None
         if path.startswith("~"):
@@ -139,26 +208,30 @@ class Sandbox:
         if not path.startswith("/"):
             path = HOME + "/" + path
         norm = os.path.normpath(path)
-        if norm != HOME and not norm.startswith(HOME + "/"):
-            return None
-        return self.root + norm[len(HOME):]
+        for top, host in ((HOME, self.root), ("/tmp", self.tmp)):
+            if norm == top or norm.startswith(top + "/"):
+                return host + norm[len(top):]
+        return None
 
     def remote(self, local):
-        rel = os.path.relpath(local, self.root)
-        return HOME if rel == "." else HOME + "/" + rel
+        for top, host in ((HOME, self.root), ("/tmp", self.tmp)):
+            rel = os.path.relpath(local, host)
+            if not rel.startswith(".."):
+                return top if rel == "." else top + "/" + rel
+        return local
 
     def context(self, ctx_id):
         with self.lock:
             if ctx_id is None:
                 if self.default_ctx is None:
-                    ctx = Context(self.root)
+                    ctx = Context(self.root, envs=self.envs, tmp=self.tmp)
                     self.contexts[ctx.id] = ctx
                     self.default_ctx = ctx.id
                 return self.contexts[self.default_ctx]
             return self.contexts.get(ctx_id)
 
     def new_context(self, language, cwd):
-        ctx = Context(self.root, language, cwd)
+        ctx = Context(self.root, language, cwd, self.envs, self.tmp)
         with self.lock:
             if not self.alive:
                 ctx.shutdown()
@@ -174,12 +247,18 @@ class Sandbox:
         for ctx in ctxs:
             ctx.shutdown()
         shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+# what the double's team can create from; others get E2B's 404
+TEMPLATES = ("code-interpreter-v1", "base", "seeded")
 
 
 class State:
-    def __init__(self, api_key, keepalive_s):
+    def __init__(self, api_key, keepalive_s, max_timeout_s=3600):
         self.api_key = api_key
         self.keepalive_s = keepalive_s
+        self.max_timeout_s = max_timeout_s
         # re-entrant: send() records the request while a handler may hold it
         self.lock = threading.RLock()
         self.sandboxes = {}
@@ -187,6 +266,11 @@ class State:
         self.log = []
         self.stats = {"created": 0, "killed": 0, "expired": 0,
                       "set_timeout": 0, "executions": 0, "create_calls": 0}
+
+    def too_long(self):
+        # E2B states the plan's bound in hours
+        return "Timeout cannot be greater than %d hours" % (
+            self.max_timeout_s // 3600)
 
     def record(self, method, path, port, status):
         with self.lock:
@@ -341,8 +425,19 @@ class ApiHandler(Handler):
         if m and self.command == "POST":
             return self.create()
         if path == "/v2/sandboxes" and self.command == "GET":
+            q = parse_qs(url.query)
+            want = {}
+            for m in q.get("metadata", []):
+                # "k=v&k2=v2", itself URL-encoded once more in the query
+                for k, v in parse_qs(m, keep_blank_values=True).items():
+                    want[k] = v[0]
+            states = ",".join(q.get("state", ["running,paused"])).split(",")
+            st.reap()
             with st.lock:
-                sbxs = list(st.sandboxes.values())
+                sbxs = [s for s in st.sandboxes.values()
+                        if all(s.metadata.get(k) == v
+                               for k, v in want.items())
+                        and "running" in states]
             return self.send(200, [s.detail() for s in sbxs])
         m = re.fullmatch(r"(?:/v2)?/sandboxes/([^/]+)(/[a-z]+)?", path)
         if not m:
@@ -367,6 +462,8 @@ class ApiHandler(Handler):
             t = req.get("timeout", 15)
             if t <= 0:
                 return self.api_error(400, "Timeout must be greater than 0")
+            if t > st.max_timeout_s:
+                return self.api_error(400, st.too_long())
             sbx.end = time.time() + t
             if op == "/timeout":
                 with st.lock:
@@ -385,6 +482,15 @@ class ApiHandler(Handler):
         timeout = req.get("timeout", 15)
         if not isinstance(timeout, int) or timeout <= 0:
             return self.api_error(400, "Timeout must be greater than 0")
+        if timeout > st.max_timeout_s:
+            return self.api_error(400, st.too_long())
+        meta = req.get("metadata") or {}
+        envs = req.get("envVars") or {}
+        if not isinstance(meta, dict) or not isinstance(envs, dict) or not all(
+                isinstance(v, str) for v in list(meta.values())
+                + list(envs.values())):
+            return self.api_error(400, "metadata and envVars must map "
+                                  "strings to strings")
         fault = st.take_fault("create")
         if tpl == "fault-401" or (fault and fault.get("status") == 401):
             return self.api_error(401, "Invalid API key, please visit "
@@ -396,9 +502,15 @@ class ApiHandler(Handler):
             ra = str((fault or {}).get("retry_after", 1))
             return self.api_error(429, "Rate limit exceeded",
                                   {"Retry-After": ra})
+        if tpl not in TEMPLATES and not tpl.startswith("fault-"):
+            return self.api_error(404, "template '%s' not found" % tpl)
         if fault and fault.get("status"):
-            return self.api_error(fault["status"], "injected failure")
-        sbx = Sandbox(tpl, timeout)
+            hdrs = {}
+            if "should_retry" in fault:
+                hdrs["Should-Retry"] = ("true" if fault["should_retry"]
+                                        else "false")
+            return self.api_error(fault["status"], "injected failure", hdrs)
+        sbx = Sandbox(tpl, timeout, meta, envs)
         if tpl == "seeded":
             # a template that ships files in /home/user
             for name in ("seed.txt", "seed2.txt"):
@@ -407,6 +519,14 @@ class ApiHandler(Handler):
         with st.lock:
             st.sandboxes[sbx.id] = sbx
             st.stats["created"] += 1
+        if fault and fault.get("mode") == "lost":
+            # made, but the reply never arrives
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return None
         return self.send(201, sbx.body())
 
     def fake(self, path):
@@ -415,7 +535,7 @@ class ApiHandler(Handler):
             st.reap()
             with st.lock:
                 out = dict(st.stats, live=len(st.sandboxes),
-                           ids=list(st.sandboxes))
+                           ids=list(st.sandboxes), jailed=bool(RUN_DIR))
             return self.send(200, out)
         if path == "/_fake/log":
             with st.lock:
@@ -640,7 +760,11 @@ class SandboxHandler(Handler):
                                    "message": "bad request"})
         cwd = sbx.local(proc.get("cwd")) or sbx.root
         env = dict(os.environ, HOME=sbx.root)
+        env.update(sbx.envs)
         env.update(proc.get("envs") or {})
+        if RUN_DIR:
+            env["HOME"] = HOME
+            argv = jail(sbx.root, sbx.tmp, sbx.remote(cwd)) + argv
         p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         out, err = p.communicate()
@@ -902,8 +1026,11 @@ def main():
     ap.add_argument("--api-key",
                     default="e2b_0123456789abcdef0123456789abcdef01234567")
     ap.add_argument("--keepalive-s", type=float, default=5.0)
+    ap.add_argument("--max-timeout-s", type=int, default=3600,
+                    help="the plan's longest sandbox timeout (Hobby 3600)")
     args = ap.parse_args()
-    state = State(args.api_key, args.keepalive_s)
+    probe_jail()
+    state = State(args.api_key, args.keepalive_s, args.max_timeout_s)
     api_cls = type("Api", (ApiHandler,), {"state": state})
     sbx_cls = type("Sbx", (SandboxHandler,), {"state": state})
     ThreadingHTTPServer.daemon_threads = True
@@ -934,6 +1061,8 @@ def main():
     api.shutdown()
     sbx.shutdown()
     state.shutdown()
+    if RUN_DIR:
+        shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,49 @@ step('kill');
 await sbx.kill();
 assert.equal((await stats()).live, before.live);
 
+step('create-time envs and metadata; /home/user and /tmp as in E2B');
+const jailed = (await stats()).jailed;
+const tagged = await Sandbox.create({
+  timeoutMs: 60_000,
+  envs: { CQ_ENV: 'from-create' },
+  metadata: { coderq_probe: 'conformance' },
+});
+ex = await runCode(tagged,
+  "import os\nprint(os.environ.get('CQ_ENV'))\n" +
+  "print(os.getcwd())\nprint(os.environ['HOME'])");
+assert.equal(ex.error, undefined);
+const [envLine, cwdLine, homeLine] = ex.logs.stdout.join('').split('\n');
+assert.equal(envLine, 'from-create');
+if (jailed) {
+  assert.equal(cwdLine, '/home/user');
+  assert.equal(homeLine, '/home/user');
+} else {
+  console.log('conformance: skipped cwd and HOME checks (no bubblewrap)');
+}
+await tagged.files.write('/tmp/cq-probe.txt', 'in tmp');
+assert.equal(await tagged.files.read('/tmp/cq-probe.txt'), 'in tmp');
+if (jailed) {
+  ex = await runCode(tagged, "print(open('/tmp/cq-probe.txt').read())");
+  assert.deepEqual(ex.logs.stdout, ['in tmp\n']);
+}
+const listed = await Sandbox.list({
+  query: { metadata: { coderq_probe: 'conformance' } },
+}).nextItems();
+assert.equal(listed.length, 1);
+assert.equal(listed[0].sandboxId, tagged.sandboxId);
+assert.equal(listed[0].metadata.coderq_probe, 'conformance');
+assert.equal((await Sandbox.list({
+  query: { metadata: { coderq_probe: 'other' } },
+}).nextItems()).length, 0);
+await tagged.kill();
+
+step('errors: unknown template, timeout above the bound');
+await assert.rejects(Sandbox.create('no-such-template'),
+  (e) => /404/.test(e.message));
+await assert.rejects(Sandbox.create({ timeoutMs: 7200_000 }),
+  (e) => /400/.test(e.message) && /greater than/.test(e.message));
+assert.equal((await stats()).live, before.live);
+
 step('errors: 401 and 429 on create');
 await assert.rejects(
   Sandbox.create({ apiKey: 'e2b_00000000000000000000000000000000' }),
