@@ -147,6 +147,7 @@ static void emit(cq_log_level_t level, json_t *line, const char *msg)
         free(text);
 }
 
+CQ_PRINTF(3, 0)
 static void
 log_v(cq_log_level_t level, json_t *line, const char *fmt, va_list ap)
 {

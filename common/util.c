@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 int64_t cq_now_ms(void)
@@ -48,6 +49,31 @@ void cq_abstime_in(struct timespec *ts, int64_t ms)
                 ts->tv_nsec -= 1000000000L;
         }
 }
+
+uint64_t cq_rand64(void)
+{
+        static _Thread_local uint64_t state;
+
+        if (state == 0) {
+                uint64_t seed = 0;
+                struct timespec ts;
+
+                if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) !=
+                    (ssize_t)sizeof(seed)) {
+                        clock_gettime(CLOCK_REALTIME, &ts);
+                        seed = (uint64_t)ts.tv_sec * 1000000000u +
+                               (uint64_t)ts.tv_nsec;
+                        seed ^= (uint64_t)(uintptr_t)&state << 16;
+                }
+                state = seed ? seed : 0x9e3779b97f4a7c15u;
+        }
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        return state * 0x2545f4914f6cdd1du;
+}
+
+uint64_t cq_rand_below(uint64_t n) { return n ? cq_rand64() % n : 0; }
 
 void cq_iso8601_now(char *out, size_t size)
 {

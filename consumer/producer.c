@@ -350,6 +350,7 @@ cq_producer_t *
 cq_producer_new(const cq_kafka_opts_t *opts, char *errstr, size_t errstr_size)
 {
         cq_producer_t *prod = calloc(1, sizeof(*prod));
+        int err;
 
         if (!prod) {
                 if (errstr)
@@ -364,11 +365,12 @@ cq_producer_new(const cq_kafka_opts_t *opts, char *errstr, size_t errstr_size)
         prod->rk = client_new(prod, errstr, errstr_size);
         if (!prod->rk)
                 goto fail;
-        if (pthread_create(&prod->thread, NULL, producer_thread, prod) != 0) {
+        if ((err = pthread_create(&prod->thread, NULL, producer_thread,
+                                  prod)) != 0) {
                 if (errstr)
                         snprintf(errstr, errstr_size,
                                  "could not start producer thread: %s",
-                                 strerror(errno));
+                                 strerror(err));
                 goto fail;
         }
         prod->thread_started = true;

@@ -871,7 +871,7 @@ static bool idle_wait(cq_worker_t *w)
         struct timespec ts;
         bool poll = false;
 
-        cq_abstime_in(&ts, w->cfg->poll_ms + (rand() % 100));
+        cq_abstime_in(&ts, w->cfg->poll_ms + (int64_t)cq_rand_below(100));
         pthread_mutex_lock(&w->idle_lock);
         w->idle_waiting++;
         while (w->idle_tokens + w->poll_tokens == 0 &&
@@ -1277,30 +1277,56 @@ static void log_pool(cq_worker_t *w)
         json_decref(fields);
 }
 
+/* Start one of the worker's threads; a failure is logged and makes
+ * cq_worker_run() shut down what did start and fail. */
+static bool start_thread(cq_worker_t *w,
+                         pthread_t *thr,
+                         void *(*fn)(void *),
+                         void *arg,
+                         const char *what,
+                         bool *startedp)
+{
+        int err = pthread_create(thr, NULL, fn, arg);
+
+        if (err != 0) {
+                cq_log_error("worker %s: could not start the %s thread: %s",
+                             w->id, what, strerror(err));
+                return false;
+        }
+        *startedp = true;
+        return true;
+}
+
 int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
 {
         long i;
         int64_t deadline;
         int rc = 0;
+        bool up = true;
 
-        if (w->intake &&
-            pthread_create(&w->intake_thr, NULL, intake_main, w) == 0)
-                w->intake_started = true;
-        if (w->relay && pthread_create(&w->relay_thr, NULL, relay_main, w) == 0)
-                w->relay_started = true;
-        if (w->opts.slots > 0 &&
-            pthread_create(&w->hk_thr, NULL, hk_main, w) == 0)
-                w->hk_started = true;
-        if (w->opts.slots > 0 &&
-            pthread_create(&w->listen_thr, NULL, listen_main, w) == 0)
-                w->listen_started = true;
-        for (i = 0; i < w->opts.slots; i++)
-                if (pthread_create(&w->slots[i].thread, NULL, slot_main,
-                                   &w->slots[i]) == 0)
-                        w->slots[i].started = true;
-        cq_log_kv(CQ_LOG_INFO, "worker started", "worker", w->id, NULL);
-        while (*signals == 0)
-                nap(200, NULL);
+        if (w->intake)
+                up = start_thread(w, &w->intake_thr, intake_main, w, "intake",
+                                  &w->intake_started);
+        if (up && w->relay)
+                up = start_thread(w, &w->relay_thr, relay_main, w, "relay",
+                                  &w->relay_started);
+        if (up && w->opts.slots > 0)
+                up = start_thread(w, &w->hk_thr, hk_main, w, "housekeeping",
+                                  &w->hk_started);
+        if (up && w->opts.slots > 0)
+                up = start_thread(w, &w->listen_thr, listen_main, w, "listener",
+                                  &w->listen_started);
+        for (i = 0; up && i < w->opts.slots; i++)
+                up = start_thread(w, &w->slots[i].thread, slot_main,
+                                  &w->slots[i], "job slot",
+                                  &w->slots[i].started);
+        if (up) {
+                cq_log_kv(CQ_LOG_INFO, "worker started", "worker", w->id, NULL);
+                while (*signals == 0)
+                        nap(200, NULL);
+        } else {
+                rc = -1;
+        }
 
         cq_log_kv(CQ_LOG_INFO, "shutting down: stopping intake and claims",
                   "worker", w->id, NULL);

@@ -33,13 +33,18 @@ cq_services() {
         fi
 }
 
-# cq_build DIR TYPE: configure (strict: -Werror) when DIR is not yet
-# configured that way, then build incrementally; the compiler's output goes
-# to DIR/build.log and is shown on failure. Configuring only when needed
-# matters: a second configure moves libzmq's pkg-config "-isystem" from the
-# include directories into the compile flags, which rebuilds everything.
+# cq_build DIR TYPE [TARGET...]: configure (strict: -Werror) when DIR is
+# not yet configured that way, then build incrementally (only TARGETs when
+# given); the compiler's output goes to DIR/build.log and is shown on
+# failure. The Fuzz type is configured with clang. Configuring only when
+# needed matters: a second configure moves libzmq's pkg-config "-isystem"
+# from the include directories into the compile flags, which rebuilds
+# everything.
 cq_build() {
-        local dir=$1 type=$2 configure=1
+        local dir=$1 type=$2 configure=1 cc=() targets=() t
+        shift 2
+        for t in "$@"; do targets+=(--target "$t"); done
+        [ "$type" = Fuzz ] && cc=(-DCMAKE_C_COMPILER=clang)
         mkdir -p "$dir"
         if [ -f "$dir/CMakeCache.txt" ] &&
                 grep -qx "CMAKE_BUILD_TYPE:STRING=$type" "$dir/CMakeCache.txt" &&
@@ -49,9 +54,9 @@ cq_build() {
         if ! {
                 if [ "$configure" -eq 1 ]; then
                         cmake -S "$CQ_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="$type" \
-                                -DCQ_WERROR=ON
+                                -DCQ_WERROR=ON "${cc[@]}"
                 fi &&
-                        cmake --build "$dir" -j"$(nproc)"
+                        cmake --build "$dir" -j"$(nproc)" "${targets[@]}"
         } >"$dir/build.log" 2>&1; then
                 cat "$dir/build.log" >&2
                 cq_die "the $type build in $dir failed"

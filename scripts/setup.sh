@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# setup.sh - install everything coderq needs on Debian 12: compilers and
+# setup.sh - install everything coderq needs on Debian 12: compilers (gcc;
+# clang with its libFuzzer and sanitizer runtimes for the fuzz build) and
 # -dev packages, PostgreSQL, Java 17 and Maven, Debian's Python kernel
 # stack, bubblewrap, kcat, Node.js with npm; then fetch the pinned Apache
 # Kafka broker jars with Maven into the cache folder. Idempotent: a second
@@ -9,6 +10,7 @@ set -euo pipefail
 
 PACKAGES=(
         build-essential cmake pkg-config clang-format valgrind
+        clang libclang-rt-14-dev
         librdkafka-dev libcurl4-openssl-dev libjansson-dev libpq-dev
         libzmq3-dev check libsubunit-dev libssl-dev
         postgresql postgresql-contrib

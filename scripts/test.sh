@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
 # test.sh - everything CI checks, the same way on a laptop: setup.sh, the
-# local services, a Release build (build/) and an ASan+UBSan build
-# (build-asan/), both with -Werror, lint (clang-format and banned
-# functions), then every CTest suite under both builds. The last line is
-# "N passed, N failed" over both builds; the exit status is non-zero on any
-# failure. A second run is incremental: setup and services are no-ops and
-# the builds only recompile what changed.
+# local services, a Release build (build/), an ASan+UBSan build
+# (build-asan/), a ThreadSanitizer build (build-tsan/) and a libFuzzer
+# build (build-fuzz/, clang), all with -Werror, lint (clang-format and
+# banned functions), then every CTest suite under Release and ASan, the
+# unit suites and check_it_worker under TSan (label "tsan"), and each fuzz
+# target for CQ_FUZZ_SECONDS (default 20) over its seed corpus. The last
+# line is "N passed, N failed" (", N skipped" when a suite skipped) over
+# all of it; the exit status is non-zero on any failure. A second run is
+# incremental: setup and services are no-ops and the builds only recompile
+# what changed.
+#
+# Skips: a suite that cannot run a test here (node and npm absent,
+# bubblewrap not working) exits 77 and CTest shows it as skipped. This
+# script first finds out what the machine has and exports it as
+# CQ_REQUIRE (e.g. "node,bwrap"; a CQ_REQUIRE already set is kept, "all"
+# forbids every skip): a suite that would skip for a prerequisite named
+# there fails instead, so a skip is only ever for something truly absent.
 #
 # Options:
 #   --unit     only the unit suites (no services are started)
 #   --no-asan  skip the ASan+UBSan build and its test run
+#   --no-tsan  skip the ThreadSanitizer build and its test run
+#   --no-fuzz  skip the fuzz build and the fuzzing
 #   --stop     stop the services at the end (default: leave them running)
 #   --no-cache rerun every suite even when nothing changed (see below)
 #   -h|--help  this text
@@ -25,12 +38,16 @@ set -euo pipefail
 
 unit_only=0
 asan=1
+tsan=1
+fuzz=1
 stop=0
 use_cache=1
 for arg in "$@"; do
         case $arg in
         --unit) unit_only=1 ;;
         --no-asan) asan=0 ;;
+        --no-tsan) tsan=0 ;;
+        --no-fuzz) fuzz=0 ;;
         --stop) stop=1 ;;
         --no-cache) use_cache=0 ;;
         -h | --help)
@@ -38,7 +55,8 @@ for arg in "$@"; do
                 exit 0
                 ;;
         *)
-                echo "usage: $0 [--unit] [--no-asan] [--stop] [--no-cache]" >&2
+                echo "usage: $0 [--unit] [--no-asan] [--no-tsan] [--no-fuzz]" \
+                        "[--stop] [--no-cache]" >&2
                 exit 2
                 ;;
         esac
@@ -65,13 +83,40 @@ if [ "$unit_only" -eq 0 ]; then
 fi
 phase_end services
 
+# What this machine can run (see "Skips" above).
+bwrap_works() {
+        command -v bwrap >/dev/null 2>&1 &&
+                bwrap --unshare-all --die-with-parent --new-session \
+                        --ro-bind /usr /usr --symlink usr/lib /lib \
+                        --symlink usr/lib64 /lib64 --symlink usr/bin /bin \
+                        --symlink usr/sbin /sbin --ro-bind /etc /etc \
+                        --proc /proc --dev /dev --tmpfs /tmp \
+                        /usr/bin/python3 -c pass >/dev/null 2>&1
+}
+if [ -z "${CQ_REQUIRE+set}" ]; then
+        have=()
+        command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 &&
+                have+=(node)
+        bwrap_works && have+=(bwrap)
+        CQ_REQUIRE=$(IFS=,; echo "${have[*]}")
+fi
+export CQ_REQUIRE
+cq_say "prerequisites this machine has (no suite may skip for them):" \
+        "${CQ_REQUIRE:-none}"
+
 builds=("$CQ_ROOT/build:Release")
 [ "$asan" -eq 1 ] && builds+=("$CQ_ROOT/build-asan:Asan")
+[ "$tsan" -eq 1 ] && builds+=("$CQ_ROOT/build-tsan:Tsan")
 for b in "${builds[@]}"; do
         cq_say "building ${b#*:} in ${b%:*}"
         cq_build "${b%:*}" "${b#*:}"
+        phase_end "build ${b#*:}"
 done
-phase_end builds
+if [ "$fuzz" -eq 1 ]; then
+        cq_say "building the fuzz targets in $CQ_ROOT/build-fuzz"
+        cq_build "$CQ_ROOT/build-fuzz" Fuzz cq_fuzz
+        phase_end "build Fuzz"
+fi
 
 # Lint: formatting and banned functions, over our own C sources.
 lint_failed=0
@@ -103,8 +148,17 @@ phase_end lint
 # Tests.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+# Only the Tsan build's executables see these. The suppressions cover
+# third-party libraries only (each justified in the file).
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1 second_deadlock_stack=1 suppressions=$CQ_ROOT/tests/tsan/suppressions.txt}
 ctest_args=(-j2 --output-on-failure)
 [ "$unit_only" -eq 1 ] && ctest_args+=(-L unit)
+# The Tsan build runs the suites labelled "tsan" (with --unit: "unit").
+build_args() {
+        if [ "$1" = Tsan ] && [ "$unit_only" -eq 0 ]; then
+                echo "-L tsan"
+        fi
+}
 # What the outcome of a build's suites depends on (see "Result cache").
 services_identity() {
         [ "$unit_only" -eq 1 ] && return 0
@@ -116,13 +170,13 @@ services_identity() {
 cache_key() {
         local dir=$1
         {
-                echo "args: ${ctest_args[*]}"
+                echo "args: ${ctest_args[*]} $(build_args "$2")"
                 (cd "$CQ_ROOT" && list_all_files | xargs -0 -r sha256sum)
                 find "$dir" -maxdepth 1 -type f -name coderq -print0 |
                         xargs -0 -r sha256sum
                 find "$dir/tests" -maxdepth 1 -type f -name 'check_*' -perm -u+x \
                         -print0 | sort -z | xargs -0 -r sha256sum
-                env | grep -E '^(CODERQ_|CQ_|ASAN_|UBSAN_|LSAN_|CK_)' | sort
+                env | grep -E '^(CODERQ_|CQ_|ASAN_|UBSAN_|LSAN_|TSAN_|CK_)' | sort
                 services_identity
         } | sha256sum | cut -d' ' -f1
 }
@@ -140,22 +194,34 @@ list_all_files() {
 
 passed=0
 failed=0
+skipped=0
 for b in "${builds[@]}"; do
         dir=${b%:*}
-        key=$(cache_key "$dir")
+        key=$(cache_key "$dir" "${b#*:}")
         if [ "$use_cache" -eq 1 ] && [ -f "$dir/test-cache" ] &&
                 [ "$(head -n 1 "$dir/test-cache")" = "$key" ]; then
                 n=$(sed -n 2p "$dir/test-cache")
-                cq_say "ctest in $dir (${b#*:}): nothing changed since all" \
-                        "$n suites passed at $(sed -n 3p "$dir/test-cache");" \
-                        "results reused (--no-cache reruns them)"
+                s=$(sed -n 4p "$dir/test-cache")
+                cq_say "ctest in $dir (${b#*:}): nothing changed since" \
+                        "$n suites passed and ${s:-0} skipped at" \
+                        "$(sed -n 3p "$dir/test-cache"); results reused" \
+                        "(--no-cache reruns them)"
                 passed=$((passed + n))
+                skipped=$((skipped + ${s:-0}))
+                phase_end "ctest ${b#*:}"
                 continue
         fi
         rm -f "$dir/test-cache"
         cq_say "ctest in $dir (${b#*:})"
         set +e
-        (cd "$dir" && ctest "${ctest_args[@]}") 2>&1 | tee "$dir/ctest.log"
+        # shellcheck disable=SC2046 # build_args is one or two words
+        # TSan runs code several times slower: Check's per-test timeouts
+        # grow with it (CTest's come from tests/CMakeLists.txt).
+        mult=1
+        [ "${b#*:}" = Tsan ] && mult=4
+        (cd "$dir" && CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-$mult} \
+                ctest "${ctest_args[@]}" $(build_args "${b#*:}")) 2>&1 |
+                tee "$dir/ctest.log"
         set -e
         # "100% tests passed, 0 tests failed out of 5"
         line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' \
@@ -167,16 +233,62 @@ for b in "${builds[@]}"; do
         fi
         f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
         t=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
-        passed=$((passed + t - f))
-        failed=$((failed + f))
-        if [ "$f" -eq 0 ]; then
-                printf '%s\n%s\n%s\n' "$key" "$t" \
-                        "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$dir/test-cache"
+        # CTest counts a skipped suite (exit 77) among the passed ones and
+        # lists it as "N - name (Skipped)"; say why each skipped.
+        s=$(grep -cE '^[[:space:]]+[0-9]+ - .* \(Skipped\)$' "$dir/ctest.log" ||
+                true)
+        if [ "$s" -gt 0 ]; then
+                echo "skipped in $dir (a prerequisite is missing here):"
+                grep -h '^SKIP ' "$dir/Testing/Temporary/LastTest.log" |
+                        sort -u | sed 's/^/  /' || true
         fi
+        passed=$((passed + t - f - s))
+        failed=$((failed + f))
+        skipped=$((skipped + s))
+        if [ "$f" -eq 0 ]; then
+                printf '%s\n%s\n%s\n%s\n' "$key" "$((t - s))" \
+                        "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$s" >"$dir/test-cache"
+        fi
+        phase_end "ctest ${b#*:}"
 done
 
-phase_end tests
+# Fuzzing: each target for CQ_FUZZ_SECONDS over its seed corpus
+# (tests/fuzz/corpus/<name>/) and what earlier runs found (build-fuzz/
+# corpus/<name>/, where new inputs go: the source tree is not written). A
+# crash, leak, sanitizer report, timeout or memory blow-up fails the target
+# and leaves the reproducer under build-fuzz/crash/.
+if [ "$fuzz" -eq 1 ]; then
+        fdir=$CQ_ROOT/build-fuzz
+        secs=${CQ_FUZZ_SECONDS:-20}
+        for exe in "$fdir"/tests/fuzz/fuzz_*; do
+                name=${exe##*/fuzz_}
+                mkdir -p "$fdir/corpus/$name" "$fdir/crash"
+                cq_say "fuzzing $name for $secs s"
+                if "$exe" -max_total_time="$secs" -rss_limit_mb=2048 \
+                        -timeout=10 -max_len=65536 -print_final_stats=1 \
+                        -artifact_prefix="$fdir/crash/$name-" \
+                        "$fdir/corpus/$name" "$CQ_ROOT/tests/fuzz/corpus/$name" \
+                        >"$fdir/fuzz-$name.log" 2>&1; then
+                        grep -E '^stat::number_of_executed_units' \
+                                "$fdir/fuzz-$name.log" | sed "s/^/  $name: /" || true
+                        passed=$((passed + 1))
+                else
+                        tail -n 60 "$fdir/fuzz-$name.log"
+                        art=$(grep -oE 'Test unit written to [^ ]+' \
+                                "$fdir/fuzz-$name.log" | tail -n 1 |
+                                sed 's/Test unit written to //')
+                        echo "fuzz_$name FAILED; reproduce with:" \
+                                "$exe ${art:-<the input above>}" >&2
+                        failed=$((failed + 1))
+                fi
+        done
+        phase_end fuzz
+fi
 [ "$lint_failed" -eq 0 ] || echo "lint: FAILED (see above)"
 echo "test.sh: $(($(date +%s) - started)) s ($(IFS=,; echo "${times[*]}" | sed 's/,/, /g'))"
-echo "$passed passed, $failed failed"
+if [ "$skipped" -gt 0 ]; then
+        echo "$passed passed, $failed failed, $skipped skipped"
+else
+        echo "$passed passed, $failed failed"
+fi
 [ "$failed" -eq 0 ] && [ "$lint_failed" -eq 0 ]

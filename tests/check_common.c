@@ -386,6 +386,46 @@ START_TEST(backoff_doubles_caps_and_jitters)
 }
 END_TEST
 
+static void *draw_four(void *arg)
+{
+        uint64_t *out = arg;
+        int i;
+
+        for (i = 0; i < 4; i++)
+                out[i] = cq_rand64();
+        return NULL;
+}
+
+/* Each thread has a generator of its own, seeded on its own: two threads
+ * do not draw the same sequence (as they would from one shared seed), and
+ * under ThreadSanitizer no state is shared. */
+START_TEST(rand_is_per_thread_and_in_range)
+{
+        uint64_t a[4], b[4];
+        pthread_t ta, tb;
+        bool seen[100] = {false};
+        int i, distinct = 0;
+
+        ck_assert_int_eq(pthread_create(&ta, NULL, draw_four, a), 0);
+        ck_assert_int_eq(pthread_create(&tb, NULL, draw_four, b), 0);
+        ck_assert_int_eq(pthread_join(ta, NULL), 0);
+        ck_assert_int_eq(pthread_join(tb, NULL), 0);
+        ck_assert(memcmp(a, b, sizeof(a)) != 0);
+        ck_assert(a[0] != a[1] && a[1] != a[2] && a[2] != a[3]);
+        ck_assert_uint_eq(cq_rand_below(0), 0);
+        ck_assert_uint_eq(cq_rand_below(1), 0);
+        for (i = 0; i < 10000; i++) {
+                uint64_t v = cq_rand_below(100);
+
+                ck_assert_uint_lt(v, 100);
+                seen[v] = true;
+        }
+        for (i = 0; i < 100; i++)
+                distinct += seen[i];
+        ck_assert_int_eq(distinct, 100);
+}
+END_TEST
+
 START_TEST(iso8601_has_six_digit_microseconds)
 {
         char ts[40];
@@ -563,6 +603,7 @@ static Suite *common_suite(void)
         tcase_add_test(tc, sha256_known_vector);
         tcase_add_test(tc, iso8601_has_six_digit_microseconds);
         tcase_add_test(tc, backoff_doubles_caps_and_jitters);
+        tcase_add_test(tc, rand_is_per_thread_and_in_range);
         tcase_add_test(tc, gate_admits_in_order_of_arrival);
         tcase_add_test(tc, gate_never_admits_more_than_its_width);
         tcase_add_test(tc, gate_stops_counting_long_holders);

@@ -109,12 +109,10 @@ START_TEST(official_js_sdks_accept_the_double)
         cq_fake_e2b_t fake;
         int rc;
 
-        if (!in_path("node") || !in_path("npm")) {
-                fprintf(stderr, "SKIP check_e2b_conformance: node and npm "
-                                "are needed to run the official E2B SDKs "
-                                "(apt-get install nodejs npm)\n");
-                return;
-        }
+        if (!in_path("node") || !in_path("npm"))
+                CQ_CHECK_SKIP("node", "node and npm are needed to run the "
+                                      "official E2B SDKs (apt-get install "
+                                      "nodejs npm)");
         snprintf(work, sizeof(work), "%s/conformance-e2b",
                  bindir ? bindir : CQ_BINARY_DIR);
         ck_assert(mkdir(work, 0755) == 0 || errno == EEXIST);

@@ -2,20 +2,82 @@
 /* check_support.c - shared test runner pieces. */
 #include "check_support.h"
 
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 
 #include "coderq/buf.h"
+
+/* Tests run in forked children (CK_FORK): the skip count lives in a shared
+ * anonymous mapping made before the first fork, so the parent sees it. */
+static atomic_int *skips;
 
 int cq_check_run(Suite *suite)
 {
         SRunner *sr = srunner_create(suite);
-        int failed;
+        int failed, skipped;
 
+        skips = mmap(NULL, sizeof(*skips), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (skips == MAP_FAILED) {
+                perror("check_support: mmap");
+                srunner_free(sr);
+                return EXIT_FAILURE;
+        }
+        atomic_init(skips, 0);
         srunner_run_all(sr, CK_NORMAL);
         failed = srunner_ntests_failed(sr);
         srunner_free(sr);
-        return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+        skipped = atomic_load(skips);
+        munmap(skips, sizeof(*skips));
+        skips = NULL;
+        if (failed > 0)
+                return EXIT_FAILURE;
+        if (skipped > 0) {
+                fprintf(stderr, "%d test(s) skipped: exit status %d\n", skipped,
+                        CQ_CHECK_SKIPPED);
+                return CQ_CHECK_SKIPPED;
+        }
+        return EXIT_SUCCESS;
+}
+
+/* Whether CQ_REQUIRE names \p need (or says "all"). */
+static int required(const char *need)
+{
+        const char *list = getenv("CQ_REQUIRE"), *p;
+        size_t n = strlen(need);
+
+        for (p = list; p && *p;) {
+                size_t len = strcspn(p, ",");
+
+                if ((len == 3 && strncmp(p, "all", 3) == 0) ||
+                    (len == n && strncmp(p, need, n) == 0))
+                        return 1;
+                p += len;
+                if (*p == ',')
+                        p++;
+        }
+        return 0;
+}
+
+void cq_check_skip(const char *need, const char *fmt, ...)
+{
+        char why[1024];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(why, sizeof(why), fmt, ap);
+        va_end(ap);
+        ck_assert_msg(!required(need),
+                      "%s cannot skip: CQ_REQUIRE=%s says this machine has "
+                      "%s, yet: %s",
+                      tcase_name(), getenv("CQ_REQUIRE"), need, why);
+        fprintf(stderr, "SKIP %s: needs %s: %s\n", tcase_name(), need, why);
+        if (skips)
+                atomic_fetch_add(skips, 1);
 }
 
 const char *cq_check_env(const char *name)

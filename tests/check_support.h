@@ -1,18 +1,42 @@
 /* SPDX-License-Identifier: MIT */
 /* check_support.h - what every check runner shares: the main() that runs
- * one suite (CK_RUN_SUITE / CK_RUN_CASE select as usual), paths of the
- * source tree, and helpers for integration suites. */
+ * one suite (CK_RUN_SUITE / CK_RUN_CASE select as usual), skips that show
+ * as skipped, paths of the source tree, and helpers for integration
+ * suites. */
 #ifndef CODERQ_CHECK_SUPPORT_H
 #define CODERQ_CHECK_SUPPORT_H
 
 #include <check.h>
 #include <stddef.h>
 
+/** Exit status of a runner none of whose tests failed but at least one of
+ *  which skipped; CTest's SKIP_RETURN_CODE for every suite. */
+#define CQ_CHECK_SKIPPED 77
+
 /**
  * @brief Run \p suite and return the process exit status: 0 when every test
- *        passed.
+ *        passed, CQ_CHECK_SKIPPED when none failed and some skipped, else
+ *        EXIT_FAILURE.
  */
 int cq_check_run(Suite *suite);
+
+/**
+ * @brief Record that the current test cannot run here because \p need (one
+ *        word naming the missing prerequisite, e.g. "node" or "bwrap") is
+ *        absent, and print "SKIP <case>: needs <need>: <why>" on stderr.
+ *        When the environment variable CQ_REQUIRE (a comma-separated list;
+ *        "all" for every prerequisite) names \p need, the machine is known
+ *        to have it and the test fails instead. Use CQ_CHECK_SKIP(), which
+ *        also returns from the test.
+ */
+void cq_check_skip(const char *need, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define CQ_CHECK_SKIP(need, ...)                                               \
+        do {                                                                   \
+                cq_check_skip(need, __VA_ARGS__);                              \
+                return;                                                        \
+        } while (0)
 
 /** @brief The value of the environment variable \p name; when it is unset,
  *         fail the current test with a message naming it. */

@@ -37,6 +37,19 @@ cq_backoff_ms(int n, int64_t first_ms, int64_t max_ms, unsigned int *seed);
 void cq_iso8601_now(char *out, size_t size);
 
 /**
+ * @brief A pseudo-random value from the calling thread's own generator
+ *        (xorshift64*), seeded from getrandom() on the thread's first call
+ *        (from the clock and the thread's address when that fails). For
+ *        jitter, never for secrets; rand() and random() share one hidden
+ *        state between threads and are not used.
+ * @locality Any thread; no locks, no shared state.
+ */
+uint64_t cq_rand64(void);
+
+/** @brief cq_rand64() reduced to [0, \p n); 0 when \p n is 0. */
+uint64_t cq_rand_below(uint64_t n);
+
+/**
  * @brief Copy \p in without ANSI escape sequences (CSI "ESC [ ... final",
  *        8-bit CSI 0x9b, OSC "ESC ] ... BEL|ESC \", and two-byte escapes).
  * @returns Caller owns the returned value (free()), NUL-terminated; NULL
