@@ -1106,7 +1106,9 @@ START_TEST(settings_rows)
         setenv("OPENAI_API_KEY", "sk-from-openai-var", 1);
         setenv("CODERQ_LLM_MAX_TOKENS", "2048", 1);
         ck_assert_int_eq(cq_config_init(&cfg), 0);
-        ck_assert_str_eq(cfg.llm_base_url, "https://api.openai.com/v1");
+        ck_assert_ptr_null(cfg.llm_base_url); /* the provider's default */
+        ck_assert_str_eq(cfg.llm_provider, "openai");
+        ck_assert_int_eq(cfg.llm_rate_max, 0);
         ck_assert_int_eq(cfg.llm_max_attempts, 5);
         ck_assert_uint_eq(cfg.llm_response_max, 8u * 1024 * 1024);
         ck_assert_int_eq(cfg.llm_context_window, 128000);
