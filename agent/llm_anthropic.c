@@ -7,8 +7,12 @@
  * assistant message. The transport is llm.c. */
 #include "llm_int.h"
 
+#include <stdint.h>
+
 #include <stdlib.h>
 #include <string.h>
+
+#include "coderq/buf.h"
 
 /* The Messages API requires max_tokens. */
 #define DEFAULT_MAX_TOKENS 8192
@@ -244,9 +248,33 @@ build_body(const llm_req_t *req, const json_t *messages, size_t *lenp)
             "messages", msgs, "tools", tools(), "tool_choice", "type", "auto");
         if (!root)
                 goto out;
-        if (system && json_array_size(system) > 0 &&
-            json_object_set(root, "system", system))
-                goto out;
+        if (system && json_array_size(system) > 0) {
+                /* One string, as SDK users write it: the texts joined. */
+                cq_buf_t buf;
+                size_t i;
+                const json_t *part;
+                char *joined;
+                bool failed = false;
+
+                cq_buf_init(&buf, SIZE_MAX / 2);
+                json_array_foreach(system, i, part)
+                {
+                        const json_t *t = json_object_get(part, "text");
+
+                        if ((i > 0 && cq_buf_append(&buf, "\n\n", 2)) ||
+                            cq_buf_append(&buf, json_string_value(t),
+                                          json_string_length(t)))
+                                failed = true;
+                }
+                joined = failed ? NULL : cq_buf_take(&buf, NULL);
+                cq_buf_release(&buf);
+                if (!joined ||
+                    json_object_set_new(root, "system", json_string(joined))) {
+                        free(joined);
+                        goto out;
+                }
+                free(joined);
+        }
         if (req->temperature >= 0 &&
             json_object_set_new(root, "temperature",
                                 json_real(req->temperature)))

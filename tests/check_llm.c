@@ -1785,10 +1785,8 @@ START_TEST(anthropic_round_trip_against_the_fake)
                 ck_assert(json_is_null(json_object_get(req, "authorization")));
         }
         req = json_object_get(json_array_get(reqs, 1), "body");
-        ck_assert_str_eq(
-            json_string_value(json_object_get(
-                json_array_get(json_object_get(req, "system"), 0), "text")),
-            "You are a careful data analyst.");
+        ck_assert_str_eq(json_string_value(json_object_get(req, "system")),
+                         "You are a careful data analyst.");
         msgs = json_object_get(req, "messages");
         ck_assert_int_eq(json_array_size(msgs), 3);
         last = json_object_get(json_array_get(msgs, 2), "content");
