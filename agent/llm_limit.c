@@ -16,10 +16,11 @@
 #include "llm_int.h"
 
 #define MAX_MODELS    256  /* further models go unlimited */
-#define CUT           0.9  /* the rate after a 429, times the measured */
+#define CUT           0.95 /* the rate after a 429, times the measured */
 #define GROWTH        0.02 /* per success: rate += GROWTH, i.e. 2%/s */
 #define MIN_RATE      1.0  /* requests/s */
 #define WINDOW_MS     1000 /* success-rate measurement window */
+#define RING          4096 /* successes remembered per model */
 #define WAIT_SLICE_MS 100  /* re-check the cancel flag this often */
 
 typedef struct model {
@@ -30,9 +31,8 @@ typedef struct model {
         int64_t paused_until_ms;
         int64_t last_cut_ms; /* replies to requests sent before: no cut */
         bool probing;        /* no measure yet: grow fast */
-        int64_t win_start_ms;
-        int64_t win_count;
-        double win_rate; /* successes/s of the last full window */
+        int64_t *ring;       /* times of the last successes, RING of them */
+        size_t ring_next;
 } model_t;
 
 struct cq_llm_limiter {
@@ -75,8 +75,10 @@ void cq_llm_limiter_destroy(cq_llm_limiter_t **limp)
 
         if (!lim)
                 return;
-        for (i = 0; i < lim->nmodels; i++)
+        for (i = 0; i < lim->nmodels; i++) {
                 free(lim->models[i].key);
+                free(lim->models[i].ring);
+        }
         pthread_cond_destroy(&lim->cond);
         pthread_mutex_destroy(&lim->lock);
         free(lim);
@@ -110,11 +112,15 @@ static model_t *find(cq_llm_limiter_t *lim, const char *key, bool create)
         m = &lim->models[lim->nmodels];
         memset(m, 0, sizeof(*m));
         m->key = strdup(key);
-        if (!m->key)
+        m->ring = calloc(RING, sizeof(*m->ring));
+        if (!m->key || !m->ring) {
+                free(m->key);
+                free(m->ring);
                 return NULL;
+        }
         m->rate = lim->rate_max;
         m->tokens = 1;
-        m->fill_ms = m->win_start_ms = cq_now_ms();
+        m->fill_ms = cq_now_ms();
         lim->nmodels++;
         return m;
 }
@@ -215,18 +221,16 @@ int llm_limiter_acquire(cq_llm_limiter_t *lim,
         return rc;
 }
 
-/* Successes per second lately: the last full window, or the current one
- * once it is long enough to say something. */
+/* Successes in the last second: what the server let through, the best
+ * guess of its limit (a low one while the model is new). */
 static double measured(const model_t *m, int64_t now)
 {
-        int64_t span = now - m->win_start_ms;
+        size_t i, n = 0;
 
-        if (span >= WINDOW_MS / 4 && m->win_count > 0) {
-                double cur = (double)m->win_count * 1000.0 / (double)span;
-
-                return cur > m->win_rate ? cur : m->win_rate;
-        }
-        return m->win_rate;
+        for (i = 0; i < RING; i++)
+                if (m->ring[i] && now - m->ring[i] < WINDOW_MS)
+                        n++;
+        return (double)n * 1000.0 / WINDOW_MS;
 }
 
 void llm_limiter_report(cq_llm_limiter_t *lim,
@@ -245,13 +249,8 @@ void llm_limiter_report(cq_llm_limiter_t *lim,
         if (!m)
                 goto out;
         if (outcome == LLM_OUTCOME_OK) {
-                if (now - m->win_start_ms >= WINDOW_MS) {
-                        m->win_rate = (double)m->win_count * 1000.0 /
-                                      (double)(now - m->win_start_ms);
-                        m->win_start_ms = now;
-                        m->win_count = 0;
-                }
-                m->win_count++;
+                m->ring[m->ring_next] = now;
+                m->ring_next = (m->ring_next + 1) % RING;
                 if (m->rate > 0) {
                         m->rate += m->probing ? 1.0 : GROWTH;
                         if (lim->rate_max > 0 && m->rate > lim->rate_max)

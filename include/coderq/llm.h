@@ -73,7 +73,7 @@ typedef enum cq_llm_stop {
  *
  * Until the first 429 or 529 of a model, requests pass at once (or at
  * most \p rate_max per second when that is set). A 429 or 529 cuts the
- * model's rate to 0.9 times what the server let through in the last
+ * model's rate to 0.95 times what the server let through in the last
  * second (at most one cut per round trip: replies to requests sent before
  * the last cut do not cut again) and, with a Retry-After, holds every
  * slot of that model until then. Each success then raises the rate by
