@@ -1455,7 +1455,10 @@ cq_err_t cq_agent_run(const cq_job_t *job,
                 result->tests_total = 0;
         cq_llm_usage_reset(llm);
         cq_llm_set_cancel(llm, opts->cancel);
-        if (cq_llm_set_model(llm, job->model) != 0) {
+        if (cq_llm_set_model(llm, job->model) != 0 ||
+            cq_llm_set_provider(llm, job->provider) != 0) {
+                if (cq_llm_set_model(llm, NULL) != 0)
+                        cq_log_warn("could not restore the configured model");
                 json_decref(run.history);
                 json_decref(run.solution);
                 return CQ_ERR_FATAL;
@@ -1493,7 +1496,11 @@ done:
         if (result->status != CQ_AGENT_ABORTED)
                 collect_created_images(&run);
         cq_llm_usage(llm, &result->prompt_tokens, &result->completion_tokens);
+        cq_llm_usage_cache(llm, &result->cache_read_tokens,
+                           &result->cache_creation_tokens);
         cq_llm_set_cancel(llm, NULL);
+        if (cq_llm_set_provider(llm, NULL) != 0)
+                cq_log_warn("could not restore the configured provider");
         if (cq_llm_set_model(llm, NULL) != 0)
                 cq_log_warn("could not restore the configured model");
         result->solution = solution_text(&run);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* llm.c - OpenAI-compatible Chat Completions over libcurl: one easy handle
- * driven through a private multi handle so a cancel flag is seen within
- * 100 ms, a capped reply buffer, bounded retries with full-jitter backoff
- * and Retry-After, and a tolerant reply parser. The API key is scrubbed
+/* llm.c - the LLM transport over libcurl: one easy handle driven through
+ * a private multi handle so a cancel flag is seen within 100 ms, a capped
+ * reply buffer, bounded retries with full-jitter backoff and Retry-After,
+ * and the hook into the worker's shared rate limiter. The wire formats
+ * live in llm_openai.c and llm_anthropic.c. The API keys are scrubbed
  * from every message this file produces. */
 #include "coderq/llm.h"
 
@@ -21,8 +22,8 @@
 #include "coderq/buf.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
+#include "llm_int.h"
 
-#define DEFAULT_BASE_URL        "https://api.openai.com/v1"
 #define DEFAULT_CONNECT_TIMEOUT 10
 #define DEFAULT_TIMEOUT         300
 #define DEFAULT_MAX_ATTEMPTS    5
@@ -31,10 +32,11 @@
 #define DEFAULT_BACKOFF_BASE_MS 500
 #define DEFAULT_BACKOFF_MAX_MS  30000
 #define CANCEL_POLL_MS          100
-#define PROVIDER_MSG_MAX        400
+#define PROVIDER_MSG_MAX        LLM_PROVIDER_MSG_MAX
+#define ANTHROPIC_VERSION       "2023-06-01"
 #define REDACTED                "[redacted]"
 
-static const char tool_description[] =
+const char cq_llm_tool_description[] =
     "Run Python code in a stateful Jupyter kernel (IPython). Variables, "
     "imports and files persist across calls; the working directory holds "
     "the task's data files, so use relative paths and save every file you "
@@ -55,13 +57,22 @@ enum attempt_kind {
         ATTEMPT_CANCELLED,
 };
 
-struct cq_llm {
-        CURL *curl;
-        CURLM *multi;
+/* What one provider's requests need. */
+struct endpoint {
         struct curl_slist *headers;
         char *url;
         char *url_shown; /* url without user:password@ and ?query */
-        char *api_key;   /* only for redaction; wiped on destroy */
+};
+
+struct cq_llm {
+        CURL *curl;
+        CURLM *multi;
+        struct endpoint ep[2]; /* by cq_llm_provider_t */
+        cq_llm_provider_t conf_provider;
+        cq_llm_provider_t provider; /* now */
+        const char *url_shown;      /* ep[provider].url_shown */
+        char *api_key;              /* only for redaction; wiped on destroy */
+        char *api_key2;             /* the anthropic key when it differs */
         char *conf_model;
         char *model_override; /* NULL: conf_model */
         cq_llm_conf_t conf;   /* string fields point at the copies above */
@@ -69,6 +80,8 @@ struct cq_llm {
         uint64_t rng;
         int64_t prompt_tokens;
         int64_t completion_tokens;
+        int64_t cache_read_tokens;
+        int64_t cache_creation_tokens;
         /* Per attempt. */
         cq_buf_t body;
         bool too_large;
@@ -80,7 +93,6 @@ struct cq_llm {
 void cq_llm_conf_init(cq_llm_conf_t *conf)
 {
         memset(conf, 0, sizeof(*conf));
-        conf->base_url = DEFAULT_BASE_URL;
         conf->temperature = -1.0;
         conf->connect_timeout_s = DEFAULT_CONNECT_TIMEOUT;
         conf->timeout_s = DEFAULT_TIMEOUT;
@@ -96,7 +108,11 @@ void cq_llm_conf_from_config(cq_llm_conf_t *conf, const cq_config_t *cfg)
         cq_llm_conf_init(conf);
         if (cfg->llm_base_url && *cfg->llm_base_url)
                 conf->base_url = cfg->llm_base_url;
+        if (cfg->llm_provider && *cfg->llm_provider &&
+            cq_llm_provider_parse(cfg->llm_provider, &conf->provider) != 0)
+                conf->provider = CQ_LLM_OPENAI; /* config.c validated it */
         conf->api_key = cfg->llm_api_key;
+        conf->anthropic_api_key = cfg->llm_anthropic_api_key;
         conf->model = cfg->llm_model;
         conf->max_tokens = cfg->llm_max_tokens;
         conf->connect_timeout_s = cfg->llm_connect_timeout_s;
@@ -182,6 +198,19 @@ static void sanitize_utf8(char *s)
         }
 }
 
+/* Redact both keys. */
+static void redact2(const cq_llm_t *llm, const char *in, char *out, size_t n)
+{
+        char tmp[1024];
+
+        if (!llm->api_key2) {
+                redact(llm->api_key, in, out, n);
+                return;
+        }
+        redact(llm->api_key, in, tmp, sizeof(tmp));
+        redact(llm->api_key2, tmp, out, n);
+}
+
 static void llm_set_error(cq_llm_t *llm, const char *fmt, ...) CQ_PRINTF(2, 3);
 
 static void llm_set_error(cq_llm_t *llm, const char *fmt, ...)
@@ -192,7 +221,7 @@ static void llm_set_error(cq_llm_t *llm, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(raw, sizeof(raw), fmt, ap);
         va_end(ap);
-        redact(llm->api_key, raw, llm->errmsg, sizeof(llm->errmsg));
+        redact2(llm, raw, llm->errmsg, sizeof(llm->errmsg));
         sanitize_utf8(llm->errmsg);
 }
 
@@ -306,14 +335,120 @@ static bool has_control_chars(const char *s)
         return false;
 }
 
+static const llm_provider_t *provider_of(cq_llm_provider_t id)
+{
+        return id == CQ_LLM_ANTHROPIC ? &cq_llm_provider_anthropic
+                                      : &cq_llm_provider_openai;
+}
+
+int cq_llm_provider_parse(const char *name, cq_llm_provider_t *providerp)
+{
+        if (name && strcmp(name, "openai") == 0) {
+                *providerp = CQ_LLM_OPENAI;
+                return 0;
+        }
+        if (name && strcmp(name, "anthropic") == 0) {
+                *providerp = CQ_LLM_ANTHROPIC;
+                return 0;
+        }
+        return -1;
+}
+
+const char *cq_llm_provider_name(cq_llm_provider_t provider)
+{
+        return provider_of(provider)->name;
+}
+
+static struct curl_slist *add_header(struct curl_slist **listp, const char *h)
+{
+        struct curl_slist *l = curl_slist_append(*listp, h);
+
+        if (l)
+                *listp = l;
+        return l;
+}
+
+/* The URL and headers of one provider. Returns 0, -1 when out of memory. */
+static int endpoint_init(struct endpoint *ep,
+                         const llm_provider_t *prov,
+                         const char *base_conf,
+                         const char *key)
+{
+        const char *base =
+            base_conf && *base_conf ? base_conf : prov->default_base;
+        size_t base_len = strlen(base), path_len, klen;
+        const char *path;
+        char *auth = NULL;
+        int rc = -1;
+
+        while (base_len && base[base_len - 1] == '/')
+                base_len--;
+        path = prov->path(base, base_len);
+        path_len = strlen(path);
+        ep->url = malloc(base_len + path_len + 1);
+        if (!ep->url)
+                goto out;
+        memcpy(ep->url, base, base_len);
+        memcpy(ep->url + base_len, path, path_len + 1);
+        ep->url_shown = shown_url(ep->url);
+        if (!ep->url_shown)
+                goto out;
+        if (!add_header(&ep->headers, "Content-Type: application/json") ||
+            !add_header(&ep->headers, "Accept: application/json") ||
+            !add_header(&ep->headers, "Expect:")) /* no 100-continue */
+                goto out;
+        if (prov->id == CQ_LLM_ANTHROPIC &&
+            !add_header(&ep->headers, "anthropic-version: " ANTHROPIC_VERSION))
+                goto out;
+        if (key && *key) {
+                const char *name = prov->id == CQ_LLM_ANTHROPIC
+                                       ? "x-api-key: "
+                                       : "Authorization: Bearer ";
+                size_t nlen = strlen(name);
+
+                klen = strlen(key);
+                auth = malloc(nlen + klen + 1);
+                if (!auth)
+                        goto out;
+                memcpy(auth, name, nlen);
+                memcpy(auth + nlen, key, klen + 1);
+                if (!add_header(&ep->headers, auth))
+                        goto out;
+        }
+        rc = 0;
+out:
+        if (auth) {
+                explicit_bzero(auth, strlen(auth));
+                free(auth);
+        }
+        return rc;
+}
+
+static void endpoint_release(struct endpoint *ep)
+{
+        struct curl_slist *h;
+
+        for (h = ep->headers; h; h = h->next)
+                explicit_bzero(h->data, strlen(h->data));
+        curl_slist_free_all(ep->headers);
+        free(ep->url);
+        free(ep->url_shown);
+        memset(ep, 0, sizeof(*ep));
+}
+
+static const char *anthropic_key(const cq_llm_conf_t *conf)
+{
+        return conf->anthropic_api_key && *conf->anthropic_api_key
+                   ? conf->anthropic_api_key
+                   : conf->api_key;
+}
+
 cq_llm_t *
 cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
 {
         cq_llm_t *llm = NULL;
-        const char *base = conf->base_url && *conf->base_url ? conf->base_url
-                                                             : DEFAULT_BASE_URL;
-        size_t base_len = strlen(base);
-        char *auth = NULL;
+        const char *base = conf->base_url;
+        const char *akey = anthropic_key(conf);
         char ua[64];
         bool ok = false;
 
@@ -324,7 +459,8 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
                                  "configured (CODERQ_LLM_MODEL)");
                 return NULL;
         }
-        if (conf->api_key && has_control_chars(conf->api_key)) {
+        if ((conf->api_key && has_control_chars(conf->api_key)) ||
+            (akey && has_control_chars(akey))) {
                 if (errstr)
                         snprintf(errstr, errstr_size,
                                  "could not create LLM client: the API key "
@@ -332,9 +468,7 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
                                  "newline?)");
                 return NULL;
         }
-        while (base_len && base[base_len - 1] == '/')
-                base_len--;
-        if (strncmp(base, "http://", 7) != 0 &&
+        if (base && *base && strncmp(base, "http://", 7) != 0 &&
             strncmp(base, "https://", 8) != 0) {
                 if (errstr)
                         snprintf(errstr, errstr_size,
@@ -343,35 +477,45 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
                                  base);
                 return NULL;
         }
+        if (conf->provider != CQ_LLM_OPENAI &&
+            conf->provider != CQ_LLM_ANTHROPIC) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create LLM client: unknown "
+                                 "provider %d",
+                                 (int)conf->provider);
+                return NULL;
+        }
         llm = calloc(1, sizeof(*llm));
         if (!llm)
                 goto out;
         llm->conf = *conf;
+        llm->conf_provider = llm->provider = conf->provider;
         cq_buf_init(&llm->body, conf->response_max ? conf->response_max
                                                    : DEFAULT_RESPONSE_MAX);
         llm->retry_after_ms = -1;
-        llm->url = malloc(base_len + sizeof("/chat/completions"));
         llm->conf_model = strdup(conf->model);
-        if (!llm->url || !llm->conf_model)
+        if (!llm->conf_model)
                 goto out;
-        memcpy(llm->url, base, base_len);
-        memcpy(llm->url + base_len, "/chat/completions",
-               sizeof("/chat/completions"));
-        llm->url_shown = shown_url(llm->url);
-        if (!llm->url_shown)
+        if (endpoint_init(&llm->ep[CQ_LLM_OPENAI], &cq_llm_provider_openai,
+                          base, conf->api_key) != 0 ||
+            endpoint_init(&llm->ep[CQ_LLM_ANTHROPIC],
+                          &cq_llm_provider_anthropic, base, akey) != 0)
                 goto out;
+        llm->url_shown = llm->ep[llm->provider].url_shown;
         if (conf->api_key && *conf->api_key) {
-                size_t klen = strlen(conf->api_key);
-
                 llm->api_key = strdup(conf->api_key);
-                auth = malloc(klen + sizeof("Authorization: Bearer "));
-                if (!llm->api_key || !auth)
+                if (!llm->api_key)
                         goto out;
-                memcpy(auth, "Authorization: Bearer ", 22);
-                memcpy(auth + 22, conf->api_key, klen + 1);
         }
-        llm->conf.base_url = NULL; /* only the url is kept */
+        if (akey && *akey && akey != conf->api_key) {
+                llm->api_key2 = strdup(akey);
+                if (!llm->api_key2)
+                        goto out;
+        }
+        llm->conf.base_url = NULL; /* only the urls are kept */
         llm->conf.api_key = NULL;
+        llm->conf.anthropic_api_key = NULL;
         llm->conf.model = NULL;
         if (llm->conf.connect_timeout_s <= 0)
                 llm->conf.connect_timeout_s = DEFAULT_CONNECT_TIMEOUT;
@@ -388,31 +532,12 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
         llm->rng = (uint64_t)cq_now_ms() ^ ((uint64_t)(uintptr_t)llm << 16) ^
                    ((uint64_t)getpid() << 40) ^ 0x9e3779b97f4a7c15ULL;
 
-        llm->headers =
-            curl_slist_append(NULL, "Content-Type: application/json");
-        if (!llm->headers)
-                goto out;
-#define ADD_HEADER(h)                                                          \
-        do {                                                                   \
-                struct curl_slist *l = curl_slist_append(llm->headers, (h));   \
-                if (!l)                                                        \
-                        goto out;                                              \
-                llm->headers = l;                                              \
-        } while (0)
-        ADD_HEADER("Accept: application/json");
-        ADD_HEADER("Expect:"); /* no 100-continue round trip */
-        if (auth)
-                ADD_HEADER(auth);
-#undef ADD_HEADER
-
         llm->curl = curl_easy_init();
         llm->multi = curl_multi_init();
         if (!llm->curl || !llm->multi)
                 goto out;
         snprintf(ua, sizeof(ua), "coderq/%s", CQ_VERSION);
-        if (curl_easy_setopt(llm->curl, CURLOPT_URL, llm->url) ||
-            curl_easy_setopt(llm->curl, CURLOPT_NOSIGNAL, 1L) ||
-            curl_easy_setopt(llm->curl, CURLOPT_HTTPHEADER, llm->headers) ||
+        if (curl_easy_setopt(llm->curl, CURLOPT_NOSIGNAL, 1L) ||
             curl_easy_setopt(llm->curl, CURLOPT_USERAGENT, ua) ||
             curl_easy_setopt(llm->curl, CURLOPT_ACCEPT_ENCODING, "") ||
             curl_easy_setopt(llm->curl, CURLOPT_CONNECTTIMEOUT,
@@ -428,10 +553,6 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
                 goto out;
         ok = true;
 out:
-        if (auth) {
-                explicit_bzero(auth, strlen(auth));
-                free(auth);
-        }
         if (!ok) {
                 if (errstr)
                         snprintf(errstr, errstr_size,
@@ -445,7 +566,6 @@ out:
 void cq_llm_destroy(cq_llm_t **llmp)
 {
         cq_llm_t *llm = *llmp;
-        struct curl_slist *h;
 
         if (!llm)
                 return;
@@ -453,21 +573,35 @@ void cq_llm_destroy(cq_llm_t **llmp)
                 curl_multi_cleanup(llm->multi);
         if (llm->curl)
                 curl_easy_cleanup(llm->curl);
-        for (h = llm->headers; h; h = h->next)
-                explicit_bzero(h->data, strlen(h->data));
-        curl_slist_free_all(llm->headers);
+        endpoint_release(&llm->ep[0]);
+        endpoint_release(&llm->ep[1]);
         if (llm->api_key) {
                 explicit_bzero(llm->api_key, strlen(llm->api_key));
                 free(llm->api_key);
         }
-        free(llm->url);
-        free(llm->url_shown);
+        if (llm->api_key2) {
+                explicit_bzero(llm->api_key2, strlen(llm->api_key2));
+                free(llm->api_key2);
+        }
         free(llm->conf_model);
         free(llm->model_override);
         cq_buf_release(&llm->body);
         free(llm);
         *llmp = NULL;
 }
+
+int cq_llm_set_provider(cq_llm_t *llm, const char *name)
+{
+        cq_llm_provider_t provider = llm->conf_provider;
+
+        if (name && cq_llm_provider_parse(name, &provider) != 0)
+                return -1;
+        llm->provider = provider;
+        llm->url_shown = llm->ep[provider].url_shown;
+        return 0;
+}
+
+cq_llm_provider_t cq_llm_provider(const cq_llm_t *llm) { return llm->provider; }
 
 int cq_llm_set_model(cq_llm_t *llm, const char *model)
 {
@@ -503,10 +637,22 @@ void cq_llm_usage(const cq_llm_t *llm,
                 *completion_tokensp = llm->completion_tokens;
 }
 
+void cq_llm_usage_cache(const cq_llm_t *llm,
+                        int64_t *cache_readp,
+                        int64_t *cache_creationp)
+{
+        if (cache_readp)
+                *cache_readp = llm->cache_read_tokens;
+        if (cache_creationp)
+                *cache_creationp = llm->cache_creation_tokens;
+}
+
 void cq_llm_usage_reset(cq_llm_t *llm)
 {
         llm->prompt_tokens = 0;
         llm->completion_tokens = 0;
+        llm->cache_read_tokens = 0;
+        llm->cache_creation_tokens = 0;
 }
 
 /* --- tools and estimates -------------------------------------------- */
@@ -516,8 +662,8 @@ json_t *cq_llm_tools_json(void)
         return json_pack(
             "[{s:s, s:{s:s, s:s, s:{s:s, s:{s:{s:s, s:s}}, s:[s], s:b}}}]",
             "type", "function", "function", "name", CQ_LLM_TOOL_NAME,
-            "description", tool_description, "parameters", "type", "object",
-            "properties", "code", "type", "string", "description",
+            "description", cq_llm_tool_description, "parameters", "type",
+            "object", "properties", "code", "type", "string", "description",
             "the Python code to run as one notebook cell", "required", "code",
             "additionalProperties", 0);
 }
@@ -613,10 +759,7 @@ int64_t cq_llm_estimate_tokens(const json_t *messages)
 
 /* --- reply parsing -------------------------------------------------- */
 
-static void set_errstr(char *errstr, size_t errstr_size, const char *fmt, ...)
-    CQ_PRINTF(3, 4);
-
-static void set_errstr(char *errstr, size_t errstr_size, const char *fmt, ...)
+void llm_set_errstr(char *errstr, size_t errstr_size, const char *fmt, ...)
 {
         va_list ap;
 
@@ -627,9 +770,7 @@ static void set_errstr(char *errstr, size_t errstr_size, const char *fmt, ...)
         va_end(ap);
 }
 
-static char *dup_printf(const char *fmt, ...) CQ_PRINTF(1, 2);
-
-static char *dup_printf(const char *fmt, ...)
+char *llm_dup_printf(const char *fmt, ...)
 {
         va_list ap;
         char *s;
@@ -649,9 +790,7 @@ static char *dup_printf(const char *fmt, ...)
         return s;
 }
 
-/* Fill call->code or call->error from call->name and call->arguments.
- * Returns -1 only when out of memory. */
-static int parse_code(cq_llm_tool_call_t *call)
+int llm_parse_code(cq_llm_tool_call_t *call)
 {
         json_t *args = NULL;
         const json_t *code;
@@ -659,9 +798,10 @@ static int parse_code(cq_llm_tool_call_t *call)
         int rc = -1;
 
         if (strcmp(call->name, CQ_LLM_TOOL_NAME) != 0) {
-                call->error = dup_printf("unknown tool \"%.100s\"; the only "
-                                         "tool is " CQ_LLM_TOOL_NAME,
-                                         call->name);
+                call->error =
+                    llm_dup_printf("unknown tool \"%.100s\"; the only "
+                                   "tool is " CQ_LLM_TOOL_NAME,
+                                   call->name);
                 goto done;
         }
         if (!call->arguments) {
@@ -670,9 +810,9 @@ static int parse_code(cq_llm_tool_call_t *call)
         }
         args = json_loads(call->arguments, 0, &jerr);
         if (!args) {
-                call->error = dup_printf("arguments are not valid JSON: %s "
-                                         "(at character %d)",
-                                         jerr.text, jerr.position);
+                call->error = llm_dup_printf("arguments are not valid JSON: %s "
+                                             "(at character %d)",
+                                             jerr.text, jerr.position);
                 goto done;
         }
         if (!json_is_object(args)) {
@@ -696,7 +836,7 @@ out:
         return rc;
 }
 
-static int64_t usage_value(const json_t *usage, const char *key)
+int64_t llm_usage_value(const json_t *usage, const char *key)
 {
         const json_t *v = json_object_get(usage, key);
 
@@ -708,9 +848,7 @@ static int64_t usage_value(const json_t *usage, const char *key)
         return 0;
 }
 
-/* A provider's own words about a failure: error.message, error (a string),
- * message or detail; NULL when the body holds none of them. */
-static const char *provider_message(const json_t *root)
+const char *llm_provider_message(const json_t *root)
 {
         const json_t *error = json_object_get(root, "error");
         const json_t *v;
@@ -729,177 +867,6 @@ static const char *provider_message(const json_t *root)
         if (json_is_string(v))
                 return json_string_value(v);
         return NULL;
-}
-
-static int parse_tool_calls(const json_t *calls,
-                            cq_llm_reply_t *reply,
-                            char *errstr,
-                            size_t errstr_size)
-{
-        size_t i, n;
-        const json_t *call;
-
-        if (!calls || json_is_null(calls))
-                return 0;
-        if (!json_is_array(calls)) {
-                set_errstr(errstr, errstr_size,
-                           "invalid reply: message.tool_calls is not an "
-                           "array");
-                return -1;
-        }
-        n = json_array_size(calls);
-        if (n == 0)
-                return 0;
-        reply->calls = calloc(n, sizeof(*reply->calls));
-        if (!reply->calls)
-                goto oom;
-        json_array_foreach(calls, i, call)
-        {
-                cq_llm_tool_call_t *out = &reply->calls[i];
-                const json_t *id = json_object_get(call, "id");
-                const json_t *fn = json_object_get(call, "function");
-                const json_t *name = json_object_get(fn, "name");
-                const json_t *args = json_object_get(fn, "arguments");
-
-                if (!json_is_object(call)) {
-                        set_errstr(errstr, errstr_size,
-                                   "invalid reply: tool_calls[%zu] is not "
-                                   "an object",
-                                   i);
-                        return -1;
-                }
-                if (!json_is_string(id) || !*json_string_value(id)) {
-                        set_errstr(errstr, errstr_size,
-                                   "invalid reply: tool_calls[%zu] has no "
-                                   "id",
-                                   i);
-                        return -1;
-                }
-                if (!json_is_object(fn) || !json_is_string(name)) {
-                        set_errstr(errstr, errstr_size,
-                                   "invalid reply: tool_calls[%zu] has no "
-                                   "function name",
-                                   i);
-                        return -1;
-                }
-                reply->ncalls = i + 1; /* release frees what is set */
-                out->id = strdup(json_string_value(id));
-                out->name = strdup(json_string_value(name));
-                if (!out->id || !out->name)
-                        goto oom;
-                if (json_is_string(args)) {
-                        out->arguments = strdup(json_string_value(args));
-                        if (!out->arguments)
-                                goto oom;
-                } else if (json_is_object(args)) {
-                        /* Some servers send the object itself. */
-                        out->arguments = json_dumps(args, JSON_COMPACT);
-                        if (!out->arguments)
-                                goto oom;
-                } else if (args && !json_is_null(args)) {
-                        out->error = strdup("arguments are neither a JSON "
-                                            "string nor an object");
-                        if (!out->error)
-                                goto oom;
-                        continue;
-                }
-                if (parse_code(out) != 0)
-                        goto oom;
-        }
-        return 0;
-oom:
-        set_errstr(errstr, errstr_size, "could not parse reply: out of memory");
-        return -1;
-}
-
-int cq_llm_parse_reply(const char *body,
-                       size_t len,
-                       cq_llm_reply_t *reply,
-                       char *errstr,
-                       size_t errstr_size)
-{
-        json_t *root = NULL;
-        const json_t *choices, *choice, *v, *usage;
-        json_t *message;
-        json_error_t jerr;
-        int rc = -1;
-
-        cq_llm_reply_init(reply);
-        if (!body) {
-                set_errstr(errstr, errstr_size, "invalid reply: empty body");
-                goto out;
-        }
-        root = json_loadb(body, len, 0, &jerr);
-        if (!root) {
-                set_errstr(errstr, errstr_size,
-                           "invalid reply: not valid JSON: %s (at byte %d "
-                           "of %zu)",
-                           jerr.text, jerr.position, len);
-                goto out;
-        }
-        if (!json_is_object(root)) {
-                set_errstr(errstr, errstr_size,
-                           "invalid reply: not a JSON object");
-                goto out;
-        }
-        choices = json_object_get(root, "choices");
-        if (!json_is_array(choices) || json_array_size(choices) == 0) {
-                const char *pm = provider_message(root);
-
-                if (pm)
-                        set_errstr(errstr, errstr_size,
-                                   "invalid reply: no choices; the server "
-                                   "said: %.*s",
-                                   PROVIDER_MSG_MAX, pm);
-                else
-                        set_errstr(errstr, errstr_size, "invalid reply: %s",
-                                   choices ? "choices is not a non-empty "
-                                             "array"
-                                           : "no choices");
-                goto out;
-        }
-        choice = json_array_get(choices, 0);
-        message = json_object_get(choice, "message");
-        if (!json_is_object(message)) {
-                set_errstr(errstr, errstr_size,
-                           "invalid reply: choices[0].message is missing or "
-                           "not an object");
-                goto out;
-        }
-        reply->message = json_incref(message);
-        v = json_object_get(message, "content");
-        if (json_is_string(v))
-                reply->content = json_string_value(v);
-        v = json_object_get(message, "reasoning_content");
-        if (!json_is_string(v))
-                v = json_object_get(message, "reasoning");
-        if (json_is_string(v))
-                reply->reasoning = json_string_value(v);
-        v = json_object_get(choice, "finish_reason");
-        if (json_is_string(v)) {
-                reply->finish_reason = strdup(json_string_value(v));
-                if (!reply->finish_reason) {
-                        set_errstr(errstr, errstr_size,
-                                   "could not parse reply: out of memory");
-                        goto out;
-                }
-        }
-        if (parse_tool_calls(json_object_get(message, "tool_calls"), reply,
-                             errstr, errstr_size) != 0)
-                goto out;
-        usage = json_object_get(root, "usage");
-        if (json_is_object(usage)) {
-                reply->has_usage = true;
-                reply->prompt_tokens = usage_value(usage, "prompt_tokens");
-                reply->completion_tokens =
-                    usage_value(usage, "completion_tokens");
-        }
-        rc = 0;
-out:
-        json_decref(root);
-        if (rc != 0)
-                cq_llm_reply_release(reply);
-        return rc;
 }
 
 int64_t cq_llm_parse_retry_after(const char *value, int64_t now)
@@ -940,49 +907,6 @@ int64_t cq_llm_parse_retry_after(const char *value, int64_t now)
 static bool cancelled(const cq_llm_t *llm)
 {
         return llm->cancel && atomic_load(llm->cancel) != 0;
-}
-
-/* The body: {"messages": <verbatim>, "model", "max_tokens", ...}. The
- * messages are serialised separately so that the caller's const history is
- * never copied or modified. */
-static char *build_body(cq_llm_t *llm, const json_t *messages, size_t *lenp)
-{
-        json_t *head = NULL;
-        char *head_text = NULL, *msgs_text = NULL, *body = NULL;
-        size_t hlen, mlen;
-
-        head = json_pack("{s:s, s:o, s:s, s:b}", "model", cq_llm_model(llm),
-                         "tools", cq_llm_tools_json(), "tool_choice", "auto",
-                         "stream", 0);
-        if (!head)
-                goto out;
-        if (llm->conf.max_tokens > 0 &&
-            json_object_set_new(head, "max_tokens",
-                                json_integer(llm->conf.max_tokens)))
-                goto out;
-        if (llm->conf.temperature >= 0 &&
-            json_object_set_new(head, "temperature",
-                                json_real(llm->conf.temperature)))
-                goto out;
-        head_text = json_dumps(head, JSON_COMPACT);
-        msgs_text = json_dumps(messages, JSON_COMPACT);
-        if (!head_text || !msgs_text)
-                goto out;
-        hlen = strlen(head_text); /* "{...}" with at least one member */
-        mlen = strlen(msgs_text);
-        body = malloc(sizeof("{\"messages\":,") + mlen + hlen);
-        if (!body)
-                goto out;
-        memcpy(body, "{\"messages\":", 12);
-        memcpy(body + 12, msgs_text, mlen);
-        body[12 + mlen] = ',';
-        memcpy(body + 13 + mlen, head_text + 1, hlen); /* with its NUL */
-        *lenp = 12 + mlen + hlen;
-out:
-        json_decref(head);
-        free(head_text);
-        free(msgs_text);
-        return body;
 }
 
 static bool curl_code_transient(CURLcode code)
@@ -1061,9 +985,22 @@ static void describe_body(const cq_llm_t *llm, char *out, size_t out_size)
                 return;
         root = json_loadb(llm->body.data, llm->body.len, 0, NULL);
         if (root)
-                pm = provider_message(root);
+                pm = llm_provider_message(root);
         if (pm) {
-                snprintf(out, out_size, "%.*s", PROVIDER_MSG_MAX, pm);
+                const json_t *err = json_object_get(root, "error");
+                const char *type =
+                    json_string_value(json_object_get(err, "type"));
+
+                /* Anthropic names the kind ("overloaded_error"); OpenAI's
+                 * types say little beyond the status */
+                if (type && *type &&
+                    json_is_string(json_object_get(root, "type")) &&
+                    strcmp(json_string_value(json_object_get(root, "type")),
+                           "error") == 0)
+                        snprintf(out, out_size, "%.*s: %.*s", 64, type,
+                                 PROVIDER_MSG_MAX, pm);
+                else
+                        snprintf(out, out_size, "%.*s", PROVIDER_MSG_MAX, pm);
         } else {
                 n = llm->body.len < PROVIDER_MSG_MAX ? llm->body.len
                                                      : PROVIDER_MSG_MAX;
@@ -1087,19 +1024,25 @@ static enum attempt_kind attempt(cq_llm_t *llm,
                                  cq_llm_reply_t *reply,
                                  char *why,
                                  size_t why_size,
-                                 int64_t *retry_after_msp)
+                                 int64_t *retry_after_msp,
+                                 long *statusp)
 {
         CURLcode code;
         long status = 0;
         bool was_cancelled;
-        char detail[PROVIDER_MSG_MAX + 1];
+        char detail[PROVIDER_MSG_MAX + 72];
 
         cq_buf_reset(&llm->body);
         llm->too_large = false;
         llm->retry_after_ms = -1;
         llm->curl_err[0] = '\0';
         *retry_after_msp = -1;
-        if (curl_easy_setopt(llm->curl, CURLOPT_POSTFIELDS, body) ||
+        *statusp = 0;
+        if (curl_easy_setopt(llm->curl, CURLOPT_URL,
+                             llm->ep[llm->provider].url) ||
+            curl_easy_setopt(llm->curl, CURLOPT_HTTPHEADER,
+                             llm->ep[llm->provider].headers) ||
+            curl_easy_setopt(llm->curl, CURLOPT_POSTFIELDS, body) ||
             curl_easy_setopt(llm->curl, CURLOPT_POSTFIELDSIZE_LARGE,
                              (curl_off_t)body_len)) {
                 snprintf(why, why_size, "libcurl refused the request body");
@@ -1126,14 +1069,16 @@ static enum attempt_kind attempt(cq_llm_t *llm,
         }
         curl_easy_getinfo(llm->curl, CURLINFO_RESPONSE_CODE, &status);
         if (status >= 200 && status < 300) {
-                if (cq_llm_parse_reply(llm->body.data, llm->body.len, reply,
-                                       why, why_size) != 0)
+                if (provider_of(llm->provider)
+                        ->parse_reply(llm->body.data, llm->body.len, reply, why,
+                                      why_size) != 0)
                         return ATTEMPT_INVALID;
                 return ATTEMPT_OK;
         }
         describe_body(llm, detail, sizeof(detail));
         snprintf(why, why_size, "HTTP %ld%s%s", status, detail[0] ? ": " : "",
                  detail);
+        *statusp = status;
         if (status == 429 || status == 408 || status >= 500) {
                 *retry_after_msp = llm->retry_after_ms;
                 return ATTEMPT_TRANSIENT;
@@ -1191,7 +1136,9 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
         char *body = NULL;
         size_t body_len = 0;
         char why[1024], shown[1024];
-        int64_t waited_ms = 0, budget_ms, retry_after_ms, delay;
+        int64_t waited_ms = 0, budget_ms, retry_after_ms, delay, sent_ms;
+        long status = 0;
+        char key[300];
         enum attempt_kind kind = ATTEMPT_FATAL;
         int n, attempts = 0, max_attempts = (int)llm->conf.max_attempts;
 
@@ -1202,13 +1149,15 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                                    "a non-empty array");
                 return CQ_ERR_FATAL;
         }
-        body = build_body(llm, messages, &body_len);
+        body = cq_llm_request_body(llm, messages, &body_len);
         if (!body) {
                 llm_set_error(llm, "could not build the LLM request: out of "
                                    "memory");
                 return CQ_ERR_FATAL;
         }
         budget_ms = llm->conf.max_wait_s * 1000;
+        snprintf(key, sizeof(key), "%s:%s", cq_llm_provider_name(llm->provider),
+                 cq_llm_model(llm));
         for (n = 1; n <= max_attempts; n++) {
                 attempts = n;
                 if (cancelled(llm)) {
@@ -1216,11 +1165,45 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                         snprintf(why, sizeof(why), "request cancelled");
                         break;
                 }
+                if (llm->conf.limiter) {
+                        int64_t t0 = cq_now_ms(), need = 0;
+                        int lr = llm_limiter_acquire(llm->conf.limiter, key,
+                                                     t0 + budget_ms - waited_ms,
+                                                     llm->cancel, &need);
+
+                        if (lr < 0) {
+                                kind = ATTEMPT_CANCELLED;
+                                snprintf(why, sizeof(why), "request cancelled");
+                                break;
+                        }
+                        if (lr > 0) {
+                                kind = ATTEMPT_TRANSIENT;
+                                snprintf(why, sizeof(why),
+                                         "the shared rate limit of model %s "
+                                         "needs a wait of %" PRId64
+                                         " ms, beyond the retry budget "
+                                         "(CODERQ_LLM_MAX_WAIT_S)",
+                                         cq_llm_model(llm), need);
+                                break;
+                        }
+                        waited_ms += cq_now_ms() - t0;
+                }
+                sent_ms = cq_now_ms();
                 kind = attempt(llm, body, body_len, reply, why, sizeof(why),
-                               &retry_after_ms);
+                               &retry_after_ms, &status);
+                if (llm->conf.limiter)
+                        llm_limiter_report(llm->conf.limiter, key, sent_ms,
+                                           kind == ATTEMPT_OK ? LLM_OUTCOME_OK
+                                           : status == 429 || status == 529
+                                               ? LLM_OUTCOME_LIMITED
+                                               : LLM_OUTCOME_NEUTRAL,
+                                           retry_after_ms);
                 if (kind == ATTEMPT_OK) {
                         llm->prompt_tokens += reply->prompt_tokens;
                         llm->completion_tokens += reply->completion_tokens;
+                        llm->cache_read_tokens += reply->cache_read_tokens;
+                        llm->cache_creation_tokens +=
+                            reply->cache_creation_tokens;
                         rc = CQ_OK;
                         goto out;
                 }
@@ -1245,7 +1228,7 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                         if (delay > budget_ms - waited_ms)
                                 delay = budget_ms - waited_ms;
                 }
-                redact(llm->api_key, why, shown, sizeof(shown));
+                redact2(llm, why, shown, sizeof(shown));
                 sanitize_utf8(shown);
                 {
                         char attempt_text[32], delay_text[32];
@@ -1307,4 +1290,65 @@ out:
         reply->attempts = attempts;
         free(body);
         return rc;
+}
+
+/* --- provider dispatch ---------------------------------------------- */
+
+char *cq_llm_request_body(cq_llm_t *llm, const json_t *messages, size_t *lenp)
+{
+        llm_req_t req;
+
+        req.model = cq_llm_model(llm);
+        req.max_tokens = llm->conf.max_tokens;
+        req.temperature = llm->conf.temperature;
+        return provider_of(llm->provider)->build_body(&req, messages, lenp);
+}
+
+int cq_llm_parse_reply(const char *body,
+                       size_t len,
+                       cq_llm_reply_t *reply,
+                       char *errstr,
+                       size_t errstr_size)
+{
+        return cq_llm_provider_openai.parse_reply(body, len, reply, errstr,
+                                                  errstr_size);
+}
+
+int cq_llm_parse_reply_as(cq_llm_provider_t provider,
+                          const char *body,
+                          size_t len,
+                          cq_llm_reply_t *reply,
+                          char *errstr,
+                          size_t errstr_size)
+{
+        return provider_of(provider)->parse_reply(body, len, reply, errstr,
+                                                  errstr_size);
+}
+
+cq_llm_stop_t llm_stop_from(const char *reason)
+{
+        static const struct {
+                const char *name;
+                cq_llm_stop_t stop;
+        } map[] = {
+            {"stop", CQ_LLM_STOP_END},
+            {"end_turn", CQ_LLM_STOP_END},
+            {"stop_sequence", CQ_LLM_STOP_END},
+            {"tool_calls", CQ_LLM_STOP_TOOL_USE},
+            {"function_call", CQ_LLM_STOP_TOOL_USE},
+            {"tool_use", CQ_LLM_STOP_TOOL_USE},
+            {"length", CQ_LLM_STOP_MAX_TOKENS},
+            {"max_tokens", CQ_LLM_STOP_MAX_TOKENS},
+            {"model_context_window_exceeded", CQ_LLM_STOP_MAX_TOKENS},
+            {"refusal", CQ_LLM_STOP_REFUSAL},
+            {"content_filter", CQ_LLM_STOP_REFUSAL},
+        };
+        size_t i;
+
+        if (!reason)
+                return CQ_LLM_STOP_NONE;
+        for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+                if (strcmp(reason, map[i].name) == 0)
+                        return map[i].stop;
+        return CQ_LLM_STOP_OTHER;
 }

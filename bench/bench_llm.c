@@ -3,8 +3,16 @@
  * OpenAI-compatible server (the fake, no latency) with a realistic
  * 24-message history, and of cq_llm_parse_reply() on a recorded reply.
  * Run by scripts/bench/llm.sh, which also runs the anchor. Prints one JSON
- * object. */
+ * object.
+ *
+ * "bench_llm rate BASE_URL THREADS SECONDS LIMITER" is the rate-limit
+ * phase: THREADS clients (the Messages API format) call a fake that
+ * enforces a request rate, for SECONDS, sharing one limiter when LIMITER
+ * is 1 or each on its own (today's per-call retry only) when 0. Prints
+ * {"calls_ok", "calls_failed", "seconds", "limiter_cuts"}. */
 #include <curl/curl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +74,88 @@ static json_t *history(void)
         return msgs;
 }
 
+/* --- the rate-limit phase ------------------------------------------ */
+
+typedef struct rate_arg {
+        cq_llm_conf_t conf;
+        atomic_int *stop; /* raised at the end: waits and requests end */
+        long ok, failed;
+} rate_arg_t;
+
+static void *rate_thread(void *opaque)
+{
+        rate_arg_t *arg = opaque;
+        cq_llm_t *llm = cq_llm_new(&arg->conf, NULL, 0);
+        json_t *msgs =
+            json_pack("[{s:s, s:s}]", "role", "user", "content", "Say hello.");
+        cq_llm_reply_t reply;
+
+        cq_llm_reply_init(&reply);
+        if (llm)
+                cq_llm_set_cancel(llm, arg->stop);
+        while (llm && msgs && !atomic_load(arg->stop)) {
+                cq_err_t err = cq_llm_chat(llm, msgs, &reply);
+
+                if (err == CQ_OK)
+                        arg->ok++;
+                else if (!atomic_load(arg->stop))
+                        arg->failed++;
+                cq_llm_reply_release(&reply);
+        }
+        if (!llm)
+                arg->failed++;
+        json_decref(msgs);
+        cq_llm_destroy(&llm);
+        return NULL;
+}
+
+static int rate_phase(const char *base, int threads, double secs, int use)
+{
+        cq_llm_limiter_t *lim = use ? cq_llm_limiter_new(0) : NULL;
+        rate_arg_t *args = calloc((size_t)threads, sizeof(*args));
+        pthread_t *tids = calloc((size_t)threads, sizeof(*tids));
+        double t0 = now_s(), t1;
+        long ok = 0, failed = 0;
+        int64_t cuts = 0;
+        atomic_int stop = 0;
+        struct timespec ts;
+        int i;
+
+        if (!args || !tids || (use && !lim))
+                return 1;
+        for (i = 0; i < threads; i++) {
+                cq_llm_conf_init(&args[i].conf);
+                args[i].conf.provider = CQ_LLM_ANTHROPIC;
+                args[i].conf.base_url = base;
+                args[i].conf.model = "claude-haiku-4-5";
+                args[i].conf.max_tokens = 256;
+                args[i].conf.limiter = lim;
+                args[i].stop = &stop;
+                if (pthread_create(&tids[i], NULL, rate_thread, &args[i]))
+                        return 1;
+        }
+        ts.tv_sec = (time_t)secs;
+        ts.tv_nsec = (long)((secs - (double)ts.tv_sec) * 1e9);
+        while (nanosleep(&ts, &ts) != 0)
+                ;
+        atomic_store(&stop, 1);
+        t1 = now_s();
+        for (i = 0; i < threads; i++) {
+                pthread_join(tids[i], NULL);
+                ok += args[i].ok;
+                failed += args[i].failed;
+        }
+        if (lim)
+                cq_llm_limiter_stats(lim, &cuts, NULL);
+        printf("{\"calls_ok\": %ld, \"calls_failed\": %ld, \"seconds\": "
+               "%.3f, \"limiter_cuts\": %lld}\n",
+               ok, failed, t1 - t0, (long long)cuts);
+        cq_llm_limiter_destroy(&lim);
+        free(args);
+        free(tids);
+        return 0;
+}
+
 int main(int argc, char **argv)
 {
         cq_llm_conf_t conf;
@@ -79,6 +169,16 @@ int main(int argc, char **argv)
         char body[8192];
         size_t len;
 
+        if (argc == 6 && strcmp(argv[1], "rate") == 0) {
+                int rc;
+
+                curl_global_init(CURL_GLOBAL_DEFAULT);
+                rc = rate_phase(argv[2], (int)strtol(argv[3], NULL, 10),
+                                strtod(argv[4], NULL),
+                                (int)strtol(argv[5], NULL, 10));
+                curl_global_cleanup();
+                return rc;
+        }
         if (argc != 4) {
                 fprintf(stderr, "usage: %s BASE_URL CALLS REPLY.json\n",
                         argv[0]);

@@ -30,13 +30,28 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_KAFKA_BROKERS", NULL, "kafka-brokers", CQ_CFG_STRING,
      F(kafka_brokers), "127.0.0.1:9092", 0, 0, NULL,
      "Kafka bootstrap servers, comma-separated host:port"},
+    {"CODERQ_LLM_PROVIDER", NULL, "llm-provider", CQ_CFG_CHOICE,
+     F(llm_provider), "openai", 0, 0, "openai|anthropic",
+     "wire format of the LLM API: openai (Chat Completions) or anthropic "
+     "(Messages API); a job's \"provider\" overrides it"},
     {"CODERQ_LLM_BASE_URL", NULL, "llm-base-url", CQ_CFG_STRING,
-     F(llm_base_url), "https://api.openai.com/v1", 0, 0, NULL,
-     "base URL of an OpenAI-compatible API (OpenAI, DeepSeek, vLLM, Ollama, "
-     "llama.cpp); requests go to BASE/chat/completions"},
+     F(llm_base_url), NULL, 0, 0, NULL,
+     "base URL of the LLM API for every provider (unset: "
+     "https://api.openai.com/v1 or https://api.anthropic.com); openai "
+     "requests go to BASE/chat/completions, anthropic ones to "
+     "BASE/v1/messages (BASE/messages when BASE ends in /v1)"},
     {"CODERQ_LLM_API_KEY", "OPENAI_API_KEY", "llm-api-key", CQ_CFG_SECRET,
      F(llm_api_key), NULL, 0, 0, NULL,
-     "API key sent as a Bearer token (unset: no Authorization header)"},
+     "API key: a Bearer token for openai, x-api-key for anthropic unless "
+     "CODERQ_LLM_ANTHROPIC_API_KEY is set (unset: no key header)"},
+    {"CODERQ_LLM_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY",
+     "llm-anthropic-api-key", CQ_CFG_SECRET, F(llm_anthropic_api_key), NULL, 0,
+     0, NULL,
+     "API key for anthropic requests, preferred to CODERQ_LLM_API_KEY"},
+    {"CODERQ_LLM_RATE_MAX", NULL, "llm-rate-max", CQ_CFG_INT, F(llm_rate_max),
+     "0", 0, 1000000, NULL,
+     "ceiling of the requests per second a worker sends per model, shared "
+     "by its slots (0: none; the rate still adapts to 429 and 529)"},
     {"CODERQ_LLM_MODEL", NULL, "llm-model", CQ_CFG_STRING, F(llm_model),
      "gpt-4o-mini", 0, 0, NULL, "model name (a job's \"model\" overrides it)"},
     {"CODERQ_LLM_MAX_TOKENS", NULL, "llm-max-tokens", CQ_CFG_INT,

@@ -68,6 +68,7 @@ void cq_job_release(cq_job_t *job)
         free(job->run_id);
         free(job->parent_job_id);
         free(job->backend);
+        free(job->provider);
         free(job->model);
         free(job->system_prompt);
         free(job->memory.scope);
@@ -705,6 +706,20 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
                         return -1;
                 }
                 if (dup_string(value, &job->backend))
+                        goto oom;
+        }
+        if (get_opt_string(spec, "provider", "provider", &value, errstr,
+                           errstr_size))
+                return -1;
+        if (value) {
+                if (strcmp(json_string_value(value), "openai") != 0 &&
+                    strcmp(json_string_value(value), "anthropic") != 0) {
+                        set_err(errstr, errstr_size,
+                                "field \"provider\" must be \"openai\" or "
+                                "\"anthropic\"");
+                        return -1;
+                }
+                if (dup_string(value, &job->provider))
                         goto oom;
         }
 

@@ -131,7 +131,7 @@ static int write_outputs(const char *dir,
         }
         summary = json_pack(
             "{s:s, s:s, s:s?, s:s?, s:s?, s:I, s:I, s:I, s:o?, s:b, "
-            "s:{s:I, s:I}, s:o, s:I, s:s}",
+            "s:{s:I, s:I, s:I, s:I}, s:o, s:I, s:s}",
             "job_id", job->job_id, "status", cq_agent_status_name(res->status),
             "reason", res->reason, "answer", res->answer, "last_error",
             res->last_error, "turns", (json_int_t)res->turns, "retries",
@@ -139,8 +139,10 @@ static int write_outputs(const char *dir,
             res->tests ? json_incref(res->tests) : NULL, "from_memory",
             res->from_memory, "usage", "prompt_tokens",
             (json_int_t)res->prompt_tokens, "completion_tokens",
-            (json_int_t)res->completion_tokens, "images", images, "duration_ms",
-            (json_int_t)res->duration_ms, "sandbox", sandbox);
+            (json_int_t)res->completion_tokens, "cache_read_tokens",
+            (json_int_t)res->cache_read_tokens, "cache_creation_tokens",
+            (json_int_t)res->cache_creation_tokens, "images", images,
+            "duration_ms", (json_int_t)res->duration_ms, "sandbox", sandbox);
         images = NULL;
         if (!summary)
                 goto out;

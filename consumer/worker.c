@@ -53,6 +53,7 @@ struct cq_worker {
         cq_store_opts_t sopts;
         cq_kafka_opts_t kopts;
         cq_llm_conf_t lconf;
+        cq_llm_limiter_t *limiter; /* shared by the slots' LLM clients */
         cq_backend_t *backend;
         cq_producer_t *prod;
         cq_intake_t *intake;
@@ -1171,6 +1172,12 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
         w->kopts.client_id = w->id;
         w->kopts.store = &w->sopts;
         cq_llm_conf_from_config(&w->lconf, cfg);
+        w->limiter = cq_llm_limiter_new((double)cfg->llm_rate_max);
+        if (!w->limiter) {
+                snprintf(errstr, errstr_size, "out of memory");
+                goto fail;
+        }
+        w->lconf.limiter = w->limiter;
         w->slots = calloc((size_t)opts->slots + 1, sizeof(*w->slots));
         if (!w->slots) {
                 snprintf(errstr, errstr_size, "out of memory");
@@ -1401,6 +1408,7 @@ void cq_worker_destroy(cq_worker_t **workerp)
         for (i = 0; w->slots && i < w->opts.slots; i++)
                 pthread_mutex_destroy(&w->slots[i].lock);
         free(w->slots);
+        cq_llm_limiter_destroy(&w->limiter);
         pthread_cond_destroy(&w->idle_cond);
         pthread_mutex_destroy(&w->idle_lock);
         free(w);

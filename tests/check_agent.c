@@ -522,6 +522,50 @@ START_TEST(two_tool_calls_both_answered_in_order)
 }
 END_TEST
 
+/* A job's "provider" sends this job through the Messages API while the
+ * history keeps the Chat Completions shape; the handle goes back to its
+ * configured provider afterwards. */
+START_TEST(job_provider_anthropic)
+{
+        fixture_t fx;
+        const json_t *h;
+        json_t *reqs, *req;
+        size_t i;
+
+        use_backend(_i);
+        fixture_init(&fx, "anthropic_job",
+                     "[{\"tool_calls\":[{\"code\":\"v = 20\"},"
+                     "{\"code\":\"print(v + 1)\"}]},"
+                     "{\"content\":\"ok\",\"anthropic_usage\":{"
+                     "\"input_tokens\":7,\"output_tokens\":3,"
+                     "\"cache_read_input_tokens\":100,"
+                     "\"cache_creation_input_tokens\":11}}]");
+        fx.job.provider = strdup("anthropic");
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_int_eq(fx.result.cells, 2);
+        h = fx.result.history;
+        ck_assert_str_eq(msg_role(h, 4), "tool");
+        ck_assert_str_eq(msg_role(h, 5), "tool");
+        ck_assert_msg(strstr(msg_content(h, 5), "21"), "%s", msg_content(h, 5));
+        ck_assert_int_eq(fx.result.cache_read_tokens, 100);
+        ck_assert_int_eq(fx.result.cache_creation_tokens, 11);
+        ck_assert_int_ge(fx.result.prompt_tokens, 118);
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 2);
+        json_array_foreach(reqs, i, req)
+        {
+                ck_assert_str_eq(json_string_value(json_object_get(req, "api")),
+                                 "anthropic");
+                ck_assert_msg(json_is_true(json_object_get(req, "valid")), "%s",
+                              json_string_value(json_object_get(req, "error")));
+        }
+        json_decref(reqs);
+        ck_assert_int_eq(cq_llm_provider(fx.llm), CQ_LLM_OPENAI);
+        fixture_release(&fx);
+}
+END_TEST
+
 START_TEST(rate_limited_then_success)
 {
         fixture_t fx;
@@ -928,6 +972,7 @@ static Suite *agent_suite(void)
         tcase_add_loop_test(tc, hanging_or_killing_tests_fail_with_a_reason, 0,
                             2);
         tcase_add_loop_test(tc, two_tool_calls_both_answered_in_order, 0, 2);
+        tcase_add_loop_test(tc, job_provider_anthropic, 0, 2);
         tcase_add_loop_test(tc, rate_limited_then_success, 0, 2);
         tcase_add_loop_test(tc, unauthorized_fails_at_once, 0, 2);
         tcase_add_loop_test(

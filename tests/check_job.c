@@ -47,6 +47,7 @@ static char *summarize(cq_err_t rc, const cq_job_t *job, const char *errstr)
         OPT("parent_job_id", job->parent_job_id);
         OPT("backend", job->backend);
         OPT("model", job->model);
+        OPT("provider", job->provider);
         if (job->system_prompt)
                 ck_assert_int_eq(cq_buf_printf(&buf,
                                                "system_prompt: %zu bytes\n",

@@ -19,6 +19,8 @@
 #include "coderq/config.h"
 #include "coderq/llm.h"
 #include "coderq/log.h"
+#include "coderq/util.h"
+#include "../agent/llm_int.h"
 #include "support/fake_llm.h"
 
 #define TEST_KEY "sk-test-SECRET-4f9a0c1d2e3b5a6978"
@@ -1106,7 +1108,9 @@ START_TEST(settings_rows)
         setenv("OPENAI_API_KEY", "sk-from-openai-var", 1);
         setenv("CODERQ_LLM_MAX_TOKENS", "2048", 1);
         ck_assert_int_eq(cq_config_init(&cfg), 0);
-        ck_assert_str_eq(cfg.llm_base_url, "https://api.openai.com/v1");
+        ck_assert_ptr_null(cfg.llm_base_url); /* the provider's default */
+        ck_assert_str_eq(cfg.llm_provider, "openai");
+        ck_assert_int_eq(cfg.llm_rate_max, 0);
         ck_assert_int_eq(cfg.llm_max_attempts, 5);
         ck_assert_uint_eq(cfg.llm_response_max, 8u * 1024 * 1024);
         ck_assert_int_eq(cfg.llm_context_window, 128000);
@@ -1452,6 +1456,513 @@ START_TEST(parser_huge_and_deep_input)
 }
 END_TEST
 
+/* --- the Anthropic Messages API ------------------------------------- */
+
+static const char *stop_name(cq_llm_stop_t stop)
+{
+        switch (stop) {
+        case CQ_LLM_STOP_NONE:
+                return "none";
+        case CQ_LLM_STOP_END:
+                return "end";
+        case CQ_LLM_STOP_TOOL_USE:
+                return "tool_use";
+        case CQ_LLM_STOP_MAX_TOKENS:
+                return "max_tokens";
+        case CQ_LLM_STOP_REFUSAL:
+                return "refusal";
+        case CQ_LLM_STOP_OTHER:
+                return "other";
+        }
+        return "?";
+}
+
+START_TEST(anthropic_golden_replies)
+{
+        const char *dir = cq_check_srcpath("tests/data/llm/anthropic_replies");
+        char base[4096];
+        DIR *d;
+        struct dirent *de;
+        int cases = 0;
+
+        snprintf(base, sizeof(base), "%s", dir);
+        d = opendir(base);
+        ck_assert_ptr_nonnull(d);
+        while ((de = readdir(d)) != NULL) {
+                char path[8192];
+                char *body;
+                size_t len, cut;
+                json_t *expected, *got;
+                cq_llm_reply_t reply;
+                char errstr[512] = "";
+                const char *want_err;
+                int rc;
+
+                if (de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "%s/%s/input.json", base,
+                         de->d_name);
+                body = cq_check_slurp(path, &len);
+                snprintf(path, sizeof(path), "%s/%s/expected.json", base,
+                         de->d_name);
+                expected = json_load_file(path, 0, NULL);
+                ck_assert_msg(expected != NULL, "bad %s", path);
+                cq_llm_reply_init(&reply);
+                rc = cq_llm_parse_reply_as(CQ_LLM_ANTHROPIC, body, len, &reply,
+                                           errstr, sizeof(errstr));
+                want_err = json_string_value(
+                    json_object_get(expected, "error_contains"));
+                if (want_err) {
+                        ck_assert_msg(rc == -1, "%s: parsed", de->d_name);
+                        ck_assert_msg(strstr(errstr, want_err) != NULL,
+                                      "%s: error \"%s\" lacks \"%s\"",
+                                      de->d_name, errstr, want_err);
+                        ck_assert_ptr_null(reply.message);
+                } else {
+                        char *a, *b;
+
+                        ck_assert_msg(rc == 0, "%s: %s", de->d_name, errstr);
+                        got = summarize(&reply);
+                        json_object_set_new(got, "stop",
+                                            json_string(stop_name(reply.stop)));
+                        json_object_set_new(
+                            got, "cache_read_tokens",
+                            json_integer(reply.cache_read_tokens));
+                        json_object_set_new(
+                            got, "cache_creation_tokens",
+                            json_integer(reply.cache_creation_tokens));
+                        json_object_set(got, "message", reply.message);
+                        a = json_dumps(got, JSON_SORT_KEYS);
+                        b = json_dumps(expected, JSON_SORT_KEYS);
+                        ck_assert_msg(json_equal(got, expected),
+                                      "%s:\n got %s\nwant %s", de->d_name, a,
+                                      b);
+                        free(a);
+                        free(b);
+                        json_decref(got);
+                }
+                cq_llm_reply_release(&reply);
+                while (len && (body[len - 1] == '\n' || body[len - 1] == ' '))
+                        len--;
+                for (cut = 0; cut < len; cut++) {
+                        errstr[0] = '\0';
+                        ck_assert_int_eq(cq_llm_parse_reply_as(
+                                             CQ_LLM_ANTHROPIC, body, cut,
+                                             &reply, errstr, sizeof(errstr)),
+                                         -1);
+                        ck_assert_msg(errstr[0] != '\0', "no error at %zu",
+                                      cut);
+                        ck_assert_ptr_null(reply.message);
+                }
+                json_decref(expected);
+                free(body);
+                cases++;
+        }
+        closedir(d);
+        ck_assert_int_ge(cases, 12);
+}
+END_TEST
+
+/* Random mutations of a valid reply and hostile shapes: an error or a
+ * reply, never a crash (ASan runs this too). */
+START_TEST(anthropic_parser_mutations_and_huge_input)
+{
+        char *body, errstr[256];
+        size_t len, i, big = (size_t)4 << 20;
+        cq_llm_reply_t reply;
+        int n;
+        char *huge;
+        static const char *const shapes[] = {
+            "null",
+            "[]",
+            "{\"type\":\"message\",\"content\":null}",
+            "{\"type\":\"message\",\"content\":[null]}",
+            "{\"type\":\"message\",\"content\":[{\"type\":7}]}",
+            "{\"type\":\"message\",\"content\":[{\"type\":\"tool_use\","
+            "\"id\":\"\",\"name\":\"execute_code\",\"input\":{}}]}",
+            "{\"type\":\"message\",\"content\":[{\"type\":\"tool_use\","
+            "\"id\":\"t\",\"name\":5,\"input\":{}}]}",
+            "{\"type\":\"message\",\"content\":[],\"stop_reason\":5,"
+            "\"usage\":[]}",
+            "{\"type\":\"message\",\"content\":[{\"type\":\"tool_use\","
+            "\"id\":\"t\",\"name\":\"execute_code\",\"input\":{\"code\":7}}]}",
+            "{\"type\":\"error\"}",
+        };
+
+        body = cq_check_slurp(
+            cq_check_srcpath(
+                "tests/data/llm/anthropic_replies/multi_tool_use/input.json"),
+            &len);
+        for (n = 0; n < 3000; n++) {
+                char *m = malloc(len);
+
+                memcpy(m, body, len);
+                for (i = 0; i < 1 + fuzz_next() % 4; i++)
+                        m[fuzz_next() % len] = (char)(fuzz_next() & 0xff);
+                cq_llm_reply_init(&reply);
+                if (cq_llm_parse_reply_as(CQ_LLM_ANTHROPIC, m, len, &reply,
+                                          errstr, sizeof(errstr)) == 0)
+                        ck_assert_ptr_nonnull(reply.message);
+                else
+                        ck_assert(errstr[0] != '\0');
+                cq_llm_reply_release(&reply);
+                free(m);
+        }
+        free(body);
+        for (i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+                int rc;
+
+                cq_llm_reply_init(&reply);
+                errstr[0] = '\0';
+                rc = cq_llm_parse_reply_as(CQ_LLM_ANTHROPIC, shapes[i],
+                                           strlen(shapes[i]), &reply, errstr,
+                                           sizeof(errstr));
+                ck_assert_msg(rc == -1 || reply.message, "shape %zu", i);
+                if (rc == -1)
+                        ck_assert_msg(errstr[0], "shape %zu: no error", i);
+                cq_llm_reply_release(&reply);
+        }
+        /* The bad-code shape keeps the call with an error for the model. */
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_parse_reply_as(CQ_LLM_ANTHROPIC, shapes[8],
+                                               strlen(shapes[8]), &reply,
+                                               errstr, sizeof(errstr)),
+                         0);
+        ck_assert_uint_eq(reply.ncalls, 1);
+        ck_assert_str_eq(reply.calls[0].error,
+                         "argument \"code\" is not a string");
+        cq_llm_reply_release(&reply);
+        /* A 4 MiB text block arrives whole. */
+        huge = malloc(big + 128);
+        len = (size_t)snprintf(huge, 128,
+                               "{\"type\":\"message\",\"content\":[{\"type\":"
+                               "\"text\",\"text\":\"");
+        memset(huge + len, 'y', big);
+        memcpy(huge + len + big, "\"}]}", 5);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_parse_reply_as(CQ_LLM_ANTHROPIC, huge,
+                                               len + big + 4, &reply, errstr,
+                                               sizeof(errstr)),
+                         0);
+        ck_assert_uint_eq(strlen(reply.content), big);
+        cq_llm_reply_release(&reply);
+        free(huge);
+}
+END_TEST
+
+START_TEST(anthropic_request_golden)
+{
+        json_t *history, *expected, *got, *tools;
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        char *body, *a, *b;
+        size_t len = 0;
+
+        history = json_load_file(
+            cq_check_srcpath("tests/data/llm/anthropic_request/input.json"), 0,
+            NULL);
+        expected = json_load_file(
+            cq_check_srcpath("tests/data/llm/anthropic_request/expected.json"),
+            0, NULL);
+        ck_assert_ptr_nonnull(history);
+        ck_assert_ptr_nonnull(expected);
+        cq_llm_conf_init(&conf);
+        conf.provider = CQ_LLM_ANTHROPIC;
+        conf.model = "claude-sonnet-4-5";
+        conf.max_tokens = 1024;
+        llm = new_llm(&conf);
+        body = cq_llm_request_body(llm, history, &len);
+        ck_assert_ptr_nonnull(body);
+        ck_assert_uint_eq(len, strlen(body));
+        got = json_loads(body, 0, NULL);
+        ck_assert_ptr_nonnull(got);
+        tools = json_object_get(got, "tools");
+        ck_assert_int_eq(json_array_size(tools), 1);
+        ck_assert_str_eq(json_string_value(
+                             json_object_get(json_array_get(tools, 0), "name")),
+                         "execute_code");
+        ck_assert_str_eq(
+            json_string_value(json_object_get(
+                json_object_get(json_array_get(tools, 0), "input_schema"),
+                "type")),
+            "object");
+        json_object_set_new(got, "tools", json_string("(checked separately)"));
+        a = json_dumps(got, JSON_SORT_KEYS | JSON_INDENT(1));
+        b = json_dumps(expected, JSON_SORT_KEYS | JSON_INDENT(1));
+        ck_assert_msg(json_equal(got, expected), "got %s\nwant %s", a, b);
+        free(a);
+        free(b);
+        free(body);
+        /* Without max_tokens configured the required field still goes. */
+        cq_llm_destroy(&llm);
+        conf.max_tokens = 0;
+        llm = new_llm(&conf);
+        body = cq_llm_request_body(llm, history, &len);
+        json_decref(got);
+        got = json_loads(body, 0, NULL);
+        ck_assert_int_eq(json_integer_value(json_object_get(got, "max_tokens")),
+                         8192);
+        /* The OpenAI format of the same handle sends the history as is. */
+        ck_assert_int_eq(cq_llm_set_provider(llm, "openai"), 0);
+        free(body);
+        body = cq_llm_request_body(llm, history, &len);
+        json_decref(got);
+        got = json_loads(body, 0, NULL);
+        ck_assert(json_equal(json_object_get(got, "messages"), history));
+        ck_assert_int_eq(cq_llm_set_provider(llm, "gemini"), -1);
+        ck_assert_int_eq(cq_llm_provider(llm), CQ_LLM_OPENAI);
+        ck_assert_int_eq(cq_llm_set_provider(llm, NULL), 0);
+        ck_assert_int_eq(cq_llm_provider(llm), CQ_LLM_ANTHROPIC);
+        free(body);
+        json_decref(got);
+        json_decref(expected);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+static cq_llm_t *anthropic_llm(const char *model)
+{
+        cq_llm_conf_t conf;
+
+        test_conf(&conf, model);
+        conf.provider = CQ_LLM_ANTHROPIC;
+        conf.api_key = "sk-openai-not-this-one";
+        conf.anthropic_api_key = TEST_KEY;
+        return new_llm(&conf);
+}
+
+/* Two tool calls in one reply, answered as tool_result blocks in one user
+ * message, then the final answer; the fake validates every request as the
+ * Messages API would. */
+START_TEST(anthropic_round_trip_against_the_fake)
+{
+        cq_llm_t *llm = anthropic_llm("script:two_calls");
+        json_t *history = start_history(), *reqs, *req, *msgs, *last;
+        cq_llm_reply_t reply;
+        int64_t p = 0, c = 0, cr = 0, cc = 0;
+        size_t i;
+
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_uint_eq(reply.ncalls, 2);
+        ck_assert_int_eq(reply.stop, CQ_LLM_STOP_TOOL_USE);
+        ck_assert_str_eq(reply.finish_reason, "tool_use");
+        ck_assert_ptr_nonnull(reply.calls[0].code);
+        ck_assert_ptr_nonnull(reply.calls[1].code);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(
+                json_array_get(json_object_get(reply.message, "tool_calls"), 1),
+                "id")),
+            reply.calls[1].id);
+        append_turn(history, &reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_uint_eq(reply.ncalls, 0);
+        ck_assert_int_eq(reply.stop, CQ_LLM_STOP_END);
+        ck_assert_ptr_nonnull(reply.content);
+        cq_llm_usage(llm, &p, &c);
+        cq_llm_usage_cache(llm, &cr, &cc);
+        ck_assert_int_gt(p, 0);
+        ck_assert_int_gt(c, 0);
+        ck_assert_int_eq(cr, 0);
+        ck_assert_int_eq(cc, 0);
+        reqs = cq_fake_llm_requests(fake);
+        ck_assert_int_eq(json_array_size(reqs), 2);
+        json_array_foreach(reqs, i, req)
+        {
+                ck_assert_msg(json_is_true(json_object_get(req, "valid")),
+                              "request %zu: %s", i,
+                              json_string_value(json_object_get(req, "error")));
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(req, "path")),
+                    "/v1/messages");
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(req, "x_api_key")),
+                    TEST_KEY);
+                ck_assert_str_eq(json_string_value(
+                                     json_object_get(req, "anthropic_version")),
+                                 "2023-06-01");
+                ck_assert(json_is_null(json_object_get(req, "authorization")));
+        }
+        req = json_object_get(json_array_get(reqs, 1), "body");
+        ck_assert_str_eq(json_string_value(json_object_get(req, "system")),
+                         "You are a careful data analyst.");
+        msgs = json_object_get(req, "messages");
+        ck_assert_int_eq(json_array_size(msgs), 3);
+        last = json_object_get(json_array_get(msgs, 2), "content");
+        ck_assert_int_eq(json_array_size(last), 2);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(json_array_get(last, 0), "type")),
+            "tool_result");
+        ck_assert_str_eq(
+            json_string_value(
+                json_object_get(json_array_get(last, 1), "tool_use_id")),
+            json_string_value(json_object_get(
+                json_array_get(
+                    json_object_get(json_array_get(history, 2), "tool_calls"),
+                    1),
+                "id")));
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+/* 529 overloaded and 429 with retry-after are retried; usage with cache
+ * tokens adds up; 401 fails at once with the provider's words. */
+START_TEST(anthropic_overloaded_rate_limited_and_fatal)
+{
+        json_t *script = json_pack(
+            "{s:[{s:s, s:[{s:s, s:i, s:s}, {s:s, s:i, s:s}], s:{s:i, s:i, "
+            "s:i, s:i}}]}",
+            "steps", "content", "done", "faults", "kind", "http", "status", 529,
+            "message", "Overloaded", "kind", "http", "status", 429,
+            "retry_after", "0", "anthropic_usage", "input_tokens", 10,
+            "output_tokens", 5, "cache_read_input_tokens", 300,
+            "cache_creation_input_tokens", 20);
+        json_t *bad = json_pack("{s:[{s:s, s:[{s:s, s:i, s:s}]}]}", "steps",
+                                "content", "x", "faults", "kind", "http",
+                                "status", 401, "message", "invalid x-api-key");
+        cq_llm_t *llm;
+        json_t *history = start_history();
+        cq_llm_reply_t reply;
+        int64_t p = 0, c = 0, cr = 0, cc = 0;
+
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, "busy", script), 0);
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, "denied", bad), 0);
+        llm = anthropic_llm("script:busy");
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_OK);
+        ck_assert_int_eq(reply.attempts, 3);
+        ck_assert_str_eq(reply.content, "done");
+        cq_llm_usage(llm, &p, &c);
+        cq_llm_usage_cache(llm, &cr, &cc);
+        ck_assert_int_eq(p, 330);
+        ck_assert_int_eq(c, 5);
+        ck_assert_int_eq(cr, 300);
+        ck_assert_int_eq(cc, 20);
+        ck_assert_int_eq(cq_llm_set_model(llm, "script:denied"), 0);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_FATAL);
+        ck_assert_int_eq(reply.attempts, 1);
+        ck_assert_msg(strstr(cq_llm_errmsg(llm),
+                             "HTTP 401: authentication_error: invalid "
+                             "x-api-key") != NULL,
+                      "%s", cq_llm_errmsg(llm));
+        ck_assert_ptr_null(strstr(cq_llm_errmsg(llm), TEST_KEY));
+        json_decref(script);
+        json_decref(bad);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+/* --- the shared rate limiter ---------------------------------------- */
+
+START_TEST(limiter_cuts_pauses_grows_and_caps)
+{
+        cq_llm_limiter_t *lim = cq_llm_limiter_new(0);
+        const char *key = "anthropic:m";
+        int64_t now, need = 0, cuts = -1;
+        double r0, r1;
+        atomic_int cancel = 0;
+        int i;
+
+        ck_assert_ptr_nonnull(lim);
+        /* Unlimited until a 429. */
+        now = cq_now_ms();
+        for (i = 0; i < 50; i++) {
+                ck_assert_int_eq(
+                    llm_limiter_acquire(lim, key, now, NULL, &need), 0);
+                llm_limiter_report(lim, key, cq_now_ms(), LLM_OUTCOME_OK, -1);
+        }
+        ck_assert(cq_llm_limiter_rate(lim, key) == 0);
+        /* A 429 with Retry-After: 5 s holds every slot of the model ... */
+        llm_limiter_report(lim, key, cq_now_ms(), LLM_OUTCOME_LIMITED, 5000);
+        r0 = cq_llm_limiter_rate(lim, key);
+        ck_assert(r0 >= 1.0);
+        now = cq_now_ms();
+        ck_assert_int_eq(llm_limiter_acquire(lim, key, now + 100, NULL, &need),
+                         1);
+        ck_assert_int_gt(need, 4000);
+        /* ... but not another model's. */
+        ck_assert_int_eq(
+            llm_limiter_acquire(lim, "anthropic:other", now, NULL, &need), 0);
+        /* A raised cancel flag ends the wait. */
+        atomic_store(&cancel, 1);
+        ck_assert_int_eq(
+            llm_limiter_acquire(lim, key, now + 60000, &cancel, &need), -1);
+        /* Replies to requests sent before the cut do not cut again. */
+        llm_limiter_report(lim, key, now - 1000, LLM_OUTCOME_LIMITED, -1);
+        ck_assert(cq_llm_limiter_rate(lim, key) == r0);
+        cq_llm_limiter_stats(lim, &cuts, NULL);
+        ck_assert_int_eq(cuts, 1);
+        /* Successes grow it. */
+        for (i = 0; i < 100; i++)
+                llm_limiter_report(lim, key, cq_now_ms(), LLM_OUTCOME_OK, -1);
+        r1 = cq_llm_limiter_rate(lim, key);
+        ck_assert(r1 > r0);
+        /* A later 429 cuts it below what it was. */
+        llm_limiter_report(lim, key, cq_now_ms() + 1, LLM_OUTCOME_LIMITED, -1);
+        ck_assert(cq_llm_limiter_rate(lim, key) < r1);
+        cq_llm_limiter_destroy(&lim);
+        ck_assert_ptr_null(lim);
+
+        /* The ceiling is the rate from the start and is never passed. */
+        lim = cq_llm_limiter_new(20);
+        now = cq_now_ms();
+        ck_assert_int_eq(llm_limiter_acquire(lim, key, now, NULL, &need), 0);
+        ck_assert(cq_llm_limiter_rate(lim, key) == 20);
+        /* The bucket holds one request at 20/s: the next must wait. */
+        ck_assert_int_eq(llm_limiter_acquire(lim, key, now, NULL, &need), 1);
+        ck_assert_int_gt(need, 0);
+        for (i = 0; i < 1000; i++)
+                llm_limiter_report(lim, key, cq_now_ms(), LLM_OUTCOME_OK, -1);
+        ck_assert(cq_llm_limiter_rate(lim, key) == 20);
+        cq_llm_limiter_destroy(&lim);
+}
+END_TEST
+
+/* Slots of one model share the limiter: after the fake's 429 with
+ * Retry-After, a second client waits instead of sending, and a wait
+ * beyond the call's budget fails the call without a request. */
+START_TEST(limiter_shared_by_clients_against_the_fake)
+{
+        cq_llm_limiter_t *lim = cq_llm_limiter_new(0);
+        json_t *script = json_pack("{s:[{s:s, s:[{s:s, s:i, s:s}]}]}", "steps",
+                                   "content", "ok", "faults", "kind", "http",
+                                   "status", 429, "retry_after", "30");
+        cq_llm_conf_t conf;
+        cq_llm_t *a, *b;
+        json_t *history = start_history(), *reqs;
+        cq_llm_reply_t reply;
+
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, "limited", script), 0);
+        test_conf(&conf, "script:limited");
+        conf.limiter = lim;
+        conf.max_attempts = 1;
+        a = new_llm(&conf);
+        conf.max_wait_s = 5;
+        conf.max_attempts = 3;
+        b = new_llm(&conf);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(a, history, &reply), CQ_ERR_RETRIABLE);
+        ck_assert(cq_llm_limiter_rate(lim, "openai:script:limited") >= 1.0);
+        /* b would have to wait 30 s, beyond its 5 s budget. */
+        ck_assert_int_eq(cq_llm_chat(b, history, &reply), CQ_ERR_RETRIABLE);
+        ck_assert_msg(strstr(cq_llm_errmsg(b), "shared rate limit") != NULL,
+                      "%s", cq_llm_errmsg(b));
+        reqs = cq_fake_llm_requests(fake);
+        ck_assert_int_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        json_decref(script);
+        json_decref(history);
+        cq_llm_destroy(&a);
+        cq_llm_destroy(&b);
+        cq_llm_limiter_destroy(&lim);
+}
+END_TEST
+
 static Suite *cq_llm_suite(void)
 {
         Suite *s = suite_create("llm");
@@ -1485,6 +1996,9 @@ static Suite *cq_llm_suite(void)
         tcase_add_test(tc, fake_rejects_invalid_histories);
         tcase_add_test(tc, fake_log_file_and_port_file);
         tcase_add_test(tc, messages_hide_url_credentials_and_stay_utf8);
+        tcase_add_test(tc, anthropic_round_trip_against_the_fake);
+        tcase_add_test(tc, anthropic_overloaded_rate_limited_and_fatal);
+        tcase_add_test(tc, limiter_shared_by_clients_against_the_fake);
         suite_add_tcase(s, tc);
 
         tcase_set_timeout(pure, 120);
@@ -1496,6 +2010,10 @@ static Suite *cq_llm_suite(void)
         tcase_add_test(pure, parser_random_bytes_and_mutations);
         tcase_add_test(pure, parser_malformed_shapes);
         tcase_add_test(pure, parser_huge_and_deep_input);
+        tcase_add_test(pure, anthropic_golden_replies);
+        tcase_add_test(pure, anthropic_parser_mutations_and_huge_input);
+        tcase_add_test(pure, anthropic_request_golden);
+        tcase_add_test(pure, limiter_cuts_pauses_grows_and_caps);
         suite_add_tcase(s, pure);
         return s;
 }

@@ -168,8 +168,11 @@ typedef struct cq_agent_result {
                            4 MiB */
         int64_t prompt_tokens;
         int64_t completion_tokens;
-        json_t *history;   /* the conversation; owned */
-        cq_files_t images; /* images shown or saved by the code */
+        int64_t cache_read_tokens;     /* of prompt_tokens, read from a
+                                          provider's prompt cache */
+        int64_t cache_creation_tokens; /* of prompt_tokens, written to it */
+        json_t *history;               /* the conversation; owned */
+        cq_files_t images;             /* images shown or saved by the code */
         int64_t duration_ms;
 } cq_agent_result_t;
 

@@ -35,8 +35,11 @@ typedef struct cq_config {
         char *pg_dsn;
         char *kafka_brokers;
         /* LLM */
+        char *llm_provider; /* "openai" or "anthropic" */
         char *llm_base_url;
         char *llm_api_key;
+        char *llm_anthropic_api_key;
+        long llm_rate_max;
         char *llm_model;
         long llm_max_tokens;
         long llm_connect_timeout_s;

@@ -53,6 +53,7 @@ typedef struct cq_job {
         char *parent_job_id;
         char *backend; /* "local" or "e2b"; NULL when not given */
         char *model;
+        char *provider; /* "openai" or "anthropic"; NULL when not given */
         char *system_prompt;
         cq_job_file_t *files;
         size_t nfiles;

@@ -1,18 +1,23 @@
 /* SPDX-License-Identifier: MIT */
-/* llm.h - an OpenAI-compatible Chat Completions client (OpenAI, DeepSeek,
- * vLLM, Ollama, llama.cpp servers) offering the single execute_code tool.
+/* llm.h - an LLM client offering the single execute_code tool, speaking
+ * two wire formats: OpenAI-compatible Chat Completions (OpenAI, DeepSeek,
+ * vLLM, Ollama, llama.cpp servers) and the Anthropic Messages API.
+ *
+ * The history is always Chat Completions messages (that is what jobs
+ * checkpoint); the Anthropic format converts it at request time and turns
+ * its reply back into a Chat Completions assistant message.
  *
  * One handle per thread: it owns one curl easy handle. The caller keeps the
  * conversation; cq_llm_chat() sends it verbatim and returns the assistant
  * message verbatim, so it can be appended to the history unchanged (with
  * its tool_calls and a provider's reasoning_content).
  *
- * Errors: 429, 5xx, 408 and network errors or timeouts are retried with
- * exponential backoff and full jitter (Retry-After honoured), bounded in
- * attempts and in total wait; a reply that is not valid JSON or has no
- * choices[0].message is retried the same way. Other 4xx fail at once with
- * the provider's message. A reply larger than the cap fails at once. The
- * API key never appears in an error message or a log line.
+ * Errors: 429, 529 (Anthropic's "overloaded"), 5xx, 408 and network errors or
+ * timeouts are retried with exponential backoff and full jitter (Retry-After
+ * honoured), bounded in attempts and in total wait; a reply that is not valid
+ * JSON or has no choices[0].message is retried the same way. Other 4xx fail at
+ * once with the provider's message. A reply larger than the cap fails at once.
+ * The API key never appears in an error message or a log line.
  *
  * curl_global_init() must have run (main() does it; tests call it). */
 #ifndef CODERQ_LLM_H
@@ -35,14 +40,88 @@
  */
 #define CQ_LLM_IMAGE_PLACEHOLDER_FMT "[image %s: %s, %zu bytes, not shown]"
 
+/** @brief The wire format of a provider. */
+typedef enum cq_llm_provider {
+        CQ_LLM_OPENAI,    /* "openai": Chat Completions */
+        CQ_LLM_ANTHROPIC, /* "anthropic": Messages API */
+} cq_llm_provider_t;
+
+/**
+ * @brief Parse a provider name ("openai" or "anthropic").
+ * @returns 0, or -1 when \p name is neither.
+ * @locality Any thread.
+ */
+CQ_NODISCARD int cq_llm_provider_parse(const char *name,
+                                       cq_llm_provider_t *providerp);
+
+/** @brief "openai" or "anthropic". */
+const char *cq_llm_provider_name(cq_llm_provider_t provider);
+
+/** @brief Why the model stopped, across providers. */
+typedef enum cq_llm_stop {
+        CQ_LLM_STOP_NONE,       /* the server sent no reason */
+        CQ_LLM_STOP_END,        /* "stop", "end_turn", "stop_sequence" */
+        CQ_LLM_STOP_TOOL_USE,   /* "tool_calls", "tool_use" */
+        CQ_LLM_STOP_MAX_TOKENS, /* "length", "max_tokens" */
+        CQ_LLM_STOP_REFUSAL,    /* "refusal", "content_filter" */
+        CQ_LLM_STOP_OTHER,      /* anything else ("pause_turn", ...) */
+} cq_llm_stop_t;
+
+/**
+ * @brief The rate limiter every slot of a worker shares: one adaptive
+ *        request rate per provider and model. Thread-safe (one mutex).
+ *
+ * Until the first 429 or 529 of a model, requests pass at once (or at
+ * most \p rate_max per second when that is set). A 429 or 529 cuts the
+ * model's rate to 0.95 times what the server let through in the last
+ * second (at most one cut per round trip: replies to requests sent before
+ * the last cut do not cut again) and, with a Retry-After, holds every
+ * slot of that model until then. Each success then raises the rate by
+ * 2% per second of successes (by one request per second per success
+ * while probing up from the floor of 1/s after a cut that had no
+ * successes to measure), never above \p rate_max.
+ */
+typedef struct cq_llm_limiter cq_llm_limiter_t;
+
+/**
+ * @brief Create a limiter.
+ * @param rate_max Requests per second per model, the ceiling; <= 0: none.
+ * @returns Caller owns the returned value; free with
+ *          cq_llm_limiter_destroy() after every client using it. NULL
+ *          when out of memory.
+ * @locality Any thread.
+ */
+cq_llm_limiter_t *cq_llm_limiter_new(double rate_max);
+
+/** @brief Free it; accepts *limp == NULL and sets it to NULL. */
+void cq_llm_limiter_destroy(cq_llm_limiter_t **limp);
+
+/** @brief Counters since creation; pointers may be NULL.
+ *  @locality Any thread. */
+void cq_llm_limiter_stats(cq_llm_limiter_t *lim,
+                          int64_t *cutsp,
+                          int64_t *waited_msp);
+
+/** @brief The current rate of \p key ("provider:model"), 0 when
+ *         unlimited. @locality Any thread. */
+double cq_llm_limiter_rate(cq_llm_limiter_t *lim, const char *key);
+
 /** @brief How to reach the model. Strings are borrowed by cq_llm_new(),
  *         which copies them. */
 typedef struct cq_llm_conf {
-        const char *base_url;   /* NULL: https://api.openai.com/v1; the
-                                   request goes to {base}/chat/completions */
-        const char *api_key;    /* NULL or "": no Authorization header */
-        const char *model;      /* required */
-        long max_tokens;        /* <= 0: not sent */
+        cq_llm_provider_t provider;    /* default CQ_LLM_OPENAI */
+        const char *base_url;          /* NULL: the provider's default,
+                                          https://api.openai.com/v1 (requests go to
+                                          {base}/chat/completions) or
+                                          https://api.anthropic.com (requests go to
+                                          {base}/v1/messages, or {base}/messages
+                                          when the base ends in /v1) */
+        const char *api_key;           /* NULL or "": no Authorization header */
+        const char *anthropic_api_key; /* for anthropic, wins over api_key;
+                                          NULL or "": api_key */
+        cq_llm_limiter_t *limiter;     /* borrowed, shared; NULL: none */
+        const char *model;             /* required */
+        long max_tokens;               /* <= 0: not sent */
         double temperature;     /* < 0: not sent (the server's default) */
         long connect_timeout_s; /* <= 0: 10 */
         long timeout_s;         /* per attempt, whole transfer; <= 0: 300 */
@@ -84,11 +163,15 @@ typedef struct cq_llm_reply {
                                   "reasoning"), NULL when absent */
         cq_llm_tool_call_t *calls; /* in the order the model sent them */
         size_t ncalls;
-        char *finish_reason; /* "stop", "tool_calls", "length", ...; NULL
-                                when the server sent none */
-        bool has_usage;      /* the server reported usage */
-        int64_t prompt_tokens;
+        char *finish_reason;   /* the provider's own words: "stop",
+                                  "tool_calls", "end_turn", "tool_use", ...;
+                                  NULL when the server sent none */
+        cq_llm_stop_t stop;    /* finish_reason mapped */
+        bool has_usage;        /* the server reported usage */
+        int64_t prompt_tokens; /* all input tokens, cached ones included */
         int64_t completion_tokens;
+        int64_t cache_read_tokens;     /* input tokens read from a cache */
+        int64_t cache_creation_tokens; /* input tokens written to one */
         int attempts; /* HTTP requests this call made, retries included */
 } cq_llm_reply_t;
 
@@ -117,6 +200,16 @@ void cq_llm_destroy(cq_llm_t **llmp);
  * @returns 0, or -1 when out of memory (the model is then unchanged).
  */
 CQ_NODISCARD int cq_llm_set_model(cq_llm_t *llm, const char *model);
+
+/**
+ * @brief Use provider \p name ("openai", "anthropic") instead of the
+ *        configured one (a job's override); NULL restores it.
+ * @returns 0, or -1 when \p name is unknown (the provider is unchanged).
+ */
+CQ_NODISCARD int cq_llm_set_provider(cq_llm_t *llm, const char *name);
+
+/** @brief The provider requests go to now. */
+cq_llm_provider_t cq_llm_provider(const cq_llm_t *llm);
 
 /** @brief The model requests name now; borrowed, valid until the next
  *         cq_llm_set_model(). */
@@ -159,6 +252,20 @@ const char *cq_llm_errmsg(const cq_llm_t *llm);
 void cq_llm_usage(const cq_llm_t *llm,
                   int64_t *prompt_tokensp,
                   int64_t *completion_tokensp);
+
+/** @brief Cache token totals, as cq_llm_usage(); pointers may be NULL. */
+void cq_llm_usage_cache(const cq_llm_t *llm,
+                        int64_t *cache_readp,
+                        int64_t *cache_creationp);
+
+/**
+ * @brief The request body cq_llm_chat() would send for \p messages with
+ *        the current provider and model (exposed for tests).
+ * @returns Caller owns the returned value (free()); NULL when out of
+ *          memory.
+ * @locality The thread that owns \p llm.
+ */
+char *cq_llm_request_body(cq_llm_t *llm, const json_t *messages, size_t *lenp);
 
 /** @brief Start a new usage total (e.g. when the handle moves to the next
  *         job). */
@@ -211,6 +318,22 @@ CQ_NODISCARD int cq_llm_parse_reply(const char *body,
                                     cq_llm_reply_t *reply,
                                     char *errstr,
                                     size_t errstr_size);
+
+/**
+ * @brief Parse a reply body of \p provider's format (exposed for tests and
+ *        fuzzing). For anthropic, reply->message is the equivalent Chat
+ *        Completions assistant message (text blocks joined as content,
+ *        tool_use blocks as tool_calls with the input serialised as
+ *        arguments), so the history keeps one shape.
+ * @returns As cq_llm_parse_reply().
+ * @locality Any thread.
+ */
+CQ_NODISCARD int cq_llm_parse_reply_as(cq_llm_provider_t provider,
+                                       const char *body,
+                                       size_t len,
+                                       cq_llm_reply_t *reply,
+                                       char *errstr,
+                                       size_t errstr_size);
 
 /**
  * @brief Parse a Retry-After header value: delay-seconds (fractions

@@ -1,12 +1,34 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""fake_llm.py - an OpenAI-compatible Chat Completions server for tests,
-demos and benchmarks. Python standard library only.
+"""fake_llm.py - an LLM server for tests, demos and benchmarks speaking
+OpenAI-compatible Chat Completions (POST .../chat/completions) and the
+Anthropic Messages API (POST .../messages, e.g. /v1/messages) from the same
+scripts. Python standard library only.
 
 Usage:
   /usr/bin/python3 tests/fakes/fake_llm.py [--host 127.0.0.1] [--port 0]
       [--port-file FILE] [--scripts DIR] [--log FILE] [--latency-ms N]
-      [--require-key KEY] [--allow-no-tools] [--verbose]
+      [--require-key KEY] [--allow-no-tools] [--rate-limit N]
+      [--no-record] [--verbose]
+
+Messages API: the body is validated as the Anthropic API does (model,
+max_tokens, roles user/assistant starting with user, content blocks, each
+tool_use answered by a tool_result in the next user message, tools with
+input_schema); the step is counted the same way; the reply is the step in
+Anthropic shape: text and tool_use blocks ("input" is the parsed
+arguments), "stop_reason" (tool_use, end_turn, max_tokens for a
+finish_reason "length"; a step's "stop_reason" is sent as given) and usage
+{input_tokens, output_tokens, cache_read_input_tokens,
+cache_creation_input_tokens} (a step's "anthropic_usage" replaces it).
+Errors use {"type": "error", "error": {"type", "message"}}: 529 is
+"overloaded_error", 429 "rate_limit_error". With --require-key the key is
+expected in x-api-key and "anthropic-version" must be sent.
+
+--rate-limit N: a token bucket of N requests per second (burst N) in
+front of both APIs; a request beyond it gets 429 with Retry-After (whole
+seconds, rounded up) and retry-after-ms (when a token frees). GET
+/_fake/stats returns {"requests", "ok", "limited"} counted since start or
+the last reset. --no-record keeps no request log (long benchmarks).
 
 On start it prints "PORT <n>" as the first line on stdout (and writes the
 number to --port-file, atomically, when given).
@@ -84,6 +106,27 @@ class State:
         self.scripts = {}
         self.fault_counts = {}
         self.log = open(args.log, "a", encoding="utf-8") if args.log else None
+        self.stats = {"requests": 0, "ok": 0, "limited": 0}
+        self.bucket = float(args.rate_limit or 0)
+        self.bucket_ts = time.monotonic()
+
+    def take_token(self):
+        """Rate-limit mode: None when the request may pass, else the
+        seconds until a token frees."""
+        rate = self.args.rate_limit
+        with self.lock:
+            self.stats["requests"] += 1
+            if not rate:
+                return None
+            now = time.monotonic()
+            self.bucket = min(float(rate),
+                              self.bucket + (now - self.bucket_ts) * rate)
+            self.bucket_ts = now
+            if self.bucket >= 1.0:
+                self.bucket -= 1.0
+                return None
+            self.stats["limited"] += 1
+            return (1.0 - self.bucket) / rate
 
     def script(self, name):
         with self.lock:
@@ -123,6 +166,11 @@ class State:
         return name, script, count_assistant(messages[at + 1:])
 
     def record(self, entry):
+        if entry.get("status") == 200:
+            with self.lock:
+                self.stats["ok"] += 1
+        if self.args.no_record:
+            return
         with self.lock:
             entry["seq"] = len(self.requests)
             self.requests.append(entry)
@@ -322,11 +370,46 @@ class Handler(BaseHTTPRequestHandler):
                                           "param": None, "code": code}},
                        headers)
 
+    def send_anthropic_error(self, status, message, etype=None,
+                             headers=None):
+        if etype is None:
+            etype = {400: "invalid_request_error",
+                     401: "authentication_error",
+                     403: "permission_error", 404: "not_found_error",
+                     413: "request_too_large", 429: "rate_limit_error",
+                     529: "overloaded_error"}.get(status, "api_error")
+        headers = dict(headers or {})
+        headers["request-id"] = "req_fake_%d" % int(time.time() * 1000)
+        self.send_json(status, {"type": "error",
+                                "error": {"type": etype,
+                                          "message": message}}, headers)
+
+    def rate_limited(self, anthropic):
+        wait = self.server.state.take_token()
+        if wait is None:
+            return False
+        headers = {"Retry-After": str(max(1, int(wait + 0.999))),
+                   "retry-after-ms": str(max(1, int(wait * 1000 + 0.999)))}
+        if anthropic:
+            self.send_anthropic_error(429, "fake: rate limit of %d requests "
+                                      "per second exceeded"
+                                      % self.server.state.args.rate_limit,
+                                      headers=headers)
+        else:
+            self.send_error_json(429, "Rate limit reached: %d requests per "
+                                 "second" % self.server.state.args.rate_limit,
+                                 "requests", "rate_limit_exceeded", headers)
+        return True
+
     # -- routes ----------------------------------------------------------
     def do_GET(self):
         state = self.server.state
         if self.path == "/_fake/health":
             self.send_json(200, {"ok": True})
+        elif self.path == "/_fake/stats":
+            with state.lock:
+                data = json.dumps(state.stats).encode()
+            self.send_bytes(200, data)
         elif self.path == "/_fake/requests":
             with state.lock:
                 data = json.dumps(state.requests).encode()
@@ -363,42 +446,71 @@ class Handler(BaseHTTPRequestHandler):
             with state.lock:
                 state.requests.clear()
                 state.fault_counts.clear()
+                state.stats = {"requests": 0, "ok": 0, "limited": 0}
             self.send_json(200, {"ok": True})
         elif self.path.rstrip("/").endswith("/chat/completions"):
+            if self.rate_limited(False):
+                return
             self.chat(raw)
+        elif self.path.rstrip("/").endswith("/messages"):
+            if self.rate_limited(True):
+                return
+            self.chat(raw, anthropic=True)
         else:
             self.send_error_json(404, "no route POST " + self.path)
 
-    def chat(self, raw):
+    def chat(self, raw, anthropic=False):
         state = self.server.state
         entry = {"ts": time.time(), "path": self.path,
+                 "api": "anthropic" if anthropic else "openai",
                  "authorization": self.headers.get("Authorization"),
+                 "x_api_key": self.headers.get("x-api-key"),
+                 "anthropic_version": self.headers.get("anthropic-version"),
                  "content_type": self.headers.get("Content-Type")}
+
+        def fail(status, message, etype=None, code=None, headers=None):
+            if anthropic:
+                self.send_anthropic_error(status, message, etype, headers)
+            else:
+                self.send_error_json(status, message,
+                                     etype or "invalid_request_error", code,
+                                     headers)
+
         try:
             body = json.loads(raw)
         except ValueError as e:
             entry.update(body=raw.decode("utf-8", "replace"), valid=False,
                          error="body is not JSON: %s" % e, status=400)
             state.record(entry)
-            self.send_error_json(400, "We could not parse the JSON body of "
-                                 "your request: %s" % e)
+            fail(400, "We could not parse the JSON body of your request: %s"
+                 % e)
             return
         entry["body"] = body
-        err = validate(body, state.args.allow_no_tools)
+        if anthropic:
+            err = validate_anthropic(body, state.args.allow_no_tools)
+            if not err and not self.headers.get("anthropic-version"):
+                err = "anthropic-version: header is required"
+        else:
+            err = validate(body, state.args.allow_no_tools)
         if err:
             entry.update(valid=False, error=err, status=400)
             state.record(entry)
-            self.send_error_json(400, err)
+            fail(400, err)
             return
         entry["valid"] = True
         want = state.args.require_key
-        if want is not None and \
-                self.headers.get("Authorization") != "Bearer " + want:
+        if anthropic:
+            key_ok = self.headers.get("x-api-key") == want
+        else:
+            key_ok = self.headers.get("Authorization") == "Bearer " + \
+                str(want)
+        if want is not None and not key_ok:
             entry.update(status=401)
             state.record(entry)
-            self.send_error_json(401, "Incorrect API key provided.",
-                                 code="invalid_api_key")
+            fail(401, "invalid x-api-key" if anthropic
+                 else "Incorrect API key provided.", code="invalid_api_key")
             return
+        messages = to_openai_messages(body) if anthropic else body["messages"]
         model = body["model"]
         if model.startswith("script:"):
             name = model[len("script:"):]
@@ -406,17 +518,17 @@ class Handler(BaseHTTPRequestHandler):
             if script is None:
                 entry.update(status=404)
                 state.record(entry)
-                self.send_error_json(404, "The model `%s` does not exist"
-                                     % model, code="model_not_found")
+                fail(404, "The model `%s` does not exist" % model,
+                     code="model_not_found")
                 return
-            step_no = count_assistant(body["messages"])
+            step_no = count_assistant(messages)
         else:
-            found = state.match(body["messages"])
+            found = state.match(messages)
             if found:
                 name, script, step_no = found
             else:
                 name, script = "default", DEFAULT_SCRIPT
-                step_no = count_assistant(body["messages"])
+                step_no = count_assistant(messages)
         entry.update(script=name, step=step_no)
         steps = script["steps"]
         if script is DEFAULT_SCRIPT:
@@ -425,16 +537,15 @@ class Handler(BaseHTTPRequestHandler):
         if step_no >= len(steps):
             entry.update(status=400, error="script has no such step")
             state.record(entry)
-            self.send_error_json(400, "fake: script %r has %d steps but the "
-                                 "history holds %d assistant messages"
-                                 % (name, len(steps), step_no))
+            fail(400, "fake: script %r has %d steps but the history holds "
+                 "%d assistant messages" % (name, len(steps), step_no))
             return
-        if script.get("deepseek_reasoning"):
-            err = check_reasoning_echo(steps, body["messages"])
+        if script.get("deepseek_reasoning") and not anthropic:
+            err = check_reasoning_echo(steps, messages)
             if err:
                 entry.update(status=400, error=err)
                 state.record(entry)
-                self.send_error_json(400, err)
+                fail(400, err)
                 return
         step = steps[step_no]
         fault = state.next_fault((name, step_no), step.get("faults", []))
@@ -458,14 +569,24 @@ class Handler(BaseHTTPRequestHandler):
                 return
             msg = fault.get("message", "fake error %d" % status)
             if fault.get("echo_auth"):
-                msg += " (you sent: %s)" % self.headers.get("Authorization")
-            self.send_error_json(status, msg, fault.get("type", "fake_error"),
-                                 fault.get("code"), headers)
+                msg += " (you sent: %s)" % (
+                    self.headers.get("x-api-key") if anthropic
+                    else self.headers.get("Authorization"))
+            if anthropic:
+                self.send_anthropic_error(status, msg, fault.get("type"),
+                                          headers)
+            else:
+                self.send_error_json(status, msg,
+                                     fault.get("type", "fake_error"),
+                                     fault.get("code"), headers)
             return
         delay = step.get("delay_ms", 0)
         if fault and fault.get("kind") == "slow":
             delay = fault.get("delay_ms", 2000)
-        reply = build_reply(name, step_no, step, body)
+        reply = build_reply(name, step_no, step, {"model": model,
+                                                  "messages": messages})
+        if anthropic:
+            reply = to_anthropic_reply(reply, step)
         entry["status"] = 200
         state.record(entry)
         if delay:
@@ -477,13 +598,200 @@ class Handler(BaseHTTPRequestHandler):
         elif kind == "invalid_json":
             self.send_bytes(200, b"<html>upstream proxy error</html> {")
         elif kind == "no_choices":
-            self.send_json(200, {"id": reply["id"], "object": "chat.completion",
-                                 "model": model, "choices": []})
+            if anthropic:
+                self.send_json(200, {"id": reply["id"], "type": "message",
+                                     "role": "assistant", "model": model})
+            else:
+                self.send_json(200, {"id": reply["id"],
+                                     "object": "chat.completion",
+                                     "model": model, "choices": []})
         elif kind == "disconnect":
             self.send_bytes(200, data[:len(data) // 2], length=len(data))
             self.close_connection = True
         else:
             self.send_bytes(200, data)
+
+
+BLOCK_TYPES = {"text", "image", "document", "tool_use", "tool_result",
+               "thinking", "redacted_thinking"}
+
+
+def validate_anthropic(body, allow_no_tools):
+    """Return None for a valid Messages API body, else the reason (the
+    checks the real API makes that a client can get wrong)."""
+    if not isinstance(body, dict):
+        return "the body is not a JSON object"
+    for key in body:
+        if key not in ("model", "max_tokens", "messages", "system", "tools",
+                       "tool_choice", "temperature", "top_p", "top_k",
+                       "stop_sequences", "stream", "metadata", "thinking",
+                       "service_tier"):
+            return "%s: Extra inputs are not permitted" % key
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model: Field required"
+    mt = body.get("max_tokens")
+    if not isinstance(mt, int) or isinstance(mt, bool) or mt < 1:
+        return "max_tokens: Field required (a positive integer)"
+    if body.get("stream"):
+        return "streaming is not supported by this server"
+    system = body.get("system")
+    if system is not None:
+        if isinstance(system, list):
+            for i, b in enumerate(system):
+                if not isinstance(b, dict) or b.get("type") != "text" or \
+                        not isinstance(b.get("text"), str):
+                    return "system.%d: expected a text block" % i
+        elif not isinstance(system, str):
+            return "system: Input should be a valid string or list"
+    tools = body.get("tools")
+    if tools is None:
+        if not allow_no_tools:
+            return "'tools' is missing"
+    else:
+        if not isinstance(tools, list) or not tools:
+            return "tools: must be a non-empty list"
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or \
+                    not isinstance(tool.get("name"), str):
+                return "tools.%d.name: Field required" % i
+            if "type" in tool and tool["type"] != "custom":
+                return "tools.%d.type: unknown tool type" % i
+            schema = tool.get("input_schema")
+            if not isinstance(schema, dict) or schema.get("type") != "object":
+                return "tools.%d.input_schema: must be an object schema" % i
+            if "function" in tool or "parameters" in tool:
+                return "tools.%d: Extra inputs are not permitted" % i
+    tc = body.get("tool_choice")
+    if tc is not None:
+        if not isinstance(tc, dict) or \
+                tc.get("type") not in ("auto", "any", "tool", "none"):
+            return "tool_choice: Input should be an object with type " \
+                "auto, any, tool or none"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    pending = []
+    for i, msg in enumerate(messages):
+        where = "messages.%d" % i
+        if not isinstance(msg, dict):
+            return where + ": Input should be an object"
+        role = msg.get("role")
+        if role not in ("user", "assistant"):
+            return "%s.role: Input should be 'user' or 'assistant'" % where
+        if i == 0 and role != "user":
+            return "messages: first message must use the \"user\" role"
+        content = msg.get("content")
+        if isinstance(content, str):
+            blocks = [{"type": "text", "text": content}]
+        elif isinstance(content, list):
+            blocks = content
+        else:
+            return where + ".content: Input should be a string or list"
+        if not blocks:
+            return "%s: all messages must have non-empty content except " \
+                "for the optional final assistant message" % where
+        answered = []
+        for j, b in enumerate(blocks):
+            bw = "%s.content.%d" % (where, j)
+            if not isinstance(b, dict) or b.get("type") not in BLOCK_TYPES:
+                return bw + ": unknown content block type"
+            t = b["type"]
+            if t == "text":
+                if not isinstance(b.get("text"), str) or not b["text"]:
+                    return bw + ": text content blocks must be non-empty"
+            elif t == "tool_use":
+                if role != "assistant":
+                    return bw + ": tool_use blocks belong to the assistant"
+                if not isinstance(b.get("id"), str) or \
+                        not isinstance(b.get("name"), str):
+                    return bw + ": tool_use needs id and name"
+                if not isinstance(b.get("input"), dict):
+                    return bw + ".input: Input should be a valid dictionary"
+            elif t == "tool_result":
+                if role != "user":
+                    return bw + ": tool_result blocks belong to the user"
+                if not isinstance(b.get("tool_use_id"), str):
+                    return bw + ".tool_use_id: Field required"
+                c = b.get("content")
+                if c is not None and not isinstance(c, (str, list)):
+                    return bw + ".content: Input should be a string or list"
+                answered.append(b["tool_use_id"])
+        if pending:
+            missing = [t for t in pending if t not in answered]
+            if role != "user" or missing:
+                return "%s: tool_use ids were found without tool_result " \
+                    "blocks immediately after: %s" % (
+                        where, ", ".join(missing or pending))
+            kinds = [b["type"] for b in blocks]
+            first_other = next((k for k, t in enumerate(kinds)
+                                if t != "tool_result"), len(kinds))
+            if "tool_result" in kinds[first_other:]:
+                return where + ": tool_result blocks must come first"
+            pending = []
+        elif answered:
+            return "%s: unexpected tool_use_id found in tool_result " \
+                "blocks: %s. Each tool_result block must have a " \
+                "corresponding tool_use block in the previous message" % (
+                    where, answered[0])
+        if role == "assistant":
+            pending = [b["id"] for b in blocks if b["type"] == "tool_use"]
+    if pending:
+        return "tool_use ids were found without tool_result blocks " \
+            "immediately after: " + ", ".join(pending)
+    return None
+
+
+def block_text(content):
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content
+                       if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def to_openai_messages(body):
+    """The conversation in Chat Completions roles, for script matching and
+    step counting."""
+    out = []
+    if body.get("system"):
+        out.append({"role": "system", "content": block_text(body["system"])})
+    for m in body["messages"]:
+        out.append({"role": m["role"], "content": block_text(m["content"])})
+    return out
+
+
+def to_anthropic_reply(reply, step):
+    msg = reply["choices"][0]["message"]
+    blocks = []
+    if msg.get("content"):
+        blocks.append({"type": "text", "text": msg["content"]})
+    for call in msg.get("tool_calls", []):
+        args = call["function"]["arguments"]
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                args = {"_raw": args}
+        if not isinstance(args, dict):
+            args = {"_raw": args}
+        blocks.append({"type": "tool_use", "id": call["id"].replace(
+            "call_", "toolu_", 1), "name": call["function"]["name"],
+            "input": args})
+    finish = reply["choices"][0]["finish_reason"]
+    stop = step.get("stop_reason", {"tool_calls": "tool_use",
+                                    "length": "max_tokens",
+                                    "stop": "end_turn"}.get(finish, finish))
+    usage = reply.get("usage") or {}
+    out = {"id": reply["id"].replace("chatcmpl-", "msg_", 1),
+           "type": "message", "role": "assistant", "model": reply["model"],
+           "content": blocks, "stop_reason": stop, "stop_sequence": None,
+           "usage": step.get("anthropic_usage", {
+               "input_tokens": usage.get("prompt_tokens", 0),
+               "output_tokens": usage.get("completion_tokens", 0),
+               "cache_creation_input_tokens": 0,
+               "cache_read_input_tokens": 0})}
+    return out
 
 
 def check_reasoning_echo(steps, messages):
@@ -559,6 +867,9 @@ def main():
     ap.add_argument("--latency-ms", type=int, default=0)
     ap.add_argument("--require-key", help="answer 401 to other keys")
     ap.add_argument("--allow-no-tools", action="store_true")
+    ap.add_argument("--rate-limit", type=int, default=0,
+                    help="requests per second before 429")
+    ap.add_argument("--no-record", action="store_true")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
 
