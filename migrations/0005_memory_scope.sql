@@ -1,4 +1,4 @@
--- 0010_memory_scope.sql - episodic memory kept per scope and model, and
+-- 0005_memory_scope.sql - episodic memory kept per scope and model, and
 -- a result that says when it came from memory.
 --
 -- A solution is recalled only inside the scope its job named, and only

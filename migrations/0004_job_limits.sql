@@ -1,4 +1,4 @@
--- 0006_job_limits.sql - limits that hold over a whole job, not per
+-- 0004_job_limits.sql - limits that hold over a whole job, not per
 -- attempt: the running time of every attempt is summed in run_ms, so a
 -- resumed job's job_timeout_s counts the time its earlier attempts ran.
 --

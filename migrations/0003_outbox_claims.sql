@@ -1,4 +1,4 @@
--- 0005_outbox_claims.sql - one relay per outbox row, and a failed state.
+-- 0003_outbox_claims.sql - one relay per outbox row, and a failed state.
 --
 -- A relay claims the rows it produces (claimed_by, claimed_until) with
 -- FOR UPDATE SKIP LOCKED: another relay skips a row while its claim runs,
