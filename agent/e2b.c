@@ -2,7 +2,8 @@
 /* e2b.c - the E2B interpreter backend over libcurl + jansson: sandbox
  * lifecycle on the control plane, files over envd, cells over the code
  * interpreter's NDJSON /execute stream (parsed incrementally with a bounded
- * line). Recovery rules are in e2b.h; the wire facts in protocols/e2b.md. */
+ * line). Recovery rules are in e2b.h; the wire facts in docs/protocols/e2b.md.
+ */
 #include "coderq/e2b.h"
 
 #include <curl/curl.h>

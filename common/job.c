@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* job.c - parsing and validation of job messages (DESIGN.md "Job message").
+/* job.c - parsing and validation of job messages (README "Job messages").
  * Everything here is untrusted input from Kafka or a file: the size cap is
  * checked before parsing, every field is type- and range-checked, and every
  * rejection names the field. Unknown top-level fields are accepted and kept

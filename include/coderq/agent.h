@@ -32,7 +32,7 @@ typedef struct cq_agent_observer {
         int (*on_cell)(void *opaque,
                        const char *code,
                        const cq_cell_result_t *res);
-        /** @brief A progress event (DESIGN.md "Progress events"):
+        /** @brief A progress event (README "Kafka topics"):
          *         llm.reply, cell.started, cell.output, cell.finished,
          *         reflection, tests.result. \p data borrowed. */
         void (*on_event)(void *opaque, const char *type, const json_t *data);
