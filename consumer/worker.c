@@ -472,13 +472,13 @@ static void finish_job(slot_t *slot,
                                   "error", cq_store_errmsg(slot->store), NULL);
         }
         report = json_pack(
-            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:s?, s:i, s:s?}",
-            "from_memory", res->from_memory, "memory_source_job",
-            res->memory_source_job, "memory_scope",
-            res->memory_source_job ? memory_scope(slot->w, job) : NULL,
-            "cells", (json_int_t)res->cells, "duration_ms",
-            (json_int_t)res->duration_ms, "tests", res->tests, "last_error",
-            res->last_error, "attempt", attempt, "sandbox", sandbox);
+            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:s?, s:i, s:s?}", "from_memory",
+            res->from_memory, "memory_source_job", res->memory_source_job,
+            "memory_scope",
+            res->memory_source_job ? memory_scope(slot->w, job) : NULL, "cells",
+            (json_int_t)res->cells, "duration_ms", (json_int_t)res->duration_ms,
+            "tests", res->tests, "last_error", res->last_error, "attempt",
+            attempt, "sandbox", sandbox);
         memset(&fin, 0, sizeof(fin));
         fin.job_id = job->job_id;
         fin.status = status;

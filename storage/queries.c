@@ -24,9 +24,10 @@ static const char SQL_RUN_RESULTS[] =
     " 'tests_passed', o.tests_passed, 'tests_total', o.tests_total,"
     " 'total_tokens', o.total_tokens, 'duration_ms', o.duration_ms,"
     " 'from_memory', o.from_memory, 'memory_source_job', o.memory_source_job,"
-    " 'sandbox', " SQL_SANDBOX_OF("o") ")"
-    " ORDER BY o.created_at, o.job_id), '[]')::text"
-    " FROM job_overview o WHERE o.run_id = $1";
+    " 'sandbox', " SQL_SANDBOX_OF(
+        "o") ")"
+             " ORDER BY o.created_at, o.job_id), '[]')::text"
+             " FROM job_overview o WHERE o.run_id = $1";
 
 static const char SQL_RUN_SUMMARY[] =
     "SELECT row_to_json(s)::text FROM run_summary s WHERE s.run_id = $1";

@@ -1903,11 +1903,20 @@ START_TEST(run_queries_for_people)
         const char *key;
         json_t *value;
         bool found;
-        static const char *const keys[] = {
-            "job_id",           "title",        "status",      "reason",
-            "attempts",         "turns",        "retries",     "tests_passed",
-            "tests_total",      "total_tokens", "duration_ms", "from_memory",
-            "memory_source_job", "sandbox"};
+        static const char *const keys[] = {"job_id",
+                                           "title",
+                                           "status",
+                                           "reason",
+                                           "attempts",
+                                           "turns",
+                                           "retries",
+                                           "tests_passed",
+                                           "tests_total",
+                                           "total_tokens",
+                                           "duration_ms",
+                                           "from_memory",
+                                           "memory_source_job",
+                                           "sandbox"};
         size_t i;
 
         add_job(store, "a", 3, NULL, "run1");

@@ -31,7 +31,8 @@ static cq_fake_llm_t *fake;
 static char dsn[2048]; /* the suite's own database */
 static char dbname[96];
 static char prefix[128]; /* unique topic, group and job-id prefix */
-static char logdir[] = "/tmp/cq-it-worker-XXXXXX";
+#define LOGDIR_TEMPLATE "/tmp/cq-it-worker-XXXXXX"
+static char logdir[] = LOGDIR_TEMPLATE;
 static const char *brokers;
 
 typedef struct worker {
@@ -62,6 +63,8 @@ static void setup(void)
         brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
         fake = cq_fake_llm_start(NULL);
         ck_assert_ptr_nonnull(fake);
+        /* every test case runs this setup: a fresh template each time */
+        snprintf(logdir, sizeof(logdir), "%s", LOGDIR_TEMPLATE);
         ck_assert_ptr_nonnull(mkdtemp(logdir));
         /* A database of our own: workers claim any queued job, so other
          * suites' jobs must not be in reach. */
@@ -1549,6 +1552,8 @@ START_TEST(long_llm_turn_keeps_the_e2b_sandbox)
         cq_fake_e2b_t e2b;
         worker_t a;
         rd_kafka_t *rk;
+        char key[256], api[512], sbx[512];
+        const char *extra[] = {NULL, NULL, NULL, "CODERQ_E2B_TTL_S=30", NULL};
 
         fresh("e2bkeep");
         ck_assert_int_eq(cq_fake_e2b_start(&e2b, 1.0), 0);
@@ -1557,15 +1562,17 @@ START_TEST(long_llm_turn_keeps_the_e2b_sandbox)
                         "{\"delay_ms\":40000,\"tool_calls\":[{\"code\":"
                         "\"print(x + 1)\"}]},"
                         "{\"content\":\"done\"}]");
-        setenv("E2B_API_KEY", e2b.api_key, 1);
-        setenv("E2B_API_URL", e2b.api_url, 1);
-        setenv("E2B_SANDBOX_URL", e2b.sandbox_url, 1);
-        setenv("CODERQ_E2B_TTL_S", "30", 1);
+        /* child_env() unsets E2B_API_KEY: the worker's settings go
+         * through child_extra */
+        snprintf(key, sizeof(key), "E2B_API_KEY=%s", e2b.api_key);
+        snprintf(api, sizeof(api), "E2B_API_URL=%s", e2b.api_url);
+        snprintf(sbx, sizeof(sbx), "E2B_SANDBOX_URL=%s", e2b.sandbox_url);
+        extra[0] = key;
+        extra[1] = api;
+        extra[2] = sbx;
+        child_extra = extra;
         start_worker(&a, "wk", "30");
-        unsetenv("E2B_API_KEY");
-        unsetenv("E2B_API_URL");
-        unsetenv("E2B_SANDBOX_URL");
-        unsetenv("CODERQ_E2B_TTL_S");
+        child_extra = NULL;
         rk = kt_producer(brokers);
         submit(rk, 0, "slow_turn",
                "\"backend\":\"e2b\",\"limits\":{\"cell_timeout_s\":1}");

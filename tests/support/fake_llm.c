@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -76,6 +77,7 @@ cq_fake_llm_t *cq_fake_llm_start(const char *const *extra_args)
         const char *argv[64];
         size_t argc = 0;
         int fds[2] = {-1, -1};
+        pid_t parent = getpid();
 
         if (!fake)
                 return NULL;
@@ -98,6 +100,12 @@ cq_fake_llm_t *cq_fake_llm_start(const char *const *extra_args)
         if (fake->pid < 0)
                 goto fail;
         if (fake->pid == 0) {
+                /* Never outlive the runner: a suite that dies in a fixture
+                 * would otherwise leave the fake holding CTest's output
+                 * pipe, and CTest waits for that pipe until its timeout. */
+                if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+                    getppid() != parent)
+                        _exit(127);
                 /* dup2 clears O_CLOEXEC on the copy. */
                 if (dup2(fds[1], STDOUT_FILENO) < 0)
                         _exit(127);
