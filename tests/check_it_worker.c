@@ -24,6 +24,7 @@
 #include "support/fake_e2b.h"
 #include "support/fake_llm.h"
 #include "support/kafka_test.h"
+#include "support/proc.h"
 
 #define WAIT_MS 240000
 
@@ -185,9 +186,10 @@ static void start_worker(worker_t *w, const char *name, const char *lease_s)
                 started[nstarted++] = pid;
 }
 
-/* The last warnings and errors of a worker's log on stderr: the logs are
- * removed after the run, and a failure on CI must say why. */
-static void dump_log(const worker_t *w)
+/* The last warnings and errors of a worker's log on stderr (every level
+ * when \p all): the logs are removed after the run, and a failure on CI
+ * must say why. */
+static void dump_log_lines(const worker_t *w, bool all)
 {
         char path[512], line[1024], *ring[40] = {0};
         size_t n = 0, i;
@@ -198,16 +200,16 @@ static void dump_log(const worker_t *w)
         if (!fp)
                 return;
         while (fgets(line, sizeof(line), fp)) {
-                if (strstr(line, "\"level\":\"debug\"") ||
-                    strstr(line, "\"level\":\"info\""))
+                if (!all && (strstr(line, "\"level\":\"debug\"") ||
+                             strstr(line, "\"level\":\"info\"")))
                         continue;
                 free(ring[n % CQ_ARRAY_SIZE(ring)]);
                 ring[n % CQ_ARRAY_SIZE(ring)] = strdup(line);
                 n++;
         }
         fclose(fp);
-        fprintf(stderr, "--- last warnings of worker %s (%s) ---\n", w->name,
-                path);
+        fprintf(stderr, "--- last %s of worker %s (%s) ---\n",
+                all ? "lines" : "warnings", w->name, path);
         for (i = n > CQ_ARRAY_SIZE(ring) ? n - CQ_ARRAY_SIZE(ring) : 0; i < n;
              i++)
                 fputs(ring[i % CQ_ARRAY_SIZE(ring)]
@@ -217,6 +219,8 @@ static void dump_log(const worker_t *w)
         for (i = 0; i < CQ_ARRAY_SIZE(ring); i++)
                 free(ring[i]);
 }
+
+static void dump_log(const worker_t *w) { dump_log_lines(w, false); }
 
 /* The sum over \p w's log lines with message \p msg of their integer
  * field \p key; -1 when no such line exists. */
@@ -291,10 +295,16 @@ static int stop_worker(worker_t *w, int sig, int timeout_ms)
                 }
                 kt_sleep_ms(50);
         }
+        /* Still running: say where it waits before killing it. */
+        fprintf(stderr,
+                "--- worker %s did not exit within %d ms of signal "
+                "%d ---\n",
+                w->name, timeout_ms, sig);
+        dump_log_lines(w, true);
+        cq_check_proc_backtrace(w->pid);
         kill(w->pid, SIGKILL);
         waitpid(w->pid, &st, 0);
         w->pid = 0;
-        dump_log(w);
         return -1;
 }
 

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -181,4 +182,49 @@ size_t cq_check_count_lines(const char *s)
                 if (*s == '\n' || s[1] == '\0')
                         n++;
         return n;
+}
+
+void cq_check_proc_backtrace(int pid)
+{
+        static const char *const gdbs[] = {"/usr/bin/gdb",
+                                           "/usr/local/bin/gdb"};
+        const char *gdb = NULL;
+        char target[32];
+        cq_check_proc_t proc;
+        size_t i;
+
+        for (i = 0; i < sizeof(gdbs) / sizeof(gdbs[0]); i++)
+                if (access(gdbs[i], X_OK) == 0) {
+                        gdb = gdbs[i];
+                        break;
+                }
+        if (!gdb) {
+                fprintf(stderr,
+                        "--- no stacks of process %d: gdb is not "
+                        "installed ---\n",
+                        pid);
+                return;
+        }
+        snprintf(target, sizeof(target), "%d", pid);
+        {
+                const char *const argv[] = {gdb,
+                                            "-nx",
+                                            "-batch",
+                                            "-p",
+                                            target,
+                                            "-ex",
+                                            "thread apply all bt",
+                                            NULL};
+
+                if (cq_check_proc_run(argv, NULL, 60000, &proc) != 0) {
+                        fprintf(stderr,
+                                "--- no stacks of process %d: could "
+                                "not run gdb ---\n",
+                                pid);
+                        return;
+                }
+        }
+        fprintf(stderr, "--- stacks of process %d (gdb exit %d) ---\n%s%s\n",
+                pid, proc.status, proc.out, proc.err);
+        cq_check_proc_release(&proc);
 }

@@ -37,6 +37,15 @@ int cq_check_proc_run(const char *const *argv,
 /** @brief Free the strings of \p proc, not the struct. */
 void cq_check_proc_release(cq_check_proc_t *proc);
 
+/**
+ * @brief Write the stacks of every thread of the live process \p pid to
+ *        stderr, with gdb (when installed), in at most about 60 s: what a
+ *        test prints before it kills a process that did not stop in time,
+ *        so a hang on CI says where it waits. Prints one line saying why
+ *        when gdb is absent or fails.
+ */
+void cq_check_proc_backtrace(int pid);
+
 /** @brief Number of lines (newline-terminated or not) in \p s. */
 size_t cq_check_count_lines(const char *s);
 
