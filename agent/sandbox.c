@@ -56,6 +56,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +183,44 @@ const char *cq_sandbox_mode_name(const cq_sandbox_t *sandbox)
 const char *cq_sandbox_reason(const cq_sandbox_t *sandbox)
 {
         return sandbox ? sandbox->reason : "";
+}
+
+/* A uid range for kernels must belong to nobody: a kernel running as an
+ * account's uid (or in a group's gid) could read and write that
+ * account's files. Reads the host's account and group databases once, at
+ * start-up (getpwent() and getgrent() are not thread-safe; start-up runs
+ * before any thread that could use them). 0, or -1 with \p errstr naming
+ * the account. */
+static int
+range_unowned(long first, long last, char *errstr, size_t errstr_size)
+{
+        struct passwd *pw;
+        struct group *gr;
+        int rc = 0;
+
+        setpwent();
+        while (rc == 0 && (pw = getpwent()) != NULL)
+                if ((long)pw->pw_uid >= first && (long)pw->pw_uid <= last) {
+                        snprintf(errstr, errstr_size,
+                                 "uid %ld of CODERQ_SANDBOX_UIDS=%ld-%ld is "
+                                 "the account \"%s\"; choose a range no "
+                                 "account or group uses",
+                                 (long)pw->pw_uid, first, last, pw->pw_name);
+                        rc = -1;
+                }
+        endpwent();
+        setgrent();
+        while (rc == 0 && (gr = getgrent()) != NULL)
+                if ((long)gr->gr_gid >= first && (long)gr->gr_gid <= last) {
+                        snprintf(errstr, errstr_size,
+                                 "gid %ld of CODERQ_SANDBOX_UIDS=%ld-%ld is "
+                                 "the group \"%s\"; choose a range no "
+                                 "account or group uses",
+                                 (long)gr->gr_gid, first, last, gr->gr_name);
+                        rc = -1;
+                }
+        endgrent();
+        return rc;
 }
 
 /* The lease file, opened anew for each lease: open file description
@@ -572,6 +611,16 @@ cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
         }
         if (opts->uid_first > 0 && opts->uid_last >= opts->uid_first) {
                 if (sandbox->drop) {
+                        if (range_unowned(opts->uid_first, opts->uid_last, err,
+                                          sizeof(err))) {
+                                if (errstr)
+                                        snprintf(errstr, errstr_size,
+                                                 "could not enable the "
+                                                 "sandbox: %s",
+                                                 err);
+                                cq_sandbox_destroy(&sandbox);
+                                return NULL;
+                        }
                         sandbox->per_kernel = true;
                         sandbox->uid_first = opts->uid_first;
                         sandbox->uid_last = opts->uid_last;

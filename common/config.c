@@ -109,7 +109,7 @@ static const cq_cfg_entry_t entries[] = {
      "auto runs kernels unsandboxed when its startup probe fails; off never "
      "uses it (both warn at start and with every job)"},
     {"CODERQ_SANDBOX_UIDS", NULL, "sandbox-uids", CQ_CFG_RANGE, F(sandbox_uids),
-     "auto", 65536, 2147483646L, NULL,
+     "auto", 1000, 2147483646L, NULL, /* CQ_SANDBOX_UIDS_MIN, _MAX */
      "uids of sandboxed kernels, one per kernel so each has its own process "
      "limit: FIRST-LAST (the worker must be root), auto (100000-100999 when "
      "root, else the worker's own uid) or off (every kernel as 65534)"},

@@ -266,6 +266,10 @@ START_TEST(docker_files_keep_the_sandbox_on)
         ck_assert_ptr_nonnull(strstr(compose, "- seccomp=unconfined\n"));
         ck_assert_ptr_nonnull(strstr(compose, "- apparmor=unconfined\n"));
         ck_assert_ptr_nonnull(strstr(compose, "- systempaths=unconfined\n"));
+        /* replicas lease kernel uids from one table */
+        ck_assert_ptr_nonnull(
+            strstr(compose, "\n      - coderq-uids:/run/coderq\n"));
+        ck_assert_ptr_nonnull(strstr(compose, "\n  coderq-uids:\n"));
         free(docker);
         free(compose);
 }

@@ -1489,10 +1489,22 @@ START_TEST(sandbox_on_fails_closed)
         ck_assert_int_eq(cq_config_init(&cfg), 0);
         ck_assert_str_eq(cfg.sandbox, "on");
         ck_assert_str_eq(cfg.sandbox_uids, "auto");
-        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX_UIDS", "1000-2000",
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX_UIDS", "999-2000",
                                        NULL, errstr, sizeof(errstr)),
                          -1);
-        ck_assert_ptr_nonnull(strstr(errstr, "65536 <= FIRST"));
+        /* the config's bound is the sandbox's */
+        {
+                char want[64];
+
+                snprintf(want, sizeof(want), "%ld <= FIRST",
+                         (long)CQ_SANDBOX_UIDS_MIN);
+                ck_assert_msg(strstr(errstr, want) != NULL, "%s", errstr);
+        }
+        /* below 65536, for user namespaces that map only 65536 uids */
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX_UIDS",
+                                       "60000-60999", NULL, errstr,
+                                       sizeof(errstr)),
+                         0);
         ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX_UIDS",
                                        "200000-100000", NULL, errstr,
                                        sizeof(errstr)),
@@ -1573,6 +1585,19 @@ START_TEST(sandbox_on_fails_closed)
                 ck_assert_int_eq(waitpid(pid, &status, 0), pid);
                 ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                               "unprivileged child: status %d", status);
+                /* a range holding an account's uid (Debian's nobody is
+                 * 65534) is refused: its kernels could use that
+                 * account's files */
+                sopts.mode = CQ_SANDBOX_ON;
+                sopts.bwrap = NULL;
+                sopts.uid_first = 65000;
+                sopts.uid_last = 65534;
+                sopts.uids_required = true;
+                sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+                ck_assert_ptr_null(sandbox);
+                ck_assert_msg(strstr(errstr, "is the account \"nobody\"") ||
+                                  strstr(errstr, "is the group \"nogroup\""),
+                              "%s", errstr);
         }
 }
 END_TEST

@@ -20,9 +20,12 @@
 /* The range CODERQ_SANDBOX_UIDS=auto means when the worker is root. */
 #define CQ_SANDBOX_UIDS_FIRST 100000
 #define CQ_SANDBOX_UIDS_LAST  100999
-/* Bounds of a configured range: above every 16-bit system and login
- * account, within a signed 32-bit uid. */
-#define CQ_SANDBOX_UIDS_MIN 65536
+/* Bounds of a configured range: above the system accounts (Debian's
+ * FIRST_UID), within a signed 32-bit uid. A range may start below 65536
+ * for user namespaces that map only 65536 uids (userns-remap, rootless
+ * containers); cq_sandbox_new() refuses a range that holds the uid or gid
+ * of any account or group the host knows. */
+#define CQ_SANDBOX_UIDS_MIN 1000
 #define CQ_SANDBOX_UIDS_MAX 2147483646L
 
 /* Host-wide lease file of per-kernel uids: byte N is locked (an open
