@@ -7,10 +7,12 @@
  * idempotent producer and marked sent only after a delivery report with
  * no error. A delivery that failed for a reason a retry can fix releases
  * the row with a growing backoff; a permanent error marks it failed (and
- * logs it at error) so it no longer comes back. A duplicate remains
- * possible only when a relay dies, or loses PostgreSQL past its lease,
- * between a delivery and its marking: consumers dedupe on job_id /
- * event_id. */
+ * logs it at error) so it no longer comes back; a retriable one is
+ * retried for as long as it takes, each time after the capped backoff.
+ * A duplicate remains possible when a relay dies, or loses PostgreSQL
+ * past its lease, between a delivery and its marking, and when a
+ * delivery times out after the broker may have written it (possibly
+ * persisted): consumers dedupe on job_id / event_id. */
 #include "coderq/kafka.h"
 
 #include <stdarg.h>
