@@ -8,9 +8,11 @@
  *   bench_e2e CODERQ BASE_URL DSN BROKERS PHASE SLOTS JOBS POOL SCRIPT
  *             TURNS LATENCY_MS
  *
- * PHASE is a name for the topics. CQ_E2E_WORKERS (default 1, at most 8)
+ * PHASE is a name for the topics. CQ_E2E_WORKERS (default 2, at most 8)
  * workers share SLOTS and POOL (each gets its share, rounded up) and one
- * outbox. The kernel pools are filled
+ * outbox, so duplicate_events measures relays racing for rows.
+ * CQ_E2E_SANDBOX (default on, as a worker runs by default) is their
+ * CODERQ_SANDBOX. The kernel pools are filled
  * before the first job is produced (kernel starts are CPU-bound and would
  * otherwise be what is measured); SLOTS 0 measures an idle worker's RSS.
  * Efficiency = jobs/s over (first submit .. last completion event) divided
@@ -323,7 +325,10 @@ static void child_env(const bench_t *b, int w)
         setenv("CODERQ_LEASE_S", "60", 1);
         setenv("CODERQ_POLL_MS", "100", 1);
         setenv("CODERQ_SHUTDOWN_S", "20", 1);
-        setenv("CODERQ_SANDBOX", "off", 1);
+        v[0] = '\0';
+        if (getenv("CQ_E2E_SANDBOX"))
+                snprintf(v, sizeof(v), "%s", getenv("CQ_E2E_SANDBOX"));
+        setenv("CODERQ_SANDBOX", v[0] ? v : "on", 1);
         setenv("CODERQ_LOG_LEVEL", "info", 1);
         if (w == 0)
                 snprintf(v, sizeof(v), "bench-%s", b->phase);
@@ -556,7 +561,7 @@ int main(int argc, char **argv)
         b.script = argv[9];
         b.turns = strtol(argv[10], NULL, 10);
         b.latency_ms = strtol(argv[11], NULL, 10);
-        b.nworkers = nw && *nw ? (int)strtol(nw, NULL, 10) : 1;
+        b.nworkers = nw && *nw ? (int)strtol(nw, NULL, 10) : 2;
         if (b.slots < 0 || b.jobs < 0 || b.jobs > 99999 || b.pool < 0 ||
             b.nworkers < 1 || b.nworkers > MAX_WORKERS)
                 return 2;

@@ -21,9 +21,10 @@
 # latency its waves of jobs must wait (wall - jobs/slots x 4 x latency).
 # CQ_E2E_LATENCY_MS (default 1000) sets the LLM latency of phase b,
 # CQ_E2E_PHASES (default "a idle b16 b64") which phases run (figures of
-# phases left out are null in the JSON), and CQ_E2E_WORKERS (default 1,
-# at most 8) how many worker processes share each phase's slots and pool
-# (and one outbox).
+# phases left out are null in the JSON), CQ_E2E_WORKERS (default 2, at
+# most 8) how many worker processes share each phase's slots and pool
+# (and one outbox), and CQ_E2E_SANDBOX (default on, a worker's default)
+# their CODERQ_SANDBOX.
 # Also printed per phase: duplicate completion events (events beyond one
 # per job on the results topic, read to its end once the outbox is all
 # sent); duplicate_events in the JSON is their sum over the phases.
