@@ -19,6 +19,7 @@ cq_cmd_fn_t cq_cmd_doctor;
 cq_cmd_fn_t cq_cmd_run;
 cq_cmd_fn_t cq_cmd_exec;
 cq_cmd_fn_t cq_cmd_worker;
+cq_cmd_fn_t cq_cmd_report;
 
 /* The usage text of doctor, shared with its tests. */
 extern const char cq_cmd_doctor_usage[];
