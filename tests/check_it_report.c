@@ -79,6 +79,7 @@ static void setup(void)
         struct sockaddr_in addr;
         socklen_t len = sizeof(addr);
 
+        cq_pgtest_sweep("cqrep");
         cq_pgtest_create("cqrep", true, g_dsn, sizeof(g_dsn), g_dbname,
                          sizeof(g_dbname));
         snprintf(g_tmpdir, sizeof(g_tmpdir), "/tmp/cqt_report_XXXXXX");
