@@ -80,6 +80,17 @@ static const cq_cmd_t commands[] = {
      "Exit: 0 ok; 1 a file could not be written; 4 PostgreSQL\n"
      "unreachable; 5 no such job.\n",
      cq_cmd_export},
+    {"report", "write a run's report: a static site to open in a browser",
+     "usage: coderq report --run RUN --out DIR\n"
+     "Writes DIR/index.html (the run's summary and a table of its jobs,\n"
+     "sortable and filterable) and DIR/jobs/<job>.html, one page per job\n"
+     "(transcript, notebook with its outputs and images, answer, test\n"
+     "report), creating DIR if needed, and prints the index's path. The\n"
+     "pages open from file:// and load nothing from the network; all job\n"
+     "text is escaped.\n"
+     "Exit: 0 ok; 1 a file could not be written; 2 usage; 4 PostgreSQL\n"
+     "unreachable; 5 no such run.\n",
+     cq_cmd_report},
     {"cancel", "cancel a job",
      "usage: coderq cancel JOB\n"
      "A queued job is cancelled at once; a running job is flagged and its\n"

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* cli_util.c - what the user-facing commands share: option matching,
- * number parsing, reading input files and opening the store, each
- * failure reported as one
- * line on stderr with the exit code it maps to. */
+ * number parsing, reading input files, opening the store and writing
+ * output files, each failure reported as one line on stderr with the exit
+ * code it maps to. */
 #include "coderq/cmd_cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "coderq/buf.h"
 
@@ -108,4 +111,69 @@ out:
                 fclose(fp);
         cq_buf_release(&buf);
         return rc;
+}
+
+int cq_cli_write_file(const char *path, const void *data, size_t len)
+{
+        char tmp[PATH_MAX];
+        const char *p = data;
+        int fd = -1, rc = -1;
+
+        if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >=
+            sizeof(tmp)) {
+                cq_cli_error("could not write \"%s\": path too long", path);
+                return -1;
+        }
+        fd = mkstemp(tmp);
+        if (fd < 0) {
+                cq_cli_error("could not write \"%s\": %s", path,
+                             strerror(errno));
+                return -1;
+        }
+        while (len > 0) {
+                ssize_t n = write(fd, p, len);
+
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        cq_cli_error("could not write \"%s\": %s", path,
+                                     strerror(errno));
+                        goto out;
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        if (fchmod(fd, 0644) != 0 || close(fd) != 0) {
+                fd = -1;
+                cq_cli_error("could not write \"%s\": %s", path,
+                             strerror(errno));
+                goto out;
+        }
+        fd = -1;
+        if (rename(tmp, path) != 0) {
+                cq_cli_error("could not write \"%s\": %s", path,
+                             strerror(errno));
+                goto out;
+        }
+        rc = 0;
+out:
+        if (fd >= 0)
+                close(fd);
+        if (rc)
+                unlink(tmp);
+        return rc;
+}
+
+int cq_cli_make_dir(const char *path)
+{
+        struct stat st;
+
+        if (mkdir(path, 0755) == 0)
+                return 0;
+        if (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+                return 0;
+        cq_cli_error("could not create directory \"%s\": %s", path,
+                     errno == EEXIST ? "a file of that name exists"
+                                     : strerror(errno));
+        return -1;
 }

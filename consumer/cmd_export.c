@@ -5,85 +5,14 @@
  * comes from one read-only snapshot of PostgreSQL. */
 #include "coderq/cmd_cli.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "coderq/buf.h"
 #include "coderq/clifmt.h"
 #include "coderq/notebook.h"
-
-/* Write \p len bytes to \p path through a temporary file and a rename, so
- * a reader never sees half a file. Returns 0 or -1 with an error line. */
-static int write_file(const char *path, const void *data, size_t len)
-{
-        char tmp[PATH_MAX];
-        const char *p = data;
-        int fd = -1, rc = -1;
-
-        if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >=
-            sizeof(tmp)) {
-                cq_cli_error("could not write \"%s\": path too long", path);
-                return -1;
-        }
-        fd = mkstemp(tmp);
-        if (fd < 0) {
-                cq_cli_error("could not write \"%s\": %s", path,
-                             strerror(errno));
-                return -1;
-        }
-        while (len > 0) {
-                ssize_t n = write(fd, p, len);
-
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        cq_cli_error("could not write \"%s\": %s", path,
-                                     strerror(errno));
-                        goto out;
-                }
-                p += n;
-                len -= (size_t)n;
-        }
-        if (fchmod(fd, 0644) != 0 || close(fd) != 0) {
-                fd = -1;
-                cq_cli_error("could not write \"%s\": %s", path,
-                             strerror(errno));
-                goto out;
-        }
-        fd = -1;
-        if (rename(tmp, path) != 0) {
-                cq_cli_error("could not write \"%s\": %s", path,
-                             strerror(errno));
-                goto out;
-        }
-        rc = 0;
-out:
-        if (fd >= 0)
-                close(fd);
-        if (rc)
-                unlink(tmp);
-        return rc;
-}
-
-static int make_dir(const char *path)
-{
-        struct stat st;
-
-        if (mkdir(path, 0755) == 0)
-                return 0;
-        if (errno == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-                return 0;
-        cq_cli_error("could not create directory \"%s\": %s", path,
-                     errno == EEXIST ? "a file of that name exists"
-                                     : strerror(errno));
-        return -1;
-}
 
 static int
 join(char *out, size_t size, const char *dir, const char *a, const char *b)
@@ -118,7 +47,7 @@ static int export_notebook(const cq_export_t *exp, const char *dir)
                 cq_cli_error("could not export the notebook: out of memory");
                 goto out;
         }
-        if (write_file(path, text, len))
+        if (cq_cli_write_file(path, text, len))
                 goto out;
         printf("%s\n", path);
         rc = 0;
@@ -135,7 +64,8 @@ static int export_images(const cq_export_t *exp, const char *dir)
         size_t i, j, nused = 0;
         int rc = -1, k;
 
-        if (join(path, sizeof(path), dir, "images", NULL) || make_dir(path))
+        if (join(path, sizeof(path), dir, "images", NULL) ||
+            cq_cli_make_dir(path))
                 return -1;
         used = calloc(exp->images.n ? exp->images.n : 1, sizeof(*used));
         if (!used) {
@@ -165,7 +95,7 @@ static int export_images(const cq_export_t *exp, const char *dir)
                 }
                 nused++;
                 if (join(path, sizeof(path), dir, "images", variant) ||
-                    write_file(path, img->data, img->len))
+                    cq_cli_write_file(path, img->data, img->len))
                         goto out;
                 printf("%s\n", path);
         }
@@ -237,7 +167,7 @@ static int export_answer(const cq_export_t *exp, const char *dir)
                 cq_cli_error("could not write \"%s\": out of memory", path);
                 goto out;
         }
-        if (write_file(path, buf.data, buf.len))
+        if (cq_cli_write_file(path, buf.data, buf.len))
                 goto out;
         printf("%s\n", path);
         rc = 0;
@@ -289,7 +219,7 @@ int cq_cmd_export(const cq_config_t *cfg, int argc, char **argv)
                 goto out;
         }
         rc = CQ_EXIT_FAILED;
-        if (make_dir(dir))
+        if (cq_cli_make_dir(dir))
                 goto out;
         if (exp.notebook) {
                 if (export_notebook(&exp, dir))

@@ -62,3 +62,39 @@ cq_build() {
                 cq_die "the $type build in $dir failed"
         fi
 }
+
+# cq_bench_setup NAME: what the end-to-end benchmarks share: the services
+# (started when they are not running, and stopped again at exit), a
+# temporary folder $CQ_BENCH_TMP (kept at exit when CQ_KEEP_LOGS is set)
+# and a migrated database of their own, $CQ_BENCH_DSN (dropped at exit).
+# A script with more to clean up defines cq_bench_cleanup_more first.
+cq_bench_setup() {
+        eval "$("$CQ_ROOT/scripts/services.sh" env)"
+        CQ_BENCH_STARTED=0
+        if ! psql "$CODERQ_PG_DSN" -XAtqc 'select 1' >/dev/null 2>&1 ||
+                ! (exec 3<>"/dev/tcp/127.0.0.1/$CQ_KAFKA_PORT") 2>/dev/null; then
+                cq_services start
+                CQ_BENCH_STARTED=1
+        fi
+        CQ_BENCH_TMP=$(mktemp -d)
+        CQ_BENCH_DB=cqbench_$1_$$
+        trap cq_bench_cleanup EXIT
+        psql "$CODERQ_PG_DSN" -Xqc "CREATE DATABASE $CQ_BENCH_DB" >/dev/null
+        CQ_BENCH_DSN=${CODERQ_PG_DSN%/*}/$CQ_BENCH_DB
+        CODERQ_PG_DSN=$CQ_BENCH_DSN "${CQ_BUILD:-$CQ_ROOT/build}/coderq" migrate >/dev/null
+}
+
+cq_bench_cleanup() {
+        if declare -F cq_bench_cleanup_more >/dev/null; then
+                cq_bench_cleanup_more || true
+        fi
+        psql "$CODERQ_PG_DSN" -Xqc "DROP DATABASE IF EXISTS $CQ_BENCH_DB WITH (FORCE)" >/dev/null 2>&1 || true
+        if [ -n "${CQ_KEEP_LOGS:-}" ]; then
+                echo "worker logs kept in $CQ_BENCH_TMP" >&2
+        else
+                rm -rf "$CQ_BENCH_TMP"
+        fi
+        if [ "$CQ_BENCH_STARTED" = 1 ]; then
+                cq_services stop || true
+        fi
+}

@@ -2,7 +2,8 @@
 # setup.sh - install everything coderq needs on Debian 12: compilers (gcc;
 # clang with its libFuzzer and sanitizer runtimes for the fuzz build) and
 # -dev packages, PostgreSQL, Java 17 and Maven, Debian's Python kernel
-# stack, bubblewrap, kcat, Node.js with npm; then fetch the pinned Apache
+# stack, bubblewrap, kcat, Node.js with npm, Chromium (the run report's
+# browser test loads its pages headless); then fetch the pinned Apache
 # Kafka broker jars with Maven into the cache folder. Idempotent: a second
 # run checks and does nothing slow.
 set -euo pipefail
@@ -18,6 +19,7 @@ PACKAGES=(
         python3-ipykernel python3-jupyter-client python3-numpy
         python3-pandas python3-matplotlib python3-nbformat python3-scipy
         bubblewrap kcat util-linux procps iproute2 curl ca-certificates
+        chromium
 )
 
 # One dpkg-query for all packages keeps the no-op run fast.

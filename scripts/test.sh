@@ -12,11 +12,12 @@
 # what changed.
 #
 # Skips: a suite that cannot run a test here (node and npm absent,
-# bubblewrap not working) exits 77 and CTest shows it as skipped. This
-# script first finds out what the machine has and exports it as
-# CQ_REQUIRE (e.g. "node,bwrap"; a CQ_REQUIRE already set is kept, "all"
-# forbids every skip): a suite that would skip for a prerequisite named
-# there fails instead, so a skip is only ever for something truly absent.
+# bubblewrap not working, no chromium) exits 77 and CTest shows it as
+# skipped. This script first finds out what the machine has and exports
+# it as CQ_REQUIRE (e.g. "node,bwrap,chromium"; a CQ_REQUIRE already set
+# is kept, "all" forbids every skip): a suite that would skip for a
+# prerequisite named there fails instead, so a skip is only ever for
+# something truly absent.
 #
 # Options:
 #   --unit     only the unit suites (no services are started)
@@ -98,6 +99,7 @@ if [ -z "${CQ_REQUIRE+set}" ]; then
         command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 &&
                 have+=(node)
         bwrap_works && have+=(bwrap)
+        command -v chromium >/dev/null 2>&1 && have+=(chromium)
         CQ_REQUIRE=$(IFS=,; echo "${have[*]}")
 fi
 export CQ_REQUIRE

@@ -390,14 +390,15 @@ void cq_checkpoint_release(cq_checkpoint_t *cp)
         cq_checkpoint_init(cp);
 }
 
-/* The outputs of checkpointed cells are escaped documents (the code is a
- * plain text column): unescape them, when the text holds a U+FFFF at all. */
-static int decode_outputs(cq_store_t *store, const PGresult *res, json_t *cells)
+int store_decode_outputs(cq_store_t *store,
+                         const PGresult *res,
+                         int col,
+                         json_t *cells)
 {
         json_t *cell;
         size_t i;
 
-        if (!memmem(PQgetvalue(res, 0, 1), (size_t)PQgetlength(res, 0, 1),
+        if (!memmem(PQgetvalue(res, 0, col), (size_t)PQgetlength(res, 0, col),
                     "\xef\xbf\xbf", 3))
                 return 0;
         json_array_foreach(cells, i, cell)
@@ -408,8 +409,8 @@ static int decode_outputs(cq_store_t *store, const PGresult *res, json_t *cells)
                         continue;
                 dec = store_doc_decode(outputs);
                 if (!dec || json_object_set_new(cell, "outputs", dec)) {
-                        store_set_error(store, "could not load a checkpoint: "
-                                               "out of memory");
+                        store_set_error(store, "could not read the outputs "
+                                               "of a cell: out of memory");
                         return -1;
                 }
         }
@@ -436,7 +437,7 @@ cq_err_t cq_store_load_checkpoint(cq_store_t *store,
                 cp->notebook = store_doc_value(store, res, 0, 2, "notebook");
         cp->last_message_seq = (int)store_long_value(res, 0, 3);
         cp->last_cell_seq = (int)store_long_value(res, 0, 4);
-        if (cp->cells && decode_outputs(store, res, cp->cells) != 0)
+        if (cp->cells && store_decode_outputs(store, res, 1, cp->cells) != 0)
                 err = CQ_ERR_FATAL;
         if (!cp->messages || !cp->cells ||
             (!PQgetisnull(res, 0, 2) && !cp->notebook))

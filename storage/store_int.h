@@ -100,6 +100,16 @@ char *store_dump_doc(cq_store_t *store, const json_t *doc, size_t *lenp);
 json_t *store_doc_value(
     cq_store_t *store, const PGresult *res, int row, int col, const char *what);
 
+/* The cells of a JSON array (column \p col of row 0 of \p res, already
+ * parsed into \p cells) whose "outputs" are escaped documents while the
+ * code is a plain text column: unescape each cell's outputs in place,
+ * when the text holds a U+FFFF at all. Returns 0, or -1 with the error
+ * set when out of memory. Shared by checkpoints and the run report. */
+int store_decode_outputs(cq_store_t *store,
+                         const PGresult *res,
+                         int col,
+                         json_t *cells);
+
 /* A PostgreSQL text[] literal of \p v ("{\"a\",\"b\"}"); caller frees.
  * NULL with the error set when out of memory. */
 char *store_text_array(cq_store_t *store, const char *const *v, size_t n);

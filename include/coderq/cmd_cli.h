@@ -19,6 +19,7 @@ cq_cmd_fn_t cq_cmd_doctor;
 cq_cmd_fn_t cq_cmd_run;
 cq_cmd_fn_t cq_cmd_exec;
 cq_cmd_fn_t cq_cmd_worker;
+cq_cmd_fn_t cq_cmd_report;
 
 /* The usage text of doctor, shared with its tests. */
 extern const char cq_cmd_doctor_usage[];
@@ -61,5 +62,19 @@ int cq_cli_store_exit(cq_err_t err);
  *          printing an error line.
  */
 int cq_cli_store_open(const cq_config_t *cfg, cq_store_t **storep);
+
+/**
+ * @brief Write \p len bytes to \p path (mode 0644) through a temporary
+ *        file and a rename, so a reader never sees half a file.
+ * @returns 0, or -1 after printing an error line.
+ */
+CQ_NODISCARD int
+cq_cli_write_file(const char *path, const void *data, size_t len);
+
+/**
+ * @brief Create directory \p path (mode 0755) unless it is one already.
+ * @returns 0, or -1 after printing an error line.
+ */
+CQ_NODISCARD int cq_cli_make_dir(const char *path);
 
 #endif

@@ -34,33 +34,13 @@ set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 
 build=${CQ_BUILD:-$CQ_ROOT/build}
-eval "$("$CQ_ROOT/scripts/services.sh" env)"
-started=0
-if ! psql "$CODERQ_PG_DSN" -XAtqc 'select 1' >/dev/null 2>&1 ||
-        ! (exec 3<>"/dev/tcp/127.0.0.1/$CQ_KAFKA_PORT") 2>/dev/null; then
-        cq_services start
-        started=1
-fi
-tmp=$(mktemp -d)
-db=cqbench_e2e_$$
 fake_pid=
-cleanup() {
+cq_bench_cleanup_more() {
         [ -n "$fake_pid" ] && { kill "$fake_pid" 2>/dev/null || true; wait "$fake_pid" 2>/dev/null || true; }
-        psql "$CODERQ_PG_DSN" -Xqc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-        if [ -n "${CQ_KEEP_LOGS:-}" ]; then
-                echo "worker logs kept in $tmp" >&2
-        else
-                rm -rf "$tmp"
-        fi
-        if [ "$started" = 1 ]; then
-                cq_services stop || true
-        fi
 }
-trap cleanup EXIT
-
-psql "$CODERQ_PG_DSN" -Xqc "CREATE DATABASE $db" >/dev/null
-dsn=${CODERQ_PG_DSN%/*}/$db
-CODERQ_PG_DSN=$dsn "$build/coderq" migrate >/dev/null
+cq_bench_setup e2e
+tmp=$CQ_BENCH_TMP
+dsn=$CQ_BENCH_DSN
 
 /usr/bin/python3 "$CQ_ROOT/tests/fakes/fake_llm.py" --port-file "$tmp/port" >/dev/null &
 fake_pid=$!

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# eval.sh [JOBS] - an evaluation run end to end: JOBS (default 200, or
+# CQ_EVAL_JOBS; even) small Python functions with `cases` tests, made by
+# bench/eval_problems.py, half answered right and half plausibly wrong by
+# the fake LLM's scripts, submitted through Kafka to CQ_EVAL_WORKERS
+# (default 2) `coderq worker` processes of CQ_EVAL_SLOTS (default 2)
+# slots each, memory off (no job names a scope, CODERQ_MEMORY_SCOPE
+# unset), kernels sandboxed as CQ_EVAL_SANDBOX says (default auto), tests
+# in each job's kernel (CQ_EVAL_ISOLATION=fresh: in a new one).
+# bench/eval_run.py measures jobs/s sustained (middle 80% of the
+# finishes), CPU seconds per job (every process involved, from /proc) and
+# the fidelity figures: right answers passed % and wrong answers passed %,
+# which must be 100 and 0 (else the exit status is 1).
+# CQ_EVAL_REPORT=DIR also writes the run's `coderq report` there;
+# CQ_KEEP_LOGS=1 keeps the workers' logs. Uses a database and topics of
+# its own; starts the services when they are not running (and stops them
+# again). Last line: JSON.
+set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
+
+build=${CQ_BUILD:-$CQ_ROOT/build}
+jobs=${1:-${CQ_EVAL_JOBS:-200}}
+case "$jobs" in
+''|*[!0-9]*) cq_die "JOBS must be a number" ;;
+esac
+cq_bench_setup eval
+tmp=$CQ_BENCH_TMP
+dsn=$CQ_BENCH_DSN
+
+run=eval-$$
+cq_say "generating $jobs problems"
+/usr/bin/python3 "$CQ_ROOT/bench/eval_problems.py" --count "$jobs" --run "$run" \
+        --out "$tmp" --isolation "${CQ_EVAL_ISOLATION:-kernel}"
+cq_say "running them: ${CQ_EVAL_WORKERS:-2} workers x ${CQ_EVAL_SLOTS:-2} slots"
+report=()
+[ -n "${CQ_EVAL_REPORT:-}" ] && report=(--report "$CQ_EVAL_REPORT")
+/usr/bin/python3 "$CQ_ROOT/bench/eval_run.py" --coderq "$build/coderq" \
+        --dsn "$dsn" --brokers "$CODERQ_KAFKA_BROKERS" \
+        --pg-port "$CQ_PG_PORT" --kafka-port "$CQ_KAFKA_PORT" --dir "$tmp" \
+        --run "$run" --prefix "cqbench.eval.$$" \
+        --workers "${CQ_EVAL_WORKERS:-2}" --slots "${CQ_EVAL_SLOTS:-2}" \
+        --sandbox "${CQ_EVAL_SANDBOX:-auto}" "${report[@]}"
