@@ -8,7 +8,9 @@
  * PostgreSQL over verify-full TLS; a wrong password and an unknown CA stop
  * submit, doctor and worker at once with exit 4 and one line; no secret
  * reaches a log line or coderq config. The captured completion and
- * progress events are validated against schemas/ (python3-jsonschema). */
+ * progress events are validated against schemas/ (python3-jsonschema).
+ * The Python upstream writer (examples/upstream/) runs a session through
+ * the same services. */
 #include <curl/curl.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -618,6 +620,82 @@ START_TEST(postgres_tls)
 }
 END_TEST
 
+/* The Python upstream writer (examples/upstream/writer.py, Debian's
+ * confluent-kafka and psycopg) against the same secured services and a
+ * worker: an eda job and two questions continuing its kernel through
+ * parent_job_id, answered by the example's scripted model; it waits for
+ * the three completion events over SASL_SSL and reads the notebooks and
+ * images over verify-full TLS. */
+START_TEST(python_upstream_writer_session)
+{
+        const char *const extra[] = {"CODERQ_SLOTS=2", "CODERQ_KPOOL_SIZE=2",
+                                     NULL};
+        char scripts[4096], writer[4096], out[600], log[600], path[900];
+        char session[160];
+        const char *fake_args[] = {"--scripts", scripts, NULL};
+        const char *argv[] = {
+            "/usr/bin/python3", writer, "--session", session, "--out", out,
+            "--timeout",        "150",  NULL};
+        const char *ids[] = {"eda", "ques1", "ques2"};
+        cq_check_proc_t proc;
+        char *text;
+        json_t *nb;
+        size_t i;
+        pid_t pid;
+
+        fresh("up");
+        snprintf(scripts, sizeof(scripts), "%s",
+                 cq_check_srcpath("examples/upstream/model"));
+        snprintf(writer, sizeof(writer), "%s",
+                 cq_check_srcpath("examples/upstream/writer.py"));
+        /* The example's scripted model answers by the phrases of its
+         * prompts, whatever the model name. */
+        cq_fake_llm_stop(&fake);
+        fake = cq_fake_llm_start(fake_args);
+        ck_assert_ptr_nonnull(fake);
+        snprintf(session, sizeof(session), "%s-s", prefix);
+        snprintf(out, sizeof(out), "%s/out", logdir);
+        snprintf(log, sizeof(log), "%s/worker.log", logdir);
+        pid = start_worker(log, secure_env(extra));
+        ck_assert_int_eq(
+            cq_check_proc_run(argv, secure_env(extra), 200000, &proc), 0);
+        ck_assert_int_eq(stop_worker(pid), 0);
+        ck_assert_msg(proc.status == 0, "writer.py exited %d:\n%s%s",
+                      proc.status, proc.out, proc.err);
+        for (i = 0; i < CQ_ARRAY_SIZE(ids); i++) {
+                char want[300];
+
+                snprintf(want, sizeof(want), "event  %s-%s: succeeded\n",
+                         session, ids[i]);
+                ck_assert_msg(strstr(proc.out, want), "%s", proc.out);
+                snprintf(want, sizeof(want), "job    %s-%s: succeeded, ",
+                         session, ids[i]);
+                ck_assert_msg(strstr(proc.out, want), "%s", proc.out);
+                snprintf(path, sizeof(path), "%s/%s-%s/notebook.ipynb", out,
+                         session, ids[i]);
+                nb = json_load_file(path, 0, NULL);
+                ck_assert_msg(nb != NULL, "no notebook at %s", path);
+                ck_assert_int_eq(
+                    json_integer_value(json_object_get(nb, "nbformat")), 4);
+                ck_assert_int_gt(json_array_size(json_object_get(nb, "cells")),
+                                 0);
+                json_decref(nb);
+        }
+        /* The questions ran their tests in the eda's kernel state. */
+        snprintf(path, sizeof(path), "job    %s-ques2: succeeded, tests 1/1",
+                 session);
+        ck_assert_msg(strstr(proc.out, path), "%s", proc.out);
+        /* The eda's figure came back from PostgreSQL as a PNG. */
+        snprintf(path, sizeof(path), "%s/%s-eda/images/cell1-1.png", out,
+                 session);
+        text = cq_check_slurp(path, &i);
+        ck_assert_uint_gt(i, 1000);
+        ck_assert_int_eq(memcmp(text, "\x89PNG", 4), 0);
+        free(text);
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
 static Suite *it_secure_suite(void)
 {
         Suite *s = suite_create("it_secure");
@@ -630,6 +708,7 @@ static Suite *it_secure_suite(void)
         tcase_add_test(tc, unknown_ca_fails_fast);
         tcase_add_test(tc, properties_file_and_ssl_listener);
         tcase_add_test(tc, postgres_tls);
+        tcase_add_test(tc, python_upstream_writer_session);
         suite_add_tcase(s, tc);
         return s;
 }
