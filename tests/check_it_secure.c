@@ -74,30 +74,35 @@ static void take(const char *line, const char *name, char *out, size_t size)
 
 static void read_secure_env(void)
 {
+        const struct {
+                const char *name;
+                char *out;
+                size_t size;
+        } vars[] = {
+            {"CODERQ_PG_DSN", sec.dsn, sizeof(sec.dsn)},
+            {"CODERQ_KAFKA_BROKERS", sec.brokers, sizeof(sec.brokers)},
+            {"CODERQ_KAFKA_PROP_SECURITY_PROTOCOL", sec.protocol,
+             sizeof(sec.protocol)},
+            {"CODERQ_KAFKA_PROP_SASL_MECHANISM", sec.mechanism,
+             sizeof(sec.mechanism)},
+            {"CODERQ_KAFKA_PROP_SASL_USERNAME", sec.username,
+             sizeof(sec.username)},
+            {"CODERQ_KAFKA_PROP_SASL_PASSWORD", sec.password,
+             sizeof(sec.password)},
+            {"CODERQ_KAFKA_PROP_SSL_CA_LOCATION", sec.ca, sizeof(sec.ca)},
+            {"CODERQ_KAFKA_SSL_PORT", sec.ssl_port, sizeof(sec.ssl_port)},
+        };
         char cmd[1200], line[2048];
+        size_t i;
         FILE *fp;
 
         snprintf(cmd, sizeof(cmd), "%s env --secure",
                  cq_check_srcpath("scripts/services.sh"));
         fp = popen(cmd, "r");
         ck_assert_ptr_nonnull(fp);
-        while (fgets(line, sizeof(line), fp)) {
-                take(line, "CODERQ_PG_DSN", sec.dsn, sizeof(sec.dsn));
-                take(line, "CODERQ_KAFKA_BROKERS", sec.brokers,
-                     sizeof(sec.brokers));
-                take(line, "CODERQ_KAFKA_PROP_SECURITY_PROTOCOL", sec.protocol,
-                     sizeof(sec.protocol));
-                take(line, "CODERQ_KAFKA_PROP_SASL_MECHANISM", sec.mechanism,
-                     sizeof(sec.mechanism));
-                take(line, "CODERQ_KAFKA_PROP_SASL_USERNAME", sec.username,
-                     sizeof(sec.username));
-                take(line, "CODERQ_KAFKA_PROP_SASL_PASSWORD", sec.password,
-                     sizeof(sec.password));
-                take(line, "CODERQ_KAFKA_PROP_SSL_CA_LOCATION", sec.ca,
-                     sizeof(sec.ca));
-                take(line, "CODERQ_KAFKA_SSL_PORT", sec.ssl_port,
-                     sizeof(sec.ssl_port));
-        }
+        while (fgets(line, sizeof(line), fp))
+                for (i = 0; i < CQ_ARRAY_SIZE(vars); i++)
+                        take(line, vars[i].name, vars[i].out, vars[i].size);
         ck_assert_int_eq(pclose(fp), 0);
         ck_assert_str_eq(sec.protocol, "SASL_SSL");
         ck_assert_str_eq(sec.mechanism, "SCRAM-SHA-512");

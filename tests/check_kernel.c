@@ -880,13 +880,12 @@ static int listen_loopback(int *portp)
         return fd;
 }
 
-START_TEST(sandbox_confines_the_kernel)
+/* The sandbox in auto mode (bubblewrap where it works) under root. */
+static cq_sandbox_t *auto_sandbox(void)
 {
         cq_sandbox_opts_t sopts = {0};
         cq_sandbox_t *sandbox;
-        cq_interp_t *interp;
-        char errstr[512], code[1024], want[256];
-        int lfd, port;
+        char errstr[512];
 
         mkdir(root, 0711);
         sopts.mode = CQ_SANDBOX_AUTO;
@@ -896,6 +895,16 @@ START_TEST(sandbox_confines_the_kernel)
         sopts.fsize = 1UL << 30;
         sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
         ck_assert_msg(sandbox != NULL, "%s", errstr);
+        return sandbox;
+}
+
+START_TEST(sandbox_confines_the_kernel)
+{
+        cq_sandbox_t *sandbox = auto_sandbox();
+        cq_interp_t *interp;
+        char code[1024], want[256];
+        int lfd, port;
+
         if (!cq_sandbox_enabled(sandbox)) {
                 char why[512];
 
@@ -1079,21 +1088,12 @@ START_TEST(cjk_labels_render_without_tofu)
             "ax.set_title('销售额分布：中文标题')\n"
             "fig.savefig('zh.png', dpi=80)\n"
             "plt.show()\n";
-        cq_sandbox_opts_t sopts = {0};
-        cq_sandbox_t *sandbox;
+        cq_sandbox_t *sandbox = auto_sandbox();
         cq_interp_t *interp;
         cq_cell_result_t res;
-        char errstr[512], *out, *err;
+        char *out, *err;
         const json_t *png;
 
-        mkdir(root, 0711);
-        sopts.mode = CQ_SANDBOX_AUTO;
-        sopts.probe_dir = root;
-        sopts.mem = 4UL << 30;
-        sopts.nproc = 512;
-        sopts.fsize = 1UL << 30;
-        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
-        ck_assert_msg(sandbox != NULL, "%s", errstr);
         interp = start_local(sandbox, 0);
         run(interp, code, 120000, &res);
         out = stream_text(&res, "stdout");

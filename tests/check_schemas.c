@@ -294,6 +294,31 @@ static bool inexpressible(const char *err)
                strstr(err, "inline files exceed");
 }
 
+/* A case made of \p head, \p count times \p unit, then \p tail. */
+static void add_repeat(corpus_t *c,
+                       const char *name,
+                       const char *head,
+                       const char *unit,
+                       size_t count,
+                       const char *tail,
+                       char want)
+{
+        cq_buf_t buf;
+        size_t i;
+
+        cq_buf_init(&buf, 1 << 20);
+        ck_assert_int_eq(cq_buf_append_str(&buf, head), CQ_OK);
+        for (i = 0; i < count; i++)
+                ck_assert_int_eq(cq_buf_append_str(&buf, unit), CQ_OK);
+        ck_assert_int_eq(cq_buf_append_str(&buf, tail), CQ_OK);
+        add(c, name, buf.data, buf.len, want);
+        cq_buf_release(&buf);
+}
+
+#define FILE_NAME_HEAD                                                         \
+        "{\"job_id\":\"j1\",\"prompt\":\"p\",\"files\":[{\"name\":\""
+#define FILE_NAME_TAIL "\",\"url\":\"http://h\"}]}"
+
 static void add_table(corpus_t *c)
 {
         cq_buf_t buf;
@@ -306,61 +331,23 @@ static void add_table(corpus_t *c)
                     table[i].want);
         }
         /* Lengths at and past each bound. */
-        cq_buf_init(&buf, 1 << 20);
-        ck_assert_int_eq(cq_buf_printf(&buf,
-                                       "{\"job_id\":\"%0128d\","
-                                       "\"prompt\":\"p\"}",
-                                       0),
-                         CQ_OK);
-        add(c, "table/job_id_128", buf.data, buf.len, 'o');
-        cq_buf_release(&buf);
-        cq_buf_init(&buf, 1 << 20);
-        ck_assert_int_eq(cq_buf_printf(&buf,
-                                       "{\"job_id\":\"%0129d\","
-                                       "\"prompt\":\"p\"}",
-                                       0),
-                         CQ_OK);
-        add(c, "table/job_id_129", buf.data, buf.len, 'e');
-        cq_buf_release(&buf);
-        cq_buf_init(&buf, 1 << 20);
-        ck_assert_int_eq(cq_buf_printf(&buf,
-                                       JOB(",\"files\":[{\"name\":\"%0255d\","
-                                           "\"url\":\"http://h\"}]"),
-                                       0),
-                         CQ_OK);
-        add(c, "table/name_255", buf.data, buf.len, 'o');
-        cq_buf_release(&buf);
-        cq_buf_init(&buf, 1 << 20);
-        ck_assert_int_eq(cq_buf_printf(&buf,
-                                       JOB(",\"files\":[{\"name\":\"%0256d\","
-                                           "\"url\":\"http://h\"}]"),
-                                       0),
-                         CQ_OK);
-        add(c, "table/name_256", buf.data, buf.len, 'e');
-        cq_buf_release(&buf);
+        add_repeat(c, "table/job_id_128", "{\"job_id\":\"", "x", 128,
+                   "\",\"prompt\":\"p\"}", 'o');
+        add_repeat(c, "table/job_id_129", "{\"job_id\":\"", "x", 129,
+                   "\",\"prompt\":\"p\"}", 'e');
+        add_repeat(c, "table/name_255", FILE_NAME_HEAD, "n", 255,
+                   FILE_NAME_TAIL, 'o');
+        add_repeat(c, "table/name_256", FILE_NAME_HEAD, "n", 256,
+                   FILE_NAME_TAIL, 'e');
         /* 200 characters, 400 bytes: within maxLength, over 255 bytes. */
-        cq_buf_init(&buf, 1 << 20);
-        ck_assert_int_eq(cq_buf_append_str(&buf,
-                                           "{\"job_id\":\"j1\",\"prompt\":"
-                                           "\"p\",\"files\":[{\"name\":\""),
-                         CQ_OK);
-        for (i = 0; i < 200; i++)
-                ck_assert_int_eq(cq_buf_append_str(&buf, "\xc3\xa9"), CQ_OK);
-        ck_assert_int_eq(cq_buf_append_str(&buf, "\",\"url\":\"http://h\"}]}"),
-                         CQ_OK);
-        add(c, "table/name_400_bytes", buf.data, buf.len, 'k');
-        cq_buf_release(&buf);
-        cq_buf_init(&buf, 1 << 20);
-        ck_assert_int_eq(cq_buf_append_str(&buf,
-                                           "{\"job_id\":\"j1\",\"prompt\":"
-                                           "\"p\",\"files\":[{\"name\":"
-                                           "\"a\",\"url\":\"http://h/"),
-                         CQ_OK);
-        for (i = 0; i < 2041; i++)
-                ck_assert_int_eq(cq_buf_append_str(&buf, "x"), CQ_OK);
-        ck_assert_int_eq(cq_buf_append_str(&buf, "\"}]}"), CQ_OK);
-        add(c, "table/url_2049", buf.data, buf.len, 'e');
-        cq_buf_release(&buf);
+        add_repeat(c, "table/name_400_bytes", FILE_NAME_HEAD, "\xc3\xa9", 200,
+                   FILE_NAME_TAIL, 'k');
+        add_repeat(c, "table/url_2048",
+                   FILE_NAME_HEAD "a\",\"url\":\"http://h/", "x", 2039, "\"}]}",
+                   'o');
+        add_repeat(c, "table/url_2049",
+                   FILE_NAME_HEAD "a\",\"url\":\"http://h/", "x", 2040, "\"}]}",
+                   'e');
         cq_buf_init(&buf, 1 << 20);
         ck_assert_int_eq(cq_buf_append_str(&buf,
                                            "{\"job_id\":\"j1\",\"prompt\":"
