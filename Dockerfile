@@ -9,6 +9,8 @@
 # sandbox does not work. The container needs user namespaces and a fresh
 # /proc for bubblewrap: see the worker's security_opt in
 # docker-compose.yml, and `docker run ... coderq doctor` to check.
+# fonts-noto-cjk: kernels' figures fall back to Noto Sans CJK for Chinese,
+# Japanese and Korean text (README, "Deploying").
 FROM debian:12 AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config ca-certificates \
@@ -26,6 +28,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
         ca-certificates tini bubblewrap \
         python3 python3-ipykernel python3-jupyter-client python3-numpy \
         python3-pandas python3-matplotlib python3-nbformat python3-scipy \
+        fonts-noto-cjk \
     && rm -rf /var/lib/apt/lists/* \
     && mkdir -p /var/lib/coderq
 COPY --from=build /build/coderq /usr/local/bin/coderq

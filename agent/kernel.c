@@ -710,6 +710,54 @@ static char *env_kv(const char *k, const char *v)
         return s;
 }
 
+/* matplotlib's settings for every kernel, read from MPLCONFIGDIR: text
+ * falls back glyph by glyph (matplotlib >= 3.6) from DejaVu Sans, its own
+ * font, to Noto Sans CJK (Debian's fonts-noto-cjk, which scripts/setup.sh
+ * and the Docker image install), so Chinese, Japanese and Korean labels
+ * do not come out as boxes. Debian's matplotlib 3.6 reads the first face
+ * of the font collection, named "Noto Sans CJK JP"; its glyphs cover the
+ * simplified and traditional Chinese ideographs too. Code may still pick
+ * other fonts with rcParams. */
+static const char mpl_rc[] =
+    "# written by coderq for this kernel: CJK text falls back to Noto Sans\n"
+    "# CJK after DejaVu Sans\n"
+    "font.family: DejaVu Sans, Noto Sans CJK JP\n";
+
+/* Write MPLCONFIGDIR (run_dir/mpl, the kernel's own) and its matplotlibrc,
+ * owned by the kernel's uid. */
+static int write_mpl_rc(cq_kernel_t *kernel)
+{
+        char dir[PATH_MAX + 8], path[PATH_MAX + 24];
+        int fd = -1, rc = -1;
+        size_t off = 0;
+
+        snprintf(dir, sizeof(dir), "%s/mpl", kernel->run_dir);
+        snprintf(path, sizeof(path), "%s/matplotlibrc", dir);
+        if ((mkdir(dir, 0700) && errno != EEXIST) ||
+            cq_sandbox_own(&kernel->id, dir))
+                goto out;
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                  0600);
+        if (fd < 0)
+                goto out;
+        while (off < sizeof(mpl_rc) - 1) {
+                ssize_t n = write(fd, mpl_rc + off, sizeof(mpl_rc) - 1 - off);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        goto out;
+                off += (size_t)n;
+        }
+        if (cq_sandbox_own(&kernel->id, path))
+                goto out;
+        rc = 0;
+out:
+        if (fd >= 0)
+                close(fd);
+        return rc;
+}
+
 /* The kernel's whole environment, built from scratch: nothing of the
  * worker's (API keys, database DSN, CODERQ_*) reaches model-written
  * code. MPLBACKEND stays unset so figures are published inline. */
@@ -1303,6 +1351,13 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
             chmod(kernel->run_dir, 0700) ||
             cq_sandbox_own(&kernel->id, kernel->run_dir)) {
                 kernel_set_error(kernel, "could not prepare \"%s\": %s",
+                                 kernel->run_dir, strerror(errno));
+                goto fail;
+        }
+        if (write_mpl_rc(kernel)) {
+                kernel_set_error(kernel,
+                                 "could not write the matplotlibrc of \"%s\": "
+                                 "%s",
                                  kernel->run_dir, strerror(errno));
                 goto fail;
         }

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "coderq/kprops.h"
+
 #define F(field) offsetof(cq_config_t, field)
 
 /* One row per setting. The flag is derived from env: CODERQ_FOO_BAR ->
@@ -30,6 +32,13 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_KAFKA_BROKERS", NULL, "kafka-brokers", CQ_CFG_STRING,
      F(kafka_brokers), "127.0.0.1:9092", 0, 0, NULL,
      "Kafka bootstrap servers, comma-separated host:port"},
+    {"CODERQ_KAFKA_PROPERTIES", NULL, "kafka-properties", CQ_CFG_STRING,
+     F(kafka_properties), NULL, 0, 0, NULL,
+     "librdkafka properties file (name=value lines, # comments, as Kafka's "
+     "tools take) for every Kafka client, e.g. security.protocol, "
+     "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location; "
+     "CODERQ_KAFKA_PROP_<NAME> variables (SASL_MECHANISM for "
+     "sasl.mechanism) win over it"},
     {"CODERQ_LLM_PROVIDER", NULL, "llm-provider", CQ_CFG_CHOICE,
      F(llm_provider), "openai", 0, 0, "openai|anthropic",
      "wire format of the LLM API: openai (Chat Completions) or anthropic "
@@ -566,6 +575,33 @@ void cq_config_release(cq_config_t *cfg)
                         break;
                 }
         }
+        cq_kprops_destroy(&cfg->kafka_props);
+}
+
+int cq_config_load_kafka(cq_config_t *cfg,
+                         char *const *envp,
+                         char *errstr,
+                         size_t errstr_size)
+{
+        cq_kprops_t *props = cq_kprops_new();
+
+        if (!props) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not read the Kafka properties: out of "
+                                 "memory");
+                return -1;
+        }
+        if ((cfg->kafka_properties && *cfg->kafka_properties &&
+             cq_kprops_load_file(props, cfg->kafka_properties, errstr,
+                                 errstr_size)) ||
+            cq_kprops_load_env(props, envp, errstr, errstr_size)) {
+                cq_kprops_destroy(&props);
+                return -1;
+        }
+        cq_kprops_destroy(&cfg->kafka_props);
+        cfg->kafka_props = props;
+        return 0;
 }
 
 int cq_config_load_env(cq_config_t *cfg, char *errstr, size_t errstr_size)

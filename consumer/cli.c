@@ -10,7 +10,11 @@
 
 #include "coderq/cmd_cli.h"
 #include "coderq/fetch.h"
+#include "coderq/kafka.h"
+#include "coderq/kprops.h"
 #include "coderq/log.h"
+
+extern char **environ;
 
 static cq_cmd_fn_t cmd_config;
 
@@ -18,7 +22,10 @@ static cq_cmd_fn_t cmd_config;
 static const cq_cmd_t commands[] = {
     {"config", "print the effective configuration",
      "usage: coderq config\n"
-     "Prints every setting with its current value (secrets as set/unset).\n",
+     "Prints every setting with its current value (secrets as set/unset),\n"
+     "then each librdkafka property from CODERQ_KAFKA_PROPERTIES and the\n"
+     "CODERQ_KAFKA_PROP_* variables as kafka.NAME=VALUE  (SOURCE), secrets\n"
+     "as (set).\n",
      cmd_config},
     {"doctor", "check PostgreSQL, Kafka, Python and the sandbox",
      cq_cmd_doctor_usage, cq_cmd_doctor},
@@ -172,6 +179,16 @@ static int cmd_config(const cq_config_t *cfg, int argc, char **argv)
                 cq_config_describe(cfg, &entries[i], value, sizeof(value));
                 printf("%s=%s\n", entries[i].env, value);
         }
+        /* The operator's librdkafka properties, in the order they apply;
+         * a secret only as set. */
+        n = cfg->kafka_props ? cq_kprops_count(cfg->kafka_props) : 0;
+        for (i = 0; i < n; i++) {
+                const char *key, *val, *source;
+
+                cq_kprops_get(cfg->kafka_props, i, &key, &val, &source);
+                printf("kafka.%s=%s  (%s)\n", key,
+                       cq_kprops_is_secret(key) ? "(set)" : val, source);
+        }
         return CQ_EXIT_OK;
 }
 
@@ -223,6 +240,8 @@ int cq_cli_main(int argc, char **argv)
         if (cq_config_load_env(&cfg, errstr, sizeof(errstr)) != 0 ||
             cq_config_parse_args(&cfg, &argc, argv, errstr, sizeof(errstr)) ||
             cq_config_check(&cfg, errstr, sizeof(errstr)) ||
+            cq_config_load_kafka(&cfg, environ, errstr, sizeof(errstr)) ||
+            cq_kafka_props_check(&cfg, errstr, sizeof(errstr)) ||
             cq_fetch_allow_check(cfg.fetch_allow, errstr, sizeof(errstr))) {
                 cq_cli_error("%s", errstr);
                 cq_config_release(&cfg);

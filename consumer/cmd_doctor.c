@@ -19,10 +19,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "coderq/kafka.h"
 #include "coderq/kpool.h"
 #include "coderq/log.h"
 #include "coderq/sandbox.h"
 #include "coderq/util.h"
+#include "kafka_int.h"
 
 extern char **environ;
 
@@ -33,9 +35,11 @@ extern char **environ;
 const char cq_cmd_doctor_usage[] =
     "usage: coderq doctor\n"
     "Checks, each within a few seconds, and prints one line per check:\n"
-    "  postgresql  a query on CODERQ_PG_DSN (server version)\n"
-    "  kafka       a metadata request to CODERQ_KAFKA_BROKERS (broker "
-    "count)\n"
+    "  postgresql  a query on CODERQ_PG_DSN (server version; whether the\n"
+    "              connection is encrypted, with its TLS protocol and cipher)\n"
+    "  kafka       a metadata request to CODERQ_KAFKA_BROKERS, with the\n"
+    "              Kafka properties (broker count); refused credentials or\n"
+    "              TLS fail at once\n"
     "  python      " DOCTOR_PYTHON " -c 'import ipykernel' (local "
     "kernels)\n"
     "  sandbox     the worker's own start-up probe with the configured\n"
@@ -72,7 +76,7 @@ static void one_line(char *s)
 static int check_postgres(const cq_config_t *cfg)
 {
         const char *keys[5], *values[5];
-        char timeout[16], what[512];
+        char timeout[16], what[512], tls[160];
         PGconn *conn = NULL;
         PGresult *res = NULL;
         int n = 0, rc = -1;
@@ -114,8 +118,18 @@ static int check_postgres(const cq_config_t *cfg)
                 report("postgresql", CHECK_FAIL, what);
                 goto out;
         }
-        snprintf(what, sizeof(what), "PostgreSQL %s, database \"%s\"",
-                 PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
+        if (PQsslInUse(conn)) {
+                const char *protocol = PQsslAttribute(conn, "protocol");
+                const char *cipher = PQsslAttribute(conn, "cipher");
+
+                snprintf(tls, sizeof(tls), "encrypted (%s, %s)",
+                         protocol ? protocol : "TLS",
+                         cipher ? cipher : "unknown cipher");
+        } else {
+                snprintf(tls, sizeof(tls), "not encrypted");
+        }
+        snprintf(what, sizeof(what), "PostgreSQL %s, database \"%s\", %s",
+                 PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), tls);
         report("postgresql", CHECK_OK, what);
         rc = 0;
 out:
@@ -135,54 +149,58 @@ kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
                   NULL);
 }
 
+/* What the error callback saw; final outcomes end the wait early. */
+typedef struct kafka_probe {
+        char down[256];    /* every broker refused the connection */
+        char refused[512]; /* credentials or TLS refused */
+} kafka_probe_t;
+
 /* Served by rd_kafka_poll() on our thread. A refused connection to every
- * broker is final for a health check: no need to wait out the timeout. */
+ * broker is final for a health check, and so is an authentication or TLS
+ * failure: no need to wait out the timeout. */
 static void
 kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
-        char *down = opaque;
+        kafka_probe_t *probe = opaque;
 
         (void)rk;
-        if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && !down[0])
-                snprintf(down, 256, "%s", reason);
+        if (cq_kafka_err_is_auth(err) && !probe->refused[0])
+                snprintf(probe->refused, sizeof(probe->refused), "%s", reason);
+        else if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && !probe->down[0])
+                snprintf(probe->down, sizeof(probe->down), "%s", reason);
 }
 
 static int check_kafka(const cq_config_t *cfg)
 {
-        char down[256] = "";
+        kafka_probe_t probe = {"", ""};
         int64_t deadline = cq_now_ms() + DOCTOR_SERVICE_TIMEOUT_MS;
-        char errstr[512], what[640], timeout[16];
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        char errstr[512], what[800], timeout[16];
+        cq_kafka_opts_t kopts;
+        const char *const defaults[] = {"socket.connection.setup.timeout.ms",
+                                        timeout, NULL};
+        rd_kafka_conf_t *conf = NULL;
         rd_kafka_t *rk = NULL;
         const struct rd_kafka_metadata *md = NULL;
         rd_kafka_resp_err_t err;
         int rc = -1;
 
         snprintf(timeout, sizeof(timeout), "%d", DOCTOR_SERVICE_TIMEOUT_MS);
-        if (!conf) {
-                report("kafka", CHECK_FAIL,
-                       "could not configure client: out of memory");
-                goto out;
-        }
         if (!cfg->kafka_brokers || !*cfg->kafka_brokers) {
                 report("kafka", CHECK_FAIL, "CODERQ_KAFKA_BROKERS is empty");
                 goto out;
         }
-        rd_kafka_conf_set_log_cb(conf, kafka_log);
-        rd_kafka_conf_set_error_cb(conf, kafka_error);
-        rd_kafka_conf_set_opaque(conf, down);
-        if (rd_kafka_conf_set(conf, "bootstrap.servers", cfg->kafka_brokers,
-                              errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
-            rd_kafka_conf_set(conf, "socket.connection.setup.timeout.ms",
-                              timeout, errstr,
-                              sizeof(errstr)) != RD_KAFKA_CONF_OK ||
-            rd_kafka_conf_set(conf, "client.id", "coderq-doctor", errstr,
-                              sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+        cq_kafka_opts_from_config(&kopts, cfg);
+        kopts.client_id = "coderq-doctor";
+        conf = kafka_conf_new(&kopts, defaults, NULL, errstr, sizeof(errstr));
+        if (!conf) {
                 snprintf(what, sizeof(what), "could not configure client: %s",
                          errstr);
                 report("kafka", CHECK_FAIL, what);
                 goto out;
         }
+        rd_kafka_conf_set_log_cb(conf, kafka_log);
+        rd_kafka_conf_set_error_cb(conf, kafka_error);
+        rd_kafka_conf_set_opaque(conf, &probe);
         rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
         if (!rk) {
                 snprintf(what, sizeof(what), "could not create client: %s",
@@ -201,13 +219,19 @@ static int check_kafka(const cq_config_t *cfg)
                 if (!err || left <= 250)
                         break;
                 rd_kafka_poll(rk, 0);
-                if (down[0])
+                if (probe.down[0] || probe.refused[0])
                         break;
         }
-        if (err && down[0]) {
+        if (err && probe.refused[0]) {
+                snprintf(what, sizeof(what), "could not connect to %s: %s",
+                         cfg->kafka_brokers, probe.refused);
+                report("kafka", CHECK_FAIL, what);
+                goto out;
+        }
+        if (err && probe.down[0]) {
                 snprintf(what, sizeof(what),
                          "could not connect to any broker of %s: %s",
-                         cfg->kafka_brokers, down);
+                         cfg->kafka_brokers, probe.down);
                 report("kafka", CHECK_FAIL, what);
                 goto out;
         }

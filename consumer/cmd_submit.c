@@ -20,11 +20,13 @@
 #include "coderq/job.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
+#include "kafka_int.h"
 
 /* Delivery of every message must be decided within this time (librdkafka
  * message.timeout.ms); a broker that stays unreachable fails the submit
  * with exit 4 after it. */
 #define SUBMIT_DELIVERY_TIMEOUT_MS 30000
+#define SUBMIT_REFUSED_MAX         512 /* the reason Kafka refused us */
 #define SUBMIT_MAX_INVALID_SHOWN   20
 
 typedef struct sub_job {
@@ -384,12 +386,17 @@ log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
         cq_log_debug("librdkafka %d %s: %s", level, fac, buf);
 }
 
+/* Served by rd_kafka_poll()/flush() on our thread. An authentication or
+ * TLS failure is final: \p opaque (the reason buffer) ends the wait. */
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
+        char *refused = opaque;
+
         (void)rk;
-        (void)opaque;
         cq_log_debug("kafka error %s: %s",
                      rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+        if (cq_kafka_err_is_auth(err) && !refused[0])
+                snprintf(refused, SUBMIT_REFUSED_MAX, "%s", reason);
 }
 
 static bool unavailable_err(rd_kafka_resp_err_t err)
@@ -405,35 +412,31 @@ static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
 {
         rd_kafka_conf_t *conf = NULL;
         rd_kafka_t *rk = NULL;
-        char errstr[512], timeout[32];
+        cq_kafka_opts_t kopts;
+        char errstr[512], timeout[32], refused[SUBMIT_REFUSED_MAX] = "";
         const char *topic = cfg->topic_jobs ? cfg->topic_jobs : "coderq.jobs";
+        const char *const defaults[] = {"linger.ms", "5", NULL};
+        const char *const mandatory[] = {"enable.idempotence", "true",
+                                         "message.timeout.ms", timeout, NULL};
         size_t i, failed = 0;
         int64_t deadline;
         int rc = CQ_EXIT_INTERNAL;
 
-        conf = rd_kafka_conf_new();
+        cq_kafka_opts_from_config(&kopts, cfg);
+        kopts.client_id = "coderq-submit";
         snprintf(timeout, sizeof(timeout), "%d", SUBMIT_DELIVERY_TIMEOUT_MS);
-        if (!conf ||
-            rd_kafka_conf_set(conf, "bootstrap.servers",
-                              cfg->kafka_brokers ? cfg->kafka_brokers
-                                                 : "127.0.0.1:9092",
-                              errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK ||
-            rd_kafka_conf_set(conf, "enable.idempotence", "true", errstr,
-                              sizeof(errstr)) != RD_KAFKA_CONF_OK ||
-            rd_kafka_conf_set(conf, "client.id", "coderq-submit", errstr,
-                              sizeof(errstr)) != RD_KAFKA_CONF_OK ||
-            rd_kafka_conf_set(conf, "linger.ms", "5", errstr, sizeof(errstr)) !=
-                RD_KAFKA_CONF_OK ||
-            rd_kafka_conf_set(conf, "message.timeout.ms", timeout, errstr,
-                              sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+        conf =
+            kafka_conf_new(&kopts, defaults, mandatory, errstr, sizeof(errstr));
+        if (!conf) {
                 cq_cli_error("could not configure the Kafka producer: %s",
-                             conf ? errstr : "out of memory");
-                rc = conf ? CQ_EXIT_CONFIG : CQ_EXIT_INTERNAL;
+                             errstr);
+                rc = CQ_EXIT_CONFIG;
                 goto out;
         }
         rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
         rd_kafka_conf_set_log_cb(conf, log_cb);
         rd_kafka_conf_set_error_cb(conf, error_cb);
+        rd_kafka_conf_set_opaque(conf, refused);
         rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
         if (!rk) {
                 cq_cli_error("could not create the Kafka producer: %s", errstr);
@@ -453,7 +456,7 @@ static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
                             RD_KAFKA_V_VALUE(job->value, job->len),
                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                             RD_KAFKA_V_OPAQUE(job), RD_KAFKA_V_END);
-                        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || refused[0])
                                 break;
                         rd_kafka_poll(rk, 100);
                 }
@@ -468,8 +471,19 @@ static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
          * when message.timeout.ms expires; the margin covers the broker's
          * own request timeout. */
         deadline = cq_now_ms() + SUBMIT_DELIVERY_TIMEOUT_MS + 15000;
-        while (rd_kafka_outq_len(rk) > 0 && cq_now_ms() < deadline)
+        while (rd_kafka_outq_len(rk) > 0 && cq_now_ms() < deadline &&
+               !refused[0])
                 rd_kafka_flush(rk, 500);
+        if (refused[0]) {
+                /* Nothing can be delivered: say why once, not per job. */
+                rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE |
+                                       RD_KAFKA_PURGE_F_INFLIGHT);
+                rd_kafka_poll(rk, 0);
+                cq_cli_error("could not connect to Kafka at %s: %s",
+                             kopts.brokers, refused);
+                rc = CQ_EXIT_UNAVAILABLE;
+                goto out;
+        }
         if (rd_kafka_outq_len(rk) > 0)
                 rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE |
                                        RD_KAFKA_PURGE_F_INFLIGHT);
@@ -488,9 +502,7 @@ static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
                 if (failed++ == 0) {
                         cq_cli_error("could not deliver job \"%s\" to topic "
                                      "\"%s\" at %s: %s",
-                                     job->id, topic,
-                                     cfg->kafka_brokers ? cfg->kafka_brokers
-                                                        : "127.0.0.1:9092",
+                                     job->id, topic, kopts.brokers,
                                      rd_kafka_err2str(job->err));
                         rc = unavailable_err(job->err) ? CQ_EXIT_UNAVAILABLE
                                                        : CQ_EXIT_FAILED;

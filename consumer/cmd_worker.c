@@ -55,6 +55,12 @@ int cq_cmd_worker(const cq_config_t *cfg, int argc, char **argv)
         sigaction(SIGINT, &sa, NULL);
         signal(SIGPIPE, SIG_IGN);
         rc = cq_worker_run(worker, &worker_signals);
+        if (rc == 1) {
+                /* The one line that says why: Kafka refused us. */
+                cq_cli_error("worker: %s", cq_worker_errmsg(worker));
+                cq_worker_destroy(&worker);
+                return CQ_EXIT_UNAVAILABLE;
+        }
         cq_worker_destroy(&worker);
         return rc == 0 ? CQ_EXIT_OK : CQ_EXIT_FAILED;
 }

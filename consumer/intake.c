@@ -54,6 +54,7 @@ struct cq_intake {
         int64_t next_backlog_check;
         long backlog_est;
         bool ran;
+        bool auth_failed; /* stopped by an authentication or TLS failure */
         char errmsg[512];
         /* stats, read from any thread */
         atomic_ullong received, upserted, duplicates, dlq, stored, pg_retries,
@@ -177,7 +178,7 @@ cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
         rd_kafka_conf_t *conf = NULL;
         rd_kafka_topic_partition_list_t *topics = NULL;
         rd_kafka_resp_err_t err;
-        char num[32], reason[512];
+        char reason[512];
 
         if (!intake) {
                 if (errstr)
@@ -195,42 +196,51 @@ cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
         intake->backoff_ms = BACKOFF_FIRST_MS;
         atomic_store(&intake->st_backlog, -1);
 
-        conf = rd_kafka_conf_new();
-        if (kafka_conf_common(conf, opts, errstr, errstr_size) ||
-            kafka_conf_set(conf, "group.id", opts->group, errstr,
-                           errstr_size) ||
-            kafka_conf_set(conf, "partition.assignment.strategy", "range",
-                           errstr, errstr_size) ||
-            kafka_conf_set(conf, "enable.auto.offset.store", "false", errstr,
-                           errstr_size) ||
-            kafka_conf_set(conf, "enable.auto.commit", "true", errstr,
-                           errstr_size) ||
-            kafka_conf_set(conf, "auto.offset.reset", "earliest", errstr,
-                           errstr_size) ||
-            kafka_conf_set(conf, "enable.partition.eof", "false", errstr,
-                           errstr_size))
-                goto fail;
-        snprintf(num, sizeof(num), "%d", opts->commit_interval_ms);
-        if (kafka_conf_set(conf, "auto.commit.interval.ms", num, errstr,
-                           errstr_size))
-                goto fail;
-        snprintf(num, sizeof(num), "%d", opts->session_timeout_ms);
-        if (kafka_conf_set(conf, "session.timeout.ms", num, errstr,
-                           errstr_size))
-                goto fail;
-        snprintf(num, sizeof(num), "%d", opts->session_timeout_ms / 3);
-        if (kafka_conf_set(conf, "heartbeat.interval.ms", num, errstr,
-                           errstr_size))
-                goto fail;
-        snprintf(num, sizeof(num), "%d", opts->max_poll_interval_ms);
-        if (kafka_conf_set(conf, "max.poll.interval.ms", num, errstr,
-                           errstr_size))
-                goto fail;
-        /* Bound what is prefetched: a message over the job cap is still
-         * fetched whole (it must reach the DLQ unchanged). */
-        if (kafka_conf_set(conf, "queued.max.messages.kbytes", "65536", errstr,
-                           errstr_size))
-                goto fail;
+        {
+                char commit[32], session[32], heartbeat[32], poll[32];
+                /* Bound what is prefetched: a message over the job cap is
+                 * still fetched whole (it must reach the DLQ unchanged). */
+                const char *const defaults[] = {"auto.commit.interval.ms",
+                                                commit,
+                                                "session.timeout.ms",
+                                                session,
+                                                "heartbeat.interval.ms",
+                                                heartbeat,
+                                                "max.poll.interval.ms",
+                                                poll,
+                                                "queued.max.messages.kbytes",
+                                                "65536",
+                                                NULL};
+                /* Correctness: offsets stored only after PostgreSQL has
+                 * the job, committed by auto-commit; a new group starts
+                 * at the beginning; the eager range assignor. */
+                const char *const mandatory[] = {
+                    "group.id",
+                    opts->group,
+                    "partition.assignment.strategy",
+                    "range",
+                    "enable.auto.offset.store",
+                    "false",
+                    "enable.auto.commit",
+                    "true",
+                    "auto.offset.reset",
+                    "earliest",
+                    "enable.partition.eof",
+                    "false",
+                    NULL};
+
+                snprintf(commit, sizeof(commit), "%d",
+                         opts->commit_interval_ms);
+                snprintf(session, sizeof(session), "%d",
+                         opts->session_timeout_ms);
+                snprintf(heartbeat, sizeof(heartbeat), "%d",
+                         opts->session_timeout_ms / 3);
+                snprintf(poll, sizeof(poll), "%d", opts->max_poll_interval_ms);
+                conf = kafka_conf_new(opts, defaults, mandatory, errstr,
+                                      errstr_size);
+                if (!conf)
+                        goto fail;
+        }
         rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
         rd_kafka_conf_set_opaque(conf, intake);
         intake->rk =
@@ -288,6 +298,11 @@ void cq_intake_destroy(cq_intake_t **intakep)
 const char *cq_intake_errmsg(const cq_intake_t *intake)
 {
         return intake->errmsg;
+}
+
+bool cq_intake_auth_failed(const cq_intake_t *intake)
+{
+        return intake->auth_failed;
 }
 
 void cq_intake_stats(cq_intake_t *intake, cq_intake_stats_t *stats)
@@ -672,6 +687,14 @@ static int on_message(cq_intake_t *intake, rd_kafka_message_t *msg)
         if (msg->err) {
                 rd_kafka_resp_err_t err = msg->err;
 
+                if (cq_kafka_err_is_auth(err)) {
+                        /* Credentials or TLS the broker refuses: waiting
+                         * cannot help, the worker stops (exit 4). */
+                        set_error(intake, "%s", rd_kafka_message_errstr(msg));
+                        intake->auth_failed = true;
+                        rd_kafka_message_destroy(msg);
+                        return -1;
+                }
                 rd_kafka_message_destroy(msg);
                 if (err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
                         return 0;
@@ -951,7 +974,10 @@ int cq_intake_run(cq_intake_t *intake, const atomic_int *stop)
                 rd_kafka_topic_partition_list_destroy(intake->paused);
                 intake->paused = NULL;
         }
-        if (final_commit(intake) != 0)
+        /* A broker that refuses us takes no commit: it would only be
+         * retried until FINAL_COMMIT_MS (what was stored is delivered
+         * again, harmlessly). */
+        if (!intake->auth_failed && final_commit(intake) != 0)
                 rc = -1;
         err = rd_kafka_consumer_close(intake->rk);
         if (err) {

@@ -39,6 +39,8 @@ struct cq_producer {
         atomic_long be_inflight;
         atomic_ullong be_failed;
         atomic_uint recreated;
+        atomic_bool auth_failed; /* an authentication or TLS failure */
+        char auth_why[512];      /* its reason; under mtx */
 };
 
 void cq_kafka_opts_init(cq_kafka_opts_t *opts)
@@ -71,6 +73,7 @@ void cq_kafka_opts_from_config(cq_kafka_opts_t *opts, const cq_config_t *cfg)
         if (cfg->kafka_brokers)
                 opts->brokers = cfg->kafka_brokers;
         opts->client_id = cfg->worker_id;
+        opts->props = cfg->kafka_props;
         if (cfg->topic_jobs)
                 opts->topic_jobs = cfg->topic_jobs;
         if (cfg->topic_dlq)
@@ -86,43 +89,6 @@ void cq_kafka_opts_from_config(cq_kafka_opts_t *opts, const cq_config_t *cfg)
         opts->events_queue_max = cfg->events_queue_max;
         opts->relay_interval_ms = (int)cfg->relay_interval_ms;
         opts->event_max_bytes = cfg->event_max_bytes;
-}
-
-int kafka_conf_set(rd_kafka_conf_t *conf,
-                   const char *key,
-                   const char *value,
-                   char *errstr,
-                   size_t errstr_size)
-{
-        char reason[256];
-
-        if (rd_kafka_conf_set(conf, key, value, reason, sizeof(reason)) ==
-            RD_KAFKA_CONF_OK)
-                return 0;
-        if (errstr)
-                snprintf(errstr, errstr_size, "could not set %s=%s: %s", key,
-                         value, reason);
-        return -1;
-}
-
-int kafka_conf_common(rd_kafka_conf_t *conf,
-                      const cq_kafka_opts_t *opts,
-                      char *errstr,
-                      size_t errstr_size)
-{
-        const char *const *kv;
-
-        if (opts->brokers && kafka_conf_set(conf, "bootstrap.servers",
-                                            opts->brokers, errstr, errstr_size))
-                return -1;
-        if (kafka_conf_set(conf, "client.id",
-                           opts->client_id ? opts->client_id : "coderq", errstr,
-                           errstr_size))
-                return -1;
-        for (kv = opts->conf; kv && kv[0] && kv[1]; kv += 2)
-                if (kafka_conf_set(conf, kv[0], kv[1], errstr, errstr_size))
-                        return -1;
-        return 0;
 }
 
 /* Called with prod->mtx held. */
@@ -222,8 +188,20 @@ on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
 
 static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
+        cq_producer_t *prod = opaque;
+
         (void)rk;
-        (void)opaque;
+        if (cq_kafka_err_is_auth(err)) {
+                /* Waiting cannot fix credentials or a CA: the owner stops
+                 * (cq_producer_auth_failed()). The first reason wins. */
+                pthread_mutex_lock(&prod->mtx);
+                if (!prod->auth_why[0])
+                        snprintf(prod->auth_why, sizeof(prod->auth_why), "%s",
+                                 reason);
+                atomic_store(&prod->auth_failed, true);
+                pthread_cond_broadcast(&prod->cond);
+                pthread_mutex_unlock(&prod->mtx);
+        }
         /* Broker transport errors are routine during outages: the client
          * reconnects by itself. */
         cq_log_kv(err == RD_KAFKA_RESP_ERR__FATAL ? CQ_LOG_ERROR : CQ_LOG_WARN,
@@ -235,19 +213,17 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 static rd_kafka_t *
 client_new(cq_producer_t *prod, char *errstr, size_t errstr_size)
 {
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        rd_kafka_conf_t *conf = NULL;
         rd_kafka_t *rk = NULL;
         char num[32], reason[512];
+        const char *const defaults[] = {"linger.ms", "5", NULL};
+        const char *const mandatory[] = {"enable.idempotence", "true",
+                                         "message.timeout.ms", num, NULL};
 
-        if (kafka_conf_common(conf, &prod->opts, errstr, errstr_size))
-                goto out;
-        if (kafka_conf_set(conf, "enable.idempotence", "true", errstr,
-                           errstr_size) ||
-            kafka_conf_set(conf, "linger.ms", "5", errstr, errstr_size))
-                goto out;
         snprintf(num, sizeof(num), "%d", prod->opts.message_timeout_ms);
-        if (kafka_conf_set(conf, "message.timeout.ms", num, errstr,
-                           errstr_size))
+        conf = kafka_conf_new(&prod->opts, defaults, mandatory, errstr,
+                              errstr_size);
+        if (!conf)
                 goto out;
         rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
         rd_kafka_conf_set_error_cb(conf, on_error);
@@ -390,12 +366,27 @@ void cq_producer_destroy(cq_producer_t **prodp)
                 atomic_store(&prod->stop, 1);
                 pthread_join(prod->thread, NULL);
         }
-        client_destroy(prod, prod->rk, prod->opts.flush_timeout_ms);
+        /* A client the broker refuses can deliver nothing: no flush. */
+        client_destroy(
+            prod, prod->rk,
+            atomic_load(&prod->auth_failed) ? 0 : prod->opts.flush_timeout_ms);
         pthread_cond_destroy(&prod->cond);
         pthread_mutex_destroy(&prod->mtx);
         pthread_rwlock_destroy(&prod->lock);
         free(prod);
         *prodp = NULL;
+}
+
+bool cq_producer_auth_failed(cq_producer_t *prod, char *why, size_t why_size)
+{
+        bool failed = atomic_load(&prod->auth_failed);
+
+        if (failed && why) {
+                pthread_mutex_lock(&prod->mtx);
+                snprintf(why, why_size, "%s", prod->auth_why);
+                pthread_mutex_unlock(&prod->mtx);
+        }
+        return failed;
 }
 
 unsigned cq_producer_recreated(cq_producer_t *prod)

@@ -62,6 +62,8 @@ struct cq_worker {
         pthread_t intake_thr, relay_thr, hk_thr, listen_thr;
         bool intake_started, relay_started, hk_started, listen_started;
         int intake_rc;
+        atomic_bool intake_auth; /* the intake stopped: Kafka refused it */
+        char errmsg[640];        /* why cq_worker_run() returned 1 */
         atomic_int stop_intake, stop_relay, stop_claims, stop_jobs, stop_hk;
         slot_t *slots;
         /* Idle slots wait here between claims. The listener adds a token
@@ -1129,6 +1131,8 @@ static void *intake_main(void *arg)
         if (w->intake_rc != 0)
                 cq_log_kv(CQ_LOG_ERROR, "intake stopped with an error", "error",
                           cq_intake_errmsg(w->intake), NULL);
+        if (cq_intake_auth_failed(w->intake))
+                atomic_store(&w->intake_auth, true);
         return NULL;
 }
 
@@ -1304,8 +1308,30 @@ static bool start_thread(cq_worker_t *w,
         return true;
 }
 
+/* Whether Kafka refused this worker's credentials or TLS (the producer or
+ * the intake saw it); then w->errmsg says so. */
+static bool kafka_refused(cq_worker_t *w)
+{
+        char why[512];
+
+        if (atomic_load(&w->intake_auth))
+                snprintf(why, sizeof(why), "%s", cq_intake_errmsg(w->intake));
+        else if (!w->prod ||
+                 !cq_producer_auth_failed(w->prod, why, sizeof(why)))
+                return false;
+        snprintf(w->errmsg, sizeof(w->errmsg),
+                 "could not connect to Kafka at %s: %s", w->kopts.brokers, why);
+        return true;
+}
+
+const char *cq_worker_errmsg(const cq_worker_t *worker)
+{
+        return worker->errmsg;
+}
+
 int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
 {
+        bool refused = false;
         long i;
         int64_t deadline;
         int rc = 0;
@@ -1329,8 +1355,11 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
                                   &w->slots[i].started);
         if (up) {
                 cq_log_kv(CQ_LOG_INFO, "worker started", "worker", w->id, NULL);
-                while (*signals == 0)
+                while (*signals == 0 && !(refused = kafka_refused(w)))
                         nap(200, NULL);
+                if (refused)
+                        cq_log_kv(CQ_LOG_ERROR, "stopping: Kafka refused us",
+                                  "error", w->errmsg, NULL);
         } else {
                 rc = -1;
         }
@@ -1389,7 +1418,7 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
                 json_decref(fields);
         }
         log_pool(w);
-        return rc;
+        return refused ? 1 : rc;
 }
 
 void cq_worker_destroy(cq_worker_t **workerp)

@@ -27,6 +27,9 @@ cq_services() {
         else
                 sudo env CODERQ_PG_PORT="$CQ_PG_PORT" \
                         CODERQ_KAFKA_PORT="$CQ_KAFKA_PORT" \
+                        ${CODERQ_KAFKA_SSL_PORT:+CODERQ_KAFKA_SSL_PORT="$CODERQ_KAFKA_SSL_PORT"} \
+                        ${CODERQ_KAFKA_SASL_PORT:+CODERQ_KAFKA_SASL_PORT="$CODERQ_KAFKA_SASL_PORT"} \
+                        ${CODERQ_SERVICES_SECURE:+CODERQ_SERVICES_SECURE="$CODERQ_SERVICES_SECURE"} \
                         CODERQ_RUNTIME_DIR="$CQ_RUN_DIR" \
                         CODERQ_CACHE_DIR="$CQ_CACHE_DIR" \
                         "$CQ_ROOT/scripts/services.sh" "$@"

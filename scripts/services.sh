@@ -5,8 +5,19 @@
 # for real readiness (a query; a metadata request) and is a no-op for what
 # already runs; stop leaves no process behind.
 #
+# start --secure (or CODERQ_SERVICES_SECURE=1) adds, beside the plaintext
+# listener that stays as it is: a test CA and a server certificate made
+# with openssl under the runtime folder, a Kafka SSL listener and a
+# SASL_SSL listener with SCRAM-SHA-512 (the user is created with Kafka's
+# own ConfigCommand), and TLS on PostgreSQL (ssl=on with the same CA;
+# plaintext connections keep working). Secure mode lasts until stop;
+# restart-kafka and restart-pg keep it. env --secure prints the client
+# settings for it.
+#
 # Variables: CODERQ_RUNTIME_DIR (default .run), CODERQ_PG_PORT (25432),
-# CODERQ_KAFKA_PORT (29092; the controller listens on the next port).
+# CODERQ_KAFKA_PORT (29092; the controller listens on the next port),
+# CODERQ_KAFKA_SSL_PORT (CODERQ_KAFKA_PORT + 3) and CODERQ_KAFKA_SASL_PORT
+# (CODERQ_KAFKA_PORT + 4) for the secure listeners.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -15,6 +26,71 @@ K_DIR=$CQ_RUN_DIR/kafka
 PG_USER=postgres # PostgreSQL refuses to run as root: use its own account
 DSN="postgresql://coderq@127.0.0.1:$CQ_PG_PORT/coderq"
 BROKERS="127.0.0.1:$CQ_KAFKA_PORT"
+SEC_DIR=$CQ_RUN_DIR/secure
+SSL_PORT=${CODERQ_KAFKA_SSL_PORT:-$((CQ_KAFKA_PORT + 3))}
+SASL_PORT=${CODERQ_KAFKA_SASL_PORT:-$((CQ_KAFKA_PORT + 4))}
+SCRAM_USER=coderq
+
+# Secure mode is on while this marker exists: start --secure creates it,
+# stop removes it, so restart-kafka and restart-pg keep the mode.
+secure_on() { [ -f "$SEC_DIR/enabled" ]; }
+
+# The test CA, a server certificate for localhost and 127.0.0.1 signed by
+# it, the broker's PKCS12 keystore, the SCRAM password, and a second CA
+# that signed nothing (what a client trusting the wrong CA has). Made
+# once; kept across stop and start.
+secure_material() {
+        command -v openssl >/dev/null || cq_die "openssl not found; run scripts/setup.sh"
+        mkdir -p "$SEC_DIR"
+        chmod 0755 "$SEC_DIR"
+        [ -f "$SEC_DIR/.complete" ] && return
+        cq_say "making a test CA and certificates in $SEC_DIR"
+        local d=$SEC_DIR
+        (
+                set -e
+                umask 077
+                openssl req -x509 -newkey rsa:2048 -nodes -days 3650 \
+                        -keyout "$d/ca.key" -out "$d/ca.pem" \
+                        -subj "/CN=coderq test CA" \
+                        -addext "basicConstraints=critical,CA:TRUE" \
+                        -addext "keyUsage=critical,keyCertSign,cRLSign"
+                openssl req -newkey rsa:2048 -nodes -keyout "$d/server.key" \
+                        -out "$d/server.csr" -subj "/CN=localhost"
+                printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+                        "basicConstraints=CA:FALSE" \
+                        "keyUsage=critical,digitalSignature,keyEncipherment" \
+                        "extendedKeyUsage=serverAuth" >"$d/server.ext"
+                openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" \
+                        -CAkey "$d/ca.key" -CAcreateserial -days 3650 \
+                        -extfile "$d/server.ext" -out "$d/server.pem"
+                openssl rand -hex 16 >"$d/keystore.password"
+                openssl pkcs12 -export -in "$d/server.pem" -inkey "$d/server.key" \
+                        -certfile "$d/ca.pem" -name broker -out "$d/broker.p12" \
+                        -passout "file:$d/keystore.password"
+                openssl rand -hex 16 >"$d/scram.password"
+                openssl req -x509 -newkey rsa:2048 -nodes -days 3650 \
+                        -keyout "$d/other-ca.key" -out "$d/other-ca.pem" \
+                        -subj "/CN=coderq test CA that signed nothing"
+                chmod 0644 "$d/ca.pem" "$d/other-ca.pem" "$d/server.pem"
+        ) >"$SEC_DIR/openssl.log" 2>&1 || cq_die "openssl failed; see $SEC_DIR/openssl.log"
+        touch "$SEC_DIR/.complete"
+}
+
+# A client properties file for the SASL_SSL listener, as Kafka's own
+# tools take it (CODERQ_KAFKA_PROPERTIES can name it).
+secure_client_properties() {
+        (
+                umask 077
+                cat >"$SEC_DIR/client.properties" <<PROPS
+# coderq test broker, SASL_SSL listener 127.0.0.1:$SASL_PORT
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.username=$SCRAM_USER
+sasl.password=$(cat "$SEC_DIR/scram.password")
+ssl.ca.location=$SEC_DIR/ca.pem
+PROPS
+        )
+}
 
 pg_as() { runuser -u "$PG_USER" -- "$@"; }
 
@@ -48,9 +124,43 @@ pg_prepare_dir() {
         fi
 }
 
+# TLS for PostgreSQL in secure mode: the server certificate from the test
+# CA, in a file included by postgresql.conf (absent in plain mode, so a
+# plain start after stop is exactly as before). Plaintext connections
+# still work (host lines are not hostssl). Prints "changed" when the file
+# was written or removed.
+pg_tls_config() {
+        local conf=$PG_DIR/data/coderq-tls.conf tls=$PG_DIR/tls
+        if ! secure_on; then
+                if [ -f "$conf" ]; then
+                        rm -f "$conf"
+                        echo changed
+                fi
+                return 0
+        fi
+        grep -qx "include_if_exists = 'coderq-tls.conf'" "$PG_DIR/data/postgresql.conf" ||
+                echo "include_if_exists = 'coderq-tls.conf'" >>"$PG_DIR/data/postgresql.conf"
+        mkdir -p "$tls"
+        install -o "$PG_USER" -m 0644 "$SEC_DIR/server.pem" "$tls/server.pem"
+        install -o "$PG_USER" -m 0600 "$SEC_DIR/server.key" "$tls/server.key"
+        local want
+        want=$(printf '%s\n' "ssl = on" "ssl_cert_file = '$tls/server.pem'" \
+                "ssl_key_file = '$tls/server.key'" "ssl_min_protocol_version = 'TLSv1.2'")
+        if [ ! -f "$conf" ] || [ "$(cat "$conf")" != "$want" ]; then
+                printf '%s\n' "$want" >"$conf"
+                chown "$PG_USER:" "$conf"
+                echo changed
+        fi
+}
+
 pg_start() {
         [ -n "$CQ_PG_BIN" ] || cq_die "PostgreSQL server binaries not found; run scripts/setup.sh"
         if pg_running && pg_ready; then
+                if [ -n "$(pg_tls_config)" ]; then
+                        cq_say "reloading PostgreSQL for its TLS settings"
+                        pg_as "$CQ_PG_BIN/pg_ctl" -D "$PG_DIR/data" reload >/dev/null
+                        pg_wait_ssl
+                fi
                 cq_say "PostgreSQL already running on port $CQ_PG_PORT"
                 return
         fi
@@ -74,6 +184,7 @@ shared_buffers = 128MB
 log_min_messages = warning
 CONF
         fi
+        pg_tls_config >/dev/null
         cq_say "starting PostgreSQL on 127.0.0.1:$CQ_PG_PORT"
         # -p: the port follows CODERQ_PG_PORT even for a cluster that was
         # initialised with another one.
@@ -90,10 +201,26 @@ CONF
         fi
         local i
         for i in $(seq 1 100); do
-                pg_ready && return
+                if pg_ready; then
+                        pg_wait_ssl
+                        return
+                fi
                 sleep 0.1
         done
         cq_die "PostgreSQL did not answer a query; see $PG_DIR/server.log"
+}
+
+# In secure mode, ready means a verify-full connection works.
+pg_wait_ssl() {
+        secure_on || return 0
+        local i out
+        for i in $(seq 1 100); do
+                out=$(psql "$DSN?sslmode=verify-full&sslrootcert=$SEC_DIR/ca.pem" \
+                        -XAtqc 'select ssl from pg_stat_ssl where pid = pg_backend_pid()' 2>/dev/null) &&
+                        [ "$out" = t ] && return 0
+                sleep 0.1
+        done
+        cq_die "PostgreSQL does not accept TLS connections; see $PG_DIR/server.log"
 }
 
 pg_stop() {
@@ -146,32 +273,86 @@ kafka_ready() {
         grep -q "broker 1 at" <<<"$md"
 }
 
+# Whether the running broker was started with the secure listeners.
+kafka_started_secure() {
+        grep -q '^listeners=.*SASL_SSL://' "$K_DIR/server.properties" 2>/dev/null
+}
+
+# The client settings of the SASL_SSL listener, as kcat -X arguments.
+kcat_sasl_args() {
+        printf '%s\n' -b "127.0.0.1:$SASL_PORT" -X security.protocol=SASL_SSL \
+                -X sasl.mechanisms=SCRAM-SHA-512 -X "sasl.username=$SCRAM_USER" \
+                -X "sasl.password=$(cat "$SEC_DIR/scram.password")" \
+                -X "ssl.ca.location=$SEC_DIR/ca.pem"
+}
+
+# The SCRAM user, created with Kafka's own ConfigCommand through the
+# plaintext listener (KRaft keeps it in the metadata log, so it survives
+# restarts); then a metadata request over SASL_SSL and one over SSL must
+# answer: the secure listeners are ready.
+kafka_secure_ready() {
+        local args md i
+        mapfile -t args < <(kcat_sasl_args)
+        md=$(kcat "${args[@]}" -L -m 5 2>/dev/null) && grep -q "broker 1 at" <<<"$md" &&
+                return 0
+        cq_say "creating the SCRAM-SHA-512 user $SCRAM_USER"
+        java -cp "$CQ_KAFKA_LIBS/*" kafka.admin.ConfigCommand \
+                --bootstrap-server "$BROKERS" --alter --entity-type users \
+                --entity-name "$SCRAM_USER" --add-config \
+                "SCRAM-SHA-512=[iterations=4096,password=$(cat "$SEC_DIR/scram.password")]" \
+                >"$K_DIR/scram.log" 2>&1 || cq_die "could not create the SCRAM user; see $K_DIR/scram.log"
+        for i in $(seq 1 100); do
+                if md=$(kcat "${args[@]}" -L -m 5 2>/dev/null) &&
+                        grep -q "broker 1 at" <<<"$md"; then
+                        md=$(kcat -b "127.0.0.1:$SSL_PORT" -X security.protocol=SSL \
+                                -X "ssl.ca.location=$SEC_DIR/ca.pem" -L -m 5 2>/dev/null) &&
+                                grep -q "broker 1 at" <<<"$md" && return 0
+                fi
+                sleep 0.1
+        done
+        cq_die "the SASL_SSL and SSL listeners do not answer; see $K_DIR/broker.log"
+}
+
 kafka_start() {
         [ -f "$CQ_KAFKA_LIBS/.complete" ] || cq_die "Kafka jars missing; run scripts/setup.sh"
         if kafka_ready; then
-                cq_say "Kafka already running on $BROKERS"
-                return
+                if ! secure_on || kafka_started_secure; then
+                        secure_on && kafka_secure_ready
+                        cq_say "Kafka already running on $BROKERS"
+                        return
+                fi
+                cq_say "restarting Kafka with the secure listeners"
+                kafka_stop
         fi
         if kafka_pid >/dev/null; then
                 cq_say "Kafka runs but does not answer; restarting it"
                 kafka_stop
         fi
-        local port
-        for port in "$CQ_KAFKA_PORT" "$CQ_KAFKA_CONTROLLER_PORT"; do
+        local port ports=("$CQ_KAFKA_PORT" "$CQ_KAFKA_CONTROLLER_PORT")
+        secure_on && ports+=("$SSL_PORT" "$SASL_PORT")
+        for port in "${ports[@]}"; do
                 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-                        cq_die "port $port is taken by another process; choose another CODERQ_KAFKA_PORT"
+                        cq_die "port $port is taken by another process; choose another CODERQ_KAFKA_PORT (or CODERQ_KAFKA_SSL_PORT, CODERQ_KAFKA_SASL_PORT)"
                 fi
         done
         mkdir -p "$K_DIR/data"
+        local listeners="PLAINTEXT://127.0.0.1:$CQ_KAFKA_PORT,CONTROLLER://127.0.0.1:$CQ_KAFKA_CONTROLLER_PORT"
+        local advertised="PLAINTEXT://127.0.0.1:$CQ_KAFKA_PORT"
+        local protocols="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+        if secure_on; then
+                listeners+=",SSL://127.0.0.1:$SSL_PORT,SASL_SSL://127.0.0.1:$SASL_PORT"
+                advertised+=",SSL://127.0.0.1:$SSL_PORT,SASL_SSL://127.0.0.1:$SASL_PORT"
+                protocols+=",SSL:SSL,SASL_SSL:SASL_SSL"
+        fi
         cat >"$K_DIR/server.properties" <<CONF
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$CQ_KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$CQ_KAFKA_PORT,CONTROLLER://127.0.0.1:$CQ_KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$CQ_KAFKA_PORT
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$K_DIR/data
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -181,6 +362,17 @@ transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 CONF
+        if secure_on; then
+                cat >>"$K_DIR/server.properties" <<CONF
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$SEC_DIR/broker.p12
+ssl.keystore.password=$(cat "$SEC_DIR/keystore.password")
+ssl.key.password=$(cat "$SEC_DIR/keystore.password")
+ssl.client.auth=none
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+CONF
+        fi
         local cp="$CQ_KAFKA_LIBS/*"
         if [ ! -f "$K_DIR/data/meta.properties" ]; then
                 cq_say "formatting Kafka storage (KRaft, standalone)"
@@ -208,6 +400,7 @@ CONF
         done
         while [ "$SECONDS" -lt "$deadline" ]; do
                 if kafka_ready; then
+                        secure_on && kafka_secure_ready
                         return
                 fi
                 kafka_pid >/dev/null || cq_die "Kafka exited during start; see $K_DIR/broker.log"
@@ -239,13 +432,14 @@ kafka_stop() {
 status() {
         local rc=0
         if pg_running && pg_ready; then
-                echo "postgresql: running on 127.0.0.1:$CQ_PG_PORT"
+                echo "postgresql: running on 127.0.0.1:$CQ_PG_PORT$(secure_on && echo ' (TLS on)')"
         else
                 echo "postgresql: stopped"
                 rc=3
         fi
         if kafka_ready; then
-                echo "kafka: running on $BROKERS (pid $(kafka_pid))"
+                echo "kafka: running on $BROKERS (pid $(kafka_pid))$(kafka_started_secure &&
+                        echo "; SSL on 127.0.0.1:$SSL_PORT, SASL_SSL on 127.0.0.1:$SASL_PORT")"
         else
                 echo "kafka: stopped"
                 rc=3
@@ -253,7 +447,31 @@ status() {
         return $rc
 }
 
-case "${1:-}" in
+verb=${1:-}
+shift || true
+secure=0
+[ "${CODERQ_SERVICES_SECURE:-0}" = 1 ] && secure=1
+for arg in "$@"; do
+        case $arg in
+        --secure) secure=1 ;;
+        *)
+                echo "$0: unknown option $arg" >&2
+                exit 2
+                ;;
+        esac
+done
+if [ "$secure" -eq 1 ]; then
+        case $verb in
+        start | start-pg | start-kafka | restart-pg | restart-kafka)
+                secure_material
+                touch "$SEC_DIR/enabled"
+                ;;
+        env) [ -f "$SEC_DIR/.complete" ] ||
+                cq_die "no secure material in $SEC_DIR; run $0 start --secure first" ;;
+        esac
+fi
+
+case "$verb" in
 start)
         [ "$(id -u)" -eq 0 ] || cq_die "services.sh start needs root (it runs PostgreSQL as $PG_USER)"
         pg_start
@@ -265,6 +483,7 @@ start-kafka) kafka_start ;;
 stop)
         kafka_stop
         pg_stop
+        rm -f "$SEC_DIR/enabled"
         ;;
 stop-pg) pg_stop ;;
 stop-kafka) kafka_stop ;;
@@ -278,14 +497,29 @@ restart-pg)
         ;;
 status) status ;;
 env)
-        echo "export CODERQ_PG_DSN='$DSN'"
-        echo "export CODERQ_KAFKA_BROKERS='$BROKERS'"
+        if [ "$secure" -eq 1 ]; then
+                secure_client_properties
+                echo "export CODERQ_PG_DSN='$DSN?sslmode=verify-full&sslrootcert=$SEC_DIR/ca.pem'"
+                echo "export CODERQ_KAFKA_BROKERS='127.0.0.1:$SASL_PORT'"
+                echo "export CODERQ_KAFKA_PROP_SECURITY_PROTOCOL='SASL_SSL'"
+                echo "export CODERQ_KAFKA_PROP_SASL_MECHANISM='SCRAM-SHA-512'"
+                echo "export CODERQ_KAFKA_PROP_SASL_USERNAME='$SCRAM_USER'"
+                echo "export CODERQ_KAFKA_PROP_SASL_PASSWORD='$(cat "$SEC_DIR/scram.password")'"
+                echo "export CODERQ_KAFKA_PROP_SSL_CA_LOCATION='$SEC_DIR/ca.pem'"
+                echo "export CODERQ_KAFKA_SSL_PORT='$SSL_PORT'"
+                echo "export CODERQ_KAFKA_SASL_PORT='$SASL_PORT'"
+                echo "# the same Kafka settings as a file: CODERQ_KAFKA_PROPERTIES='$SEC_DIR/client.properties'"
+                echo "# the SSL listener (no SASL): 127.0.0.1:$SSL_PORT; a CA that signed nothing: $SEC_DIR/other-ca.pem"
+        else
+                echo "export CODERQ_PG_DSN='$DSN'"
+                echo "export CODERQ_KAFKA_BROKERS='$BROKERS'"
+        fi
         # the ports, so that tests restarting a service reach these ones
         echo "export CODERQ_PG_PORT='$CQ_PG_PORT'"
         echo "export CODERQ_KAFKA_PORT='$CQ_KAFKA_PORT'"
         ;;
 *)
-        echo "usage: $0 start|stop|status|env (also start-pg, start-kafka, stop-pg, stop-kafka, restart-pg, restart-kafka)" >&2
+        echo "usage: $0 start|stop|status|env [--secure] (also start-pg, start-kafka, stop-pg, stop-kafka, restart-pg, restart-kafka)" >&2
         exit 2
         ;;
 esac

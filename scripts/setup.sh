@@ -3,7 +3,10 @@
 # clang with its libFuzzer and sanitizer runtimes for the fuzz build) and
 # -dev packages, PostgreSQL, Java 17 and Maven, Debian's Python kernel
 # stack, bubblewrap, kcat, Node.js with npm, Chromium (the run report's
-# browser test loads its pages headless); then fetch the pinned Apache
+# browser test loads its pages headless), openssl (services.sh --secure
+# makes its test CA with it), the Noto CJK fonts (kernels' figures), and
+# python3-jsonschema, python3-confluent-kafka and python3-psycopg (the
+# schemas' checks and the Python example client); then fetch the pinned Apache
 # Kafka broker jars with Maven into the cache folder. Idempotent: a second
 # run checks and does nothing slow.
 set -euo pipefail
@@ -20,6 +23,8 @@ PACKAGES=(
         python3-pandas python3-matplotlib python3-nbformat python3-scipy
         bubblewrap kcat util-linux procps iproute2 curl ca-certificates
         chromium
+        openssl fonts-noto-cjk
+        python3-jsonschema python3-confluent-kafka python3-psycopg
 )
 
 # One dpkg-query for all packages keeps the no-op run fast.
@@ -65,6 +70,8 @@ py_stamp=$CQ_CACHE_DIR/python-stack.ok
 if [ ${#missing[@]} -gt 0 ] || [ ! -f "$py_stamp" ]; then
         /usr/bin/python3 -c 'import ipykernel, numpy, pandas, matplotlib, nbformat' ||
                 cq_die "Debian's python3 lacks ipykernel/numpy/pandas/matplotlib/nbformat"
+        /usr/bin/python3 -c 'import jsonschema, confluent_kafka, psycopg' ||
+                cq_die "Debian's python3 lacks jsonschema/confluent_kafka/psycopg"
         mkdir -p "$CQ_CACHE_DIR"
         touch "$py_stamp"
 fi

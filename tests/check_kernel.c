@@ -880,13 +880,12 @@ static int listen_loopback(int *portp)
         return fd;
 }
 
-START_TEST(sandbox_confines_the_kernel)
+/* The sandbox in auto mode (bubblewrap where it works) under root. */
+static cq_sandbox_t *auto_sandbox(void)
 {
         cq_sandbox_opts_t sopts = {0};
         cq_sandbox_t *sandbox;
-        cq_interp_t *interp;
-        char errstr[512], code[1024], want[256];
-        int lfd, port;
+        char errstr[512];
 
         mkdir(root, 0711);
         sopts.mode = CQ_SANDBOX_AUTO;
@@ -896,6 +895,16 @@ START_TEST(sandbox_confines_the_kernel)
         sopts.fsize = 1UL << 30;
         sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
         ck_assert_msg(sandbox != NULL, "%s", errstr);
+        return sandbox;
+}
+
+START_TEST(sandbox_confines_the_kernel)
+{
+        cq_sandbox_t *sandbox = auto_sandbox();
+        cq_interp_t *interp;
+        char code[1024], want[256];
+        int lfd, port;
+
         if (!cq_sandbox_enabled(sandbox)) {
                 char why[512];
 
@@ -1040,6 +1049,91 @@ static void wait_ready(cq_kpool_t *pool, size_t n)
                 nanosleep(&ts, NULL);
         }
 }
+
+/* A figure titled in Chinese renders its glyphs: the kernel's matplotlib
+ * falls back to Noto Sans CJK (the matplotlibrc coderq writes for each
+ * kernel), sandboxed where bubblewrap works. No "Glyph ... missing from
+ * current font" warning, the font resolves inside the kernel, and the PNG
+ * differs from the same figure forced to DejaVu Sans alone (boxes), which
+ * does warn. */
+START_TEST(cjk_labels_render_without_tofu)
+{
+        static const char code[] =
+            "import io, warnings\n"
+            "import matplotlib\n"
+            "import matplotlib.pyplot as plt\n"
+            "from matplotlib import font_manager as fm\n"
+            "def draw(families=None):\n"
+            "    ctx = {'font.family': families} if families else {}\n"
+            "    with warnings.catch_warnings(record=True) as w, "
+            "plt.rc_context(ctx):\n"
+            "        warnings.simplefilter('always')\n"
+            "        fig, ax = plt.subplots(figsize=(4, 2))\n"
+            "        ax.plot([1, 3, 2])\n"
+            "        ax.set_title('销售额分布：中文标题')\n"
+            "        buf = io.BytesIO()\n"
+            "        fig.savefig(buf, format='png', dpi=80)\n"
+            "        plt.close(fig)\n"
+            "    return buf.getvalue(), sum('missing from' in str(x.message) "
+            "for x in w)\n"
+            "png, missing = draw()\n"
+            "tofu, tofu_missing = draw(['DejaVu Sans'])\n"
+            "print('family', matplotlib.rcParams['font.family'])\n"
+            "print('cjk', fm.findfont(fm.FontProperties(family='Noto Sans CJK "
+            "JP'), fallback_to_default=False))\n"
+            "print('missing', missing, 'tofu_missing', tofu_missing > 0)\n"
+            "print('differs', png != tofu)\n"
+            "fig, ax = plt.subplots(figsize=(4, 2))\n"
+            "ax.plot([1, 3, 2])\n"
+            "ax.set_title('销售额分布：中文标题')\n"
+            "fig.savefig('zh.png', dpi=80)\n"
+            "plt.show()\n";
+        cq_sandbox_t *sandbox = auto_sandbox();
+        cq_interp_t *interp;
+        cq_cell_result_t res;
+        char *out, *err;
+        const json_t *png;
+
+        interp = start_local(sandbox, 0);
+        run(interp, code, 120000, &res);
+        out = stream_text(&res, "stdout");
+        err = stream_text(&res, "stderr");
+        ck_assert_msg(res.status == CQ_CELL_OK, "cell failed: %s%s", out, err);
+        ck_assert_msg(strstr(err, "missing from") == NULL,
+                      "matplotlib warned of missing glyphs:\n%s", err);
+        ck_assert_msg(strstr(out, "family ['DejaVu Sans', 'Noto Sans CJK "
+                                  "JP']\n"),
+                      "%s", out);
+        ck_assert_msg(strstr(out, "cjk /usr/share/fonts/opentype/noto/"
+                                  "NotoSansCJK-Regular.ttc\n"),
+                      "%s", out);
+        ck_assert_msg(strstr(out, "missing 0 tofu_missing True\n"), "%s", out);
+        ck_assert_msg(strstr(out, "differs True\n"), "%s", out);
+        png = json_object_get(
+            json_object_get(find_output(&res, "display_data"), "data"),
+            "image/png");
+        ck_assert_ptr_nonnull(png);
+        if (getenv("CQ_KEEP_LOGS")) {
+                size_t len = 0;
+                unsigned char *bytes = cq_b64_decode(
+                    json_string_value(png), json_string_length(png), &len);
+                char path[64];
+
+                snprintf(path, sizeof(path), "/tmp/cq-cjk-%d.png",
+                         (int)getpid());
+                ck_assert_ptr_nonnull(bytes);
+                cq_check_spit(path, bytes, len);
+                fprintf(stderr, "CJK figure kept in %s (%s)\n", path,
+                        cq_sandbox_mode_name(sandbox));
+                free(bytes);
+        }
+        free(out);
+        free(err);
+        cq_cell_result_release(&res);
+        cq_interp_destroy(&interp);
+        cq_sandbox_destroy(&sandbox);
+}
+END_TEST
 
 START_TEST(pool_hands_out_ready_kernels)
 {
@@ -1820,6 +1914,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, output_flood_is_bounded);
         tcase_add_test(tc, every_byte_counts_against_the_cap);
         tcase_add_test(tc, sandbox_confines_the_kernel);
+        tcase_add_test(tc, cjk_labels_render_without_tofu);
         tcase_add_test(tc, pool_hands_out_ready_kernels);
         tcase_add_test(tc, pool_starts_kernels_in_parallel);
         tcase_add_test(tc, acquire_starts_its_own_when_the_pool_has_none);

@@ -34,6 +34,11 @@ typedef struct cq_config {
         /* services */
         char *pg_dsn;
         char *kafka_brokers;
+        char *kafka_properties;        /* path of a properties file */
+        struct cq_kprops *kafka_props; /* the file and the
+                                          CODERQ_KAFKA_PROP_* variables,
+                                          once cq_config_load_kafka() ran;
+                                          NULL before */
         /* LLM */
         char *llm_provider; /* "openai" or "anthropic" */
         char *llm_base_url;
@@ -178,6 +183,19 @@ CQ_NODISCARD int cq_config_parse_args(cq_config_t *cfg,
  */
 CQ_NODISCARD int
 cq_config_check(const cq_config_t *cfg, char *errstr, size_t errstr_size);
+
+/**
+ * @brief Read the operator's librdkafka properties into cfg->kafka_props:
+ *        the CODERQ_KAFKA_PROPERTIES file (when set), then the
+ *        CODERQ_KAFKA_PROP_<NAME> variables of \p envp (see kprops.h).
+ *        Run once every flag is parsed.
+ * @returns 0, or -1 with \p errstr filled (the file's line or the
+ *          variable named, no value quoted).
+ */
+CQ_NODISCARD int cq_config_load_kafka(cq_config_t *cfg,
+                                      char *const *envp,
+                                      char *errstr,
+                                      size_t errstr_size);
 
 /** @brief Print every variable, its flag, default and help to \p fp. */
 void cq_config_print_help(FILE *fp);

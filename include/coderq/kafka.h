@@ -63,7 +63,11 @@ typedef struct cq_kafka_opts {
         int flush_timeout_ms;    /* bounded waits at shutdown */
         long events_queue_max;   /* events in flight before dropping */
         const char *const *conf; /* extra librdkafka "key", "value" pairs for
-                                    every client, NULL-terminated; or NULL */
+                                    every client, NULL-terminated; or NULL
+                                    (tests) */
+        const struct cq_kprops *props; /* the operator's librdkafka
+                                          properties (cfg->kafka_props),
+                                          or NULL */
 } cq_kafka_opts_t;
 
 /** @brief Defaults: the topic and group names above, job_max
@@ -77,6 +81,29 @@ void cq_kafka_opts_init(cq_kafka_opts_t *opts);
 /** @brief Fill \p opts from \p cfg (borrowed: it must outlive the
  *         handles). */
 void cq_kafka_opts_from_config(cq_kafka_opts_t *opts, const cq_config_t *cfg);
+
+/**
+ * @brief Whether a Kafka error (an rd_kafka_resp_err_t from an error
+ *        callback or a consumer error) means the client can never
+ *        connect as configured, so waiting cannot help: the broker
+ *        refused the credentials or the SASL mechanism
+ *        (_AUTHENTICATION, SASL_AUTHENTICATION_FAILED,
+ *        UNSUPPORTED_SASL_MECHANISM, ILLEGAL_SASL_STATE) or the TLS
+ *        handshake failed (_SSL: unknown CA, wrong host name, a TLS
+ *        client on a plaintext port). Callers stop at once with exit 4
+ *        instead of librdkafka's endless reconnects.
+ */
+bool cq_kafka_err_is_auth(int err);
+
+/**
+ * @brief Check that librdkafka takes every property of cfg->kafka_props
+ *        (names it knows, values of the right type), so a mistake is a
+ *        configuration error at start, not a failure later.
+ * @returns 0, or -1 with \p errstr filled ("could not set Kafka property
+ *          K=V (from SOURCE): reason", no value shown for a secret).
+ */
+CQ_NODISCARD int
+cq_kafka_props_check(const cq_config_t *cfg, char *errstr, size_t errstr_size);
 
 /* ------------------------------------------------------------- producer */
 
@@ -99,6 +126,16 @@ cq_producer_new(const cq_kafka_opts_t *opts, char *errstr, size_t errstr_size);
  *         destroy. Call after every intake, relay and events handle using
  *         it is destroyed. */
 void cq_producer_destroy(cq_producer_t **prodp);
+
+/**
+ * @brief Whether the producer's client met an authentication or TLS
+ *        failure (cq_kafka_err_is_auth()): then nothing it sends can be
+ *        delivered, and cq_producer_destroy() does not wait to flush.
+ * @param why (out, may be NULL) the first failure's reason (librdkafka's
+ *        text; it names no secret).
+ * @locality Any thread.
+ */
+bool cq_producer_auth_failed(cq_producer_t *prod, char *why, size_t why_size);
 
 /** @brief How many times a fatal error made the producer recreate its
  *         client. */
@@ -154,8 +191,10 @@ cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
  *        Never returns because of bad input or PostgreSQL or broker
  *        outages. On stop: a final synchronous commit (checked), then the
  *        consumer is closed.
- * @returns 0; -1 when the final commit or the close failed, or on a fatal
- *          consumer error (see cq_intake_errmsg()).
+ * @returns 0; -1 when the final commit or the close failed, on a fatal
+ *          consumer error, or when the broker refused the credentials or
+ *          TLS (then at once, without the final commit; see
+ *          cq_intake_auth_failed() and cq_intake_errmsg()).
  * @locality One thread, once per handle.
  */
 CQ_NODISCARD int cq_intake_run(cq_intake_t *intake, const atomic_int *stop);
@@ -163,6 +202,12 @@ CQ_NODISCARD int cq_intake_run(cq_intake_t *intake, const atomic_int *stop);
 /** @brief The last error. Borrowed; valid until the handle is destroyed
  *         (read it after cq_intake_run() returned). */
 const char *cq_intake_errmsg(const cq_intake_t *intake);
+
+/** @brief Whether cq_intake_run() stopped because the broker refused the
+ *         credentials or TLS (cq_kafka_err_is_auth()); cq_intake_errmsg()
+ *         then holds librdkafka's reason. Read it after cq_intake_run()
+ *         returned. */
+bool cq_intake_auth_failed(const cq_intake_t *intake);
 
 /** @locality Any thread. */
 void cq_intake_stats(cq_intake_t *intake, cq_intake_stats_t *stats);

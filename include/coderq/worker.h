@@ -43,12 +43,20 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
  *        SIGTERM/SIGINT there), then shut down gracefully: stop intake and
  *        claims, let each job reach a checkpoint within the deadline and
  *        give it back to the queue, flush the producer, commit, close.
+ *        It also stops, the same way, when Kafka refuses its credentials
+ *        or TLS (cq_kafka_err_is_auth(): waiting cannot fix that).
  * @returns 0 after a clean shutdown, -1 when a part failed to stop cleanly
- *          (the final commit, a thread).
+ *          (the final commit, a thread), 1 when it stopped because Kafka
+ *          refused it (see cq_worker_errmsg()).
  * @locality The main thread.
  */
 CQ_NODISCARD int cq_worker_run(cq_worker_t *worker,
                                volatile sig_atomic_t *signals);
+
+/** @brief Why cq_worker_run() returned 1: "could not connect to Kafka at
+ *         BROKERS: reason". Borrowed; valid until the worker is
+ *         destroyed. */
+const char *cq_worker_errmsg(const cq_worker_t *worker);
 
 void cq_worker_destroy(cq_worker_t **workerp);
 

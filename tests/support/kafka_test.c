@@ -32,14 +32,25 @@ void kt_unique(const char *prefix, char *out, size_t size)
                  (long long)ts.tv_sec, ts.tv_nsec / 1000000L);
 }
 
+/* Properties every helper's client gets (kt_client_props()). */
+static const char *const *client_props;
+
+void kt_client_props(const char *const *kv) { client_props = kv; }
+
 static rd_kafka_conf_t *conf_new(const char *brokers)
 {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
+        const char *const *kv;
         char errstr[256];
 
         ck_assert_int_eq(rd_kafka_conf_set(conf, "bootstrap.servers", brokers,
                                            errstr, sizeof(errstr)),
                          RD_KAFKA_CONF_OK);
+        for (kv = client_props; kv && kv[0] && kv[1]; kv += 2)
+                ck_assert_msg(rd_kafka_conf_set(conf, kv[0], kv[1], errstr,
+                                                sizeof(errstr)) ==
+                                  RD_KAFKA_CONF_OK,
+                              "%s", errstr);
         return conf;
 }
 

@@ -11,6 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/** @brief librdkafka "key", "value" pairs (NULL-terminated, borrowed:
+ *         they must outlive their use; NULL: none) that every client of
+ *         these helpers gets from now on, e.g. the security settings of a
+ *         SASL_SSL listener. */
+void kt_client_props(const char *const *kv);
+
 /** @brief "<prefix>-<pid>-<ms>" into \p out. */
 void kt_unique(const char *prefix, char *out, size_t size);
 
