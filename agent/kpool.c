@@ -45,6 +45,7 @@ struct cq_kpool {
         cq_local_opts_t local;
         char *python, *preload, *work_root;
         cq_gate_t *gate; /* cell starts of the pool's kernels; NULL: none */
+        cq_kserver_t *kserver; /* NULL: kernels start cold */
         pthread_t *threads;
         size_t nthreads; /* started */
         /* The reaper: teardowns of used kernels, under lock. */
@@ -373,6 +374,17 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
                 goto oom;
         pool->local.kernel.python = pool->python;
         pool->local.kernel.preload = pool->preload;
+        if (opts->kserver.mode != CQ_KSERVER_OFF) {
+                cq_kserver_opts_t ko = opts->kserver;
+
+                ko.python = pool->python;
+                ko.sandbox = lo->kernel.sandbox;
+                ko.work_root = pool->work_root;
+                pool->kserver = cq_kserver_new(&ko, errstr, errstr_size);
+                if (!pool->kserver)
+                        goto failed;
+                pool->local.kernel.kserver = pool->kserver;
+        }
         pool->local.kernel.work_dir = NULL;
         pool->local.work_root = pool->work_root;
         if (start_thread(&pool->reaper, reaper_main, pool, "reaper", errstr,
@@ -525,6 +537,7 @@ void cq_kpool_destroy(cq_kpool_t **poolp)
                 cq_kernel_discard(&pool->ready[i]); /* never used */
                 cq_work_dir_remove(dir);
         }
+        cq_kserver_destroy(&pool->kserver);
         free(pool->ready);
         free(pool->threads);
         free(pool->python);
@@ -547,4 +560,12 @@ void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
         opts->start_nice = (int)cfg->kpool_nice;
         opts->cell_gate = (unsigned)cfg->cell_gate;
         cq_local_opts_from_config(&opts->local, cfg, sandbox);
+        /* The configuration accepts only auto, on and off. */
+        if (cq_kserver_opts_from_config(&opts->kserver, cfg, sandbox))
+                opts->kserver.mode = CQ_KSERVER_OFF;
+}
+
+cq_kserver_t *cq_kpool_kserver(cq_kpool_t *pool)
+{
+        return pool ? pool->kserver : NULL;
 }

@@ -180,6 +180,16 @@ const char *cq_sandbox_mode_name(const cq_sandbox_t *sandbox)
                                    : CQ_SANDBOX_MODE_BWRAP;
 }
 
+void cq_sandbox_limits(const cq_sandbox_t *sandbox,
+                       size_t *memp,
+                       long *nprocp,
+                       size_t *fsizep)
+{
+        *memp = sandbox ? sandbox->mem : 0;
+        *nprocp = sandbox ? sandbox->nproc : 0;
+        *fsizep = sandbox ? sandbox->fsize : 0;
+}
+
 const char *cq_sandbox_reason(const cq_sandbox_t *sandbox)
 {
         return sandbox ? sandbox->reason : "";

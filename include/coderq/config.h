@@ -56,6 +56,8 @@ typedef struct cq_config {
         long kpool_nice;
         long cell_gate;
         long kernel_startup_timeout_s;
+        char *kernel_server;  /* auto, on or off */
+        char *kernel_preload; /* modules, comma-separated */
         size_t output_max;
         char *sandbox;
         char *sandbox_uids; /* auto, off or FIRST-LAST */
