@@ -556,6 +556,17 @@ int cq_config_init(cq_config_t *cfg)
         return 0;
 }
 
+void cq_config_one_shot(cq_config_t *dst, const cq_config_t *src)
+{
+        static char off[] = "off", none[] = "";
+
+        *dst = *src;
+        if (!src->kernel_server || strcmp(src->kernel_server, "auto") == 0)
+                dst->kernel_server = off;
+        if (strcmp(dst->kernel_server, "off") == 0)
+                dst->kernel_preload = none;
+}
+
 void cq_config_release(cq_config_t *cfg)
 {
         size_t i;

@@ -18,6 +18,7 @@ PACKAGES=(
         python3-ipykernel python3-jupyter-client python3-numpy
         python3-pandas python3-matplotlib python3-nbformat python3-scipy
         bubblewrap kcat util-linux procps iproute2 curl ca-certificates
+        hyperfine
 )
 
 # One dpkg-query for all packages keeps the no-op run fast.

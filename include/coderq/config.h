@@ -142,6 +142,18 @@ CQ_NODISCARD int cq_config_init(cq_config_t *cfg);
 void cq_config_release(cq_config_t *cfg);
 
 /**
+ * @brief The settings a one-shot command (`coderq run`, `coderq exec`)
+ *        starts its single kernel with: \p src, where
+ *        CODERQ_KERNEL_SERVER=auto means off and, with the server off,
+ *        nothing is preloaded. A server's start (its imports and probe)
+ *        costs more than the one kernel it would fork, and a job imports
+ *        what it uses itself.
+ * @param dst (out) A shallow copy: its strings are \p src's or static;
+ *        never pass it to cq_config_release().
+ */
+void cq_config_one_shot(cq_config_t *dst, const cq_config_t *src);
+
+/**
  * @brief Apply every variable set in the environment.
  * @returns 0, or -1 on the first invalid value with \p errstr filled:
  *          invalid value "x" for CODERQ_SLOTS: expected an integer ...

@@ -152,7 +152,9 @@ void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
  *        kernel start is CPU-bound (Python imports): more threads than
  *        cores only slow each start down.
  * @param opts Borrowed; strings copied. opts->local.kernel.preload NULL
- *        means CQ_KPOOL_PRELOAD.
+ *        means importing opts->kserver.preload's modules (the server's
+ *        imports, so a cold kernel gets the same), or CQ_KPOOL_PRELOAD
+ *        when that is NULL too; an invalid module name fails.
  * @returns Caller owns the returned value; free with cq_kpool_destroy().
  * @locality Any thread.
  */
