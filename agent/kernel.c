@@ -445,6 +445,10 @@ static void *open_socket(cq_kernel_t *kernel, int type, int port)
         }
         zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
         zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+        /* We connect before the kernel binds: retry every 10 ms, not
+         * libzmq's 100, or a kernel ready in tens of ms (forked) waits
+         * for the next try. */
+        zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
         if (type == ZMQ_DEALER)
                 zmq_setsockopt(sock, ZMQ_ROUTING_ID, kernel->session,
                                strlen(kernel->session));
@@ -455,7 +459,6 @@ static void *open_socket(cq_kernel_t *kernel, int type, int port)
                  * memory. */
                 zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
                 zmq_setsockopt(sock, ZMQ_SUBSCRIBE, "", 0);
-                zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
                 kernel->iopub_mon = open_monitor(kernel, sock);
                 if (!kernel->iopub_mon)
                         cq_log_warn("kernel: could not monitor iopub: %s",
@@ -1232,7 +1235,10 @@ static int start(cq_kernel_t *kernel)
                         if (send_request(kernel, kernel->shell,
                                          "kernel_info_request", content, NULL))
                                 goto fail;
-                        next_send = now + 100;
+                        /* Once shell answered, only iopub's
+                         * subscription is missing: ask again soon. Before,
+                         * each request waits queued for the kernel. */
+                        next_send = now + (got_reply ? 20 : 100);
                 }
                 if (zmq_poll(items, kernel->pidfd >= 0 ? 3 : 2, 50) < 0 &&
                     zmq_errno() != EINTR) {

@@ -275,12 +275,15 @@ def run_kernel(req, log_fd, parent):
     random.seed()
     if 'numpy' in sys.modules:
         sys.modules['numpy'].random.seed()
-    gc.enable()
     from ipykernel import kernelapp
     code = 0
     try:
         app = kernelapp.IPKernelApp.instance()
+        # Its start-up makes some 100000 objects, all kept: collections
+        # while it runs would find nothing to free.
+        gc.disable()
         app.initialize()
+        gc.enable()
         # What importing matplotlib in a fresh kernel does with the
         # backend ipykernel has just chosen (inline figures).
         mpl = sys.modules.get('matplotlib')
@@ -418,6 +421,7 @@ def spawn(req, log_fd, life_fd, server):
         p = select.poll()
         p.register(r, select.POLLIN)
         if not p.poll(5000):
+            os.kill(outer, signal.SIGKILL)  # reaped by the loop
             raise Fail('the forked kernel did not start in 5 s')
         data = os.read(r, 4)
     finally:
