@@ -45,6 +45,10 @@ const char cq_cmd_doctor_usage[] =
     "              would run in: bwrap+uid-per-kernel (ok), bwrap (a warning:\n"
     "              kernels share one uid) or off (a warning: unsandboxed); a\n"
     "              failure means a worker would refuse to start\n"
+    "  kserver     the kernel server a worker would start (CODERQ_KERNEL_\n"
+    "              SERVER, CODERQ_KERNEL_PRELOAD) with its probe under that\n"
+    "              sandbox: ok with its import time, or a warning that\n"
+    "              kernels would start cold\n"
     "Exit status: 0 all required checks passed, 4 PostgreSQL or Kafka is\n"
     "unreachable, 1 python cannot import ipykernel or the sandbox fails.\n";
 
@@ -381,12 +385,11 @@ static void check_kserver(const cq_config_t *cfg, const cq_sandbox_t *sandbox)
         char errstr[768], what[1024];
 
         if (cq_kserver_opts_from_config(&ko, cfg, sandbox) != 0) {
-                report("kernel server", CHECK_FAIL,
-                       "invalid CODERQ_KERNEL_SERVER");
+                report("kserver", CHECK_FAIL, "invalid CODERQ_KERNEL_SERVER");
                 return;
         }
         if (ko.mode == CQ_KSERVER_OFF) {
-                report("kernel server", CHECK_OK,
+                report("kserver", CHECK_OK,
                        "off (CODERQ_KERNEL_SERVER=off): kernels start cold");
                 return;
         }
@@ -398,7 +401,7 @@ static void check_kserver(const cq_config_t *cfg, const cq_sandbox_t *sandbox)
                          "does not work here, kernels would start cold: %s",
                          errstr);
                 one_line(what);
-                report("kernel server", CHECK_WARN, what);
+                report("kserver", CHECK_WARN, what);
                 return;
         }
         cq_kserver_stats(ks, &st);
@@ -409,7 +412,7 @@ static void check_kserver(const cq_config_t *cfg, const cq_sandbox_t *sandbox)
                      ? cfg->kernel_preload
                      : "ipykernel only",
                  (long long)st.import_ms);
-        report("kernel server", CHECK_OK, what);
+        report("kserver", CHECK_OK, what);
         cq_kserver_destroy(&ks);
 }
 
