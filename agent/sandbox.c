@@ -3,6 +3,9 @@
  * uids and rlimits; the startup probe that decides whether bubblewrap
  * works; the lease of per-kernel uids.
  *
+ * Kernels forked by the kernel server (kserver.py) are confined to the
+ * same effect without bubblewrap; see docs/protocols/kernel-server.md.
+ *
  * What it does (mode on, the default, or auto when the probe passed):
  * - The kernel runs under `bwrap --unshare-all --die-with-parent
  *   --new-session`: its own network namespace with no interfaces but an
