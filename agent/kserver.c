@@ -831,6 +831,15 @@ cq_kserver_new(const cq_kserver_opts_t *opts, char *errstr, size_t errstr_size)
                 return ks;
         }
         ks->enabled = true;
+        {
+                char ms[32];
+
+                snprintf(ms, sizeof(ms), "%lld",
+                         (long long)ks->stats.import_ms);
+                cq_log_kv(CQ_LOG_INFO,
+                          "kernel server ready: kernels are forked from it",
+                          "preload", ks->preload, "import_ms", ms, NULL);
+        }
         return ks;
 fail:
         if (errstr)
