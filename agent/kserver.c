@@ -796,7 +796,7 @@ cq_kserver_new(const cq_kserver_opts_t *opts, char *errstr, size_t errstr_size)
         ks->start_ms =
             opts->start_timeout_ms > 0 ? opts->start_timeout_ms : 60000;
         ks->reply_ms =
-            opts->reply_timeout_ms > 0 ? opts->reply_timeout_ms : 5000;
+            opts->reply_timeout_ms > 0 ? opts->reply_timeout_ms : 10000;
         ks->python = strdup(opts->python ? opts->python : "/usr/bin/python3");
         ks->preload =
             strdup(opts->preload ? opts->preload : CQ_KSERVER_PRELOAD_DEFAULT);

@@ -32,7 +32,7 @@ typedef struct cq_kserver_opts {
         const char *work_root; /* the server's own dir goes here */
         const cq_sandbox_t *sandbox; /* borrowed: what the probe confines */
         int64_t start_timeout_ms;    /* server ready; <= 0: 60 s */
-        int64_t reply_timeout_ms;    /* one request; <= 0: 5 s */
+        int64_t reply_timeout_ms;    /* one request; <= 0: 10 s */
 } cq_kserver_opts_t;
 
 /** @brief "auto", "on", "off" -> mode. @returns 0, or -1 when unknown. */
