@@ -167,6 +167,11 @@ struct cq_kernel {
         pid_t inner_pid;
         int nice;    /* of the processes started; 0: inherited */
         bool killed; /* cq_kernel_kill() ran: only reaping is left */
+        /* Forked by the kernel server: pid is not our child but the
+         * kernel's parent (pid 1 of its namespaces), known by pidfd
+         * alone; the server reaps it. */
+        cq_kserver_t *kserver;
+        bool forked;
         json_t *language_info;
 
         atomic_int interrupt_req;
@@ -193,6 +198,8 @@ const char *cq_kernel_errmsg(const cq_kernel_t *kernel)
 }
 
 pid_t cq_kernel_pid(const cq_kernel_t *kernel) { return kernel->pid; }
+
+bool cq_kernel_forked(const cq_kernel_t *kernel) { return kernel->forked; }
 
 const char *cq_kernel_work_dir(const cq_kernel_t *kernel)
 {
@@ -438,6 +445,10 @@ static void *open_socket(cq_kernel_t *kernel, int type, int port)
         }
         zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
         zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+        /* We connect before the kernel binds: retry every 10 ms, not
+         * libzmq's 100, or a kernel ready in tens of ms (forked) waits
+         * for the next try. */
+        zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
         if (type == ZMQ_DEALER)
                 zmq_setsockopt(sock, ZMQ_ROUTING_ID, kernel->session,
                                strlen(kernel->session));
@@ -448,7 +459,6 @@ static void *open_socket(cq_kernel_t *kernel, int type, int port)
                  * memory. */
                 zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
                 zmq_setsockopt(sock, ZMQ_SUBSCRIBE, "", 0);
-                zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
                 kernel->iopub_mon = open_monitor(kernel, sock);
                 if (!kernel->iopub_mon)
                         cq_log_warn("kernel: could not monitor iopub: %s",
@@ -583,12 +593,47 @@ out:
 
 /* ---- process ---- */
 
+/* A forked kernel is gone once its pidfd is readable (its parent, the
+ * namespace's pid 1, exits last); blocking waits at most 5 s. */
+static void reap_forked(cq_kernel_t *kernel, bool block)
+{
+        struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
+        int rc, waited = 0;
+
+        if (block)
+                atomic_store(&kernel->sig_pid, -1);
+        while ((rc = poll(&pfd, 1, block ? 5000 : 0)) < 0 && errno == EINTR)
+                ;
+        if (rc == 0 && block)
+                cq_log_warn("kernel: forked kernel still alive 5 s after "
+                            "SIGKILL");
+        if (rc == 0)
+                return;
+        /* Exited; the server reaps it at once (a zombie still counts
+         * against its uid's process limit, and holds its pid): blocking,
+         * wait for that too, for up to 2 s. */
+        while (block && syscall(SYS_pidfd_send_signal, kernel->pidfd, 0, NULL,
+                                0U) == 0) {
+                struct timespec ts = {0, 1000 * 1000};
+
+                if (++waited > 2000)
+                        break;
+                nanosleep(&ts, NULL);
+        }
+        atomic_store(&kernel->sig_pid, -1);
+        kernel->pid = -1;
+}
+
 static void reap(cq_kernel_t *kernel, bool block)
 {
         int status;
 
         if (kernel->pid <= 0)
                 return;
+        if (kernel->forked) {
+                reap_forked(kernel, block);
+                return;
+        }
         if (block)
                 atomic_store(&kernel->sig_pid, -1);
         if (waitpid(kernel->pid, &status, block ? 0 : WNOHANG) == kernel->pid) {
@@ -601,6 +646,57 @@ static bool kernel_alive(cq_kernel_t *kernel)
 {
         reap(kernel, false);
         return kernel->pid > 0;
+}
+
+/* Whether a forked kernel's parent is still running: it is not our
+ * child, so once it exited its pid may name another process group. */
+static bool forked_alive(const cq_kernel_t *kernel)
+{
+        struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
+
+        return kernel->pid > 0 && kernel->pidfd >= 0 && poll(&pfd, 1, 0) == 0;
+}
+
+/* Signal a forked kernel: its process group (the group of its parent,
+ * which leads it, as the kernel and what it starts are in it), then the
+ * parent by pidfd: in the sandbox SIGKILL to the namespace's pid 1 ends
+ * every process in it, and the kernel dies with its parent either way. */
+static void kill_forked(cq_kernel_t *kernel, int sig)
+{
+        if (!forked_alive(kernel))
+                return;
+        killpg(kernel->pid, sig);
+        syscall(SYS_pidfd_send_signal, kernel->pidfd, sig, NULL, 0U);
+}
+
+/* Ask the kernel server for the kernel: 0 when forked. */
+static int fork_spawn(cq_kernel_t *kernel,
+                      const char *const *cmd,
+                      char *const *envp,
+                      int logfd)
+{
+        cq_kserver_req_t req;
+        cq_kserver_child_t child;
+        char err[512];
+
+        memset(&req, 0, sizeof(req));
+        req.work_dir = kernel->work_dir;
+        req.argv = cmd + 3; /* after python -m ipykernel_launcher */
+        req.envp = (const char *const *)envp;
+        req.sandbox = kernel->sandbox;
+        req.id = &kernel->id;
+        req.nice = kernel->nice;
+        req.log_fd = logfd;
+        if (cq_kserver_spawn(kernel->kserver, &req, &child, err, sizeof(err))) {
+                cq_log_kv(CQ_LOG_INFO, "kernel: starting cold", "reason", err,
+                          NULL);
+                return -1;
+        }
+        kernel->forked = true;
+        kernel->pid = child.pid;
+        kernel->pidfd = child.pidfd;
+        atomic_store(&kernel->sig_pid, (int)child.pid);
+        return 0;
 }
 
 /* Learn the sandbox's pid 1 from bubblewrap's info pipe ({"child-pid":
@@ -662,11 +758,16 @@ static void teardown(cq_kernel_t *kernel)
                 syscall(SYS_pidfd_send_signal, kernel->inner_pidfd, SIGKILL,
                         NULL, 0U);
         if (kernel->pid > 0) {
-                killpg(kernel->pid, SIGKILL);
-                kill(kernel->pid, SIGKILL);
+                if (kernel->forked) {
+                        kill_forked(kernel, SIGKILL);
+                } else {
+                        killpg(kernel->pid, SIGKILL);
+                        kill(kernel->pid, SIGKILL);
+                }
                 reap(kernel, true);
         }
         kernel->pid = -1;
+        kernel->forked = false;
         if (kernel->pidfd >= 0)
                 close(kernel->pidfd);
         kernel->pidfd = -1;
@@ -758,10 +859,7 @@ out:
         return rc;
 }
 
-/* The kernel's whole environment, built from scratch: nothing of the
- * worker's (API keys, database DSN, CODERQ_*) reaches model-written
- * code. MPLBACKEND stays unset so figures are published inline. */
-static char **build_env(const cq_kernel_t *kernel)
+char **cq_kernel_env(const char *home, const char *run_dir, pid_t parent)
 {
         char sub[PATH_MAX + 32], pid[32];
         char **env = calloc(16, sizeof(*env));
@@ -770,24 +868,21 @@ static char **build_env(const cq_kernel_t *kernel)
         if (!env)
                 return NULL;
         env[n++] = env_kv("PATH", "/usr/local/bin:/usr/bin:/bin");
-        env[n++] = env_kv("HOME", kernel->work_dir);
+        env[n++] = env_kv("HOME", home);
         env[n++] = env_kv("LANG", "C.UTF-8");
         env[n++] = env_kv("LC_ALL", "C.UTF-8");
         env[n++] = env_kv("PYTHONUTF8", "1");
         env[n++] = env_kv("PYTHONIOENCODING", "utf-8");
         env[n++] = env_kv("PYTHONDONTWRITEBYTECODE", "1");
         env[n++] = env_kv("PYDEVD_DISABLE_FILE_VALIDATION", "1");
-        snprintf(sub, sizeof(sub), "%s/mpl", kernel->run_dir);
+        snprintf(sub, sizeof(sub), "%s/mpl", run_dir);
         env[n++] = env_kv("MPLCONFIGDIR", sub);
-        snprintf(sub, sizeof(sub), "%s/ipython", kernel->run_dir);
+        snprintf(sub, sizeof(sub), "%s/ipython", run_dir);
         env[n++] = env_kv("IPYTHONDIR", sub);
-        snprintf(sub, sizeof(sub), "%s/cache", kernel->run_dir);
+        snprintf(sub, sizeof(sub), "%s/cache", run_dir);
         env[n++] = env_kv("XDG_CACHE_HOME", sub);
-        /* In the sandbox the kernel's parent is bubblewrap's pid 1, which
-         * ipykernel's parent poller takes for an orphaning: there
-         * --die-with-parent does that job instead. */
-        if (!cq_sandbox_enabled(kernel->sandbox)) {
-                snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+        if (parent > 0) {
+                snprintf(pid, sizeof(pid), "%ld", (long)parent);
                 env[n++] = env_kv("JPY_PARENT_PID", pid);
         }
         env[n] = NULL;
@@ -798,6 +893,16 @@ static char **build_env(const cq_kernel_t *kernel)
                 }
         }
         return env;
+}
+
+/* In the sandbox the kernel's parent is bubblewrap's pid 1, which
+ * ipykernel's parent poller takes for an orphaning: there
+ * --die-with-parent does that job instead. */
+static char **build_env(const cq_kernel_t *kernel)
+{
+        return cq_kernel_env(kernel->work_dir, kernel->run_dir,
+                             cq_sandbox_enabled(kernel->sandbox) ? 0
+                                                                 : getpid());
 }
 
 static int spawn(cq_kernel_t *kernel)
@@ -828,6 +933,12 @@ static int spawn(cq_kernel_t *kernel)
             (boxed && info[0] < 0)) {
                 kernel_set_error(kernel, "could not prepare kernel launch: %s",
                                  strerror(errno));
+                goto out;
+        }
+        if (cq_kserver_enabled(kernel->kserver) &&
+            strcmp(cq_kserver_python(kernel->kserver), kernel->python) == 0 &&
+            fork_spawn(kernel, cmd, envp, logfd) == 0) {
+                rc = 0;
                 goto out;
         }
         kernel->pid = fork();
@@ -1172,7 +1283,10 @@ static int start(cq_kernel_t *kernel)
                         if (send_request(kernel, kernel->shell,
                                          "kernel_info_request", content, NULL))
                                 goto fail;
-                        next_send = now + 100;
+                        /* Once shell answered, only iopub's
+                         * subscription is missing: ask again soon. Before,
+                         * each request waits queued for the kernel. */
+                        next_send = now + (got_reply ? 20 : 100);
                 }
                 if (zmq_poll(items, kernel->pidfd >= 0 ? 3 : 2, 50) < 0 &&
                     zmq_errno() != EINTR) {
@@ -1302,6 +1416,7 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
         kernel->idle_wait_ms =
             opts->idle_wait_ms > 0 ? opts->idle_wait_ms : 4000;
         kernel->sandbox = opts->sandbox;
+        kernel->kserver = opts->kserver;
         kernel->zctx = opts->zmq_ctx;
         if (!kernel->python || !kernel->work_dir ||
             (opts->preload && !kernel->preload)) {
@@ -1764,7 +1879,10 @@ static void kernel_close(cq_kernel_t **kernelp, bool graceful)
         if (!graceful) {
                 cq_kernel_kill(kernel); /* once: a no-op when done */
         } else if (kernel->pid > 0 && !kernel->killed) {
-                killpg(kernel->pid, SIGTERM);
+                if (kernel->forked)
+                        kill_forked(kernel, SIGTERM);
+                else
+                        killpg(kernel->pid, SIGTERM);
                 wait_exit(kernel, 300);
         }
         teardown(kernel);
@@ -1789,6 +1907,12 @@ int cq_kernel_renice(cq_kernel_t *kernel, int nice)
         /* setpgid() made the kernel (or the outer bwrap) a group leader;
          * bubblewrap's --new-session made its pid 1 a session leader,
          * whose group holds the Python kernel. */
+        if (kernel->forked)
+                return forked_alive(kernel) &&
+                               setpriority(PRIO_PGRP, (id_t)kernel->pid,
+                                           nice) == 0
+                           ? 0
+                           : -1;
         if (kernel->pid > 0 &&
             setpriority(PRIO_PGRP, (id_t)kernel->pid, nice) != 0)
                 rc = -1;
@@ -1823,6 +1947,13 @@ void cq_kernel_kill(cq_kernel_t *kernel)
 {
         if (!kernel || kernel->pid <= 0 || kernel->killed)
                 return;
+        if (kernel->forked) {
+                if (forked_alive(kernel))
+                        (void)setpriority(PRIO_PGRP, (id_t)kernel->pid, 19);
+                kill_forked(kernel, SIGKILL);
+                kernel->killed = true;
+                return;
+        }
         /* Lowest priority first: its exit is CPU spent in its name.
          * Raising niceness is always allowed. Our child's pid (and so
          * its group) stays ours until we reap it. */

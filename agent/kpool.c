@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coderq/buf.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
 #include "kpool_int.h"
@@ -45,6 +46,7 @@ struct cq_kpool {
         cq_local_opts_t local;
         char *python, *preload, *work_root;
         cq_gate_t *gate; /* cell starts of the pool's kernels; NULL: none */
+        cq_kserver_t *kserver; /* NULL: kernels start cold */
         pthread_t *threads;
         size_t nthreads; /* started */
         /* The reaper: teardowns of used kernels, under lock. */
@@ -319,6 +321,70 @@ static int start_thread(pthread_t *thr,
         return rc;
 }
 
+/* The warm-up that imports \p list (comma-separated module names, as
+ * CODERQ_KERNEL_PRELOAD), each failure ignored as in CQ_KPOOL_PRELOAD; ""
+ * for an empty list. NULL when out of memory or a name is not a dotted
+ * Python identifier (\p errstr says which). */
+static char *preload_code(const char *list, char *errstr, size_t errstr_size)
+{
+        cq_buf_t code;
+        const char *p, *end;
+        char *out;
+
+        cq_buf_init(&code, 64 * 1024);
+        for (p = list; *p; p = *end ? end + 1 : end) {
+                end = strchr(p, ',');
+                if (!end)
+                        end = p + strlen(p);
+                if (end == p)
+                        continue;
+                if (strspn(
+                        p,
+                        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                        "0123456789_.") < (size_t)(end - p)) {
+                        if (errstr)
+                                snprintf(errstr, errstr_size,
+                                         "invalid module name \"%.*s\" in "
+                                         "CODERQ_KERNEL_PRELOAD",
+                                         (int)(end - p > 100 ? 100 : end - p),
+                                         p);
+                        cq_buf_release(&code);
+                        return NULL;
+                }
+                if (cq_buf_append_str(&code, code.len ? ", '" : "'") ||
+                    cq_buf_append(&code, p, (size_t)(end - p)) ||
+                    cq_buf_append_str(&code, "'"))
+                        goto oom;
+        }
+        if (code.len == 0) {
+                cq_buf_release(&code);
+                return strdup("");
+        }
+        out = cq_buf_take(&code, NULL);
+        if (cq_buf_printf(&code,
+                          "def _cq_preload():\n"
+                          "    import importlib\n"
+                          "    for m in (%s,):\n"
+                          "        try:\n"
+                          "            importlib.import_module(m)\n"
+                          "        except Exception:\n"
+                          "            pass\n"
+                          "_cq_preload()\n"
+                          "del _cq_preload\n",
+                          out)) {
+                free(out);
+                goto oom;
+        }
+        free(out);
+        return cq_buf_take(&code, NULL);
+oom:
+        cq_buf_release(&code);
+        if (errstr)
+                snprintf(errstr, errstr_size,
+                         "could not create kernel pool: out of memory");
+        return NULL;
+}
+
 cq_kpool_t *
 cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
 {
@@ -362,8 +428,17 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
                         goto oom;
         }
         pool->python = lo->kernel.python ? strdup(lo->kernel.python) : NULL;
-        pool->preload =
-            strdup(lo->kernel.preload ? lo->kernel.preload : CQ_KPOOL_PRELOAD);
+        /* Kernels are warmed up with the server's imports (instant in a
+         * forked kernel, the same modules in a cold one). */
+        if (lo->kernel.preload)
+                pool->preload = strdup(lo->kernel.preload);
+        else if (opts->kserver.preload) {
+                pool->preload =
+                    preload_code(opts->kserver.preload, errstr, errstr_size);
+                if (!pool->preload)
+                        goto failed;
+        } else
+                pool->preload = strdup(CQ_KPOOL_PRELOAD);
         pool->work_root = lo->work_root ? strdup(lo->work_root) : NULL;
         pool->ready = calloc(opts->size ? opts->size : 1, sizeof(*pool->ready));
         pool->threads = calloc(nthreads, sizeof(*pool->threads));
@@ -373,6 +448,17 @@ cq_kpool_new(const cq_kpool_opts_t *opts, char *errstr, size_t errstr_size)
                 goto oom;
         pool->local.kernel.python = pool->python;
         pool->local.kernel.preload = pool->preload;
+        if (opts->kserver.mode != CQ_KSERVER_OFF) {
+                cq_kserver_opts_t ko = opts->kserver;
+
+                ko.python = pool->python;
+                ko.sandbox = lo->kernel.sandbox;
+                ko.work_root = pool->work_root;
+                pool->kserver = cq_kserver_new(&ko, errstr, errstr_size);
+                if (!pool->kserver)
+                        goto failed;
+                pool->local.kernel.kserver = pool->kserver;
+        }
         pool->local.kernel.work_dir = NULL;
         pool->local.work_root = pool->work_root;
         if (start_thread(&pool->reaper, reaper_main, pool, "reaper", errstr,
@@ -525,6 +611,7 @@ void cq_kpool_destroy(cq_kpool_t **poolp)
                 cq_kernel_discard(&pool->ready[i]); /* never used */
                 cq_work_dir_remove(dir);
         }
+        cq_kserver_destroy(&pool->kserver);
         free(pool->ready);
         free(pool->threads);
         free(pool->python);
@@ -547,4 +634,12 @@ void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
         opts->start_nice = (int)cfg->kpool_nice;
         opts->cell_gate = (unsigned)cfg->cell_gate;
         cq_local_opts_from_config(&opts->local, cfg, sandbox);
+        /* The configuration accepts only auto, on and off. */
+        if (cq_kserver_opts_from_config(&opts->kserver, cfg, sandbox))
+                opts->kserver.mode = CQ_KSERVER_OFF;
+}
+
+cq_kserver_t *cq_kpool_kserver(cq_kpool_t *pool)
+{
+        return pool ? pool->kserver : NULL;
 }

@@ -3,6 +3,9 @@
  * uids and rlimits; the startup probe that decides whether bubblewrap
  * works; the lease of per-kernel uids.
  *
+ * Kernels forked by the kernel server (kserver.py) are confined to the
+ * same effect without bubblewrap; see docs/protocols/kernel-server.md.
+ *
  * What it does (mode on, the default, or auto when the probe passed):
  * - The kernel runs under `bwrap --unshare-all --die-with-parent
  *   --new-session`: its own network namespace with no interfaces but an
@@ -178,6 +181,16 @@ const char *cq_sandbox_mode_name(const cq_sandbox_t *sandbox)
                 return CQ_SANDBOX_MODE_OFF;
         return sandbox->per_kernel ? CQ_SANDBOX_MODE_UIDS
                                    : CQ_SANDBOX_MODE_BWRAP;
+}
+
+void cq_sandbox_limits(const cq_sandbox_t *sandbox,
+                       size_t *memp,
+                       long *nprocp,
+                       size_t *fsizep)
+{
+        *memp = sandbox ? sandbox->mem : 0;
+        *nprocp = sandbox ? sandbox->nproc : 0;
+        *fsizep = sandbox ? sandbox->fsize : 0;
 }
 
 const char *cq_sandbox_reason(const cq_sandbox_t *sandbox)

@@ -3,17 +3,28 @@
  * run on one machine: the median round trip of a trivial cell ("pass",
  * reply and idle) through coderq's client vs jupyter_client's blocking
  * client (bench/kernel_anchor.py, same kernel command and flags), and a
- * pool acquire of a ready kernel vs a cold kernel start. No sandbox, so
- * both clients drive the same process. Last line: one JSON object. */
+ * pool acquire of a ready kernel vs a cold kernel start; no sandbox, so
+ * both clients drive the same process. Then a kernel forked by the kernel
+ * server vs a cold start, both with the pool's imports and in the sandbox
+ * when it works here: start time, CPU of every process per start until
+ * ready (client, server, the kernel's processes), PSS and private memory
+ * of idle kernels. Last line: one JSON object. */
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "coderq/kpool.h"
+#include "coderq/kserver.h"
 #include "coderq/util.h"
+
+/* Kernels alive at once while PSS is read: shared pages are divided
+ * among the processes that map them, so both sides get the same number. */
+#define PSS_KERNELS 8
 
 static double now_ms(void)
 {
@@ -61,11 +72,266 @@ static void wait_ready(cq_kpool_t *pool)
         }
 }
 
+/* Fields 4 (ppid), 14 and 15 (utime, stime) of /proc/PID/stat; -1 when
+ * the process is gone. */
+static int proc_stat(pid_t pid, long *ppid, double *cpu_ms)
+{
+        char path[64], buf[1024], *p;
+        unsigned long ut = 0, st = 0;
+        size_t n;
+        FILE *fp;
+
+        snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+        fp = fopen(path, "r");
+        if (!fp)
+                return -1;
+        n = fread(buf, 1, sizeof(buf) - 1, fp);
+        fclose(fp);
+        buf[n] = '\0';
+        p = strrchr(buf, ')');
+        if (!p ||
+            sscanf(p + 2, "%*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                   ppid, &ut, &st) != 3)
+                return -1;
+        *cpu_ms = (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+        return 0;
+}
+
+/* utime + stime of process \p pid in ms; 0 when gone. */
+static double proc_cpu_ms(pid_t pid)
+{
+        double ms = 0;
+        long ppid;
+
+        return proc_stat(pid, &ppid, &ms) ? 0 : ms;
+}
+
+static pid_t proc_ppid(pid_t pid)
+{
+        double ms;
+        long ppid = -1;
+
+        return proc_stat(pid, &ppid, &ms) ? -1 : (pid_t)ppid;
+}
+
+/* Process \p pid and its descendants (at most \p max in \p out). */
+static size_t proc_tree(pid_t pid, pid_t *out, size_t n, size_t max)
+{
+        char path[96];
+        long kid;
+        FILE *fp;
+
+        if (n >= max)
+                return n;
+        out[n++] = pid;
+        snprintf(path, sizeof(path), "/proc/%ld/task/%ld/children", (long)pid,
+                 (long)pid);
+        fp = fopen(path, "r");
+        if (!fp)
+                return n;
+        while (fscanf(fp, "%ld", &kid) == 1)
+                n = proc_tree((pid_t)kid, out, n, max);
+        fclose(fp);
+        return n;
+}
+
+/* Pss and Private_Clean + Private_Dirty of process \p pid in kB, from
+ * smaps_rollup. */
+static void proc_mem_kb(pid_t pid, long *pss, long *priv)
+{
+        char path[64], line[256];
+        long kb;
+        FILE *fp;
+
+        snprintf(path, sizeof(path), "/proc/%ld/smaps_rollup", (long)pid);
+        fp = fopen(path, "r");
+        if (!fp)
+                return;
+        while (fgets(line, sizeof(line), fp)) {
+                if (sscanf(line, "Pss: %ld kB", &kb) == 1)
+                        *pss += kb;
+                else if (sscanf(line, "Private_Clean: %ld kB", &kb) == 1 ||
+                         sscanf(line, "Private_Dirty: %ld kB", &kb) == 1)
+                        *priv += kb;
+        }
+        fclose(fp);
+}
+
+/* The processes of one kernel: cold, the process we started and its
+ * descendants; forked, its outer process (the parent of the pid we
+ * know) and its descendants. */
+static size_t kernel_procs(cq_interp_t *interp, pid_t *out, size_t max)
+{
+        cq_kernel_t *kernel = cq_local_interp_kernel(interp);
+        pid_t top = cq_kernel_pid(kernel);
+
+        if (cq_kernel_forked(kernel))
+                top = proc_ppid(top);
+        return top > 0 ? proc_tree(top, out, 0, max) : 0;
+}
+
+static double self_cpu_ms(int who)
+{
+        struct rusage ru;
+
+        getrusage(who, &ru);
+        return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+               (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+typedef struct fork_figures {
+        double fork_ms, cold_ms, cpu_ms, cold_cpu_ms;
+        double fork_pss_kb, cold_pss_kb, fork_priv_kb, cold_priv_kb;
+        const char *sandbox;
+} fork_figures_t;
+
+/* PSS and private memory per kernel of PSS_KERNELS idle kernels started
+ * with \p lopts. */
+static int
+idle_pss(const cq_local_opts_t *lopts, double *pss_kb, double *priv_kb)
+{
+        cq_interp_t *k[PSS_KERNELS] = {NULL};
+        char errstr[512];
+        pid_t pids[64];
+        long total = 0, priv = 0;
+        size_t i, j, n;
+        int rc = -1;
+
+        for (i = 0; i < PSS_KERNELS; i++) {
+                k[i] = cq_local_interp_new(lopts, errstr, sizeof(errstr));
+                if (!k[i] || run_pass(k[i])) {
+                        fprintf(stderr, "bench_kernel: %s\n",
+                                k[i] ? "cell failed" : errstr);
+                        goto out;
+                }
+        }
+        for (i = 0; i < PSS_KERNELS; i++) {
+                n = kernel_procs(k[i], pids, CQ_ARRAY_SIZE(pids));
+                for (j = 0; j < n; j++)
+                        proc_mem_kb(pids[j], &total, &priv);
+        }
+        *pss_kb = (double)total / PSS_KERNELS;
+        *priv_kb = (double)priv / PSS_KERNELS;
+        rc = 0;
+out:
+        for (i = 0; i < PSS_KERNELS; i++)
+                cq_interp_destroy(&k[i]);
+        return rc;
+}
+
+/* Forked vs cold, both with the pool's imports (CQ_KPOOL_PRELOAD, which a
+ * forked kernel finds imported), in the sandbox when it works. */
+static int
+fork_vs_cold(const char *root, size_t starts, size_t colds, fork_figures_t *f)
+{
+        double *fork_ms = calloc(starts, sizeof(double));
+        double *cold_ms = calloc(colds, sizeof(double));
+        double *cpu = calloc(starts, sizeof(double));
+        double t, before, server_before;
+        cq_sandbox_opts_t so;
+        cq_sandbox_t *sandbox = NULL;
+        cq_kserver_opts_t ko;
+        cq_kserver_t *ks = NULL;
+        cq_local_opts_t lopts;
+        cq_interp_t *interp;
+        char errstr[700];
+        pid_t pids[64];
+        size_t i, j, n;
+        int rc = -1;
+
+        if (!fork_ms || !cold_ms || !cpu)
+                goto out;
+        memset(&so, 0, sizeof(so));
+        so.mode = CQ_SANDBOX_AUTO;
+        so.probe_dir = root;
+        so.mem = 4ul << 30;
+        so.nproc = 512;
+        so.fsize = 1ul << 30;
+        so.uid_first = CQ_SANDBOX_UIDS_FIRST;
+        so.uid_last = CQ_SANDBOX_UIDS_LAST;
+        sandbox = cq_sandbox_new(&so, errstr, sizeof(errstr));
+        if (!sandbox) {
+                fprintf(stderr, "bench_kernel: %s\n", errstr);
+                goto out;
+        }
+        f->sandbox = cq_sandbox_mode_name(sandbox);
+        memset(&ko, 0, sizeof(ko));
+        ko.mode = CQ_KSERVER_ON;
+        ko.work_root = root;
+        ko.sandbox = sandbox;
+        ks = cq_kserver_new(&ko, errstr, sizeof(errstr));
+        if (!ks) {
+                fprintf(stderr, "bench_kernel: %s\n", errstr);
+                goto out;
+        }
+        memset(&lopts, 0, sizeof(lopts));
+        lopts.work_root = root;
+        lopts.kernel.sandbox = sandbox;
+        lopts.kernel.preload = CQ_KPOOL_PRELOAD;
+        lopts.kernel.startup_timeout_ms = 120000;
+        for (i = 0; i < colds; i++) {
+                before = self_cpu_ms(RUSAGE_SELF);
+                t = now_ms();
+                interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
+                cold_ms[i] = now_ms() - t;
+                if (!interp) {
+                        fprintf(stderr, "bench_kernel: %s\n", errstr);
+                        goto out;
+                }
+                f->cold_cpu_ms += self_cpu_ms(RUSAGE_SELF) - before;
+                n = kernel_procs(interp, pids, CQ_ARRAY_SIZE(pids));
+                for (j = 0; j < n; j++)
+                        f->cold_cpu_ms += proc_cpu_ms(pids[j]);
+                cq_interp_destroy(&interp);
+        }
+        f->cold_cpu_ms /= (double)colds;
+        lopts.kernel.kserver = ks;
+        for (i = 0; i < starts; i++) {
+                server_before = proc_cpu_ms(cq_kserver_pid(ks));
+                before = self_cpu_ms(RUSAGE_SELF);
+                t = now_ms();
+                interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
+                fork_ms[i] = now_ms() - t;
+                if (!interp ||
+                    !cq_kernel_forked(cq_local_interp_kernel(interp))) {
+                        fprintf(stderr, "bench_kernel: no forked kernel: %s\n",
+                                interp ? "it started cold" : errstr);
+                        cq_interp_destroy(&interp);
+                        goto out;
+                }
+                /* every process: us, the server, and the kernel's own
+                 * (outer, pid 1, the kernel), all of which began at 0 */
+                cpu[i] = self_cpu_ms(RUSAGE_SELF) - before +
+                         proc_cpu_ms(cq_kserver_pid(ks)) - server_before;
+                n = kernel_procs(interp, pids, CQ_ARRAY_SIZE(pids));
+                for (j = 0; j < n; j++)
+                        cpu[i] += proc_cpu_ms(pids[j]);
+                cq_interp_destroy(&interp);
+        }
+        if (idle_pss(&lopts, &f->fork_pss_kb, &f->fork_priv_kb))
+                goto out;
+        lopts.kernel.kserver = NULL;
+        if (idle_pss(&lopts, &f->cold_pss_kb, &f->cold_priv_kb))
+                goto out;
+        f->fork_ms = median(fork_ms, starts);
+        f->cold_ms = median(cold_ms, colds);
+        f->cpu_ms = median(cpu, starts);
+        rc = 0;
+out:
+        cq_kserver_destroy(&ks);
+        cq_sandbox_destroy(&sandbox);
+        free(fork_ms);
+        free(cold_ms);
+        free(cpu);
+        return rc;
+}
+
 int main(int argc, char **argv)
 {
         const char *anchor = argc > 1 ? argv[1] : "bench/kernel_anchor.py";
         size_t cells = argc > 2 ? strtoul(argv[2], NULL, 10) : 200;
-        size_t starts = 5, i;
+        size_t starts = 5, fork_starts = 11, i;
+        fork_figures_t ff;
         double *rtt = calloc(cells ? cells : 1, sizeof(double));
         double cold[5], acq[5], t, rtt_med, anchor_rtt = -1, cold_med, acq_med;
         char errstr[512], cmd[4096], line[4096], root[512];
@@ -158,18 +424,40 @@ int main(int argc, char **argv)
                 cq_interp_destroy(&interp);
         }
         cq_kpool_destroy(&pool);
-        rmdir(root);
         cold_med = median(cold, starts);
         acq_med = median(acq, starts);
         printf("cold kernel start median %.1f ms, pool acquire median %.3f "
                "ms (%zu each)\n",
                cold_med, acq_med, starts);
+        fflush(stdout);
+        memset(&ff, 0, sizeof(ff));
+        if (fork_vs_cold(root, fork_starts, starts, &ff))
+                return 1;
+        rmdir(root);
+        printf("sandbox %s, the pool's imports: forked start median %.1f ms, "
+               "cold %.1f ms; CPU per start until ready %.1f ms forked, "
+               "%.0f ms cold; per idle kernel (%d of each alive) PSS "
+               "%.0f kB forked, %.0f kB cold, private %.0f kB forked, "
+               "%.0f kB cold\n",
+               ff.sandbox, ff.fork_ms, ff.cold_ms, ff.cpu_ms, ff.cold_cpu_ms,
+               PSS_KERNELS, ff.fork_pss_kb, ff.cold_pss_kb, ff.fork_priv_kb,
+               ff.cold_priv_kb);
         printf("{\"bench\":\"kernel\",\"rtt_ratio\":%.3f,"
                "\"acquire_ratio\":%.5f,\"coderq_rtt_ms\":%.3f,"
                "\"jupyter_client_rtt_ms\":%.3f,\"pool_acquire_ms\":%.3f,"
-               "\"cold_start_ms\":%.1f,\"cells\":%zu,\"starts\":%zu}\n",
+               "\"cold_start_ms\":%.1f,\"cells\":%zu,\"starts\":%zu,"
+               "\"fork_start_ratio\":%.4f,\"fork_cpu_ms\":%.1f,"
+               "\"fork_pss_ratio\":%.3f,\"fork_start_ms\":%.1f,"
+               "\"cold_preload_start_ms\":%.1f,\"cold_cpu_ms\":%.0f,"
+               "\"fork_pss_kb\":%.0f,\"cold_pss_kb\":%.0f,"
+               "\"fork_private_ratio\":%.3f,\"pss_kernels\":%d,"
+               "\"fork_sandbox\":\"%s\",\"fork_starts\":%zu}\n",
                rtt_med / anchor_rtt, acq_med / cold_med, rtt_med, anchor_rtt,
-               acq_med, cold_med, cells, starts);
+               acq_med, cold_med, cells, starts, ff.fork_ms / ff.cold_ms,
+               ff.cpu_ms, ff.fork_pss_kb / ff.cold_pss_kb, ff.fork_ms,
+               ff.cold_ms, ff.cold_cpu_ms, ff.fork_pss_kb, ff.cold_pss_kb,
+               ff.fork_priv_kb / ff.cold_priv_kb, PSS_KERNELS, ff.sandbox,
+               fork_starts);
         free(rtt);
         return 0;
 }

@@ -109,6 +109,16 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_KERNEL_STARTUP_TIMEOUT_S", NULL, "kernel-startup-timeout-s",
      CQ_CFG_INT, F(kernel_startup_timeout_s), "60", 1, 3600, NULL,
      "seconds a local kernel may take to become ready"},
+    {"CODERQ_KERNEL_SERVER", NULL, "kernel-server", CQ_CFG_CHOICE,
+     F(kernel_server), "auto", 0, 0, "auto|on|off",
+     "forking kernel server: local kernels are forked from one process that "
+     "imported CODERQ_KERNEL_PRELOAD once, as confined as cold ones; auto "
+     "uses it when its start-up probe passes (else cold starts, logged at "
+     "warn), on refuses to start without it, off starts every kernel cold"},
+    {"CODERQ_KERNEL_PRELOAD", NULL, "kernel-preload", CQ_CFG_STRING,
+     F(kernel_preload), "numpy,pandas,matplotlib.pyplot,scipy", 0, 0, NULL,
+     "comma-separated modules the kernel server imports once for every "
+     "kernel it forks (empty: ipykernel only)"},
     {"CODERQ_OUTPUT_MAX", NULL, "output-max", CQ_CFG_SIZE, F(output_max), "1M",
      1024, 0, NULL,
      "output kept per cell (head and tail around a truncation marker)"},
@@ -553,6 +563,17 @@ int cq_config_init(cq_config_t *cfg)
                 }
         }
         return 0;
+}
+
+void cq_config_one_shot(cq_config_t *dst, const cq_config_t *src)
+{
+        static char off[] = "off", none[] = "";
+
+        *dst = *src;
+        if (!src->kernel_server || strcmp(src->kernel_server, "auto") == 0)
+                dst->kernel_server = off;
+        if (strcmp(dst->kernel_server, "off") == 0)
+                dst->kernel_preload = none;
 }
 
 void cq_config_release(cq_config_t *cfg)

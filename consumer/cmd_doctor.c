@@ -21,6 +21,7 @@
 
 #include "coderq/kafka.h"
 #include "coderq/kpool.h"
+#include "coderq/kserver.h"
 #include "coderq/log.h"
 #include "coderq/sandbox.h"
 #include "coderq/util.h"
@@ -48,6 +49,10 @@ const char cq_cmd_doctor_usage[] =
     "              would run in: bwrap+uid-per-kernel (ok), bwrap (a warning:\n"
     "              kernels share one uid) or off (a warning: unsandboxed); a\n"
     "              failure means a worker would refuse to start\n"
+    "  kserver     the kernel server a worker would start (CODERQ_KERNEL_\n"
+    "              SERVER, CODERQ_KERNEL_PRELOAD) with its probe under that\n"
+    "              sandbox: ok with its import time, or a warning that\n"
+    "              kernels would start cold\n"
     "Exit status: 0 all required checks passed, 4 PostgreSQL or Kafka is\n"
     "unreachable, 1 python cannot import ipykernel or the sandbox fails.\n";
 
@@ -393,6 +398,48 @@ static int check_tool(const char *name,
         return -1;
 }
 
+/* The kernel server a worker would start, with its probe, confined by
+ * \p sandbox: forked kernels or cold starts (a speed, not a safety,
+ * matter: a warning at most). */
+static void check_kserver(const cq_config_t *cfg, const cq_sandbox_t *sandbox)
+{
+        cq_kserver_opts_t ko;
+        cq_kserver_stats_t st;
+        cq_kserver_t *ks;
+        char errstr[768], what[1024];
+
+        if (cq_kserver_opts_from_config(&ko, cfg, sandbox) != 0) {
+                report("kserver", CHECK_FAIL, "invalid CODERQ_KERNEL_SERVER");
+                return;
+        }
+        if (ko.mode == CQ_KSERVER_OFF) {
+                report("kserver", CHECK_OK,
+                       "off (CODERQ_KERNEL_SERVER=off): kernels start cold");
+                return;
+        }
+        /* quiet: the report says it */
+        ko.mode = CQ_KSERVER_ON;
+        ks = cq_kserver_new(&ko, errstr, sizeof(errstr));
+        if (!ks) {
+                snprintf(what, sizeof(what),
+                         "does not work here, kernels would start cold: %s",
+                         errstr);
+                one_line(what);
+                report("kserver", CHECK_WARN, what);
+                return;
+        }
+        cq_kserver_stats(ks, &st);
+        snprintf(what, sizeof(what),
+                 "works: kernels are forked from a server that imported %s "
+                 "in %lld ms",
+                 cfg->kernel_preload && *cfg->kernel_preload
+                     ? cfg->kernel_preload
+                     : "ipykernel only",
+                 (long long)st.import_ms);
+        report("kserver", CHECK_OK, what);
+        cq_kserver_destroy(&ks);
+}
+
 /* The probe a worker runs at start (cq_backend_new()), with the same
  * settings: what it says is what a worker would do. */
 static int check_sandbox(const cq_config_t *cfg)
@@ -436,6 +483,7 @@ static int check_sandbox(const cq_config_t *cfg)
                 one_line(what);
                 report("sandbox", CHECK_WARN, what);
         }
+        check_kserver(cfg, sandbox);
         cq_sandbox_destroy(&sandbox);
         return 0;
 }

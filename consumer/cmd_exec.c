@@ -137,6 +137,7 @@ int cq_cmd_exec(const cq_config_t *cfg, int argc, char **argv)
         const char *out = "exec.ipynb";
         json_t *cells = json_array(), *cell;
         cq_backend_t *backend = NULL;
+        cq_config_t one;
         cq_interp_t *interp = NULL;
         cq_nb_t *nb = NULL;
         char errstr[1024];
@@ -193,7 +194,11 @@ int cq_cmd_exec(const cq_config_t *cfg, int argc, char **argv)
                 }
                 free(text);
         }
-        backend = cq_backend_new(cfg, 1, errstr, sizeof(errstr));
+        /* One kernel, started on demand, nothing speculative: no pool
+         * refill behind it, no server, no imports the job did not ask
+         * for (cq_config_one_shot()). */
+        cq_config_one_shot(&one, cfg);
+        backend = cq_backend_new(&one, 0, errstr, sizeof(errstr));
         if (!backend) {
                 cq_cli_error("could not set up kernels: %s", errstr);
                 goto out;

@@ -185,6 +185,7 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
         const char *job_path = NULL, *out_dir = NULL;
         cq_job_t job;
         cq_backend_t *backend = NULL;
+        cq_config_t one;
         cq_interp_t *interp = NULL;
         cq_llm_t *llm = NULL;
         cq_nb_t *nb = NULL;
@@ -234,7 +235,11 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
                 rc = CQ_EXIT_CONFIG;
                 goto out;
         }
-        backend = cq_backend_new(cfg, 1, errstr, sizeof(errstr));
+        /* One kernel, started on demand, nothing speculative: no pool
+         * refill behind it, no server, no imports the job did not ask
+         * for (cq_config_one_shot()). */
+        cq_config_one_shot(&one, cfg);
+        backend = cq_backend_new(&one, 0, errstr, sizeof(errstr));
         if (!backend) {
                 cq_cli_error("could not set up kernels: %s", errstr);
                 goto out;

@@ -25,6 +25,7 @@ PACKAGES=(
         chromium
         openssl fonts-noto-cjk
         python3-jsonschema python3-confluent-kafka python3-psycopg
+        hyperfine
 )
 
 # One dpkg-query for all packages keeps the no-op run fast.

@@ -199,7 +199,8 @@ START_TEST(doctor_exits_4_when_services_are_unreachable)
         ck_assert_msg(strstr(proc.out, " 127.0.0.1:1") != NULL, "%s", proc.out);
         ck_assert_ptr_nonnull(strstr(proc.out, "\npython "));
         ck_assert_ptr_nonnull(strstr(proc.out, "\nsandbox "));
-        ck_assert_uint_eq(cq_check_count_lines(proc.out), 4);
+        ck_assert_ptr_nonnull(strstr(proc.out, "\nkserver "));
+        ck_assert_uint_eq(cq_check_count_lines(proc.out), 5);
         cq_check_proc_release(&proc);
 }
 END_TEST

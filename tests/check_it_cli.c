@@ -39,7 +39,8 @@ START_TEST(doctor_sees_the_services)
                       proc.out);
         ck_assert_msg(strstr(proc.out, want) != NULL, "%s", proc.out);
         ck_assert_ptr_nonnull(strstr(proc.out, "\npython      ok    "));
-        ck_assert_uint_eq(cq_check_count_lines(proc.out), 4);
+        ck_assert_ptr_nonnull(strstr(proc.out, "\nkserver     "));
+        ck_assert_uint_eq(cq_check_count_lines(proc.out), 5);
         cq_check_proc_release(&proc);
 }
 END_TEST

@@ -30,6 +30,7 @@
 #include "coderq/collect.h"
 #include "coderq/config.h"
 #include "coderq/kpool.h"
+#include "coderq/kserver.h"
 #include "coderq/util.h"
 
 /* Work root of this run, set before the test processes fork. */
@@ -145,7 +146,59 @@ static bool autogroup_of(pid_t pid, char *out, size_t size)
         return ok;
 }
 
-static cq_interp_t *start_local(const cq_sandbox_t *sandbox, size_t out_max)
+/* CQ_CHECK_KSERVER=on (ctest's check_kernel_forked) runs the suite with
+ * every kernel forked by a kernel server, and each start asserts it was
+ * (which needs root, as the server's sandbox does); otherwise kernels
+ * start cold. */
+static bool forked_mode(void)
+{
+        const char *v = getenv("CQ_CHECK_KSERVER");
+
+        return v && strcmp(v, "on") == 0;
+}
+
+static cq_kserver_t *kservers[2]; /* unsandboxed, sandboxed */
+
+static void kservers_stop(void)
+{
+        cq_kserver_destroy(&kservers[0]);
+        cq_kserver_destroy(&kservers[1]);
+}
+
+/* A kernel server of \p sandbox's kind, started by the first kernel of
+ * the test (each test is a process of its own) and stopped at its exit;
+ * NULL when kernels start cold. */
+static cq_kserver_t *test_kserver(const cq_sandbox_t *sandbox)
+{
+        cq_kserver_t **ksp = &kservers[cq_sandbox_enabled(sandbox)];
+        cq_kserver_opts_t ko;
+        char errstr[700] = "";
+
+        if (!forked_mode())
+                return NULL;
+        if (!*ksp) {
+                memset(&ko, 0, sizeof(ko));
+                ko.mode = CQ_KSERVER_ON;
+                ko.work_root = root;
+                ko.sandbox = sandbox;
+                if (!kservers[0] && !kservers[1])
+                        atexit(kservers_stop);
+                *ksp = cq_kserver_new(&ko, errstr, sizeof(errstr));
+                ck_assert_msg(*ksp != NULL, "%s", errstr);
+        }
+        return *ksp;
+}
+
+/* A start of the suite's mode happened in that mode. */
+static void assert_mode(cq_interp_t *interp)
+{
+        ck_assert_msg(
+            cq_kernel_forked(cq_local_interp_kernel(interp)) == forked_mode(),
+            "the kernel was %s", forked_mode() ? "not forked" : "forked");
+}
+
+static cq_interp_t *
+start_kernel(const cq_sandbox_t *sandbox, size_t out_max, cq_kserver_t *ks)
 {
         cq_local_opts_t opts;
         char errstr[512] = "";
@@ -156,8 +209,18 @@ static cq_interp_t *start_local(const cq_sandbox_t *sandbox, size_t out_max)
         opts.kernel.sandbox = sandbox;
         opts.kernel.output_max = out_max;
         opts.kernel.startup_timeout_ms = 60000;
+        opts.kernel.kserver = ks;
         interp = cq_local_interp_new(&opts, errstr, sizeof(errstr));
         ck_assert_msg(interp != NULL, "kernel start failed: %s", errstr);
+        return interp;
+}
+
+static cq_interp_t *start_local(const cq_sandbox_t *sandbox, size_t out_max)
+{
+        cq_interp_t *interp =
+            start_kernel(sandbox, out_max, test_kserver(sandbox));
+
+        assert_mode(interp);
         return interp;
 }
 
@@ -1014,6 +1077,8 @@ static cq_kpool_t *new_pool(size_t size, size_t starts, int start_nice)
         opts.cell_gate = 2;
         opts.local.work_root = root;
         opts.local.kernel.startup_timeout_ms = 60000;
+        if (forked_mode())
+                opts.kserver.mode = CQ_KSERVER_ON;
         pool = cq_kpool_new(&opts, errstr, sizeof(errstr));
         ck_assert_msg(pool != NULL, "%s", errstr);
         return pool;
@@ -1149,10 +1214,12 @@ START_TEST(pool_hands_out_ready_kernels)
         /* a ready kernel comes out without waiting for a start */
         a = cq_kpool_acquire(pool, 0, errstr, sizeof(errstr));
         ck_assert_msg(a != NULL, "%s", errstr);
+        assert_mode(a);
         ck_assert_uint_eq(cq_kpool_ready(pool), 0);
         /* the refill thread replaces it */
         b = cq_kpool_acquire(pool, 60000, errstr, sizeof(errstr));
         ck_assert_msg(b != NULL, "%s", errstr);
+        assert_mode(b);
         snprintf(dir, sizeof(dir), "%s",
                  cq_kernel_work_dir(cq_local_interp_kernel(a)));
         ck_assert_str_ne(dir, cq_kernel_work_dir(cq_local_interp_kernel(b)));
@@ -1212,6 +1279,7 @@ START_TEST(pool_starts_kernels_in_parallel)
         for (i = 0; i < 4; i++) {
                 k[i] = cq_kpool_acquire(pool, 120000, errstr, sizeof(errstr));
                 ck_assert_msg(k[i] != NULL, "%s", errstr);
+                assert_mode(k[i]);
         }
         cq_kpool_stats(pool, &st);
         /* two refill threads: two starts at once, never more */
@@ -1278,6 +1346,7 @@ START_TEST(acquire_starts_its_own_when_the_pool_has_none)
                       errstr);
         k = cq_kpool_acquire(pool, 60000, errstr, sizeof(errstr));
         ck_assert_msg(k != NULL, "%s", errstr);
+        assert_mode(k);
         assert_stdout(k, "import os\nprint(os.getpriority(os.PRIO_PROCESS, 0))",
                       "0\n");
         cq_kpool_stats(pool, &st);
@@ -1375,9 +1444,12 @@ static int tty_probe(void)
         memset(&opts, 0, sizeof(opts));
         opts.work_root = root;
         opts.kernel.startup_timeout_ms = 60000;
+        opts.kernel.kserver = test_kserver(NULL);
         interp = cq_local_interp_new(&opts, errstr, sizeof(errstr));
         if (!interp)
                 return 14;
+        if (cq_kernel_forked(cq_local_interp_kernel(interp)) != forked_mode())
+                return 18;
         eo.timeout_ms = 60000;
         cq_cell_result_init(&res);
         rc = 15;
@@ -1397,6 +1469,7 @@ static int tty_probe(void)
                 rc = 17;
         cq_cell_result_release(&res);
         cq_interp_destroy(&interp);
+        kservers_stop(); /* _exit() runs no atexit() */
         /* closing the master hangs up our own terminal */
         signal(SIGHUP, SIG_IGN);
         close(slave);
@@ -1459,6 +1532,8 @@ START_TEST(config_and_start_failure)
                          -1);
         /* an interpreter that cannot start: a clear error, nothing left */
         cq_local_opts_from_config(&lopts, &cfg, NULL);
+        /* (a server forks only kernels of its own interpreter) */
+        lopts.kernel.kserver = test_kserver(NULL);
         lopts.kernel.python = "/nonexistent/python3";
         lopts.work_root = root;
         interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
@@ -1547,8 +1622,10 @@ START_TEST(fresh_work_root_runs_sandboxed)
         ck_assert_uint_eq(st.st_mode & 07777, 0711);
         ck_assert_uint_eq(st.st_uid, geteuid());
         cq_local_opts_from_config(&lopts, &cfg, sandbox);
+        lopts.kernel.kserver = test_kserver(sandbox);
         interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
         ck_assert_msg(interp != NULL, "%s", errstr);
+        assert_mode(interp);
         /* not us, no /root, no source tree (the worker's files) */
         snprintf(want, sizeof(want), "%s False False\n",
                  geteuid() == 0 ? "True" : "False");
@@ -1900,6 +1977,401 @@ START_TEST(nothing_left_behind)
 }
 END_TEST
 
+/* ---- the kernel server ---- */
+
+/* stdout of one cell; caller frees. */
+static char *stdout_of(cq_interp_t *interp, const char *code)
+{
+        cq_cell_result_t res;
+        char *out;
+
+        run(interp, code, 30000, &res);
+        out = stream_text(&res, "stdout");
+        cq_cell_result_release(&res);
+        return out;
+}
+
+static cq_kserver_t *new_kserver(const cq_sandbox_t *sandbox,
+                                 const char *python,
+                                 const char *preload,
+                                 int64_t reply_ms,
+                                 cq_kserver_mode_t mode,
+                                 char *errstr,
+                                 size_t errstr_size)
+{
+        cq_kserver_opts_t ko;
+
+        memset(&ko, 0, sizeof(ko));
+        ko.mode = mode;
+        ko.work_root = root;
+        ko.sandbox = sandbox;
+        ko.python = python;
+        ko.preload = preload;
+        ko.reply_timeout_ms = reply_ms;
+        mkdir(root, 0711);
+        return cq_kserver_new(&ko, errstr, errstr_size);
+}
+
+/* Threads of process \p pid, from /proc. */
+static int threads_of(pid_t pid)
+{
+        char path[64];
+        struct dirent *de;
+        DIR *dir;
+        int n = 0;
+
+        snprintf(path, sizeof(path), "/proc/%ld/task", (long)pid);
+        dir = opendir(path);
+        ck_assert_ptr_nonnull(dir);
+        while ((de = readdir(dir)))
+                if (de->d_name[0] != '.')
+                        n++;
+        closedir(dir);
+        return n;
+}
+
+/* Two kernels forked at once from one server into the sandbox: neither
+ * sees the other's files or processes nor can signal it, neither has a
+ * network, each has its own uid, random state and fresh namespace, and
+ * the server had one thread at every fork. */
+START_TEST(forked_kernels_are_strangers)
+{
+        cq_sandbox_opts_t sopts = {0};
+        cq_sandbox_t *sandbox;
+        cq_kserver_t *ks;
+        cq_kserver_stats_t st;
+        cq_interp_t *a, *b;
+        char errstr[700], code[1024], *ra, *rb, *out;
+        pid_t pa, pb;
+        int lfd, port;
+
+        if (geteuid() != 0)
+                CQ_CHECK_SKIP("root", "forked_kernels_are_strangers: the "
+                                      "kernel server's sandbox needs root");
+        if (!bwrap_works("forked_kernels_are_strangers"))
+                return;
+        sopts.mode = CQ_SANDBOX_ON;
+        sopts.probe_dir = root;
+        sopts.nproc = 256;
+        sopts.uid_first = CQ_SANDBOX_UIDS_FIRST;
+        sopts.uid_last = CQ_SANDBOX_UIDS_LAST;
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_msg(sandbox != NULL, "%s", errstr);
+        ks = new_kserver(sandbox, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
+                         sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        ck_assert(cq_kserver_enabled(ks));
+        a = start_kernel(sandbox, 0, ks);
+        b = start_kernel(sandbox, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(a)));
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(b)));
+        ck_assert_int_eq(threads_of(cq_kserver_pid(ks)), 1);
+        cq_kserver_stats(ks, &st);
+        ck_assert_uint_eq(st.forked, 2);
+        pa = cq_kernel_pid(cq_local_interp_kernel(a));
+        pb = cq_kernel_pid(cq_local_interp_kernel(b));
+        /* files: a's work dir does not exist for b, only its own */
+        assert_stdout(a, "open('mine.txt', 'w').write('a')\nprint('ok')",
+                      "ok\n");
+        snprintf(code, sizeof(code),
+                 "import os\nprint(os.path.exists('%s'), "
+                 "os.path.exists('%s/mine.txt'), os.listdir('.'))",
+                 cq_kernel_work_dir(cq_local_interp_kernel(a)),
+                 cq_kernel_work_dir(cq_local_interp_kernel(a)));
+        assert_stdout(b, code, "False False ['.coderq']\n");
+        /* processes: only its own pid 1 and itself */
+        assert_stdout(a,
+                      "import os\nprint(sorted(int(p) for p in "
+                      "os.listdir('/proc') if p.isdigit()) == [1, "
+                      "os.getpid()], os.getppid())",
+                      "True 1\n");
+        /* no signal reaches the other, by its host pid or any other */
+        snprintf(code, sizeof(code),
+                 "import os, signal\nr = []\nfor p in (%ld, %ld):\n"
+                 "    try:\n        os.kill(p, signal.SIGKILL)\n"
+                 "        r.append('sent')\n"
+                 "    except OSError as e:\n        r.append(e.errno)\n"
+                 "print(r)",
+                 (long)pb, (long)pa);
+        assert_stdout(a, code, "[3, 3]\n"); /* ESRCH: not in its world */
+        assert_stdout(b, "print('alive')", "alive\n");
+        /* no network: a port listening on the host's loopback is out of
+         * reach, and no interface but loopback exists */
+        lfd = listen_loopback(&port);
+        snprintf(code, sizeof(code),
+                 "import socket\ntry:\n"
+                 "    socket.create_connection(('127.0.0.1', %d), 3)\n"
+                 "    print('connected')\nexcept OSError:\n"
+                 "    print('refused')\n"
+                 "print(sorted(n for _, n in socket.if_nameindex()))",
+                 port);
+        assert_stdout(a, code, "refused\n['lo']\n");
+        close(lfd);
+        /* its own uid; the worker's environment is not there */
+        ra = stdout_of(a, "import os\nprint(os.getuid(), "
+                          "'CQ_CHECK_KSERVER' in os.environ)");
+        rb = stdout_of(b, "import os\nprint(os.getuid(), "
+                          "'CQ_CHECK_KSERVER' in os.environ)");
+        ck_assert_str_ne(ra, rb);
+        ck_assert_ptr_nonnull(strstr(ra, " False"));
+        free(ra);
+        free(rb);
+        /* random state: reseeded in each child, so siblings differ */
+        ra = stdout_of(a, "import random, numpy\nprint(random.random(), "
+                          "numpy.random.rand())");
+        rb = stdout_of(b, "import random, numpy\nprint(random.random(), "
+                          "numpy.random.rand())");
+        ck_assert_str_ne(ra, rb);
+        ck_assert_msg(strchr(ra, ' ') &&
+                          strncmp(ra, rb, (size_t)(strchr(ra, ' ') - ra)) &&
+                          strcmp(strchr(ra, ' '), strchr(rb, ' ')),
+                      "same random state: %s / %s", ra, rb);
+        free(ra);
+        free(rb);
+        /* fresh: nothing of a's session in b; numpy preloaded */
+        assert_stdout(a, "secret = 42", "");
+        out = stdout_of(b, "import sys\nprint('secret' in dir(), 'numpy' in "
+                           "sys.modules)");
+        ck_assert_str_eq(out, "False True\n");
+        free(out);
+        ck_assert_int_eq(threads_of(cq_kserver_pid(ks)), 1);
+        cq_interp_destroy(&a);
+        cq_interp_destroy(&b);
+        cq_kserver_destroy(&ks);
+        cq_sandbox_destroy(&sandbox);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+/* A server killed with SIGKILL: its kernels live on, the next kernel
+ * starts cold, and the server comes back and forks again. */
+START_TEST(killed_server_is_restarted)
+{
+        cq_kserver_t *ks;
+        cq_kserver_stats_t st;
+        cq_interp_t *a, *b, *c;
+        char errstr[700];
+        pid_t old;
+
+        ks = new_kserver(NULL, NULL, "", 0, CQ_KSERVER_ON, errstr,
+                         sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        a = start_kernel(NULL, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(a)));
+        old = cq_kserver_pid(ks);
+        ck_assert_int_gt(old, 1);
+        ck_assert_int_eq(kill(old, SIGKILL), 0);
+        b = start_kernel(NULL, 0, ks);
+        ck_assert(!cq_kernel_forked(cq_local_interp_kernel(b)));
+        assert_stdout(b, "print(1 + 1)", "2\n");
+        /* the forked kernel did not die with its server */
+        assert_stdout(a, "print('still here')", "still here\n");
+        ck_assert_int_eq(cq_kserver_wait(ks, 120000), 0);
+        ck_assert_int_ne(cq_kserver_pid(ks), old);
+        c = start_kernel(NULL, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(c)));
+        assert_stdout(c, "print(2 + 2)", "4\n");
+        cq_kserver_stats(ks, &st);
+        ck_assert_uint_eq(st.restarts, 1);
+        ck_assert_uint_eq(st.forked, 2);
+        ck_assert_uint_ge(st.refused, 1);
+        cq_interp_destroy(&a);
+        cq_interp_destroy(&b);
+        cq_interp_destroy(&c);
+        cq_kserver_destroy(&ks);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+/* The parser of the server's replies, on what a broken server could
+ * send. */
+START_TEST(kserver_reply_parser)
+{
+        static const struct {
+                const char *text;
+                int nfds;
+                bool probe;
+        } bad[] = {
+            {"", 0, false},
+            {"not json", 0, false},
+            {"null", 0, false},
+            {"[1, 2]", 2, false},
+            {"{}", 2, false},
+            {"{\"ok\": 1, \"pid\": 5, \"outer\": 6}", 2, false},
+            {"{\"ok\": true}", 2, false},
+            {"{\"ok\": true, \"pid\": 5}", 2, false},
+            {"{\"ok\": true, \"pid\": 1, \"outer\": 6}", 2, false},
+            {"{\"ok\": true, \"pid\": 0, \"outer\": 6}", 2, false},
+            {"{\"ok\": true, \"pid\": -5, \"outer\": 6}", 2, false},
+            {"{\"ok\": true, \"pid\": 4294967302, \"outer\": 6}", 2, false},
+            {"{\"ok\": true, \"pid\": \"5\", \"outer\": 6}", 2, false},
+            {"{\"ok\": true, \"pid\": 5.5, \"outer\": 6}", 2, false},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6}", 0, false},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6}", 1, false},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6}", 3, false},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6, \"pid\": 7}", 2, false},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6}", 0, true},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6, \"status\": 999}", 0,
+             true},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6, \"status\": 0}", 2,
+             true},
+            {"{\"ok\": false}", 0, false},
+            {"{\"ok\": false, \"error\": 3}", 0, false},
+            {"{\"ok\": false, \"error\": \"x\"}", 2, false},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6} trailing", 2, false},
+        };
+        cq_kserver_reply_t reply;
+        char errstr[256], *big;
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(bad); i++) {
+                errstr[0] = '\0';
+                ck_assert_msg(
+                    cq_kserver_reply_parse(bad[i].text, strlen(bad[i].text),
+                                           bad[i].nfds, bad[i].probe, &reply,
+                                           errstr, sizeof(errstr)) == -1,
+                    "accepted: %s", bad[i].text);
+                ck_assert_msg(errstr[0] != '\0', "no reason for: %s",
+                              bad[i].text);
+        }
+        /* larger than a datagram may be */
+        big = malloc(CQ_KSERVER_MSG_MAX + 2);
+        ck_assert_ptr_nonnull(big);
+        memset(big, ' ', CQ_KSERVER_MSG_MAX + 1);
+        memcpy(big, "{\"ok\": false, \"error\": \"x\"}", 27);
+        big[CQ_KSERVER_MSG_MAX + 1] = '\0';
+        ck_assert_int_eq(cq_kserver_reply_parse(big, CQ_KSERVER_MSG_MAX + 1, 0,
+                                                false, &reply, errstr,
+                                                sizeof(errstr)),
+                         -1);
+        free(big);
+        /* what a working server says */
+        {
+                const char *spawn = "{\"ok\": true, \"pid\": 1234, "
+                                    "\"outer\": 1230}";
+                const char *no = "{\"ok\": false, \"error\": \"no\"}";
+                const char *probe = "{\"ok\": true, \"pid\": 9, \"outer\": 8, "
+                                    "\"status\": 0}";
+
+                ck_assert_int_eq(cq_kserver_reply_parse(spawn, strlen(spawn), 2,
+                                                        false, &reply, errstr,
+                                                        sizeof(errstr)),
+                                 0);
+                ck_assert(reply.ok);
+                ck_assert_int_eq(reply.pid, 1234);
+                ck_assert_int_eq(reply.outer, 1230);
+                ck_assert_int_eq(cq_kserver_reply_parse(no, strlen(no), 0,
+                                                        false, &reply, errstr,
+                                                        sizeof(errstr)),
+                                 0);
+                ck_assert(!reply.ok);
+                ck_assert_str_eq(reply.error, "no");
+                ck_assert_int_eq(cq_kserver_reply_parse(probe, strlen(probe), 0,
+                                                        true, &reply, errstr,
+                                                        sizeof(errstr)),
+                                 0);
+        }
+        ck_assert_int_eq(reply.status, 0);
+}
+END_TEST
+
+/* A stand-in for the server's interpreter: it answers the probe as the
+ * real one does, then misbehaves as its "preload" argument says. */
+static const char fake_server[] =
+    "#!/usr/bin/python3\n"
+    "import json, os, socket, sys, time\n"
+    "how = sys.argv[5]\n"
+    "s = socket.socket(fileno=3)\n"
+    "ready = {'ready': True, 'threads': 2 if how == 'threads' else 1, "
+    "'pid': os.getpid(), 'import_ms': 1}\n"
+    "s.send(json.dumps(ready).encode())\n"
+    "data, fds, _, _ = socket.recv_fds(s, 65536, 4)\n"
+    "s.send(json.dumps({'ok': True, 'pid': 5, 'outer': 6, "
+    "'status': 0}).encode())\n"
+    "while True:\n"
+    "    data, fds, _, _ = socket.recv_fds(s, 65536, 4)\n"
+    "    if not data:\n"
+    "        sys.exit(0)\n"
+    "    if how == 'garbage':\n"
+    "        s.send(b'\\x00{not json')\n"
+    "    elif how == 'oversized':\n"
+    "        s.send(b'{\"ok\": false, \"error\": \"' + b'x' * 70000 + "
+    "b'\"}')\n"
+    "    elif how == 'fds':\n"
+    "        socket.send_fds(s, [b'{\"ok\": true, \"pid\": 5, \"outer\": "
+    "6}'], [0, 1, 2])\n"
+    "    elif how == 'wedge':\n"
+    "        time.sleep(600)\n";
+
+/* A server that answers nonsense, too much, too many descriptors or not
+ * at all is an error for that request and is restarted; one with threads
+ * is never used. Nothing of this crashes us. */
+START_TEST(broken_server_is_an_error)
+{
+        static const char *const how[] = {"garbage", "oversized", "fds",
+                                          "wedge"};
+        static const char *const argv[] = {NULL};
+        static const char *const env[] = {"PATH=/usr/bin:/bin", NULL};
+        char path[300], errstr[700];
+        cq_kserver_req_t req;
+        cq_kserver_child_t child;
+        cq_kserver_stats_t st;
+        cq_kserver_t *ks;
+        size_t i;
+        FILE *fp;
+
+        mkdir(root, 0711);
+        snprintf(path, sizeof(path), "%s/fake-python", root);
+        fp = fopen(path, "w");
+        ck_assert_ptr_nonnull(fp);
+        ck_assert_int_eq(fputs(fake_server, fp) >= 0, 1);
+        fclose(fp);
+        ck_assert_int_eq(chmod(path, 0755), 0);
+        /* threads at fork time: off, and says why */
+        ks = new_kserver(NULL, path, "threads", 0, CQ_KSERVER_AUTO, errstr,
+                         sizeof(errstr));
+        ck_assert_ptr_nonnull(ks);
+        ck_assert(!cq_kserver_enabled(ks));
+        ck_assert_msg(strstr(cq_kserver_reason(ks), "2 threads") != NULL, "%s",
+                      cq_kserver_reason(ks));
+        cq_kserver_destroy(&ks);
+        ks = new_kserver(NULL, path, "threads", 0, CQ_KSERVER_ON, errstr,
+                         sizeof(errstr));
+        ck_assert_ptr_null(ks);
+        ck_assert_ptr_nonnull(strstr(errstr, "threads"));
+        for (i = 0; i < CQ_ARRAY_SIZE(how); i++) {
+                pid_t old;
+
+                ks = new_kserver(NULL, path, how[i], 500, CQ_KSERVER_ON, errstr,
+                                 sizeof(errstr));
+                ck_assert_msg(ks != NULL, "%s: %s", how[i], errstr);
+                old = cq_kserver_pid(ks);
+                memset(&req, 0, sizeof(req));
+                req.work_dir = root;
+                req.argv = argv;
+                req.envp = env;
+                req.log_fd = 2;
+                errstr[0] = '\0';
+                ck_assert_int_eq(
+                    cq_kserver_spawn(ks, &req, &child, errstr, sizeof(errstr)),
+                    -1);
+                ck_assert_int_eq(child.pidfd, -1);
+                ck_assert_msg(strstr(errstr, "kernel server") != NULL, "%s: %s",
+                              how[i], errstr);
+                /* the server was stopped, to be started again */
+                ck_assert_int_eq(cq_kserver_pid(ks), -1);
+                ck_assert_int_ne(kill(old, 0), 0);
+                cq_kserver_stats(ks, &st);
+                ck_assert_uint_eq(st.refused, 1);
+                ck_assert_uint_eq(st.forked, 0);
+                ck_assert_int_eq(cq_kserver_wait(ks, 30000), 0);
+                ck_assert_int_gt(cq_kserver_pid(ks), 0);
+                cq_kserver_destroy(&ks);
+        }
+        ck_assert_int_eq(unlink(path), 0);
+}
+END_TEST
+
 static Suite *cq_kernel_suite(void)
 {
         Suite *s = suite_create("kernel");
@@ -1925,6 +2397,10 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, sandbox_on_fails_closed);
         tcase_add_test(tc, fork_bomb_stays_in_its_kernel);
         tcase_add_test(tc, backend_makes_the_process_non_dumpable);
+        tcase_add_test(tc, forked_kernels_are_strangers);
+        tcase_add_test(tc, killed_server_is_restarted);
+        tcase_add_test(tc, kserver_reply_parser);
+        tcase_add_test(tc, broken_server_is_an_error);
         tcase_add_test(tc, nothing_left_behind);
         suite_add_tcase(s, tc);
         return s;

@@ -61,6 +61,8 @@ typedef struct cq_config {
         long kpool_nice;
         long cell_gate;
         long kernel_startup_timeout_s;
+        char *kernel_server;  /* auto, on or off */
+        char *kernel_preload; /* modules, comma-separated */
         size_t output_max;
         char *sandbox;
         char *sandbox_uids; /* auto, off or FIRST-LAST */
@@ -143,6 +145,18 @@ CQ_NODISCARD int cq_config_init(cq_config_t *cfg);
 
 /** @brief Free the strings, not the struct. */
 void cq_config_release(cq_config_t *cfg);
+
+/**
+ * @brief The settings a one-shot command (`coderq run`, `coderq exec`)
+ *        starts its single kernel with: \p src, where
+ *        CODERQ_KERNEL_SERVER=auto means off and, with the server off,
+ *        nothing is preloaded. A server's start (its imports and probe)
+ *        costs more than the one kernel it would fork, and a job imports
+ *        what it uses itself.
+ * @param dst (out) A shallow copy: its strings are \p src's or static;
+ *        never pass it to cq_config_release().
+ */
+void cq_config_one_shot(cq_config_t *dst, const cq_config_t *src);
 
 /**
  * @brief Apply every variable set in the environment.

@@ -13,6 +13,7 @@
 #include "coderq/common.h"
 #include "coderq/interp.h"
 #include "coderq/jmsg.h"
+#include "coderq/kserver.h"
 #include "coderq/sandbox.h"
 
 /* Name of the kernel's private directory inside its work dir. */
@@ -35,6 +36,9 @@ typedef struct cq_kernel_opts {
         const cq_sandbox_t *sandbox; /* borrowed; NULL: no sandbox/rlimits */
         void *zmq_ctx; /* borrowed, shared; NULL: the kernel makes its own */
         int nice;      /* 1..19: start with this niceness; 0: inherit */
+        /* borrowed: fork kernels from this server, starting cold when it
+         * gives none; NULL: always cold */
+        cq_kserver_t *kserver;
 } cq_kernel_opts_t;
 
 /**
@@ -87,8 +91,13 @@ const json_t *cq_kernel_language_info(const cq_kernel_t *kernel);
 /** @brief The last error; borrowed, valid until the next call. */
 const char *cq_kernel_errmsg(const cq_kernel_t *kernel);
 
-/** @brief Process id of the kernel (of bwrap when sandboxed), or -1. */
+/** @brief Process id of the kernel (of bwrap when sandboxed; of its
+ *         parent, pid 1 of its namespaces, when forked), or -1. */
 pid_t cq_kernel_pid(const cq_kernel_t *kernel);
+
+/** @brief Whether the running kernel was forked by the kernel server
+ *         (false: started cold). */
+bool cq_kernel_forked(const cq_kernel_t *kernel);
 
 /** @brief The work dir; borrowed, valid until destroy. */
 const char *cq_kernel_work_dir(const cq_kernel_t *kernel);
@@ -106,6 +115,17 @@ const cq_sandbox_id_t *cq_kernel_sandbox_id(const cq_kernel_t *kernel);
  * @locality The thread that owns \p kernel.
  */
 int cq_kernel_renice(cq_kernel_t *kernel, int nice);
+
+/**
+ * @brief A kernel's whole environment, built from scratch: nothing of the
+ *        worker's (API keys, database DSN, CODERQ_*) reaches model-written
+ *        code. HOME is \p home; matplotlib's, IPython's and the XDG cache
+ *        dirs are under \p run_dir; JPY_PARENT_PID is \p parent when > 0.
+ *        MPLBACKEND stays unset so figures are published inline.
+ * @returns Caller owns the returned vector and its strings; free with
+ *          cq_sandbox_argv_free(). NULL when out of memory.
+ */
+char **cq_kernel_env(const char *home, const char *run_dir, pid_t parent);
 
 /** @brief Counters of dropped kernel messages. */
 void cq_kernel_stats(const cq_kernel_t *kernel, cq_jmsg_stats_t *stats);

@@ -113,6 +113,11 @@ typedef struct cq_kpool_opts {
          * CQ_KPOOL_GATE_HOLD_MS only. 0: no gate. */
         unsigned cell_gate;
         cq_local_opts_t local; /* kernel.work_dir is ignored */
+        /* The kernel server the pool's kernels are forked from, started
+         * by cq_kpool_new() and stopped by destroy (mode off, as when
+         * zeroed: none, every kernel starts cold); its sandbox, python
+         * and work root are the local ones. */
+        cq_kserver_opts_t kserver;
 } cq_kpool_opts_t;
 
 /** How long a cell counts against the pool's cell gate: longer cells are
@@ -134,8 +139,8 @@ typedef struct cq_kpool_stats {
 } cq_kpool_stats_t;
 
 /** @brief Fill \p opts from \p cfg (CODERQ_KPOOL_SIZE,
- *         CODERQ_KPOOL_STARTS, CODERQ_CELL_GATE and the local kernel
- *         settings); \p sandbox
+ *         CODERQ_KPOOL_STARTS, CODERQ_CELL_GATE, CODERQ_KERNEL_SERVER,
+ *         CODERQ_KERNEL_PRELOAD and the local kernel settings); \p sandbox
  *         is borrowed. */
 void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
                                const cq_config_t *cfg,
@@ -147,7 +152,9 @@ void cq_kpool_opts_from_config(cq_kpool_opts_t *opts,
  *        kernel start is CPU-bound (Python imports): more threads than
  *        cores only slow each start down.
  * @param opts Borrowed; strings copied. opts->local.kernel.preload NULL
- *        means CQ_KPOOL_PRELOAD.
+ *        means importing opts->kserver.preload's modules (the server's
+ *        imports, so a cold kernel gets the same), or CQ_KPOOL_PRELOAD
+ *        when that is NULL too; an invalid module name fails.
  * @returns Caller owns the returned value; free with cq_kpool_destroy().
  * @locality Any thread.
  */
@@ -176,6 +183,10 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
                               int64_t timeout_ms,
                               char *errstr,
                               size_t errstr_size);
+
+/** @brief The pool's kernel server; NULL when it has none. Borrowed,
+ *         valid until cq_kpool_destroy(). @locality Any thread. */
+cq_kserver_t *cq_kpool_kserver(cq_kpool_t *pool);
 
 /** @brief Kernels ready now. @locality Any thread. */
 size_t cq_kpool_ready(cq_kpool_t *pool);

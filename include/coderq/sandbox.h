@@ -125,6 +125,13 @@ const char *cq_sandbox_mode_name(const cq_sandbox_t *sandbox);
  *         valid until cq_sandbox_destroy(). */
 const char *cq_sandbox_reason(const cq_sandbox_t *sandbox);
 
+/** @brief The rlimits every kernel gets (0: none): RLIMIT_AS bytes,
+ *         RLIMIT_NPROC, RLIMIT_FSIZE bytes. */
+void cq_sandbox_limits(const cq_sandbox_t *sandbox,
+                       size_t *memp,
+                       long *nprocp,
+                       size_t *fsizep);
+
 /** @brief The identity one kernel runs as; see cq_sandbox_id_acquire(). */
 typedef struct cq_sandbox_id {
         uid_t uid;

@@ -1,0 +1,914 @@
+/* SPDX-License-Identifier: MIT */
+/* kserver.c - the client of the forking kernel server (kserver.py, built
+ * in as cq_kserver_py): starts the server, probes it, asks it for
+ * kernels over a socketpair, restarts it with backoff when it dies,
+ * wedges or talks nonsense. Each message is one SOCK_SEQPACKET datagram
+ * of JSON of at most CQ_KSERVER_MSG_MAX bytes; descriptors go as
+ * SCM_RIGHTS. The design is in docs/protocols/kernel-server.md. */
+#include "coderq/kserver.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coderq/kernel.h"
+#include "coderq/kpool.h"
+#include "coderq/log.h"
+#include "coderq/util.h"
+#include "kserver_int.h"
+
+#define BACKOFF_FIRST_MS 1000
+#define BACKOFF_MAX_MS   60000
+/* A probe child runs the whole confinement, then exits. */
+#define PROBE_TIMEOUT_MS 15000
+
+typedef enum state {
+        KS_NONE = 0, /* no process: start one at retry_at */
+        KS_STARTING, /* started, its ready message not read yet */
+        KS_READY,
+} state_t;
+
+struct cq_kserver {
+        pthread_mutex_t lock; /* guards everything below it */
+        state_t state;
+        pid_t pid;
+        int pidfd;
+        int sock;
+        int64_t started_at, retry_at, backoff_ms;
+        cq_kserver_stats_t stats;
+        char dir[PATH_MAX]; /* the current server's own dir */
+        /* read-only after cq_kserver_new() */
+        bool enabled;
+        char *python, *preload, *work_root;
+        int64_t start_ms, reply_ms;
+        /* The life pipe: its write end lives as long as this handle (and
+         * this process), so every forked kernel's outer process sees
+         * POLLHUP on the read end and kills its kernel when we are gone,
+         * whichever server forked it. */
+        int life_r, life_w;
+        char reason[600];
+};
+
+int cq_kserver_mode_parse(const char *s, cq_kserver_mode_t *mp)
+{
+        cq_sandbox_mode_t m;
+
+        /* the same three words as CODERQ_SANDBOX */
+        if (cq_sandbox_mode_parse(s, &m))
+                return -1;
+        *mp = m == CQ_SANDBOX_ON    ? CQ_KSERVER_ON
+              : m == CQ_SANDBOX_OFF ? CQ_KSERVER_OFF
+                                    : CQ_KSERVER_AUTO;
+        return 0;
+}
+
+int cq_kserver_opts_from_config(cq_kserver_opts_t *opts,
+                                const cq_config_t *cfg,
+                                const cq_sandbox_t *sandbox)
+{
+        memset(opts, 0, sizeof(*opts));
+        opts->python = cfg->python;
+        opts->preload = cfg->kernel_preload;
+        opts->work_root = cfg->work_root;
+        opts->sandbox = sandbox;
+        opts->start_timeout_ms = cfg->kernel_startup_timeout_s * 1000;
+        return cq_kserver_mode_parse(
+            cfg->kernel_server ? cfg->kernel_server : "auto", &opts->mode);
+}
+
+bool cq_kserver_enabled(const cq_kserver_t *ks) { return ks && ks->enabled; }
+
+const char *cq_kserver_python(const cq_kserver_t *ks)
+{
+        return ks ? ks->python : "";
+}
+
+const char *cq_kserver_reason(const cq_kserver_t *ks)
+{
+        return ks ? ks->reason : "kernel server off";
+}
+
+/* ---- the protocol ---- */
+
+static int get_pid(json_t *reply,
+                   const char *key,
+                   pid_t *out,
+                   char *errstr,
+                   size_t errstr_size)
+{
+        json_t *v = json_object_get(reply, key);
+        json_int_t n;
+
+        if (!json_is_integer(v)) {
+                snprintf(errstr, errstr_size, "reply has no integer \"%s\"",
+                         key);
+                return -1;
+        }
+        n = json_integer_value(v);
+        if (n <= 1 || n > INT32_MAX) {
+                snprintf(errstr, errstr_size, "reply has \"%s\" %lld", key,
+                         (long long)n);
+                return -1;
+        }
+        *out = (pid_t)n;
+        return 0;
+}
+
+int cq_kserver_reply_parse(const char *data,
+                           size_t len,
+                           int nfds,
+                           bool probe,
+                           cq_kserver_reply_t *reply,
+                           char *errstr,
+                           size_t errstr_size)
+{
+        json_t *root = NULL, *ok, *v;
+        json_error_t jerr;
+        int rc = -1;
+
+        memset(reply, 0, sizeof(*reply));
+        reply->status = -1;
+        if (len == 0 || len > CQ_KSERVER_MSG_MAX) {
+                snprintf(errstr, errstr_size, "reply of %zu bytes", len);
+                goto out;
+        }
+        root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!json_is_object(root)) {
+                snprintf(errstr, errstr_size, "reply is not a JSON object%s%s",
+                         root ? "" : ": ", root ? "" : jerr.text);
+                goto out;
+        }
+        ok = json_object_get(root, "ok");
+        if (!json_is_boolean(ok)) {
+                snprintf(errstr, errstr_size, "reply has no boolean \"ok\"");
+                goto out;
+        }
+        reply->ok = json_is_true(ok);
+        if (!reply->ok) {
+                v = json_object_get(root, "error");
+                if (!json_is_string(v) || nfds != 0) {
+                        snprintf(errstr, errstr_size,
+                                 "refusal without a reason, or with "
+                                 "descriptors");
+                        goto out;
+                }
+                snprintf(reply->error, sizeof(reply->error), "%s",
+                         json_string_value(v));
+                rc = 0;
+                goto out;
+        }
+        if (get_pid(root, "pid", &reply->pid, errstr, errstr_size) ||
+            get_pid(root, "outer", &reply->outer, errstr, errstr_size))
+                goto out;
+        if (probe) {
+                v = json_object_get(root, "status");
+                if (!json_is_integer(v) || json_integer_value(v) < -255 ||
+                    json_integer_value(v) > 255 || nfds != 0) {
+                        snprintf(errstr, errstr_size,
+                                 "probe reply without a status, or with "
+                                 "descriptors");
+                        goto out;
+                }
+                reply->status = (int)json_integer_value(v);
+        } else if (nfds != 2) {
+                snprintf(errstr, errstr_size,
+                         "reply came with %d descriptors, not 2", nfds);
+                goto out;
+        }
+        rc = 0;
+out:
+        json_decref(root);
+        return rc;
+}
+
+/* Send \p text with \p fd (or none when < 0) as one datagram. */
+static int send_msg(int sock, const char *text, int fd)
+{
+        union {
+                char buf[CMSG_SPACE(sizeof(int))];
+                struct cmsghdr align;
+        } u;
+        struct iovec iov;
+        struct msghdr mh;
+        ssize_t n;
+
+        /* sendmsg() does not write through iov_base */
+        iov.iov_base = (void *)(uintptr_t)text;
+        iov.iov_len = strlen(text);
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        if (fd >= 0) {
+                struct cmsghdr *c;
+
+                memset(&u, 0, sizeof(u));
+                mh.msg_control = u.buf;
+                mh.msg_controllen = sizeof(u.buf);
+                c = CMSG_FIRSTHDR(&mh);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int));
+                memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        }
+        do
+                n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+        while (n < 0 && errno == EINTR);
+        return n == (ssize_t)iov.iov_len ? 0 : -1;
+}
+
+/* Wait up to \p ms for one datagram: its length, or -1 with \p errstr
+ * (timeout, the server gone, too large). Descriptors that came with it go
+ * to \p fds (at most 2; more, or a cut control message, is an error and
+ * closes them all). */
+static ssize_t recv_msg(int sock,
+                        char *buf,
+                        size_t size,
+                        int64_t ms,
+                        int *fds,
+                        int *nfdsp,
+                        char *errstr,
+                        size_t errstr_size)
+{
+        union {
+                char buf[CMSG_SPACE(4 * sizeof(int))];
+                struct cmsghdr align;
+        } u;
+        struct pollfd pfd = {sock, POLLIN, 0};
+        int64_t until = cq_now_ms() + ms, left;
+        struct iovec iov = {buf, size};
+        struct msghdr mh;
+        struct cmsghdr *c;
+        int got[4], ngot = 0, i, r = 0;
+        ssize_t n;
+
+        *nfdsp = 0;
+        while ((left = until - cq_now_ms()) > 0 &&
+               (r = poll(&pfd, 1, (int)left)) < 0 && errno == EINTR)
+                ;
+        if (r <= 0) {
+                snprintf(errstr, errstr_size, "no reply within %lld ms",
+                         (long long)ms);
+                return -1;
+        }
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = u.buf;
+        mh.msg_controllen = sizeof(u.buf);
+        do
+                n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        while (n < 0 && errno == EINTR);
+        for (c = CMSG_FIRSTHDR(&mh); n >= 0 && c; c = CMSG_NXTHDR(&mh, c)) {
+                size_t k;
+
+                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                        continue;
+                for (k = 0;
+                     k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int) && ngot < 4;
+                     k++)
+                        memcpy(&got[ngot++], CMSG_DATA(c) + k * sizeof(int),
+                               sizeof(int));
+        }
+        if (n < 0 || n == 0 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+            ngot > 2) {
+                if (n < 0)
+                        snprintf(errstr, errstr_size, "could not read: %s",
+                                 strerror(errno));
+                else if (n == 0)
+                        snprintf(errstr, errstr_size, "it closed the socket");
+                else
+                        snprintf(errstr, errstr_size,
+                                 "reply larger than %zu bytes or with too "
+                                 "many descriptors",
+                                 size);
+                for (i = 0; i < ngot; i++)
+                        close(got[i]);
+                return -1;
+        }
+        for (i = 0; i < ngot; i++)
+                fds[i] = got[i];
+        *nfdsp = ngot;
+        return n;
+}
+
+/* ---- the server process ---- */
+
+/* The last bytes of the log \p name in \p dir, for reasons. */
+static void log_tail(const char *dir, const char *name, char *out, size_t size)
+{
+        char path[PATH_MAX + 16], buf[300];
+        ssize_t n;
+        off_t end;
+        int fd;
+        size_t i;
+
+        out[0] = '\0';
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        end = lseek(fd, 0, SEEK_END);
+        lseek(fd,
+              end > (off_t)sizeof(buf) - 1 ? end - (off_t)sizeof(buf) + 1 : 0,
+              SEEK_SET);
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        for (i = 0; i < (size_t)n; i++)
+                if (buf[i] == '\n' || buf[i] == '\r')
+                        buf[i] = ' ';
+        snprintf(out, size, "; %s: ...%s", name, buf);
+}
+
+/* Kill and reap the current server process, close its socket, remove
+ * its dir. Under lock. */
+static void server_stop(cq_kserver_t *ks)
+{
+        if (ks->sock >= 0)
+                close(ks->sock);
+        ks->sock = -1;
+        if (ks->pid > 0) {
+                kill(ks->pid, SIGKILL);
+                while (waitpid(ks->pid, NULL, 0) < 0 && errno == EINTR)
+                        ;
+        }
+        ks->pid = -1;
+        if (ks->pidfd >= 0)
+                close(ks->pidfd);
+        ks->pidfd = -1;
+        if (ks->dir[0])
+                cq_work_dir_remove(ks->dir);
+        ks->dir[0] = '\0';
+        ks->state = KS_NONE;
+        ks->stats.import_ms = -1;
+}
+
+/* Start a server process; its ready message is read later. Under lock. */
+static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
+{
+        char logpath[PATH_MAX + 16], err[300];
+        /* execve() does not write through argv */
+        char *argv[] = {ks->python,
+                        (char *)(uintptr_t) "-c",
+                        (char *)(uintptr_t)cq_kserver_py,
+                        (char *)(uintptr_t) "3",
+                        (char *)(uintptr_t) "4",
+                        ks->preload,
+                        NULL};
+        char **envp = NULL;
+        int sv[2] = {-1, -1}, logfd = -1, nullfd = -1, rc = -1;
+        pid_t pid;
+
+        if (cq_work_dir_new(ks->work_root, ks->dir, sizeof(ks->dir), err,
+                            sizeof(err))) {
+                ks->dir[0] = '\0';
+                snprintf(errstr, errstr_size, "%s", err);
+                goto out;
+        }
+        snprintf(logpath, sizeof(logpath), "%s/server.log", ks->dir);
+        logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        /* The fixed part of a kernel's environment, so that what Python
+         * reads at start-up (UTF-8 mode, stdio encoding, no bytecode
+         * writing) is what a cold kernel gets; its own dirs for
+         * matplotlib's font list and IPython; nothing of ours. */
+        envp = cq_kernel_env(ks->dir, ks->dir, 0);
+        if (logfd < 0 || nullfd < 0 || !envp ||
+            socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
+                snprintf(errstr, errstr_size, "could not prepare: %s",
+                         strerror(errno ? errno : ENOMEM));
+                goto out;
+        }
+        pid = fork();
+        if (pid < 0) {
+                snprintf(errstr, errstr_size, "could not fork: %s",
+                         strerror(errno));
+                goto out;
+        }
+        if (pid == 0) {
+                sigset_t none;
+                int s, l, tty;
+
+                /* Only async-signal-safe calls until execve(). A group of
+                 * its own, no terminal (as kernel.c's spawn()). */
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                setpgid(0, 0);
+                tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+                if (tty >= 0) {
+                        ioctl(tty, TIOCNOTTY);
+                        close(tty);
+                }
+                s = fcntl(sv[1], F_DUPFD, 10);
+                l = fcntl(ks->life_r, F_DUPFD, 10);
+                if (s < 0 || l < 0 || dup2(nullfd, 0) < 0 ||
+                    dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0 ||
+                    dup2(s, 3) < 0 || dup2(l, 4) < 0)
+                        _exit(126);
+                syscall(SYS_close_range, 5U, ~0U, 0U);
+                if (chdir(ks->dir) != 0)
+                        _exit(126);
+                execve(argv[0], argv, envp);
+                _exit(127);
+        }
+        (void)setpgid(pid, pid);
+        ks->pid = pid;
+        ks->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+        ks->sock = sv[0];
+        sv[0] = -1;
+        ks->state = KS_STARTING;
+        ks->started_at = cq_now_ms();
+        rc = 0;
+out:
+        if (sv[0] >= 0)
+                close(sv[0]);
+        if (sv[1] >= 0)
+                close(sv[1]);
+        if (logfd >= 0)
+                close(logfd);
+        if (nullfd >= 0)
+                close(nullfd);
+        cq_sandbox_argv_free(envp);
+        if (rc && ks->dir[0]) {
+                cq_work_dir_remove(ks->dir);
+                ks->dir[0] = '\0';
+        }
+        return rc;
+}
+
+/* Read the ready message, waiting up to \p ms: 0 ready, 1 not yet, -1
+ * failed (\p errstr). Under lock. */
+static int
+server_ready(cq_kserver_t *ks, int64_t ms, char *errstr, size_t errstr_size)
+{
+        char buf[CQ_KSERVER_MSG_MAX + 1], err[300], tail[340];
+        json_t *msg = NULL;
+        int fds[2], nfds = 0, rc = -1, i;
+        struct pollfd pfd = {ks->sock, POLLIN, 0};
+        json_int_t threads;
+        ssize_t n;
+
+        if (ms <= 0 && poll(&pfd, 1, 0) == 0) {
+                if (cq_now_ms() - ks->started_at < ks->start_ms)
+                        return 1;
+                snprintf(errstr, errstr_size,
+                         "the kernel server was not ready in %lld ms",
+                         (long long)ks->start_ms);
+                return -1;
+        }
+        n = recv_msg(ks->sock, buf, sizeof(buf) - 1, ms > 0 ? ms : 1, fds,
+                     &nfds, err, sizeof(err));
+        for (i = 0; i < nfds; i++)
+                close(fds[i]);
+        if (n < 0) {
+                log_tail(ks->dir, "server.log", tail, sizeof(tail));
+                snprintf(errstr, errstr_size,
+                         "the kernel server did not start: %.200s%.300s", err,
+                         tail);
+                goto out;
+        }
+        msg = json_loadb(buf, (size_t)n, 0, NULL);
+        threads = json_integer_value(json_object_get(msg, "threads"));
+        if (!json_is_true(json_object_get(msg, "ready")) || nfds) {
+                snprintf(errstr, errstr_size,
+                         "the kernel server sent no ready message");
+                goto out;
+        }
+        if (threads != 1) {
+                /* A module that starts a thread on import: every fork
+                 * would lose it. Found, not assumed. */
+                snprintf(errstr, errstr_size,
+                         "the kernel server has %lld threads after its "
+                         "imports (CODERQ_KERNEL_PRELOAD=%s); forking needs "
+                         "exactly 1",
+                         (long long)threads, ks->preload);
+                goto out;
+        }
+        ks->stats.import_ms =
+            json_integer_value(json_object_get(msg, "import_ms"));
+        ks->state = KS_READY;
+        rc = 0;
+out:
+        json_decref(msg);
+        return rc;
+}
+
+/* The server misbehaved or died: stop it, start again after a doubling
+ * delay. Under lock. */
+static void server_failed(cq_kserver_t *ks, const char *why)
+{
+        char retry[32];
+
+        snprintf(retry, sizeof(retry), "%lld", (long long)ks->backoff_ms);
+        cq_log_kv(CQ_LOG_WARN,
+                  "kernel server failed; kernels start cold until it is "
+                  "back",
+                  "error", why, "retry_in_ms", retry, NULL);
+        server_stop(ks);
+        ks->retry_at = cq_now_ms() + ks->backoff_ms;
+        ks->backoff_ms = ks->backoff_ms * 2 > BACKOFF_MAX_MS
+                             ? BACKOFF_MAX_MS
+                             : ks->backoff_ms * 2;
+}
+
+/* ---- requests ---- */
+
+static char *build_request(const char *op, const cq_kserver_req_t *req)
+{
+        json_t *msg = NULL, *argv, *env;
+        size_t mem = 0, fsize = 0, i;
+        long nproc = 0;
+        char *text = NULL;
+
+        if (req->sandbox)
+                cq_sandbox_limits(req->sandbox, &mem, &nproc, &fsize);
+        argv = json_array();
+        env = json_array();
+        for (i = 0; argv && req->argv && req->argv[i]; i++)
+                json_array_append_new(argv, json_string(req->argv[i]));
+        for (i = 0; env && req->envp && req->envp[i]; i++)
+                json_array_append_new(env, json_string(req->envp[i]));
+        msg = json_pack(
+            "{s:s, s:s, s:o, s:o, s:I, s:I, s:b, s:b, s:I, s:I, s:I, s:i}",
+            "op", op, "work_dir", req->work_dir, "argv", argv, "env", env,
+            "uid", (json_int_t)(req->id ? req->id->uid : geteuid()), "gid",
+            (json_int_t)(req->id ? req->id->gid : getegid()), "drop",
+            req->id && req->id->drop, "sandbox",
+            cq_sandbox_enabled(req->sandbox), "mem", (json_int_t)mem, "nproc",
+            (json_int_t)nproc, "fsize", (json_int_t)fsize, "nice", req->nice);
+        if (msg)
+                text = json_dumps(msg, JSON_COMPACT);
+        json_decref(msg);
+        if (text && strlen(text) > CQ_KSERVER_MSG_MAX) {
+                free(text);
+                text = NULL;
+        }
+        return text;
+}
+
+/* One request and its reply, under lock. A server that does not answer
+ * in time or answers nonsense is failed. 0 with \p reply (which may be a
+ * refusal), or -1. */
+static int transact(cq_kserver_t *ks,
+                    const char *op,
+                    const cq_kserver_req_t *req,
+                    int64_t reply_ms,
+                    cq_kserver_reply_t *reply,
+                    int *fds,
+                    char *errstr,
+                    size_t errstr_size)
+{
+        char buf[CQ_KSERVER_MSG_MAX + 1], err[300], why[420];
+        char *text = build_request(op, req);
+        bool probe = strcmp(op, "probe") == 0;
+        int nfds = 0, i;
+        ssize_t n;
+
+        if (!text) {
+                snprintf(errstr, errstr_size,
+                         "could not build the request: out of memory or "
+                         "larger than %d bytes",
+                         CQ_KSERVER_MSG_MAX);
+                return -1;
+        }
+        if (send_msg(ks->sock, text, req->log_fd) != 0) {
+                snprintf(why, sizeof(why), "could not send: %s",
+                         strerror(errno));
+                goto failed;
+        }
+        n = recv_msg(ks->sock, buf, sizeof(buf) - 1, reply_ms, fds, &nfds, err,
+                     sizeof(err));
+        if (n < 0) {
+                snprintf(why, sizeof(why), "%s", err);
+                goto failed;
+        }
+        if (cq_kserver_reply_parse(buf, (size_t)n, nfds, probe, reply, err,
+                                   sizeof(err))) {
+                for (i = 0; i < nfds; i++)
+                        close(fds[i]);
+                snprintf(why, sizeof(why), "malformed reply: %s", err);
+                goto failed;
+        }
+        free(text);
+        return 0;
+failed:
+        free(text);
+        snprintf(errstr, errstr_size, "kernel server: %s", why);
+        server_failed(ks, why);
+        return -1;
+}
+
+/* The server is ready, or is made so when it may be. Under lock. */
+static int ensure_ready(cq_kserver_t *ks, char *errstr, size_t errstr_size)
+{
+        char err[600];
+        int r;
+
+        if (ks->state == KS_READY && ks->pidfd >= 0) {
+                struct pollfd pfd = {ks->pidfd, POLLIN, 0};
+
+                if (poll(&pfd, 1, 0) > 0) {
+                        server_failed(ks, "the server process exited");
+                        snprintf(errstr, errstr_size,
+                                 "kernel server exited; restarting");
+                        return -1;
+                }
+        }
+        if (ks->state == KS_NONE) {
+                if (cq_now_ms() < ks->retry_at) {
+                        snprintf(errstr, errstr_size,
+                                 "kernel server restarts in %lld ms",
+                                 (long long)(ks->retry_at - cq_now_ms()));
+                        return -1;
+                }
+                ks->stats.restarts++;
+                if (server_start(ks, err, sizeof(err))) {
+                        server_failed(ks, err);
+                        snprintf(errstr, errstr_size,
+                                 "could not restart the kernel server: %.400s",
+                                 err);
+                        return -1;
+                }
+        }
+        if (ks->state == KS_STARTING) {
+                r = server_ready(ks, 0, err, sizeof(err));
+                if (r < 0) {
+                        server_failed(ks, err);
+                        snprintf(errstr, errstr_size, "%s", err);
+                        return -1;
+                }
+                if (r > 0) {
+                        snprintf(errstr, errstr_size,
+                                 "kernel server still starting");
+                        return -1;
+                }
+                cq_log_info("kernel server ready again");
+        }
+        return 0;
+}
+
+int cq_kserver_spawn(cq_kserver_t *ks,
+                     const cq_kserver_req_t *req,
+                     cq_kserver_child_t *child,
+                     char *errstr,
+                     size_t errstr_size)
+{
+        cq_kserver_reply_t reply;
+        int fds[2] = {-1, -1}, rc = -1;
+
+        child->pid = -1;
+        child->pidfd = -1;
+        if (!cq_kserver_enabled(ks)) {
+                snprintf(errstr, errstr_size, "kernel server off: %s",
+                         cq_kserver_reason(ks));
+                return -1;
+        }
+        pthread_mutex_lock(&ks->lock);
+        if (ensure_ready(ks, errstr, errstr_size) ||
+            transact(ks, "spawn", req, ks->reply_ms, &reply, fds, errstr,
+                     errstr_size))
+                goto out;
+        if (!reply.ok) {
+                snprintf(errstr, errstr_size, "the kernel server refused: %s",
+                         reply.error);
+                /* Threads appeared: no later fork is safe either. */
+                if (strstr(reply.error, "threads"))
+                        server_failed(ks, reply.error);
+                goto out;
+        }
+        /* fds[0] is on pid, fds[1] on the outer process, which exits with
+         * it: only the first is kept. */
+        close(fds[1]);
+        child->pid = reply.pid;
+        child->pidfd = fds[0];
+        ks->stats.forked++;
+        ks->backoff_ms = BACKOFF_FIRST_MS;
+        rc = 0;
+out:
+        if (rc)
+                ks->stats.refused++;
+        pthread_mutex_unlock(&ks->lock);
+        return rc;
+}
+
+/* The probe: one child confined as a kernel of \p sandbox would be, as a
+ * uid leased as for a kernel, in a work dir of its own, which exits 0
+ * once all of it is in place. Under lock (or before anyone else can
+ * have the handle). */
+static int probe(cq_kserver_t *ks,
+                 const cq_sandbox_t *sandbox,
+                 char *errstr,
+                 size_t errstr_size)
+{
+        static const char *const env[] = {"PATH=/usr/bin:/bin", NULL};
+        static const char *const argv[] = {NULL};
+        cq_sandbox_id_t id = CQ_SANDBOX_ID_INIT;
+        cq_kserver_req_t req;
+        cq_kserver_reply_t reply;
+        char dir[PATH_MAX], path[PATH_MAX + 16], err[400], tail[340];
+        int fds[2], logfd = -1, rc = -1;
+
+        dir[0] = '\0';
+        if (cq_sandbox_id_acquire(sandbox, &id, err, sizeof(err)) ||
+            cq_work_dir_new(ks->work_root, dir, sizeof(dir), err,
+                            sizeof(err))) {
+                dir[0] = '\0';
+                snprintf(errstr, errstr_size, "probe: %s", err);
+                goto out;
+        }
+        snprintf(path, sizeof(path), "%s/probe.log", dir);
+        if (cq_sandbox_own(&id, dir) ||
+            (logfd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                          0600)) < 0) {
+                snprintf(errstr, errstr_size, "probe: could not prepare: %s",
+                         strerror(errno));
+                goto out;
+        }
+        memset(&req, 0, sizeof(req));
+        req.work_dir = dir;
+        req.argv = argv;
+        req.envp = env;
+        req.sandbox = sandbox;
+        req.id = &id;
+        req.log_fd = logfd;
+        if (transact(ks, "probe", &req, PROBE_TIMEOUT_MS, &reply, fds, err,
+                     sizeof(err))) {
+                snprintf(errstr, errstr_size, "probe: %s", err);
+                goto out;
+        }
+        if (!reply.ok || reply.status != 0) {
+                log_tail(dir, "probe.log", tail, sizeof(tail));
+                snprintf(
+                    errstr, errstr_size,
+                    "probe: a forked child confined as a kernel%s %s%.200s "
+                    "(status %d)%.300s",
+                    cq_sandbox_enabled(sandbox) ? " in its own namespaces" : "",
+                    reply.ok ? "did not exit 0" : "could not start: ",
+                    reply.ok ? "" : reply.error, reply.status, tail);
+                goto out;
+        }
+        rc = 0;
+out:
+        if (logfd >= 0)
+                close(logfd);
+        if (dir[0])
+                cq_work_dir_remove(dir);
+        cq_sandbox_id_release(&id);
+        return rc;
+}
+
+cq_kserver_t *
+cq_kserver_new(const cq_kserver_opts_t *opts, char *errstr, size_t errstr_size)
+{
+        cq_kserver_t *ks = calloc(1, sizeof(*ks));
+        char err[600];
+        int life[2];
+
+        if (!ks) {
+                if (errstr)
+                        snprintf(errstr, errstr_size,
+                                 "could not create the kernel server: out of "
+                                 "memory");
+                return NULL;
+        }
+        pthread_mutex_init(&ks->lock, NULL);
+        ks->pid = -1;
+        ks->pidfd = ks->sock = ks->life_r = ks->life_w = -1;
+        ks->stats.import_ms = -1;
+        ks->backoff_ms = BACKOFF_FIRST_MS;
+        ks->start_ms =
+            opts->start_timeout_ms > 0 ? opts->start_timeout_ms : 60000;
+        ks->reply_ms =
+            opts->reply_timeout_ms > 0 ? opts->reply_timeout_ms : 10000;
+        ks->python = strdup(opts->python ? opts->python : "/usr/bin/python3");
+        ks->preload =
+            strdup(opts->preload ? opts->preload : CQ_KSERVER_PRELOAD_DEFAULT);
+        ks->work_root = opts->work_root ? strdup(opts->work_root) : NULL;
+        if (!ks->python || !ks->preload ||
+            (opts->work_root && !ks->work_root)) {
+                snprintf(ks->reason, sizeof(ks->reason), "out of memory");
+                goto fail;
+        }
+        if (opts->mode == CQ_KSERVER_OFF) {
+                snprintf(ks->reason, sizeof(ks->reason),
+                         "kernel server off (CODERQ_KERNEL_SERVER=off)");
+                return ks;
+        }
+        if (pipe2(life, O_CLOEXEC) != 0) {
+                snprintf(ks->reason, sizeof(ks->reason),
+                         "could not create a pipe: %s", strerror(errno));
+                goto fail;
+        }
+        ks->life_r = life[0];
+        ks->life_w = life[1];
+        if (server_start(ks, err, sizeof(err)) ||
+            server_ready(ks, ks->start_ms, err, sizeof(err)) ||
+            probe(ks, opts->sandbox, err, sizeof(err))) {
+                snprintf(ks->reason, sizeof(ks->reason), "%s", err);
+                server_stop(ks);
+                if (opts->mode == CQ_KSERVER_ON)
+                        goto fail;
+                cq_log_kv(CQ_LOG_WARN,
+                          "kernel server off: every kernel starts cold",
+                          "reason", ks->reason, NULL);
+                return ks;
+        }
+        ks->enabled = true;
+        {
+                char ms[32];
+
+                snprintf(ms, sizeof(ms), "%lld",
+                         (long long)ks->stats.import_ms);
+                cq_log_kv(CQ_LOG_INFO,
+                          "kernel server ready: kernels are forked from it",
+                          "preload", ks->preload, "import_ms", ms, NULL);
+        }
+        return ks;
+fail:
+        if (errstr)
+                snprintf(errstr, errstr_size,
+                         "could not start the kernel server%s: %s",
+                         opts->mode == CQ_KSERVER_ON
+                             ? " (CODERQ_KERNEL_SERVER=on)"
+                             : "",
+                         ks->reason);
+        cq_kserver_destroy(&ks);
+        return NULL;
+}
+
+int cq_kserver_wait(cq_kserver_t *ks, int64_t timeout_ms)
+{
+        int64_t until = cq_now_ms() + timeout_ms;
+        char err[600];
+        int rc;
+
+        if (!cq_kserver_enabled(ks))
+                return -1;
+        for (;;) {
+                struct timespec ts = {0, 50 * 1000 * 1000};
+
+                pthread_mutex_lock(&ks->lock);
+                rc = ensure_ready(ks, err, sizeof(err));
+                pthread_mutex_unlock(&ks->lock);
+                if (rc == 0)
+                        return 0;
+                if (cq_now_ms() >= until)
+                        return -1;
+                nanosleep(&ts, NULL);
+        }
+}
+
+pid_t cq_kserver_pid(cq_kserver_t *ks)
+{
+        pid_t pid;
+
+        if (!ks)
+                return -1;
+        pthread_mutex_lock(&ks->lock);
+        pid = ks->pid;
+        pthread_mutex_unlock(&ks->lock);
+        return pid;
+}
+
+void cq_kserver_stats(cq_kserver_t *ks, cq_kserver_stats_t *stats)
+{
+        pthread_mutex_lock(&ks->lock);
+        *stats = ks->stats;
+        pthread_mutex_unlock(&ks->lock);
+}
+
+void cq_kserver_destroy(cq_kserver_t **ksp)
+{
+        cq_kserver_t *ks = *ksp;
+
+        if (!ks)
+                return;
+        *ksp = NULL;
+        server_stop(ks);
+        if (ks->life_w >= 0)
+                close(ks->life_w);
+        if (ks->life_r >= 0)
+                close(ks->life_r);
+        pthread_mutex_destroy(&ks->lock);
+        free(ks->python);
+        free(ks->preload);
+        free(ks->work_root);
+        free(ks);
+}
