@@ -1397,9 +1397,10 @@ START_TEST(config_and_start_failure)
 }
 END_TEST
 
-/* Whether bubblewrap runs the kernel interpreter here at all (an auto
- * probe in an existing root); prints why not, for a SKIP line. */
-static bool bwrap_works(const char *test)
+/* Whether bubblewrap (\p bwrap; NULL: the default) runs the kernel
+ * interpreter here at all (an auto probe in an existing root); when not,
+ * \p why says why, for CQ_CHECK_SKIP(). */
+static bool bwrap_works(const char *bwrap, char *why, size_t size)
 {
         cq_sandbox_opts_t sopts = {0};
         cq_sandbox_t *sandbox;
@@ -1408,16 +1409,65 @@ static bool bwrap_works(const char *test)
 
         mkdir(root, 0711);
         sopts.mode = CQ_SANDBOX_AUTO;
+        sopts.bwrap = bwrap;
         sopts.probe_dir = root;
         sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
         ck_assert_msg(sandbox != NULL, "%s", errstr);
         ok = cq_sandbox_enabled(sandbox);
         if (!ok)
-                fprintf(stderr, "SKIP %s: bubblewrap does not work here: %s\n",
-                        test, cq_sandbox_reason(sandbox));
+                snprintf(why, size, "bubblewrap does not work here: %s",
+                         cq_sandbox_reason(sandbox));
         cq_sandbox_destroy(&sandbox);
         return ok;
 }
+
+/* The probe with a bubblewrap that cannot work, skipping as the sandbox
+ * tests do; run by skips_fail_when_cq_require_names_them only. */
+START_TEST(probe_with_a_broken_bwrap)
+{
+        char why[768];
+
+        if (!bwrap_works("/bin/false", why, sizeof(why)))
+                CQ_CHECK_SKIP("bwrap", "%s", why);
+        ck_abort_msg("/bin/false passed for bubblewrap");
+}
+END_TEST
+
+/* probe_with_a_broken_bwrap in a runner of its own, with CQ_REQUIRE set to
+ * \p require (NULL: unset); returns the runner's exit status. */
+static int run_broken_probe(const char *require)
+{
+        int st;
+        pid_t pid = fork();
+
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                Suite *s = suite_create("skip");
+                TCase *tc = tcase_create("skip");
+
+                tcase_add_test(tc, probe_with_a_broken_bwrap);
+                suite_add_tcase(s, tc);
+                if (require)
+                        setenv("CQ_REQUIRE", require, 1);
+                else
+                        unsetenv("CQ_REQUIRE");
+                _exit(cq_check_run(s));
+        }
+        ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+        ck_assert(WIFEXITED(st));
+        return WEXITSTATUS(st);
+}
+
+/* A sandbox test that cannot run shows as skipped (exit 77), and fails
+ * where CQ_REQUIRE says the machine has bubblewrap. */
+START_TEST(skips_fail_when_cq_require_names_them)
+{
+        ck_assert_int_eq(run_broken_probe(NULL), CQ_CHECK_SKIPPED);
+        ck_assert_int_eq(run_broken_probe("node"), CQ_CHECK_SKIPPED);
+        ck_assert_int_eq(run_broken_probe("node,bwrap"), EXIT_FAILURE);
+        ck_assert_int_eq(run_broken_probe("all"), EXIT_FAILURE);
+}
+END_TEST
 
 /* On a fresh machine the work root does not exist yet: the default
  * configuration creates it (0711, ours) before its probe and runs the
@@ -1432,8 +1482,8 @@ START_TEST(fresh_work_root_runs_sandboxed)
         char fresh[400], top[300], errstr[512], want[64], code[4600];
         struct stat st;
 
-        if (!bwrap_works("fresh_work_root_runs_sandboxed"))
-                return;
+        if (!bwrap_works(NULL, errstr, sizeof(errstr)))
+                CQ_CHECK_SKIP("bwrap", "%s", errstr);
         snprintf(top, sizeof(top), "%s/fresh", root);
         snprintf(fresh, sizeof(fresh), "%s/work/root", top);
         ck_assert_int_ne(stat(top, &st), 0);
@@ -1591,13 +1641,10 @@ START_TEST(fork_bomb_stays_in_its_kernel)
         long ua = -1, ub = -1;
         struct stat st;
 
-        if (geteuid() != 0) {
-                fprintf(stderr, "SKIP fork_bomb_stays_in_its_kernel: needs "
-                                "root to switch uids\n");
-                return;
-        }
-        if (!bwrap_works("fork_bomb_stays_in_its_kernel"))
-                return;
+        if (geteuid() != 0)
+                CQ_CHECK_SKIP("root", "uids are switched by root only");
+        if (!bwrap_works(NULL, errstr, sizeof(errstr)))
+                CQ_CHECK_SKIP("bwrap", "%s", errstr);
         sopts.mode = CQ_SANDBOX_ON;
         sopts.probe_dir = root;
         sopts.nproc = 64;
@@ -1804,6 +1851,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, fresh_work_root_runs_sandboxed);
         tcase_add_test(tc, sandbox_on_fails_closed);
         tcase_add_test(tc, fork_bomb_stays_in_its_kernel);
+        tcase_add_test(tc, skips_fail_when_cq_require_names_them);
         tcase_add_test(tc, backend_makes_the_process_non_dumpable);
         tcase_add_test(tc, nothing_left_behind);
         suite_add_tcase(s, tc);
