@@ -388,7 +388,10 @@ static int check_sandbox(const cq_config_t *cfg)
                 so.probe_dir = root;
         }
         sandbox = cq_sandbox_new(&so, errstr, sizeof(errstr));
-        if (!sandbox) {
+        if (!sandbox ||
+            cq_work_root_prepare(so.probe_dir, errstr, sizeof(errstr)) != 0) {
+                /* a worker would not start (cq_backend_new()) */
+                cq_sandbox_destroy(&sandbox);
                 one_line(errstr);
                 report("sandbox", CHECK_FAIL, errstr);
                 return -1;
