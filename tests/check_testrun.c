@@ -948,10 +948,13 @@ START_TEST(malformed_reports_fail_and_never_pass)
 
         /* The right values, read and passed: the rules above are not
          * failing everything. */
-        parse_text(tests,
-                   "%M{\"cases\":[{\"case\":1,\"value\":5},{\"case\":2,"
-                   "\"value\":\"sa\"}]}\n",
-                   77, &tr);
+        {
+                static const char right[] =
+                    "%M{\"cases\":[{\"case\":1,\"value\":5},{\"case\":2,"
+                    "\"value\":\"sa\"}]}\n";
+
+                parse_text(tests, right, strlen(right), &tr);
+        }
         ck_assert_ptr_null(tr.error);
         ck_assert_int_eq(tr.passed, 2);
         cq_testrun_release(&tr);
