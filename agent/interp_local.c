@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "coderq/log.h"
 #include "coderq/util.h"
 #include "kpool_int.h"
 
@@ -67,9 +68,10 @@ void cq_work_root_default(char *out, size_t size)
 
 int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
 {
-        char path[PATH_MAX];
+        char path[PATH_MAX], was[8], now[8];
         struct stat st;
         size_t i, len = strlen(root);
+        int fd = -1, rc = -1;
 
         if (root[0] != '/' || len >= sizeof(path)) {
                 if (errstr)
@@ -112,14 +114,32 @@ int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
                                  strerror(errno));
                 return -1;
         }
-        if (lstat(root, &st) || !S_ISDIR(st.st_mode)) {
-                if (errstr)
+        /* Opened without following a symlink, then checked and tightened
+         * through the descriptor: the path cannot be swapped between the
+         * check and the chmod. */
+        while (len > 1 && path[len - 1] == '/')
+                path[--len] = '\0'; /* "dir/" would follow a symlink */
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) != 0) {
+                int e = errno;
+
+                if (!errstr)
+                        goto out;
+                /* O_DIRECTORY | O_NOFOLLOW on a symlink: ENOTDIR or ELOOP */
+                if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
                         snprintf(errstr, errstr_size,
-                                 "work root \"%s\" is not a directory", root);
-                return -1;
+                                 "work root \"%s\" is a symbolic link; name "
+                                 "the directory itself",
+                                 root);
+                else
+                        snprintf(errstr, errstr_size,
+                                 "work root \"%s\" is not a directory: %s",
+                                 root, strerror(e));
+                goto out;
         }
         /* Work dirs are made and removed in it as root: one that others
-         * own or may write could have them swapped for symlinks. */
+         * own or may write could have them swapped for symlinks. A
+         * directory others may write is shared (/tmp): never chmod it. */
         if (st.st_uid != geteuid() || (st.st_mode & 022)) {
                 if (errstr)
                         snprintf(errstr, errstr_size,
@@ -128,9 +148,35 @@ int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
                                  "%04o)",
                                  root, (long)geteuid(), (long)st.st_uid,
                                  (unsigned)(st.st_mode & 07777));
-                return -1;
+                goto out;
         }
-        return 0;
+        /* Ours, but others may list it (or a special bit is set): made
+         * 0711, so that kernel uids can reach their work dirs and not
+         * list the others'. Tighter modes stay. */
+        if (st.st_mode & 07777 & ~(mode_t)0711) {
+                mode_t tight = st.st_mode & 0711;
+
+                if (fchmod(fd, tight) != 0) {
+                        if (errstr)
+                                snprintf(errstr, errstr_size,
+                                         "could not chmod work root \"%s\" "
+                                         "from %04o to %04o: %s",
+                                         root, (unsigned)(st.st_mode & 07777),
+                                         (unsigned)tight, strerror(errno));
+                        goto out;
+                }
+                snprintf(was, sizeof(was), "%04o",
+                         (unsigned)(st.st_mode & 07777));
+                snprintf(now, sizeof(now), "%04o", (unsigned)tight);
+                cq_log_kv(
+                    CQ_LOG_WARN, "work root was looser than 0711; tightened it",
+                    "work_root", root, "mode_was", was, "mode", now, NULL);
+        }
+        rc = 0;
+out:
+        if (fd >= 0)
+                close(fd);
+        return rc;
 }
 
 int cq_work_dir_new(const char *root,

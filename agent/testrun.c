@@ -4,6 +4,8 @@
  * base64, so no quoting of untrusted text into source code is needed. */
 #include "coderq/testrun.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,43 +17,95 @@
 #define TESTRUN_CODE_MAX ((size_t)64 << 20)
 
 /* The harness, one Python program for both kinds. It runs by exec() in a
- * namespace of its own whose builtins are the real ones, so a variable the
- * model named len, type or print cannot change it, and it leaves no name
- * behind. It reads _ARGS: the user namespace, the kind, the cases (base64
- * JSON) or the test code (base64), the function name (base64) and the
- * marker.
+ * namespace of its own whose builtins are the real module, so a variable
+ * the model named len, type or print cannot change it, and it leaves no
+ * name behind. It reads _ARGS: the user namespace, the kind, the calls
+ * (base64 JSON: one list of arguments per case) or the test code (base64),
+ * the function name (base64) and the marker.
  *
- * A result is compared only after _plain() turned it into plain data,
- * without calling any method of an object the model's code made: exact
- * types are checked with `type(v) is int` (a subclass of int, str, list or
- * dict may override __eq__, __iter__ or __float__), exact lists, tuples
- * and dicts are walked with the built-in methods, numpy arrays of
- * bool/int/uint/float/str dtype and numpy's own scalar types are turned
- * into Python values with tolist()/item() and checked again. Anything else
- * fails the case with a message naming its type. Depth and size are
- * bounded. While the model's function (or the test code) runs, stdout and
- * stderr go to a sink, so a flood of output cannot bury the report, which
- * is written to the stream the cell started with. Catches Exception and
- * SystemExit, not KeyboardInterrupt, so that an interrupt from a timeout
- * still stops it. */
-static const char harness_plain[] =
-    "import base64, json, math, sys, traceback\n"
+ * It never sees an expected value: it calls the function once per case
+ * and writes what came back, as plain data, into its report; C compares
+ * (cq_testrun_parse()). Everything in this interpreter ran the model's
+ * code first, so the harness cannot be trusted and is not: a forged or
+ * garbled report can claim any result, which the model could as well have
+ * returned, and a result that does not parse fails its case. Within that,
+ * it is written not to depend on what the model may have replaced: the
+ * types and the methods it calls come from literals (().__class__ is
+ * tuple whatever builtins.type has become), it serialises by hand with
+ * str.translate instead of the json module, and numpy types count only
+ * when they are numpy's own C types (a model class named ndarray in a
+ * fake sys.modules['numpy'] is a heap type). No method of an object the
+ * model's code made is called: exact types only (a subclass of int, str,
+ * list or dict may override __eq__, __iter__ or __float__). While the
+ * function (or the test code) runs, stdout and stderr go to a sink, so a
+ * flood of output cannot bury the report, which is written to the stream
+ * the cell started with. Catches Exception and SystemExit, not
+ * KeyboardInterrupt, so that an interrupt from a timeout still stops it.
+ *
+ * A value is written as JSON, tagged where JSON has no form for it or
+ * could confuse it: a str is "s" + the text; an int outside int64 is
+ * "i" + its digits; NaN and the infinities are "fnan", "finf", "f-inf";
+ * ints, floats (repr), None, True and False are JSON's own; lists and
+ * tuples arrays; dicts objects (str keys, untagged). One entry per case:
+ *   {"case":N,"value":V}
+ *   {"case":N,"not_plain":"why","type":"T"}
+ *   {"case":N,"error":"E","traceback":"TB"}   (traceback optional)
+ * and for code tests {"case":0,"ok":true} or {"case":0,"error":...}. */
+static const char harness_0[] =
+    "import sys, json, base64, traceback\n"
     "_ns, _kind, _data, _fname, _marker = _ARGS\n"
     "_out = sys.stdout\n"
+    "_type = ().__class__.__class__\n"
+    "_bool = True.__class__\n"
+    "_int = (0).__class__\n"
+    "_float = (0.0).__class__\n"
+    "_str = ''.__class__\n"
+    "_list = [].__class__\n"
+    "_tuple = ().__class__\n"
+    "_dict = {}.__class__\n"
+    "_join = _str.join\n"
+    "_translate = _str.translate\n"
+    "_encode = _str.encode\n"
+    "_int_repr = _int.__repr__\n"
+    "_float_repr = _float.__repr__\n"
+    "_items = _dict.items\n"
+    "_dget = _dict.get\n"
+    "_flags = _type.__dict__['__flags__'].__get__\n"
+    "_module = _type.__dict__['__module__'].__get__\n"
+    "_qualname = _type.__dict__['__qualname__'].__get__\n"
+    "_mro = _type.__dict__['__mro__'].__get__\n"
+    "_INF = _float('inf')\n"
+    "_I64 = 1 << 63\n"
     "_MAX_DEPTH = 100\n"
     "_MAX_ITEMS = 1000000\n"
-    "_qualname = type.__dict__['__qualname__'].__get__\n"
-    "_mro = type.__dict__['__mro__'].__get__\n"
-    "_BASES = (bool, int, float, str, list, tuple, dict)\n"
+    "_BASES = (_bool, _int, _float, _str, _list, _tuple, _dict)\n"
+    "_ESC = {0x22: '\\\\\"', 0x5c: '\\\\\\\\'}\n"
+    "_c = 0\n"
+    "while _c < 32:\n"
+    "    _ESC[_c] = '\\\\u%04x' % _c\n"
+    "    _c += 1\n"
+    "def _native(t):\n"
+    "    try:\n"
+    "        return (_type(t) is _type and not _flags(t) & 512 and\n"
+    "                _module(t) == 'numpy')\n"
+    "    except Exception:\n"
+    "        return False\n"
     "_np_array = None\n"
     "_np_scalars = ()\n"
-    "_np = sys.modules.get('numpy')\n"
+    "_np = _dget(sys.modules, 'numpy')\n"
     "if _np is not None:\n"
     "    try:\n"
     "        _np_array = _np.ndarray\n"
     "        _np_scalars = tuple([_np.dtype(c).type for c in "
     "'?bhilqpBHILQPefd'] +\n"
     "                            [_np.str_])\n"
+    "        if not _native(_np_array) or _qualname(_np_array) != 'ndarray':\n"
+    "            _np_array = None\n"
+    "        for _t in _np_scalars:\n"
+    "            if not _native(_t):\n"
+    "                _np_array = None\n"
+    "        if _np_array is None:\n"
+    "            _np_scalars = ()\n"
     "    except Exception:\n"
     "        _np_array = None\n"
     "        _np_scalars = ()\n"
@@ -76,138 +130,182 @@ static const char harness_plain[] =
     "        mro = _mro(t)\n"
     "    except Exception:\n"
     "        return 'an object of unknown type'\n"
+    "    if _type(name) is not _str:\n"
+    "        return 'an object of unknown type'\n"
     "    for b in _BASES:\n"
     "        if b is not t and _is(b, mro):\n"
-    "            return '%s (a subclass of %s)' % (name, b.__name__)\n"
+    "            return '%s (a subclass of %s)' % (name, _qualname(b))\n"
     "    return name\n"
-    "def _plain(v, budget, depth):\n"
-    "    t = type(v)\n"
+    "def _jstr(prefix, s):\n"
+    "    try:\n"
+    "        _encode(s, 'utf-8')\n"
+    "    except Exception:\n"
+    "        raise _NotPlain('a str that is not valid Unicode (a lone "
+    "surrogate)')\n"
+    "    return '\"' + prefix + _translate(s, _ESC) + '\"'\n"
+    "def _text(s):\n"
+    "    if _type(s) is not _str:\n"
+    "        s = '<text of an unknown type>'\n"
+    "    try:\n"
+    "        _encode(s, 'utf-8')\n"
+    "    except Exception:\n"
+    "        s = _encode(s, 'utf-8', 'backslashreplace').decode('utf-8')\n"
+    "    return '\"' + _translate(s, _ESC) + '\"'\n";
+
+static const char harness_1[] =
+    "def _enc(v, parts, budget, depth):\n"
+    "    t = _type(v)\n"
     "    budget[0] += 1\n"
     "    if budget[0] > _MAX_ITEMS:\n"
     "        raise _NotPlain('more than %d values' % _MAX_ITEMS)\n"
-    "    if v is None or t is bool or t is int or t is float or t is str:\n"
-    "        return v\n"
-    "    if depth >= _MAX_DEPTH:\n"
+    "    if v is None:\n"
+    "        parts.append('null')\n"
+    "    elif t is _bool:\n"
+    "        parts.append('true' if v is True else 'false')\n"
+    "    elif t is _int:\n"
+    "        if -_I64 <= v < _I64:\n"
+    "            parts.append(_int_repr(v))\n"
+    "        else:\n"
+    "            try:\n"
+    "                parts.append('\"i' + _int_repr(v) + '\"')\n"
+    "            except ValueError:\n"
+    "                raise _NotPlain('an int too large to write in decimal')\n"
+    "    elif t is _float:\n"
+    "        if v != v:\n"
+    "            parts.append('\"fnan\"')\n"
+    "        elif v == _INF:\n"
+    "            parts.append('\"finf\"')\n"
+    "        elif v == -_INF:\n"
+    "            parts.append('\"f-inf\"')\n"
+    "        else:\n"
+    "            parts.append(_float_repr(v))\n"
+    "    elif t is _str:\n"
+    "        parts.append(_jstr('s', v))\n"
+    "    elif depth >= _MAX_DEPTH:\n"
     "        raise _NotPlain('values nested deeper than %d levels' % "
     "_MAX_DEPTH)\n"
-    "    if t is list or t is tuple:\n"
-    "        return [_plain(x, budget, depth + 1) for x in v]\n"
-    "    if t is dict:\n"
-    "        d = {}\n"
-    "        for k, x in dict.items(v):\n"
-    "            if type(k) is not str:\n"
+    "    elif t is _list or t is _tuple:\n"
+    "        parts.append('[')\n"
+    "        sep = ''\n"
+    "        for x in v:\n"
+    "            parts.append(sep)\n"
+    "            sep = ','\n"
+    "            _enc(x, parts, budget, depth + 1)\n"
+    "        parts.append(']')\n"
+    "    elif t is _dict:\n"
+    "        parts.append('{')\n"
+    "        sep = ''\n"
+    "        for k, x in _items(v):\n"
+    "            if _type(k) is not _str:\n"
     "                raise _NotPlain('a dict key of type %s (keys must be "
     "str)' %\n"
-    "                                _describe(type(k)))\n"
-    "            d[k] = _plain(x, budget, depth + 1)\n"
-    "        return d\n"
-    "    if _np_array is not None:\n"
-    "        if t is _np_array:\n"
-    "            if v.dtype.kind not in 'biufU':\n"
-    "                raise _NotPlain('a numpy array of dtype %s' % "
-    "v.dtype.str)\n"
-    "            if v.size > _MAX_ITEMS:\n"
-    "                raise _NotPlain('more than %d values' % _MAX_ITEMS)\n"
-    "            return _plain(v.tolist(), budget, depth)\n"
-    "        if _is(t, _np_scalars):\n"
-    "            return _plain(v.item(), budget, depth)\n"
-    "    raise _NotPlain('a value of type %s' % _describe(t))\n";
-
-/* The comparison and the runners (split: C99 caps string literals). */
-static const char harness_run[] =
-    "def _eq(a, b):\n"
-    "    ta, tb = type(a), type(b)\n"
-    "    if ta is bool or tb is bool:\n"
-    "        return ta is tb and a == b\n"
-    "    if (ta is int or ta is float) and (tb is int or tb is float):\n"
-    "        if a != a and b != b:\n"
-    "            return True\n"
-    "        try:\n"
-    "            return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)\n"
-    "        except OverflowError:\n"
-    "            return a == b\n"
-    "    if ta is list and tb is list:\n"
-    "        return len(a) == len(b) and all(_eq(x, y) for x, y in zip(a, b))\n"
-    "    if ta is dict and tb is dict:\n"
-    "        return a.keys() == b.keys() and all(_eq(a[k], b[k]) for k in a)\n"
-    "    return ta is tb and a == b\n"
-    "def _short(v):\n"
-    "    r = repr(v)\n"
-    "    return r if len(r) <= 300 else r[:300] + '...'\n"
-    "def _call(f, *a):\n"
+    "                                _describe(_type(k)))\n"
+    "            if '\\x00' in k:\n"
+    "                raise _NotPlain('a dict key holding a NUL character')\n"
+    "            parts.append(sep)\n"
+    "            sep = ','\n"
+    "            parts.append(_jstr('', k))\n"
+    "            parts.append(':')\n"
+    "            _enc(x, parts, budget, depth + 1)\n"
+    "        parts.append('}')\n"
+    "    elif _np_array is not None and t is _np_array:\n"
+    "        if v.dtype.kind not in 'biufU':\n"
+    "            raise _NotPlain('a numpy array of dtype %s' % v.dtype.str)\n"
+    "        if v.size > _MAX_ITEMS:\n"
+    "            raise _NotPlain('more than %d values' % _MAX_ITEMS)\n"
+    "        _enc(v.tolist(), parts, budget, depth)\n"
+    "    elif _is(t, _np_scalars):\n"
+    "        _enc(v.item(), parts, budget, depth)\n"
+    "    else:\n"
+    "        raise _NotPlain('a value of type %s' % _describe(t))\n"
+    "def _call(f, a):\n"
     "    so, se = sys.stdout, sys.stderr\n"
     "    sys.stdout = sys.stderr = _SINK\n"
     "    try:\n"
     "        return f(*a)\n"
     "    finally:\n"
     "        sys.stdout, sys.stderr = so, se\n"
-    "def _failure(rec, e):\n"
+    "def _failure(e):\n"
     "    try:\n"
     "        msg = str(e)\n"
     "    except Exception:\n"
     "        msg = '<the exception could not be shown>'\n"
-    "    rec['error'] = '%s: %s' % (_describe(type(e)), msg[:1000])\n"
+    "    if _type(msg) is not _str:\n"
+    "        msg = '<the exception could not be shown>'\n"
+    "    out = '\"error\":' + _text('%s: %s' % (_describe(_type(e)), "
+    "msg[:1000]))\n"
     "    try:\n"
-    "        rec['traceback'] = traceback.format_exc(limit=5)[-2000:]\n"
+    "        out += ',\"traceback\":' + "
+    "_text(traceback.format_exc(limit=5)[-2000:])\n"
     "    except Exception:\n"
     "        pass\n"
-    "_NOT_PLAIN = ('the result is not plain data: it holds %s. Tests compare "
-    "'\n"
-    "              'only None, bool, int, float, str, list, tuple and dict "
-    "with '\n"
-    "              'str keys (exact types, not subclasses) and numpy numbers, "
-    "'\n"
-    "              'strings and arrays of them; return such values')\n"
-    "def _cases(cases, fname):\n"
+    "    return out\n";
+
+static const char harness_2[] =
+    "def _cases(calls, fname):\n"
     "    out = []\n"
-    "    fn = _ns.get(fname) if type(_ns) is dict else None\n"
-    "    for i, c in enumerate(cases):\n"
-    "        args = c.get('args', [])\n"
-    "        rec = {'case': i + 1, 'args': _short(args),\n"
-    "               'call': '%s(%s)' % (fname, ', '.join(_short(a) for a in "
-    "args)),\n"
-    "               'expected': _short(c.get('expected')), 'ok': False}\n"
+    "    fn = _dget(_ns, fname) if _type(_ns) is _dict else None\n"
+    "    n = 0\n"
+    "    for args in calls:\n"
+    "        n += 1\n"
+    "        head = '{\"case\":%d,' % n\n"
     "        if not callable(fn):\n"
-    "            rec['error'] = 'NameError: function %r is not defined' % "
-    "fname\n"
-    "            out.append(rec)\n"
+    "            out.append(head + '\"error\":' +\n"
+    "                       _text('NameError: function %r is not defined' % "
+    "fname) +\n"
+    "                       '}')\n"
     "            continue\n"
     "        try:\n"
-    "            got = _call(fn, *args)\n"
+    "            got = _call(fn, args)\n"
     "        except (Exception, SystemExit) as e:\n"
-    "            _failure(rec, e)\n"
-    "            out.append(rec)\n"
+    "            out.append(head + _failure(e) + '}')\n"
     "            continue\n"
+    "        parts = []\n"
     "        try:\n"
-    "            value = _plain(got, [0], 0)\n"
+    "            _enc(got, parts, [0], 0)\n"
     "        except _NotPlain as e:\n"
-    "            rec['got'] = '<%s>' % _describe(type(got))\n"
-    "            rec['error'] = _NOT_PLAIN % e.args[0]\n"
+    "            out.append(head + '\"not_plain\":' + _text(e.args[0]) + "
+    "',\"type\":' +\n"
+    "                       _text(_describe(_type(got))) + '}')\n"
     "        else:\n"
-    "            rec['got'] = _short(value)\n"
-    "            rec['ok'] = _eq(value, _plain(c.get('expected'), [0], 0))\n"
-    "        out.append(rec)\n"
+    "            out.append(head + '\"value\":' + _join('', parts) + '}')\n"
     "    return out\n"
     "def _code(src):\n"
-    "    rec = {'case': 0, 'ok': False}\n"
     "    try:\n"
-    "        _call(exec, compile(src, '<tests>', 'exec'), _ns)\n"
-    "        rec['ok'] = True\n"
+    "        _call(exec, (compile(src, '<tests>', 'exec'), _ns))\n"
     "    except (Exception, SystemExit) as e:\n"
-    "        _failure(rec, e)\n"
-    "    return [rec]\n"
+    "        return ['{\"case\":0,' + _failure(e) + '}']\n"
+    "    return ['{\"case\":0,\"ok\":true}']\n"
     "if _kind == 'cases':\n"
     "    _report = _cases(json.loads(base64.b64decode(_data)),\n"
     "                     base64.b64decode(_fname).decode())\n"
     "else:\n"
     "    _report = _code(base64.b64decode(_data).decode())\n"
-    "_out.write('\\n' + _marker + json.dumps({'cases': _report}) + '\\n')\n"
+    "_out.write('\\n' + _marker + '{\"cases\":[' + _join(',', _report) + "
+    "']}\\n')\n"
     "_out.flush()\n";
 
 static const char harness_call[] =
     "exec(__import__('base64').b64decode('%s').decode(), "
     "{'__builtins__': __import__('builtins'), "
     "'_ARGS': (globals(), '%s', '%s', '%s', '%s')})\n";
+
+/* Shown values (expected, got, the call's arguments) are cut here, as
+ * Python's repr would be by the feedback. */
+#define SHOWN_MAX 300
+/* The harness nests values at most 100 levels deep. */
+#define DEPTH_MAX 101
+/* What the report may carry per case, as text. */
+#define ERROR_MAX      1200
+#define TRACEBACK_MAX  2400
+#define INT_DIGITS_MAX 5000
+#define CALL_MAX       4096
+
+static const char not_plain_fmt[] =
+    "the result is not plain data: it holds %.*s. Tests compare only None, "
+    "bool, int, float, str, list, tuple and dict with str keys (exact "
+    "types, not subclasses) and numpy numbers, strings and arrays of them; "
+    "return such values";
 
 void cq_testrun_init(cq_testrun_t *tr) { memset(tr, 0, sizeof(*tr)); }
 
@@ -230,6 +328,30 @@ static int make_marker(char *marker, size_t size)
                 snprintf(marker + 8 + 2 * i, 3, "%02x", rnd[i]);
         marker[32] = '\0';
         return 0;
+}
+
+/* The arguments of every case, [[args of case 1], ...]: all the harness
+ * gets of a case. The expected values never enter the interpreter. */
+static char *calls_json(const json_t *cases)
+{
+        json_t *calls = json_array(), *c;
+        char *text = NULL;
+        size_t i;
+
+        if (!calls)
+                return NULL;
+        json_array_foreach(cases, i, c)
+        {
+                json_t *args = json_object_get(c, "args");
+
+                if (json_array_append_new(calls, args ? json_incref(args)
+                                                      : json_array()) != 0)
+                        goto out;
+        }
+        text = json_dumps(calls, JSON_COMPACT);
+out:
+        json_decref(calls);
+        return text;
 }
 
 char *cq_testrun_code(const json_t *tests,
@@ -260,7 +382,7 @@ char *cq_testrun_code(const json_t *tests,
                                  "and \"cases\"");
                         goto out;
                 }
-                json = json_dumps(cases, JSON_COMPACT);
+                json = calls_json(cases);
                 if (!json)
                         goto oom;
                 b64a = cq_b64_encode(json, strlen(json), NULL);
@@ -281,8 +403,9 @@ char *cq_testrun_code(const json_t *tests,
                          "tests \"kind\" must be \"cases\" or \"code\"");
                 goto out;
         }
-        if (cq_buf_append_str(&buf, harness_plain) != CQ_OK ||
-            cq_buf_append_str(&buf, harness_run) != CQ_OK)
+        if (cq_buf_append_str(&buf, harness_0) != CQ_OK ||
+            cq_buf_append_str(&buf, harness_1) != CQ_OK ||
+            cq_buf_append_str(&buf, harness_2) != CQ_OK)
                 goto oom;
         b64h = cq_b64_encode(buf.data, buf.len, NULL);
         cq_buf_reset(&buf);
@@ -312,18 +435,30 @@ out:
         return code;
 }
 
-/* The last stdout line that starts with the marker, parsed. The output
- * may hold NULs (the code under test printed them): lengths, not C
- * strings, and a report may carry "\u0000" in its values. */
-static json_t *find_report(const cq_cell_result_t *res, const char *marker)
-{
-        size_t i, mlen = strlen(marker);
-        json_t *output, *report = NULL;
+/* ------------------------------------------------------------ the report */
 
+/* The report: the only stdout line that starts with the marker, parsed
+ * strictly. The marker anywhere else in the output, or more than once,
+ * means the code under test printed it (it can read the harness), and no
+ * report is taken. The output may hold NULs (the code under test printed
+ * them): lengths, not C strings. Returns NULL with \p why filled, or with
+ * why[0] == '\0' when there is no marker at all. */
+static json_t *find_report(const cq_cell_result_t *res,
+                           const char *marker,
+                           char *why,
+                           size_t size)
+{
+        size_t i, mlen = strlen(marker), seen = 0;
+        const char *line = NULL, *line_end = NULL;
+        bool line_start = false;
+        json_t *output, *report;
+        json_error_t jerr;
+
+        why[0] = '\0';
         json_array_foreach(res->outputs, i, output)
         {
                 const json_t *tv = json_object_get(output, "text");
-                const char *name, *text, *p, *end, *stop;
+                const char *name, *text, *p, *stop;
 
                 name = json_string_value(json_object_get(output, "name"));
                 text = json_string_value(tv);
@@ -332,24 +467,37 @@ static json_t *find_report(const cq_cell_result_t *res, const char *marker)
                 stop = text + json_string_length(tv);
                 for (p = text;
                      (p = memmem(p, (size_t)(stop - p), marker, mlen)) != NULL;
-                     p = end) {
-                        json_t *parsed;
-
-                        end = memchr(p, '\n', (size_t)(stop - p));
-                        if (!end)
-                                end = stop;
-                        if (p != text && p[-1] != '\n')
-                                continue; /* must start a line */
-                        parsed = json_loadb(p + mlen, (size_t)(end - p) - mlen,
-                                            JSON_ALLOW_NUL, NULL);
-                        if (json_is_object(parsed)) {
-                                json_decref(report);
-                                report = parsed;
-                        } else {
-                                json_decref(parsed);
-                        }
+                     p += mlen) {
+                        seen++;
+                        line = p + mlen;
+                        line_end = memchr(line, '\n', (size_t)(stop - line));
+                        if (!line_end)
+                                line_end = stop;
+                        line_start = p == text || p[-1] == '\n';
                 }
         }
+        if (seen == 0)
+                return NULL;
+        if (seen > 1) {
+                snprintf(why, size,
+                         "the tests' report marker appeared %zu times in the "
+                         "output: the code under test printed it, so no "
+                         "report is trusted",
+                         seen);
+                return NULL;
+        }
+        if (!line_start) {
+                snprintf(why, size,
+                         "the tests' report did not start a line: the code "
+                         "under test printed its marker, so it is not "
+                         "trusted");
+                return NULL;
+        }
+        report = json_loadb(line, (size_t)(line_end - line),
+                            JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &jerr);
+        if (!report)
+                snprintf(why, size, "the tests' report could not be read: %s",
+                         jerr.text);
         return report;
 }
 
@@ -396,46 +544,595 @@ int cq_testrun_fail(const json_t *tests, const char *why, cq_testrun_t *tr)
         return 0;
 }
 
+/* ------------------------------------------------- values of the report */
+
+/* Whether \p s (\p len bytes) is a tag of the harness: "s..." for a str,
+ * "i" and decimal digits for a big int, "fnan", "finf", "f-inf". */
+static bool valid_tag(const char *s, size_t len)
+{
+        size_t i = 1;
+
+        if (len == 0)
+                return false;
+        if (s[0] == 's')
+                return true;
+        if (s[0] == 'f')
+                return (len == 4 && memcmp(s, "fnan", 4) == 0) ||
+                       (len == 4 && memcmp(s, "finf", 4) == 0) ||
+                       (len == 5 && memcmp(s, "f-inf", 5) == 0);
+        if (s[0] != 'i' || len > INT_DIGITS_MAX)
+                return false;
+        if (i < len && s[i] == '-')
+                i++;
+        if (i == len)
+                return false;
+        for (; i < len; i++)
+                if (s[i] < '0' || s[i] > '9')
+                        return false;
+        return true;
+}
+
+/* Whether \p v is a value as the harness writes them (see the harness);
+ * on false, \p why says what is wrong. */
+static bool valid_value(const json_t *v, int depth, char *why, size_t size)
+{
+        const char *key;
+        json_t *item;
+        size_t i;
+
+        if (depth > DEPTH_MAX) {
+                snprintf(why, size, "values nested deeper than %d levels",
+                         DEPTH_MAX);
+                return false;
+        }
+        switch (json_typeof(v)) {
+        case JSON_STRING:
+                if (!valid_tag(json_string_value(v), json_string_length(v))) {
+                        snprintf(why, size, "a string without a valid tag");
+                        return false;
+                }
+                return true;
+        case JSON_ARRAY:
+                json_array_foreach(v, i, item)
+                {
+                        if (!valid_value(item, depth + 1, why, size))
+                                return false;
+                }
+                return true;
+        case JSON_OBJECT:
+                json_object_foreach((json_t *)(uintptr_t)v, key, item)
+                {
+                        if (!valid_value(item, depth + 1, why, size))
+                                return false;
+                }
+                return true;
+        default:
+                return true; /* null, true, false, integer, real */
+        }
+}
+
+/* A number of the report as a double: 1, or 2 for an int beyond a
+ * double's range (Python then compares exactly, and no expected value is
+ * that large), 0 when \p v is no number. */
+static int report_number(const json_t *v, double *d)
+{
+        const char *s;
+
+        if (json_is_integer(v) || json_is_real(v)) {
+                *d = json_number_value(v);
+                return 1;
+        }
+        if (!json_is_string(v))
+                return 0;
+        s = json_string_value(v);
+        if (strcmp(s, "fnan") == 0)
+                *d = NAN;
+        else if (strcmp(s, "finf") == 0)
+                *d = INFINITY;
+        else if (strcmp(s, "f-inf") == 0)
+                *d = -INFINITY;
+        else if (s[0] == 'i') {
+                *d = strtod(s + 1, NULL); /* rounds as Python's int to float */
+                return isinf(*d) ? 2 : 1;
+        } else
+                return 0;
+        return 1;
+}
+
+/* math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9), as CPython computes it,
+ * and NaN equal to NaN. */
+static bool close_enough(double a, double b)
+{
+        double diff;
+
+        if (isnan(a) && isnan(b))
+                return true;
+        if (a == b)
+                return true;
+        if (isinf(a) || isinf(b))
+                return false;
+        diff = fabs(b - a);
+        return diff <= fabs(1e-6 * b) || diff <= fabs(1e-6 * a) || diff <= 1e-9;
+}
+
+/* Whether the result \p got (a valid value of the report) equals the
+ * job's \p expected (plain JSON): booleans only equal booleans, numbers
+ * compare with tolerance, the rest exactly and element-wise. */
+static bool same(const json_t *got, const json_t *expected)
+{
+        const char *key;
+        json_t *item;
+        double a;
+        size_t i;
+
+        if (json_is_boolean(got) || json_is_boolean(expected))
+                return json_is_boolean(got) && json_is_boolean(expected) &&
+                       json_is_true(got) == json_is_true(expected);
+        switch (json_typeof(expected)) {
+        case JSON_NULL:
+                return json_is_null(got);
+        case JSON_INTEGER:
+        case JSON_REAL:
+                return report_number(got, &a) == 1 &&
+                       close_enough(a, json_number_value(expected));
+        case JSON_STRING:
+                return json_is_string(got) &&
+                       json_string_value(got)[0] == 's' &&
+                       json_string_length(got) - 1 ==
+                           json_string_length(expected) &&
+                       memcmp(json_string_value(got) + 1,
+                              json_string_value(expected),
+                              json_string_length(expected)) == 0;
+        case JSON_ARRAY:
+                if (!json_is_array(got) ||
+                    json_array_size(got) != json_array_size(expected))
+                        return false;
+                json_array_foreach(expected, i, item)
+                {
+                        if (!same(json_array_get(got, i), item))
+                                return false;
+                }
+                return true;
+        case JSON_OBJECT:
+                if (!json_is_object(got) ||
+                    json_object_size(got) != json_object_size(expected))
+                        return false;
+                json_object_foreach((json_t *)(uintptr_t)expected, key, item)
+                {
+                        const json_t *g = json_object_get(got, key);
+
+                        if (!g || !same(g, item))
+                                return false;
+                }
+                return true;
+        default:
+                return false;
+        }
+}
+
+/* Append at most what still fits below the shown length (and the cap). */
+static void put(cq_buf_t *buf, const char *s, size_t n)
+{
+        size_t room = cq_buf_room(buf);
+
+        if (buf->len > SHOWN_MAX)
+                return;
+        if (n > room)
+                n = room;
+        if (cq_buf_append(buf, s, n) != CQ_OK)
+                return; /* out of memory: the shown text is shorter */
+}
+
+/* repr() of a float: the shortest digits that read back the same,
+ * positional from 1e-4 to 1e16, else with an exponent. */
+static void float_repr(double d, char *out, size_t size)
+{
+        char e[40];
+        int prec, exp;
+
+        if (isnan(d)) {
+                snprintf(out, size, "nan");
+                return;
+        }
+        if (isinf(d)) {
+                snprintf(out, size, d < 0 ? "-inf" : "inf");
+                return;
+        }
+        for (prec = 1; prec < 17; prec++) {
+                snprintf(e, sizeof(e), "%.*e", prec - 1, d);
+                if (strtod(e, NULL) == d)
+                        break;
+        }
+        snprintf(e, sizeof(e), "%.*e", prec - 1, d);
+        exp = (int)strtol(strchr(e, 'e') + 1, NULL, 10);
+        if (exp < -4 || exp >= 16) {
+                snprintf(out, size, "%s", e);
+                return;
+        }
+        snprintf(out, size, "%.*f", prec - 1 - exp > 0 ? prec - 1 - exp : 0, d);
+        if (!strpbrk(out, ".e"))
+                snprintf(out + strlen(out), size - strlen(out), ".0");
+}
+
+/* repr() of a str: quoted as Python quotes it, control characters
+ * escaped. */
+static void str_repr(cq_buf_t *buf, const char *s, size_t n)
+{
+        bool dq = memchr(s, '\'', n) && !memchr(s, '"', n);
+        char q = dq ? '"' : '\'', esc[8];
+        size_t i;
+
+        put(buf, &q, 1);
+        for (i = 0; i < n && buf->len <= SHOWN_MAX; i++) {
+                unsigned char c = (unsigned char)s[i];
+
+                if (c == '\\' || c == (unsigned char)q) {
+                        esc[0] = '\\';
+                        esc[1] = (char)c;
+                        put(buf, esc, 2);
+                } else if (c == '\n') {
+                        put(buf, "\\n", 2);
+                } else if (c == '\r') {
+                        put(buf, "\\r", 2);
+                } else if (c == '\t') {
+                        put(buf, "\\t", 2);
+                } else if (c < 0x20 || c == 0x7f) {
+                        snprintf(esc, sizeof(esc), "\\x%02x", c);
+                        put(buf, esc, 4);
+                } else if (c == 0xc2 && i + 1 < n &&
+                           (unsigned char)s[i + 1] >= 0x80 &&
+                           (unsigned char)s[i + 1] <= 0x9f) {
+                        snprintf(esc, sizeof(esc), "\\x%02x",
+                                 (unsigned char)s[++i]); /* C1 control */
+                        put(buf, esc, 4);
+                } else {
+                        put(buf, s + i, 1);
+                }
+        }
+        put(buf, &q, 1);
+}
+
+/* Python's repr() of \p v, a job value (plain JSON) or, when \p tagged, a
+ * value of the report. */
+static void repr(cq_buf_t *buf, const json_t *v, bool tagged)
+{
+        char num[64];
+        const char *key, *s;
+        json_t *item;
+        size_t i, n = 0;
+
+        if (buf->len > SHOWN_MAX)
+                return;
+        switch (json_typeof(v)) {
+        case JSON_NULL:
+                put(buf, "None", 4);
+                break;
+        case JSON_TRUE:
+                put(buf, "True", 4);
+                break;
+        case JSON_FALSE:
+                put(buf, "False", 5);
+                break;
+        case JSON_INTEGER:
+                snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
+                         json_integer_value(v));
+                put(buf, num, strlen(num));
+                break;
+        case JSON_REAL:
+                float_repr(json_real_value(v), num, sizeof(num));
+                put(buf, num, strlen(num));
+                break;
+        case JSON_STRING:
+                s = json_string_value(v);
+                n = json_string_length(v);
+                if (!tagged) {
+                        str_repr(buf, s, n);
+                } else if (s[0] == 's') {
+                        str_repr(buf, s + 1, n - 1);
+                } else if (s[0] == 'i') {
+                        put(buf, s + 1, n - 1);
+                } else {
+                        double d = 0;
+
+                        (void)report_number(v, &d);
+                        float_repr(d, num, sizeof(num));
+                        put(buf, num, strlen(num));
+                }
+                break;
+        case JSON_ARRAY:
+                put(buf, "[", 1);
+                json_array_foreach(v, i, item)
+                {
+                        if (i)
+                                put(buf, ", ", 2);
+                        repr(buf, item, tagged);
+                        if (buf->len > SHOWN_MAX)
+                                break;
+                }
+                put(buf, "]", 1);
+                break;
+        case JSON_OBJECT:
+                put(buf, "{", 1);
+                json_object_foreach((json_t *)(uintptr_t)v, key, item)
+                {
+                        if (n++)
+                                put(buf, ", ", 2);
+                        str_repr(buf, key, strlen(key));
+                        put(buf, ": ", 2);
+                        repr(buf, item, tagged);
+                        if (buf->len > SHOWN_MAX)
+                                break;
+                }
+                put(buf, "}", 1);
+                break;
+        }
+}
+
+/* \p n bytes of valid UTF-8 at \p s, cut to at most \p max bytes on a
+ * character boundary. */
+static size_t utf8_cut(const char *s, size_t n, size_t max)
+{
+        if (n <= max)
+                return n;
+        while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
+                max--;
+        return max;
+}
+
+/* Set \p key of \p rec to \p buf's text, cut to SHOWN_MAX with "...". */
+static int set_shown(json_t *rec, const char *key, const cq_buf_t *buf)
+{
+        char cut[SHOWN_MAX + 4];
+        size_t n;
+
+        if (!buf->data)
+                return json_object_set_new(rec, key, json_string(""));
+        n = utf8_cut(buf->data, buf->len, SHOWN_MAX);
+        if (n == buf->len)
+                return json_object_set_new(rec, key,
+                                           json_stringn(buf->data, n));
+        memcpy(cut, buf->data, n);
+        memcpy(cut + n, "...", 3);
+        return json_object_set_new(rec, key, json_stringn(cut, n + 3));
+}
+
+/* Set \p key of \p rec to the string \p v of the report, cut to \p max. */
+static int set_text(json_t *rec, const char *key, const json_t *v, size_t max)
+{
+        const char *s = json_string_value(v);
+
+        return json_object_set_new(
+            rec, key, json_stringn(s, utf8_cut(s, json_string_length(v), max)));
+}
+
+/* Set \p key of \p rec to repr() of \p v (plain JSON), cut. */
+static int set_repr(json_t *rec, const char *key, const json_t *v)
+{
+        cq_buf_t buf;
+        int rc;
+
+        cq_buf_init(&buf, SHOWN_MAX + 64);
+        repr(&buf, v, false);
+        rc = set_shown(rec, key, &buf);
+        cq_buf_release(&buf);
+        return rc;
+}
+
+/* The shown parts of case \p c of \p fname: its arguments, the call and
+ * the expected value, from the job (not from the interpreter). */
+static int case_shown(json_t *rec, const char *fname, const json_t *c)
+{
+        const json_t *args = json_object_get(c, "args"), *arg;
+        cq_buf_t buf, call;
+        size_t i;
+        int rc = -1;
+
+        cq_buf_init(&buf, SHOWN_MAX + 64);
+        cq_buf_init(&call, CALL_MAX);
+        if ((args ? set_repr(rec, "args", args)
+                  : json_object_set_new(rec, "args", json_string("[]"))) != 0 ||
+            set_repr(rec, "expected", json_object_get(c, "expected")) != 0 ||
+            cq_buf_printf(&call, "%.128s(", fname) != CQ_OK)
+                goto out;
+        json_array_foreach(args, i, arg)
+        {
+                size_t n;
+
+                cq_buf_reset(&buf);
+                repr(&buf, arg, false);
+                n = buf.data ? utf8_cut(buf.data, buf.len, SHOWN_MAX) : 0;
+                /* a long call is cut, leaving room for "...)" */
+                if (n + 9 > cq_buf_room(&call)) {
+                        if (cq_buf_append_str(&call, i ? ", ..." : "...") !=
+                            CQ_OK)
+                                goto out;
+                        break;
+                }
+                if (cq_buf_printf(&call, "%s%.*s%s", i ? ", " : "", (int)n,
+                                  buf.data ? buf.data : "",
+                                  n < buf.len ? "..." : "") != CQ_OK)
+                        goto out;
+        }
+        if (cq_buf_append(&call, ")", 1) != CQ_OK)
+                goto out;
+        rc =
+            json_object_set_new(rec, "call", json_stringn(call.data, call.len));
+out:
+        cq_buf_release(&buf);
+        cq_buf_release(&call);
+        return rc;
+}
+
+/* Whether entry \p e of the report has exactly the members \p keys (a
+ * NULL-terminated list; "case" is checked by the caller), all strings but
+ * "case", "value" and "ok". */
+static bool has_exactly(const json_t *e, const char *const *keys)
+{
+        size_t n = 1; /* "case" */
+
+        for (; *keys; keys++, n++) {
+                const json_t *v = json_object_get(e, *keys);
+
+                if (!v)
+                        return false;
+                if (strcmp(*keys, "value") != 0 && strcmp(*keys, "ok") != 0 &&
+                    !json_is_string(v))
+                        return false;
+        }
+        return json_object_size(e) == n;
+}
+
+/* Fill \p rec from entry \p e of the report for case \p c of the job
+ * (NULL for code tests, whose one entry is case 0). Returns 1 when the
+ * case passed, 0 when it failed, -1 when out of memory. */
+static int read_entry(json_t *rec, const json_t *e, const json_t *c, size_t n)
+{
+        static const char *const k_value[] = {"value", NULL};
+        static const char *const k_plain[] = {"not_plain", "type", NULL};
+        static const char *const k_error[] = {"error", NULL};
+        static const char *const k_trace[] = {"error", "traceback", NULL};
+        static const char *const k_ok[] = {"ok", NULL};
+        char why[256], *msg = NULL;
+        const json_t *v;
+        cq_buf_t buf;
+        int rc = -1, ok = 0;
+
+        cq_buf_init(&buf, SHOWN_MAX + 64);
+        why[0] = '\0';
+        v = json_object_get(e, "case");
+        if (!json_is_object(e) || !json_is_integer(v) ||
+            json_integer_value(v) != (json_int_t)n) {
+                snprintf(why, sizeof(why), "entry %zu is not case %zu", n, n);
+        } else if (c && has_exactly(e, k_value)) {
+                v = json_object_get(e, "value");
+                if (valid_value(v, 0, why, sizeof(why))) {
+                        repr(&buf, v, true);
+                        if (set_shown(rec, "got", &buf) != 0)
+                                goto out;
+                        ok = same(v, json_object_get(c, "expected"));
+                }
+        } else if (c && has_exactly(e, k_plain)) {
+                const json_t *np = json_object_get(e, "not_plain");
+                const json_t *type = json_object_get(e, "type");
+                size_t tn = utf8_cut(json_string_value(type),
+                                     json_string_length(type), SHOWN_MAX);
+
+                if (asprintf(&msg, "<%.*s>", (int)tn, json_string_value(type)) <
+                        0 ||
+                    json_object_set_new(rec, "got", json_string(msg)) != 0)
+                        goto out;
+                free(msg);
+                msg = NULL;
+                if (asprintf(&msg, not_plain_fmt,
+                             (int)utf8_cut(json_string_value(np),
+                                           json_string_length(np), ERROR_MAX),
+                             json_string_value(np)) < 0 ||
+                    json_object_set_new(rec, "error", json_string(msg)) != 0)
+                        goto out;
+        } else if (has_exactly(e, k_error) || has_exactly(e, k_trace)) {
+                if (set_text(rec, "error", json_object_get(e, "error"),
+                             ERROR_MAX) != 0)
+                        goto out;
+                v = json_object_get(e, "traceback");
+                if (v && set_text(rec, "traceback", v, TRACEBACK_MAX) != 0)
+                        goto out;
+        } else if (!c && has_exactly(e, k_ok) &&
+                   json_is_true(json_object_get(e, "ok"))) {
+                ok = 1;
+        } else {
+                snprintf(why, sizeof(why),
+                         "entry %zu has members no harness writes", n);
+        }
+        if (why[0]) {
+                if (asprintf(&msg,
+                             "the test harness's report of this case could "
+                             "not be read (%s); the case fails",
+                             why) < 0 ||
+                    json_object_set_new(rec, "error", json_string(msg)) != 0)
+                        goto out;
+        }
+        if (json_object_set_new(rec, "ok", json_boolean(ok)) != 0)
+                goto out;
+        rc = ok;
+out:
+        free(msg);
+        cq_buf_release(&buf);
+        return rc;
+}
+
 int cq_testrun_parse(const json_t *tests,
                      const char *marker,
                      const cq_cell_result_t *res,
                      cq_testrun_t *tr)
 {
-        json_t *report = NULL, *cases, *rec;
+        const json_t *cases = json_object_get(tests, "cases");
+        const char *fname =
+            json_string_value(json_object_get(tests, "function"));
+        json_t *report = NULL, *entries, *recs = NULL;
+        char why[512] = "";
         size_t i;
         int rc = -1;
 
         cq_testrun_init(tr);
         tr->total = expected_total(tests);
-        if (res->status == CQ_CELL_OK)
-                report = find_report(res, marker);
-        cases = json_object_get(report, "cases");
-        if (!json_is_array(cases) ||
-            json_array_size(cases) != (size_t)tr->total) {
-                char why[512];
-
+        if (!json_is_array(cases) || !fname)
+                cases = NULL; /* code tests: one entry, case 0 */
+        if (res->status != CQ_CELL_OK) {
                 cell_error(res, why, sizeof(why));
-                if (res->status == CQ_CELL_OK && res->truncated)
+                goto failed;
+        }
+        report = find_report(res, marker, why, sizeof(why));
+        if (!report && !why[0]) {
+                if (res->truncated)
                         snprintf(why, sizeof(why),
                                  "the tests' report was lost: the test "
-                                 "cell's output passed the output cap");
-                else if (res->status == CQ_CELL_OK)
+                                 "cell's output passed the output cap "
+                                 "(CODERQ_OUTPUT_MAX; the report carries "
+                                 "every case's result whole)");
+                else
                         snprintf(why, sizeof(why),
                                  "the tests printed no report (did the code "
                                  "replace print or exit the interpreter?)");
-                rc = cq_testrun_fail(tests, why, tr);
-                goto out;
         }
-        json_array_foreach(cases, i, rec)
-        {
-                if (json_is_true(json_object_get(rec, "ok")))
-                        tr->passed++;
+        if (!report)
+                goto failed;
+        entries = json_object_get(report, "cases");
+        if (json_object_size(report) != 1 || !json_is_array(entries) ||
+            json_array_size(entries) != (size_t)tr->total) {
+                snprintf(why, sizeof(why),
+                         "the tests' report could not be read: it must hold "
+                         "one entry for each of the %d cases",
+                         tr->total);
+                goto failed;
+        }
+        recs = json_array();
+        if (!recs)
+                goto out;
+        for (i = 0; i < (size_t)tr->total; i++) {
+                const json_t *c = cases ? json_array_get(cases, i) : NULL;
+                json_t *rec =
+                    json_pack("{s:I}", "case", (json_int_t)(cases ? i + 1 : 0));
+                int ok;
+
+                if (!rec || json_array_append_new(recs, rec) != 0)
+                        goto out;
+                if (c && case_shown(rec, fname, c) != 0)
+                        goto out;
+                ok = read_entry(rec, json_array_get(entries, i), c,
+                                cases ? i + 1 : 0);
+                if (ok < 0)
+                        goto out;
+                tr->passed += ok;
         }
         tr->report = json_pack("{s:i, s:i, s:O}", "passed", tr->passed, "total",
-                               tr->total, "cases", cases);
+                               tr->total, "cases", recs);
         rc = tr->report ? 0 : -1;
+        goto out;
+failed:
+        rc = cq_testrun_fail(tests, why, tr);
 out:
         json_decref(report);
+        json_decref(recs);
         if (rc != 0)
                 cq_testrun_release(tr);
         return rc;

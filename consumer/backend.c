@@ -66,6 +66,11 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
         backend->sandbox = cq_sandbox_new(&so, errstr, errstr_size);
         if (!backend->sandbox)
                 goto fail;
+        /* Whatever the sandbox mode, kernels make their work dirs there: a
+         * root that is a symlink, another uid's or writable by others
+         * would fail every kernel, so the process does not start. */
+        if (cq_work_root_prepare(so.probe_dir, errstr, errstr_size) != 0)
+                goto fail;
         snprintf(backend->describe, sizeof(backend->describe),
                  "local kernels %s%s%s",
                  cq_sandbox_uid_per_kernel(backend->sandbox)

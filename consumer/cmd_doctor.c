@@ -452,6 +452,8 @@ static int check_sandbox(const cq_config_t *cfg)
         if (cq_sandbox_opts_from_config(&so, cfg) != 0) {
                 report("sandbox", CHECK_FAIL,
                        "invalid CODERQ_SANDBOX or CODERQ_SANDBOX_UIDS");
+                report("kserver", CHECK_WARN,
+                       "not checked: a worker would not start (sandbox)");
                 return -1;
         }
         if (!so.probe_dir) {
@@ -459,9 +461,15 @@ static int check_sandbox(const cq_config_t *cfg)
                 so.probe_dir = root;
         }
         sandbox = cq_sandbox_new(&so, errstr, sizeof(errstr));
-        if (!sandbox) {
+        if (!sandbox ||
+            cq_work_root_prepare(so.probe_dir, errstr, sizeof(errstr)) != 0) {
+                /* a worker would not start (cq_backend_new()) */
+                cq_sandbox_destroy(&sandbox);
                 one_line(errstr);
                 report("sandbox", CHECK_FAIL, errstr);
+                /* one line per check, always */
+                report("kserver", CHECK_WARN,
+                       "not checked: a worker would not start (sandbox)");
                 return -1;
         }
         mode = cq_sandbox_mode_name(sandbox);

@@ -12,12 +12,14 @@
 # what changed.
 #
 # Skips: a suite that cannot run a test here (node and npm absent,
-# bubblewrap not working, no chromium) exits 77 and CTest shows it as
-# skipped. This script first finds out what the machine has and exports
-# it as CQ_REQUIRE (e.g. "node,bwrap,chromium"; a CQ_REQUIRE already set
-# is kept, "all" forbids every skip): a suite that would skip for a
-# prerequisite named there fails instead, so a skip is only ever for
-# something truly absent.
+# bubblewrap not working, no chromium, not root) exits 77 and CTest
+# shows it as skipped. This script first finds out what the machine has
+# and exports it as CQ_REQUIRE (e.g. "node,bwrap,chromium,root"; a
+# CQ_REQUIRE already set is kept, "all" forbids every skip): a suite that
+# would skip for a prerequisite named there fails instead, so a skip is
+# only ever for something truly absent. Skips go through
+# tests/check_support.h (CQ_CHECK_SKIP, cq_check_skip_suite); lint fails
+# on a "SKIP " printed any other way.
 #
 # Options:
 #   --unit     only the unit suites (no services are started)
@@ -100,6 +102,8 @@ if [ -z "${CQ_REQUIRE+set}" ]; then
                 have+=(node)
         bwrap_works && have+=(bwrap)
         command -v chromium >/dev/null 2>&1 && have+=(chromium)
+        # root: tests that switch kernel uids (a uid per kernel)
+        [ "$(id -u)" -eq 0 ] && have+=(root)
         CQ_REQUIRE=$(IFS=,; echo "${have[*]}")
 fi
 export CQ_REQUIRE
@@ -142,6 +146,11 @@ if (cd "$CQ_ROOT" && grep -nE \
         "${sources[@]}"); then
         echo "lint: banned functions above (use snprintf, memcpy with" \
                 "lengths, strtok_r, strtol, fgets)" >&2
+        lint_failed=1
+fi
+# A skip printed by hand shows as passed and CQ_REQUIRE cannot catch it.
+if (cd "$CQ_ROOT" && grep -n '"SKIP ' tests/*.c | grep -v '^tests/check_support\.c:'); then
+        echo "lint: skips above bypass CQ_CHECK_SKIP (tests/check_support.h)" >&2
         lint_failed=1
 fi
 

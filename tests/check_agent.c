@@ -450,6 +450,49 @@ START_TEST(fresh_tests_run_on_the_successful_cells_alone)
 }
 END_TEST
 
+/* A solution that reads the expected values from the harness's frames
+ * (or anything else it can reach) finds none, in either isolation: they
+ * never enter the interpreter. */
+START_TEST(tests_cannot_read_their_expected_values)
+{
+        static const char steps[] =
+            "[{\"tool_calls\":[{\"code\":\"import gc, sys\\n"
+            "def sq(x):\\n"
+            "    fr = sys._getframe(1)\\n"
+            "    while fr is not None:\\n"
+            "        c = fr.f_locals.get('c')\\n"
+            "        if isinstance(c, dict) and 'expected' in c:\\n"
+            "            return c['expected']\\n"
+            "        fr = fr.f_back\\n"
+            "    for o in gc.get_objects():\\n"
+            "        if type(o) is dict and 'expected' in o:\\n"
+            "            return o['expected']\\n"
+            "    return -1\"}]},"
+            "{\"content\":\"sq is defined.\"}]";
+        fixture_t fx;
+        int fresh;
+
+        use_backend(_i);
+        for (fresh = 0; fresh < 2; fresh++) {
+                fixture_init(&fx, fresh ? "peek_fresh" : "peek_kernel", steps);
+                set_tests(&fx);
+                fx.job.tests_fresh = fresh;
+                fx.job.limits.max_retries = 0;
+                fixture_run(&fx, NULL, NULL, NULL);
+                ck_assert_str_eq(cq_agent_status_name(fx.result.status),
+                                 "failed");
+                ck_assert_int_eq(fx.result.tests_total, 2);
+                ck_assert_int_eq(fx.result.tests_passed, 0);
+                ck_assert_str_eq(report_isolation(&fx),
+                                 fresh ? "fresh" : "kernel");
+                ck_assert_msg(
+                    strstr(fx.result.last_error, "0 of 2 tests passed"), "%s",
+                    fx.result.last_error);
+                fixture_release(&fx);
+        }
+}
+END_TEST
+
 START_TEST(hanging_or_killing_tests_fail_with_a_reason)
 {
         fixture_t fx;
@@ -971,6 +1014,7 @@ static Suite *agent_suite(void)
                             0, 2);
         tcase_add_loop_test(tc, hanging_or_killing_tests_fail_with_a_reason, 0,
                             2);
+        tcase_add_loop_test(tc, tests_cannot_read_their_expected_values, 0, 2);
         tcase_add_loop_test(tc, two_tool_calls_both_answered_in_order, 0, 2);
         tcase_add_loop_test(tc, job_provider_anthropic, 0, 2);
         tcase_add_loop_test(tc, rate_limited_then_success, 0, 2);

@@ -19,6 +19,7 @@
 #include "support/pgtest.h"
 #include "coderq/common.h"
 #include "coderq/notebook.h"
+#include "coderq/sandbox.h"
 #include "coderq/store.h"
 #include "coderq/util.h"
 #include "support/fake_e2b.h"
@@ -1607,6 +1608,188 @@ START_TEST(long_llm_turn_keeps_the_e2b_sandbox)
 }
 END_TEST
 
+/* ------------------------------ the default sandbox and memory rules */
+
+/* The worker daemon in its default sandbox mode (CODERQ_SANDBOX unset:
+ * "on"), as root: a job's code runs as a kernel uid of its own, not as
+ * the worker, and the result says so. */
+START_TEST(default_sandbox_runs_job_code_as_another_uid)
+{
+        char root_env[128], top[96], errstr[512], *row, *out;
+        const char *extra[] = {
+            "CODERQ_SANDBOX=", "CODERQ_SANDBOX_UIDS=", root_env, NULL};
+        cq_sandbox_opts_t so = {0};
+        cq_sandbox_t *sandbox;
+        worker_t w;
+        rd_kafka_t *rk;
+        long uid = -1, gid = -1;
+        bool works;
+        char id[192];
+
+        /* A root of its own: kernel uids traverse it (the logs' dir is
+         * 0700). */
+        snprintf(top, sizeof(top), "/tmp/cq-it-worker-root-%ld",
+                 (long)getpid());
+        snprintf(root_env, sizeof(root_env), "CODERQ_WORK_ROOT=%s", top);
+        so.mode = CQ_SANDBOX_AUTO;
+        so.probe_dir = top;
+        sandbox = cq_sandbox_new(&so, errstr, sizeof(errstr));
+        ck_assert_msg(sandbox != NULL, "%s", errstr);
+        works = cq_sandbox_enabled(sandbox);
+        snprintf(errstr, sizeof(errstr), "%s", cq_sandbox_reason(sandbox));
+        cq_sandbox_destroy(&sandbox);
+        if (!works) {
+                rmdir(top);
+                CQ_CHECK_SKIP("bwrap", "bubblewrap does not work here: %s",
+                              errstr);
+        }
+        if (geteuid() != 0) {
+                rmdir(top);
+                CQ_CHECK_SKIP("root", "kernel uids are switched by root only");
+        }
+        fresh("defsandbox");
+        register_script("whoami", "[{\"tool_calls\":[{\"code\":\"import os\\n"
+                                  "print(os.getuid(), os.getgid())\"}]},"
+                                  "{\"content\":\"done\"}]");
+        child_slots = "1";
+        child_extra = extra;
+        start_worker(&w, "ws", "30");
+        child_extra = NULL;
+        child_slots = "2";
+        rk = kt_producer(brokers);
+        submit(rk, 0, "whoami", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished_or_dump(1, WAIT_MS);
+        row = job_row(0, "status");
+        ck_assert_str_eq(row, "succeeded");
+        free(row);
+        job_id(0, id, sizeof(id));
+        out = pg_text("SELECT r.report->>'sandbox' FROM results r WHERE "
+                      "r.job_id = $1",
+                      id);
+        ck_assert_str_eq(out, "bwrap+uid-per-kernel");
+        free(out);
+        out = pg_text("SELECT outputs->0->>'text' FROM cells WHERE job_id = $1 "
+                      "AND status = 'ok'",
+                      id);
+        ck_assert_ptr_nonnull(out);
+        ck_assert_int_eq(sscanf(out, "%ld %ld", &uid, &gid), 2);
+        ck_assert_msg(uid != (long)geteuid() && uid >= CQ_SANDBOX_UIDS_FIRST &&
+                          uid <= CQ_SANDBOX_UIDS_LAST && gid == uid,
+                      "the job's code ran as uid %ld gid %ld (worker: %ld)",
+                      uid, gid, (long)geteuid());
+        free(out);
+        ck_assert_int_eq(log_count(&w, "sandbox", "info"), 1);
+        ck_assert_int_eq(log_count(&w, "sandbox", "warn"), 0);
+        ck_assert_int_eq(log_count(&w,
+                                   "job runs UNSANDBOXED, as the worker's "
+                                   "user",
+                                   "warn"),
+                         0);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+        snprintf(errstr, sizeof(errstr), "rm -rf %s", top);
+        ck_assert_int_eq(system(errstr), 0);
+}
+END_TEST
+
+/* The worker's default scope (CODERQ_MEMORY_SCOPE) serves jobs that name
+ * none; recall:false never looks, remember:false never adds; a job
+ * without tests gets the remembered code as a hint, kept in its
+ * transcript with the job it came from. */
+START_TEST(memory_default_scope_flags_and_hints)
+{
+        static const char *const extra[] = {"CODERQ_MEMORY_SCOPE=team2", NULL};
+        worker_t w;
+        rd_kafka_t *rk;
+        char ex[1024], one[192], three[192], *src;
+
+        fresh("memflags");
+        register_script("mem-d", sq_steps);
+        rk = kt_producer(brokers);
+        child_slots = "1";
+        child_extra = extra;
+        start_worker(&w, "md", "30");
+        child_extra = NULL;
+        child_slots = "2";
+
+        /* No memory field: the worker's scope. Solved, remembered there. */
+        submit_wait(rk, 1, "mem-d", sq_tests, 1);
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT count(*) FROM solutions WHERE "
+                                    "scope = 'team2'",
+                                    NULL),
+                         1);
+        ck_assert_int_eq(llm_calls_of("mem-d"), 2);
+        /* ... and recalled from it, with no LLM call. */
+        submit_wait(rk, 2, "mem-d", sq_tests, 2);
+        ck_assert_msg(from_memory_of(2, 1), "job 2 not from the memory of 1");
+        ck_assert_int_eq(llm_calls_of("mem-d"), 2);
+
+        /* recall:false: a match exists, yet the model solves it with no
+         * hint; it is remembered (remember defaults to true). */
+        snprintf(ex, sizeof(ex), "%s,\"memory\":{\"recall\":false}", sq_tests);
+        submit_wait(rk, 3, "mem-d", ex, 3);
+        ck_assert_int_eq(
+            job_long(3, "SELECT count(*) FROM job_overview WHERE job_id = $1 "
+                        "AND status = 'succeeded' AND NOT from_memory AND "
+                        "memory_source_job IS NULL AND turns = 2"),
+            1);
+        ck_assert_int_eq(
+            job_long(3, "SELECT count(*) FROM job_messages WHERE job_id = $1 "
+                        "AND message->>'content' LIKE '%episodic memory%'"),
+            0);
+        ck_assert_int_eq(llm_calls_of("mem-d"), 4);
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT count(*) FROM solutions WHERE "
+                                    "scope = 'team2'",
+                                    NULL),
+                         2);
+
+        /* remember:false, in a scope of its own: solved, not added. */
+        snprintf(ex, sizeof(ex),
+                 "%s,\"memory\":{\"scope\":\"solo\",\"remember\":false}",
+                 sq_tests);
+        submit_wait(rk, 4, "mem-d", ex, 4);
+        ck_assert_int_eq(
+            job_long(4, "SELECT count(*) FROM job_overview WHERE job_id = $1 "
+                        "AND status = 'succeeded' AND NOT from_memory AND "
+                        "turns = 2"),
+            1);
+        ck_assert_int_eq(
+            kt_pg_long(dsn, "SELECT count(*) FROM solutions", NULL), 2);
+        ck_assert_int_eq(llm_calls_of("mem-d"), 6);
+
+        /* No tests: nothing to check a recall against, so the remembered
+         * code is a hint in the task message, stored with the transcript
+         * and naming the job it came from (memory_source_job). */
+        submit_wait(rk, 5, "mem-d", NULL, 5);
+        ck_assert_int_eq(llm_calls_of("mem-d"), 8);
+        ck_assert_int_eq(
+            job_long(5, "SELECT count(*) FROM job_overview o WHERE o.job_id = "
+                        "$1 AND o.status = 'succeeded' AND NOT o.from_memory "
+                        "AND o.memory_source_job IS NOT NULL AND EXISTS ("
+                        "SELECT 1 FROM job_messages m WHERE m.job_id = "
+                        "o.job_id AND m.role = 'user' AND "
+                        "m.message->>'content' LIKE '%A hint from episodic "
+                        "memory (scope \"team2\")%' AND "
+                        "m.message->>'content' LIKE '%(job ' || "
+                        "o.memory_source_job || ', model script:mem-d,%')"),
+            1);
+        job_id(1, one, sizeof(one));
+        job_id(3, three, sizeof(three));
+        job_id(5, ex, sizeof(ex));
+        src = pg_text("SELECT memory_source_job FROM job_overview WHERE "
+                      "job_id = $1",
+                      ex);
+        ck_assert_msg(src && (strcmp(src, one) == 0 || strcmp(src, three) == 0),
+                      "hint from %s", src ? src : "(none)");
+        free(src);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+        kt_producer_destroy(rk);
+}
+END_TEST
+
 static Suite *worker_suite(void)
 {
         Suite *s = suite_create("worker");
@@ -1643,6 +1826,14 @@ static Suite *worker_suite(void)
         tcase_add_test(limits, resumed_job_keeps_its_retry_count);
         tcase_add_test(limits, resumed_job_keeps_its_running_time);
         suite_add_tcase(s, limits);
+        /* The default sandbox and the memory rules: CK_RUN_CASE=trust. */
+        tc = tcase_create("trust");
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_add_checked_fixture(tc, NULL, no_extra);
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, default_sandbox_runs_job_code_as_another_uid);
+        tcase_add_test(tc, memory_default_scope_flags_and_hints);
+        suite_add_tcase(s, tc);
         tcase_add_unchecked_fixture(e2b, setup, teardown);
         tcase_add_checked_fixture(e2b, NULL, kill_leftovers);
         tcase_set_timeout(e2b, 300);

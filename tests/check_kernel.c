@@ -31,6 +31,7 @@
 #include "coderq/config.h"
 #include "coderq/kpool.h"
 #include "coderq/kserver.h"
+#include "coderq/log.h"
 #include "coderq/util.h"
 
 /* Work root of this run, set before the test processes fork. */
@@ -1566,9 +1567,10 @@ START_TEST(config_and_start_failure)
 }
 END_TEST
 
-/* Whether bubblewrap runs the kernel interpreter here at all (an auto
- * probe in an existing root); prints why not, for a SKIP line. */
-static bool bwrap_works(const char *test)
+/* Whether bubblewrap (\p bwrap; NULL: the default) runs the kernel
+ * interpreter here at all (an auto probe in an existing root); when not,
+ * \p why says why, for CQ_CHECK_SKIP(). */
+static bool bwrap_works(const char *bwrap, char *why, size_t size)
 {
         cq_sandbox_opts_t sopts = {0};
         cq_sandbox_t *sandbox;
@@ -1577,16 +1579,65 @@ static bool bwrap_works(const char *test)
 
         mkdir(root, 0711);
         sopts.mode = CQ_SANDBOX_AUTO;
+        sopts.bwrap = bwrap;
         sopts.probe_dir = root;
         sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
         ck_assert_msg(sandbox != NULL, "%s", errstr);
         ok = cq_sandbox_enabled(sandbox);
         if (!ok)
-                fprintf(stderr, "SKIP %s: bubblewrap does not work here: %s\n",
-                        test, cq_sandbox_reason(sandbox));
+                snprintf(why, size, "bubblewrap does not work here: %s",
+                         cq_sandbox_reason(sandbox));
         cq_sandbox_destroy(&sandbox);
         return ok;
 }
+
+/* The probe with a bubblewrap that cannot work, skipping as the sandbox
+ * tests do; run by skips_fail_when_cq_require_names_them only. */
+START_TEST(probe_with_a_broken_bwrap)
+{
+        char why[768];
+
+        if (!bwrap_works("/bin/false", why, sizeof(why)))
+                CQ_CHECK_SKIP("bwrap", "%s", why);
+        ck_abort_msg("/bin/false passed for bubblewrap");
+}
+END_TEST
+
+/* probe_with_a_broken_bwrap in a runner of its own, with CQ_REQUIRE set to
+ * \p require (NULL: unset); returns the runner's exit status. */
+static int run_broken_probe(const char *require)
+{
+        int st;
+        pid_t pid = fork();
+
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                Suite *s = suite_create("skip");
+                TCase *tc = tcase_create("skip");
+
+                tcase_add_test(tc, probe_with_a_broken_bwrap);
+                suite_add_tcase(s, tc);
+                if (require)
+                        setenv("CQ_REQUIRE", require, 1);
+                else
+                        unsetenv("CQ_REQUIRE");
+                _exit(cq_check_run(s));
+        }
+        ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+        ck_assert(WIFEXITED(st));
+        return WEXITSTATUS(st);
+}
+
+/* A sandbox test that cannot run shows as skipped (exit 77), and fails
+ * where CQ_REQUIRE says the machine has bubblewrap. */
+START_TEST(skips_fail_when_cq_require_names_them)
+{
+        ck_assert_int_eq(run_broken_probe(NULL), CQ_CHECK_SKIPPED);
+        ck_assert_int_eq(run_broken_probe("node"), CQ_CHECK_SKIPPED);
+        ck_assert_int_eq(run_broken_probe("node,bwrap"), EXIT_FAILURE);
+        ck_assert_int_eq(run_broken_probe("all"), EXIT_FAILURE);
+}
+END_TEST
 
 /* On a fresh machine the work root does not exist yet: the default
  * configuration creates it (0711, ours) before its probe and runs the
@@ -1601,8 +1652,8 @@ START_TEST(fresh_work_root_runs_sandboxed)
         char fresh[400], top[300], errstr[512], want[64], code[4600];
         struct stat st;
 
-        if (!bwrap_works("fresh_work_root_runs_sandboxed"))
-                return;
+        if (!bwrap_works(NULL, errstr, sizeof(errstr)))
+                CQ_CHECK_SKIP("bwrap", "%s", errstr);
         snprintf(top, sizeof(top), "%s/fresh", root);
         snprintf(fresh, sizeof(fresh), "%s/work/root", top);
         ck_assert_int_ne(stat(top, &st), 0);
@@ -1643,6 +1694,147 @@ START_TEST(fresh_work_root_runs_sandboxed)
         cq_config_release(&cfg);
         cq_work_dir_remove(top);
         ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+/* An existing work root: ours and looser than 0711 is tightened (and
+ * says so), tighter stays; a symlink, another uid's directory or a file is
+ * refused, and a worker refuses to start on it. */
+START_TEST(existing_work_root_is_tightened_or_refused)
+{
+        static const struct {
+                mode_t before, after;
+        } modes[] = {{0755, 0711}, {0744, 0700}, {02755, 0711},
+                     {0750, 0710}, {0711, 0711}, {0700, 0700}};
+        /* others may write these: shared, refused, never chmodded */
+        static const mode_t shared[] = {0777, 0775, 0757, 01777, 01733};
+        char top[300], dir[400], link[400], file[400], slash[410];
+        char errstr[512], logpath[] = "/tmp/cq-workroot-log-XXXXXX";
+        cq_sandbox_opts_t sopts = {0};
+        cq_sandbox_t *sandbox;
+        struct stat st;
+        char *log;
+        size_t i;
+        int fd;
+
+        snprintf(top, sizeof(top), "%s/roots", root);
+        mkdir(root, 0711);
+        ck_assert_int_eq(mkdir(top, 0700), 0);
+        snprintf(dir, sizeof(dir), "%s/work", top);
+        fd = mkstemp(logpath);
+        ck_assert_int_ge(fd, 0);
+        cq_log_set_fd(fd);
+        for (i = 0; i < CQ_ARRAY_SIZE(modes); i++) {
+                ck_assert_int_eq(mkdir(dir, 0700), 0);
+                ck_assert_int_eq(chmod(dir, modes[i].before), 0);
+                ck_assert_msg(
+                    cq_work_root_prepare(dir, errstr, sizeof(errstr)) == 0,
+                    "%04o: %s", (unsigned)modes[i].before, errstr);
+                ck_assert_int_eq(lstat(dir, &st), 0);
+                ck_assert_msg(
+                    (st.st_mode & 07777) == modes[i].after,
+                    "%04o became %04o, not %04o", (unsigned)modes[i].before,
+                    (unsigned)(st.st_mode & 07777), (unsigned)modes[i].after);
+                ck_assert_int_eq(rmdir(dir), 0);
+        }
+        for (i = 0; i < CQ_ARRAY_SIZE(shared); i++) {
+                ck_assert_int_eq(mkdir(dir, 0700), 0);
+                ck_assert_int_eq(chmod(dir, shared[i]), 0);
+                ck_assert_int_eq(
+                    cq_work_root_prepare(dir, errstr, sizeof(errstr)), -1);
+                ck_assert_msg(strstr(errstr, "be writable only by it"), "%s",
+                              errstr);
+                ck_assert_int_eq(lstat(dir, &st), 0);
+                ck_assert_uint_eq(st.st_mode & 07777, shared[i]);
+                ck_assert_int_eq(rmdir(dir), 0);
+        }
+        cq_log_set_fd(2);
+        log = cq_check_slurp(logpath, NULL);
+        close(fd);
+        unlink(logpath);
+        ck_assert_msg(strstr(log, "\"mode_was\":\"0755\"") &&
+                          strstr(log, "\"mode_was\":\"0750\"") &&
+                          strstr(log, "tightened"),
+                      "%s", log);
+        ck_assert_ptr_null(strstr(log, "\"mode_was\":\"0700\""));
+        free(log);
+
+        /* a symlink to a directory of ours, with or without a slash */
+        ck_assert_int_eq(mkdir(dir, 0755), 0);
+        snprintf(link, sizeof(link), "%s/link", top);
+        ck_assert_int_eq(symlink(dir, link), 0);
+        snprintf(slash, sizeof(slash), "%s/", link);
+        ck_assert_int_eq(cq_work_root_prepare(link, errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_msg(strstr(errstr, "is a symbolic link"), "%s", errstr);
+        ck_assert_int_eq(cq_work_root_prepare(slash, errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_msg(strstr(errstr, "is a symbolic link"), "%s", errstr);
+        ck_assert_int_eq(lstat(dir, &st), 0);
+        ck_assert_uint_eq(st.st_mode & 07777, 0755); /* left alone */
+
+        /* the sandbox probe refuses it (on: no sandbox; auto: disabled,
+         * saying why), and a worker refuses to start on it in every
+         * mode, since no kernel could start there */
+        sopts.mode = CQ_SANDBOX_ON;
+        sopts.probe_dir = link;
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_ptr_null(sandbox);
+        ck_assert_msg(strstr(errstr, "is a symbolic link"), "%s", errstr);
+        sopts.mode = CQ_SANDBOX_AUTO;
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_ptr_nonnull(sandbox);
+        ck_assert(!cq_sandbox_enabled(sandbox));
+        ck_assert_msg(strstr(cq_sandbox_reason(sandbox), "is a symbolic link"),
+                      "%s", cq_sandbox_reason(sandbox));
+        cq_sandbox_destroy(&sandbox);
+        for (i = 0; i < 3; i++) {
+                static const char *const mode[] = {"on", "auto", "off"};
+                cq_config_t cfg;
+                cq_backend_t *backend;
+
+                ck_assert_int_eq(cq_config_init(&cfg), 0);
+                ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_SANDBOX", mode[i],
+                                               NULL, errstr, sizeof(errstr)),
+                                 0);
+                ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_WORK_ROOT", link,
+                                               NULL, errstr, sizeof(errstr)),
+                                 0);
+                backend = cq_backend_new(&cfg, 0, errstr, sizeof(errstr));
+                ck_assert_ptr_null(backend);
+                ck_assert_msg(strstr(errstr, "is a symbolic link"), "%s: %s",
+                              mode[i], errstr);
+                cq_config_release(&cfg);
+        }
+
+        /* a file */
+        snprintf(file, sizeof(file), "%s/file", top);
+        cq_check_spit(file, "x", 1);
+        ck_assert_int_eq(cq_work_root_prepare(file, errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_msg(strstr(errstr, "is not a directory"), "%s", errstr);
+
+        /* another uid's directory: only root can make one here */
+        if (geteuid() == 0) {
+                ck_assert_int_eq(chown(dir, 12345, 12345), 0);
+                ck_assert_int_eq(
+                    cq_work_root_prepare(dir, errstr, sizeof(errstr)), -1);
+                ck_assert_msg(strstr(errstr, "must belong to uid 0 and be "
+                                             "writable only by it (it is uid "
+                                             "12345, mode 0755)"),
+                              "%s", errstr);
+                ck_assert_int_eq(lstat(dir, &st), 0);
+                ck_assert_uint_eq(st.st_mode & 07777, 0755);
+        } else {
+                ck_assert_int_eq(
+                    cq_work_root_prepare("/usr", errstr, sizeof(errstr)), -1);
+                ck_assert_msg(strstr(errstr, "must belong to uid"), "%s",
+                              errstr);
+        }
+        unlink(file);
+        unlink(link);
+        rmdir(dir);
+        ck_assert_int_eq(rmdir(top), 0);
 }
 END_TEST
 
@@ -1787,13 +1979,10 @@ START_TEST(fork_bomb_stays_in_its_kernel)
         long ua = -1, ub = -1;
         struct stat st;
 
-        if (geteuid() != 0) {
-                fprintf(stderr, "SKIP fork_bomb_stays_in_its_kernel: needs "
-                                "root to switch uids\n");
-                return;
-        }
-        if (!bwrap_works("fork_bomb_stays_in_its_kernel"))
-                return;
+        if (geteuid() != 0)
+                CQ_CHECK_SKIP("root", "uids are switched by root only");
+        if (!bwrap_works(NULL, errstr, sizeof(errstr)))
+                CQ_CHECK_SKIP("bwrap", "%s", errstr);
         sopts.mode = CQ_SANDBOX_ON;
         sopts.probe_dir = root;
         sopts.nproc = 64;
@@ -1895,7 +2084,7 @@ static int dumpable_probe(void)
 {
         cq_config_t cfg;
         cq_backend_t *backend;
-        char errstr[512], path[64];
+        char errstr[512], path[64], dumpable_root[300];
         int status = -1;
         pid_t pid;
 
@@ -1905,10 +2094,12 @@ static int dumpable_probe(void)
             prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1)
                 return 11;
         setenv("CQ_TEST_SECRET", "sk-worker-secret", 1);
+        /* a root of its own: the worker refuses one others may write */
+        snprintf(dumpable_root, sizeof(dumpable_root), "%s-dumpable", root);
         if (cq_config_init(&cfg) ||
             cq_config_set(&cfg, "CODERQ_SANDBOX", "off", NULL, errstr,
                           sizeof(errstr)) ||
-            cq_config_set(&cfg, "CODERQ_WORK_ROOT", "/tmp", NULL, errstr,
+            cq_config_set(&cfg, "CODERQ_WORK_ROOT", dumpable_root, NULL, errstr,
                           sizeof(errstr)))
                 return 12;
         backend = cq_backend_new(&cfg, 0, errstr, sizeof(errstr));
@@ -1947,6 +2138,13 @@ START_TEST(backend_makes_the_process_non_dumpable)
         if (pid == 0)
                 _exit(dumpable_probe());
         ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        {
+                char dumpable_root[300];
+
+                snprintf(dumpable_root, sizeof(dumpable_root), "%s-dumpable",
+                         root);
+                rmdir(dumpable_root);
+        }
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                       "dumpable probe failed at step %d (14: still dumpable; "
                       "17: a same-uid process read /proc/PID/environ)",
@@ -2048,8 +2246,8 @@ START_TEST(forked_kernels_are_strangers)
         if (geteuid() != 0)
                 CQ_CHECK_SKIP("root", "forked_kernels_are_strangers: the "
                                       "kernel server's sandbox needs root");
-        if (!bwrap_works("forked_kernels_are_strangers"))
-                return;
+        if (!bwrap_works(NULL, errstr, sizeof(errstr)))
+                CQ_CHECK_SKIP("bwrap", "%s", errstr);
         sopts.mode = CQ_SANDBOX_ON;
         sopts.probe_dir = root;
         sopts.nproc = 256;
@@ -2395,7 +2593,9 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, config_and_start_failure);
         tcase_add_test(tc, fresh_work_root_runs_sandboxed);
         tcase_add_test(tc, sandbox_on_fails_closed);
+        tcase_add_test(tc, existing_work_root_is_tightened_or_refused);
         tcase_add_test(tc, fork_bomb_stays_in_its_kernel);
+        tcase_add_test(tc, skips_fail_when_cq_require_names_them);
         tcase_add_test(tc, backend_makes_the_process_non_dumpable);
         tcase_add_test(tc, forked_kernels_are_strangers);
         tcase_add_test(tc, killed_server_is_restarted);

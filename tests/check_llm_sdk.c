@@ -5,7 +5,8 @@
  * drives a tool-use round trip and the error replies through the SDK,
  * then the C client holds the same conversation and its requests must
  * equal the SDK's, body for body. Exits 77 (CTest's skip) when no Python
- * with pip is found or PyPI cannot be reached. */
+ * with pip is found or PyPI cannot be reached, unless CQ_REQUIRE names
+ * "pypi" (then it fails). */
 #include <check.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -24,8 +25,7 @@
 #include "coderq/util.h"
 #include "support/fake_llm.h"
 
-#define SKIP_CODE 77
-#define TEST_KEY  "sk-ant-test-0123456789abcdef"
+#define TEST_KEY "sk-ant-test-0123456789abcdef"
 
 static char python[64];
 static char pyenv[4096];
@@ -275,15 +275,13 @@ static Suite *llm_sdk_suite(void)
 
 int main(void)
 {
-        if (!find_python()) {
-                fprintf(stderr, "SKIP check_llm_sdk: no python3 with pip to "
-                                "install the Anthropic SDK\n");
-                return SKIP_CODE;
-        }
-        if (!install_sdk()) {
-                fprintf(stderr, "SKIP check_llm_sdk: pip could not install "
-                                "anthropic from PyPI (offline?)\n");
-                return SKIP_CODE;
-        }
+        if (!find_python())
+                return cq_check_skip_suite("check_llm_sdk", "pypi",
+                                           "no python3 with pip to install "
+                                           "the Anthropic SDK");
+        if (!install_sdk())
+                return cq_check_skip_suite("check_llm_sdk", "pypi",
+                                           "pip could not install anthropic "
+                                           "from PyPI (offline?)");
         return cq_check_run(llm_sdk_suite());
 }

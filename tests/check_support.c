@@ -80,6 +80,28 @@ void cq_check_skip(const char *need, const char *fmt, ...)
                 atomic_fetch_add(skips, 1);
 }
 
+int cq_check_skip_suite(const char *suite,
+                        const char *need,
+                        const char *fmt,
+                        ...)
+{
+        char why[1024];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(why, sizeof(why), fmt, ap);
+        va_end(ap);
+        if (required(need)) {
+                fprintf(stderr,
+                        "%s cannot skip: CQ_REQUIRE=%s says this machine has "
+                        "%s, yet: %s\n",
+                        suite, getenv("CQ_REQUIRE"), need, why);
+                return EXIT_FAILURE;
+        }
+        fprintf(stderr, "SKIP %s: needs %s: %s\n", suite, need, why);
+        return CQ_CHECK_SKIPPED;
+}
+
 const char *cq_check_env(const char *name)
 {
         const char *value = getenv(name);

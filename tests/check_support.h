@@ -38,6 +38,18 @@ void cq_check_skip(const char *need, const char *fmt, ...)
                 return;                                                        \
         } while (0)
 
+/**
+ * @brief For a runner that cannot run at all here (checked in main(),
+ *        before any test): print "SKIP <suite>: needs <need>: <why>" and
+ *        return CQ_CHECK_SKIPPED, or, when CQ_REQUIRE names \p need (see
+ *        cq_check_skip()), say that it cannot skip and return
+ *        EXIT_FAILURE. main() returns what this returns.
+ */
+int cq_check_skip_suite(const char *suite,
+                        const char *need,
+                        const char *fmt,
+                        ...) __attribute__((format(printf, 3, 4)));
+
 /** @brief The value of the environment variable \p name; when it is unset,
  *         fail the current test with a message naming it. */
 const char *cq_check_env(const char *name);

@@ -7,16 +7,17 @@
  *   {"kind":"cases","function":"f","cases":[{"args":[..],"expected":..}]}
  *   {"kind":"code","code":"assert f(2) == 4"}
  *
- * A case's result is first turned into plain data without calling any
- * method of an object the model's code made: exact None, bool, int, float,
- * str, list and tuple (as a list), dict with str keys; numpy arrays of
- * bool, integer, float or str dtype and numpy's own scalar types through
- * tolist()/item(); anything else (another class, a subclass of a built-in
- * type, an object array, a non-str dict key) fails the case with a message
- * naming its type. Plain values then compare with numeric tolerance
- * (math.isclose, rel 1e-6, abs 1e-9) element-wise; booleans only equal
- * booleans. The report is printed on one line behind a per-run random
- * marker, so ordinary output cannot be taken for it. */
+ * The cell gets the function's name and the arguments of each case,
+ * never the expected values: it calls the function and reports each
+ * result as plain data (exact None, bool, int, float, str, list and tuple
+ * as a list, dict with str keys; numpy's own arrays of bool, integer,
+ * float or str dtype and its scalar types through tolist()/item();
+ * anything else is reported as not plain, naming its type) on one line
+ * behind a per-run random marker. cq_testrun_parse() reads that line as
+ * untrusted input and compares in C, with numeric tolerance (as
+ * math.isclose, rel 1e-6, abs 1e-9) element-wise; booleans only equal
+ * booleans. Whatever the model's code did to the interpreter, a report
+ * can only claim results, and a wrong one fails. */
 #ifndef CODERQ_TESTRUN_H
 #define CODERQ_TESTRUN_H
 
@@ -56,8 +57,12 @@ char *cq_testrun_code(const json_t *tests,
  * @param tests Borrowed; the same object given to cq_testrun_code().
  * @param res Borrowed; the cell's result.
  * @returns 0 with \p tr filled (a cell that raised, timed out or printed no
- *          report counts as every case failed, with the reason in
- *          tr->error), -1 when out of memory.
+ *          report, or whose report is forged or cannot be read, counts as
+ *          every case failed, with the reason in tr->error; an entry that
+ *          cannot be read fails its case), -1 when out of memory.
+ * @remark The cell's output is untrusted (the model's code ran in that
+ *         interpreter): it is parsed strictly and never trusted to judge
+ *         a case.
  */
 CQ_NODISCARD int cq_testrun_parse(const json_t *tests,
                                   const char *marker,
