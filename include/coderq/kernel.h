@@ -84,6 +84,11 @@ CQ_NODISCARD cq_err_t cq_kernel_restart(cq_kernel_t *kernel);
  *         next restart. */
 const json_t *cq_kernel_language_info(const cq_kernel_t *kernel);
 
+/** @brief What the kernel's Python reported at its last start (see
+ *         cq_interp_env()); borrowed, valid until the next restart; NULL
+ *         when the report was missing or malformed. */
+const json_t *cq_kernel_env(const cq_kernel_t *kernel);
+
 /** @brief The last error; borrowed, valid until the next call. */
 const char *cq_kernel_errmsg(const cq_kernel_t *kernel);
 
