@@ -2002,7 +2002,6 @@ static cq_err_t start_sandbox(cq_e2b_t *e2b)
                 return err;
         }
         json_decref(e2b->snapshot);
-        json_decref(e2b->env);
         e2b->snapshot = snap;
         return CQ_OK;
 }
@@ -2291,6 +2290,7 @@ static void e2b_destroy(cq_interp_t *interp)
         }
         free(e2b->inputs);
         json_decref(e2b->snapshot);
+        json_decref(e2b->env);
         free(e2b->api_key);
         free(e2b->domain);
         free(e2b->api_url);
