@@ -322,6 +322,9 @@ obs_reserve(void *opaque, double estimate_usd, char *why, size_t why_size)
         cq_budget_t b;
         cq_err_t err;
 
+        /* a job of no run has no run budget: no round trip */
+        if (!ctx->job->run_id)
+                return 0;
         err = cq_store_budget_reserve(ctx->slot->store, ctx->job->job_id,
                                       estimate_usd, &b);
         if (err != CQ_OK)
