@@ -1739,7 +1739,9 @@ done:
         result->cache_read_tokens = run.used.cache_read_tokens;
         result->cache_creation_tokens = run.used.cache_creation_tokens;
         result->cost_usd = run.cost_usd;
-        result->repro = repro_of(&run);
+        /* an aborted run records nothing: no need to ask an E2B sandbox */
+        if (result->status != CQ_AGENT_ABORTED)
+                result->repro = repro_of(&run);
         if (result->status == CQ_AGENT_SUCCEEDED)
                 result->reason_code = NULL;
         else if (!result->reason_code)
