@@ -307,8 +307,11 @@ static int parse_real(const json_t *obj,
         if (!json_is_number(value) || !(above ? v > min : v >= min) ||
             !(v <= max)) {
                 set_err(errstr, errstr_size,
-                        "field \"%s\" must be a number from %g%s to %g", field,
-                        min, above ? " (not included)" : "", max);
+                        above ? "field \"%s\" must be a number above %.10g "
+                                "and at most %.10g"
+                              : "field \"%s\" must be a number from %.10g to "
+                                "%.10g",
+                        field, min, max);
                 return -1;
         }
         *outp = v;
