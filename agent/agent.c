@@ -117,6 +117,7 @@ void cq_agent_result_release(cq_agent_result_t *result)
         free(result->solution);
         free(result->memory_source_job);
         json_decref(result->tests);
+        json_decref(result->repro);
         json_decref(result->history);
         cq_files_release(&result->images);
         cq_agent_result_init(result);
@@ -142,8 +143,19 @@ typedef struct run {
         cq_tooltext_opts_t topts;
         bool aborted;
         bool oom;
-        bool trying_memory; /* a remembered solution's failures are not
-                               the model's: they are not counted */
+        bool trying_memory;     /* a remembered solution's failures are not
+                                   the model's: they are not counted */
+        bool tests_failed_last; /* the last retry counted was a test run */
+        /* Usage and cost of the whole job (earlier attempts included). */
+        cq_usage_t used;
+        int64_t limit_tokens; /* used for max_tokens_total: reported
+                                 tokens, or a call's estimate when its
+                                 reply reported none */
+        double cost_usd;      /* < 0: unknown */
+        bool price_known;
+        cq_price_t price;
+        bool bad_sampling; /* the provider cannot send the job's seed */
+        int64_t tools_tokens;
 } run_t;
 
 static void set_str(char **dst, const char *fmt, ...) CQ_PRINTF(2, 3);
@@ -173,10 +185,12 @@ static void event(run_t *run, const char *type, json_t *data)
         json_decref(data);
 }
 
-/* One more failed cell or test run. The observer records the count, so
- * a resumed job goes on from it: max_retries holds over the whole job. */
-static void count_retry(run_t *run)
+/* One more failed cell or test run (\p from_tests: a test run). The
+ * observer records the count, so a resumed job goes on from it:
+ * max_retries holds over the whole job. */
+static void count_retry(run_t *run, bool from_tests)
 {
+        run->tests_failed_last = from_tests;
         run->result->retries++;
         if (run->trying_memory || !run->obs || !run->obs->on_retry)
                 return;
@@ -538,10 +552,19 @@ static void cell_error_summary(const cq_cell_result_t *res, char **dst)
         }
 }
 
-static void fail(run_t *run, cq_agent_status_t status, const char *fmt, ...)
-    CQ_PRINTF(3, 4);
+static void fail(run_t *run,
+                 cq_agent_status_t status,
+                 const char *code,
+                 const char *fmt,
+                 ...) CQ_PRINTF(4, 5);
 
-static void fail(run_t *run, cq_agent_status_t status, const char *fmt, ...)
+/* End the run with \p status; \p code is the kind of reason (README
+ * "Reason codes"), a static string. */
+static void fail(run_t *run,
+                 cq_agent_status_t status,
+                 const char *code,
+                 const char *fmt,
+                 ...)
 {
         va_list ap;
         char *s = NULL;
@@ -552,6 +575,7 @@ static void fail(run_t *run, cq_agent_status_t status, const char *fmt, ...)
         va_end(ap);
         free(run->result->reason);
         run->result->reason = s;
+        run->result->reason_code = code;
         run->result->status = status;
 }
 
@@ -565,15 +589,15 @@ static bool must_stop(run_t *run)
                 return true;
         }
         if (run->oom) {
-                fail(run, CQ_AGENT_FAILED, "out of memory");
+                fail(run, CQ_AGENT_FAILED, "internal", "out of memory");
                 return true;
         }
         if (cancelled(run)) {
-                fail(run, CQ_AGENT_CANCELLED, "cancelled");
+                fail(run, CQ_AGENT_CANCELLED, "cancelled", "cancelled");
                 return true;
         }
         if (remaining_ms(run) <= 0) {
-                fail(run, CQ_AGENT_FAILED,
+                fail(run, CQ_AGENT_FAILED, "job_timeout",
                      "job time limit reached (%ld s of running time, "
                      "earlier attempts included); last error: %s",
                      run->job_timeout_s,
@@ -588,7 +612,9 @@ static bool over_retries(run_t *run)
 {
         if (run->result->retries <= run->max_retries)
                 return false;
+        /* "tests" when the failed test run was the one too many */
         fail(run, CQ_AGENT_FAILED,
+             run->tests_failed_last ? "tests" : "max_retries",
              "retry limit reached: %ld failed cells or test runs "
              "(max_retries %ld); last error: %s",
              run->result->retries, run->max_retries,
@@ -627,7 +653,8 @@ static int answer_call(run_t *run,
                 cq_err_t err = run_cell(run, call->code, &res);
 
                 if (err != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED, "the interpreter failed: %s",
+                        fail(run, CQ_AGENT_FAILED, "interpreter",
+                             "the interpreter failed: %s",
                              cq_interp_errmsg(run->interp));
                         goto out;
                 }
@@ -692,7 +719,7 @@ answer_calls(run_t *run, const cq_llm_reply_t *reply, const json_t *answered)
                     0)
                         goto out;
                 if (failed)
-                        count_retry(run);
+                        count_retry(run, false);
         }
         if (reflection) {
                 event(run, "reflection",
@@ -775,7 +802,7 @@ static int fresh_tests(run_t *run,
         int rc = -1;
 
         if (!run->opts->new_interp) {
-                fail(run, CQ_AGENT_FAILED,
+                fail(run, CQ_AGENT_FAILED, "interpreter",
                      "tests.isolation \"fresh\" is not available here: no "
                      "way to start a new interpreter");
                 return -1;
@@ -792,7 +819,7 @@ static int fresh_tests(run_t *run,
             run->opts->new_interp(run->opts->new_interp_opaque,
                                   run->job->backend, errstr, sizeof(errstr));
         if (!fresh) {
-                fail(run, CQ_AGENT_FAILED,
+                fail(run, CQ_AGENT_FAILED, "interpreter",
                      "could not start a fresh interpreter for the tests: %s",
                      errstr);
                 return -1;
@@ -815,7 +842,7 @@ static int fresh_tests(run_t *run,
                         fresh,
                         json_string_value(json_array_get(run->solution, i)),
                         &xo, &cell) != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED,
+                        fail(run, CQ_AGENT_FAILED, "interpreter",
                              "the fresh interpreter for the tests failed: %s",
                              cq_interp_errmsg(fresh));
                         cq_cell_result_release(&cell);
@@ -842,7 +869,7 @@ static int fresh_tests(run_t *run,
                 xo.timeout_ms = test_timeout_ms(run);
                 xo.cancel = run->opts->cancel;
                 if (cq_interp_execute(fresh, code, &xo, res) != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED,
+                        fail(run, CQ_AGENT_FAILED, "interpreter",
                              "the fresh interpreter for the tests failed: %s",
                              cq_interp_errmsg(fresh));
                         goto out;
@@ -869,8 +896,8 @@ static int run_tests(run_t *run)
         code = cq_testrun_code(run->job->tests, marker, sizeof(marker), errstr,
                                sizeof(errstr));
         if (!code) {
-                fail(run, CQ_AGENT_FAILED, "could not run the tests: %s",
-                     errstr);
+                fail(run, CQ_AGENT_FAILED, "interpreter",
+                     "could not run the tests: %s", errstr);
                 return -1;
         }
         cq_cell_result_init(&res);
@@ -890,7 +917,8 @@ static int run_tests(run_t *run)
                 xo.timeout_ms = test_timeout_ms(run);
                 xo.cancel = run->opts->cancel;
                 if (cq_interp_execute(run->interp, code, &xo, &res) != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED, "the interpreter failed: %s",
+                        fail(run, CQ_AGENT_FAILED, "interpreter",
+                             "the interpreter failed: %s",
                              cq_interp_errmsg(run->interp));
                         goto out;
                 }
@@ -932,7 +960,7 @@ static int run_tests(run_t *run)
                 rc = 1;
                 goto out;
         }
-        count_retry(run);
+        count_retry(run, true);
         if (tr.error)
                 set_str(&run->result->last_error, "%s", tr.error);
         else
@@ -1074,17 +1102,140 @@ handle_assistant(run_t *run, size_t index, const cq_llm_reply_t *reply)
         return 1;
 }
 
+/* Tokens the request adds to the messages: the tools schema, one token
+ * per 3 bytes as cq_llm_estimate_tokens() counts text. -1 when out of
+ * memory. */
+static int64_t tools_tokens(void)
+{
+        json_t *tools = cq_llm_tools_json();
+        char *text = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
+        int64_t n = text ? ((int64_t)strlen(text) + 2) / 3 : -1;
+
+        free(text);
+        json_decref(tools);
+        return n;
+}
+
+/* Whether the next LLM call may go: its estimated tokens and cost within
+ * the job's limits and the run's budget. When it may not, the job fails
+ * with reason code "budget" (or stops, when the observer says so). The
+ * estimate is the most the call may use: the prompt as
+ * cq_llm_estimate_tokens() counts the history (plus the tools schema),
+ * all at the uncached input price, and a reply of max_tokens. */
+static bool within_budget(run_t *run)
+{
+        const cq_job_limits_t *lim = &run->job->limits;
+        int64_t prompt =
+            cq_llm_estimate_tokens(run->history) + run->tools_tokens;
+        int64_t out = cq_llm_max_tokens(run->llm);
+        double estimate;
+        char why[512];
+        int r;
+
+        if (out <= 0) /* no max_tokens sent: the window bounds the reply */
+                out = (int64_t)run->opts->context_tokens > prompt
+                          ? (int64_t)run->opts->context_tokens - prompt
+                          : 0;
+        if (lim->max_tokens_total > 0 &&
+            run->limit_tokens + prompt + out > lim->max_tokens_total) {
+                fail(run, CQ_AGENT_FAILED, "budget",
+                     "token budget: the next LLM call could use up to %lld "
+                     "tokens (about %lld prompt and at most %lld output), "
+                     "which would cross limits.max_tokens_total %lld (%lld "
+                     "used so far)",
+                     (long long)(prompt + out), (long long)prompt,
+                     (long long)out, lim->max_tokens_total,
+                     (long long)run->limit_tokens);
+                return false;
+        }
+        estimate = run->price_known && run->cost_usd >= 0
+                       ? cq_price_estimate(&run->price, prompt, out)
+                       : -1;
+        if (lim->max_cost_usd > 0) {
+                if (!run->price_known) {
+                        fail(run, CQ_AGENT_FAILED, "budget",
+                             "cost budget: limits.max_cost_usd is set but "
+                             "model %s has no price (%s), so the cost of a "
+                             "call cannot be bounded",
+                             cq_llm_model(run->llm),
+                             run->opts->prices ? "not in CODERQ_PRICES_FILE"
+                                               : "CODERQ_PRICES_FILE is unset");
+                        return false;
+                }
+                if (run->cost_usd < 0) {
+                        fail(run, CQ_AGENT_FAILED, "budget",
+                             "cost budget: the cost so far is unknown (an "
+                             "LLM reply reported no usage), so "
+                             "limits.max_cost_usd cannot be kept");
+                        return false;
+                }
+                if (run->cost_usd + estimate > lim->max_cost_usd) {
+                        fail(run, CQ_AGENT_FAILED, "budget",
+                             "cost budget: the next LLM call could cost up "
+                             "to $%.6f (about %lld prompt and at most %lld "
+                             "output tokens), which would cross "
+                             "limits.max_cost_usd $%g ($%.6f spent so far)",
+                             estimate, (long long)prompt, (long long)out,
+                             lim->max_cost_usd, run->cost_usd);
+                        return false;
+                }
+        }
+        if (!run->obs || !run->obs->reserve)
+                return true;
+        why[0] = '\0';
+        r = run->obs->reserve(run->obs->opaque, estimate, why, sizeof(why));
+        if (r < 0) {
+                run->aborted = true;
+                return false;
+        }
+        if (r > 0) {
+                fail(run, CQ_AGENT_FAILED, "budget", "run budget: %s",
+                     why[0] ? why : "the run's budget would be crossed");
+                return false;
+        }
+        return true;
+}
+
+/* Count a call's usage and cost into the job's and report them. */
+static void account(run_t *run, const cq_llm_reply_t *reply, int64_t estimate)
+{
+        cq_usage_t call;
+
+        call.prompt_tokens = reply->prompt_tokens;
+        call.completion_tokens = reply->completion_tokens;
+        call.cache_read_tokens = reply->cache_read_tokens;
+        call.cache_creation_tokens = reply->cache_creation_tokens;
+        run->used.prompt_tokens += call.prompt_tokens;
+        run->used.completion_tokens += call.completion_tokens;
+        run->used.cache_read_tokens += call.cache_read_tokens;
+        run->used.cache_creation_tokens += call.cache_creation_tokens;
+        if (reply->has_usage)
+                run->limit_tokens +=
+                    call.prompt_tokens + call.completion_tokens;
+        else
+                run->limit_tokens += estimate;
+        if (!reply->has_usage || !run->price_known)
+                run->cost_usd = -1;
+        else if (run->cost_usd >= 0)
+                run->cost_usd += cq_price_cost(&run->price, &call);
+        if (run->obs && run->obs->on_usage &&
+            run->obs->on_usage(run->obs->opaque, &run->used, run->cost_usd) !=
+                0)
+                run->aborted = true;
+}
+
 /* One LLM call and what follows from it. Returns as handle_assistant(). */
 static int turn(run_t *run)
 {
         cq_llm_reply_t reply;
         size_t index;
+        int64_t estimate;
         int rc = -1;
         json_t *codes;
         size_t i;
 
         if (run->result->turns >= run->max_turns) {
-                fail(run, CQ_AGENT_FAILED,
+                fail(run, CQ_AGENT_FAILED, "max_turns",
                      "turn limit reached: %ld LLM calls (max_turns %ld); "
                      "last error: %s",
                      run->result->turns, run->max_turns,
@@ -1093,21 +1244,33 @@ static int turn(run_t *run)
                 return -1;
         }
         elide_context(run);
+        if (!within_budget(run))
+                return -1;
+        estimate = cq_llm_estimate_tokens(run->history) + run->tools_tokens;
         cq_llm_reply_init(&reply);
         run->result->turns++;
         switch (cq_llm_chat(run->llm, run->history, &reply)) {
         case CQ_OK:
+                if (!reply.has_usage) {
+                        json_t *one = json_pack("[O]", reply.message);
+
+                        estimate += cq_llm_estimate_tokens(one);
+                        json_decref(one);
+                }
+                account(run, &reply, estimate);
+                if (run->aborted)
+                        goto out;
                 break;
         case CQ_ERR_RETRIABLE:
                 if (cancelled(run))
-                        fail(run, CQ_AGENT_CANCELLED, "cancelled");
+                        fail(run, CQ_AGENT_CANCELLED, "cancelled", "cancelled");
                 else
-                        fail(run, CQ_AGENT_FAILED,
+                        fail(run, CQ_AGENT_FAILED, "llm",
                              "the LLM stayed unavailable: %s",
                              cq_llm_errmsg(run->llm));
                 goto out;
         default:
-                fail(run, CQ_AGENT_FAILED, "the LLM request failed: %s",
+                fail(run, CQ_AGENT_FAILED, "llm", "the LLM request failed: %s",
                      cq_llm_errmsg(run->llm));
                 goto out;
         }
@@ -1157,7 +1320,7 @@ static int replay(run_t *run, const json_t *cells)
                         add_solution_cell(run, json_string_value(cell));
                 cq_cell_result_release(&res);
                 if (err != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED,
+                        fail(run, CQ_AGENT_FAILED, "interpreter",
                              "could not replay the session: %s",
                              cq_interp_errmsg(run->interp));
                         return -1;
@@ -1251,7 +1414,7 @@ put_input_file(run_t *run, cq_interp_t *interp, const cq_job_file_t *file)
                 if (cq_fetch_url(file->url, run->opts->file_max, 120,
                                  run->opts->fetch_allow, &fetched, &len, errstr,
                                  sizeof(errstr)) != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED,
+                        fail(run, CQ_AGENT_FAILED, "input",
                              "could not get input file %s: %s", file->name,
                              errstr);
                         return -1;
@@ -1260,8 +1423,9 @@ put_input_file(run_t *run, cq_interp_t *interp, const cq_job_file_t *file)
         }
         if (cq_interp_put_file(interp, file->name,
                                data ? (const void *)data : "", len) != CQ_OK) {
-                fail(run, CQ_AGENT_FAILED, "could not write input file %s: %s",
-                     file->name, cq_interp_errmsg(interp));
+                fail(run, CQ_AGENT_FAILED, "input",
+                     "could not write input file %s: %s", file->name,
+                     cq_interp_errmsg(interp));
                 goto out;
         }
         rc = 0;
@@ -1400,6 +1564,59 @@ static int finish_open_turn(run_t *run)
         return rc;
 }
 
+/* What the run used, for its record: model, provider, sampling, the
+ * SHA-256 of the system prompt the conversation starts with (the job's,
+ * the configured or the built-in one; a session's is its parent's), the
+ * coderq version, the backend and the interpreter's Python and main
+ * packages. */
+static json_t *repro_of(const run_t *run)
+{
+        json_t *repro = cq_llm_sampling_json(run->llm);
+        const json_t *env = cq_interp_env(run->interp);
+        const char *system = NULL;
+        char hex[65];
+        size_t i;
+
+        if (!repro)
+                return NULL;
+        for (i = 0; i < json_array_size(run->history); i++) {
+                const json_t *msg = json_array_get(run->history, i);
+                const char *role =
+                    json_string_value(json_object_get(msg, "role"));
+
+                if (role && strcmp(role, "system") == 0) {
+                        system =
+                            json_string_value(json_object_get(msg, "content"));
+                        break;
+                }
+        }
+        if (system)
+                cq_sha256_hex(system, strlen(system), hex);
+        if (json_object_set_new(repro, "model",
+                                json_string(cq_llm_model(run->llm))) ||
+            json_object_set_new(
+                repro, "provider",
+                json_string(cq_llm_provider_name(cq_llm_provider(run->llm)))) ||
+            json_object_set_new(repro, "system_prompt_sha256",
+                                system ? json_string(hex) : json_null()) ||
+            json_object_set_new(repro, "coderq_version",
+                                json_string(CQ_VERSION)) ||
+            json_object_set_new(repro, "backend",
+                                json_string(cq_interp_backend(run->interp))) ||
+            json_object_set(repro, "python",
+                            env && json_object_get(env, "python")
+                                ? json_object_get(env, "python")
+                                : json_null()) ||
+            json_object_set(repro, "packages",
+                            env && json_object_get(env, "packages")
+                                ? json_object_get(env, "packages")
+                                : json_null())) {
+                json_decref(repro);
+                return NULL;
+        }
+        return repro;
+}
+
 cq_err_t cq_agent_run(const cq_job_t *job,
                       cq_interp_t *interp,
                       cq_llm_t *llm,
@@ -1453,9 +1670,16 @@ cq_err_t cq_agent_run(const cq_job_t *job,
         result->status = CQ_AGENT_FAILED;
         if (job->tests)
                 result->tests_total = 0;
+        run.tools_tokens = tools_tokens();
+        if (start) {
+                run.used = start->usage_done;
+                run.cost_usd = start->cost_done_usd;
+                run.limit_tokens =
+                    run.used.prompt_tokens + run.used.completion_tokens;
+        }
         cq_llm_usage_reset(llm);
         cq_llm_set_cancel(llm, opts->cancel);
-        if (cq_llm_set_model(llm, job->model) != 0 ||
+        if (run.tools_tokens < 0 || cq_llm_set_model(llm, job->model) != 0 ||
             cq_llm_set_provider(llm, job->provider) != 0) {
                 if (cq_llm_set_model(llm, NULL) != 0)
                         cq_log_warn("could not restore the configured model");
@@ -1463,10 +1687,25 @@ cq_err_t cq_agent_run(const cq_job_t *job,
                 json_decref(run.solution);
                 return CQ_ERR_FATAL;
         }
+        run.price_known =
+            cq_prices_find(opts->prices, cq_llm_model(llm), &run.price);
+        run.bad_sampling =
+            cq_llm_set_sampling(
+                llm,
+                job->sampling.has_temperature ? job->sampling.temperature : -1,
+                job->sampling.has_top_p ? job->sampling.top_p : -1,
+                job->sampling.has_seed ? &job->sampling.seed : NULL) != 0;
 
         if (start && start->history && start->continue_job) {
                 result->turns = start->turns_done;
                 result->retries = start->retries_done;
+        }
+        if (run.bad_sampling) {
+                fail(&run, CQ_AGENT_FAILED, "invalid_job",
+                     "field \"seed\": provider %s takes no seed (the "
+                     "Messages API has none)",
+                     cq_llm_provider_name(cq_llm_provider(llm)));
+                goto done;
         }
         /* A job resumed past its time limit fails before replaying its
          * cells. */
@@ -1492,12 +1731,22 @@ done:
         if (run.aborted)
                 result->status = CQ_AGENT_ABORTED;
         else if (run.oom && result->status == CQ_AGENT_SUCCEEDED)
-                fail(&run, CQ_AGENT_FAILED, "out of memory");
+                fail(&run, CQ_AGENT_FAILED, "internal", "out of memory");
         if (result->status != CQ_AGENT_ABORTED)
                 collect_created_images(&run);
-        cq_llm_usage(llm, &result->prompt_tokens, &result->completion_tokens);
-        cq_llm_usage_cache(llm, &result->cache_read_tokens,
-                           &result->cache_creation_tokens);
+        result->prompt_tokens = run.used.prompt_tokens;
+        result->completion_tokens = run.used.completion_tokens;
+        result->cache_read_tokens = run.used.cache_read_tokens;
+        result->cache_creation_tokens = run.used.cache_creation_tokens;
+        result->cost_usd = run.cost_usd;
+        /* an aborted run records nothing: no need to ask an E2B sandbox */
+        if (result->status != CQ_AGENT_ABORTED)
+                result->repro = repro_of(&run);
+        if (result->status == CQ_AGENT_SUCCEEDED)
+                result->reason_code = NULL;
+        else if (!result->reason_code)
+                result->reason_code = "internal";
+        cq_llm_reset_sampling(llm);
         cq_llm_set_cancel(llm, NULL);
         if (cq_llm_set_provider(llm, NULL) != 0)
                 cq_log_warn("could not restore the configured provider");

@@ -75,7 +75,9 @@ typedef struct cq_e2b {
         json_t *snapshot; /* {relpath: "size|mtime"} at sandbox start */
         struct input_file *inputs;
         size_t ninputs;
-        bool lost; /* a data-plane 502 said the sandbox is gone */
+        bool lost;       /* a data-plane 502 said the sandbox is gone */
+        json_t *env;     /* cq_interp_env(), once probed */
+        bool env_probed; /* probed, whatever came of it */
         unsigned int rng;
         atomic_int interrupt;
         char errbuf[1024];
@@ -1660,9 +1662,10 @@ struct exec {
         bool col_ok;
         uint64_t skipped; /* bytes of the line over max_line being skipped */
         bool skipping;
-        bool skipped_error; /* that line is an "error" line */
-        json_t *error;      /* the last error output */
-        json_t *results;    /* execute_result outputs waiting for the count */
+        bool skipped_error;   /* that line is an "error" line */
+        json_t *error;        /* the last error output */
+        json_t *results;      /* execute_result outputs waiting for the count */
+        bool default_context; /* run in the sandbox's default context */
 };
 
 static int exec_line(struct exec *x)
@@ -1847,8 +1850,9 @@ static void exec_run(struct exec *x, const char *code)
         char *body = NULL;
         CURLcode rc;
 
-        req = json_pack("{s:s, s:s}", "code", code, "context_id",
-                        e2b->context_id);
+        req = x->default_context ? json_pack("{s:s}", "code", code)
+                                 : json_pack("{s:s, s:s}", "code", code,
+                                             "context_id", e2b->context_id);
         body = req ? json_dumps(req, JSON_COMPACT) : NULL;
         headers = body ? make_headers(e2b, PLANE_CI, "application/json") : NULL;
         if (!headers || dp_base(e2b, CI_PORT, base, sizeof(base)) != 0) {
@@ -2286,6 +2290,7 @@ static void e2b_destroy(cq_interp_t *interp)
         }
         free(e2b->inputs);
         json_decref(e2b->snapshot);
+        json_decref(e2b->env);
         free(e2b->api_key);
         free(e2b->domain);
         free(e2b->api_url);
@@ -2299,6 +2304,44 @@ static void e2b_destroy(cq_interp_t *interp)
         free(e2b);
 }
 
+/* The environment, from the sandbox's default Python context: the job's
+ * code runs in a context of its own, so it cannot change what this one
+ * imported. Probed once, on the first call; a failure leaves it unknown. */
+static const json_t *e2b_env(cq_interp_t *interp)
+{
+        cq_e2b_t *e2b = (cq_e2b_t *)interp;
+        cq_exec_opts_t eo = {0};
+        struct exec x;
+        json_t *outputs;
+        char marker[64], nonce[NONCE_LEN + 1], *probe;
+
+        if (e2b->env_probed || !e2b->sandbox_id[0] || e2b->lost)
+                return e2b->env;
+        e2b->env_probed = true;
+        make_nonce(e2b, nonce);
+        snprintf(marker, sizeof(marker), "coderq-env %s ", nonce);
+        probe = cq_interp_env_probe(marker);
+        if (!probe)
+                return NULL;
+        exec_init(&x, e2b, &eo);
+        x.default_context = true;
+        x.deadline_ms = cq_now_ms() + e2b->probe_timeout_ms;
+        if (x.col_ok)
+                exec_run(&x, probe);
+        if (x.col_ok && x.outcome == OUT_END) {
+                outputs = cq_collect_finish(&x.col);
+                e2b->env = cq_interp_env_parse(outputs, marker);
+                json_decref(outputs);
+        }
+        if (!e2b->env)
+                cq_log_warn("e2b: sandbox %s did not report its Python "
+                            "environment%s%s",
+                            e2b->sandbox_id, x.why[0] ? ": " : "", x.why);
+        exec_release(&x);
+        free(probe);
+        return e2b->env;
+}
+
 static const cq_interp_ops_t e2b_ops = {
     .name = "e2b",
     .put_file = e2b_put_file,
@@ -2309,6 +2352,7 @@ static const cq_interp_ops_t e2b_ops = {
     .get_file = e2b_get_file,
     .errmsg = e2b_errmsg,
     .destroy = e2b_destroy,
+    .env = e2b_env,
 };
 
 /* ------------------------------------------------------------ lifecycle */

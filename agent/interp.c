@@ -4,6 +4,8 @@
  * shared by the local and E2B backends (path checks live in util.c). */
 #include "coderq/interp.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -107,6 +109,132 @@ const char *cq_interp_errmsg(const cq_interp_t *interp)
 const char *cq_interp_backend(const cq_interp_t *interp)
 {
         return interp->ops->name;
+}
+
+const json_t *cq_interp_env(cq_interp_t *interp)
+{
+        return interp->ops->env ? interp->ops->env(interp) : NULL;
+}
+
+/* The packages evaluators ask about; more would cost more at each start. */
+static const char *const env_packages[] = {"numpy", "pandas", "matplotlib",
+                                           "scipy", NULL};
+
+#define ENV_VERSION_MAX 32
+
+/* Packages imported already give their __version__; the others are
+ * found by the name of their installed metadata (NAME-VERSION.dist-info
+ * or .egg-info) on sys.path: importlib.metadata would cost ~30 ms. */
+static const char env_probe_fmt[] =
+    "def _cq_env(marker):\n"
+    "    import sys, os, json\n"
+    "    want = ('numpy', 'pandas', 'matplotlib', 'scipy')\n"
+    "    pk = {}\n"
+    "    for name in want:\n"
+    "        v = getattr(sys.modules.get(name), '__version__', None)\n"
+    "        if isinstance(v, str):\n"
+    "            pk[name] = v\n"
+    "    for d in sys.path if len(pk) < len(want) else ():\n"
+    "        try:\n"
+    "            names = os.listdir(d) if d else ()\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        for n in names:\n"
+    "            for ext in ('.dist-info', '.egg-info'):\n"
+    "                if n.endswith(ext):\n"
+    "                    base, _, ver = n[:-len(ext)].partition('-')\n"
+    "                    ver = ver.split('-')[0]\n"
+    "                    if base in want and base not in pk and ver:\n"
+    "                        pk[base] = ver\n"
+    "    env = {'python': '%%d.%%d.%%d' %% tuple(sys.version_info[:3]),\n"
+    "           'packages': pk}\n"
+    "    sys.stdout.write('\\n' + marker + json.dumps(env) + '\\n')\n"
+    "    sys.stdout.flush()\n"
+    "_cq_env('%s')\n"
+    "del _cq_env\n";
+
+char *cq_interp_env_probe(const char *marker)
+{
+        char *code = NULL;
+        size_t i;
+
+        for (i = 0; marker[i]; i++)
+                if (!((marker[i] >= 'a' && marker[i] <= 'z') ||
+                      (marker[i] >= 'A' && marker[i] <= 'Z') ||
+                      (marker[i] >= '0' && marker[i] <= '9') ||
+                      marker[i] == '-' || marker[i] == ' '))
+                        return NULL;
+        if (asprintf(&code, env_probe_fmt, marker) < 0)
+                return NULL;
+        return code;
+}
+
+static bool version_is_safe(const json_t *v)
+{
+        const char *s = json_string_value(v);
+        size_t i, n = json_string_length(v);
+
+        if (!s || n == 0 || n > ENV_VERSION_MAX)
+                return false;
+        for (i = 0; i < n; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') ||
+                      (s[i] >= 'A' && s[i] <= 'Z') ||
+                      (s[i] >= '0' && s[i] <= '9') || s[i] == '.' ||
+                      s[i] == '+' || s[i] == '!' || s[i] == '_' || s[i] == '-'))
+                        return false;
+        return true;
+}
+
+json_t *cq_interp_env_parse(const json_t *outputs, const char *marker)
+{
+        const json_t *out, *pk;
+        json_t *doc = NULL, *env = NULL, *packages;
+        const char *line = NULL, *text, *end;
+        size_t i, k, mlen = strlen(marker);
+
+        json_array_foreach(outputs, i, out)
+        {
+                const char *name =
+                    json_string_value(json_object_get(out, "name"));
+                const char *at;
+
+                text = json_string_value(json_object_get(out, "text"));
+                if (!text || !name || strcmp(name, "stdout") != 0)
+                        continue;
+                at = strstr(text, marker);
+                if (at) {
+                        line = at + mlen;
+                        break;
+                }
+        }
+        if (!line)
+                return NULL;
+        end = strchr(line, '\n');
+        doc = json_loadb(line, end ? (size_t)(end - line) : strlen(line), 0,
+                         NULL);
+        if (!json_is_object(doc) ||
+            !version_is_safe(json_object_get(doc, "python")))
+                goto out;
+        packages = json_object();
+        env = json_pack("{s:O, s:o}", "python", json_object_get(doc, "python"),
+                        "packages", packages);
+        if (!env)
+                goto out;
+        pk = json_object_get(doc, "packages");
+        for (k = 0; env_packages[k]; k++) {
+                const json_t *v = json_object_get(pk, env_packages[k]);
+
+                if (version_is_safe(v) &&
+                    json_object_set(packages, env_packages[k],
+                                    (json_t *)(uintptr_t)v)) {
+                        json_decref(env);
+                        env = NULL;
+                        goto out;
+                }
+        }
+out:
+        json_decref(doc);
+        return env;
 }
 
 void cq_interp_destroy(cq_interp_t **interpp)

@@ -745,6 +745,13 @@ static const char *local_errmsg(const cq_interp_t *interp)
         return ((const local_interp_t *)interp)->errmsg;
 }
 
+static const json_t *local_env(cq_interp_t *interp)
+{
+        const local_interp_t *li = (const local_interp_t *)interp;
+
+        return li->kernel ? cq_kernel_env(li->kernel) : NULL;
+}
+
 static void local_teardown(void *arg)
 {
         local_interp_t *li = arg;
@@ -792,6 +799,7 @@ static const cq_interp_ops_t local_ops = {
     .get_file = local_get_file,
     .errmsg = local_errmsg,
     .destroy = local_destroy,
+    .env = local_env,
 };
 
 void cq_local_interp_attach(cq_interp_t *interp,

@@ -173,6 +173,7 @@ struct cq_kernel {
         cq_kserver_t *kserver;
         bool forked;
         json_t *language_info;
+        json_t *env; /* the probe's report at the last start, or NULL */
 
         atomic_int interrupt_req;
         /* kernel->pid for cq_kernel_interrupt() from other threads; -1
@@ -215,6 +216,8 @@ const json_t *cq_kernel_language_info(const cq_kernel_t *kernel)
 {
         return kernel->language_info;
 }
+
+const json_t *cq_kernel_env(const cq_kernel_t *kernel) { return kernel->env; }
 
 void cq_kernel_stats(const cq_kernel_t *kernel, cq_jmsg_stats_t *stats)
 {
@@ -799,6 +802,8 @@ static void teardown(cq_kernel_t *kernel)
         unlink(kernel->conn_path);
         json_decref(kernel->language_info);
         kernel->language_info = NULL;
+        json_decref(kernel->env);
+        kernel->env = NULL;
 }
 
 static char *env_kv(const char *k, const char *v)
@@ -859,7 +864,7 @@ out:
         return rc;
 }
 
-char **cq_kernel_env(const char *home, const char *run_dir, pid_t parent)
+char **cq_kernel_environ(const char *home, const char *run_dir, pid_t parent)
 {
         char sub[PATH_MAX + 32], pid[32];
         char **env = calloc(16, sizeof(*env));
@@ -900,9 +905,9 @@ char **cq_kernel_env(const char *home, const char *run_dir, pid_t parent)
  * --die-with-parent does that job instead. */
 static char **build_env(const cq_kernel_t *kernel)
 {
-        return cq_kernel_env(kernel->work_dir, kernel->run_dir,
-                             cq_sandbox_enabled(kernel->sandbox) ? 0
-                                                                 : getpid());
+        return cq_kernel_environ(
+            kernel->work_dir, kernel->run_dir,
+            cq_sandbox_enabled(kernel->sandbox) ? 0 : getpid());
 }
 
 static int spawn(cq_kernel_t *kernel)
@@ -1325,7 +1330,13 @@ static int start(cq_kernel_t *kernel)
                 cq_cell_result_t res;
                 cq_exec_opts_t eo = {0};
                 cq_buf_t code;
+                char marker[64], *probe;
 
+                /* The environment is reported in the same silent cell,
+                 * after the preload, before any job code runs. */
+                snprintf(marker, sizeof(marker), "coderq-env %s ",
+                         kernel->nonce);
+                probe = cq_interp_env_probe(marker);
                 cq_buf_init(&code, 1 << 20);
                 eo.timeout_ms = kernel->startup_timeout_ms;
                 size_t half = kernel->output_max / 2;
@@ -1340,11 +1351,15 @@ static int start(cq_kernel_t *kernel)
                                   chunk > 256 ? chunk : 256, kernel->nonce) ||
                     (kernel->preload &&
                      (cq_buf_append_str(&code, "\n") ||
-                      cq_buf_append_str(&code, kernel->preload)))) {
+                      cq_buf_append_str(&code, kernel->preload))) ||
+                    !probe || cq_buf_append_str(&code, "\n") ||
+                    cq_buf_append_str(&code, probe)) {
+                        free(probe);
                         cq_buf_release(&code);
                         kernel_set_error(kernel, "out of memory");
                         goto fail;
                 }
+                free(probe);
                 cq_cell_result_init(&res);
                 if (run_cell(kernel, code.data, true, &eo, &res) != CQ_OK ||
                     res.status != CQ_CELL_OK) {
@@ -1362,6 +1377,8 @@ static int start(cq_kernel_t *kernel)
                                 goto fail;
                         }
                 }
+                json_decref(kernel->env);
+                kernel->env = cq_interp_env_parse(res.outputs, marker);
                 cq_buf_release(&code);
                 cq_cell_result_release(&res);
         }

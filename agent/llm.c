@@ -74,8 +74,12 @@ struct cq_llm {
         char *api_key;              /* only for redaction; wiped on destroy */
         char *api_key2;             /* the anthropic key when it differs */
         char *conf_model;
-        char *model_override; /* NULL: conf_model */
-        cq_llm_conf_t conf;   /* string fields point at the copies above */
+        char *model_override;      /* NULL: conf_model */
+        bool sampling_set;         /* a job's sampling parameters below */
+        double temperature, top_p; /* < 0: not sent */
+        bool has_seed;
+        long long seed;
+        cq_llm_conf_t conf; /* string fields point at the copies above */
         const atomic_int *cancel;
         uint64_t rng;
         int64_t prompt_tokens;
@@ -622,6 +626,51 @@ const char *cq_llm_model(const cq_llm_t *llm)
         return llm->model_override ? llm->model_override : llm->conf_model;
 }
 
+int cq_llm_set_sampling(cq_llm_t *llm,
+                        double temperature,
+                        double top_p,
+                        const long long *seed)
+{
+        if (seed && llm->provider == CQ_LLM_ANTHROPIC)
+                return -1;
+        llm->sampling_set = true;
+        llm->temperature = temperature < 0 ? -1 : temperature;
+        llm->top_p = top_p < 0 ? -1 : top_p;
+        llm->has_seed = seed != NULL;
+        llm->seed = seed ? *seed : 0;
+        return 0;
+}
+
+void cq_llm_reset_sampling(cq_llm_t *llm)
+{
+        llm->sampling_set = false;
+        llm->has_seed = false;
+}
+
+long cq_llm_max_tokens(const cq_llm_t *llm)
+{
+        if (llm->conf.max_tokens > 0)
+                return llm->conf.max_tokens;
+        /* the Messages API requires one: llm_anthropic.c sends its own */
+        return llm->provider == CQ_LLM_ANTHROPIC ? 8192 : 0;
+}
+
+json_t *cq_llm_sampling_json(const cq_llm_t *llm)
+{
+        double t = llm->sampling_set ? llm->temperature : llm->conf.temperature;
+        double p = llm->sampling_set ? llm->top_p : -1;
+        long max = cq_llm_max_tokens(llm);
+
+        return json_pack("{s:o, s:o, s:o, s:o}", "temperature",
+                         t >= 0 ? json_real(t) : json_null(), "top_p",
+                         p >= 0 ? json_real(p) : json_null(), "seed",
+                         llm->sampling_set && llm->has_seed
+                             ? json_integer((json_int_t)llm->seed)
+                             : json_null(),
+                         "max_tokens",
+                         max > 0 ? json_integer(max) : json_null());
+}
+
 void cq_llm_set_cancel(cq_llm_t *llm, const atomic_int *cancel)
 {
         llm->cancel = cancel;
@@ -1149,6 +1198,12 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                                    "a non-empty array");
                 return CQ_ERR_FATAL;
         }
+        if (llm->sampling_set && llm->has_seed &&
+            llm->provider == CQ_LLM_ANTHROPIC) {
+                llm_set_error(llm, "could not call the LLM: the Messages API "
+                                   "(provider anthropic) takes no seed");
+                return CQ_ERR_FATAL;
+        }
         body = cq_llm_request_body(llm, messages, &body_len);
         if (!body) {
                 llm_set_error(llm, "could not build the LLM request: out of "
@@ -1300,7 +1355,11 @@ char *cq_llm_request_body(cq_llm_t *llm, const json_t *messages, size_t *lenp)
 
         req.model = cq_llm_model(llm);
         req.max_tokens = llm->conf.max_tokens;
-        req.temperature = llm->conf.temperature;
+        req.temperature =
+            llm->sampling_set ? llm->temperature : llm->conf.temperature;
+        req.top_p = llm->sampling_set ? llm->top_p : -1;
+        req.has_seed = llm->sampling_set && llm->has_seed;
+        req.seed = llm->seed;
         return provider_of(llm->provider)->build_body(&req, messages, lenp);
 }
 

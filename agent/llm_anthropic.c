@@ -279,6 +279,11 @@ build_body(const llm_req_t *req, const json_t *messages, size_t *lenp)
             json_object_set_new(root, "temperature",
                                 json_real(req->temperature)))
                 goto out;
+        /* No seed: the Messages API has none (cq_llm_set_sampling()
+         * refuses one for this provider). */
+        if (req->top_p >= 0 &&
+            json_object_set_new(root, "top_p", json_real(req->top_p)))
+                goto out;
         text = json_dumps(root, JSON_COMPACT);
         if (text)
                 *lenp = strlen(text);

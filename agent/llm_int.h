@@ -15,6 +15,9 @@ typedef struct llm_req {
         long max_tokens;    /* <= 0: not sent (the Messages API requires it,
                                so llm_anthropic.c sends a default) */
         double temperature; /* < 0: not sent */
+        double top_p;       /* < 0: not sent */
+        bool has_seed;      /* seed sent (Chat Completions only) */
+        long long seed;
 } llm_req_t;
 
 /** @brief One wire format: how the common history becomes a request body

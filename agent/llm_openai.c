@@ -37,6 +37,13 @@ build_body(const llm_req_t *req, const json_t *messages, size_t *lenp)
             json_object_set_new(head, "temperature",
                                 json_real(req->temperature)))
                 goto out;
+        if (req->top_p >= 0 &&
+            json_object_set_new(head, "top_p", json_real(req->top_p)))
+                goto out;
+        if (req->has_seed &&
+            json_object_set_new(head, "seed",
+                                json_integer((json_int_t)req->seed)))
+                goto out;
         head_text = json_dumps(head, JSON_COMPACT);
         msgs_text = json_dumps(messages, JSON_COMPACT);
         if (!head_text || !msgs_text)

@@ -84,6 +84,11 @@ static const cq_cfg_entry_t entries[] = {
      F(llm_context_window), "128000", 1024, 100000000, NULL,
      "the model's context window in tokens; old tool outputs are elided "
      "as the history nears it"},
+    {"CODERQ_PRICES_FILE", NULL, "prices-file", CQ_CFG_STRING, F(prices_file),
+     NULL, 0, 0, NULL,
+     "JSON file of token prices per model (USD per million input, output "
+     "and cached-input tokens) that give jobs their cost_usd (unset: every "
+     "cost is unknown)"},
     {"CODERQ_PYTHON", NULL, "python", CQ_CFG_STRING, F(python),
      "/usr/bin/python3", 0, 0, NULL,
      "Python interpreter with ipykernel that runs local kernels"},

@@ -12,8 +12,10 @@
  * ASCII bytes without spaces; at most 1000 files and 64 MiB of decoded
  * inline content; URLs at most 2048 bytes; at most 10000 test cases;
  * limits max_turns and max_retries 1..1000, cell_timeout_s and
- * test_timeout_s 1..86400, job_timeout_s 1..604800; priority
- * -1000..1000; memory.scope follows the id rules. */
+ * test_timeout_s 1..86400, job_timeout_s 1..604800, max_tokens_total
+ * 1..10^12, max_cost_usd above 0 up to 10^6; priority -1000..1000;
+ * temperature 0..2, top_p 0..1, seed any integer; run_attempt 2..1000
+ * with retry_of (and only with it); memory.scope follows the id rules. */
 #include "coderq/job.h"
 
 #include <stdarg.h>
@@ -32,6 +34,9 @@
 #define JOB_IDENT_MAX       128
 #define JOB_PRIORITY_MIN    (-1000)
 #define JOB_PRIORITY_MAX    1000
+#define JOB_TOKENS_MAX      1000000000000LL
+#define JOB_COST_MAX        1e6
+#define JOB_RUN_ATTEMPT_MAX 1000
 
 static void CQ_PRINTF(3, 4)
     set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
@@ -53,6 +58,9 @@ void cq_job_init(cq_job_t *job)
         job->limits.cell_timeout_s = -1;
         job->limits.job_timeout_s = -1;
         job->limits.test_timeout_s = -1;
+        job->limits.max_tokens_total = -1;
+        job->limits.max_cost_usd = -1;
+        job->run_attempt = 1;
         job->memory.recall = true;
         job->memory.remember = true;
 }
@@ -72,6 +80,7 @@ void cq_job_release(cq_job_t *job)
         free(job->model);
         free(job->system_prompt);
         free(job->memory.scope);
+        free(job->retry_of);
         for (i = 0; i < job->nfiles; i++) {
                 free(job->files[i].name);
                 free(job->files[i].data);
@@ -277,14 +286,49 @@ static int parse_limit(const json_t *limits,
         return 0;
 }
 
+/* An optional number (integer or real) of \p obj from \p min (above it
+ * when \p above) to \p max; \p field names it in errors. *\p outp is set
+ * only when it is given. */
+static int parse_real(const json_t *obj,
+                      const char *key,
+                      const char *field,
+                      double min,
+                      bool above,
+                      double max,
+                      double *outp,
+                      char *errstr,
+                      size_t errstr_size)
+{
+        const json_t *value = json_object_get(obj, key);
+        double v = json_number_value(value);
+
+        if (!value || json_is_null(value))
+                return 0;
+        if (!json_is_number(value) || !(above ? v > min : v >= min) ||
+            !(v <= max)) {
+                set_err(errstr, errstr_size,
+                        above ? "field \"%s\" must be a number above %.10g "
+                                "and at most %.10g"
+                              : "field \"%s\" must be a number from %.10g to "
+                                "%.10g",
+                        field, min, max);
+                return -1;
+        }
+        *outp = v;
+        return 0;
+}
+
 static int parse_limits(const json_t *spec,
                         cq_job_limits_t *limits,
                         char *errstr,
                         size_t errstr_size)
 {
-        static const char *const known[] = {"max_turns",      "max_retries",
-                                            "cell_timeout_s", "job_timeout_s",
-                                            "test_timeout_s", NULL};
+        static const char *const known[] = {
+            "max_turns",      "max_retries",
+            "cell_timeout_s", "job_timeout_s",
+            "test_timeout_s", "max_tokens_total",
+            "max_cost_usd",   NULL};
+        const json_t *total;
         const json_t *obj = json_object_get(spec, "limits");
 
         if (!obj || json_is_null(obj))
@@ -304,8 +348,89 @@ static int parse_limits(const json_t *spec,
             parse_limit(obj, "job_timeout_s", 1, 7 * 86400,
                         &limits->job_timeout_s, errstr, errstr_size) ||
             parse_limit(obj, "test_timeout_s", 1, 86400,
-                        &limits->test_timeout_s, errstr, errstr_size))
+                        &limits->test_timeout_s, errstr, errstr_size) ||
+            parse_real(obj, "max_cost_usd", "limits.max_cost_usd", 0, true,
+                       JOB_COST_MAX, &limits->max_cost_usd, errstr,
+                       errstr_size))
                 return -1;
+        /* A long may be 32 bits: the token bound has its own check. */
+        total = json_object_get(obj, "max_tokens_total");
+        if (total && !json_is_null(total)) {
+                if (!json_is_integer(total) || json_integer_value(total) < 1) {
+                        set_err(errstr, errstr_size,
+                                "field \"limits.max_tokens_total\" must be a "
+                                "positive integer");
+                        return -1;
+                }
+                if (json_integer_value(total) > JOB_TOKENS_MAX) {
+                        set_err(errstr, errstr_size,
+                                "field \"limits.max_tokens_total\" must be at "
+                                "most %lld",
+                                JOB_TOKENS_MAX);
+                        return -1;
+                }
+                limits->max_tokens_total = (long long)json_integer_value(total);
+        }
+        return 0;
+}
+
+static int parse_sampling(const json_t *spec,
+                          cq_job_sampling_t *sampling,
+                          char *errstr,
+                          size_t errstr_size)
+{
+        const json_t *seed = json_object_get(spec, "seed");
+
+        sampling->temperature = sampling->top_p = -1;
+        if (parse_real(spec, "temperature", "temperature", 0, false, 2,
+                       &sampling->temperature, errstr, errstr_size) ||
+            parse_real(spec, "top_p", "top_p", 0, false, 1, &sampling->top_p,
+                       errstr, errstr_size))
+                return -1;
+        sampling->has_temperature = sampling->temperature >= 0;
+        sampling->has_top_p = sampling->top_p >= 0;
+        if (!seed || json_is_null(seed))
+                return 0;
+        if (!json_is_integer(seed)) {
+                set_err(errstr, errstr_size,
+                        "field \"seed\" must be an integer");
+                return -1;
+        }
+        sampling->has_seed = true;
+        sampling->seed = (long long)json_integer_value(seed);
+        return 0;
+}
+
+/* retry_of and run_attempt: given together (a retry made by `coderq
+ * retry`, or by anyone following its rules) or not at all. */
+static int
+parse_retry(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
+{
+        const json_t *attempt = json_object_get(spec, "run_attempt");
+        bool has_attempt = attempt && !json_is_null(attempt);
+
+        if (parse_id(spec, "retry_of", &job->retry_of, errstr, errstr_size))
+                return -1;
+        if (has_attempt &&
+            (!json_is_integer(attempt) || json_integer_value(attempt) < 2 ||
+             json_integer_value(attempt) > JOB_RUN_ATTEMPT_MAX)) {
+                set_err(errstr, errstr_size,
+                        "field \"run_attempt\" must be an integer from 2 to %d",
+                        JOB_RUN_ATTEMPT_MAX);
+                return -1;
+        }
+        if (has_attempt != (job->retry_of != NULL)) {
+                set_err(errstr, errstr_size,
+                        "fields \"retry_of\" and \"run_attempt\" go together");
+                return -1;
+        }
+        if (job->retry_of && strcmp(job->retry_of, job->job_id) == 0) {
+                set_err(errstr, errstr_size,
+                        "field \"retry_of\" must differ from \"job_id\"");
+                return -1;
+        }
+        if (has_attempt)
+                job->run_attempt = (long)json_integer_value(attempt);
         return 0;
 }
 
@@ -726,7 +851,9 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
         if (parse_files(spec, job, errstr, errstr_size) ||
             parse_tests(spec, job, errstr, errstr_size) ||
             parse_limits(spec, &job->limits, errstr, errstr_size) ||
-            parse_memory(spec, &job->memory, errstr, errstr_size))
+            parse_memory(spec, &job->memory, errstr, errstr_size) ||
+            parse_sampling(spec, &job->sampling, errstr, errstr_size) ||
+            parse_retry(spec, job, errstr, errstr_size))
                 return -1;
 
         value = json_object_get(spec, "priority");
@@ -806,4 +933,24 @@ cq_err_t cq_job_from_json(const json_t *spec,
                 return CQ_ERR_FATAL;
         }
         return CQ_OK;
+}
+
+int cq_job_retry_id(const char *root, long attempt, char *out, size_t size)
+{
+        char suffix[16], hex[65];
+        size_t len = strlen(root), slen, keep;
+
+        if (attempt < 2 || attempt > JOB_RUN_ATTEMPT_MAX ||
+            size < CQ_JOB_ID_MAX + 1 || len == 0)
+                return -1;
+        slen = (size_t)snprintf(suffix, sizeof(suffix), "~r%ld", attempt);
+        if (len + slen <= CQ_JOB_ID_MAX) {
+                snprintf(out, size, "%s%s", root, suffix);
+                return 0;
+        }
+        /* "~" + 16 hex digits tell long roots with one start apart */
+        cq_sha256_hex(root, len, hex);
+        keep = CQ_JOB_ID_MAX - slen - 17;
+        snprintf(out, size, "%.*s~%.16s%s", (int)keep, root, hex, suffix);
+        return 0;
 }

@@ -13,6 +13,7 @@
 #include "coderq/kafka.h"
 #include "coderq/kprops.h"
 #include "coderq/log.h"
+#include "coderq/prices.h"
 
 extern char **environ;
 
@@ -71,14 +72,46 @@ static const cq_cmd_t commands[] = {
      "Exit: 0 found; 4 PostgreSQL unreachable; 5 no such job.\n",
      cq_cmd_status},
     {"results", "show the jobs of a run and its summary",
-     "usage: coderq results [--run RUN] [--format table|json|csv]\n"
-     "Lists every job of RUN (default: the run of the most recently\n"
-     "created job that has a run_id), oldest first. table: aligned columns\n"
-     "and a summary line (pass rate, mean turns and retries, tokens,\n"
-     "p50/p95 duration); json: an array of objects; csv: RFC 4180 with a\n"
-     "header row and CRLF line ends.\n"
+     "usage: coderq results [--run RUN] [--summary] [--all-attempts]\n"
+     "                      [--format table|json|csv]\n"
+     "Lists the latest attempt of each original job of RUN (default: the\n"
+     "run of the most recently created job that has a run_id), in the\n"
+     "order the originals were created; --all-attempts lists every attempt\n"
+     "(retries after their original). table: aligned columns and a summary\n"
+     "line (pass rate, mean turns and retries, tokens, cost, p50/p95\n"
+     "duration); json: an array of objects; csv: RFC 4180 with a header\n"
+     "row and CRLF line ends.\n"
+     "--summary prints the run's figures instead: counts by status and by\n"
+     "reason code, pass rate, from memory, retried, turns, tokens, cost,\n"
+     "duration p50/p95/max, one row per model and a total.\n"
      "Exit: 0 ok; 2 usage; 4 PostgreSQL unreachable; 5 no such run.\n",
      cq_cmd_results},
+    {"retry", "queue chosen jobs of a run again, linked to their originals",
+     "usage: coderq retry --run RUN (--failed | --reason PATTERN | --all)\n"
+     "                    [--dry-run] [--wait [--timeout S]]\n"
+     "Sends the latest attempt of each chosen original job of RUN to\n"
+     "CODERQ_TOPIC_JOBS again as a new job ORIGINAL~rN (\"retry_of\":\n"
+     "ORIGINAL, \"run_attempt\": N), keeping the old results, and prints\n"
+     "each new id. Only finished jobs are chosen: --failed those that\n"
+     "failed; --reason those that did not succeed whose reason code or\n"
+     "reason matches PATTERN, a POSIX regular expression (PostgreSQL's ~,\n"
+     "case-sensitive); both together: failed and matching; --all every\n"
+     "finished one. --dry-run prints what would be sent. --wait follows\n"
+     "the new jobs as submit --wait does.\n"
+     "Exit: 0 sent, or nothing matched (and with --wait, all succeeded);\n"
+     "1 a job failed, --timeout passed or a retry id is taken; 2 usage or\n"
+     "a bad PATTERN; 4 Kafka or PostgreSQL unreachable; 5 no such run.\n",
+     cq_cmd_retry},
+    {"budget", "set or show the budget of a run in USD",
+     "usage: coderq budget --run RUN [--usd AMOUNT | --clear] [--json]\n"
+     "Sets (--usd) or removes (--clear) the budget of RUN, which need not\n"
+     "have jobs yet, then prints it: budget_usd, spent_usd (the known cost\n"
+     "of every attempt of its jobs), held_usd (held by LLM calls in\n"
+     "flight), left_usd, cost_unknown (jobs whose cost is unknown) and\n"
+     "jobs. A job whose next LLM call could cross the budget fails with\n"
+     "reason code \"budget\" before that call.\n"
+     "Exit: 0 ok; 2 usage; 4 PostgreSQL unreachable; 5 no such run.\n",
+     cq_cmd_budget},
     {"export", "write a job's notebook, images and answer to a folder",
      "usage: coderq export JOB --out DIR\n"
      "Writes DIR/notebook.ipynb (nbformat 4), DIR/images/<name> (names\n"
@@ -192,6 +225,22 @@ static int cmd_config(const cq_config_t *cfg, int argc, char **argv)
         return CQ_EXIT_OK;
 }
 
+/* A malformed prices file is a configuration error for every command,
+ * as any other invalid setting is; the worker reads it again. */
+static int
+check_prices(const cq_config_t *cfg, char *errstr, size_t errstr_size)
+{
+        cq_prices_t *prices;
+
+        if (!cfg->prices_file || !*cfg->prices_file)
+                return 0;
+        prices = cq_prices_load(cfg->prices_file, errstr, errstr_size);
+        if (!prices)
+                return -1;
+        cq_prices_destroy(&prices);
+        return 0;
+}
+
 static const cq_cmd_t *find_command(const char *name)
 {
         size_t i;
@@ -242,7 +291,8 @@ int cq_cli_main(int argc, char **argv)
             cq_config_check(&cfg, errstr, sizeof(errstr)) ||
             cq_config_load_kafka(&cfg, environ, errstr, sizeof(errstr)) ||
             cq_kafka_props_check(&cfg, errstr, sizeof(errstr)) ||
-            cq_fetch_allow_check(cfg.fetch_allow, errstr, sizeof(errstr))) {
+            cq_fetch_allow_check(cfg.fetch_allow, errstr, sizeof(errstr)) ||
+            check_prices(&cfg, errstr, sizeof(errstr))) {
                 cq_cli_error("%s", errstr);
                 cq_config_release(&cfg);
                 return CQ_EXIT_CONFIG;

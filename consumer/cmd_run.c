@@ -17,6 +17,7 @@
 #include "coderq/kpool.h"
 #include "coderq/log.h"
 #include "coderq/notebook.h"
+#include "coderq/prices.h"
 
 static atomic_int run_cancel;
 
@@ -130,19 +131,22 @@ static int write_outputs(const char *dir,
                                                 "bytes", (json_int_t)img->len));
         }
         summary = json_pack(
-            "{s:s, s:s, s:s?, s:s?, s:s?, s:I, s:I, s:I, s:o?, s:b, "
-            "s:{s:I, s:I, s:I, s:I}, s:o, s:I, s:s}",
+            "{s:s, s:s, s:s?, s:s?, s:s?, s:s?, s:I, s:I, s:I, s:o?, s:b, "
+            "s:{s:I, s:I, s:I, s:I}, s:o, s:o, s:I, s:s, s:O?}",
             "job_id", job->job_id, "status", cq_agent_status_name(res->status),
-            "reason", res->reason, "answer", res->answer, "last_error",
-            res->last_error, "turns", (json_int_t)res->turns, "retries",
-            (json_int_t)res->retries, "cells", (json_int_t)res->cells, "tests",
+            "reason", res->reason, "reason_code", res->reason_code, "answer",
+            res->answer, "last_error", res->last_error, "turns",
+            (json_int_t)res->turns, "retries", (json_int_t)res->retries,
+            "cells", (json_int_t)res->cells, "tests",
             res->tests ? json_incref(res->tests) : NULL, "from_memory",
             res->from_memory, "usage", "prompt_tokens",
             (json_int_t)res->prompt_tokens, "completion_tokens",
             (json_int_t)res->completion_tokens, "cache_read_tokens",
             (json_int_t)res->cache_read_tokens, "cache_creation_tokens",
-            (json_int_t)res->cache_creation_tokens, "images", images,
-            "duration_ms", (json_int_t)res->duration_ms, "sandbox", sandbox);
+            (json_int_t)res->cache_creation_tokens, "cost_usd",
+            res->cost_usd >= 0 ? json_real(res->cost_usd) : json_null(),
+            "images", images, "duration_ms", (json_int_t)res->duration_ms,
+            "sandbox", sandbox, "repro", res->repro);
         images = NULL;
         if (!summary)
                 goto out;
@@ -194,6 +198,7 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
         cq_agent_result_t result;
         fresh_src_t fresh;
         cq_llm_conf_t conf;
+        cq_prices_t *prices = NULL;
         char *text = NULL, errstr[1024];
         size_t len = 0;
         long turn = 0;
@@ -265,6 +270,16 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
         }
         cq_agent_opts_from_config(&opts, cfg);
         opts.cancel = &run_cancel;
+        if (cfg->prices_file && *cfg->prices_file) {
+                prices =
+                    cq_prices_load(cfg->prices_file, errstr, sizeof(errstr));
+                if (!prices) {
+                        cq_cli_error("%s", errstr);
+                        rc = CQ_EXIT_CONFIG;
+                        goto out;
+                }
+        }
+        opts.prices = prices;
         fresh.backend = backend;
         fresh.startup_ms = cfg->kernel_startup_timeout_s * 1000;
         opts.new_interp = run_new_interp;
@@ -304,6 +319,7 @@ out:
         cq_interp_destroy(&interp);
         cq_backend_destroy(&backend);
         cq_llm_destroy(&llm);
+        cq_prices_destroy(&prices);
         cq_job_release(&job);
         free(text);
         return rc;

@@ -801,6 +801,40 @@ static int parse_args(int argc, char **argv, sub_opts_t *opts)
         return 0;
 }
 
+int cq_cli_submit_jobs(const cq_config_t *cfg,
+                       const char *const *ids,
+                       const char *const *values,
+                       size_t n,
+                       bool wait,
+                       long timeout_s)
+{
+        sub_batch_t batch;
+        size_t i;
+        int rc;
+
+        memset(&batch, 0, sizeof(batch));
+        for (i = 0; i < n; i++) {
+                char *id = strdup(ids[i]), *value = strdup(values[i]);
+
+                if (!id || !value ||
+                    batch_add(&batch, id, value, strlen(value), 0)) {
+                        if (!id || !value) {
+                                free(id);
+                                free(value);
+                        }
+                        cq_cli_error("could not send the jobs: out of "
+                                     "memory");
+                        batch_release(&batch);
+                        return CQ_EXIT_INTERNAL;
+                }
+        }
+        rc = produce_all(cfg, &batch);
+        if (rc == CQ_EXIT_OK && wait)
+                rc = wait_all(cfg, &batch, timeout_s);
+        batch_release(&batch);
+        return rc;
+}
+
 int cq_cmd_submit(const cq_config_t *cfg, int argc, char **argv)
 {
         sub_opts_t opts;

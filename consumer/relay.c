@@ -180,13 +180,31 @@ cap_answer(json_t *doc, const char *full, size_t alen, size_t max, size_t *lenp)
 static char *
 cap_identity(const json_t *doc, size_t event_bytes, size_t max, size_t *lenp)
 {
-        static const char *const keep[] = {
-            "job_id",       "task_id",     "run_id",
-            "status",       "reason",      "answer_truncated",
-            "answer_bytes", "answer_ref",  "tests",
-            "turns",        "retries",     "attempt",
-            "usage",        "cells",       "started_at",
-            "finished_at",  "duration_ms", "worker"};
+        static const char *const keep[] = {"job_id",
+                                           "task_id",
+                                           "run_id",
+                                           "status",
+                                           "reason",
+                                           "reason_code",
+                                           "answer_truncated",
+                                           "answer_bytes",
+                                           "answer_ref",
+                                           "tests",
+                                           "turns",
+                                           "retries",
+                                           "attempt",
+                                           "usage",
+                                           "cost_usd",
+                                           "model",
+                                           "cells",
+                                           "started_at",
+                                           "finished_at",
+                                           "duration_ms",
+                                           "worker",
+                                           "from_memory",
+                                           "memory_source_job",
+                                           "retry_of",
+                                           "run_attempt"};
         json_t *small = json_object();
         char *text = NULL;
         size_t i;

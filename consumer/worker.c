@@ -24,6 +24,7 @@
 #include "coderq/llm.h"
 #include "coderq/log.h"
 #include "coderq/notebook.h"
+#include "coderq/prices.h"
 #include "coderq/store.h"
 #include "coderq/util.h"
 
@@ -54,6 +55,7 @@ struct cq_worker {
         cq_kafka_opts_t kopts;
         cq_llm_conf_t lconf;
         cq_llm_limiter_t *limiter; /* shared by the slots' LLM clients */
+        cq_prices_t *prices;       /* CODERQ_PRICES_FILE; NULL: none */
         cq_backend_t *backend;
         cq_producer_t *prod;
         cq_intake_t *intake;
@@ -296,6 +298,76 @@ static const char *job_model(const cq_worker_t *w, const cq_job_t *job)
         return job->model ? job->model : w->cfg->llm_model;
 }
 
+/* The job's usage after each LLM call: limits and the run's budget read
+ * it, so it is written like a checkpoint (a failed write stops the job,
+ * which goes back to the queue). */
+static int obs_usage(void *opaque, const cq_usage_t *total, double cost_usd)
+{
+        job_ctx_t *ctx = opaque;
+        write_retry_t retry;
+        bool lost = false;
+        cq_err_t err;
+
+        write_retry_init(&retry);
+        do {
+                err = cq_store_record_usage(ctx->slot->store, ctx->job->job_id,
+                                            total, cost_usd, &lost);
+        } while (write_again(&retry, err));
+        return checkpointed(ctx, err, lost, "could not record the LLM usage");
+}
+
+/* Hold the next call's estimate against the run's budget. */
+static int
+obs_reserve(void *opaque, double estimate_usd, char *why, size_t why_size)
+{
+        job_ctx_t *ctx = opaque;
+        cq_budget_t b;
+        cq_err_t err;
+
+        /* a job of no run has no run budget: no round trip */
+        if (!ctx->job->run_id)
+                return 0;
+        err = cq_store_budget_reserve(ctx->slot->store, ctx->job->job_id,
+                                      estimate_usd, &b);
+        if (err != CQ_OK)
+                return checkpointed(ctx, err, false,
+                                    "could not hold the run's budget");
+        switch (b.outcome) {
+        case CQ_BUDGET_NONE:
+        case CQ_BUDGET_HELD:
+                return 0;
+        case CQ_BUDGET_LOST:
+                return checkpointed(ctx, CQ_OK, true, "");
+        case CQ_BUDGET_UNKNOWN:
+                if (estimate_usd < 0)
+                        snprintf(why, why_size,
+                                 "run \"%s\" has a budget of $%g but the cost "
+                                 "of this job's calls is unknown (model %s "
+                                 "has no price%s)",
+                                 ctx->job->run_id, b.budget_usd,
+                                 job_model(ctx->slot->w, ctx->job),
+                                 ctx->slot->w->prices
+                                     ? " in CODERQ_PRICES_FILE"
+                                     : ": CODERQ_PRICES_FILE is unset");
+                else
+                        snprintf(why, why_size,
+                                 "run \"%s\" has a budget of $%g but the "
+                                 "cost of some of its jobs is unknown, so "
+                                 "what it spent cannot be known",
+                                 ctx->job->run_id, b.budget_usd);
+                return 1;
+        case CQ_BUDGET_OVER:
+                snprintf(why, why_size,
+                         "the next LLM call could cost up to $%.6f, which "
+                         "would cross the budget of run \"%s\", $%g ($%.6f "
+                         "spent, $%.6f held by calls in flight)",
+                         estimate_usd, ctx->job->run_id, b.budget_usd,
+                         b.spent_usd, b.held_usd);
+                return 1;
+        }
+        return 1;
+}
+
 static int
 mem_lookup(void *opaque, const char *prompt, cq_agent_recall_t *recall)
 {
@@ -444,6 +516,22 @@ static void append_codes(json_t *cells, const json_t *cp_cells)
         }
 }
 
+/* What the job ran with, for its result (README "Reproducibility"):
+ * the agent's record, or, for a job that never reached the agent, what
+ * is known without it. NULL when out of memory. */
+static json_t *repro_record(const slot_t *slot,
+                            const cq_job_t *job,
+                            const cq_agent_result_t *res)
+{
+        const char *backend =
+            job->backend ? job->backend : slot->w->cfg->backend;
+
+        if (res->repro)
+                return json_incref(res->repro);
+        return json_pack("{s:s, s:s, s:s?}", "model", job_model(slot->w, job),
+                         "coderq_version", CQ_VERSION, "backend", backend);
+}
+
 /* Store the images, then the result, notebook and outbox row. */
 static void finish_job(slot_t *slot,
                        const cq_job_t *job,
@@ -453,7 +541,7 @@ static void finish_job(slot_t *slot,
                        const cq_agent_result_t *res)
 {
         cq_finish_t fin;
-        json_t *report;
+        json_t *report, *repro;
         write_retry_t retry;
         bool lost = false;
         size_t i;
@@ -473,18 +561,20 @@ static void finish_job(slot_t *slot,
                                   "job_id", job->job_id, "image", img->name,
                                   "error", cq_store_errmsg(slot->store), NULL);
         }
+        repro = repro_record(slot, job, res);
         report = json_pack(
-            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:s?, s:i, s:s?}", "from_memory",
-            res->from_memory, "memory_source_job", res->memory_source_job,
-            "memory_scope",
+            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:s?, s:i, s:s?, s:o*}",
+            "from_memory", res->from_memory, "memory_source_job",
+            res->memory_source_job, "memory_scope",
             res->memory_source_job ? memory_scope(slot->w, job) : NULL, "cells",
             (json_int_t)res->cells, "duration_ms", (json_int_t)res->duration_ms,
             "tests", res->tests, "last_error", res->last_error, "attempt",
-            attempt, "sandbox", sandbox);
+            attempt, "sandbox", sandbox, "repro", repro);
         memset(&fin, 0, sizeof(fin));
         fin.job_id = job->job_id;
         fin.status = status;
         fin.reason = res->reason;
+        fin.reason_code = res->reason_code;
         fin.answer = res->answer;
         fin.tests_passed = res->tests_total >= 0 ? res->tests_passed : -1;
         fin.tests_total = res->tests_total >= 0 ? res->tests_total : 0;
@@ -492,6 +582,9 @@ static void finish_job(slot_t *slot,
         fin.retries = (int)res->retries;
         fin.prompt_tokens = res->prompt_tokens;
         fin.completion_tokens = res->completion_tokens;
+        fin.cache_read_tokens = res->cache_read_tokens;
+        fin.cache_creation_tokens = res->cache_creation_tokens;
+        fin.cost_usd = res->cost_usd;
         fin.notebook = nb ? cq_nb_json(nb) : NULL;
         fin.report = report;
         write_retry_init(&retry);
@@ -532,13 +625,15 @@ static void finish_job(slot_t *slot,
         /* Its completion event is in the outbox: send it now. */
         if (slot->w->relay)
                 cq_relay_kick(slot->w->relay);
-        publish(slot, job->job_id, "job.finished",
-                json_pack("{s:s, s:s?, s:I, s:I, s:b, s:s?}", "status", status,
-                          "reason", res->reason, "turns",
-                          (json_int_t)res->turns, "duration_ms",
-                          (json_int_t)res->duration_ms, "from_memory",
-                          res->from_memory, "memory_source_job",
-                          res->memory_source_job));
+        publish(
+            slot, job->job_id, "job.finished",
+            json_pack(
+                "{s:s, s:s?, s:s?, s:I, s:I, s:b, s:s?, s:o}", "status", status,
+                "reason", res->reason, "reason_code", res->reason_code, "turns",
+                (json_int_t)res->turns, "duration_ms",
+                (json_int_t)res->duration_ms, "from_memory", res->from_memory,
+                "memory_source_job", res->memory_source_job, "cost_usd",
+                res->cost_usd >= 0 ? json_real(res->cost_usd) : json_null()));
         if (res->status == CQ_AGENT_SUCCEEDED && !res->from_memory &&
             job->memory.remember && memory_scope(slot->w, job) &&
             res->solution && *res->solution &&
@@ -573,19 +668,23 @@ static void cannot_run(slot_t *slot,
                        const cq_claim_t *claim,
                        const cq_job_t *job,
                        cq_err_t err,
+                       const char *code,
                        const char *fmt,
-                       ...) CQ_PRINTF(5, 6);
+                       ...) CQ_PRINTF(6, 7);
 
 /* The job cannot run on this claim. An error that trying again cannot fix
  * fails it now with the reason. A passing one puts it back in the queue:
  * the attempt counts, and it waits CODERQ_REQUEUE_DELAY_MS doubled with
  * each attempt (capped, jittered) before it is claimed again; at its last
  * attempt it fails, naming the last error. A release that counted nothing
- * and waited for nothing would be claimed again at once, forever. */
+ * and waited for nothing would be claimed again at once, forever.
+ * \p code is the reason code of a failure now ("attempts" when the last
+ * attempt gives up). */
 static void cannot_run(slot_t *slot,
                        const cq_claim_t *claim,
                        const cq_job_t *job,
                        cq_err_t err,
+                       const char *code,
                        const char *fmt,
                        ...)
 {
@@ -631,11 +730,19 @@ static void cannot_run(slot_t *slot,
         res.status = CQ_AGENT_FAILED;
         res.retries = claim->retries;
         res.last_error = strdup(why);
+        /* What earlier attempts spent stays the job's. */
+        res.prompt_tokens = claim->usage.prompt_tokens;
+        res.completion_tokens = claim->usage.completion_tokens;
+        res.cache_read_tokens = claim->usage.cache_read_tokens;
+        res.cache_creation_tokens = claim->usage.cache_creation_tokens;
+        res.cost_usd = claim->cost_usd;
         if (err == CQ_ERR_RETRIABLE) {
+                res.reason_code = "attempts";
                 if (asprintf(&res.reason, "gave up after %d attempts: %s",
                              claim->attempt, why) < 0)
                         res.reason = NULL;
         } else {
+                res.reason_code = code;
                 res.reason = strdup(why);
         }
         finish_job(slot, job, claim->attempt, NULL, NULL, &res);
@@ -702,6 +809,10 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 bare.job_id = claim->job_id;
                 res.status = CQ_AGENT_FAILED;
                 res.reason = strdup(errstr);
+                res.reason_code = "invalid_job";
+                res.prompt_tokens = claim->usage.prompt_tokens;
+                res.completion_tokens = claim->usage.completion_tokens;
+                res.cost_usd = claim->cost_usd;
                 finish_job(slot, &bare, claim->attempt, NULL, NULL, &res);
                 goto out;
         }
@@ -711,7 +822,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         if (claim->has_checkpoint) {
                 err = cq_store_load_checkpoint(slot->store, job.job_id, &cp);
                 if (err != CQ_OK) {
-                        cannot_run(slot, claim, &job, err,
+                        cannot_run(slot, claim, &job, err, "storage",
                                    "could not load its checkpoint: %s",
                                    cq_store_errmsg(slot->store));
                         goto out;
@@ -721,7 +832,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 err = load_session(slot, &job, cells, &history, errstr,
                                    sizeof(errstr));
                 if (err != CQ_OK) {
-                        cannot_run(slot, claim, &job, err,
+                        cannot_run(slot, claim, &job, err, "storage",
                                    "could not load the parent session: %s",
                                    errstr);
                         goto out;
@@ -744,7 +855,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
             w->backend, job.backend, w->cfg->kernel_startup_timeout_s * 1000,
             job.job_id, claim->attempt, &interp, errstr, sizeof(errstr));
         if (err != CQ_OK) {
-                cannot_run(slot, claim, &job, err,
+                cannot_run(slot, claim, &job, err, "interpreter",
                            "could not get an interpreter: %s", errstr);
                 goto out;
         }
@@ -769,6 +880,8 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         obs.on_cell = obs_cell;
         obs.on_event = obs_event;
         obs.on_retry = obs_retry;
+        obs.on_usage = obs_usage;
+        obs.reserve = obs_reserve;
         obs.opaque = &ctx;
         mem.lookup = mem_lookup;
         mem.opaque = &ctx;
@@ -777,6 +890,11 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
         opts.stop = &w->stop_jobs;
         opts.new_interp = slot_new_interp;
         opts.new_interp_opaque = slot;
+        opts.prices = w->prices;
+        /* Limits hold over the whole job: what the earlier attempts
+         * spent counts. */
+        start.usage_done = claim->usage;
+        start.cost_done_usd = claim->cost_usd;
         /* Limits hold over the whole job: this attempt so far, and the
          * running time of the earlier ones. */
         start.elapsed_ms = claim->run_ms + (cq_now_ms() - claimed_ms);
@@ -785,7 +903,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                          job.memory.recall && memory_scope(w, &job) ? &mem
                                                                     : NULL,
                          &start, nb, &res) != CQ_OK) {
-                cannot_run(slot, claim, &job, CQ_ERR_RETRIABLE,
+                cannot_run(slot, claim, &job, CQ_ERR_RETRIABLE, "internal",
                            "the agent could not run: out of memory");
                 goto out;
         }
@@ -797,6 +915,7 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 res.status = CQ_AGENT_FAILED;
                 free(res.reason);
                 res.reason = strdup(ctx.ckpt_errmsg);
+                res.reason_code = "storage";
                 finish_job(slot, &job, claim->attempt, sandbox, nb, &res);
                 goto out;
         }
@@ -807,8 +926,8 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 /* A shutdown gives the job back as it is; a checkpoint
                  * that could not be written is a failed try. */
                 if (ctx.ckpt_err != CQ_OK && !atomic_load(&slot->lost))
-                        cannot_run(slot, claim, &job, CQ_ERR_RETRIABLE, "%s",
-                                   ctx.ckpt_errmsg);
+                        cannot_run(slot, claim, &job, CQ_ERR_RETRIABLE,
+                                   "storage", "%s", ctx.ckpt_errmsg);
                 else
                         give_back(slot, job.job_id);
                 goto out;
@@ -1182,6 +1301,14 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
                 goto fail;
         }
         w->lconf.limiter = w->limiter;
+        if (cfg->prices_file && *cfg->prices_file) {
+                w->prices =
+                    cq_prices_load(cfg->prices_file, errstr, errstr_size);
+                if (!w->prices)
+                        goto fail;
+                cq_log_kv(CQ_LOG_INFO, "prices loaded", "file",
+                          cfg->prices_file, NULL);
+        }
         w->slots = calloc((size_t)opts->slots + 1, sizeof(*w->slots));
         if (!w->slots) {
                 snprintf(errstr, errstr_size, "out of memory");
@@ -1438,6 +1565,7 @@ void cq_worker_destroy(cq_worker_t **workerp)
                 pthread_mutex_destroy(&w->slots[i].lock);
         free(w->slots);
         cq_llm_limiter_destroy(&w->limiter);
+        cq_prices_destroy(&w->prices);
         pthread_cond_destroy(&w->idle_cond);
         pthread_mutex_destroy(&w->idle_lock);
         free(w);

@@ -91,6 +91,22 @@ void sp_double(store_params_t *sp, double v)
         sp->formats[i] = 0;
 }
 
+void sp_cost(store_params_t *sp, double usd)
+{
+        int i;
+
+        if (!(usd >= 0)) {
+                sp_text(sp, NULL);
+                return;
+        }
+        /* 15 significant digits: what a double holds exactly in decimal,
+         * so 0.1 is stored as 0.1 */
+        i = sp_slot(sp);
+        snprintf(sp->nums[i], sizeof(sp->nums[i]), "%.15g", usd);
+        sp->values[i] = sp->nums[i];
+        sp->formats[i] = 0;
+}
+
 void sp_bin(store_params_t *sp, const void *data, size_t len)
 {
         int i = sp_slot(sp);

@@ -1,56 +1,149 @@
 /* SPDX-License-Identifier: MIT */
 /* queries.c - the read side for people and the CLI: one job's status,
- * the results and summary of a run, and everything to export a job. */
+ * the results, attempts and summary of a run, the latest run, what a
+ * retry picks, run budgets, and everything to export a job. */
 #include "store_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* The sandbox a finished job's code ran in ("bwrap+uid-per-kernel",
- * "bwrap", "off" or "e2b") is in its result's report. */
-#define SQL_SANDBOX_OF(o)                                                      \
-        "(SELECT r.report->>'sandbox' FROM results r WHERE r.job_id = " o      \
-        ".job_id)"
+/* What a finished job recorded of how it ran (the "repro" object of its
+ * result's report, README "Reproducibility"), as columns. */
+#define SQL_REPRO_OF(r)                                                        \
+        r ".report->'repro'->>'provider' AS provider, " r                      \
+          ".report->'repro'->'temperature' AS temperature, " r                 \
+          ".report->'repro'->'top_p' AS top_p, " r                             \
+          ".report->'repro'->'seed' AS seed, " r                               \
+          ".report->'repro'->'max_tokens' AS max_tokens, " r                   \
+          ".report->'repro'->>'system_prompt_sha256' AS "                      \
+          "system_prompt_sha256, " r                                           \
+          ".report->'repro'->>'coderq_version' AS coderq_version, " r          \
+          ".report->'repro'->>'backend' AS backend, " r                        \
+          ".report->'repro'->>'python' AS python, " r                          \
+          ".report->'repro'->'packages' AS packages"
 
 static const char SQL_STATUS[] =
-    "SELECT row_to_json(x)::text FROM (SELECT o.*, " SQL_SANDBOX_OF(
-        "o") " AS sandbox FROM job_overview o WHERE o.job_id = $1) x";
+    "SELECT row_to_json(x)::text FROM (SELECT o.*,"
+    " r.report->>'sandbox' AS sandbox, " SQL_REPRO_OF(
+        "r") " FROM job_overview o LEFT JOIN results r ON r.job_id = o.job_id"
+             " WHERE o.job_id = $1) x";
 
-/* json_build_object keeps key order, so every row has the same columns. */
+/* The jobs of a run with, per original job (the job a retry names in
+ * retry_of), which attempt is the latest; row_to_json keeps the column
+ * order, so every row has the same keys in the same order. $2: every
+ * attempt, not only the latest. */
 static const char SQL_RUN_RESULTS[] =
-    "SELECT COALESCE(json_agg(json_build_object('job_id', o.job_id,"
-    " 'title', o.title, 'status', o.status, 'reason', o.reason,"
-    " 'attempts', o.attempts, 'turns', o.turns, 'retries', o.retries,"
-    " 'tests_passed', o.tests_passed, 'tests_total', o.tests_total,"
-    " 'total_tokens', o.total_tokens, 'duration_ms', o.duration_ms,"
-    " 'from_memory', o.from_memory, 'memory_source_job', o.memory_source_job,"
-    " 'sandbox', " SQL_SANDBOX_OF(
-        "o") ")"
-             " ORDER BY o.created_at, o.job_id), '[]')::text"
-             " FROM job_overview o WHERE o.run_id = $1";
+    "WITH a AS (SELECT j.job_id, j.title, j.status,"
+    "  COALESCE(j.reason, j.error) AS reason, j.reason_code, j.attempts,"
+    "  j.turns, j.retries, r.tests_passed, r.tests_total, j.prompt_tokens,"
+    "  j.completion_tokens, j.cache_read_tokens, j.cache_creation_tokens,"
+    "  j.cost_usd, j.created_at, j.started_at, j.finished_at,"
+    "  r.from_memory, r.memory_source_job, r.report, j.retry_of,"
+    "  j.run_attempt, COALESCE(r.model, j.spec->>'model') AS model,"
+    "  COALESCE(j.retry_of, j.job_id) AS root,"
+    "  j.run_attempt = max(j.run_attempt) OVER w AS latest,"
+    "  min(j.created_at) OVER w AS root_created"
+    " FROM jobs j LEFT JOIN results r ON r.job_id = j.job_id"
+    " WHERE j.run_id = $1"
+    " WINDOW w AS (PARTITION BY COALESCE(j.retry_of, j.job_id)))"
+    " SELECT COALESCE(json_agg(row_to_json(x) ORDER BY a.root_created,"
+    "  a.root, a.run_attempt), '[]')::text"
+    " FROM a CROSS JOIN LATERAL (SELECT a.job_id, a.title, a.status,"
+    "  a.reason, a.reason_code, a.attempts, a.turns, a.retries,"
+    "  a.tests_passed, a.tests_total, a.prompt_tokens, a.completion_tokens,"
+    "  a.cache_read_tokens, a.cache_creation_tokens,"
+    "  a.prompt_tokens + a.completion_tokens AS total_tokens, a.cost_usd,"
+    "  (extract(epoch FROM (a.finished_at - a.started_at)) * 1000)::bigint"
+    "   AS duration_ms,"
+    "  a.from_memory, a.memory_source_job, a.report->>'sandbox' AS sandbox,"
+    "  a.retry_of, a.run_attempt, a.latest, a.created_at, a.started_at,"
+    "  a.finished_at, a.model, " SQL_REPRO_OF("a") ") x"
+                                                   " WHERE $2::boolean OR "
+                                                   "a.latest";
 
 static const char SQL_RUN_SUMMARY[] =
     "SELECT row_to_json(s)::text FROM run_summary s WHERE s.run_id = $1";
+
+/* See coderq_run_summary() in migrations/0006_eval_runs.sql. */
+static const char SQL_RUN_FIGURES[] =
+    "WITH s AS MATERIALIZED (SELECT * FROM coderq_run_summary($1,"
+    " $2::boolean))"
+    " SELECT json_build_object('run_id', $1::text,"
+    " 'attempts', CASE WHEN $2::boolean THEN 'all' ELSE 'latest' END,"
+    " 'budget_usd', (SELECT b.budget_usd FROM runs b WHERE b.run_id = $1),"
+    " 'spent_usd', (SELECT COALESCE(sum(j.cost_usd), 0) FROM jobs j"
+    "  WHERE j.run_id = $1),"
+    " 'models', COALESCE((SELECT json_agg(row_to_json(s)"
+    "  ORDER BY s.model NULLS LAST) FROM s WHERE NOT s.is_total), '[]'),"
+    " 'total', (SELECT row_to_json(s) FROM s WHERE s.is_total))::text";
+
+static const char SQL_LATEST_RUN[] =
+    "SELECT run_id FROM jobs WHERE run_id IS NOT NULL"
+    " ORDER BY created_at DESC, job_id DESC LIMIT 1";
+
+/* PostgreSQL compiles the pattern: a bad one fails this, not a read. */
+static const char SQL_CHECK_PATTERN[] = "SELECT '' ~ $1";
+
+/* The latest attempt of each original job of run $1, finished; $2: only
+ * failed ones; $3: a pattern its reason code or reason matches (jobs that
+ * did not succeed); $4: every finished one. */
+static const char SQL_RETRY_SELECT[] =
+    "WITH a AS (SELECT j.job_id, COALESCE(j.retry_of, j.job_id) AS root,"
+    "  j.run_attempt, j.status, j.reason_code, j.reason, j.spec,"
+    "  max(j.run_attempt) OVER w AS last, min(j.created_at) OVER w AS first"
+    " FROM jobs j WHERE j.run_id = $1"
+    " WINDOW w AS (PARTITION BY COALESCE(j.retry_of, j.job_id)))"
+    " SELECT COALESCE(json_agg(json_build_object('job_id', a.job_id,"
+    "  'root_job_id', a.root, 'run_attempt', a.run_attempt,"
+    "  'status', a.status, 'reason_code', a.reason_code, 'spec', a.spec)"
+    "  ORDER BY a.first, a.root), '[]')::text"
+    " FROM a WHERE a.run_attempt = a.last"
+    "  AND a.status IN ('succeeded', 'failed', 'cancelled')"
+    "  AND ($2::boolean OR $3::text IS NOT NULL OR $4::boolean)"
+    "  AND (NOT $2::boolean OR a.status = 'failed')"
+    "  AND ($3::text IS NULL OR (a.status <> 'succeeded'"
+    "   AND (COALESCE(a.reason_code, '') ~ $3::text"
+    "    OR COALESCE(a.reason, '') ~ $3::text)))";
+
+static const char SQL_JOBS_EXIST[] =
+    "SELECT COALESCE(json_agg(job_id ORDER BY job_id), '[]')::text"
+    " FROM jobs WHERE job_id = ANY ($1::text[])";
+
+static const char SQL_SET_BUDGET[] =
+    "INSERT INTO runs (run_id, budget_usd) VALUES ($1, $2::numeric)"
+    " ON CONFLICT (run_id) DO UPDATE SET budget_usd = EXCLUDED.budget_usd,"
+    " updated_at = now()";
+
+static const char SQL_CLEAR_BUDGET[] =
+    "UPDATE runs SET budget_usd = NULL, updated_at = now()"
+    " WHERE run_id = $1";
+
+static const char SQL_RUN_BUDGET[] =
+    "SELECT json_build_object('run_id', $1::text,"
+    " 'budget_usd', (SELECT b.budget_usd FROM runs b WHERE b.run_id = $1),"
+    " 'spent_usd', COALESCE(sum(j.cost_usd), 0),"
+    " 'held_usd', COALESCE(sum(j.budget_hold_usd)"
+    "  FILTER (WHERE j.status = 'running'), 0),"
+    " 'cost_unknown', count(*) FILTER (WHERE j.cost_usd IS NULL),"
+    " 'jobs', count(*))::text FROM jobs j WHERE j.run_id = $1";
 
 static const char SQL_EXPORT[] =
     "SELECT (SELECT n.doc::text FROM notebooks n WHERE n.job_id = $1),"
     " (SELECT r.answer FROM results r WHERE r.job_id = $1)";
 
-/* One JSON value from a one-row, one-column query; NULL when no row. */
-static cq_err_t query_json(cq_store_t *store,
-                           const char *what,
-                           const char *sql,
-                           const char *arg,
-                           json_t **docp)
+/* One JSON value from a one-row, one-column query of parameters \p sp;
+ * NULL when no row. */
+static cq_err_t query_json_sp(cq_store_t *store,
+                              const char *what,
+                              const char *sql,
+                              const store_params_t *sp,
+                              json_t **docp)
 {
-        store_params_t sp;
         PGresult *res = NULL;
         cq_err_t err;
 
         *docp = NULL;
-        sp_init(&sp);
-        sp_text(&sp, arg);
-        err = store_exec(store, what, sql, &sp, 0, true, &res);
+        err = store_exec(store, what, sql, sp, 0, true, &res);
         if (err == CQ_OK && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
                 *docp = store_json_value(store, res, 0, 0, what);
                 if (!*docp)
@@ -60,6 +153,20 @@ static cq_err_t query_json(cq_store_t *store,
         return err;
 }
 
+/* query_json_sp() with one text parameter. */
+static cq_err_t query_json(cq_store_t *store,
+                           const char *what,
+                           const char *sql,
+                           const char *arg,
+                           json_t **docp)
+{
+        store_params_t sp;
+
+        sp_init(&sp);
+        sp_text(&sp, arg);
+        return query_json_sp(store, what, sql, &sp, docp);
+}
+
 cq_err_t
 cq_store_job_status(cq_store_t *store, const char *job_id, json_t **rowp)
 {
@@ -67,11 +174,170 @@ cq_store_job_status(cq_store_t *store, const char *job_id, json_t **rowp)
                           rowp);
 }
 
+static cq_err_t run_rows(cq_store_t *store,
+                         const char *run_id,
+                         bool all_attempts,
+                         json_t **rowsp)
+{
+        store_params_t sp;
+
+        sp_init(&sp);
+        sp_text(&sp, run_id);
+        sp_text(&sp, all_attempts ? "true" : "false");
+        return query_json_sp(store, "read the results of a run",
+                             SQL_RUN_RESULTS, &sp, rowsp);
+}
+
 cq_err_t
 cq_store_run_results(cq_store_t *store, const char *run_id, json_t **rowsp)
 {
-        return query_json(store, "read the results of a run", SQL_RUN_RESULTS,
-                          run_id, rowsp);
+        return run_rows(store, run_id, false, rowsp);
+}
+
+cq_err_t
+cq_store_run_attempts(cq_store_t *store, const char *run_id, json_t **rowsp)
+{
+        return run_rows(store, run_id, true, rowsp);
+}
+
+cq_err_t cq_store_run_figures(cq_store_t *store,
+                              const char *run_id,
+                              bool all_attempts,
+                              json_t **docp)
+{
+        store_params_t sp;
+        json_t *models, *row;
+        cq_err_t err;
+        size_t i;
+
+        sp_init(&sp);
+        sp_text(&sp, run_id);
+        sp_text(&sp, all_attempts ? "true" : "false");
+        err = query_json_sp(store, "read the summary of a run", SQL_RUN_FIGURES,
+                            &sp, docp);
+        if (err != CQ_OK)
+                return err;
+        if (!*docp) {
+                store_set_error(store, "could not read the summary of a run: "
+                                       "no reply");
+                return CQ_ERR_FATAL;
+        }
+        /* is_total says which row is which; the document's shape says it
+         * already */
+        models = json_object_get(*docp, "models");
+        json_array_foreach(models, i, row) json_object_del(row, "is_total");
+        json_object_del(json_object_get(*docp, "total"), "is_total");
+        return CQ_OK;
+}
+
+cq_err_t cq_store_latest_run(cq_store_t *store, char **runp)
+{
+        PGresult *res = NULL;
+        cq_err_t err;
+        bool oom = false;
+
+        *runp = NULL;
+        err = store_exec(store, "find the most recent run", SQL_LATEST_RUN,
+                         NULL, 0, true, &res);
+        if (err == CQ_OK && PQntuples(res) == 1) {
+                *runp = store_strdup_value(res, 0, 0, &oom);
+                if (oom) {
+                        store_set_error(store, "could not find the most "
+                                               "recent run: out of memory");
+                        err = CQ_ERR_FATAL;
+                }
+        }
+        PQclear(res);
+        return err;
+}
+
+cq_err_t cq_store_retry_select(cq_store_t *store,
+                               const char *run_id,
+                               const cq_retry_filter_t *filter,
+                               json_t **rowsp,
+                               bool *bad_patternp)
+{
+        store_params_t sp;
+        cq_err_t err;
+
+        *rowsp = NULL;
+        *bad_patternp = false;
+        if (filter->pattern) {
+                sp_init(&sp);
+                sp_text(&sp, filter->pattern);
+                err = store_exec(store, "use the reason pattern",
+                                 SQL_CHECK_PATTERN, &sp, 0, true, NULL);
+                if (err != CQ_OK) {
+                        *bad_patternp = err == CQ_ERR_FATAL;
+                        return err;
+                }
+        }
+        sp_init(&sp);
+        sp_text(&sp, run_id);
+        sp_text(&sp, filter->failed ? "true" : "false");
+        sp_text(&sp, filter->pattern);
+        sp_text(&sp, filter->all ? "true" : "false");
+        err = query_json_sp(store, "choose the jobs to retry", SQL_RETRY_SELECT,
+                            &sp, rowsp);
+        if (err == CQ_OK && !*rowsp) {
+                store_set_error(store, "could not choose the jobs to retry: "
+                                       "no reply");
+                err = CQ_ERR_FATAL;
+        }
+        return err;
+}
+
+cq_err_t cq_store_jobs_exist(cq_store_t *store,
+                             const char *const *job_ids,
+                             size_t n,
+                             json_t **foundp)
+{
+        store_params_t sp;
+        char *ids;
+        cq_err_t err;
+
+        *foundp = NULL;
+        ids = store_text_array(store, job_ids, n);
+        if (!ids)
+                return CQ_ERR_FATAL;
+        sp_init(&sp);
+        sp_text(&sp, ids);
+        err = query_json_sp(store, "look up jobs", SQL_JOBS_EXIST, &sp, foundp);
+        free(ids);
+        if (err == CQ_OK && !*foundp) {
+                store_set_error(store, "could not look up jobs: no reply");
+                err = CQ_ERR_FATAL;
+        }
+        return err;
+}
+
+cq_err_t
+cq_store_set_run_budget(cq_store_t *store, const char *run_id, double usd)
+{
+        store_params_t sp;
+
+        sp_init(&sp);
+        sp_text(&sp, run_id);
+        if (usd < 0)
+                return store_exec(store, "remove the budget of a run",
+                                  SQL_CLEAR_BUDGET, &sp, 0, true, NULL);
+        sp_cost(&sp, usd);
+        return store_exec(store, "set the budget of a run", SQL_SET_BUDGET, &sp,
+                          0, true, NULL);
+}
+
+cq_err_t
+cq_store_run_budget(cq_store_t *store, const char *run_id, json_t **docp)
+{
+        cq_err_t err = query_json(store, "read the budget of a run",
+                                  SQL_RUN_BUDGET, run_id, docp);
+
+        if (err == CQ_OK && !*docp) {
+                store_set_error(store,
+                                "could not read the budget of a run: no reply");
+                err = CQ_ERR_FATAL;
+        }
+        return err;
 }
 
 cq_err_t

@@ -14,8 +14,9 @@
 static const char SQL_UPSERT[] =
     "INSERT INTO jobs (job_id, prompt, title, task_id, run_id,"
     " parent_job_id, priority, spec, max_attempts, source_topic,"
-    " source_partition, source_offset)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12)"
+    " source_partition, source_offset, retry_of, run_attempt)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12,"
+    " $13, $14)"
     " ON CONFLICT (job_id) DO NOTHING RETURNING 1";
 
 /* The batch form: one JSON array of jobs, rows in array order, each with
@@ -23,14 +24,15 @@ static const char SQL_UPSERT[] =
 static const char SQL_UPSERT_MANY[] =
     "INSERT INTO jobs (job_id, prompt, title, task_id, run_id,"
     " parent_job_id, priority, spec, max_attempts, source_topic,"
-    " source_partition, source_offset, created_at)"
+    " source_partition, source_offset, created_at, retry_of, run_attempt)"
     " SELECT r.job_id, r.prompt, r.title, r.task_id, r.run_id,"
     "  r.parent_job_id, r.priority, r.spec, $2, r.source_topic,"
-    "  r.source_partition, r.source_offset, clock_timestamp()"
+    "  r.source_partition, r.source_offset, clock_timestamp(), r.retry_of,"
+    "  r.run_attempt"
     " FROM jsonb_to_recordset($1::jsonb) AS r (job_id text, prompt text,"
     "  title text, task_id text, run_id text, parent_job_id text,"
     "  priority int, spec jsonb, source_topic text, source_partition int,"
-    "  source_offset bigint)"
+    "  source_offset bigint, retry_of text, run_attempt int)"
     " ON CONFLICT (job_id) DO NOTHING RETURNING job_id";
 
 /* The parent check is inside the locked subquery, so a child becomes
@@ -54,7 +56,9 @@ static const char SQL_CLAIM[] =
     " RETURNING jobs.job_id, jobs.spec::text, jobs.attempts,"
     "  EXISTS (SELECT 1 FROM job_messages m WHERE m.job_id = jobs.job_id)"
     "  OR EXISTS (SELECT 1 FROM cells c WHERE c.job_id = jobs.job_id),"
-    "  jobs.max_attempts, jobs.retries, jobs.run_ms";
+    "  jobs.max_attempts, jobs.retries, jobs.run_ms, jobs.prompt_tokens,"
+    "  jobs.completion_tokens, jobs.cache_read_tokens,"
+    "  jobs.cache_creation_tokens, jobs.cost_usd::float8";
 
 static const char SQL_HEARTBEAT[] =
     "UPDATE jobs SET lease_until = now() + make_interval(secs => $2::int),"
@@ -81,6 +85,9 @@ static const char SQL_REQUEUE[] =
     "           THEN format('lease expired after %s attempts (last worker %s)',"
     "                       j.attempts, j.lease_owner)"
     "           ELSE j.reason END,"
+    "  reason_code = CASE WHEN j.cancel_requested THEN 'cancelled'"
+    "                WHEN j.attempts >= j.max_attempts THEN 'attempts'"
+    "                ELSE j.reason_code END,"
     "  error = format('lease of worker %s expired at %s', j.lease_owner,"
     "                 j.lease_until),"
     "  lease_owner = NULL, lease_until = NULL, run_after = now(),"
@@ -91,7 +98,8 @@ static const char SQL_REQUEUE[] =
 static const char SQL_ORPHANS[] =
     "UPDATE jobs c SET status = 'failed', finished_at = now(),"
     " updated_at = now(),"
-    " reason = format('parent job %s %s', p.job_id, p.status)"
+    " reason = format('parent job %s %s', p.job_id, p.status),"
+    " reason_code = 'parent'"
     " FROM jobs p"
     " WHERE c.status = 'queued' AND c.parent_job_id = p.job_id"
     "  AND p.status IN ('failed', 'cancelled')"
@@ -103,7 +111,7 @@ static const char SQL_NO_PARENT[] =
     "UPDATE jobs c SET status = 'failed', finished_at = now(),"
     " updated_at = now(),"
     " reason = format('parent job %s does not exist after %s s',"
-    "                 c.parent_job_id, $1::int)"
+    "                 c.parent_job_id, $1::int), reason_code = 'parent'"
     " WHERE c.status = 'queued' AND c.parent_job_id IS NOT NULL"
     "  AND c.created_at < now() - make_interval(secs => $1::int)"
     "  AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.job_id = c.parent_job_id)"
@@ -146,7 +154,21 @@ static const char SQL_NOTEBOOK[] =
 /* One statement: see coderq_finish() in migrations/0001_schema.sql. */
 static const char SQL_FINISH[] =
     "SELECT coderq_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
-    " $12::jsonb, $13::jsonb, $14, $15)";
+    " $12::numeric, $13, $14, $15, $16::jsonb, $17::jsonb, $18, $19)";
+
+/* After each LLM call: the job's usage so far, its cost (NULL: unknown),
+ * and the run budget it held for the call released. */
+static const char SQL_USAGE[] =
+    "UPDATE jobs SET prompt_tokens = $3, completion_tokens = $4,"
+    " cache_read_tokens = $5, cache_creation_tokens = $6,"
+    " cost_usd = $7::numeric, budget_hold_usd = 0, updated_at = now()"
+    " WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'"
+    " RETURNING 1";
+
+/* See coderq_budget_reserve() in migrations/0006_eval_runs.sql. */
+static const char SQL_RESERVE[] =
+    "SELECT outcome, budget_usd::float8, spent_usd::float8, held_usd::float8"
+    " FROM coderq_budget_reserve($1, $2, $3::numeric)";
 
 static const char SQL_OUTBOX_FETCH[] =
     "SELECT event_id::text, topic, key, payload::text, attempts FROM outbox"
@@ -219,7 +241,8 @@ static const char SQL_CANCEL_LOCK[] =
 static const char SQL_CANCEL_QUEUED[] =
     "UPDATE jobs SET status = 'cancelled', cancel_requested = true,"
     " finished_at = now(), updated_at = now(),"
-    " reason = 'cancelled before it started' WHERE job_id = $1";
+    " reason = 'cancelled before it started', reason_code = 'cancelled'"
+    " WHERE job_id = $1";
 
 static const char SQL_CANCEL_RUNNING[] =
     "UPDATE jobs SET cancel_requested = true, updated_at = now()"
@@ -278,6 +301,8 @@ cq_err_t cq_store_upsert_job(cq_store_t *store,
                 sp_text(&sp, NULL);
                 sp_text(&sp, NULL);
         }
+        sp_text(&sp, job->retry_of);
+        sp_long(&sp, job->run_attempt > 1 ? job->run_attempt : 1);
         err = store_exec(store, "store job", SQL_UPSERT, &sp, 0, true, &res);
         if (err == CQ_OK && createdp)
                 *createdp = PQntuples(res) == 1;
@@ -297,11 +322,13 @@ static json_t *upsert_rows(const cq_job_upsert_t *v, size_t n)
                 const cq_job_t *job = v[i].job;
                 const cq_job_src_t *src = v[i].src;
                 json_t *row = json_pack(
-                    "{s:s, s:s, s:s?, s:s?, s:s?, s:s?, s:I, s:O}", "job_id",
-                    job->job_id, "prompt", job->prompt, "title", job->title,
-                    "task_id", job->task_id, "run_id", job->run_id,
+                    "{s:s, s:s, s:s?, s:s?, s:s?, s:s?, s:I, s:O, s:s?, s:I}",
+                    "job_id", job->job_id, "prompt", job->prompt, "title",
+                    job->title, "task_id", job->task_id, "run_id", job->run_id,
                     "parent_job_id", job->parent_job_id, "priority",
-                    (json_int_t)clamp_int(job->priority), "spec", job->spec);
+                    (json_int_t)clamp_int(job->priority), "spec", job->spec,
+                    "retry_of", job->retry_of, "run_attempt",
+                    (json_int_t)(job->run_attempt > 1 ? job->run_attempt : 1));
 
                 if (row && src && src->topic &&
                     (json_object_set_new(row, "source_topic",
@@ -403,6 +430,13 @@ cq_err_t cq_store_claim(cq_store_t *store, cq_claim_t *claim, bool *foundp)
         claim->max_attempts = (int)store_long_value(res, 0, 4);
         claim->retries = (int)store_long_value(res, 0, 5);
         claim->run_ms = (int64_t)store_long_value(res, 0, 6);
+        claim->usage.prompt_tokens = (int64_t)store_long_value(res, 0, 7);
+        claim->usage.completion_tokens = (int64_t)store_long_value(res, 0, 8);
+        claim->usage.cache_read_tokens = (int64_t)store_long_value(res, 0, 9);
+        claim->usage.cache_creation_tokens =
+            (int64_t)store_long_value(res, 0, 10);
+        claim->cost_usd =
+            PQgetisnull(res, 0, 11) ? -1 : strtod(PQgetvalue(res, 0, 11), NULL);
         if (oom || !claim->spec) {
                 /* The lease stays and expires: the job is not lost. */
                 if (oom)
@@ -605,29 +639,109 @@ cq_err_t cq_store_retry_later(cq_store_t *store,
         return err;
 }
 
+/* Run \p sql, an UPDATE of job \p job_id guarded by this owner's lease
+ * that returns a row when it wrote; *\p lostp when it wrote nothing.
+ * Retry-safe: it sets values, it adds nothing. */
+static cq_err_t leased_update(cq_store_t *store,
+                              const char *what,
+                              const char *sql,
+                              const store_params_t *sp,
+                              const char *job_id,
+                              bool *lostp)
+{
+        PGresult *res = NULL;
+        cq_err_t err;
+
+        *lostp = false;
+        err = store_exec(store, what, sql, sp, 0, true, &res);
+        if (err == CQ_OK && PQntuples(res) == 0) {
+                *lostp = true;
+                store_set_error(store,
+                                "could not %s of job \"%s\": worker \"%s\" "
+                                "does not hold its lease",
+                                what, job_id, store->owner);
+        }
+        PQclear(res);
+        return err;
+}
+
 cq_err_t cq_store_set_retries(cq_store_t *store,
                               const char *job_id,
                               long retries,
                               bool *lostp)
 {
         store_params_t sp;
-        PGresult *res = NULL;
-        cq_err_t err;
 
-        *lostp = false;
         sp_init(&sp);
         sp_text(&sp, job_id);
         sp_text(&sp, store->owner);
         sp_long(&sp, retries < 0 ? 0 : clamp_int(retries));
-        err = store_exec(store, "count the retries", SQL_SET_RETRIES, &sp, 0,
-                         true, &res);
-        if (err == CQ_OK && PQntuples(res) == 0) {
-                *lostp = true;
-                store_set_error(store,
-                                "could not count the retries of job \"%s\": "
-                                "worker \"%s\" does not hold its lease",
-                                job_id, store->owner);
-        }
+        return leased_update(store, "count the retries", SQL_SET_RETRIES, &sp,
+                             job_id, lostp);
+}
+
+cq_err_t cq_store_record_usage(cq_store_t *store,
+                               const char *job_id,
+                               const cq_usage_t *usage,
+                               double cost_usd,
+                               bool *lostp)
+{
+        store_params_t sp;
+
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, store->owner);
+        sp_long(&sp, usage->prompt_tokens < 0 ? 0 : usage->prompt_tokens);
+        sp_long(&sp,
+                usage->completion_tokens < 0 ? 0 : usage->completion_tokens);
+        sp_long(&sp,
+                usage->cache_read_tokens < 0 ? 0 : usage->cache_read_tokens);
+        sp_long(&sp, usage->cache_creation_tokens < 0
+                         ? 0
+                         : usage->cache_creation_tokens);
+        sp_cost(&sp, cost_usd);
+        return leased_update(store, "record the LLM usage", SQL_USAGE, &sp,
+                             job_id, lostp);
+}
+
+cq_err_t cq_store_budget_reserve(cq_store_t *store,
+                                 const char *job_id,
+                                 double estimate_usd,
+                                 cq_budget_t *budget)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        const char *outcome;
+        cq_err_t err;
+
+        memset(budget, 0, sizeof(*budget));
+        budget->outcome = CQ_BUDGET_NONE;
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, store->owner);
+        sp_cost(&sp, estimate_usd);
+        /* Not retried after a reconnect: a hold whose reply was lost is
+         * replaced by the next one, or released with the job. */
+        err = store_exec(store, "hold the run's budget", SQL_RESERVE, &sp, 0,
+                         false, &res);
+        if (err != CQ_OK)
+                goto out;
+        outcome = PQgetvalue(res, 0, 0);
+        budget->budget_usd =
+            PQgetisnull(res, 0, 1) ? -1 : strtod(PQgetvalue(res, 0, 1), NULL);
+        budget->spent_usd =
+            PQgetisnull(res, 0, 2) ? -1 : strtod(PQgetvalue(res, 0, 2), NULL);
+        budget->held_usd =
+            PQgetisnull(res, 0, 3) ? -1 : strtod(PQgetvalue(res, 0, 3), NULL);
+        if (strcmp(outcome, "ok") == 0)
+                budget->outcome = CQ_BUDGET_HELD;
+        else if (strcmp(outcome, "over") == 0)
+                budget->outcome = CQ_BUDGET_OVER;
+        else if (strcmp(outcome, "unknown") == 0)
+                budget->outcome = CQ_BUDGET_UNKNOWN;
+        else if (strcmp(outcome, "lost") == 0)
+                budget->outcome = CQ_BUDGET_LOST;
+out:
         PQclear(res);
         return err;
 }
@@ -730,10 +844,16 @@ cq_err_t cq_store_finish(cq_store_t *store, const cq_finish_t *fin, bool *lostp)
         sp_text(&sp, store->owner);
         sp_text(&sp, fin->status);
         sp_text(&sp, fin->reason);
+        sp_text(&sp, fin->reason_code);
         sp_long(&sp, fin->turns < 0 ? 0 : fin->turns);
         sp_long(&sp, fin->retries < 0 ? 0 : fin->retries);
         sp_long(&sp, fin->prompt_tokens < 0 ? 0 : fin->prompt_tokens);
         sp_long(&sp, fin->completion_tokens < 0 ? 0 : fin->completion_tokens);
+        sp_long(&sp, fin->cache_read_tokens < 0 ? 0 : fin->cache_read_tokens);
+        sp_long(&sp, fin->cache_creation_tokens < 0
+                         ? 0
+                         : fin->cache_creation_tokens);
+        sp_cost(&sp, fin->cost_usd);
         sp_text(&sp, fin->answer);
         if (fin->tests_total >= 0 && fin->tests_passed >= 0) {
                 sp_long(&sp, fin->tests_passed);

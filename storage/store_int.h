@@ -10,7 +10,7 @@
 
 #include "coderq/store.h"
 
-#define STORE_MAX_PARAMS 16
+#define STORE_MAX_PARAMS 24
 
 /* Statements prepared on the current connection (statement "cq<i>"). */
 #define STORE_PREP_MAX 64
@@ -51,6 +51,8 @@ void sp_init(store_params_t *sp);
 void sp_text(store_params_t *sp, const char *s);
 void sp_long(store_params_t *sp, long long v);
 void sp_double(store_params_t *sp, double v);
+/* An amount of USD as numeric text; < 0 (unknown) becomes SQL NULL. */
+void sp_cost(store_params_t *sp, double usd);
 /* Binary (bytea); len must fit an int (callers cap it first). */
 void sp_bin(store_params_t *sp, const void *data, size_t len);
 

@@ -14,6 +14,8 @@
 #include "coderq/kpool.h"
 #include "coderq/llm.h"
 #include "coderq/notebook.h"
+#include "coderq/prices.h"
+#include "coderq/util.h"
 #include "support/fake_e2b.h"
 #include "support/fake_llm.h"
 
@@ -995,6 +997,409 @@ START_TEST(input_files_by_content_and_by_url_reach_the_kernel)
 }
 END_TEST
 
+/* ---------------------------------------------------- budgets and repro */
+
+/* The script of the budget tests: two calls of 1000 input and 500 output
+ * tokens ($0.006 each at the prices below), then a final answer. */
+static const char budget_steps[] =
+    "[{\"tool_calls\":[{\"code\":\"x = 1\"}],"
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500}},"
+    "{\"tool_calls\":[{\"code\":\"y = x + 1\"}],"
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500}},"
+    "{\"content\":\"done\","
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":100}}]";
+
+static cq_prices_t *test_prices(const char *doc)
+{
+        char errstr[256] = "";
+        cq_prices_t *prices =
+            cq_prices_parse(doc, strlen(doc), "test", errstr, sizeof(errstr));
+
+        ck_assert_msg(prices != NULL, "%s", errstr);
+        return prices;
+}
+
+/* The fixture's client again with replies of at most \p max_tokens. */
+static void fixture_max_tokens(fixture_t *fx, long max_tokens)
+{
+        cq_llm_conf_t conf;
+        char err[256] = "";
+
+        cq_llm_destroy(&fx->llm);
+        cq_llm_conf_init(&conf);
+        conf.base_url = cq_fake_llm_base_url(fake);
+        conf.model = "unused-default";
+        conf.max_tokens = max_tokens;
+        conf.max_attempts = 3;
+        conf.backoff_base_ms = 10;
+        conf.backoff_max_ms = 50;
+        conf.max_wait_s = 10;
+        fx->llm = cq_llm_new(&conf, err, sizeof(err));
+        ck_assert_msg(fx->llm != NULL, "%s", err);
+}
+
+/* What the loop told the observer about money. */
+typedef struct spend {
+        int nusage, nreserve;
+        cq_usage_t total;    /* the last total reported */
+        double cost;         /* the last cost reported */
+        double estimates[8]; /* what each reserve was asked to hold */
+        int verdict;         /* what reserve answers */
+} spend_t;
+
+static int spend_on_usage(void *opaque, const cq_usage_t *total, double cost)
+{
+        spend_t *sp = opaque;
+
+        sp->nusage++;
+        sp->total = *total;
+        sp->cost = cost;
+        return 0;
+}
+
+static int spend_reserve(void *opaque, double estimate, char *why, size_t n)
+{
+        spend_t *sp = opaque;
+
+        if (sp->nreserve < (int)CQ_ARRAY_SIZE(sp->estimates))
+                sp->estimates[sp->nreserve] = estimate;
+        sp->nreserve++;
+        if (sp->verdict > 0)
+                snprintf(why, n, "run R is out of money");
+        return sp->verdict;
+}
+
+/* The prompt estimate of \p n messages of \p history, as the loop makes
+ * it: cq_llm_estimate_tokens() plus the tools schema. */
+static int64_t prompt_estimate(const json_t *history, size_t n)
+{
+        json_t *part = json_array(), *tools = cq_llm_tools_json();
+        char *text = json_dumps(tools, JSON_COMPACT);
+        int64_t est;
+        size_t i;
+
+        for (i = 0; i < n; i++)
+                json_array_append(part, json_array_get(history, i));
+        est = cq_llm_estimate_tokens(part) + ((int64_t)strlen(text) + 2) / 3;
+        free(text);
+        json_decref(tools);
+        json_decref(part);
+        return est;
+}
+
+START_TEST(budget_estimate_refuses_the_crossing_call)
+{
+        fixture_t fx;
+        cq_prices_t *prices =
+            test_prices("{\"models\":{\"script:*\":{\"input\":1,"
+                        "\"output\":10}}}");
+        cq_price_t price = {1, 10, 1, 1};
+        cq_agent_observer_t obs = {0};
+        spend_t sp = {0};
+        int64_t first, last;
+        json_t *reqs;
+        char want[256];
+
+        use_backend(0);
+        fixture_init(&fx, "budget_cost", budget_steps);
+        fixture_max_tokens(&fx, 1000);
+        fx.opts.prices = prices;
+        fx.job.limits.max_cost_usd = 0.013;
+        obs.on_usage = spend_on_usage;
+        obs.reserve = spend_reserve;
+        obs.opaque = &sp;
+        fixture_run(&fx, &obs, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_str_eq(fx.result.reason_code, "budget");
+        /* one call made, the second refused before it was sent */
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        ck_assert_int_eq(fx.result.turns, 1);
+        ck_assert_int_eq(sp.nusage, 1);
+        ck_assert_int_eq(sp.total.prompt_tokens, 1000);
+        ck_assert_int_eq(sp.total.completion_tokens, 500);
+        ck_assert_double_eq_tol(sp.cost, 0.006, 1e-12);
+        ck_assert_double_eq_tol(fx.result.cost_usd, 0.006, 1e-12);
+        /* the run's budget was asked once, before the first call, for the
+         * most that call could cost: its prompt as estimated, all at the
+         * input price, and a whole reply at the output price */
+        ck_assert_int_eq(sp.nreserve, 1);
+        first = prompt_estimate(fx.result.history, 3);
+        ck_assert_double_eq_tol(sp.estimates[0],
+                                cq_price_estimate(&price, first, 1000), 1e-15);
+        /* the refusal names the estimate of the call it refused */
+        last = prompt_estimate(fx.result.history,
+                               json_array_size(fx.result.history));
+        snprintf(want, sizeof(want),
+                 "cost budget: the next LLM call could cost up to $%.6f "
+                 "(about %lld prompt and at most 1000 output tokens), which "
+                 "would cross limits.max_cost_usd $0.013 ($0.006000 spent so "
+                 "far)",
+                 cq_price_estimate(&price, last, 1000), (long long)last);
+        ck_assert_str_eq(fx.result.reason, want);
+        fixture_release(&fx);
+
+        /* max_tokens_total: 1500 used, then about `last` in and 1000 out */
+        fixture_init(&fx, "budget_tokens", budget_steps);
+        fixture_max_tokens(&fx, 1000);
+        fx.job.limits.max_tokens_total = 3000;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(fx.result.reason_code, "budget");
+        last = prompt_estimate(fx.result.history,
+                               json_array_size(fx.result.history));
+        snprintf(want, sizeof(want),
+                 "token budget: the next LLM call could use up to %lld tokens "
+                 "(about %lld prompt and at most 1000 output), which would "
+                 "cross limits.max_tokens_total 3000 (1500 used so far)",
+                 (long long)(last + 1000), (long long)last);
+        ck_assert_str_eq(fx.result.reason, want);
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        fixture_release(&fx);
+        cq_prices_destroy(&prices);
+}
+END_TEST
+
+START_TEST(budget_counts_earlier_attempts_and_unknown_costs)
+{
+        fixture_t fx;
+        cq_prices_t *prices =
+            test_prices("{\"models\":{\"script:*\":{\"input\":1,"
+                        "\"output\":10}}}");
+        cq_prices_t *other = test_prices(
+            "{\"models\":{\"gpt-4o\":{\"input\":1,\"output\":10}}}");
+        cq_agent_start_t start = {0};
+        cq_agent_observer_t obs = {0};
+        spend_t sp = {0};
+        json_t *reqs;
+
+        use_backend(0);
+        /* an earlier attempt spent $0.006: the first call would cross */
+        fixture_init(&fx, "budget_earlier", budget_steps);
+        fixture_max_tokens(&fx, 1000);
+        fx.opts.prices = prices;
+        fx.job.limits.max_cost_usd = 0.013;
+        start.usage_done.prompt_tokens = 1000;
+        start.usage_done.completion_tokens = 500;
+        start.cost_done_usd = 0.006;
+        fixture_run(&fx, NULL, NULL, &start);
+        ck_assert_str_eq(fx.result.reason_code, "budget");
+        ck_assert_int_eq(fx.result.prompt_tokens, 1000);
+        ck_assert_double_eq_tol(fx.result.cost_usd, 0.006, 1e-12);
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 0);
+        json_decref(reqs);
+        fixture_release(&fx);
+
+        /* a model without a price cannot be held to a cost */
+        fixture_init(&fx, "budget_noprice", budget_steps);
+        fx.opts.prices = other;
+        fx.job.limits.max_cost_usd = 5;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(fx.result.reason_code, "budget");
+        ck_assert_msg(strstr(fx.result.reason,
+                             "has no price (not in CODERQ_PRICES_FILE)"),
+                      "%s", fx.result.reason);
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 0);
+        json_decref(reqs);
+        fixture_release(&fx);
+        fixture_init(&fx, "budget_nofile", budget_steps);
+        fx.job.limits.max_cost_usd = 5;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_msg(strstr(fx.result.reason, "(CODERQ_PRICES_FILE is unset)"),
+                      "%s", fx.result.reason);
+        fixture_release(&fx);
+
+        /* a reply without usage makes the cost unknown (never 0), and a
+         * cost limit cannot be kept after it */
+        fixture_init(&fx, "budget_nousage",
+                     "[{\"tool_calls\":[{\"code\":\"x = 1\"}],"
+                     "\"usage\":null},{\"content\":\"done\"}]");
+        fixture_max_tokens(&fx, 1000);
+        fx.opts.prices = prices;
+        fx.job.limits.max_cost_usd = 1;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(fx.result.reason_code, "budget");
+        ck_assert_msg(strstr(fx.result.reason, "the cost so far is "
+                                               "unknown"),
+                      "%s", fx.result.reason);
+        ck_assert(fx.result.cost_usd < 0);
+        fixture_release(&fx);
+        /* without prices every call's cost is unknown */
+        fixture_init(&fx, "budget_unpriced", budget_steps);
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_ptr_null(fx.result.reason_code);
+        ck_assert(fx.result.cost_usd < 0);
+        ck_assert_int_eq(fx.result.prompt_tokens, 3000);
+        fixture_release(&fx);
+
+        /* the run's budget says no: no call at all */
+        fixture_init(&fx, "budget_run", budget_steps);
+        fx.opts.prices = prices;
+        sp.verdict = 1;
+        obs.reserve = spend_reserve;
+        obs.opaque = &sp;
+        fixture_run(&fx, &obs, NULL, NULL);
+        ck_assert_str_eq(fx.result.reason_code, "budget");
+        ck_assert_str_eq(fx.result.reason, "run budget: run R is out of money");
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 0);
+        json_decref(reqs);
+        fixture_release(&fx);
+        /* ... or cannot be asked: the job stops, to be resumed */
+        fixture_init(&fx, "budget_run_down", budget_steps);
+        sp.verdict = -1;
+        fixture_run(&fx, &obs, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "aborted");
+        fixture_release(&fx);
+        cq_prices_destroy(&prices);
+        cq_prices_destroy(&other);
+}
+END_TEST
+
+/* A job's temperature, top_p and seed reach every request; the Messages
+ * API gets temperature and top_p, and a seed it cannot take fails the
+ * job before any call. What was sent is recorded, then the client is
+ * back to its configuration. */
+START_TEST(sampling_parameters_reach_the_request)
+{
+        fixture_t fx;
+        json_t *reqs, *req, *conf_sampling;
+        size_t i;
+
+        use_backend(0);
+        fixture_init(&fx, "sampling_openai", budget_steps);
+        fx.job.sampling.has_temperature = true;
+        fx.job.sampling.temperature = 0.3;
+        fx.job.sampling.has_top_p = true;
+        fx.job.sampling.top_p = 0.9;
+        fx.job.sampling.has_seed = true;
+        fx.job.sampling.seed = 42;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 3);
+        json_array_foreach(reqs, i, req)
+        {
+                const json_t *body = json_object_get(req, "body");
+
+                ck_assert_double_eq(
+                    json_real_value(json_object_get(body, "temperature")), 0.3);
+                ck_assert_double_eq(
+                    json_real_value(json_object_get(body, "top_p")), 0.9);
+                ck_assert_int_eq(
+                    json_integer_value(json_object_get(body, "seed")), 42);
+        }
+        json_decref(reqs);
+        ck_assert_double_eq(
+            json_real_value(json_object_get(fx.result.repro, "temperature")),
+            0.3);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(fx.result.repro, "seed")), 42);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(fx.result.repro, "provider")),
+            "openai");
+        conf_sampling = cq_llm_sampling_json(fx.llm);
+        ck_assert(json_is_null(json_object_get(conf_sampling, "temperature")));
+        ck_assert(json_is_null(json_object_get(conf_sampling, "seed")));
+        json_decref(conf_sampling);
+        fixture_release(&fx);
+
+        fixture_init(&fx, "sampling_anthropic", budget_steps);
+        fx.job.provider = strdup("anthropic");
+        fx.job.sampling.has_temperature = true;
+        fx.job.sampling.temperature = 0.25;
+        fx.job.sampling.has_top_p = true;
+        fx.job.sampling.top_p = 0.5;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 3);
+        req = json_array_get(reqs, 0);
+        ck_assert(json_is_true(json_object_get(req, "valid")));
+        ck_assert_double_eq(json_real_value(json_object_get(
+                                json_object_get(req, "body"), "temperature")),
+                            0.25);
+        ck_assert_double_eq(json_real_value(json_object_get(
+                                json_object_get(req, "body"), "top_p")),
+                            0.5);
+        ck_assert_ptr_null(
+            json_object_get(json_object_get(req, "body"), "seed"));
+        json_decref(reqs);
+        fixture_release(&fx);
+
+        fixture_init(&fx, "sampling_anthropic_seed", budget_steps);
+        fx.job.provider = strdup("anthropic");
+        fx.job.sampling.has_seed = true;
+        fx.job.sampling.seed = 1;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_str_eq(fx.result.reason_code, "invalid_job");
+        ck_assert_str_eq(fx.result.reason,
+                         "field \"seed\": provider anthropic takes no seed "
+                         "(the Messages API has none)");
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 0);
+        json_decref(reqs);
+        fixture_release(&fx);
+}
+END_TEST
+
+/* What a run used, on both backends: the interpreter's Python and its
+ * packages (numpy, pandas and matplotlib are installed here), the
+ * backend, the coderq version and the hash of the system prompt sent. */
+START_TEST(repro_records_what_the_run_used)
+{
+        fixture_t fx;
+        const json_t *repro, *packages;
+        char hex[65];
+
+        use_backend(_i);
+        fixture_init(&fx, "repro", budget_steps);
+        fixture_run(&fx, NULL, NULL, NULL);
+        repro = fx.result.repro;
+        ck_assert_ptr_nonnull(repro);
+        ck_assert_msg(
+            strncmp(json_string_value(json_object_get(repro, "python")), "3.",
+                    2) == 0,
+            "python %s", json_string_value(json_object_get(repro, "python")));
+        packages = json_object_get(repro, "packages");
+        ck_assert_ptr_nonnull(
+            json_string_value(json_object_get(packages, "numpy")));
+        ck_assert_ptr_nonnull(
+            json_string_value(json_object_get(packages, "pandas")));
+        ck_assert_ptr_nonnull(
+            json_string_value(json_object_get(packages, "matplotlib")));
+        ck_assert_str_eq(json_string_value(json_object_get(repro, "backend")),
+                         backends[_i]);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(repro, "coderq_version")),
+            CQ_VERSION);
+        ck_assert_str_eq(json_string_value(json_object_get(repro, "model")),
+                         fx.model);
+        cq_sha256_hex(cq_agent_default_system_prompt(),
+                      strlen(cq_agent_default_system_prompt()), hex);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(repro, "system_prompt_sha256")),
+            hex);
+        ck_assert(json_is_null(json_object_get(repro, "temperature")));
+        fixture_release(&fx);
+        /* a job's own system prompt is the one hashed */
+        fixture_init(&fx, "repro_prompt", budget_steps);
+        fx.job.system_prompt = strdup("Be brief.");
+        fixture_run(&fx, NULL, NULL, NULL);
+        cq_sha256_hex("Be brief.", 9, hex);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             fx.result.repro, "system_prompt_sha256")),
+                         hex);
+        fixture_release(&fx);
+}
+END_TEST
+
 static Suite *agent_suite(void)
 {
         Suite *s = suite_create("agent");
@@ -1029,6 +1434,16 @@ static Suite *agent_suite(void)
             tc, input_files_by_content_and_by_url_reach_the_kernel, 0, 2);
         tcase_add_loop_test(tc, resume_replays_cells_and_does_not_repeat_turns,
                             0, 2);
+        suite_add_tcase(s, tc);
+        /* Limits of money and tokens, sampling, what a run used:
+         * CK_RUN_CASE=budget runs them alone. */
+        tc = tcase_create("budget");
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, budget_estimate_refuses_the_crossing_call);
+        tcase_add_test(tc, budget_counts_earlier_attempts_and_unknown_costs);
+        tcase_add_test(tc, sampling_parameters_reach_the_request);
+        tcase_add_loop_test(tc, repro_records_what_the_run_used, 0, 2);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -58,6 +58,8 @@ static void setup(void)
         setenv("CODERQ_PG_DSN", g_dsn, 1);
         setenv("CODERQ_TOPIC_JOBS", g_topic, 1);
         setenv("CODERQ_LOG_LEVEL", "error", 1);
+        /* timestamps in JSON and CSV in UTC, whatever the server's zone */
+        setenv("PGTZ", "UTC", 1);
 }
 
 static void teardown(void)
@@ -583,18 +585,36 @@ START_TEST(results_table_json_csv)
         cli_release(&run);
 
         make_run(store);
+        /* times pinned, so every column is known */
+        qexec("UPDATE jobs SET created_at = '2025-01-01 00:00:00+00'::"
+              "timestamptz + make_interval(secs => right(job_id, 1)::int),"
+              " finished_at = CASE WHEN finished_at IS NOT NULL THEN "
+              "'2025-01-01 00:10:00+00'::timestamptz END,"
+              " started_at = CASE WHEN finished_at IS NOT NULL THEN "
+              "'2025-01-01 00:10:00+00'::timestamptz - (finished_at - "
+              "started_at) END WHERE run_id = $1",
+              "r1");
         cli(&run, NULL, csv_args);
         ck_assert_msg(run.code == 0, "%s", run.err);
         ck_assert_str_eq(
             run.out,
-            "job_id,title,status,reason,attempts,turns,retries,tests_passed,"
-            "tests_total,total_tokens,duration_ms,from_memory,"
-            "memory_source_job,sandbox\r\n"
-            "j1,First,succeeded,,1,3,1,2,2,150,1500,true,j0,"
-            "bwrap+uid-per-kernel\r\n"
+            "job_id,title,status,reason,reason_code,attempts,turns,retries,"
+            "tests_passed,tests_total,prompt_tokens,completion_tokens,"
+            "cache_read_tokens,cache_creation_tokens,total_tokens,cost_usd,"
+            "duration_ms,from_memory,memory_source_job,sandbox,retry_of,"
+            "run_attempt,latest,created_at,started_at,finished_at,model,"
+            "provider,temperature,top_p,seed,max_tokens,system_prompt_sha256,"
+            "coderq_version,backend,python,packages\r\n"
+            "j1,First,succeeded,,,1,3,1,2,2,100,50,0,0,150,0,1500,true,j0,"
+            "bwrap+uid-per-kernel,,1,true,2025-01-01T00:00:01+00:00,"
+            "2025-01-01T00:09:58.5+00:00,2025-01-01T00:10:00+00:00,,,,,,,,,,,"
+            "\r\n"
             "j2,\"Second, \"\"quoted\"\"\",failed,\"bad, \"\"quoted\"\" "
-            "value\",1,5,2,0,2,300,2500,false,j0,off\r\n"
-            "j3,,queued,,0,0,0,,,0,,,,\r\n");
+            "value\",other,1,5,2,0,2,200,100,0,0,300,0,2500,false,j0,off,,1,"
+            "true,2025-01-01T00:00:02+00:00,2025-01-01T00:09:57.5+00:00,"
+            "2025-01-01T00:10:00+00:00,,,,,,,,,,,\r\n"
+            "j3,,queued,,,0,0,0,,,0,0,0,0,0,0,,,,,,1,true,"
+            "2025-01-01T00:00:03+00:00,,,,,,,,,,,,,\r\n");
         cli_release(&run);
 
         cli(&run, NULL, json_args);
@@ -623,18 +643,17 @@ START_TEST(results_table_json_csv)
         ck_assert_str_eq(
             run.out,
             "run r1\n"
-            "JOB  STATUS     TESTS  TURNS  RETRIES  TOKENS  DURATION  MEMORY"
-            "   TITLE             REASON\n"
-            "j1   succeeded    2/2      3        1     150      1.5s  from j0"
-            "  First             -\n"
-            "j2   failed       0/2      5        2     300      2.5s  hint j0"
-            "  Second, \"quoted\"  bad, \"quoted\" value\n"
-            "j3   queued         -      0        0       0         -  -"
-            "        -                 -\n"
+            "JOB  STATUS     TESTS  TURNS  RETRIES  TOKENS  COST  DURATION  "
+            "MEMORY   TITLE             REASON\n"
+            "j1   succeeded    2/2      3        1     150    $0      1.5s  "
+            "from j0  First             -\n"
+            "j2   failed       0/2      5        2     300    $0      2.5s  "
+            "hint j0  Second, \"quoted\"  bad, \"quoted\" value\n"
+            "j3   queued         -      0        0       0    $0         -  "
+            "-        -                 -\n"
             "3 jobs: 1 succeeded (1 from memory), 1 failed, 0 cancelled, 1 "
-            "pending; pass rate "
-            "50.0%; mean 4.00 turns, 1.50 retries; 450 tokens; duration p50 "
-            "2.0s, p95 2.4s\n");
+            "pending; 0 retried; pass rate 50.0%; mean 4.00 turns, 1.50 "
+            "retries; 450 tokens; cost $0; duration p50 2.0s, p95 2.4s\n");
         cli_release(&run);
 
         /* a newer run becomes the default */
@@ -725,13 +744,17 @@ START_TEST(status_lines_and_json)
                 ck_assert_str_eq(p, line);
         }
         ck_assert_ptr_nonnull(strstr(run.out, "\nstatus:"));
-        ck_assert_ptr_nonnull(
-            strstr(run.out, "\nreason:            bad, \"quoted\" value\n"));
-        /* the sandbox its code ran in, last of the job's own lines,
-         * before its completion event */
-        ck_assert_msg(strstr(run.out, "\nsandbox:           off\nevent:") !=
-                          NULL,
-                      "%s", run.out);
+        snprintf(line, sizeof(line), "\nreason:%*sbad, \"quoted\" value\n",
+                 (int)(width + 1 - strlen("reason")), "");
+        ck_assert_msg(strstr(run.out, line), "%s", run.out);
+        /* the sandbox its code ran in, then what else it ran with, last
+         * of the job's own lines, before its completion event */
+        snprintf(line, sizeof(line), "\nsandbox:%*soff\nprovider:",
+                 (int)(width + 1 - strlen("sandbox")), "");
+        ck_assert_msg(strstr(run.out, line), "%s", run.out);
+        snprintf(line, sizeof(line), "\npackages:%*s-\nevent:",
+                 (int)(width + 1 - strlen("packages")), "");
+        ck_assert_msg(strstr(run.out, line), "%s", run.out);
         cli_release(&run);
 
         cli(&run, NULL, json_args);

@@ -1903,20 +1903,44 @@ START_TEST(run_queries_for_people)
         const char *key;
         json_t *value;
         bool found;
+        /* the documented keys of cq_store_run_results(), in order */
         static const char *const keys[] = {"job_id",
                                            "title",
                                            "status",
                                            "reason",
+                                           "reason_code",
                                            "attempts",
                                            "turns",
                                            "retries",
                                            "tests_passed",
                                            "tests_total",
+                                           "prompt_tokens",
+                                           "completion_tokens",
+                                           "cache_read_tokens",
+                                           "cache_creation_tokens",
                                            "total_tokens",
+                                           "cost_usd",
                                            "duration_ms",
                                            "from_memory",
                                            "memory_source_job",
-                                           "sandbox"};
+                                           "sandbox",
+                                           "retry_of",
+                                           "run_attempt",
+                                           "latest",
+                                           "created_at",
+                                           "started_at",
+                                           "finished_at",
+                                           "model",
+                                           "provider",
+                                           "temperature",
+                                           "top_p",
+                                           "seed",
+                                           "max_tokens",
+                                           "system_prompt_sha256",
+                                           "coderq_version",
+                                           "backend",
+                                           "python",
+                                           "packages"};
         size_t i;
 
         add_job(store, "a", 3, NULL, "run1");

@@ -17,6 +17,7 @@
 
 #include "check_support.h"
 #include "support/pgtest.h"
+#include "coderq/agent.h"
 #include "coderq/common.h"
 #include "coderq/notebook.h"
 #include "coderq/sandbox.h"
@@ -1137,14 +1138,13 @@ static long llm_calls_of(const char *script)
         return n;
 }
 
-/* The completion event of job \p n, read from the results topic. */
-static json_t *completion_event(int n)
+/* The completion event of job \p id, read from the results topic. */
+static json_t *completion_event_of(const char *id)
 {
-        char topic[256], id[192];
+        char topic[256];
         json_t *event = NULL;
         int waited;
 
-        job_id(n, id, sizeof(id));
         snprintf(topic, sizeof(topic), "%s.results", prefix);
         for (waited = 0; waited < 60000 && !event; waited += 2000) {
                 kt_msg_t *msgs = NULL;
@@ -1158,6 +1158,15 @@ static json_t *completion_event(int n)
         }
         ck_assert_msg(event != NULL, "no completion event for %s", id);
         return event;
+}
+
+/* The completion event of job \p n. */
+static json_t *completion_event(int n)
+{
+        char id[192];
+
+        job_id(n, id, sizeof(id));
+        return completion_event_of(id);
 }
 
 START_TEST(memory_only_inside_a_named_scope_and_model)
@@ -1554,6 +1563,451 @@ START_TEST(resumed_job_keeps_its_running_time)
 }
 END_TEST
 
+/* ------------------------------------------------------- evaluation runs */
+
+/* A script whose first two calls report 1000 input and 500 output tokens
+ * and whose final answer reports 1000 and 100: at $1 and $10 per million
+ * (the prices file below) they cost $0.006, $0.006 and $0.002. */
+static const char costly_steps[] =
+    "[{\"tool_calls\":[{\"code\":\"x = 1\"}],"
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500}},"
+    "{\"tool_calls\":[{\"code\":\"y = x + 1\"}],"
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500}},"
+    "{\"content\":\"done\","
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":100}}]";
+
+/* The settings of a worker with prices and replies of at most 1000
+ * tokens: the most a call may cost is then its prompt estimate at $1 per
+ * million plus $0.01. */
+static const char *const *priced_worker(void)
+{
+        static char prices_env[600];
+        static const char *extra[4];
+        static const char doc[] =
+            "{\"models\":{\"script:*\":{\"input\":1,\"output\":10}}}";
+        char path[512];
+
+        snprintf(path, sizeof(path), "%s/prices.json", logdir);
+        cq_check_spit(path, doc, strlen(doc));
+        snprintf(prices_env, sizeof(prices_env), "CODERQ_PRICES_FILE=%s", path);
+        extra[0] = prices_env;
+        extra[1] = "CODERQ_LLM_MAX_TOKENS=1000";
+        extra[2] = NULL;
+        return extra;
+}
+
+/* The request bodies the fake LLM got from script \p script. */
+static json_t *bodies_of(const char *script)
+{
+        json_t *all = cq_fake_llm_requests(fake), *req, *out = json_array();
+        size_t i;
+
+        json_array_foreach(all, i, req)
+        {
+                const char *name =
+                    json_string_value(json_object_get(req, "script"));
+
+                if (name && strcmp(name, script) == 0)
+                        json_array_append(out, json_object_get(req, "body"));
+        }
+        json_decref(all);
+        return out;
+}
+
+static double job_cost(int n)
+{
+        char *text = job_row(n, "cost_usd");
+        double v = strtod(text, NULL);
+
+        ck_assert_msg(text[0] != '\0', "job %d has no cost", n);
+        free(text);
+        return v;
+}
+
+/* `coderq ARGS...` against this test's database and topics. */
+static void run_cli(const char *const *args, cq_check_proc_t *proc)
+{
+        char env_dsn[2300], env_brokers[300], env_topic[300];
+        const char *env[8];
+
+        snprintf(env_dsn, sizeof(env_dsn), "CODERQ_PG_DSN=%s", dsn);
+        snprintf(env_brokers, sizeof(env_brokers), "CODERQ_KAFKA_BROKERS=%s",
+                 brokers);
+        snprintf(env_topic, sizeof(env_topic), "CODERQ_TOPIC_JOBS=%s.jobs",
+                 prefix);
+        env[0] = env_dsn;
+        env[1] = env_brokers;
+        env[2] = env_topic;
+        env[3] = "CODERQ_LOG_LEVEL=error";
+        env[4] = "CODERQ_PRICES_FILE";
+        env[5] = NULL;
+
+        ck_assert_int_eq(cq_check_coderq(args, env, 240000, proc), 0);
+}
+
+/* Each job's own limits: the job fails with reason code budget before
+ * the call that could cross max_cost_usd or max_tokens_total (the fake
+ * LLM never gets it), its figures are those of the calls it made, and
+ * the sampling parameters a job names reach the LLM in every request and
+ * are recorded with what else the run used. */
+START_TEST(job_budgets_stop_before_the_crossing_call)
+{
+        worker_t w;
+        rd_kafka_t *rk;
+        json_t *bodies, *body, *event, *status;
+        cq_check_proc_t proc;
+        char *row, id[192], hex[65];
+        const char *status_args[] = {"status", id, "--json", NULL};
+        size_t i;
+
+        fresh("jobbudget");
+        register_script("cost-a", costly_steps);
+        register_script("cost-b", costly_steps);
+        register_script("cost-c", costly_steps);
+        child_slots = "1";
+        child_extra = priced_worker();
+        start_worker(&w, "wb", "30");
+        rk = kt_producer(brokers);
+        /* before call 1: about $0.011 of $0.013; before call 2: $0.006
+         * spent and $0.011 more would cross it */
+        submit(rk, 0, "cost-a",
+               "\"temperature\":0.3,\"top_p\":0.9,\"seed\":42,"
+               "\"limits\":{\"max_cost_usd\":0.013}");
+        /* before call 2: 1500 used, about 800 in and up to 1000 out */
+        submit(rk, 1, "cost-b", "\"limits\":{\"max_tokens_total\":3000}");
+        submit(rk, 2, "cost-c", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished_or_dump(3, WAIT_MS);
+
+        row = job_row(0, "status, reason_code, prompt_tokens, "
+                         "completion_tokens, turns");
+        ck_assert_str_eq(row, "failed|budget|1000|500|1");
+        free(row);
+        row = job_row(0, "reason");
+        ck_assert_msg(strstr(row, "cost budget: the next LLM call could cost "
+                                  "up to $0.01") == row &&
+                          strstr(row, "limits.max_cost_usd $0.013 ($0.006000 "
+                                      "spent so far)"),
+                      "%s", row);
+        free(row);
+        ck_assert_double_eq_tol(job_cost(0), 0.006, 1e-12);
+        /* the crossing call was never made */
+        ck_assert_int_eq(llm_calls_of("cost-a"), 1);
+        bodies = bodies_of("cost-a");
+        ck_assert_uint_eq(json_array_size(bodies), 1);
+        body = json_array_get(bodies, 0);
+        ck_assert_double_eq(
+            json_real_value(json_object_get(body, "temperature")), 0.3);
+        ck_assert_double_eq(json_real_value(json_object_get(body, "top_p")),
+                            0.9);
+        ck_assert_int_eq(json_integer_value(json_object_get(body, "seed")), 42);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(body, "max_tokens")), 1000);
+        json_decref(bodies);
+
+        row = job_row(1, "status, reason_code, prompt_tokens, "
+                         "completion_tokens");
+        ck_assert_str_eq(row, "failed|budget|1000|500");
+        free(row);
+        row = job_row(1, "reason");
+        ck_assert_msg(strstr(row, "token budget: the next LLM call could use "
+                                  "up to ") == row &&
+                          strstr(row, "limits.max_tokens_total 3000 (1500 "
+                                      "used so far)"),
+                      "%s", row);
+        free(row);
+        ck_assert_int_eq(llm_calls_of("cost-b"), 1);
+
+        /* no limits: every call, and the cost of all three */
+        row = job_row(2, "status, coalesce(reason_code, '-'), prompt_tokens,"
+                         " completion_tokens, turns");
+        ck_assert_str_eq(row, "succeeded|-|3000|1100|3");
+        free(row);
+        ck_assert_double_eq_tol(job_cost(2), 0.014, 1e-12);
+        bodies = bodies_of("cost-c");
+        ck_assert_uint_eq(json_array_size(bodies), 3);
+        json_array_foreach(bodies, i, body)
+        {
+                ck_assert_ptr_null(json_object_get(body, "temperature"));
+                ck_assert_ptr_null(json_object_get(body, "top_p"));
+                ck_assert_ptr_null(json_object_get(body, "seed"));
+        }
+        json_decref(bodies);
+
+        /* what each job used, with its result */
+        cq_sha256_hex(cq_agent_default_system_prompt(),
+                      strlen(cq_agent_default_system_prompt()), hex);
+        job_id(2, id, sizeof(id));
+        row = pg_text("SELECT concat_ws('|', r.model, p->>'provider',"
+                      " coalesce(p->>'temperature', '-'), p->>'max_tokens',"
+                      " p->>'system_prompt_sha256', p->>'coderq_version',"
+                      " p->>'backend') FROM results r,"
+                      " LATERAL (SELECT r.report->'repro' AS p) x"
+                      " WHERE r.job_id = $1",
+                      id);
+        {
+                char want[512];
+
+                snprintf(want, sizeof(want),
+                         "script:cost-c|openai|-|1000|%s|%s|local", hex,
+                         CQ_VERSION);
+                ck_assert_str_eq(row, want);
+        }
+        free(row);
+        row = pg_text("SELECT concat_ws('|', report->'repro'->>'python',"
+                      " report->'repro'->'packages'->>'numpy')"
+                      " FROM results WHERE job_id = $1",
+                      id);
+        ck_assert_msg(strncmp(row, "3.", 2) == 0 && strstr(row, "|1."), "%s",
+                      row);
+        free(row);
+
+        /* coderq status shows them; the completion event says what it cost
+         * and why it stopped */
+        job_id(0, id, sizeof(id));
+        run_cli(status_args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        status = json_loads(proc.out, 0, NULL);
+        ck_assert_ptr_nonnull(status);
+        ck_assert_str_eq(json_string_value(json_object_get(status, "model")),
+                         "script:cost-a");
+        ck_assert_str_eq(
+            json_string_value(json_object_get(status, "reason_code")),
+            "budget");
+        ck_assert_double_eq(
+            json_real_value(json_object_get(status, "temperature")), 0.3);
+        ck_assert_double_eq(json_real_value(json_object_get(status, "top_p")),
+                            0.9);
+        ck_assert_int_eq(json_integer_value(json_object_get(status, "seed")),
+                         42);
+        ck_assert_str_eq(json_string_value(json_object_get(status, "provider")),
+                         "openai");
+        ck_assert_str_eq(json_string_value(json_object_get(status, "backend")),
+                         "local");
+        ck_assert_ptr_nonnull(
+            json_string_value(json_object_get(status, "python")));
+        ck_assert_double_eq_tol(
+            json_number_value(json_object_get(status, "cost_usd")), 0.006,
+            1e-12);
+        json_decref(status);
+        cq_check_proc_release(&proc);
+        event = completion_event(0);
+        ck_assert_str_eq(
+            json_string_value(json_object_get(event, "reason_code")), "budget");
+        ck_assert_double_eq_tol(
+            json_number_value(json_object_get(event, "cost_usd")), 0.006,
+            1e-12);
+        ck_assert_str_eq(json_string_value(json_object_get(event, "model")),
+                         "script:cost-a");
+        ck_assert(json_is_null(json_object_get(event, "retry_of")));
+        json_decref(event);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+}
+END_TEST
+
+/* A run's budget holds across its jobs: with one slot the first job
+ * spends $0.008 in two calls; the second makes its first call ($0.008 +
+ * about $0.011 of $0.02) and fails before its second ($0.014 + $0.011). */
+START_TEST(run_budget_holds_across_jobs)
+{
+        worker_t w;
+        rd_kafka_t *rk;
+        cq_check_proc_t proc;
+        const char *budget_args[] = {"budget", "--run",  prefix, "--usd",
+                                     "0.02",   "--json", NULL};
+        json_t *doc;
+        char *row;
+        int failed;
+
+        fresh("runbudget");
+        register_script("rb-0", "[{\"tool_calls\":[{\"code\":\"x = 1\"}],"
+                                "\"usage\":{\"prompt_tokens\":1000,"
+                                "\"completion_tokens\":500}},"
+                                "{\"content\":\"done\",\"usage\":{"
+                                "\"prompt_tokens\":1000,"
+                                "\"completion_tokens\":100}}]");
+        register_script("rb-1", "[{\"tool_calls\":[{\"code\":\"x = 1\"}],"
+                                "\"usage\":{\"prompt_tokens\":1000,"
+                                "\"completion_tokens\":500}},"
+                                "{\"content\":\"done\",\"usage\":{"
+                                "\"prompt_tokens\":1000,"
+                                "\"completion_tokens\":100}}]");
+        run_cli(budget_args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        doc = json_loads(proc.out, 0, NULL);
+        ck_assert_double_eq_tol(
+            json_number_value(json_object_get(doc, "budget_usd")), 0.02, 1e-12);
+        ck_assert_int_eq(json_integer_value(json_object_get(doc, "jobs")), 0);
+        json_decref(doc);
+        cq_check_proc_release(&proc);
+        child_slots = "1";
+        child_extra = priced_worker();
+        start_worker(&w, "wr", "30");
+        rk = kt_producer(brokers);
+        submit(rk, 0, "rb-0", NULL);
+        submit(rk, 1, "rb-1", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished_or_dump(2, WAIT_MS);
+        ck_assert_int_eq(count_status("succeeded"), 1);
+        ck_assert_int_eq(count_status("failed"), 1);
+        failed = (int)kt_pg_long(
+            dsn,
+            "SELECT right(job_id, 1)::int FROM jobs WHERE status = 'failed'",
+            NULL);
+        row = job_row(failed, "reason_code, turns, prompt_tokens");
+        ck_assert_str_eq(row, "budget|1|1000");
+        free(row);
+        row = job_row(failed, "reason");
+        ck_assert_msg(strstr(row, "run budget: the next LLM call could cost "
+                                  "up to $0.01") == row &&
+                          strstr(row, "would cross the budget of run") &&
+                          strstr(row, "$0.014000 spent"),
+                      "%s", row);
+        free(row);
+        /* the one who failed got one call, the other two */
+        ck_assert_int_eq(llm_calls_of(failed == 0 ? "rb-0" : "rb-1"), 1);
+        ck_assert_int_eq(llm_calls_of(failed == 0 ? "rb-1" : "rb-0"), 2);
+        budget_args[3] = NULL; /* show it */
+        run_cli(budget_args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        ck_assert_msg(strstr(proc.out, "spent_usd:    0.014000\n") &&
+                          strstr(proc.out, "held_usd:     0.000000\n") &&
+                          strstr(proc.out, "jobs:         2\n"),
+                      "%s", proc.out);
+        cq_check_proc_release(&proc);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+}
+END_TEST
+
+/* A failure retried: the retry goes through Kafka and the intake as a
+ * new job linked to its original, the old result stays, results and the
+ * summary show the latest attempt unless asked for all of them, and a
+ * second retry finds nothing to do. */
+START_TEST(retry_queues_failures_as_linked_attempts)
+{
+        worker_t w;
+        rd_kafka_t *rk;
+        cq_check_proc_t proc;
+        const char *retry_args[] = {"retry",  "--run",     prefix, "--failed",
+                                    "--wait", "--timeout", "200",  NULL};
+        const char *results_args[] = {"results", "--run", prefix, "--format",
+                                      "json",    NULL,    NULL};
+        const char *summary_args[] = {"results",  "--run", prefix, "--summary",
+                                      "--format", "json",  NULL,   NULL};
+        char orig[192], again[256];
+        json_t *doc, *total, *event;
+        char *row;
+
+        fresh("retry");
+        /* the first call is refused once (HTTP 400: the job fails), the
+         * retry's is answered */
+        register_script("flaky",
+                        "[{\"faults\":[{\"kind\":\"http\",\"status\":400}],"
+                        "\"tool_calls\":[{\"code\":\"x = 1\"}]},"
+                        "{\"content\":\"done\"}]");
+        start_worker(&w, "wy", "30");
+        rk = kt_producer(brokers);
+        submit(rk, 0, "flaky", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished_or_dump(1, WAIT_MS);
+        row = job_row(0, "status, reason_code");
+        ck_assert_str_eq(row, "failed|llm");
+        free(row);
+
+        job_id(0, orig, sizeof(orig));
+        snprintf(again, sizeof(again), "%s~r2", orig);
+        run_cli(retry_args, &proc);
+        ck_assert_msg(proc.status == 0, "exit %d: %s", proc.status, proc.err);
+        ck_assert_msg(strncmp(proc.out, again, strlen(again)) == 0 &&
+                          proc.out[strlen(again)] == '\n',
+                      "%s", proc.out);
+        ck_assert_msg(strstr(proc.out, " succeeded "), "%s", proc.out);
+        cq_check_proc_release(&proc);
+        row = pg_text("SELECT concat_ws('|', status, retry_of, run_attempt,"
+                      " run_id) FROM jobs WHERE job_id = $1",
+                      again);
+        {
+                char want[512];
+
+                snprintf(want, sizeof(want), "succeeded|%s|2|%s", orig, prefix);
+                ck_assert_str_eq(row, want);
+        }
+        free(row);
+        /* the original and its result are kept */
+        row = job_row(0, "status, reason_code");
+        ck_assert_str_eq(row, "failed|llm");
+        free(row);
+        ck_assert_int_eq(kt_pg_long(dsn, "SELECT count(*) FROM results", NULL),
+                         2);
+        event = completion_event_of(again);
+        ck_assert_str_eq(json_string_value(json_object_get(event, "retry_of")),
+                         orig);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(event, "run_attempt")), 2);
+        json_decref(event);
+
+        /* the latest attempt by default, every one when asked */
+        run_cli(results_args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        doc = json_loads(proc.out, 0, NULL);
+        ck_assert_uint_eq(json_array_size(doc), 1);
+        ck_assert_str_eq(json_string_value(
+                             json_object_get(json_array_get(doc, 0), "job_id")),
+                         again);
+        json_decref(doc);
+        cq_check_proc_release(&proc);
+        results_args[5] = "--all-attempts";
+        run_cli(results_args, &proc);
+        doc = json_loads(proc.out, 0, NULL);
+        ck_assert_uint_eq(json_array_size(doc), 2);
+        ck_assert_str_eq(json_string_value(
+                             json_object_get(json_array_get(doc, 0), "job_id")),
+                         orig);
+        ck_assert(
+            json_is_false(json_object_get(json_array_get(doc, 0), "latest")));
+        json_decref(doc);
+        cq_check_proc_release(&proc);
+
+        run_cli(summary_args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        doc = json_loads(proc.out, 0, NULL);
+        total = json_object_get(doc, "total");
+        ck_assert_int_eq(json_integer_value(json_object_get(total, "jobs")), 1);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(total, "succeeded")), 1);
+        ck_assert_int_eq(json_integer_value(json_object_get(total, "retried")),
+                         1);
+        ck_assert_int_eq(json_object_size(json_object_get(total, "reasons")),
+                         0);
+        json_decref(doc);
+        cq_check_proc_release(&proc);
+        summary_args[6] = "--all-attempts";
+        run_cli(summary_args, &proc);
+        doc = json_loads(proc.out, 0, NULL);
+        total = json_object_get(doc, "total");
+        ck_assert_int_eq(json_integer_value(json_object_get(total, "jobs")), 2);
+        ck_assert_int_eq(json_integer_value(json_object_get(total, "failed")),
+                         1);
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_object_get(total, "reasons"), "llm")),
+                         1);
+        json_decref(doc);
+        cq_check_proc_release(&proc);
+
+        /* nothing failed any more */
+        retry_args[4] = NULL;
+        run_cli(retry_args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        ck_assert_str_eq(proc.out, "");
+        ck_assert_msg(strstr(proc.err, "nothing to retry"), "%s", proc.err);
+        cq_check_proc_release(&proc);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+}
+END_TEST
+
 static void no_extra(void)
 {
         child_extra = NULL;
@@ -1833,6 +2287,16 @@ static Suite *worker_suite(void)
         tcase_set_timeout(tc, 600);
         tcase_add_test(tc, default_sandbox_runs_job_code_as_another_uid);
         tcase_add_test(tc, memory_default_scope_flags_and_hints);
+        suite_add_tcase(s, tc);
+        /* Budgets, sampling and retries of evaluation runs:
+         * CK_RUN_CASE=budget runs them alone. */
+        tc = tcase_create("budget");
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_add_checked_fixture(tc, NULL, no_extra);
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, job_budgets_stop_before_the_crossing_call);
+        tcase_add_test(tc, run_budget_holds_across_jobs);
+        tcase_add_test(tc, retry_queues_failures_as_linked_attempts);
         suite_add_tcase(s, tc);
         tcase_add_unchecked_fixture(e2b, setup, teardown);
         tcase_add_checked_fixture(e2b, NULL, kill_leftovers);

@@ -11,6 +11,7 @@
 #include "check_support.h"
 #include "coderq/buf.h"
 #include "coderq/job.h"
+#include "coderq/util.h"
 
 /* The golden cases run with this size cap so one case can exceed it. */
 #define GOLDEN_MAX 4096
@@ -103,6 +104,37 @@ static char *summarize(cq_err_t rc, const cq_job_t *job, const char *errstr)
                                   job->memory.recall, job->memory.remember,
                                   job->memory.cross_model),
                     CQ_OK);
+        if (job->sampling.has_temperature || job->sampling.has_top_p ||
+            job->sampling.has_seed) {
+                ck_assert_int_eq(cq_buf_append_str(&buf, "sampling:"), CQ_OK);
+                if (job->sampling.has_temperature)
+                        ck_assert_int_eq(
+                            cq_buf_printf(&buf, " temperature=%g",
+                                          job->sampling.temperature),
+                            CQ_OK);
+                if (job->sampling.has_top_p)
+                        ck_assert_int_eq(cq_buf_printf(&buf, " top_p=%g",
+                                                       job->sampling.top_p),
+                                         CQ_OK);
+                if (job->sampling.has_seed)
+                        ck_assert_int_eq(cq_buf_printf(&buf, " seed=%lld",
+                                                       job->sampling.seed),
+                                         CQ_OK);
+                ck_assert_int_eq(cq_buf_append_str(&buf, "\n"), CQ_OK);
+        }
+        if (job->limits.max_tokens_total >= 0 || job->limits.max_cost_usd >= 0)
+                ck_assert_int_eq(cq_buf_printf(&buf,
+                                               "budget: max_tokens_total=%lld "
+                                               "max_cost_usd=%g\n",
+                                               job->limits.max_tokens_total,
+                                               job->limits.max_cost_usd),
+                                 CQ_OK);
+        if (job->retry_of || job->run_attempt != 1)
+                ck_assert_int_eq(
+                    cq_buf_printf(&buf, "retry_of: %s run_attempt: %ld\n",
+                                  job->retry_of ? job->retry_of : "-",
+                                  job->run_attempt),
+                    CQ_OK);
         ck_assert_int_eq(
             cq_buf_printf(&buf,
                           "limits: max_turns=%ld max_retries=%ld "
@@ -186,6 +218,60 @@ START_TEST(job_golden_cases)
                 free(names[i]);
         }
         ck_assert_uint_eq(failed, 0);
+}
+END_TEST
+
+/* Retry ids: ROOT~rN, or a hashed stem when that would pass 128. */
+START_TEST(job_retry_ids)
+{
+        char id[CQ_JOB_ID_MAX + 1], other[CQ_JOB_ID_MAX + 1], hex[65];
+        char root[CQ_JOB_ID_MAX + 1];
+
+        ck_assert_int_eq(cq_job_retry_id("eval-1-0003", 2, id, sizeof(id)), 0);
+        ck_assert_str_eq(id, "eval-1-0003~r2");
+        ck_assert_int_eq(cq_job_retry_id("x", 1000, id, sizeof(id)), 0);
+        ck_assert_str_eq(id, "x~r1000");
+        /* the attempt range and the buffer */
+        ck_assert_int_eq(cq_job_retry_id("x", 1, id, sizeof(id)), -1);
+        ck_assert_int_eq(cq_job_retry_id("x", 1001, id, sizeof(id)), -1);
+        ck_assert_int_eq(cq_job_retry_id("x", 2, id, 64), -1);
+        ck_assert_int_eq(cq_job_retry_id("", 2, id, sizeof(id)), -1);
+        /* 125 + "~r2" fits exactly; 126 does not */
+        memset(root, 'a', 125);
+        root[125] = '\0';
+        ck_assert_int_eq(cq_job_retry_id(root, 2, id, sizeof(id)), 0);
+        ck_assert_uint_eq(strlen(id), 128);
+        ck_assert_str_eq(id + 125, "~r2");
+        memset(root, 'a', 128);
+        root[128] = '\0';
+        ck_assert_int_eq(cq_job_retry_id(root, 12, id, sizeof(id)), 0);
+        ck_assert_uint_eq(strlen(id), 128);
+        cq_sha256_hex(root, 128, hex);
+        ck_assert_int_eq(memcmp(id + 107, "~", 1), 0);
+        ck_assert_int_eq(memcmp(id + 108, hex, 16), 0);
+        ck_assert_str_eq(id + 124, "~r12");
+        /* two long roots with the same start get different ids */
+        root[127] = 'b';
+        ck_assert_int_eq(cq_job_retry_id(root, 12, other, sizeof(other)), 0);
+        ck_assert_str_ne(id, other);
+        ck_assert_int_eq(memcmp(id, other, 107), 0);
+        /* the id is a valid job id with a valid retry_of */
+        {
+                char text[1024], errstr[256] = "";
+                cq_job_t job;
+
+                snprintf(text, sizeof(text),
+                         "{\"job_id\":\"%s\",\"prompt\":\"p\","
+                         "\"retry_of\":\"%s\",\"run_attempt\":12}",
+                         id, root);
+                cq_job_init(&job);
+                ck_assert_msg(cq_job_parse(text, strlen(text), 0, &job, errstr,
+                                           sizeof(errstr)) == CQ_OK,
+                              "%s", errstr);
+                ck_assert_str_eq(job.retry_of, root);
+                ck_assert_int_eq(job.run_attempt, 12);
+                cq_job_release(&job);
+        }
 }
 END_TEST
 
@@ -310,9 +396,11 @@ START_TEST(job_fuzz_never_crashes)
             "{\"max_turns\":0}",
         };
         static const char *const keys[] = {
-            "version", "job_id",        "prompt",   "title",         "task_id",
-            "run_id",  "parent_job_id", "backend",  "model",         "files",
-            "tests",   "limits",        "priority", "system_prompt", "memory"};
+            "version",  "job_id",        "prompt",        "title",
+            "task_id",  "run_id",        "parent_job_id", "backend",
+            "model",    "files",         "tests",         "limits",
+            "priority", "system_prompt", "memory",        "temperature",
+            "top_p",    "seed",          "retry_of",      "run_attempt"};
         size_t len, i, k, w, round;
         char *base = cq_check_slurp(
             cq_check_srcpath("tests/data/job/ok_full/input.json"), &len);
@@ -426,6 +514,7 @@ static Suite *cq_job_suite(void)
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, job_golden_cases);
         tcase_add_test(tc, job_fields_are_typed_and_owned);
+        tcase_add_test(tc, job_retry_ids);
         tcase_add_test(tc, job_fuzz_never_crashes);
         suite_add_tcase(s, tc);
         return s;

@@ -395,6 +395,14 @@ START_TEST(event_cap_keeps_the_identity)
         json_object_set_new(doc, "job_id", json_string("j-img"));
         json_object_set_new(doc, "status", json_string("failed"));
         json_object_set_new(doc, "images", imgs);
+        /* what evaluators read off an event stays */
+        json_object_set_new(doc, "reason_code", json_string("budget"));
+        json_object_set_new(doc, "cost_usd", json_real(0.25));
+        json_object_set_new(doc, "model", json_string("gpt-4o-mini"));
+        json_object_set_new(doc, "from_memory", json_false());
+        json_object_set_new(doc, "memory_source_job", json_string("j-0"));
+        json_object_set_new(doc, "retry_of", json_string("j"));
+        json_object_set_new(doc, "run_attempt", json_integer(2));
         json = json_dumps(doc, JSON_COMPACT);
         json_decref(doc);
         ck_assert_int_eq(cq_event_cap(json, strlen(json), 4096, &out, &outlen,
@@ -412,6 +420,19 @@ START_TEST(event_cap_keeps_the_identity)
         ck_assert_int_eq(json_integer_value(json_object_get(ev, "event_bytes")),
                          (json_int_t)strlen(json));
         ck_assert_ptr_null(json_object_get(ev, "images"));
+        ck_assert_str_eq(json_string_value(json_object_get(ev, "reason_code")),
+                         "budget");
+        ck_assert_double_eq(json_real_value(json_object_get(ev, "cost_usd")),
+                            0.25);
+        ck_assert_str_eq(json_string_value(json_object_get(ev, "model")),
+                         "gpt-4o-mini");
+        ck_assert(json_is_false(json_object_get(ev, "from_memory")));
+        ck_assert_str_eq(
+            json_string_value(json_object_get(ev, "memory_source_job")), "j-0");
+        ck_assert_str_eq(json_string_value(json_object_get(ev, "retry_of")),
+                         "j");
+        ck_assert_int_eq(json_integer_value(json_object_get(ev, "run_attempt")),
+                         2);
         json_decref(ev);
         free(out);
         free(json);

@@ -336,6 +336,15 @@ START_TEST(outputs_errors_and_text)
         errtext = stream_text(&res, "stderr");
         ck_assert_str_eq(out, "out1\nout2\n");
         ck_assert_str_eq(errtext, "err1\n");
+        /* the environment was reported at the start, in the silent
+         * warm-up cell: nothing of it in the first cell */
+        ck_assert_ptr_nonnull(cq_interp_env(interp));
+        ck_assert_msg(strncmp(json_string_value(json_object_get(
+                                  cq_interp_env(interp), "python")),
+                              "3.", 2) == 0,
+                      "no python version");
+        ck_assert_ptr_nonnull(json_string_value(json_object_get(
+            json_object_get(cq_interp_env(interp), "packages"), "numpy")));
         free(out);
         free(errtext);
         ck_assert_str_eq(
@@ -2570,6 +2579,62 @@ START_TEST(broken_server_is_an_error)
 }
 END_TEST
 
+/* The probe's report comes from code the kernel runs, so it is checked:
+ * its line only behind the marker on stdout, versions of safe
+ * characters and bounded length, unknown packages dropped. */
+START_TEST(env_probe_report_is_checked)
+{
+        static const char *const bad[] = {
+            "M {\"python\": 3}",
+            "M {\"python\": \"3.11 beta\"}",
+            "M {\"python\": \"<script>\"}",
+            "M {\"python\": \"123456789012345678901234567890123\"}",
+            "M {\"python\": \"3.11.2\"",
+            "M [\"3.11.2\"]",
+            "M ",
+            "no marker {\"python\": \"3.11.2\"}",
+        };
+        char *probe;
+        json_t *outputs, *env;
+        size_t i;
+
+        ck_assert_ptr_null(cq_interp_env_probe("bad'marker"));
+        probe = cq_interp_env_probe("coderq-env 00ff ");
+        ck_assert_ptr_nonnull(probe);
+        ck_assert_ptr_nonnull(strstr(probe, "_cq_env('coderq-env 00ff ')"));
+        free(probe);
+        outputs = json_pack(
+            "[{s:s, s:s, s:s}, {s:s, s:s, s:s}]", "output_type", "stream",
+            "name", "stderr", "text", "M {\"python\": \"9.9.9\"}\n",
+            "output_type", "stream", "name", "stdout", "text",
+            "noise\nM {\"python\": \"3.11.2\", \"packages\": "
+            "{\"numpy\": "
+            "\"1.24.2\", \"scipy\": \"1.10.1+local\", \"evil\": \"1\", "
+            "\"pandas\": 2, \"matplotlib\": \"3 6\"}, \"extra\": "
+            "1}\nmore\n");
+        env = cq_interp_env_parse(outputs, "M ");
+        ck_assert_ptr_nonnull(env);
+        {
+                char *text = json_dumps(env, JSON_COMPACT | JSON_SORT_KEYS);
+
+                ck_assert_str_eq(text, "{\"packages\":{\"numpy\":\"1.24.2\","
+                                       "\"scipy\":\"1.10.1+local\"},\"python\":"
+                                       "\"3.11.2\"}");
+                free(text);
+        }
+        json_decref(env);
+        json_decref(outputs);
+        for (i = 0; i < CQ_ARRAY_SIZE(bad); i++) {
+                outputs = json_pack("[{s:s, s:s, s:s}]", "output_type",
+                                    "stream", "name", "stdout", "text", bad[i]);
+                env = cq_interp_env_parse(outputs, "M ");
+                ck_assert_msg(env == NULL, "accepted: %s", bad[i]);
+                json_decref(outputs);
+        }
+        ck_assert_ptr_null(cq_interp_env_parse(NULL, "M "));
+}
+END_TEST
+
 static Suite *cq_kernel_suite(void)
 {
         Suite *s = suite_create("kernel");
@@ -2578,6 +2643,7 @@ static Suite *cq_kernel_suite(void)
         root_setup();
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, outputs_errors_and_text);
+        tcase_add_test(tc, env_probe_report_is_checked);
         tcase_add_test(tc, files_created_and_inputs);
         tcase_add_test(tc, fifo_in_work_dir_does_not_block);
         tcase_add_test(tc, timeout_and_death_replace_the_kernel);

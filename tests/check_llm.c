@@ -1963,6 +1963,87 @@ START_TEST(limiter_shared_by_clients_against_the_fake)
 }
 END_TEST
 
+/* A job's sampling parameters in the body of either format; a seed the
+ * Messages API cannot take is refused, not dropped; the configuration
+ * comes back after a reset. */
+START_TEST(sampling_in_request_bodies)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *body, *sent;
+        long long seed = 42;
+        char *text;
+        size_t len;
+
+        cq_llm_conf_init(&conf);
+        conf.base_url = "http://127.0.0.1:9/v1";
+        conf.model = "m";
+        conf.max_tokens = 512;
+        conf.temperature = 0.2;
+        llm = new_llm(&conf);
+        ck_assert_int_eq(cq_llm_set_sampling(llm, 0.7, 0.9, &seed), 0);
+        text = cq_llm_request_body(llm, history, &len);
+        body = json_loads(text, 0, NULL);
+        free(text);
+        ck_assert_double_eq(
+            json_real_value(json_object_get(body, "temperature")), 0.7);
+        ck_assert_double_eq(json_real_value(json_object_get(body, "top_p")),
+                            0.9);
+        ck_assert_int_eq(json_integer_value(json_object_get(body, "seed")), 42);
+        json_decref(body);
+        sent = cq_llm_sampling_json(llm);
+        ck_assert_int_eq(json_integer_value(json_object_get(sent, "seed")), 42);
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(sent, "max_tokens")), 512);
+        json_decref(sent);
+        /* not sent: the server's default */
+        ck_assert_int_eq(cq_llm_set_sampling(llm, -1, -1, NULL), 0);
+        text = cq_llm_request_body(llm, history, &len);
+        body = json_loads(text, 0, NULL);
+        free(text);
+        ck_assert_ptr_null(json_object_get(body, "temperature"));
+        ck_assert_ptr_null(json_object_get(body, "top_p"));
+        ck_assert_ptr_null(json_object_get(body, "seed"));
+        json_decref(body);
+        /* the Messages API: temperature and top_p, never a seed */
+        ck_assert_int_eq(cq_llm_set_provider(llm, "anthropic"), 0);
+        ck_assert_int_eq(cq_llm_set_sampling(llm, 0.5, 0.8, &seed), -1);
+        ck_assert_int_eq(cq_llm_set_sampling(llm, 0.5, 0.8, NULL), 0);
+        text = cq_llm_request_body(llm, history, &len);
+        body = json_loads(text, 0, NULL);
+        free(text);
+        ck_assert_double_eq(
+            json_real_value(json_object_get(body, "temperature")), 0.5);
+        ck_assert_double_eq(json_real_value(json_object_get(body, "top_p")),
+                            0.8);
+        ck_assert_ptr_null(json_object_get(body, "seed"));
+        json_decref(body);
+        /* a seed set for openai, then the provider changed: refused at
+         * the call, before any request */
+        ck_assert_int_eq(cq_llm_set_provider(llm, NULL), 0);
+        ck_assert_int_eq(cq_llm_set_sampling(llm, -1, -1, &seed), 0);
+        ck_assert_int_eq(cq_llm_set_provider(llm, "anthropic"), 0);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_FATAL);
+        ck_assert_msg(strstr(cq_llm_errmsg(llm), "takes no seed"), "%s",
+                      cq_llm_errmsg(llm));
+        ck_assert_int_eq(reply.attempts, 0);
+        cq_llm_reply_release(&reply);
+        /* back to the configuration */
+        ck_assert_int_eq(cq_llm_set_provider(llm, NULL), 0);
+        cq_llm_reset_sampling(llm);
+        sent = cq_llm_sampling_json(llm);
+        ck_assert_double_eq(
+            json_real_value(json_object_get(sent, "temperature")), 0.2);
+        ck_assert(json_is_null(json_object_get(sent, "top_p")));
+        ck_assert(json_is_null(json_object_get(sent, "seed")));
+        json_decref(sent);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
 static Suite *cq_llm_suite(void)
 {
         Suite *s = suite_create("llm");
@@ -2003,6 +2084,7 @@ static Suite *cq_llm_suite(void)
 
         tcase_set_timeout(pure, 120);
         tcase_add_test(pure, tools_json_shape);
+        tcase_add_test(pure, sampling_in_request_bodies);
         tcase_add_test(pure, estimate_tokens_counts_code_and_reasoning);
         tcase_add_test(pure, retry_after_values);
         tcase_add_test(pure, settings_rows);

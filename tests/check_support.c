@@ -2,6 +2,7 @@
 /* check_support.c - shared test runner pieces. */
 #include "check_support.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -148,4 +149,50 @@ void cq_check_spit(const char *path, const void *data, size_t len)
         ck_assert_msg(fp != NULL, "cannot write %s", path);
         ck_assert_uint_eq(fwrite(data, 1, len, fp), len);
         ck_assert_int_eq(fclose(fp), 0);
+}
+
+static int case_cmp(const void *a, const void *b)
+{
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+size_t cq_check_cases(const char *rel, char **names, size_t max)
+{
+        const char *path = cq_check_srcpath(rel);
+        struct dirent *de;
+        size_t n = 0;
+        DIR *dir;
+
+        dir = opendir(path);
+        ck_assert_msg(dir != NULL, "cannot open %s", path);
+        while ((de = readdir(dir)) != NULL) {
+                if (de->d_name[0] == '.')
+                        continue;
+                ck_assert_uint_lt(n, max);
+                names[n] = strdup(de->d_name);
+                ck_assert_ptr_nonnull(names[n]);
+                n++;
+        }
+        closedir(dir);
+        qsort(names, n, sizeof(names[0]), case_cmp);
+        return n;
+}
+
+int cq_check_golden(const char *path, const char *got, const char *label)
+{
+        char *expected;
+        int rc = 0;
+
+        if (getenv("CQ_GOLDEN_UPDATE")) {
+                cq_check_spit(path, got, strlen(got));
+                return 0;
+        }
+        expected = cq_check_slurp(path, NULL);
+        if (strcmp(expected, got) != 0) {
+                fprintf(stderr, "%s:\n--- expected\n%s--- got\n%s", label,
+                        expected, got);
+                rc = 1;
+        }
+        free(expected);
+        return rc;
 }

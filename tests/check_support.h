@@ -67,6 +67,24 @@ char *cq_check_slurp(const char *path, size_t *lenp);
 /** @brief Write \p len bytes to \p path; fails the test on an error. */
 void cq_check_spit(const char *path, const void *data, size_t len);
 
+/**
+ * @brief The golden cases of \p rel (a folder under the source tree): the
+ *        names of its entries not starting with '.', sorted; fails the
+ *        test when it cannot be read or holds more than \p max.
+ * @param names (out) \p max slots; each name is owned by the caller
+ *        (free()).
+ * @returns How many.
+ */
+size_t cq_check_cases(const char *rel, char **names, size_t max);
+
+/**
+ * @brief Compare \p got with the golden file \p path; with
+ *        CQ_GOLDEN_UPDATE set, write it there instead.
+ * @returns 0 when they agree (or it was written), 1 after printing both
+ *          under \p label on stderr.
+ */
+int cq_check_golden(const char *path, const char *got, const char *label);
+
 #define CQ_CHECK_MAIN(suite_fn)                                                \
         int main(void) { return cq_check_run(suite_fn()); }
 

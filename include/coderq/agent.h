@@ -18,6 +18,7 @@
 #include "coderq/job.h"
 #include "coderq/llm.h"
 #include "coderq/notebook.h"
+#include "coderq/prices.h"
 
 /**
  * @brief Where the loop reports as it goes. Every callback may be NULL.
@@ -41,6 +42,25 @@ typedef struct cq_agent_observer {
          *         start->retries_done must be when the job resumes). A
          *         non-zero return stops the job, as for on_message. */
         int (*on_retry)(void *opaque, long retries);
+        /** @brief An LLM call returned: the job's usage so far, earlier
+         *         attempts included, and its cost in USD (< 0: unknown).
+         *         What start->usage_done and start->cost_done_usd must be
+         *         when the job resumes. A non-zero return stops the job,
+         *         as for on_message. */
+        int (*on_usage)(void *opaque, const cq_usage_t *total, double cost_usd);
+        /**
+         * @brief Before each LLM call, once the job's own limits allow it:
+         *        hold \p estimate_usd (the most the call may cost; < 0
+         *        when its cost is unknown) against the run's budget, if
+         *        the run has one.
+         * @returns 0: the call may go; 1: it would cross the run's
+         *          budget (\p why says how): the job fails with reason
+         *          code "budget"; -1 stops the job, as for on_message.
+         */
+        int (*reserve)(void *opaque,
+                       double estimate_usd,
+                       char *why,
+                       size_t why_size);
         void *opaque;
 } cq_agent_observer_t;
 
@@ -104,6 +124,7 @@ typedef struct cq_agent_opts {
         cq_agent_new_interp_t *new_interp; /* tests.isolation "fresh";
                                               NULL: such tests fail */
         void *new_interp_opaque;
+        const cq_prices_t *prices; /* borrowed; NULL: every cost unknown */
 } cq_agent_opts_t;
 
 /** @brief Defaults: 30 turns, 5 retries, 120 s cells, 1800 s jobs. */
@@ -132,9 +153,11 @@ typedef struct cq_agent_start {
                                   cell that ran to the end, failed ones
                                   included (they may have set state) */
         bool continue_job;
-        long turns_done;    /* continue_job: already spent */
-        long retries_done;  /* continue_job: already spent */
-        int64_t elapsed_ms; /* running time already spent by the job */
+        long turns_done;       /* continue_job: already spent */
+        long retries_done;     /* continue_job: already spent */
+        int64_t elapsed_ms;    /* running time already spent by the job */
+        cq_usage_t usage_done; /* tokens of earlier attempts */
+        double cost_done_usd;  /* their cost; < 0: unknown */
 } cq_agent_start_t;
 
 typedef enum cq_agent_status {
@@ -150,10 +173,13 @@ const char *cq_agent_status_name(cq_agent_status_t status);
 /** @brief What a run produced. Release with cq_agent_result_release(). */
 typedef struct cq_agent_result {
         cq_agent_status_t status;
-        char *reason;     /* why it failed or was cancelled, else NULL */
-        char *last_error; /* the last cell or test error, or NULL */
-        char *answer;     /* the final answer text, or NULL */
-        long turns;       /* LLM calls, including those before a resume */
+        char *reason;            /* why it failed or was cancelled, else NULL */
+        const char *reason_code; /* static: the kind of reason, see
+                                    README "Reason codes"; NULL when it
+                                    succeeded */
+        char *last_error;        /* the last cell or test error, or NULL */
+        char *answer;            /* the final answer text, or NULL */
+        long turns; /* LLM calls, including those before a resume */
         long retries;
         long cells; /* cells run (replays excluded) */
         int tests_passed;
@@ -166,13 +192,21 @@ typedef struct cq_agent_result {
         char *solution; /* code of the successful cells (the job's solution,
                            see cq_agent_run()), for memory; NULL when over
                            4 MiB */
+        /* Usage and cost of the whole job, earlier attempts included. */
         int64_t prompt_tokens;
         int64_t completion_tokens;
         int64_t cache_read_tokens;     /* of prompt_tokens, read from a
                                           provider's prompt cache */
         int64_t cache_creation_tokens; /* of prompt_tokens, written to it */
-        json_t *history;               /* the conversation; owned */
-        cq_files_t images;             /* images shown or saved by the code */
+        double cost_usd; /* < 0: unknown (a model without a price, or a
+                            reply without usage) */
+        /* What the run used (README "Reproducibility"): {"temperature",
+         * "top_p", "seed", "max_tokens" (null: not sent), "model",
+         * "provider", "system_prompt_sha256", "coderq_version",
+         * "backend", "python", "packages"}; owned, may be NULL. */
+        json_t *repro;
+        json_t *history;   /* the conversation; owned */
+        cq_files_t images; /* images shown or saved by the code */
         int64_t duration_ms;
 } cq_agent_result_t;
 

@@ -20,6 +20,8 @@ cq_cmd_fn_t cq_cmd_run;
 cq_cmd_fn_t cq_cmd_exec;
 cq_cmd_fn_t cq_cmd_worker;
 cq_cmd_fn_t cq_cmd_report;
+cq_cmd_fn_t cq_cmd_retry;
+cq_cmd_fn_t cq_cmd_budget;
 
 /* The usage text of doctor, shared with its tests. */
 extern const char cq_cmd_doctor_usage[];
@@ -49,6 +51,22 @@ int cq_cli_opt(
  */
 int cq_cli_parse_long(
     const char *name, const char *text, long min, long max, long *valuep);
+
+/**
+ * @brief Send job messages as `coderq submit` does (the idempotent
+ *        producer, key = job id, the value as given; each delivered id
+ *        printed on stdout), then with \p wait follow them as
+ *        `submit --wait` does (\p timeout_s 0: no limit).
+ * @param ids, values Borrowed; \p n of each, values NUL-terminated and
+ *        already validated.
+ * @returns An exit code, as `coderq submit` returns them.
+ */
+int cq_cli_submit_jobs(const cq_config_t *cfg,
+                       const char *const *ids,
+                       const char *const *values,
+                       size_t n,
+                       bool wait,
+                       long timeout_s);
 
 /** @brief The exit code for a failed store call: 4 when PostgreSQL could
  *         not be reached, else 1. */

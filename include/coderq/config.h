@@ -53,6 +53,7 @@ typedef struct cq_config {
         long llm_max_wait_s;
         size_t llm_response_max;
         long llm_context_window;
+        char *prices_file; /* CODERQ_PRICES_FILE, or NULL */
         /* local kernels */
         char *python;
         char *work_root;

@@ -105,6 +105,8 @@ typedef struct cq_interp_ops {
                              cq_file_t *file);
         const char *(*errmsg)(const cq_interp_t *interp);
         void (*destroy)(cq_interp_t *interp);
+        /* May be NULL: the backend does not know its environment. */
+        const json_t *(*env)(cq_interp_t *interp);
 } cq_interp_ops_t;
 
 struct cq_interp {
@@ -178,6 +180,41 @@ CQ_NODISCARD cq_err_t cq_interp_get_file(cq_interp_t *interp,
 
 /** @brief The last error; borrowed, valid until the next call. */
 const char *cq_interp_errmsg(const cq_interp_t *interp);
+
+/**
+ * @brief What the interpreter's Python says about itself, from a Python
+ *        the job's code does not run in: {"python": "3.11.2", "packages":
+ *        {"numpy": "1.24.2", ...}} (numpy, pandas, matplotlib and scipy,
+ *        those that are installed). A local kernel reports it when it
+ *        starts, before any job code; an E2B sandbox on the first call,
+ *        from its default Python context (the job runs in a context of
+ *        its own).
+ * @returns Borrowed, valid until the interpreter is restarted or
+ *          destroyed; NULL when it is not known.
+ * @locality The thread that owns \p interp.
+ */
+const json_t *cq_interp_env(cq_interp_t *interp);
+
+/**
+ * @brief The Python that reports the environment: it prints one line,
+ *        \p marker then a JSON object, on stdout. Cheap: packages already
+ *        imported give their __version__, the others are read from their
+ *        installed metadata, nothing new is imported into the namespace.
+ * @param marker Borrowed; letters, digits, '-' and ' ' only.
+ * @returns Caller owns the returned value (free()); NULL when out of
+ *          memory or \p marker is unsafe.
+ */
+char *cq_interp_env_probe(const char *marker);
+
+/**
+ * @brief Find the probe's line in \p outputs (a cell's outputs) and
+ *        validate it: a version string of at most 32 characters of
+ *        [0-9A-Za-z.+!_-] for Python and each known package; anything
+ *        else is dropped.
+ * @returns A new reference (json_decref()), or NULL when the line is
+ *          missing or malformed.
+ */
+json_t *cq_interp_env_parse(const json_t *outputs, const char *marker);
 
 /** @brief The backend's name ("local", "e2b"). */
 const char *cq_interp_backend(const cq_interp_t *interp);

@@ -29,7 +29,26 @@ typedef struct cq_job_limits {
         long cell_timeout_s;
         long job_timeout_s;
         long test_timeout_s; /* one test run (the test cell) */
+        /* Over the whole job, every attempt counted: the tokens (input
+         * and output) and the cost its LLM calls may use. A call whose
+         * estimate would cross one is not made: the job fails with reason
+         * code "budget". -1: no limit. */
+        long long max_tokens_total;
+        double max_cost_usd;
 } cq_job_limits_t;
+
+/**
+ * @brief Sampling parameters sent with every LLM call of a job; a flag
+ *        that is false means "not sent" (the provider's default).
+ */
+typedef struct cq_job_sampling {
+        bool has_temperature;
+        double temperature; /* 0..2 */
+        bool has_top_p;
+        double top_p; /* 0..1 */
+        bool has_seed;
+        long long seed; /* openai only; the Messages API has no seed */
+} cq_job_sampling_t;
 
 /**
  * @brief Episodic memory of one job ("memory" field). Without a scope
@@ -61,8 +80,11 @@ typedef struct cq_job {
         bool tests_fresh; /* tests.isolation "fresh": a new interpreter */
         cq_job_memory_t memory;
         cq_job_limits_t limits;
-        long priority; /* 0 when not given */
-        json_t *spec;  /* the whole message as parsed; owned */
+        cq_job_sampling_t sampling;
+        char *retry_of;   /* the original job this one tries again; NULL */
+        long run_attempt; /* 1 for an original, 2.. for its retries */
+        long priority;    /* 0 when not given */
+        json_t *spec;     /* the whole message as parsed; owned */
 } cq_job_t;
 
 void cq_job_init(cq_job_t *job);
@@ -84,6 +106,18 @@ CQ_NODISCARD cq_err_t cq_job_parse(const char *data,
                                    cq_job_t *job,
                                    char *errstr,
                                    size_t errstr_size);
+
+/**
+ * @brief The job id of attempt \p attempt (2..1000) of original job
+ *        \p root: "ROOT~rN", or, when that would pass CQ_JOB_ID_MAX, the
+ *        start of ROOT, '~', the first 16 hex digits of ROOT's SHA-256 and
+ *        "~rN" (so the id stays unique and the same for the same ROOT).
+ * @param out At least CQ_JOB_ID_MAX + 1 bytes.
+ * @returns 0, or -1 when \p attempt is out of range or \p size too small.
+ * @locality Any thread.
+ */
+CQ_NODISCARD int
+cq_job_retry_id(const char *root, long attempt, char *out, size_t size);
 
 /** @brief As cq_job_parse() for an already parsed document (borrowed). */
 CQ_NODISCARD cq_err_t cq_job_from_json(const json_t *spec,

@@ -88,6 +88,11 @@ CQ_NODISCARD cq_err_t cq_kernel_restart(cq_kernel_t *kernel);
  *         next restart. */
 const json_t *cq_kernel_language_info(const cq_kernel_t *kernel);
 
+/** @brief What the kernel's Python reported at its last start (see
+ *         cq_interp_env()); borrowed, valid until the next restart; NULL
+ *         when the report was missing or malformed. */
+const json_t *cq_kernel_env(const cq_kernel_t *kernel);
+
 /** @brief The last error; borrowed, valid until the next call. */
 const char *cq_kernel_errmsg(const cq_kernel_t *kernel);
 
@@ -125,7 +130,7 @@ int cq_kernel_renice(cq_kernel_t *kernel, int nice);
  * @returns Caller owns the returned vector and its strings; free with
  *          cq_sandbox_argv_free(). NULL when out of memory.
  */
-char **cq_kernel_env(const char *home, const char *run_dir, pid_t parent);
+char **cq_kernel_environ(const char *home, const char *run_dir, pid_t parent);
 
 /** @brief Counters of dropped kernel messages. */
 void cq_kernel_stats(const cq_kernel_t *kernel, cq_jmsg_stats_t *stats);

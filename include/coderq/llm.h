@@ -208,6 +208,35 @@ CQ_NODISCARD int cq_llm_set_model(cq_llm_t *llm, const char *model);
  */
 CQ_NODISCARD int cq_llm_set_provider(cq_llm_t *llm, const char *name);
 
+/**
+ * @brief Sampling parameters of the calls that follow (a job's), replacing
+ *        the configured temperature: \p temperature and \p top_p < 0 are
+ *        not sent; \p seed NULL is not sent. cq_llm_reset_sampling()
+ *        restores the configuration.
+ * @param seed Borrowed; copied.
+ * @returns 0, or -1 when the current provider cannot send one of them
+ *          (the Messages API has no seed): nothing changed.
+ * @locality The thread that owns \p llm.
+ */
+CQ_NODISCARD int cq_llm_set_sampling(cq_llm_t *llm,
+                                     double temperature,
+                                     double top_p,
+                                     const long long *seed);
+
+/** @brief Back to the configured sampling parameters. */
+void cq_llm_reset_sampling(cq_llm_t *llm);
+
+/**
+ * @brief What the requests send now, as {"temperature", "top_p", "seed",
+ *        "max_tokens"} (null for one not sent), for a job's record.
+ * @returns A new reference (json_decref()); NULL when out of memory.
+ */
+json_t *cq_llm_sampling_json(const cq_llm_t *llm);
+
+/** @brief The max_tokens of each reply (the most a reply may hold, also
+ *         for the Messages API's default); <= 0 when none is sent. */
+long cq_llm_max_tokens(const cq_llm_t *llm);
+
 /** @brief The provider requests go to now. */
 cq_llm_provider_t cq_llm_provider(const cq_llm_t *llm);
 

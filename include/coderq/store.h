@@ -31,6 +31,7 @@
 #include "coderq/config.h"
 #include "coderq/interp.h"
 #include "coderq/job.h"
+#include "coderq/prices.h"
 
 typedef struct cq_store cq_store_t;
 
@@ -136,6 +137,8 @@ typedef struct cq_claim {
         bool has_checkpoint; /* messages or cells from an earlier attempt */
         int retries;         /* failed cells and test runs counted so far */
         int64_t run_ms;      /* running time of the earlier attempts */
+        cq_usage_t usage;    /* LLM tokens of the earlier attempts */
+        double cost_usd;     /* their cost; < 0: unknown */
 } cq_claim_t;
 
 void cq_claim_init(cq_claim_t *claim);
@@ -217,6 +220,53 @@ CQ_NODISCARD cq_err_t cq_store_set_retries(cq_store_t *store,
                                            long retries,
                                            bool *lostp);
 
+/**
+ * @brief Record a running job's LLM usage and cost so far (its totals,
+ *        earlier attempts included; \p cost_usd < 0: unknown), releasing
+ *        the run budget it held for the call. Limits and budgets read
+ *        these totals, so a resumed job counts what it spent before.
+ * @param lostp (out) true when this owner no longer holds the lease:
+ *        nothing was written.
+ */
+CQ_NODISCARD cq_err_t cq_store_record_usage(cq_store_t *store,
+                                            const char *job_id,
+                                            const cq_usage_t *usage,
+                                            double cost_usd,
+                                            bool *lostp);
+
+typedef enum cq_budget_outcome {
+        CQ_BUDGET_NONE = 0, /* the job's run has no budget */
+        CQ_BUDGET_HELD,     /* within the budget: the estimate is held */
+        CQ_BUDGET_OVER,     /* the call would cross the budget */
+        CQ_BUDGET_UNKNOWN,  /* the call's or the run's cost is unknown */
+        CQ_BUDGET_LOST,     /* this owner does not hold the job's lease */
+} cq_budget_outcome_t;
+
+/** @brief What cq_store_budget_reserve() found; amounts in USD, -1 when
+ *         not known. */
+typedef struct cq_budget {
+        cq_budget_outcome_t outcome;
+        double budget_usd; /* the run's budget */
+        double spent_usd;  /* known costs of the run's jobs, all attempts */
+        double held_usd;   /* held by the run's other calls in flight */
+} cq_budget_t;
+
+/**
+ * @brief Before an LLM call of a running job whose run has a budget
+ *        (`coderq budget`): hold \p estimate_usd (the most the call may
+ *        cost; < 0: unknown, which is refused) against it, unless spent +
+ *        held + estimate would cross it. Holds of one run are serialised,
+ *        so two workers never both take the last of a budget; a hold is
+ *        released by cq_store_record_usage() or when the job leaves
+ *        'running'.
+ * @param budget (out) The outcome and the figures it was decided on.
+ * @remark Not retried after a reconnect.
+ */
+CQ_NODISCARD cq_err_t cq_store_budget_reserve(cq_store_t *store,
+                                              const char *job_id,
+                                              double estimate_usd,
+                                              cq_budget_t *budget);
+
 /** @brief The final state of a job, for cq_store_finish(). */
 typedef struct cq_finish {
         const char *job_id; /* borrowed */
@@ -225,8 +275,12 @@ typedef struct cq_finish {
         const char *answer; /* the final answer; may be NULL */
         int tests_passed;   /* -1 when the job had no tests */
         int tests_total;
+        const char *reason_code; /* the kind of reason ("budget", ...);
+                                    NULL: "other" unless it succeeded */
         int turns, retries;
-        int64_t prompt_tokens, completion_tokens;
+        int64_t prompt_tokens, completion_tokens; /* of the whole job */
+        int64_t cache_read_tokens, cache_creation_tokens;
+        double cost_usd;        /* of the whole job; < 0: unknown */
         const json_t *notebook; /* final nbformat document; may be NULL */
         const json_t *report;   /* extra result details (object); or NULL */
 } cq_finish_t;
@@ -519,20 +573,125 @@ CQ_NODISCARD cq_err_t cq_store_job_status(cq_store_t *store,
                                           json_t **rowp);
 
 /**
- * @brief One row per job of a run, oldest first, as a JSON array of flat
- *        objects with the same keys in the same order (for table, JSON or
- *        CSV): job_id, title, status, reason, attempts, turns, retries,
- *        tests_passed, tests_total, total_tokens, duration_ms.
+ * @brief The latest attempt of each original job of a run (the original
+ *        or its newest retry), in the order the originals were created,
+ *        as a JSON array of flat objects with the same keys in the same
+ *        order (for table, JSON or CSV): job_id, title, status, reason,
+ *        reason_code, attempts (claims), turns, retries, tests_passed,
+ *        tests_total, prompt_tokens, completion_tokens,
+ *        cache_read_tokens, cache_creation_tokens, total_tokens,
+ *        cost_usd (null: unknown), duration_ms, from_memory,
+ *        memory_source_job, sandbox, retry_of (the original; null for an
+ *        original), run_attempt (1 for the original, N for ORIGINAL~rN),
+ *        latest (true here), created_at, started_at, finished_at, model,
+ *        provider, temperature, top_p, seed, max_tokens,
+ *        system_prompt_sha256, coderq_version, backend, python, packages
+ *        (an object: numpy, pandas, matplotlib, scipy when present). The
+ *        reproducibility fields (model ... packages) are null until the
+ *        job finished, model excepted (the job's "model" field).
  * @param rowsp (out) Caller owns the returned value.
  */
 CQ_NODISCARD cq_err_t cq_store_run_results(cq_store_t *store,
                                            const char *run_id,
                                            json_t **rowsp);
 
+/** @brief As cq_store_run_results() with every attempt of every original
+ *         job (each original followed by its retries); "latest" says which
+ *         ones the default view shows. */
+CQ_NODISCARD cq_err_t cq_store_run_attempts(cq_store_t *store,
+                                            const char *run_id,
+                                            json_t **rowsp);
+
 /** @brief The run_summary row of a run (NULL when the run has no jobs). */
 CQ_NODISCARD cq_err_t cq_store_run_summary(cq_store_t *store,
                                            const char *run_id,
                                            json_t **rowp);
+
+/**
+ * @brief The figures of a run, by model and in all (coderq_run_summary()
+ *        in migrations/0006_eval_runs.sql): *\p docp = {"run_id",
+ *        "attempts": "latest"|"all", "budget_usd" (null: none),
+ *        "spent_usd" (known costs of every attempt), "models": [{"model",
+ *        "jobs", "succeeded", "failed", "cancelled", "queued", "running",
+ *        "pending", "pass_rate", "from_memory", "retried", "tests_passed",
+ *        "tests_total", "turns", "mean_turns", "retries", "mean_retries",
+ *        "prompt_tokens", "completion_tokens", "cache_read_tokens",
+ *        "cache_creation_tokens", "total_tokens", "cost_usd",
+ *        "cost_unknown", "p50_duration_ms", "p95_duration_ms",
+ *        "max_duration_ms", "reasons" {code: count}, "first_created_at",
+ *        "last_finished_at"}, ...] (by model name, unknown model last),
+ *        "total": the same over all models}; total.jobs is 0 when the run
+ *        has no jobs.
+ * @param all_attempts Count every attempt, not only the latest of each
+ *        original job.
+ * @returns Caller owns *\p docp (json_decref).
+ */
+CQ_NODISCARD cq_err_t cq_store_run_figures(cq_store_t *store,
+                                           const char *run_id,
+                                           bool all_attempts,
+                                           json_t **docp);
+
+/**
+ * @brief The run of the most recently created job that has a run_id.
+ * @param runp (out) Caller owns the returned value (free()); NULL when no
+ *        job has a run_id.
+ */
+CQ_NODISCARD cq_err_t cq_store_latest_run(cq_store_t *store, char **runp);
+
+/** @brief Which latest attempts of a run cq_store_retry_select() picks. */
+typedef struct cq_retry_filter {
+        bool failed;         /* status failed */
+        const char *pattern; /* borrowed; POSIX regular expression (the
+                                PostgreSQL ~ operator) matched against the
+                                reason code or the reason of a job that did
+                                not succeed; NULL: any */
+        bool all;            /* every finished job, succeeded included */
+} cq_retry_filter_t;
+
+/**
+ * @brief The latest attempts of a run that a retry would queue again:
+ *        finished (never queued or running), chosen by \p filter (the
+ *        conditions given must all hold; with none given, nothing), in
+ *        the order the originals were created. *\p rowsp = [{"job_id" (the
+ *        latest attempt), "root_job_id" (its original), "run_attempt",
+ *        "status", "reason_code", "spec" (its job message)}].
+ * @param bad_patternp (out) true when PostgreSQL refused the pattern
+ *        (then CQ_ERR_FATAL, the reason in cq_store_errmsg()).
+ * @returns Caller owns *\p rowsp (json_decref).
+ */
+CQ_NODISCARD cq_err_t cq_store_retry_select(cq_store_t *store,
+                                            const char *run_id,
+                                            const cq_retry_filter_t *filter,
+                                            json_t **rowsp,
+                                            bool *bad_patternp);
+
+/**
+ * @brief Which of \p job_ids exist already: *\p foundp = array of those
+ *        that do (caller owns it).
+ */
+CQ_NODISCARD cq_err_t cq_store_jobs_exist(cq_store_t *store,
+                                          const char *const *job_ids,
+                                          size_t n,
+                                          json_t **foundp);
+
+/**
+ * @brief Set the budget of run \p run_id in USD (\p usd < 0: remove it).
+ *        The run need not have jobs yet.
+ */
+CQ_NODISCARD cq_err_t cq_store_set_run_budget(cq_store_t *store,
+                                              const char *run_id,
+                                              double usd);
+
+/**
+ * @brief The budget of a run: *\p docp = {"run_id", "budget_usd" (null:
+ *        none), "spent_usd" (known costs of every attempt of its jobs),
+ *        "held_usd" (held by calls in flight), "cost_unknown" (jobs whose
+ *        cost is unknown), "jobs"}.
+ * @returns Caller owns *\p docp.
+ */
+CQ_NODISCARD cq_err_t cq_store_run_budget(cq_store_t *store,
+                                          const char *run_id,
+                                          json_t **docp);
 
 /** @brief Everything to export a job. Release with cq_export_release(). */
 typedef struct cq_export {

@@ -343,6 +343,20 @@ long kt_pg_long(const char *dsn, const char *sql, const char *param)
         return v;
 }
 
+char *kt_pg_text(const char *dsn, const char *sql, const char *param)
+{
+        PGresult *res = pg_run(dsn, sql, param);
+        char *out = NULL;
+
+        ck_assert_int_le(PQntuples(res), 1);
+        if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
+                out = strdup(PQgetvalue(res, 0, 0));
+                ck_assert_ptr_nonnull(out);
+        }
+        PQclear(res);
+        return out;
+}
+
 void kt_pg_exec(const char *dsn, const char *sql, const char *param)
 {
         PQclear(pg_run(dsn, sql, param));

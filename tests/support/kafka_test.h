@@ -86,6 +86,11 @@ int64_t kt_high_sum(const char *brokers, const char *topic, int nparts);
  *         column of its single row as an integer. */
 long kt_pg_long(const char *dsn, const char *sql, const char *param);
 
+/** @brief Run \p sql (one optional text parameter) and return the first
+ *         column of its row (at most one) as text; NULL for no row or SQL
+ *         NULL. Caller frees. */
+char *kt_pg_text(const char *dsn, const char *sql, const char *param);
+
 /** @brief Run \p sql (one optional text parameter), asserting success. */
 void kt_pg_exec(const char *dsn, const char *sql, const char *param);
 

@@ -228,3 +228,21 @@ void cq_check_proc_backtrace(int pid)
                 pid, proc.status, proc.out, proc.err);
         cq_check_proc_release(&proc);
 }
+
+int cq_check_coderq(const char *const *args,
+                    const char *const *env,
+                    int timeout_ms,
+                    cq_check_proc_t *proc)
+{
+        const char *argv[16];
+        size_t i;
+
+        argv[0] = CQ_BINARY_DIR "/coderq";
+        for (i = 0; args[i]; i++) {
+                if (i + 2 >= sizeof(argv) / sizeof(argv[0]))
+                        return -1;
+                argv[i + 1] = args[i];
+        }
+        argv[i + 1] = NULL;
+        return cq_check_proc_run(argv, env, timeout_ms, proc);
+}

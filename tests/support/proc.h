@@ -34,6 +34,16 @@ int cq_check_proc_run(const char *const *argv,
                       int timeout_ms,
                       cq_check_proc_t *proc);
 
+/**
+ * @brief Run the built `coderq ARGS...` (\p args NULL-terminated, at most
+ *        14) as cq_check_proc_run() runs a program, with \p env.
+ * @returns As cq_check_proc_run().
+ */
+int cq_check_coderq(const char *const *args,
+                    const char *const *env,
+                    int timeout_ms,
+                    cq_check_proc_t *proc);
+
 /** @brief Free the strings of \p proc, not the struct. */
 void cq_check_proc_release(cq_check_proc_t *proc);
 
