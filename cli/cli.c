@@ -19,7 +19,7 @@ extern char **environ;
 
 static cq_cmd_fn_t cmd_config;
 
-/* One row per command; commands live in consumer/cmd_<name>.c. */
+/* One row per command; commands live in cli/cmd_<name>.c. */
 static const cq_cmd_t commands[] = {
     {"config", "print the effective configuration",
      "usage: coderq config\n"

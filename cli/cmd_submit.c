@@ -20,7 +20,7 @@
 #include "coderq/job.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
-#include "kafka_int.h"
+#include "../consumer/kafka_int.h"
 
 /* Delivery of every message must be decided within this time (librdkafka
  * message.timeout.ms); a broker that stays unreachable fails the submit

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* cli.h - the coderq command line: global options, the command table and
  * the exit codes every command uses. Each command lives in
- * consumer/cmd_<name>.c. */
+ * cli/cmd_<name>.c. */
 #ifndef CODERQ_CLI_H
 #define CODERQ_CLI_H
 

@@ -2,7 +2,7 @@
 /* cmd_cli.h - the commands of the coderq executable and the small helpers
  * they share: option parsing, reading input files and opening the store
  * with the exit code a failure maps to. Each command lives in
- * consumer/cmd_<name>.c; cli.c's table refers to them. */
+ * cli/cmd_<name>.c; cli.c's table refers to them. */
 #ifndef CODERQ_CMD_CLI_H
 #define CODERQ_CMD_CLI_H
 

@@ -25,7 +25,7 @@
 #include "coderq/log.h"
 #include "coderq/sandbox.h"
 #include "coderq/util.h"
-#include "kafka_int.h"
+#include "../consumer/kafka_int.h"
 
 extern char **environ;
 
