@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* interp.c - the backend-neutral half of the interpreter interface:
- * dispatch to the backend's ops, cell results, file lists and mime guessing
- * shared by the local and E2B backends (path checks live in util.c). */
+ * dispatch to the backend's ops, file lists and mime guessing shared by
+ * the local and E2B backends (cell results live in common/cell.c, path
+ * checks in util.c). */
 #include "coderq/interp.h"
 
 #include <stdint.h>
@@ -9,37 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-const char *cq_cell_status_name(cq_cell_status_t status)
-{
-        switch (status) {
-        case CQ_CELL_OK:
-                return "ok";
-        case CQ_CELL_ERROR:
-                return "error";
-        case CQ_CELL_TIMEOUT:
-                return "timeout";
-        case CQ_CELL_DIED:
-                return "died";
-        case CQ_CELL_CANCELLED:
-                return "cancelled";
-        }
-        return "unknown";
-}
-
-void cq_cell_result_init(cq_cell_result_t *res)
-{
-        memset(res, 0, sizeof(*res));
-        res->status = CQ_CELL_OK;
-        res->execution_count = -1;
-}
-
-void cq_cell_result_release(cq_cell_result_t *res)
-{
-        json_decref(res->outputs);
-        json_decref(res->timing);
-        cq_cell_result_init(res);
-}
 
 void cq_files_release(cq_files_t *files)
 {

@@ -145,23 +145,6 @@ cq_err_t cq_store_append_message(cq_store_t *store,
         return err;
 }
 
-static const char *cell_status(cq_cell_status_t status)
-{
-        switch (status) {
-        case CQ_CELL_OK:
-                return "ok";
-        case CQ_CELL_ERROR:
-                return "error";
-        case CQ_CELL_TIMEOUT:
-                return "timeout";
-        case CQ_CELL_DIED:
-                return "died";
-        case CQ_CELL_CANCELLED:
-                return "cancelled";
-        }
-        return NULL;
-}
-
 cq_err_t cq_store_record_cell(cq_store_t *store,
                               const char *job_id,
                               int seq,
@@ -174,7 +157,7 @@ cq_err_t cq_store_record_cell(cq_store_t *store,
         PGresult *pgres = NULL;
         char *outputs = NULL, *nb = NULL;
         size_t nblen = 0;
-        const char *status = cell_status(res->status);
+        const char *status = cq_cell_status_str(res->status);
         cq_err_t err;
 
         *lostp = false;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* check_common.c - buffers, logging, configuration and text utilities. */
+/* check_common.c - buffers, cell results, logging, configuration and text
+ * utilities. */
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -11,6 +12,7 @@
 
 #include "check_support.h"
 #include "coderq/buf.h"
+#include "coderq/cell.h"
 #include "coderq/config.h"
 #include "coderq/gate.h"
 #include "coderq/log.h"
@@ -484,6 +486,42 @@ static void gate_wait_arrived(cq_gate_t *gate, uint64_t n)
                      (unsigned long long)st.arrived, (unsigned long long)n);
 }
 
+START_TEST(cell_status_names_are_the_stored_values)
+{
+        static const struct {
+                cq_cell_status_t status;
+                const char *name;
+        } want[] = {{CQ_CELL_OK, "ok"},
+                    {CQ_CELL_ERROR, "error"},
+                    {CQ_CELL_TIMEOUT, "timeout"},
+                    {CQ_CELL_DIED, "died"},
+                    {CQ_CELL_CANCELLED, "cancelled"}};
+        cq_cell_result_t res;
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(want); i++) {
+                ck_assert_str_eq(cq_cell_status_str(want[i].status),
+                                 want[i].name);
+                ck_assert_str_eq(cq_cell_status_name(want[i].status),
+                                 want[i].name);
+        }
+        /* storage refuses a status it has no name for */
+        ck_assert_ptr_null(cq_cell_status_str((cq_cell_status_t)99));
+        ck_assert_str_eq(cq_cell_status_name((cq_cell_status_t)99), "unknown");
+
+        cq_cell_result_init(&res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        ck_assert_int_eq(res.execution_count, -1);
+        res.status = CQ_CELL_DIED;
+        res.outputs = json_array();
+        res.timing = json_object();
+        cq_cell_result_release(&res);
+        ck_assert_ptr_null(res.outputs);
+        ck_assert_ptr_null(res.timing);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+}
+END_TEST
+
 START_TEST(gate_admits_in_order_of_arrival)
 {
         cq_gate_t *gate = cq_gate_new(1, 600000);
@@ -604,6 +642,7 @@ static Suite *common_suite(void)
         tcase_add_test(tc, iso8601_has_six_digit_microseconds);
         tcase_add_test(tc, backoff_doubles_caps_and_jitters);
         tcase_add_test(tc, rand_is_per_thread_and_in_range);
+        tcase_add_test(tc, cell_status_names_are_the_stored_values);
         tcase_add_test(tc, gate_admits_in_order_of_arrival);
         tcase_add_test(tc, gate_never_admits_more_than_its_width);
         tcase_add_test(tc, gate_stops_counting_long_holders);

@@ -15,40 +15,15 @@
  * ANSI escapes, images as base64 strings exactly as the kernel sent them and
  * JSON mime types as JSON values. Consecutive streams of one name are
  * merged. The notebook builder, the agent and storage all consume this
- * shape. */
+ * shape. A cell's result (cq_cell_result_t) is in cell.h. */
 #ifndef CODERQ_INTERP_H
 #define CODERQ_INTERP_H
 
 #include <jansson.h>
 #include <stdatomic.h>
 
+#include "coderq/cell.h"
 #include "coderq/common.h"
-
-typedef enum cq_cell_status {
-        CQ_CELL_OK = 0,
-        CQ_CELL_ERROR,     /* the code raised; see the "error" output */
-        CQ_CELL_TIMEOUT,   /* deadline hit; see state_lost */
-        CQ_CELL_DIED,      /* the kernel died; a fresh one was started */
-        CQ_CELL_CANCELLED, /* the cancel flag was raised; interrupted */
-} cq_cell_status_t;
-
-/** @brief "ok", "error", "timeout", "died", "cancelled". */
-const char *cq_cell_status_name(cq_cell_status_t status);
-
-/** @brief The result of one cell. Release with cq_cell_result_release(). */
-typedef struct cq_cell_result {
-        cq_cell_status_t status;
-        json_t *outputs;     /* array of outputs (see above); owned */
-        int execution_count; /* -1 when the kernel gave none */
-        int64_t duration_ms;
-        bool truncated;  /* the per-cell output cap was hit; a marker output
-                            says where */
-        bool state_lost; /* the kernel was replaced: variables are gone */
-        json_t *timing;  /* nbformat cell metadata.execution, or NULL */
-} cq_cell_result_t;
-
-void cq_cell_result_init(cq_cell_result_t *res);
-void cq_cell_result_release(cq_cell_result_t *res);
 
 /**
  * @brief Called for each output as it arrives, before the cell finishes.

@@ -27,9 +27,9 @@
 
 #include <jansson.h>
 
+#include "coderq/cell.h"
 #include "coderq/common.h"
 #include "coderq/config.h"
-#include "coderq/interp.h"
 #include "coderq/job.h"
 #include "coderq/prices.h"
 
