@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "coderq/agent.h"
+#include "coderq/interp_local.h"
 #include "coderq/job.h"
 #include "coderq/kpool.h"
 #include "coderq/llm.h"

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coderq/interp_local.h"
 #include "coderq/kpool.h"
 #include "coderq/kserver.h"
 #include "coderq/util.h"

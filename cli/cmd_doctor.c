@@ -25,6 +25,7 @@
 #include "coderq/log.h"
 #include "coderq/sandbox.h"
 #include "coderq/util.h"
+#include "coderq/workdir.h"
 #include "../consumer/kafka_int.h"
 
 extern char **environ;

@@ -13,6 +13,7 @@
 #include "coderq/cli.h"
 #include "coderq/cmd_cli.h"
 #include "coderq/collect.h"
+#include "coderq/interp_local.h"
 #include "coderq/kpool.h"
 #include "coderq/notebook.h"
 

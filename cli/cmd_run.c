@@ -14,6 +14,7 @@
 #include "coderq/backend.h"
 #include "coderq/cli.h"
 #include "coderq/cmd_cli.h"
+#include "coderq/interp_local.h"
 #include "coderq/kpool.h"
 #include "coderq/log.h"
 #include "coderq/notebook.h"

@@ -19,6 +19,7 @@
 
 #include "coderq/agent.h"
 #include "coderq/backend.h"
+#include "coderq/interp_local.h"
 #include "coderq/kafka.h"
 #include "coderq/kpool.h"
 #include "coderq/llm.h"

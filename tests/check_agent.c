@@ -11,6 +11,7 @@
 
 #include "check_support.h"
 #include "coderq/agent.h"
+#include "coderq/interp_local.h"
 #include "coderq/kpool.h"
 #include "coderq/llm.h"
 #include "coderq/notebook.h"

@@ -29,10 +29,12 @@
 #include "coderq/backend.h"
 #include "coderq/collect.h"
 #include "coderq/config.h"
+#include "coderq/interp_local.h"
 #include "coderq/kpool.h"
 #include "coderq/kserver.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
+#include "coderq/workdir.h"
 
 /* Work root of this run, set before the test processes fork. */
 static char root[256];

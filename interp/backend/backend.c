@@ -10,10 +10,12 @@
 #include <string.h>
 
 #include "coderq/e2b.h"
+#include "coderq/interp_local.h"
 #include "coderq/kpool.h"
 #include "coderq/log.h"
 #include "coderq/sandbox.h"
 #include "coderq/util.h"
+#include "coderq/workdir.h"
 
 /* How often housekeeping looks for stray E2B sandboxes of this worker. */
 #define RECONCILE_MS 60000

@@ -18,9 +18,10 @@
 #include <unistd.h>
 
 #include "coderq/buf.h"
+#include "coderq/interp_local.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
-#include "kpool_int.h"
+#include "coderq/workdir.h"
 
 /* How long acquire waits for a niced pool before it starts a kernel of
  * its own at the job's priority. */
@@ -163,8 +164,15 @@ static void *reaper_main(void *arg)
         return NULL;
 }
 
-int cq_kpool_defer(cq_kpool_t *pool, void (*fn)(void *), void *arg)
+/* Run fn(arg) on the reaper thread, which runs at niceness 19 (a
+ * kernel's teardown is CPU spent after its job finished: killing,
+ * reaping, removing its work dir): the interpreters' defer hook
+ * (interp_local.h). 0 when queued (arg now belongs to the reaper); -1
+ * when the pool is stopping, the queue is full or out of memory: the
+ * caller runs it itself. */
+static int defer(void *opaque, void (*fn)(void *), void *arg)
 {
+        cq_kpool_t *pool = opaque;
         deferred_t *d = malloc(sizeof(*d));
         int rc = -1;
 
@@ -487,11 +495,11 @@ oom:
 static cq_interp_t *
 wrap(cq_kpool_t *pool, cq_kernel_t **kernelp, char *errstr, size_t errstr_size)
 {
-        cq_interp_t *interp = cq_local_interp_wrap(
-            kernelp, pool->local.kernel.sandbox, true, errstr, errstr_size);
+        cq_local_hooks_t hooks = {
+            .defer = defer, .opaque = pool, .gate = pool->gate};
 
-        cq_local_interp_attach(interp, pool, pool->gate);
-        return interp;
+        return cq_local_interp_wrap(kernelp, pool->local.kernel.sandbox, true,
+                                    &hooks, errstr, errstr_size);
 }
 
 cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,

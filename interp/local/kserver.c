@@ -30,6 +30,7 @@
 #include "coderq/kpool.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
+#include "coderq/workdir.h"
 #include "kserver_int.h"
 
 #define BACKOFF_FIRST_MS 1000

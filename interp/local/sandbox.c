@@ -73,6 +73,7 @@
 
 #include "coderq/kpool.h"
 #include "coderq/util.h"
+#include "coderq/workdir.h"
 
 /* Exit status of a probe child that could not switch uids. */
 #define PROBE_DROP_FAILED 125

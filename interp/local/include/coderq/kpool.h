@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* kpool.h - the local interpreter backend: a kernel in its own work dir
- * behind cq_interp_t, standalone or from a pool of pre-started kernels.
- * Each pooled kernel is handed out once and destroyed with its work dir
- * after the job, so no state leaks between jobs. */
+/* kpool.h - a pool of pre-started kernels, handed out as local
+ * interpreters (interp_local.h). Each pooled kernel is handed out once and
+ * destroyed with its work dir after the job, so no state leaks between
+ * jobs; its teardown runs on the pool's reaper thread. */
 #ifndef CODERQ_KPOOL_H
 #define CODERQ_KPOOL_H
 
@@ -10,6 +10,7 @@
 #include "coderq/config.h"
 #include "coderq/gate.h"
 #include "coderq/interp.h"
+#include "coderq/interp_local.h"
 #include "coderq/kernel.h"
 
 /* Imports run silently in pooled kernels before they are handed out, so
@@ -24,73 +25,6 @@
         "            pass\n"                                                   \
         "_cq_preload()\n"                                                      \
         "del _cq_preload\n"
-
-typedef struct cq_local_opts {
-        /* work_dir NULL: a new empty dir under work_root, removed on
-         * destroy; otherwise that dir, kept. */
-        cq_kernel_opts_t kernel;
-        const char *work_root; /* NULL: $TMPDIR/coderq or /tmp/coderq */
-} cq_local_opts_t;
-
-/**
- * @brief Fill \p opts from \p cfg (python, timeouts, output cap).
- *        \p sandbox is borrowed and stored in the options.
- */
-void cq_local_opts_from_config(cq_local_opts_t *opts,
-                               const cq_config_t *cfg,
-                               const cq_sandbox_t *sandbox);
-
-/**
- * @brief Start a standalone local interpreter (one kernel).
- * @param opts Borrowed.
- * @returns Caller owns the returned value; free with cq_interp_destroy().
- *          NULL on failure with \p errstr filled.
- * @locality Any thread; then the calling thread owns it.
- */
-cq_interp_t *cq_local_interp_new(const cq_local_opts_t *opts,
-                                 char *errstr,
-                                 size_t errstr_size);
-
-/** @brief The kernel behind a local interpreter; borrowed. NULL when
- *         \p interp is not a local one. */
-cq_kernel_t *cq_local_interp_kernel(cq_interp_t *interp);
-
-/**
- * @brief Create the work root \p root if missing (mode 0711, missing
- *        parents 0755) and check it: a directory (not a symlink) of this
- *        process's uid that nobody else may write.
- * @returns 0, or -1 with \p errstr filled.
- */
-CQ_NODISCARD int
-cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size);
-
-/**
- * @brief Create a new empty 0700 work dir under \p root (NULL: the
- *        default), prepared first with cq_work_root_prepare(). The kernel
- *        started in it gives it to the uid it runs as.
- * @param out (out) Its path.
- * @returns 0, or -1 with \p errstr filled.
- */
-CQ_NODISCARD int cq_work_dir_new(const char *root,
-                                 char *out,
-                                 size_t out_size,
-                                 char *errstr,
-                                 size_t errstr_size);
-
-/** @brief Remove \p path and everything under it (no symlinks followed). */
-void cq_work_dir_remove(const char *path);
-
-/** @brief The default work root: $TMPDIR/coderq, or /tmp/coderq. */
-void cq_work_root_default(char *out, size_t size);
-
-/**
- * @brief Remove the work dirs under \p root (NULL: the default) left by
- *        workers that no longer run (killed with SIGKILL, or a crash):
- *        work dir names carry the creating process's pid. A work root
- *        shared between pid namespaces (containers) must not be swept.
- * @returns How many were removed, or -1 when \p root cannot be read.
- */
-int cq_work_root_sweep(const char *root);
 
 /**
  * @brief Thread-safe pool of ready kernels.
