@@ -13,8 +13,6 @@
 #include "coderq/cli.h"
 #include "coderq/cmd_cli.h"
 #include "coderq/collect.h"
-#include "coderq/interp_local.h"
-#include "coderq/kpool.h"
 #include "coderq/notebook.h"
 
 #define EXEC_SOURCE_MAX ((size_t)64 << 20)
@@ -212,7 +210,7 @@ int cq_cmd_exec(const cq_config_t *cfg, int argc, char **argv)
         }
         fprintf(stderr, "-- sandbox: %s\n",
                 cq_backend_sandbox_mode(backend, interp));
-        nb = cq_nb_new(cq_kernel_language_info(cq_local_interp_kernel(interp)));
+        nb = cq_nb_new(cq_interp_language_info(interp));
         if (!nb) {
                 rc = CQ_EXIT_INTERNAL;
                 goto out;

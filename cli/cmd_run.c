@@ -14,8 +14,6 @@
 #include "coderq/backend.h"
 #include "coderq/cli.h"
 #include "coderq/cmd_cli.h"
-#include "coderq/interp_local.h"
-#include "coderq/kpool.h"
 #include "coderq/log.h"
 #include "coderq/notebook.h"
 #include "coderq/prices.h"
@@ -260,10 +258,7 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
                 cq_cli_error("could not start a kernel: %s", errstr);
                 goto out;
         }
-        nb = cq_nb_new(
-            cq_local_interp_kernel(interp)
-                ? cq_kernel_language_info(cq_local_interp_kernel(interp))
-                : NULL);
+        nb = cq_nb_new(cq_interp_language_info(interp));
         if (!nb) {
                 cq_cli_error("out of memory");
                 rc = CQ_EXIT_INTERNAL;

@@ -19,9 +19,7 @@
 
 #include "coderq/agent.h"
 #include "coderq/backend.h"
-#include "coderq/interp_local.h"
 #include "coderq/kafka.h"
-#include "coderq/kpool.h"
 #include "coderq/llm.h"
 #include "coderq/log.h"
 #include "coderq/notebook.h"
@@ -861,17 +859,14 @@ static void run_job(slot_t *slot, cq_claim_t *claim)
                 goto out;
         }
         sandbox = cq_backend_sandbox_mode(w->backend, interp);
-        if (strcmp(sandbox, CQ_SANDBOX_MODE_OFF) == 0)
+        if (cq_backend_unsandboxed(w->backend, interp))
                 cq_log_kv(CQ_LOG_WARN,
                           "job runs UNSANDBOXED, as the worker's user",
                           "job_id", job.job_id, "sandbox", sandbox, NULL);
         if (cp.notebook)
                 nb = cq_nb_from_json(cp.notebook, errstr, sizeof(errstr));
         if (!nb)
-                nb = cq_nb_new(cq_local_interp_kernel(interp)
-                                   ? cq_kernel_language_info(
-                                         cq_local_interp_kernel(interp))
-                                   : NULL);
+                nb = cq_nb_new(cq_interp_language_info(interp));
         ctx.slot = slot;
         ctx.job = &job;
         ctx.nb = nb;
@@ -1374,9 +1369,6 @@ static bool any_busy(cq_worker_t *w)
         return busy;
 }
 
-/* What the kernel pool and its cell gate did, for capacity planning:
- * starts a job waited for (own_starts) say the pool is too small or
- * refills too slowly; long gate waits say CODERQ_CELL_GATE is too low. */
 /* The relay's counters, once it stopped: events sent, deliveries
  * retried, rows failed for good, events cut to the cap. */
 static void log_relay(cq_worker_t *w)
@@ -1392,27 +1384,6 @@ static void log_relay(cq_worker_t *w)
                            (json_int_t)st.truncated);
         cq_log_json(st.rejected ? CQ_LOG_WARN : CQ_LOG_INFO, fields,
                     "outbox relay");
-        json_decref(fields);
-}
-
-static void log_pool(cq_worker_t *w)
-{
-        cq_kpool_t *pool = cq_backend_kpool(w->backend);
-        cq_kpool_stats_t st;
-        json_t *fields;
-
-        if (!pool)
-                return;
-        cq_kpool_stats(pool, &st);
-        fields = json_pack(
-            "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "started",
-            (json_int_t)st.started, "failed", (json_int_t)st.failed,
-            "own_starts", (json_int_t)st.own_starts, "discarded",
-            (json_int_t)st.discarded, "cells", (json_int_t)st.gate.entered,
-            "cells_waited", (json_int_t)st.gate.waited, "cell_wait_max_ms",
-            (json_int_t)st.gate.max_wait_ms, "cells_long",
-            (json_int_t)st.gate.expired);
-        cq_log_json(CQ_LOG_INFO, fields, "kernel pool");
         json_decref(fields);
 }
 
@@ -1545,7 +1516,7 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
                 cq_log_json(CQ_LOG_INFO, fields, "worker stopped");
                 json_decref(fields);
         }
-        log_pool(w);
+        cq_backend_log_pool(w->backend);
         return refused ? 1 : rc;
 }
 

@@ -87,6 +87,12 @@ const json_t *cq_interp_env(cq_interp_t *interp)
 }
 
 /* The packages evaluators ask about; more would cost more at each start. */
+const json_t *cq_interp_language_info(cq_interp_t *interp)
+{
+        return interp->ops->language_info ? interp->ops->language_info(interp)
+                                          : NULL;
+}
+
 static const char *const env_packages[] = {"numpy", "pandas", "matplotlib",
                                            "scipy", NULL};
 

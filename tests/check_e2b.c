@@ -453,6 +453,8 @@ START_TEST(cells_stdout_stderr_error_and_png)
         char errstr[256];
 
         ck_assert_str_eq(cq_interp_backend(interp), "e2b");
+        /* E2B does not say: a notebook gets no language_info */
+        ck_assert_ptr_null(cq_interp_language_info(interp));
         run(interp,
             "import sys\nprint('hello')\nprint('warn', file=sys.stderr)\n"
             "x = 41",

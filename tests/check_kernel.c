@@ -347,6 +347,14 @@ START_TEST(outputs_errors_and_text)
                       "no python version");
         ck_assert_ptr_nonnull(json_string_value(json_object_get(
             json_object_get(cq_interp_env(interp), "packages"), "numpy")));
+        /* the kernel's language_info, for the notebook, through the
+         * interface: the one the kernel behind it reported */
+        ck_assert_ptr_eq(
+            cq_interp_language_info(interp),
+            cq_kernel_language_info(cq_local_interp_kernel(interp)));
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             cq_interp_language_info(interp), "name")),
+                         "python");
         free(out);
         free(errtext);
         ck_assert_str_eq(

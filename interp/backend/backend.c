@@ -207,9 +207,30 @@ const char *cq_backend_sandbox_mode(const cq_backend_t *backend,
         return cq_sandbox_mode_name(backend->sandbox);
 }
 
-cq_kpool_t *cq_backend_kpool(cq_backend_t *backend)
+bool cq_backend_unsandboxed(const cq_backend_t *backend, cq_interp_t *interp)
 {
-        return backend ? backend->pool : NULL;
+        return strcmp(cq_backend_sandbox_mode(backend, interp),
+                      CQ_SANDBOX_MODE_OFF) == 0;
+}
+
+void cq_backend_log_pool(cq_backend_t *backend)
+{
+        cq_kpool_stats_t st;
+        json_t *fields;
+
+        if (!backend || !backend->pool)
+                return;
+        cq_kpool_stats(backend->pool, &st);
+        fields = json_pack(
+            "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "started",
+            (json_int_t)st.started, "failed", (json_int_t)st.failed,
+            "own_starts", (json_int_t)st.own_starts, "discarded",
+            (json_int_t)st.discarded, "cells", (json_int_t)st.gate.entered,
+            "cells_waited", (json_int_t)st.gate.waited, "cell_wait_max_ms",
+            (json_int_t)st.gate.max_wait_ms, "cells_long",
+            (json_int_t)st.gate.expired);
+        cq_log_json(CQ_LOG_INFO, fields, "kernel pool");
+        json_decref(fields);
 }
 
 void cq_backend_destroy(cq_backend_t **backendp)

@@ -524,6 +524,13 @@ static const json_t *local_env(cq_interp_t *interp)
         return li->kernel ? cq_kernel_env(li->kernel) : NULL;
 }
 
+static const json_t *local_language_info(cq_interp_t *interp)
+{
+        const local_interp_t *li = (const local_interp_t *)interp;
+
+        return li->kernel ? cq_kernel_language_info(li->kernel) : NULL;
+}
+
 static void local_teardown(void *arg)
 {
         local_interp_t *li = arg;
@@ -572,6 +579,7 @@ static const cq_interp_ops_t local_ops = {
     .errmsg = local_errmsg,
     .destroy = local_destroy,
     .env = local_env,
+    .language_info = local_language_info,
 };
 
 cq_kernel_t *cq_local_interp_kernel(cq_interp_t *interp)

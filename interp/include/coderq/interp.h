@@ -82,6 +82,8 @@ typedef struct cq_interp_ops {
         void (*destroy)(cq_interp_t *interp);
         /* May be NULL: the backend does not know its environment. */
         const json_t *(*env)(cq_interp_t *interp);
+        /* May be NULL: the backend does not know its kernel's language. */
+        const json_t *(*language_info)(cq_interp_t *interp);
 } cq_interp_ops_t;
 
 struct cq_interp {
@@ -169,6 +171,16 @@ const char *cq_interp_errmsg(const cq_interp_t *interp);
  * @locality The thread that owns \p interp.
  */
 const json_t *cq_interp_env(cq_interp_t *interp);
+
+/**
+ * @brief The kernel's language_info as it reported it when it started
+ *        ({"name": "python", "version": "3.11.2", ...}), for a notebook's
+ *        metadata.
+ * @returns Borrowed, valid until the interpreter is restarted or
+ *          destroyed; NULL when the backend does not know it (E2B).
+ * @locality The thread that owns \p interp.
+ */
+const json_t *cq_interp_language_info(cq_interp_t *interp);
 
 /**
  * @brief The Python that reports the environment: it prints one line,

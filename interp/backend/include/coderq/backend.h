@@ -9,7 +9,6 @@
 #include "coderq/common.h"
 #include "coderq/config.h"
 #include "coderq/interp.h"
-#include "coderq/kpool.h"
 
 typedef struct cq_backend cq_backend_t;
 
@@ -98,9 +97,22 @@ const char *cq_backend_describe(const cq_backend_t *backend);
 const char *cq_backend_sandbox_mode(const cq_backend_t *backend,
                                     cq_interp_t *interp);
 
-/** @brief The local kernel pool, or NULL (E2B only, or no pool).
- *         Borrowed; lives as long as the backend. */
-cq_kpool_t *cq_backend_kpool(cq_backend_t *backend);
+/**
+ * @brief Whether the code of \p interp runs unconfined, as this process's
+ *        user: cq_backend_sandbox_mode() is "off".
+ * @locality Any thread.
+ */
+bool cq_backend_unsandboxed(const cq_backend_t *backend, cq_interp_t *interp);
+
+/**
+ * @brief Log what the kernel pool and its cell gate did, at info ("kernel
+ *        pool"), for capacity planning: starts a job waited for
+ *        (own_starts) say the pool is too small or refills too slowly;
+ *        long gate waits say CODERQ_CELL_GATE is too low. No-op without a
+ *        pool.
+ * @locality Any thread.
+ */
+void cq_backend_log_pool(cq_backend_t *backend);
 
 /** @brief Stop the pool; interpreters must be destroyed first. */
 void cq_backend_destroy(cq_backend_t **backendp);
