@@ -1,0 +1,356 @@
+/* SPDX-License-Identifier: MIT */
+/* e2b_files.c - files of the sandbox over envd: upload, download, the
+ * recursive listing behind the snapshot, and the files a job created. */
+#include "coderq/e2b.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coderq/buf.h"
+#include "coderq/log.h"
+#include "coderq/util.h"
+#include "e2b_int.h"
+
+static char *escape(cq_e2b_t *e2b, const char *s)
+{
+        char *tmp = curl_easy_escape(e2b->curl, s, 0);
+        char *out = tmp ? strdup(tmp) : NULL;
+
+        curl_free(tmp);
+        return out;
+}
+
+cq_err_t
+e2b_upload(cq_e2b_t *e2b, const char *name, const void *data, size_t len)
+{
+        struct call call = {0};
+        char base[512], url[2048], path[512];
+        char *q = NULL;
+        curl_mime *mime = NULL;
+        curl_mimepart *part;
+        cq_err_t err = CQ_ERR_RETRIABLE;
+
+        snprintf(path, sizeof(path), HOME_DIR "/%s", name);
+        q = escape(e2b, path);
+        mime = curl_mime_init(e2b->curl);
+        part = mime ? curl_mime_addpart(mime) : NULL;
+        if (!q || !part ||
+            e2b_dp_base(e2b, ENVD_PORT, base, sizeof(base)) != 0 ||
+            curl_mime_name(part, "file") != CURLE_OK ||
+            curl_mime_filename(part, path) != CURLE_OK ||
+            curl_mime_type(part, "application/octet-stream") != CURLE_OK ||
+            curl_mime_data(part, data ? data : "", len) != CURLE_OK) {
+                e2b_set_error(e2b,
+                              "could not e2b_upload \"%s\" to E2B sandbox: out "
+                              "of memory",
+                              name);
+                err = CQ_ERR_FATAL;
+                goto out;
+        }
+        snprintf(url, sizeof(url), "%s/files?path=%s", base, q);
+        call.what = "e2b_upload a file to E2B sandbox";
+        call.plane = PLANE_ENVD;
+        call.method = "POST";
+        call.url = url;
+        call.mime = mime;
+        call.ok = e2b_ok_200;
+        err = e2b_call_run(e2b, e2b->curl, &call);
+out:
+        cq_buf_release(&call.reply);
+        curl_mime_free(mime);
+        free(q);
+        return err;
+}
+
+cq_err_t e2b_put_file(cq_interp_t *interp,
+                      const char *name,
+                      const void *data,
+                      size_t len)
+{
+        cq_e2b_t *e2b = (cq_e2b_t *)interp;
+        struct input_file *in = NULL, *grown;
+        unsigned char *copy;
+        size_t i;
+        cq_err_t err;
+
+        err = e2b_upload(e2b, name, data, len);
+        if (err != CQ_OK)
+                return err;
+        /* keep a copy: a replacement sandbox gets it again, and
+         * created_files() leaves inputs out */
+        copy = malloc(len ? len : 1);
+        if (!copy) {
+                e2b_set_error(e2b, "could not keep \"%s\": out of memory",
+                              name);
+                return CQ_ERR_FATAL;
+        }
+        if (len)
+                memcpy(copy, data, len);
+        for (i = 0; i < e2b->ninputs; i++)
+                if (strcmp(e2b->inputs[i].name, name) == 0)
+                        in = &e2b->inputs[i];
+        if (!in) {
+                grown =
+                    realloc(e2b->inputs, (e2b->ninputs + 1) * sizeof(*grown));
+                if (!grown || !(grown[e2b->ninputs].name = strdup(name))) {
+                        if (grown)
+                                e2b->inputs = grown;
+                        free(copy);
+                        e2b_set_error(
+                            e2b, "could not keep \"%s\": out of memory", name);
+                        return CQ_ERR_FATAL;
+                }
+                e2b->inputs = grown;
+                in = &e2b->inputs[e2b->ninputs++];
+                in->data = NULL;
+        }
+        free(in->data);
+        in->data = copy;
+        in->len = len;
+        return CQ_OK;
+}
+
+/* GET /files?path=HOME/name into \p buf (capped by its max). */
+static cq_err_t
+download(cq_e2b_t *e2b, const char *name, size_t max, cq_buf_t *out)
+{
+        static const long ok[] = {200, 0};
+        struct call call = {0};
+        char base[512], url[2048], path[512];
+        char *q = NULL;
+        cq_err_t err = CQ_ERR_FATAL;
+
+        snprintf(path, sizeof(path), HOME_DIR "/%s", name);
+        q = escape(e2b, path);
+        if (!q || e2b_dp_base(e2b, ENVD_PORT, base, sizeof(base)) != 0) {
+                e2b_set_error(e2b, "could not read \"%s\": out of memory",
+                              name);
+                goto out;
+        }
+        snprintf(url, sizeof(url), "%s/files?path=%s", base, q);
+        call.what = "read a file from E2B sandbox";
+        call.plane = PLANE_ENVD;
+        call.method = "GET";
+        call.url = url;
+        call.ok = ok;
+        call.max_reply = max ? max : 1;
+        err = e2b_call_run(e2b, e2b->curl, &call);
+        if (err == CQ_ERR_TOO_LARGE)
+                e2b_set_error(e2b,
+                              "could not read \"%s\": larger than %zu bytes",
+                              name, max);
+        else if (err == CQ_ERR_FATAL && call.status == 404)
+                e2b_set_error(e2b, "could not read \"%s\": no such file", name);
+        if (err == CQ_OK) {
+                *out = call.reply;
+                cq_buf_init(&call.reply, 0);
+        }
+out:
+        cq_buf_release(&call.reply);
+        free(q);
+        return err;
+}
+
+cq_err_t
+e2b_get_file(cq_interp_t *interp, const char *name, size_t max, cq_file_t *file)
+{
+        cq_e2b_t *e2b = (cq_e2b_t *)interp;
+        cq_buf_t buf;
+        cq_err_t err;
+
+        memset(file, 0, sizeof(*file));
+        cq_buf_init(&buf, 0);
+        err = download(e2b, name, max, &buf);
+        if (err != CQ_OK)
+                return err;
+        file->name = strdup(name);
+        file->mime = strdup(cq_mime_from_name(name));
+        file->data = (unsigned char *)cq_buf_take(&buf, &file->len);
+        cq_buf_release(&buf);
+        if (!file->name || !file->mime || !file->data) {
+                free(file->name);
+                free(file->mime);
+                free(file->data);
+                memset(file, 0, sizeof(*file));
+                e2b_set_error(e2b, "could not read \"%s\": out of memory",
+                              name);
+                return CQ_ERR_FATAL;
+        }
+        return CQ_OK;
+}
+
+/* Whether a listed path is ours to report: not hidden, not a cache. */
+static bool rel_is_reported(const char *rel)
+{
+        const char *p = rel;
+
+        if (!cq_relpath_is_safe(rel))
+                return false;
+        for (;;) {
+                if (*p == '.' || strncmp(p, "__pycache__", 11) == 0)
+                        return false;
+                p = strchr(p, '/');
+                if (!p)
+                        return true;
+                p++;
+        }
+}
+
+/* ListDir HOME recursively into {relpath: "size|mtime"} (files only). */
+cq_err_t e2b_list_files(cq_e2b_t *e2b, json_t **listp)
+{
+        static const char body[] = "{\"path\":\"" HOME_DIR "\",\"depth\":32}";
+        struct call call = {0};
+        char base[512], url[1024];
+        json_t *doc = NULL, *entries, *entry, *list = NULL;
+        size_t i;
+        cq_err_t err = CQ_ERR_RETRIABLE;
+
+        if (e2b_dp_base(e2b, ENVD_PORT, base, sizeof(base)) != 0)
+                return CQ_ERR_FATAL;
+        snprintf(url, sizeof(url), "%s/filesystem.Filesystem/ListDir", base);
+        call.what = "list files of E2B sandbox";
+        call.plane = PLANE_ENVD;
+        call.method = "POST";
+        call.url = url;
+        call.ctype = "application/json";
+        call.body = body;
+        call.body_len = sizeof(body) - 1;
+        call.ok = e2b_ok_200;
+        err = e2b_call_run(e2b, e2b->curl, &call);
+        if (err != CQ_OK)
+                goto out;
+        err = CQ_ERR_FATAL;
+        doc = json_loadb(call.reply.data ? call.reply.data : "", call.reply.len,
+                         0, NULL);
+        entries = json_object_get(doc, "entries");
+        list = json_object();
+        if (!list ||
+            (!json_is_array(entries) && doc && json_object_size(doc) != 0)) {
+                e2b_set_error(e2b, "could not list files of E2B sandbox: reply "
+                                   "has no entries array");
+                goto out;
+        }
+        if (json_array_size(entries) > MAX_ENTRIES) {
+                e2b_set_error(e2b,
+                              "could not list files of E2B sandbox: more "
+                              "than %d entries",
+                              MAX_ENTRIES);
+                goto out;
+        }
+        json_array_foreach(entries, i, entry)
+        {
+                const char *type =
+                    json_string_value(json_object_get(entry, "type"));
+                const char *path =
+                    json_string_value(json_object_get(entry, "path"));
+                const char *size =
+                    json_string_value(json_object_get(entry, "size"));
+                const char *mtime =
+                    json_string_value(json_object_get(entry, "modifiedTime"));
+                char sig[128];
+
+                if (!type || !path || strcmp(type, "FILE_TYPE_FILE") != 0)
+                        continue;
+                if (strncmp(path, HOME_DIR "/", sizeof(HOME_DIR)) != 0)
+                        continue;
+                snprintf(sig, sizeof(sig), "%s|%s", size ? size : "?",
+                         mtime ? mtime : "?");
+                if (json_object_set_new(list, path + sizeof(HOME_DIR),
+                                        json_string(sig)))
+                        goto out;
+        }
+        *listp = list;
+        list = NULL;
+        err = CQ_OK;
+out:
+        json_decref(list);
+        json_decref(doc);
+        cq_buf_release(&call.reply);
+        return err;
+}
+
+static bool is_input(const cq_e2b_t *e2b, const char *rel)
+{
+        size_t i;
+
+        for (i = 0; i < e2b->ninputs; i++)
+                if (strcmp(e2b->inputs[i].name, rel) == 0)
+                        return true;
+        return false;
+}
+
+static int cmp_file(const void *a, const void *b)
+{
+        return strcmp(((const cq_file_t *)a)->name,
+                      ((const cq_file_t *)b)->name);
+}
+
+cq_err_t
+e2b_created_files(cq_interp_t *interp, bool with_data, cq_files_t *files)
+{
+        cq_e2b_t *e2b = (cq_e2b_t *)interp;
+        json_t *now = NULL, *sig;
+        const char *rel;
+        cq_files_t out = {NULL, 0};
+        cq_err_t err;
+
+        files->v = NULL;
+        files->n = 0;
+        err = e2b_list_files(e2b, &now);
+        if (err != CQ_OK)
+                goto out;
+        out.v = calloc(json_object_size(now) + 1, sizeof(*out.v));
+        if (!out.v) {
+                err = CQ_ERR_FATAL;
+                e2b_set_error(e2b,
+                              "could not list created files: out of memory");
+                goto out;
+        }
+        json_object_foreach(now, rel, sig)
+        {
+                json_t *old = json_object_get(e2b->snapshot, rel);
+                cq_file_t *file = &out.v[out.n];
+
+                if (!rel_is_reported(rel) || is_input(e2b, rel) ||
+                    (old && json_equal(old, sig)))
+                        continue;
+                file->name = strdup(rel);
+                file->mime = strdup(cq_mime_from_name(rel));
+                out.n++;
+                if (!file->name || !file->mime) {
+                        err = CQ_ERR_FATAL;
+                        e2b_set_error(e2b,
+                                      "could not list created files: out of "
+                                      "memory");
+                        goto out;
+                }
+                if (with_data) {
+                        cq_buf_t buf;
+
+                        cq_buf_init(&buf, 0);
+                        err = download(e2b, rel, e2b->max_file, &buf);
+                        if (err == CQ_ERR_TOO_LARGE) {
+                                /* listed without data: too large to fetch */
+                                cq_log_warn("e2b: %s", e2b->errbuf);
+                                continue;
+                        }
+                        if (err != CQ_OK)
+                                goto out;
+                        file->data =
+                            (unsigned char *)cq_buf_take(&buf, &file->len);
+                        cq_buf_release(&buf);
+                }
+        }
+        qsort(out.v, out.n, sizeof(*out.v), cmp_file);
+        *files = out;
+        out.v = NULL;
+        out.n = 0;
+        err = CQ_OK;
+out:
+        cq_files_release(&out);
+        json_decref(now);
+        return err;
+}
