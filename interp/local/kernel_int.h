@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/* kernel_int.h - what kernel.c (ZeroMQ I/O and execution) and
+ * kernel_proc.c (the kernel's processes) share: the handle and the
+ * functions one calls in the other. Not a public header. */
+#ifndef CODERQ_KERNEL_INT_H
+#define CODERQ_KERNEL_INT_H
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "coderq/kernel.h"
+
+/* How the shim reports the bytes it dropped: "[" DROP_TAG nonce " N]". */
+#define DROP_TAG "coderq-dropped "
+
+struct cq_kernel {
+        /* options, copied */
+        char *python;
+        char *work_dir;
+        char *preload;
+        int64_t startup_timeout_ms;
+        size_t output_max;
+        size_t msg_max;   /* shell and control frames */
+        size_t iopub_max; /* iopub frames: from output_max */
+        int64_t interrupt_grace_ms;
+        int64_t idle_wait_ms;
+        const cq_sandbox_t *sandbox;
+        cq_sandbox_id_t id; /* the uid it runs as, for its whole life */
+        void *zctx;
+        bool own_ctx;
+
+        /* one incarnation of the kernel process */
+        char run_dir[PATH_MAX];
+        char conn_path[PATH_MAX + 16];
+        char key[33];
+        char session[37];
+        uint64_t seq;
+        void *shell, *control, *iopub;
+        void *iopub_mon; /* PAIR receiving iopub's disconnect events */
+        uint64_t mon_seq;
+        char nonce[17];                       /* of this start's shim */
+        char drop_tag[sizeof(DROP_TAG) + 20]; /* "[" DROP_TAG nonce " " */
+        pid_t pid;
+        int pidfd;
+        /* In the sandbox: bubblewrap's info pipe until it is read, then a
+         * pidfd on the sandbox's pid 1 (-1 when unknown). bubblewrap
+         * runs the kernel in a new session, out of reach of killpg(),
+         * and its pid 1 outlives the outer bwrap briefly. */
+        int info_fd;
+        int inner_pidfd;
+        pid_t inner_pid;
+        int nice;    /* of the processes started; 0: inherited */
+        bool killed; /* cq_kernel_kill() ran: only reaping is left */
+        /* Forked by the kernel server: pid is not our child but the
+         * kernel's parent (pid 1 of its namespaces), known by pidfd
+         * alone; the server reaps it. */
+        cq_kserver_t *kserver;
+        bool forked;
+        json_t *language_info;
+        json_t *env; /* the probe's report at the last start, or NULL */
+
+        atomic_int interrupt_req;
+        /* kernel->pid for cq_kernel_interrupt() from other threads; -1
+         * from just before the process is reaped */
+        atomic_int sig_pid;
+        cq_jmsg_stats_t stats;
+        char errmsg[512];
+};
+
+/* kernel.c */
+
+CQ_PRINTF(2, 3)
+void kernel_set_error(cq_kernel_t *kernel, const char *fmt, ...);
+void kernel_close_sockets(cq_kernel_t *kernel);
+
+/* kernel_proc.c */
+
+void kernel_remove_tree(const char *path);
+void kernel_log_tail(const cq_kernel_t *kernel, char *out, size_t size);
+int kernel_write_conn_file(cq_kernel_t *kernel);
+void kernel_reap(cq_kernel_t *kernel, bool block);
+bool kernel_alive(cq_kernel_t *kernel);
+void kernel_kill_forked(cq_kernel_t *kernel, int sig);
+void kernel_read_inner_pid(cq_kernel_t *kernel, bool warn);
+void kernel_teardown(cq_kernel_t *kernel);
+int kernel_write_mpl_rc(cq_kernel_t *kernel);
+int kernel_spawn(cq_kernel_t *kernel);
+bool kernel_wait_exit(cq_kernel_t *kernel, int ms);
+
+#endif

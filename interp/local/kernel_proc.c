@@ -1,0 +1,684 @@
+/* SPDX-License-Identifier: MIT */
+/* kernel_proc.c - the kernel's processes: the connection file and the
+ * environment it starts with, spawning (cold, sandboxed or not, or forked
+ * by the kernel server), signals, renicing, reaping and a teardown that
+ * waits until the sandbox's last process is gone. */
+#include "coderq/kernel.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coderq/log.h"
+#include "coderq/util.h"
+#include "kernel_int.h"
+
+/* The descriptor of the kernel's child on which bubblewrap gets --info-fd. */
+#define INFO_FD 3
+
+/* ---- files ---- */
+
+void kernel_remove_tree(const char *path)
+{
+        DIR *dir = opendir(path);
+        struct dirent *de;
+
+        if (!dir) {
+                unlink(path);
+                return;
+        }
+        while ((de = readdir(dir))) {
+                char sub[PATH_MAX];
+                struct stat st;
+
+                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                        continue;
+                if (snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) >=
+                    (int)sizeof(sub))
+                        continue;
+                if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+                        kernel_remove_tree(sub);
+                else
+                        unlink(sub);
+        }
+        closedir(dir);
+        rmdir(path);
+}
+
+/* The last bytes of the kernel's log, for error messages. */
+void kernel_log_tail(const cq_kernel_t *kernel, char *out, size_t size)
+{
+        struct stat st;
+        char path[PATH_MAX + 16];
+        char buf[400];
+        ssize_t n;
+        off_t end;
+        int fd;
+        size_t i;
+
+        out[0] = '\0';
+        snprintf(path, sizeof(path), "%s/kernel.log", kernel->run_dir);
+        /* The run dir belongs to the kernel's uid: the code may have put a
+         * FIFO or a symlink there, which must neither block nor lead out. */
+        fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+                close(fd);
+                return;
+        }
+        end = lseek(fd, 0, SEEK_END);
+        if (end > (off_t)sizeof(buf) - 1)
+                lseek(fd, end - (off_t)sizeof(buf) + 1, SEEK_SET);
+        else
+                lseek(fd, 0, SEEK_SET);
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        for (i = 0; i < (size_t)n; i++)
+                if (buf[i] == '\n' || buf[i] == '\r')
+                        buf[i] = ' ';
+        snprintf(out, size, "; kernel log: ...%s", buf);
+}
+
+int kernel_write_conn_file(cq_kernel_t *kernel)
+{
+        json_t *conn = NULL;
+        char ip[PATH_MAX + 8];
+        int rc = -1, fd = -1;
+        char *text = NULL;
+        size_t len, off = 0;
+
+        snprintf(ip, sizeof(ip), "%s/k", kernel->run_dir);
+        conn = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}",
+                         "shell_port", 1, "iopub_port", 2, "stdin_port", 3,
+                         "control_port", 4, "hb_port", 5, "ip", ip, "key",
+                         kernel->key, "transport", "ipc", "signature_scheme",
+                         "hmac-sha256", "kernel_name", "python3");
+        text = conn ? json_dumps(conn, JSON_COMPACT) : NULL;
+        if (!text) {
+                kernel_set_error(kernel, "could not build connection file: "
+                                         "out of memory");
+                goto out;
+        }
+        unlink(kernel->conn_path);
+        fd = open(kernel->conn_path,
+                  O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0) {
+                kernel_set_error(kernel, "could not create \"%s\": %s",
+                                 kernel->conn_path, strerror(errno));
+                goto out;
+        }
+        len = strlen(text);
+        while (off < len) {
+                ssize_t n = write(fd, text + off, len - off);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        kernel_set_error(kernel, "could not write \"%s\": %s",
+                                         kernel->conn_path, strerror(errno));
+                        goto out;
+                }
+                off += (size_t)n;
+        }
+        if (cq_sandbox_own(&kernel->id, kernel->conn_path)) {
+                kernel_set_error(kernel, "could not chown \"%s\": %s",
+                                 kernel->conn_path, strerror(errno));
+                goto out;
+        }
+        rc = 0;
+out:
+        if (fd >= 0)
+                close(fd);
+        free(text);
+        json_decref(conn);
+        return rc;
+}
+
+/* ---- process ---- */
+
+/* A forked kernel is gone once its pidfd is readable (its parent, the
+ * namespace's pid 1, exits last); blocking waits at most 5 s. */
+static void reap_forked(cq_kernel_t *kernel, bool block)
+{
+        struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
+        int rc, waited = 0;
+
+        if (block)
+                atomic_store(&kernel->sig_pid, -1);
+        while ((rc = poll(&pfd, 1, block ? 5000 : 0)) < 0 && errno == EINTR)
+                ;
+        if (rc == 0 && block)
+                cq_log_warn("kernel: forked kernel still alive 5 s after "
+                            "SIGKILL");
+        if (rc == 0)
+                return;
+        /* Exited; the server reaps it at once (a zombie still counts
+         * against its uid's process limit, and holds its pid): blocking,
+         * wait for that too, for up to 2 s. */
+        while (block && syscall(SYS_pidfd_send_signal, kernel->pidfd, 0, NULL,
+                                0U) == 0) {
+                struct timespec ts = {0, 1000 * 1000};
+
+                if (++waited > 2000)
+                        break;
+                nanosleep(&ts, NULL);
+        }
+        atomic_store(&kernel->sig_pid, -1);
+        kernel->pid = -1;
+}
+
+void kernel_reap(cq_kernel_t *kernel, bool block)
+{
+        int status;
+
+        if (kernel->pid <= 0)
+                return;
+        if (kernel->forked) {
+                reap_forked(kernel, block);
+                return;
+        }
+        if (block)
+                atomic_store(&kernel->sig_pid, -1);
+        if (waitpid(kernel->pid, &status, block ? 0 : WNOHANG) == kernel->pid) {
+                atomic_store(&kernel->sig_pid, -1);
+                kernel->pid = -1;
+        }
+}
+
+bool kernel_alive(cq_kernel_t *kernel)
+{
+        kernel_reap(kernel, false);
+        return kernel->pid > 0;
+}
+
+/* Whether a forked kernel's parent is still running: it is not our
+ * child, so once it exited its pid may name another process group. */
+static bool forked_alive(const cq_kernel_t *kernel)
+{
+        struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
+
+        return kernel->pid > 0 && kernel->pidfd >= 0 && poll(&pfd, 1, 0) == 0;
+}
+
+/* Signal a forked kernel: its process group (the group of its parent,
+ * which leads it, as the kernel and what it starts are in it), then the
+ * parent by pidfd: in the sandbox SIGKILL to the namespace's pid 1 ends
+ * every process in it, and the kernel dies with its parent either way. */
+void kernel_kill_forked(cq_kernel_t *kernel, int sig)
+{
+        if (!forked_alive(kernel))
+                return;
+        killpg(kernel->pid, sig);
+        syscall(SYS_pidfd_send_signal, kernel->pidfd, sig, NULL, 0U);
+}
+
+/* Ask the kernel server for the kernel: 0 when forked. */
+static int fork_spawn(cq_kernel_t *kernel,
+                      const char *const *cmd,
+                      char *const *envp,
+                      int logfd)
+{
+        cq_kserver_req_t req;
+        cq_kserver_child_t child;
+        char err[512];
+
+        memset(&req, 0, sizeof(req));
+        req.work_dir = kernel->work_dir;
+        req.argv = cmd + 3; /* after python -m ipykernel_launcher */
+        req.envp = (const char *const *)envp;
+        req.sandbox = kernel->sandbox;
+        req.id = &kernel->id;
+        req.nice = kernel->nice;
+        req.log_fd = logfd;
+        if (cq_kserver_spawn(kernel->kserver, &req, &child, err, sizeof(err))) {
+                cq_log_kv(CQ_LOG_INFO, "kernel: starting cold", "reason", err,
+                          NULL);
+                return -1;
+        }
+        kernel->forked = true;
+        kernel->pid = child.pid;
+        kernel->pidfd = child.pidfd;
+        atomic_store(&kernel->sig_pid, (int)child.pid);
+        return 0;
+}
+
+/* Learn the sandbox's pid 1 from bubblewrap's info pipe ({"child-pid":
+ * N}, written before the kernel runs, so complete once it answered) and
+ * hold a pidfd on it. Without one, kernel_teardown cannot wait for the
+ * sandbox to be gone. */
+void kernel_read_inner_pid(cq_kernel_t *kernel, bool warn)
+{
+        char buf[1024];
+        size_t len = 0;
+        json_t *info;
+        json_int_t child;
+
+        if (kernel->info_fd < 0)
+                return;
+        while (len < sizeof(buf) - 1) {
+                ssize_t r =
+                    read(kernel->info_fd, buf + len, sizeof(buf) - 1 - len);
+
+                if (r > 0)
+                        len += (size_t)r;
+                else if (r < 0 && errno == EINTR)
+                        continue;
+                else
+                        break;
+        }
+        close(kernel->info_fd);
+        kernel->info_fd = -1;
+        info = json_loadb(buf, len, 0, NULL);
+        child = json_integer_value(json_object_get(info, "child-pid"));
+        json_decref(info);
+        if (child <= 1 || child > INT32_MAX) {
+                if (warn)
+                        cq_log_warn("sandbox: no child pid from bubblewrap");
+                return;
+        }
+        /* The pid is kept without a pidfd too (no pidfd_open: old kernel
+         * or seccomp): renicing needs it, only the wait does not. */
+        kernel->inner_pid = (pid_t)child;
+        kernel->inner_pidfd = (int)syscall(SYS_pidfd_open, (pid_t)child, 0);
+        if (kernel->inner_pidfd < 0 && warn)
+                cq_log_kv(
+                    CQ_LOG_WARN,
+                    "sandbox: no pidfd for its pid 1; kernel_teardown will not "
+                    "wait for it",
+                    "error", strerror(errno), NULL);
+}
+
+/* SIGKILL the process group and the sandbox, kernel_reap, wait until the
+ * sandbox's processes are gone, close sockets, remove the files. */
+void kernel_teardown(cq_kernel_t *kernel)
+{
+        char path[PATH_MAX + 16];
+        int port;
+
+        /* A start that failed early may not have read it yet. */
+        if (kernel->info_fd >= 0)
+                kernel_read_inner_pid(kernel, false);
+        if (kernel->inner_pidfd >= 0)
+                syscall(SYS_pidfd_send_signal, kernel->inner_pidfd, SIGKILL,
+                        NULL, 0U);
+        if (kernel->pid > 0) {
+                if (kernel->forked) {
+                        kernel_kill_forked(kernel, SIGKILL);
+                } else {
+                        killpg(kernel->pid, SIGKILL);
+                        kill(kernel->pid, SIGKILL);
+                }
+                kernel_reap(kernel, true);
+        }
+        kernel->pid = -1;
+        kernel->forked = false;
+        if (kernel->pidfd >= 0)
+                close(kernel->pidfd);
+        kernel->pidfd = -1;
+        if (kernel->inner_pidfd >= 0) {
+                /* The pid namespace's init exits only after every process
+                 * in it did: readable means the whole sandbox is gone. */
+                struct pollfd pfd = {kernel->inner_pidfd, POLLIN, 0};
+                int64_t until = cq_now_ms() + 5000, left;
+                int rc = 0;
+
+                while ((left = until - cq_now_ms()) > 0 &&
+                       (rc = poll(&pfd, 1, (int)left)) < 0 && errno == EINTR)
+                        ;
+                if (rc == 0)
+                        cq_log_warn("sandbox: processes still alive 5 s "
+                                    "after SIGKILL");
+                close(kernel->inner_pidfd);
+                kernel->inner_pidfd = -1;
+        }
+        kernel->inner_pid = -1;
+        if (kernel->info_fd >= 0)
+                close(kernel->info_fd);
+        kernel->info_fd = -1;
+        kernel_close_sockets(kernel);
+        for (port = 1; port <= 5; port++) {
+                snprintf(path, sizeof(path), "%s/k-%d", kernel->run_dir, port);
+                unlink(path);
+        }
+        unlink(kernel->conn_path);
+        json_decref(kernel->language_info);
+        kernel->language_info = NULL;
+        json_decref(kernel->env);
+        kernel->env = NULL;
+}
+
+static char *env_kv(const char *k, const char *v)
+{
+        size_t len = strlen(k) + strlen(v) + 2;
+        char *s = malloc(len);
+
+        if (s)
+                snprintf(s, len, "%s=%s", k, v);
+        return s;
+}
+
+/* matplotlib's settings for every kernel, read from MPLCONFIGDIR: text
+ * falls back glyph by glyph (matplotlib >= 3.6) from DejaVu Sans, its own
+ * font, to Noto Sans CJK (Debian's fonts-noto-cjk, which scripts/setup.sh
+ * and the Docker image install), so Chinese, Japanese and Korean labels
+ * do not come out as boxes. Debian's matplotlib 3.6 reads the first face
+ * of the font collection, named "Noto Sans CJK JP"; its glyphs cover the
+ * simplified and traditional Chinese ideographs too. Code may still pick
+ * other fonts with rcParams. */
+static const char mpl_rc[] =
+    "# written by coderq for this kernel: CJK text falls back to Noto Sans\n"
+    "# CJK after DejaVu Sans\n"
+    "font.family: DejaVu Sans, Noto Sans CJK JP\n";
+
+/* Write MPLCONFIGDIR (run_dir/mpl, the kernel's own) and its matplotlibrc,
+ * owned by the kernel's uid. */
+int kernel_write_mpl_rc(cq_kernel_t *kernel)
+{
+        char dir[PATH_MAX + 8], path[PATH_MAX + 24];
+        int fd = -1, rc = -1;
+        size_t off = 0;
+
+        snprintf(dir, sizeof(dir), "%s/mpl", kernel->run_dir);
+        snprintf(path, sizeof(path), "%s/matplotlibrc", dir);
+        if ((mkdir(dir, 0700) && errno != EEXIST) ||
+            cq_sandbox_own(&kernel->id, dir))
+                goto out;
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                  0600);
+        if (fd < 0)
+                goto out;
+        while (off < sizeof(mpl_rc) - 1) {
+                ssize_t n = write(fd, mpl_rc + off, sizeof(mpl_rc) - 1 - off);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        goto out;
+                off += (size_t)n;
+        }
+        if (cq_sandbox_own(&kernel->id, path))
+                goto out;
+        rc = 0;
+out:
+        if (fd >= 0)
+                close(fd);
+        return rc;
+}
+
+char **cq_kernel_environ(const char *home, const char *run_dir, pid_t parent)
+{
+        char sub[PATH_MAX + 32], pid[32];
+        char **env = calloc(16, sizeof(*env));
+        size_t n = 0, i;
+
+        if (!env)
+                return NULL;
+        env[n++] = env_kv("PATH", "/usr/local/bin:/usr/bin:/bin");
+        env[n++] = env_kv("HOME", home);
+        env[n++] = env_kv("LANG", "C.UTF-8");
+        env[n++] = env_kv("LC_ALL", "C.UTF-8");
+        env[n++] = env_kv("PYTHONUTF8", "1");
+        env[n++] = env_kv("PYTHONIOENCODING", "utf-8");
+        env[n++] = env_kv("PYTHONDONTWRITEBYTECODE", "1");
+        env[n++] = env_kv("PYDEVD_DISABLE_FILE_VALIDATION", "1");
+        snprintf(sub, sizeof(sub), "%s/mpl", run_dir);
+        env[n++] = env_kv("MPLCONFIGDIR", sub);
+        snprintf(sub, sizeof(sub), "%s/ipython", run_dir);
+        env[n++] = env_kv("IPYTHONDIR", sub);
+        snprintf(sub, sizeof(sub), "%s/cache", run_dir);
+        env[n++] = env_kv("XDG_CACHE_HOME", sub);
+        if (parent > 0) {
+                snprintf(pid, sizeof(pid), "%ld", (long)parent);
+                env[n++] = env_kv("JPY_PARENT_PID", pid);
+        }
+        env[n] = NULL;
+        for (i = 0; i < n; i++) {
+                if (!env[i]) {
+                        cq_sandbox_argv_free(env);
+                        return NULL;
+                }
+        }
+        return env;
+}
+
+/* In the sandbox the kernel's parent is bubblewrap's pid 1, which
+ * ipykernel's parent poller takes for an orphaning: there
+ * --die-with-parent does that job instead. */
+static char **build_env(const cq_kernel_t *kernel)
+{
+        return cq_kernel_environ(
+            kernel->work_dir, kernel->run_dir,
+            cq_sandbox_enabled(kernel->sandbox) ? 0 : getpid());
+}
+
+int kernel_spawn(cq_kernel_t *kernel)
+{
+        char logpath[PATH_MAX + 16];
+        const char *cmd[] = {kernel->python,
+                             "-m",
+                             "ipykernel_launcher",
+                             "-f",
+                             kernel->conn_path,
+                             "--HistoryManager.hist_file=:memory:",
+                             "--InteractiveShell.colors=NoColor",
+                             NULL};
+        char **argv = NULL, **envp = NULL;
+        pid_t parent = getpid();
+        int logfd = -1, nullfd = -1, rc = -1, info[2] = {-1, -1};
+        bool boxed = cq_sandbox_enabled(kernel->sandbox);
+
+        snprintf(logpath, sizeof(logpath), "%s/kernel.log", kernel->run_dir);
+        logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        argv = cq_sandbox_argv(kernel->sandbox, kernel->work_dir, cmd,
+                               boxed ? INFO_FD : -1);
+        envp = build_env(kernel);
+        if (boxed && pipe2(info, O_CLOEXEC | O_NONBLOCK) != 0)
+                info[0] = info[1] = -1;
+        if (logfd < 0 || nullfd < 0 || !argv || !envp ||
+            (boxed && info[0] < 0)) {
+                kernel_set_error(kernel, "could not prepare kernel launch: %s",
+                                 strerror(errno));
+                goto out;
+        }
+        if (cq_kserver_enabled(kernel->kserver) &&
+            strcmp(cq_kserver_python(kernel->kserver), kernel->python) == 0 &&
+            fork_spawn(kernel, cmd, envp, logfd) == 0) {
+                rc = 0;
+                goto out;
+        }
+        kernel->pid = fork();
+        if (kernel->pid < 0) {
+                kernel_set_error(kernel, "could not fork: %s", strerror(errno));
+                goto out;
+        }
+        if (kernel->pid == 0) {
+                sigset_t none;
+                struct sigaction dfl;
+
+                /* Only async-signal-safe calls until execve(). */
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                memset(&dfl, 0, sizeof(dfl));
+                dfl.sa_handler = SIG_DFL;
+                sigaction(SIGINT, &dfl, NULL);
+                sigaction(SIGTERM, &dfl, NULL);
+                sigaction(SIGPIPE, &dfl, NULL);
+                sigaction(SIGCHLD, &dfl, NULL);
+                /* A process group of its own (for killpg() and renicing)
+                 * in the worker's session, not a session of its own: with
+                 * autogroup scheduling every session is weighed as one,
+                 * and a niced pool start alone in its session would take
+                 * as much CPU as all running jobs together. And no
+                 * controlling terminal: the code it runs must not reach
+                 * the operator's terminal (TIOCSTI, prompts that stop
+                 * a background group, sudo's per-terminal timestamp).
+                 * TIOCNOTTY from a process that is not the session
+                 * leader detaches only itself. */
+                setpgid(0, 0);
+                {
+                        int tty =
+                            open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+
+                        if (tty >= 0) {
+                                ioctl(tty, TIOCNOTTY);
+                                close(tty);
+                        }
+                }
+                dup2(nullfd, 0);
+                dup2(logfd, 1);
+                dup2(logfd, 2);
+                if (info[1] >= 0) {
+                        /* dup2() onto itself would keep O_CLOEXEC */
+                        if (info[1] == INFO_FD)
+                                fcntl(INFO_FD, F_SETFD, 0);
+                        else
+                                dup2(info[1], INFO_FD);
+                        /* bubblewrap writes it with blocking semantics */
+                        fcntl(INFO_FD, F_SETFL, 0);
+                }
+                syscall(SYS_close_range, info[1] >= 0 ? INFO_FD + 1U : 3U, ~0U,
+                        0U);
+                if (chdir(kernel->work_dir) != 0)
+                        _exit(126);
+                /* Before the uid change: raising niceness is always
+                 * allowed, and the kernel's processes inherit it. */
+                if (kernel->nice > 0)
+                        setpriority(PRIO_PROCESS, 0, kernel->nice);
+                if (cq_sandbox_child(kernel->sandbox, &kernel->id) != 0)
+                        _exit(125);
+                /* After the uid change, which clears the death signal. */
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() != parent)
+                        _exit(124);
+                execve(argv[0], argv, envp);
+                _exit(127);
+        }
+        /* Also here, so that killpg() cannot run before the child's. */
+        (void)setpgid(kernel->pid, kernel->pid);
+        atomic_store(&kernel->sig_pid, (int)kernel->pid);
+        kernel->pidfd = (int)syscall(SYS_pidfd_open, kernel->pid, 0);
+        kernel->info_fd = info[0];
+        info[0] = -1;
+        rc = 0;
+out:
+        if (info[0] >= 0)
+                close(info[0]);
+        if (info[1] >= 0)
+                close(info[1]);
+        if (logfd >= 0)
+                close(logfd);
+        if (nullfd >= 0)
+                close(nullfd);
+        cq_sandbox_argv_free(argv);
+        cq_sandbox_argv_free(envp);
+        return rc;
+}
+
+/* Wait up to \p ms for the process to exit. */
+bool kernel_wait_exit(cq_kernel_t *kernel, int ms)
+{
+        int64_t until = cq_now_ms() + ms;
+
+        while (kernel_alive(kernel)) {
+                struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
+                int64_t left = until - cq_now_ms();
+
+                if (left <= 0)
+                        return false;
+                if (kernel->pidfd >= 0)
+                        poll(&pfd, 1, (int)(left < 20 ? left : 20));
+                else {
+                        struct timespec ts = {0, 10 * 1000 * 1000};
+
+                        nanosleep(&ts, NULL);
+                }
+        }
+        return true;
+}
+
+int cq_kernel_renice(cq_kernel_t *kernel, int nice)
+{
+        int rc = 0;
+
+        kernel->nice = nice;
+        /* setpgid() made the kernel (or the outer bwrap) a group leader;
+         * bubblewrap's --new-session made its pid 1 a session leader,
+         * whose group holds the Python kernel. */
+        if (kernel->forked)
+                return forked_alive(kernel) &&
+                               setpriority(PRIO_PGRP, (id_t)kernel->pid,
+                                           nice) == 0
+                           ? 0
+                           : -1;
+        if (kernel->pid > 0 &&
+            setpriority(PRIO_PGRP, (id_t)kernel->pid, nice) != 0)
+                rc = -1;
+        if (rc == 0 && kernel->inner_pid > 0 &&
+            setpriority(PRIO_PGRP, (id_t)kernel->inner_pid, nice) != 0)
+                rc = -1;
+        /* Sandboxed without a known pid 1, the Python kernel's group is
+         * out of reach: say so rather than leave it niced silently. */
+        if (rc == 0 && kernel->pid > 0 && kernel->inner_pid <= 0 &&
+            cq_sandbox_enabled(kernel->sandbox)) {
+                errno = ESRCH;
+                rc = -1;
+        }
+        return rc;
+}
+
+/* Whether the sandbox's pid 1 is known and still running: it is not our
+ * child, so once it exited its pid may name another process group. */
+static bool inner_alive(const cq_kernel_t *kernel)
+{
+        struct pollfd pfd;
+
+        if (kernel->inner_pid <= 0 || kernel->inner_pidfd < 0)
+                return false;
+        pfd.fd = kernel->inner_pidfd;
+        pfd.events = POLLIN;
+        pfd.revents = 0;
+        return poll(&pfd, 1, 0) == 0;
+}
+
+void cq_kernel_kill(cq_kernel_t *kernel)
+{
+        if (!kernel || kernel->pid <= 0 || kernel->killed)
+                return;
+        if (kernel->forked) {
+                if (forked_alive(kernel))
+                        (void)setpriority(PRIO_PGRP, (id_t)kernel->pid, 19);
+                kernel_kill_forked(kernel, SIGKILL);
+                kernel->killed = true;
+                return;
+        }
+        /* Lowest priority first: its exit is CPU spent in its name.
+         * Raising niceness is always allowed. Our child's pid (and so
+         * its group) stays ours until we kernel_reap it. */
+        (void)setpriority(PRIO_PGRP, (id_t)kernel->pid, 19);
+        if (inner_alive(kernel)) {
+                (void)setpriority(PRIO_PGRP, (id_t)kernel->inner_pid, 19);
+                syscall(SYS_pidfd_send_signal, kernel->inner_pidfd, SIGKILL,
+                        NULL, 0U);
+        }
+        killpg(kernel->pid, SIGKILL);
+        kernel->killed = true;
+}
