@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/* worker_int.h - what worker.c (the threads) and worker_job.c (one job)
+ * share: the worker and its slots, and the functions one calls in the
+ * other. Not a public header. */
+#ifndef CODERQ_WORKER_INT_H
+#define CODERQ_WORKER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "coderq/backend.h"
+#include "coderq/job.h"
+#include "coderq/kafka.h"
+#include "coderq/llm.h"
+#include "coderq/prices.h"
+#include "coderq/store.h"
+#include "coderq/worker.h"
+
+typedef struct slot {
+        struct cq_worker *w;
+        int index;
+        pthread_t thread;
+        bool started;
+        pthread_mutex_t lock; /* guards job_id and busy */
+        char job_id[CQ_JOB_ID_MAX + 1];
+        bool busy;
+        atomic_int cancel;      /* interrupt the running job */
+        atomic_int user_cancel; /* ... because a cancel was requested */
+        atomic_int lost;        /* ... because the lease is gone */
+        cq_store_t *store;
+        cq_llm_t *llm;
+        unsigned int rng; /* rand_r() state: jitter of retry waits */
+} slot_t;
+
+struct cq_worker {
+        const cq_config_t *cfg;
+        cq_worker_opts_t opts;
+        char id[192];
+        cq_store_opts_t sopts;
+        cq_kafka_opts_t kopts;
+        cq_llm_conf_t lconf;
+        cq_llm_limiter_t *limiter; /* shared by the slots' LLM clients */
+        cq_prices_t *prices;       /* CODERQ_PRICES_FILE; NULL: none */
+        cq_backend_t *backend;
+        cq_producer_t *prod;
+        cq_intake_t *intake;
+        cq_relay_t *relay;
+        cq_events_t *events;
+        pthread_t intake_thr, relay_thr, hk_thr, listen_thr;
+        bool intake_started, relay_started, hk_started, listen_started;
+        int intake_rc;
+        atomic_bool intake_auth; /* the intake stopped: Kafka refused it */
+        char errmsg[640];        /* why cq_worker_run() returned 1 */
+        atomic_int stop_intake, stop_relay, stop_claims, stop_jobs, stop_hk;
+        slot_t *slots;
+        /* Idle slots wait here between claims. The listener adds a token
+         * per claimable job PostgreSQL announces and wakes that many; it
+         * also keeps the fallback poll, one look per CODERQ_POLL_MS for
+         * the whole worker (a poll token), which a slot that finds a job
+         * with it passes on. Without a listener thread, idle slots poll
+         * by themselves. */
+        pthread_mutex_t idle_lock;
+        pthread_cond_t idle_cond;
+        long idle_tokens, poll_tokens, idle_waiting;
+        bool poll_pending;     /* the poll found tokens: the next is its */
+        atomic_bool listening; /* listener up: it polls, slots need not */
+        atomic_ullong wakeups; /* jobs announced to this worker */
+        atomic_ullong claims, claims_empty;
+};
+
+/* worker.c */
+
+void worker_nap(int64_t ms, const atomic_int *flag);
+
+/* worker_job.c */
+
+void worker_run_job(slot_t *slot, cq_claim_t *claim);
+
+#endif
