@@ -193,20 +193,22 @@ static int allow_parse(const char *text,
                         len--;
                 if (len > 0) {
                         if (len >= sizeof(item) || list->n == ALLOW_MAX) {
-                                snprintf(errstr, errstr_size,
-                                         "invalid CODERQ_FETCH_ALLOW: more "
-                                         "than %d entries or one too long",
-                                         ALLOW_MAX);
+                                cq_errstr_set(
+                                    errstr, errstr_size,
+                                    "invalid CODERQ_FETCH_ALLOW: more "
+                                    "than %d entries or one too long",
+                                    ALLOW_MAX);
                                 return -1;
                         }
                         memcpy(item, p, len);
                         item[len] = '\0';
                         if (parse_entry(item, &list->v[list->n]) != 0) {
-                                snprintf(errstr, errstr_size,
-                                         "invalid CODERQ_FETCH_ALLOW entry "
-                                         "\"%.*s\": expected an address, a "
-                                         "CIDR block or a host name",
-                                         (int)len, p);
+                                cq_errstr_set(
+                                    errstr, errstr_size,
+                                    "invalid CODERQ_FETCH_ALLOW entry "
+                                    "\"%.*s\": expected an address, a "
+                                    "CIDR block or a host name",
+                                    (int)len, p);
                                 return -1;
                         }
                         list->n++;
@@ -222,7 +224,7 @@ int cq_fetch_allow_check(const char *allow, char *errstr, size_t errstr_size)
         int rc;
 
         if (!list) {
-                snprintf(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 return -1;
         }
         rc = allow_parse(allow, list, errstr, errstr_size);
@@ -383,23 +385,24 @@ cq_err_t cq_fetch_url(const char *url,
 
         cq_buf_init(&buf, max);
         if (!is_http(url)) {
-                snprintf(errstr, errstr_size,
-                         "could not fetch file: only http and https URLs are "
-                         "allowed");
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "could not fetch file: only http and https URLs are "
+                    "allowed");
                 goto out;
         }
         if (strlen(url) >= sizeof(cur)) {
-                snprintf(errstr, errstr_size,
-                         "could not fetch file: URL longer than %d bytes",
-                         URL_MAX - 1);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not fetch file: URL longer than %d bytes",
+                              URL_MAX - 1);
                 goto out;
         }
         snprintf(cur, sizeof(cur), "%s", url);
         list = malloc(sizeof(*list));
         curl = curl_easy_init();
         if (!list || !curl) {
-                snprintf(errstr, errstr_size,
-                         "could not fetch file: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not fetch file: out of memory");
                 goto out;
         }
         if (allow_parse(allow, list, errstr, errstr_size) != 0)
@@ -428,8 +431,8 @@ cq_err_t cq_fetch_url(const char *url,
                 char *next = NULL;
 
                 if (url_host(cur, host, sizeof(host)) != 0) {
-                        snprintf(errstr, errstr_size,
-                                 "could not fetch file: malformed URL");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not fetch file: malformed URL");
                         goto out;
                 }
                 guard.host_allowed = allow_host(list, host);
@@ -438,26 +441,27 @@ cq_err_t cq_fetch_url(const char *url,
                 curl_easy_setopt(curl, CURLOPT_URL, cur);
                 cc = curl_easy_perform(curl);
                 if (cc != CURLE_OK && guard.refused) {
-                        snprintf(errstr, errstr_size,
-                                 "could not fetch file: host \"%s\" has the "
-                                 "non-public address %s (CODERQ_FETCH_ALLOW "
-                                 "can allow it)",
-                                 host, guard.refused_addr);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "could not fetch file: host \"%s\" has the "
+                            "non-public address %s (CODERQ_FETCH_ALLOW "
+                            "can allow it)",
+                            host, guard.refused_addr);
                         err = CQ_ERR_FATAL;
                         goto out;
                 }
                 if (cc == CURLE_WRITE_ERROR || cc == CURLE_FILESIZE_EXCEEDED) {
-                        snprintf(errstr, errstr_size,
-                                 "could not fetch file: larger than %zu "
-                                 "bytes",
-                                 max);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not fetch file: larger than %zu "
+                                      "bytes",
+                                      max);
                         err = CQ_ERR_TOO_LARGE;
                         goto out;
                 }
                 if (cc != CURLE_OK) {
-                        snprintf(errstr, errstr_size,
-                                 "could not fetch file: %s",
-                                 curl_easy_strerror(cc));
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not fetch file: %s",
+                                      curl_easy_strerror(cc));
                         err = (cc == CURLE_UNSUPPORTED_PROTOCOL ||
                                cc == CURLE_URL_MALFORMAT)
                                   ? CQ_ERR_FATAL
@@ -471,33 +475,33 @@ cq_err_t cq_fetch_url(const char *url,
                     !next)
                         break;
                 if (hop == MAX_REDIRS) {
-                        snprintf(errstr, errstr_size,
-                                 "could not fetch file: more than %d "
-                                 "redirects",
-                                 MAX_REDIRS);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not fetch file: more than %d "
+                                      "redirects",
+                                      MAX_REDIRS);
                         goto out;
                 }
                 if (!is_http(next) || strlen(next) >= sizeof(cur)) {
-                        snprintf(errstr, errstr_size,
-                                 "could not fetch file: redirect to a "
-                                 "non-http(s) or over-long URL");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not fetch file: redirect to a "
+                                      "non-http(s) or over-long URL");
                         goto out;
                 }
                 /* next points into curl's handle: copy before reuse */
                 memmove(cur, next, strlen(next) + 1);
         }
         if (status < 200 || status > 299) {
-                snprintf(errstr, errstr_size,
-                         "could not fetch file: HTTP status %ld", status);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not fetch file: HTTP status %ld", status);
                 err = (status == 429 || status >= 500) ? CQ_ERR_RETRIABLE
                                                        : CQ_ERR_FATAL;
                 goto out;
         }
         *datap = (unsigned char *)cq_buf_take(&buf, lenp);
         if (!*datap) {
-                snprintf(errstr, errstr_size,
-                         "could not fetch file: out of "
-                         "memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not fetch file: out of "
+                              "memory");
                 err = CQ_ERR_FATAL;
                 goto out;
         }

@@ -457,37 +457,33 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
         bool ok = false;
 
         if (!conf->model || !*conf->model) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create LLM client: no model "
-                                 "configured (CODERQ_LLM_MODEL)");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create LLM client: no model "
+                              "configured (CODERQ_LLM_MODEL)");
                 return NULL;
         }
         if ((conf->api_key && has_control_chars(conf->api_key)) ||
             (akey && has_control_chars(akey))) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create LLM client: the API key "
-                                 "contains control characters (a stray "
-                                 "newline?)");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create LLM client: the API key "
+                              "contains control characters (a stray "
+                              "newline?)");
                 return NULL;
         }
         if (base && *base && strncmp(base, "http://", 7) != 0 &&
             strncmp(base, "https://", 8) != 0) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create LLM client: base URL "
-                                 "\"%s\" is not http:// or https://",
-                                 base);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create LLM client: base URL "
+                              "\"%s\" is not http:// or https://",
+                              base);
                 return NULL;
         }
         if (conf->provider != CQ_LLM_OPENAI &&
             conf->provider != CQ_LLM_ANTHROPIC) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create LLM client: unknown "
-                                 "provider %d",
-                                 (int)conf->provider);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create LLM client: unknown "
+                              "provider %d",
+                              (int)conf->provider);
                 return NULL;
         }
         llm = calloc(1, sizeof(*llm));
@@ -558,10 +554,9 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
         ok = true;
 out:
         if (!ok) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create LLM client: out of memory "
-                                 "or libcurl setup failed");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create LLM client: out of memory "
+                              "or libcurl setup failed");
                 cq_llm_destroy(&llm);
         }
         return llm;
@@ -807,17 +802,6 @@ int64_t cq_llm_estimate_tokens(const json_t *messages)
 }
 
 /* --- reply parsing -------------------------------------------------- */
-
-void llm_set_errstr(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-        va_list ap;
-
-        if (!errstr || !errstr_size)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(errstr, errstr_size, fmt, ap);
-        va_end(ap);
-}
 
 char *llm_dup_printf(const char *fmt, ...)
 {

@@ -297,8 +297,8 @@ out:
 
 static int oom(char *errstr, size_t errstr_size)
 {
-        llm_set_errstr(errstr, errstr_size,
-                       "could not parse reply: out of memory");
+        cq_errstr_set(errstr, errstr_size,
+                      "could not parse reply: out of memory");
         return -1;
 }
 
@@ -320,10 +320,10 @@ static int read_blocks(const json_t *content,
                     json_string_value(json_object_get(block, "type"));
 
                 if (!json_is_object(block) || !type) {
-                        llm_set_errstr(errstr, errstr_size,
-                                       "invalid reply: content[%zu] is not "
-                                       "a block with a type",
-                                       i);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid reply: content[%zu] is not "
+                                      "a block with a type",
+                                      i);
                         goto fail;
                 }
                 if (strcmp(type, "tool_use") == 0)
@@ -343,10 +343,10 @@ static int read_blocks(const json_t *content,
                         const json_t *t = json_object_get(block, "text");
 
                         if (!json_is_string(t)) {
-                                llm_set_errstr(errstr, errstr_size,
-                                               "invalid reply: content[%zu] "
-                                               "has no text string",
-                                               i);
+                                cq_errstr_set(errstr, errstr_size,
+                                              "invalid reply: content[%zu] "
+                                              "has no text string",
+                                              i);
                                 goto fail;
                         }
                         if (!text) {
@@ -375,18 +375,18 @@ static int read_blocks(const json_t *content,
                         const json_t *input = json_object_get(block, "input");
 
                         if (!json_is_string(id) || !*json_string_value(id)) {
-                                llm_set_errstr(errstr, errstr_size,
-                                               "invalid reply: tool_use "
-                                               "block content[%zu] has no id",
-                                               i);
+                                cq_errstr_set(errstr, errstr_size,
+                                              "invalid reply: tool_use "
+                                              "block content[%zu] has no id",
+                                              i);
                                 goto fail;
                         }
                         if (!json_is_string(name)) {
-                                llm_set_errstr(errstr, errstr_size,
-                                               "invalid reply: tool_use "
-                                               "block content[%zu] has no "
-                                               "name",
-                                               i);
+                                cq_errstr_set(errstr, errstr_size,
+                                              "invalid reply: tool_use "
+                                              "block content[%zu] has no "
+                                              "name",
+                                              i);
                                 goto fail;
                         }
                         reply->ncalls++; /* release frees what is set */
@@ -461,21 +461,20 @@ static int parse_reply(const char *body,
 
         cq_llm_reply_init(reply);
         if (!body) {
-                llm_set_errstr(errstr, errstr_size,
-                               "invalid reply: empty body");
+                cq_errstr_set(errstr, errstr_size, "invalid reply: empty body");
                 goto out;
         }
         root = json_loadb(body, len, 0, &jerr);
         if (!root) {
-                llm_set_errstr(errstr, errstr_size,
-                               "invalid reply: not valid JSON: %s (at byte %d "
-                               "of %zu)",
-                               jerr.text, jerr.position, len);
+                cq_errstr_set(errstr, errstr_size,
+                              "invalid reply: not valid JSON: %s (at byte %d "
+                              "of %zu)",
+                              jerr.text, jerr.position, len);
                 goto out;
         }
         if (!json_is_object(root)) {
-                llm_set_errstr(errstr, errstr_size,
-                               "invalid reply: not a JSON object");
+                cq_errstr_set(errstr, errstr_size,
+                              "invalid reply: not a JSON object");
                 goto out;
         }
         type = json_string_value(json_object_get(root, "type"));
@@ -484,19 +483,19 @@ static int parse_reply(const char *body,
                 const char *pm = llm_provider_message(root);
 
                 if (pm)
-                        llm_set_errstr(errstr, errstr_size,
-                                       "invalid reply: no message; the "
-                                       "server said: %.*s",
-                                       LLM_PROVIDER_MSG_MAX, pm);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid reply: no message; the "
+                                      "server said: %.*s",
+                                      LLM_PROVIDER_MSG_MAX, pm);
                 else if (type && strcmp(type, "message") != 0)
-                        llm_set_errstr(errstr, errstr_size,
-                                       "invalid reply: type is \"%.40s\", "
-                                       "not \"message\"",
-                                       type);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid reply: type is \"%.40s\", "
+                                      "not \"message\"",
+                                      type);
                 else
-                        llm_set_errstr(errstr, errstr_size, "invalid reply: %s",
-                                       content ? "content is not an array"
-                                               : "no content");
+                        cq_errstr_set(errstr, errstr_size, "invalid reply: %s",
+                                      content ? "content is not an array"
+                                              : "no content");
                 goto out;
         }
         if (read_blocks(content, reply, &text, errstr, errstr_size) != 0)

@@ -50,8 +50,6 @@ extern const char cq_llm_tool_description[];
 /** @brief Longest piece of a provider's error message kept. */
 #define LLM_PROVIDER_MSG_MAX 400
 
-void llm_set_errstr(char *errstr, size_t errstr_size, const char *fmt, ...)
-    CQ_PRINTF(3, 4);
 char *llm_dup_printf(const char *fmt, ...) CQ_PRINTF(1, 2);
 
 /* Fill call->code or call->error from call->name and call->arguments.

@@ -76,9 +76,9 @@ static int parse_tool_calls(const json_t *calls,
         if (!calls || json_is_null(calls))
                 return 0;
         if (!json_is_array(calls)) {
-                llm_set_errstr(errstr, errstr_size,
-                               "invalid reply: message.tool_calls is not an "
-                               "array");
+                cq_errstr_set(errstr, errstr_size,
+                              "invalid reply: message.tool_calls is not an "
+                              "array");
                 return -1;
         }
         n = json_array_size(calls);
@@ -96,24 +96,24 @@ static int parse_tool_calls(const json_t *calls,
                 const json_t *args = json_object_get(fn, "arguments");
 
                 if (!json_is_object(call)) {
-                        llm_set_errstr(errstr, errstr_size,
-                                       "invalid reply: tool_calls[%zu] is not "
-                                       "an object",
-                                       i);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid reply: tool_calls[%zu] is not "
+                                      "an object",
+                                      i);
                         return -1;
                 }
                 if (!json_is_string(id) || !*json_string_value(id)) {
-                        llm_set_errstr(errstr, errstr_size,
-                                       "invalid reply: tool_calls[%zu] has no "
-                                       "id",
-                                       i);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid reply: tool_calls[%zu] has no "
+                                      "id",
+                                      i);
                         return -1;
                 }
                 if (!json_is_object(fn) || !json_is_string(name)) {
-                        llm_set_errstr(errstr, errstr_size,
-                                       "invalid reply: tool_calls[%zu] has no "
-                                       "function name",
-                                       i);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid reply: tool_calls[%zu] has no "
+                                      "function name",
+                                      i);
                         return -1;
                 }
                 reply->ncalls = i + 1; /* release frees what is set */
@@ -142,8 +142,8 @@ static int parse_tool_calls(const json_t *calls,
         }
         return 0;
 oom:
-        llm_set_errstr(errstr, errstr_size,
-                       "could not parse reply: out of memory");
+        cq_errstr_set(errstr, errstr_size,
+                      "could not parse reply: out of memory");
         return -1;
 }
 
@@ -161,21 +161,20 @@ static int parse_reply(const char *body,
 
         cq_llm_reply_init(reply);
         if (!body) {
-                llm_set_errstr(errstr, errstr_size,
-                               "invalid reply: empty body");
+                cq_errstr_set(errstr, errstr_size, "invalid reply: empty body");
                 goto out;
         }
         root = json_loadb(body, len, 0, &jerr);
         if (!root) {
-                llm_set_errstr(errstr, errstr_size,
-                               "invalid reply: not valid JSON: %s (at byte %d "
-                               "of %zu)",
-                               jerr.text, jerr.position, len);
+                cq_errstr_set(errstr, errstr_size,
+                              "invalid reply: not valid JSON: %s (at byte %d "
+                              "of %zu)",
+                              jerr.text, jerr.position, len);
                 goto out;
         }
         if (!json_is_object(root)) {
-                llm_set_errstr(errstr, errstr_size,
-                               "invalid reply: not a JSON object");
+                cq_errstr_set(errstr, errstr_size,
+                              "invalid reply: not a JSON object");
                 goto out;
         }
         choices = json_object_get(root, "choices");
@@ -183,24 +182,23 @@ static int parse_reply(const char *body,
                 const char *pm = llm_provider_message(root);
 
                 if (pm)
-                        llm_set_errstr(errstr, errstr_size,
-                                       "invalid reply: no choices; the server "
-                                       "said: %.*s",
-                                       LLM_PROVIDER_MSG_MAX, pm);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid reply: no choices; the server "
+                                      "said: %.*s",
+                                      LLM_PROVIDER_MSG_MAX, pm);
                 else
-                        llm_set_errstr(errstr, errstr_size, "invalid reply: %s",
-                                       choices ? "choices is not a non-empty "
-                                                 "array"
-                                               : "no choices");
+                        cq_errstr_set(errstr, errstr_size, "invalid reply: %s",
+                                      choices ? "choices is not a non-empty "
+                                                "array"
+                                              : "no choices");
                 goto out;
         }
         choice = json_array_get(choices, 0);
         message = json_object_get(choice, "message");
         if (!json_is_object(message)) {
-                llm_set_errstr(
-                    errstr, errstr_size,
-                    "invalid reply: choices[0].message is missing or "
-                    "not an object");
+                cq_errstr_set(errstr, errstr_size,
+                              "invalid reply: choices[0].message is missing or "
+                              "not an object");
                 goto out;
         }
         reply->message = json_incref(message);
@@ -217,8 +215,8 @@ static int parse_reply(const char *body,
                 reply->stop = llm_stop_from(json_string_value(v));
                 reply->finish_reason = strdup(json_string_value(v));
                 if (!reply->finish_reason) {
-                        llm_set_errstr(errstr, errstr_size,
-                                       "could not parse reply: out of memory");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not parse reply: out of memory");
                         goto out;
                 }
         }

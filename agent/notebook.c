@@ -30,18 +30,6 @@ struct cq_nb {
         json_t *ids;   /* set of cell ids in use: {id: true}; owned */
 };
 
-static void CQ_PRINTF(3, 4)
-    set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-        va_list ap;
-
-        if (!errstr || !errstr_size)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(errstr, errstr_size, fmt, ap);
-        va_end(ap);
-}
-
 static json_t *default_language_info(void)
 {
         return json_pack(
@@ -274,24 +262,27 @@ static int check_cell(
         if (!json_is_object(cell) || !type ||
             (strcmp(type, "code") != 0 && strcmp(type, "markdown") != 0 &&
              strcmp(type, "raw") != 0)) {
-                set_err(errstr, errstr_size,
-                        "cell %zu is not a code, markdown or raw cell", i);
+                cq_errstr_set(errstr, errstr_size,
+                              "cell %zu is not a code, markdown or raw cell",
+                              i);
                 return -1;
         }
         if (!is_multiline_string(json_object_get(cell, "source")) ||
             !json_is_object(json_object_get(cell, "metadata"))) {
-                set_err(errstr, errstr_size,
-                        "cell %zu needs a text \"source\" and a \"metadata\" "
-                        "object",
-                        i);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "cell %zu needs a text \"source\" and a \"metadata\" "
+                    "object",
+                    i);
                 return -1;
         }
         if (minor >= 5 &&
             (!json_is_string(id) || !id_is_valid(json_string_value(id)))) {
-                set_err(errstr, errstr_size,
-                        "cell %zu has no valid \"id\" (required in nbformat "
-                        "4.5)",
-                        i);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "cell %zu has no valid \"id\" (required in nbformat "
+                    "4.5)",
+                    i);
                 return -1;
         }
         if (strcmp(type, "code") != 0)
@@ -300,10 +291,10 @@ static int check_cell(
         if (!json_is_array(json_object_get(cell, "outputs")) ||
             !(json_is_null(count) ||
               (json_is_integer(count) && json_integer_value(count) >= 0))) {
-                set_err(errstr, errstr_size,
-                        "code cell %zu needs an \"outputs\" array and an "
-                        "\"execution_count\" that is null or >= 0",
-                        i);
+                cq_errstr_set(errstr, errstr_size,
+                              "code cell %zu needs an \"outputs\" array and an "
+                              "\"execution_count\" that is null or >= 0",
+                              i);
                 return -1;
         }
         return 0;
@@ -349,7 +340,8 @@ cq_nb_t *cq_nb_from_json(const json_t *doc, char *errstr, size_t errstr_size)
         size_t i;
 
         if (!json_is_object(doc)) {
-                set_err(errstr, errstr_size, "notebook must be a JSON object");
+                cq_errstr_set(errstr, errstr_size,
+                              "notebook must be a JSON object");
                 return NULL;
         }
         major = json_object_get(doc, "nbformat");
@@ -357,17 +349,18 @@ cq_nb_t *cq_nb_from_json(const json_t *doc, char *errstr, size_t errstr_size)
         if (!json_is_integer(major) || json_integer_value(major) != 4 ||
             !json_is_integer(minor) || json_integer_value(minor) < 0 ||
             json_integer_value(minor) > 5) {
-                set_err(errstr, errstr_size,
-                        "not an nbformat 4 notebook (nbformat 4, "
-                        "nbformat_minor 0 to 5 expected)");
+                cq_errstr_set(errstr, errstr_size,
+                              "not an nbformat 4 notebook (nbformat 4, "
+                              "nbformat_minor 0 to 5 expected)");
                 return NULL;
         }
         minor_v = json_integer_value(minor);
         if (!json_is_object(json_object_get(doc, "metadata")) ||
             !json_is_array(json_object_get(doc, "cells"))) {
-                set_err(errstr, errstr_size,
-                        "notebook needs a \"metadata\" object and a \"cells\" "
-                        "array");
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "notebook needs a \"metadata\" object and a \"cells\" "
+                    "array");
                 return NULL;
         }
         cells = json_object_get(doc, "cells");
@@ -401,8 +394,8 @@ cq_nb_t *cq_nb_from_json(const json_t *doc, char *errstr, size_t errstr_size)
                 if (minor_v < 5)
                         continue;
                 if (json_object_get(nb->ids, id)) {
-                        set_err(errstr, errstr_size,
-                                "cell %zu repeats the id \"%s\"", i, id);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "cell %zu repeats the id \"%s\"", i, id);
                         cq_nb_destroy(&nb);
                         return NULL;
                 }
@@ -428,7 +421,8 @@ cq_nb_t *cq_nb_from_json(const json_t *doc, char *errstr, size_t errstr_size)
         }
         return nb;
 oom:
-        set_err(errstr, errstr_size, "could not load notebook: out of memory");
+        cq_errstr_set(errstr, errstr_size,
+                      "could not load notebook: out of memory");
         cq_nb_destroy(&nb);
         return NULL;
 }
@@ -786,23 +780,25 @@ int cq_nb_write_file(const cq_nb_t *nb,
 
         text = cq_nb_dumps(nb, &len);
         if (!text) {
-                set_err(errstr, errstr_size,
-                        "could not write notebook \"%s\": out of memory", path);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not write notebook \"%s\": out of memory",
+                              path);
                 goto out;
         }
         tmplen = strlen(path) + sizeof(".tmp.XXXXXX");
         tmp = malloc(tmplen);
         if (!tmp) {
-                set_err(errstr, errstr_size,
-                        "could not write notebook \"%s\": out of memory", path);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not write notebook \"%s\": out of memory",
+                              path);
                 goto out;
         }
         snprintf(tmp, tmplen, "%s.tmp.XXXXXX", path);
         fd = mkstemp(tmp);
         if (fd < 0) {
-                set_err(errstr, errstr_size,
-                        "could not create temporary file for \"%s\": %s", path,
-                        strerror(errno));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create temporary file for \"%s\": %s",
+                              path, strerror(errno));
                 free(tmp);
                 tmp = NULL;
                 goto out;
@@ -813,32 +809,32 @@ int cq_nb_write_file(const cq_nb_t *nb,
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0) {
-                        set_err(errstr, errstr_size,
-                                "could not write notebook \"%s\": %s", tmp,
-                                strerror(errno));
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not write notebook \"%s\": %s",
+                                      tmp, strerror(errno));
                         goto out;
                 }
                 off += (size_t)n;
         }
         /* mkstemp creates 0600; a notebook is an ordinary readable file. */
         if (fchmod(fd, 0644) || fsync(fd)) {
-                set_err(errstr, errstr_size,
-                        "could not write notebook \"%s\": %s", tmp,
-                        strerror(errno));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not write notebook \"%s\": %s", tmp,
+                              strerror(errno));
                 goto out;
         }
         if (close(fd)) {
                 fd = -1;
-                set_err(errstr, errstr_size,
-                        "could not write notebook \"%s\": %s", tmp,
-                        strerror(errno));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not write notebook \"%s\": %s", tmp,
+                              strerror(errno));
                 goto out;
         }
         fd = -1;
         if (rename(tmp, path)) {
-                set_err(errstr, errstr_size,
-                        "could not rename \"%s\" to \"%s\": %s", tmp, path,
-                        strerror(errno));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not rename \"%s\" to \"%s\": %s", tmp,
+                              path, strerror(errno));
                 goto out;
         }
         rc = 0;

@@ -368,7 +368,8 @@ char *cq_testrun_code(const json_t *tests,
 
         cq_buf_init(&buf, TESTRUN_CODE_MAX);
         if (make_marker(marker, marker_size) != 0) {
-                snprintf(errstr, errstr_size, "could not make a test marker");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not make a test marker");
                 goto out;
         }
         if (kind && strcmp(kind, "cases") == 0) {
@@ -377,9 +378,10 @@ char *cq_testrun_code(const json_t *tests,
                     json_string_value(json_object_get(tests, "function"));
 
                 if (!json_is_array(cases) || !fname) {
-                        snprintf(errstr, errstr_size,
-                                 "tests of kind \"cases\" need \"function\" "
-                                 "and \"cases\"");
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "tests of kind \"cases\" need \"function\" "
+                            "and \"cases\"");
                         goto out;
                 }
                 json = calls_json(cases);
@@ -391,16 +393,16 @@ char *cq_testrun_code(const json_t *tests,
                 const json_t *src = json_object_get(tests, "code");
 
                 if (!json_is_string(src)) {
-                        snprintf(errstr, errstr_size,
-                                 "tests of kind \"code\" need \"code\"");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "tests of kind \"code\" need \"code\"");
                         goto out;
                 }
                 b64a = cq_b64_encode(json_string_value(src),
                                      json_string_length(src), NULL);
                 b64b = cq_b64_encode("", 0, NULL);
         } else {
-                snprintf(errstr, errstr_size,
-                         "tests \"kind\" must be \"cases\" or \"code\"");
+                cq_errstr_set(errstr, errstr_size,
+                              "tests \"kind\" must be \"cases\" or \"code\"");
                 goto out;
         }
         if (cq_buf_append_str(&buf, harness_0) != CQ_OK ||
@@ -413,9 +415,9 @@ char *cq_testrun_code(const json_t *tests,
                 goto oom;
         err = cq_buf_printf(&buf, harness_call, b64h, kind, b64a, b64b, marker);
         if (err != CQ_OK) {
-                snprintf(errstr, errstr_size,
-                         "could not build the test cell: "
-                         "tests too large");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not build the test cell: "
+                              "tests too large");
                 goto out;
         }
         code = cq_buf_take(&buf, NULL);
@@ -423,9 +425,9 @@ char *cq_testrun_code(const json_t *tests,
                 goto oom;
         goto out;
 oom:
-        snprintf(errstr, errstr_size,
-                 "could not build the test cell: out of "
-                 "memory");
+        cq_errstr_set(errstr, errstr_size,
+                      "could not build the test cell: out of "
+                      "memory");
 out:
         free(json);
         free(b64h);

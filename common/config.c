@@ -460,29 +460,26 @@ static int set_entry(cq_config_t *cfg,
                 char *copy;
 
                 if (entry->type == CQ_CFG_RANGE && !valid_range(entry, value)) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "invalid value \"%s\" for %s: "
-                                         "expected auto, off or FIRST-LAST "
-                                         "with %ld <= FIRST <= LAST <= %ld",
-                                         value, source, entry->min, entry->max);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid value \"%s\" for %s: "
+                                      "expected auto, off or FIRST-LAST "
+                                      "with %ld <= FIRST <= LAST <= %ld",
+                                      value, source, entry->min, entry->max);
                         return -1;
                 }
                 if (entry->type == CQ_CFG_CHOICE &&
                     !in_choices(entry->choices, value)) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "invalid value \"%s\" for %s: "
-                                         "expected one of %s",
-                                         value, source, entry->choices);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid value \"%s\" for %s: "
+                                      "expected one of %s",
+                                      value, source, entry->choices);
                         return -1;
                 }
                 copy = strdup(value);
                 if (!copy) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "could not set %s: out of memory",
-                                         source);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not set %s: out of memory",
+                                      source);
                         return -1;
                 }
                 free(*(char **)p);
@@ -494,11 +491,10 @@ static int set_entry(cq_config_t *cfg,
 
                 if (!parse_long(value, &v) || v < entry->min ||
                     v > entry->max) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "invalid value \"%s\" for %s: "
-                                         "expected an integer from %ld to %ld",
-                                         shown, source, entry->min, entry->max);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid value \"%s\" for %s: "
+                                      "expected an integer from %ld to %ld",
+                                      shown, source, entry->min, entry->max);
                         return -1;
                 }
                 *(long *)p = v;
@@ -508,12 +504,11 @@ static int set_entry(cq_config_t *cfg,
                 bool v;
 
                 if (!parse_bool(value, &v)) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "invalid value \"%s\" for %s: "
-                                         "expected true or false (1/0, yes/no, "
-                                         "on/off)",
-                                         shown, source);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid value \"%s\" for %s: "
+                                      "expected true or false (1/0, yes/no, "
+                                      "on/off)",
+                                      shown, source);
                         return -1;
                 }
                 *(bool *)p = v;
@@ -524,12 +519,11 @@ static int set_entry(cq_config_t *cfg,
 
                 if (!parse_size(value, &v) || v < (size_t)entry->min ||
                     (entry->max > 0 && v > (size_t)entry->max)) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "invalid value \"%s\" for %s: "
-                                         "expected a size in bytes from %ld "
-                                         "to %ld (suffixes k, M, G)",
-                                         shown, source, entry->min, entry->max);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid value \"%s\" for %s: "
+                                      "expected a size in bytes from %ld "
+                                      "to %ld (suffixes k, M, G)",
+                                      shown, source, entry->min, entry->max);
                         return -1;
                 }
                 *(size_t *)p = v;
@@ -539,11 +533,10 @@ static int set_entry(cq_config_t *cfg,
                 cq_log_level_t level;
 
                 if (cq_log_level_parse(value, &level) != 0) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "invalid value \"%s\" for %s: "
-                                         "expected debug, info, warn or error",
-                                         shown, source);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid value \"%s\" for %s: "
+                                      "expected debug, info, warn or error",
+                                      shown, source);
                         return -1;
                 }
                 *(cq_log_level_t *)p = level;
@@ -612,10 +605,9 @@ int cq_config_load_kafka(cq_config_t *cfg,
         cq_kprops_t *props = cq_kprops_new();
 
         if (!props) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not read the Kafka properties: out of "
-                                 "memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not read the Kafka properties: out of "
+                              "memory");
                 return -1;
         }
         if ((cfg->kafka_properties && *cfg->kafka_properties &&
@@ -654,12 +646,11 @@ int cq_config_load_env(cq_config_t *cfg, char *errstr, size_t errstr_size)
 int cq_config_check(const cq_config_t *cfg, char *errstr, size_t errstr_size)
 {
         if (cfg->e2b_ttl_s > cfg->e2b_max_timeout_s) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "invalid CODERQ_E2B_TTL_S %ld: above "
-                                 "CODERQ_E2B_MAX_TIMEOUT_S (%ld), the longest "
-                                 "timeout E2B accepts",
-                                 cfg->e2b_ttl_s, cfg->e2b_max_timeout_s);
+                cq_errstr_set(errstr, errstr_size,
+                              "invalid CODERQ_E2B_TTL_S %ld: above "
+                              "CODERQ_E2B_MAX_TIMEOUT_S (%ld), the longest "
+                              "timeout E2B accepts",
+                              cfg->e2b_ttl_s, cfg->e2b_max_timeout_s);
                 return -1;
         }
         return 0;
@@ -738,9 +729,8 @@ int cq_config_parse_args(
                 } else if (in + 1 < argc) {
                         value = argv[++in];
                 } else {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "option %s needs a value", source);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "option %s needs a value", source);
                         return -1;
                 }
                 if (set_entry(cfg, entry, value, source, errstr, errstr_size))

@@ -38,18 +38,6 @@
 #define JOB_COST_MAX        1e6
 #define JOB_RUN_ATTEMPT_MAX 1000
 
-static void CQ_PRINTF(3, 4)
-    set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-        va_list ap;
-
-        if (!errstr || !errstr_size)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(errstr, errstr_size, fmt, ap);
-        va_end(ap);
-}
-
 void cq_job_init(cq_job_t *job)
 {
         memset(job, 0, sizeof(*job));
@@ -163,8 +151,8 @@ static int get_opt_string(const json_t *obj,
         if (!value || json_is_null(value))
                 return 0;
         if (!json_is_string(value)) {
-                set_err(errstr, errstr_size, "field \"%s\" must be a string",
-                        field);
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s\" must be a string", field);
                 return -1;
         }
         *valuep = value;
@@ -191,12 +179,12 @@ static int parse_text(const json_t *spec,
         if (!value)
                 return 0;
         if (json_string_length(value) == 0) {
-                set_err(errstr, errstr_size,
-                        "field \"%s\" must be a non-empty string", key);
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s\" must be a non-empty string", key);
                 return -1;
         }
         if (dup_string(value, outp)) {
-                set_err(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 return -1;
         }
         return 0;
@@ -216,14 +204,14 @@ static int parse_id(const json_t *spec,
         if (!value)
                 return 0;
         if (!id_is_valid(json_string_value(value), json_string_length(value))) {
-                set_err(errstr, errstr_size,
-                        "field \"%s\" must be 1 to %d printable ASCII "
-                        "characters without spaces",
-                        key, CQ_JOB_ID_MAX);
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s\" must be 1 to %d printable ASCII "
+                              "characters without spaces",
+                              key, CQ_JOB_ID_MAX);
                 return -1;
         }
         if (dup_string(value, outp)) {
-                set_err(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 return -1;
         }
         return 0;
@@ -250,8 +238,9 @@ static int check_known_keys(const json_t *obj,
                         if (strcmp(key, known[i]) == 0)
                                 found = true;
                 if (!found) {
-                        set_err(errstr, errstr_size,
-                                "unknown field \"%s.%.64s\"", prefix, key);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "unknown field \"%s.%.64s\"", prefix,
+                                      key);
                         return -1;
                 }
         }
@@ -272,14 +261,15 @@ static int parse_limit(const json_t *limits,
         if (!value || json_is_null(value))
                 return 0;
         if (!json_is_integer(value) || (n = json_integer_value(value)) < min) {
-                set_err(errstr, errstr_size,
-                        "field \"limits.%s\" must be %s integer", key,
-                        min > 0 ? "a positive" : "a non-negative");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"limits.%s\" must be %s integer", key,
+                              min > 0 ? "a positive" : "a non-negative");
                 return -1;
         }
         if (n > max) {
-                set_err(errstr, errstr_size,
-                        "field \"limits.%s\" must be at most %ld", key, max);
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"limits.%s\" must be at most %ld", key,
+                              max);
                 return -1;
         }
         *outp = (long)n;
@@ -306,12 +296,13 @@ static int parse_real(const json_t *obj,
                 return 0;
         if (!json_is_number(value) || !(above ? v > min : v >= min) ||
             !(v <= max)) {
-                set_err(errstr, errstr_size,
-                        above ? "field \"%s\" must be a number above %.10g "
-                                "and at most %.10g"
-                              : "field \"%s\" must be a number from %.10g to "
-                                "%.10g",
-                        field, min, max);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    above ? "field \"%s\" must be a number above %.10g "
+                            "and at most %.10g"
+                          : "field \"%s\" must be a number from %.10g to "
+                            "%.10g",
+                    field, min, max);
                 return -1;
         }
         *outp = v;
@@ -334,8 +325,8 @@ static int parse_limits(const json_t *spec,
         if (!obj || json_is_null(obj))
                 return 0;
         if (!json_is_object(obj)) {
-                set_err(errstr, errstr_size,
-                        "field \"limits\" must be an object");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"limits\" must be an object");
                 return -1;
         }
         if (check_known_keys(obj, known, "limits", errstr, errstr_size) ||
@@ -357,16 +348,18 @@ static int parse_limits(const json_t *spec,
         total = json_object_get(obj, "max_tokens_total");
         if (total && !json_is_null(total)) {
                 if (!json_is_integer(total) || json_integer_value(total) < 1) {
-                        set_err(errstr, errstr_size,
-                                "field \"limits.max_tokens_total\" must be a "
-                                "positive integer");
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "field \"limits.max_tokens_total\" must be a "
+                            "positive integer");
                         return -1;
                 }
                 if (json_integer_value(total) > JOB_TOKENS_MAX) {
-                        set_err(errstr, errstr_size,
-                                "field \"limits.max_tokens_total\" must be at "
-                                "most %lld",
-                                JOB_TOKENS_MAX);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "field \"limits.max_tokens_total\" must be at "
+                            "most %lld",
+                            JOB_TOKENS_MAX);
                         return -1;
                 }
                 limits->max_tokens_total = (long long)json_integer_value(total);
@@ -392,8 +385,8 @@ static int parse_sampling(const json_t *spec,
         if (!seed || json_is_null(seed))
                 return 0;
         if (!json_is_integer(seed)) {
-                set_err(errstr, errstr_size,
-                        "field \"seed\" must be an integer");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"seed\" must be an integer");
                 return -1;
         }
         sampling->has_seed = true;
@@ -414,19 +407,21 @@ parse_retry(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
         if (has_attempt &&
             (!json_is_integer(attempt) || json_integer_value(attempt) < 2 ||
              json_integer_value(attempt) > JOB_RUN_ATTEMPT_MAX)) {
-                set_err(errstr, errstr_size,
-                        "field \"run_attempt\" must be an integer from 2 to %d",
-                        JOB_RUN_ATTEMPT_MAX);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"run_attempt\" must be an integer from 2 to %d",
+                    JOB_RUN_ATTEMPT_MAX);
                 return -1;
         }
         if (has_attempt != (job->retry_of != NULL)) {
-                set_err(errstr, errstr_size,
-                        "fields \"retry_of\" and \"run_attempt\" go together");
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "fields \"retry_of\" and \"run_attempt\" go together");
                 return -1;
         }
         if (job->retry_of && strcmp(job->retry_of, job->job_id) == 0) {
-                set_err(errstr, errstr_size,
-                        "field \"retry_of\" must differ from \"job_id\"");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"retry_of\" must differ from \"job_id\"");
                 return -1;
         }
         if (has_attempt)
@@ -447,8 +442,8 @@ static int parse_file(const json_t *entry,
 
         snprintf(prefix, sizeof(prefix), "files[%zu]", i);
         if (!json_is_object(entry)) {
-                set_err(errstr, errstr_size, "field \"%s\" must be an object",
-                        prefix);
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s\" must be an object", prefix);
                 return -1;
         }
         if (check_known_keys(entry, known, prefix, errstr, errstr_size))
@@ -457,41 +452,46 @@ static int parse_file(const json_t *entry,
         if (!json_is_string(name) ||
             strlen(json_string_value(name)) != json_string_length(name) ||
             !cq_relpath_is_safe(json_string_value(name))) {
-                set_err(errstr, errstr_size,
-                        "field \"%s.name\" must be a safe relative path "
-                        "(no \"..\", no leading \"/\", at most 255 bytes)",
-                        prefix);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"%s.name\" must be a safe relative path "
+                    "(no \"..\", no leading \"/\", at most 255 bytes)",
+                    prefix);
                 return -1;
         }
         b64 = json_object_get(entry, "content_b64");
         url = json_object_get(entry, "url");
         if ((b64 != NULL) == (url != NULL)) {
-                set_err(errstr, errstr_size,
-                        "field \"%s\" must have exactly one of \"content_b64\" "
-                        "and \"url\"",
-                        prefix);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"%s\" must have exactly one of \"content_b64\" "
+                    "and \"url\"",
+                    prefix);
                 return -1;
         }
         if (b64) {
                 if (!json_is_string(b64)) {
-                        set_err(errstr, errstr_size,
-                                "field \"%s.content_b64\" must be a string",
-                                prefix);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "field \"%s.content_b64\" must be a string",
+                            prefix);
                         return -1;
                 }
                 file->data = cq_b64_decode(json_string_value(b64),
                                            json_string_length(b64), &file->len);
                 if (!file->data) {
-                        set_err(errstr, errstr_size,
-                                "field \"%s.content_b64\" is not valid base64",
-                                prefix);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "field \"%s.content_b64\" is not valid base64",
+                            prefix);
                         return -1;
                 }
                 if (file->len > JOB_FILES_MAX_BYTES - *totalp) {
-                        set_err(errstr, errstr_size,
-                                "field \"files\": inline files exceed %zu "
-                                "bytes in total",
-                                JOB_FILES_MAX_BYTES);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "field \"files\": inline files exceed %zu "
+                            "bytes in total",
+                            JOB_FILES_MAX_BYTES);
                         return -1;
                 }
                 *totalp += file->len;
@@ -499,19 +499,20 @@ static int parse_file(const json_t *entry,
                 if (!json_is_string(url) ||
                     !url_is_valid(json_string_value(url),
                                   json_string_length(url))) {
-                        set_err(errstr, errstr_size,
-                                "field \"%s.url\" must be an http or https "
-                                "URL",
-                                prefix);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "field \"%s.url\" must be an http or https "
+                            "URL",
+                            prefix);
                         return -1;
                 }
                 if (dup_string(url, &file->url)) {
-                        set_err(errstr, errstr_size, "out of memory");
+                        cq_errstr_set(errstr, errstr_size, "out of memory");
                         return -1;
                 }
         }
         if (dup_string(name, &file->name)) {
-                set_err(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 return -1;
         }
         return 0;
@@ -526,22 +527,22 @@ parse_files(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
         if (!arr || json_is_null(arr))
                 return 0;
         if (!json_is_array(arr)) {
-                set_err(errstr, errstr_size,
-                        "field \"files\" must be an array");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"files\" must be an array");
                 return -1;
         }
         n = json_array_size(arr);
         if (n > JOB_FILES_MAX_COUNT) {
-                set_err(errstr, errstr_size,
-                        "field \"files\" must have at most %d entries",
-                        JOB_FILES_MAX_COUNT);
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"files\" must have at most %d entries",
+                              JOB_FILES_MAX_COUNT);
                 return -1;
         }
         if (n == 0)
                 return 0;
         job->files = calloc(n, sizeof(*job->files));
         if (!job->files) {
-                set_err(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 return -1;
         }
         for (i = 0; i < n; i++) {
@@ -553,10 +554,11 @@ parse_files(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
                 for (j = 0; j < i; j++)
                         if (strcmp(job->files[j].name, job->files[i].name) ==
                             0) {
-                                set_err(errstr, errstr_size,
-                                        "field \"files[%zu].name\" repeats "
-                                        "\"%.255s\"",
-                                        i, job->files[i].name);
+                                cq_errstr_set(
+                                    errstr, errstr_size,
+                                    "field \"files[%zu].name\" repeats "
+                                    "\"%.255s\"",
+                                    i, job->files[i].name);
                                 return -1;
                         }
         }
@@ -578,19 +580,22 @@ static int parse_cases(const json_t *tests, char *errstr, size_t errstr_size)
             strlen(json_string_value(function)) !=
                 json_string_length(function) ||
             !is_python_identifier(json_string_value(function))) {
-                set_err(errstr, errstr_size,
-                        "field \"tests.function\" must be a Python identifier");
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"tests.function\" must be a Python identifier");
                 return -1;
         }
         if (!json_is_array(cases) || json_array_size(cases) == 0) {
-                set_err(errstr, errstr_size,
-                        "field \"tests.cases\" must be a non-empty array");
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"tests.cases\" must be a non-empty array");
                 return -1;
         }
         if (json_array_size(cases) > JOB_CASES_MAX) {
-                set_err(errstr, errstr_size,
-                        "field \"tests.cases\" must have at most %d entries",
-                        JOB_CASES_MAX);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"tests.cases\" must have at most %d entries",
+                    JOB_CASES_MAX);
                 return -1;
         }
         for (i = 0; i < json_array_size(cases); i++) {
@@ -599,21 +604,23 @@ static int parse_cases(const json_t *tests, char *errstr, size_t errstr_size)
 
                 snprintf(prefix, sizeof(prefix), "tests.cases[%zu]", i);
                 if (!json_is_object(tc)) {
-                        set_err(errstr, errstr_size,
-                                "field \"%s\" must be an object", prefix);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "field \"%s\" must be an object", prefix);
                         return -1;
                 }
                 if (check_known_keys(tc, case_known, prefix, errstr,
                                      errstr_size))
                         return -1;
                 if (!json_is_array(json_object_get(tc, "args"))) {
-                        set_err(errstr, errstr_size,
-                                "field \"%s.args\" must be an array", prefix);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "field \"%s.args\" must be an array",
+                                      prefix);
                         return -1;
                 }
                 if (!json_object_get(tc, "expected")) {
-                        set_err(errstr, errstr_size,
-                                "field \"%s.expected\" is required", prefix);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "field \"%s.expected\" is required",
+                                      prefix);
                         return -1;
                 }
         }
@@ -638,8 +645,9 @@ static int parse_isolation(const json_t *tests,
                 *freshp = true;
                 return 0;
         }
-        set_err(errstr, errstr_size,
-                "field \"tests.isolation\" must be \"kernel\" or \"fresh\"");
+        cq_errstr_set(
+            errstr, errstr_size,
+            "field \"tests.isolation\" must be \"kernel\" or \"fresh\"");
         return -1;
 }
 
@@ -654,8 +662,8 @@ parse_tests(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
         if (!tests || json_is_null(tests))
                 return 0;
         if (!json_is_object(tests)) {
-                set_err(errstr, errstr_size,
-                        "field \"tests\" must be an object");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"tests\" must be an object");
                 return -1;
         }
         kind = json_object_get(tests, "kind");
@@ -671,14 +679,16 @@ parse_tests(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
                                      errstr_size))
                         return -1;
                 if (!json_is_string(code) || json_string_length(code) == 0) {
-                        set_err(errstr, errstr_size,
-                                "field \"tests.code\" must be a non-empty "
-                                "string");
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "field \"tests.code\" must be a non-empty "
+                            "string");
                         return -1;
                 }
         } else {
-                set_err(errstr, errstr_size,
-                        "field \"tests.kind\" must be \"cases\" or \"code\"");
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"tests.kind\" must be \"cases\" or \"code\"");
                 return -1;
         }
         if (parse_isolation(tests, &job->tests_fresh, errstr, errstr_size))
@@ -699,8 +709,8 @@ static int memory_flag(const json_t *obj,
         if (!value || json_is_null(value))
                 return 0;
         if (!json_is_boolean(value)) {
-                set_err(errstr, errstr_size,
-                        "field \"memory.%s\" must be true or false", key);
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"memory.%s\" must be true or false", key);
                 return -1;
         }
         *outp = json_is_true(value);
@@ -720,8 +730,8 @@ static int parse_memory(const json_t *spec,
         if (!obj || json_is_null(obj))
                 return 0;
         if (!json_is_object(obj)) {
-                set_err(errstr, errstr_size,
-                        "field \"memory\" must be an object");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"memory\" must be an object");
                 return -1;
         }
         if (check_known_keys(obj, known, "memory", errstr, errstr_size) ||
@@ -736,14 +746,15 @@ static int parse_memory(const json_t *spec,
         if (!scope)
                 return 0;
         if (!id_is_valid(json_string_value(scope), json_string_length(scope))) {
-                set_err(errstr, errstr_size,
-                        "field \"memory.scope\" must be 1 to %d printable "
-                        "ASCII characters without spaces",
-                        CQ_JOB_ID_MAX);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"memory.scope\" must be 1 to %d printable "
+                    "ASCII characters without spaces",
+                    CQ_JOB_ID_MAX);
                 return -1;
         }
         if (dup_string(scope, &memory->scope)) {
-                set_err(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 return -1;
         }
         return 0;
@@ -756,35 +767,38 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
         const json_t *value;
 
         if (!json_is_object(spec)) {
-                set_err(errstr, errstr_size,
-                        "job message must be a JSON object");
+                cq_errstr_set(errstr, errstr_size,
+                              "job message must be a JSON object");
                 return -1;
         }
         value = json_object_get(spec, "version");
         if (value && !(json_is_integer(value) &&
                        json_integer_value(value) == CQ_JOB_VERSION)) {
-                set_err(errstr, errstr_size,
-                        "field \"version\": unsupported version (this worker "
-                        "understands version %d)",
-                        CQ_JOB_VERSION);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"version\": unsupported version (this worker "
+                    "understands version %d)",
+                    CQ_JOB_VERSION);
                 return -1;
         }
 
         value = json_object_get(spec, "job_id");
         if (!value) {
-                set_err(errstr, errstr_size, "field \"job_id\" is required");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"job_id\" is required");
                 return -1;
         }
         if (!json_is_string(value)) {
-                set_err(errstr, errstr_size,
-                        "field \"job_id\" must be a string");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"job_id\" must be a string");
                 return -1;
         }
         if (!id_is_valid(json_string_value(value), json_string_length(value))) {
-                set_err(errstr, errstr_size,
-                        "field \"job_id\" must be 1 to %d printable ASCII "
-                        "characters without spaces",
-                        CQ_JOB_ID_MAX);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"job_id\" must be 1 to %d printable ASCII "
+                    "characters without spaces",
+                    CQ_JOB_ID_MAX);
                 return -1;
         }
         if (dup_string(value, &job->job_id))
@@ -792,12 +806,13 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
 
         value = json_object_get(spec, "prompt");
         if (!value) {
-                set_err(errstr, errstr_size, "field \"prompt\" is required");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"prompt\" is required");
                 return -1;
         }
         if (!json_is_string(value) || json_string_length(value) == 0) {
-                set_err(errstr, errstr_size,
-                        "field \"prompt\" must be a non-empty string");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"prompt\" must be a non-empty string");
                 return -1;
         }
         if (dup_string(value, &job->prompt))
@@ -814,8 +829,9 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
                 return -1;
         if (job->parent_job_id &&
             strcmp(job->parent_job_id, job->job_id) == 0) {
-                set_err(errstr, errstr_size,
-                        "field \"parent_job_id\" must differ from \"job_id\"");
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "field \"parent_job_id\" must differ from \"job_id\"");
                 return -1;
         }
 
@@ -825,9 +841,9 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
         if (value) {
                 if (strcmp(json_string_value(value), "local") != 0 &&
                     strcmp(json_string_value(value), "e2b") != 0) {
-                        set_err(errstr, errstr_size,
-                                "field \"backend\" must be \"local\" or "
-                                "\"e2b\"");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "field \"backend\" must be \"local\" or "
+                                      "\"e2b\"");
                         return -1;
                 }
                 if (dup_string(value, &job->backend))
@@ -839,9 +855,10 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
         if (value) {
                 if (strcmp(json_string_value(value), "openai") != 0 &&
                     strcmp(json_string_value(value), "anthropic") != 0) {
-                        set_err(errstr, errstr_size,
-                                "field \"provider\" must be \"openai\" or "
-                                "\"anthropic\"");
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "field \"provider\" must be \"openai\" or "
+                            "\"anthropic\"");
                         return -1;
                 }
                 if (dup_string(value, &job->provider))
@@ -861,17 +878,18 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
                 if (!json_is_integer(value) ||
                     json_integer_value(value) < JOB_PRIORITY_MIN ||
                     json_integer_value(value) > JOB_PRIORITY_MAX) {
-                        set_err(errstr, errstr_size,
-                                "field \"priority\" must be an integer from "
-                                "%d to %d",
-                                JOB_PRIORITY_MIN, JOB_PRIORITY_MAX);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "field \"priority\" must be an integer from "
+                            "%d to %d",
+                            JOB_PRIORITY_MIN, JOB_PRIORITY_MAX);
                         return -1;
                 }
                 job->priority = (long)json_integer_value(value);
         }
         return 0;
 oom:
-        set_err(errstr, errstr_size, "out of memory");
+        cq_errstr_set(errstr, errstr_size, "out of memory");
         return -1;
 }
 
@@ -888,9 +906,9 @@ cq_err_t cq_job_parse(const char *data,
         if (max == 0)
                 max = CQ_JOB_DEFAULT_MAX;
         if (len > max) {
-                set_err(errstr, errstr_size,
-                        "job message is %zu bytes, over the limit of %zu", len,
-                        max);
+                cq_errstr_set(errstr, errstr_size,
+                              "job message is %zu bytes, over the limit of %zu",
+                              len, max);
                 return CQ_ERR_TOO_LARGE;
         }
         /* No JSON_ALLOW_NUL: a NUL inside a job string is never legitimate
@@ -898,10 +916,11 @@ cq_err_t cq_job_parse(const char *data,
         spec = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
                           &jerr);
         if (!spec) {
-                set_err(errstr, errstr_size,
-                        "job message is not valid JSON: %s (line %d, column "
-                        "%d)",
-                        jerr.text, jerr.line, jerr.column);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "job message is not valid JSON: %s (line %d, column "
+                    "%d)",
+                    jerr.text, jerr.line, jerr.column);
                 return CQ_ERR_FATAL;
         }
         job->spec = spec; /* job owns it now */
@@ -918,14 +937,14 @@ cq_err_t cq_job_from_json(const json_t *spec,
                           size_t errstr_size)
 {
         if (!json_is_object(spec)) {
-                set_err(errstr, errstr_size,
-                        "job message must be a JSON object");
+                cq_errstr_set(errstr, errstr_size,
+                              "job message must be a JSON object");
                 return CQ_ERR_FATAL;
         }
         /* A private copy: the caller may change or free its document. */
         job->spec = json_deep_copy(spec);
         if (!job->spec) {
-                set_err(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 return CQ_ERR_FATAL;
         }
         if (fill(job, errstr, errstr_size)) {

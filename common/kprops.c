@@ -60,18 +60,6 @@ static const struct reserved {
     {"transactional.id", "coderq's producers are not transactional"},
 };
 
-static void CQ_PRINTF(3, 4)
-    set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-        va_list ap;
-
-        if (!errstr || !errstr_size)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(errstr, errstr_size, fmt, ap);
-        va_end(ap);
-}
-
 cq_kprops_t *cq_kprops_new(void) { return calloc(1, sizeof(cq_kprops_t)); }
 
 void cq_kprops_destroy(cq_kprops_t **propsp)
@@ -498,8 +486,8 @@ int cq_kprops_parse(cq_kprops_t *props,
                             (text[i] == '\r' &&
                              (i + 1 >= len || text[i + 1] != '\n')))
                                 line++;
-                set_err(errstr, errstr_size, "%s line %ld: a NUL byte", origin,
-                        line);
+                cq_errstr_set(errstr, errstr_size, "%s line %ld: a NUL byte",
+                              origin, line);
                 return -1;
         }
         while (r.pos < r.len) {
@@ -562,16 +550,17 @@ int cq_kprops_parse(cq_kprops_t *props,
                 if (!why && value.len != strlen(value.p))
                         why = "a NUL character";
                 if (why) {
-                        set_err(errstr, errstr_size, "%s line %ld: %s", origin,
-                                first, why);
+                        cq_errstr_set(errstr, errstr_size, "%s line %ld: %s",
+                                      origin, first, why);
                         goto out;
                 }
                 res = cq_kprops_reserved(key.p);
                 if (res) {
-                        set_err(errstr, errstr_size,
-                                "%s line %ld: property \"%s\" cannot be set: "
-                                "%s",
-                                origin, first, key.p, res);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "%s line %ld: property \"%s\" cannot be set: "
+                            "%s",
+                            origin, first, key.p, res);
                         goto out;
                 }
                 {
@@ -579,11 +568,11 @@ int cq_kprops_parse(cq_kprops_t *props,
 
                         for (i = 0; i < nseen; i++)
                                 if (strcmp(seen[i], key.p) == 0) {
-                                        set_err(errstr, errstr_size,
-                                                "%s line %ld: property \"%s\" "
-                                                "is already set on line %ld",
-                                                origin, first, key.p,
-                                                seen_line[i]);
+                                        cq_errstr_set(
+                                            errstr, errstr_size,
+                                            "%s line %ld: property \"%s\" "
+                                            "is already set on line %ld",
+                                            origin, first, key.p, seen_line[i]);
                                         goto out;
                                 }
                 }
@@ -610,8 +599,8 @@ int cq_kprops_parse(cq_kprops_t *props,
         rc = 0;
         goto out;
 oom:
-        set_err(errstr, errstr_size, "could not read %s: out of memory",
-                origin);
+        cq_errstr_set(errstr, errstr_size, "could not read %s: out of memory",
+                      origin);
 out:
         while (nseen > 0)
                 free(seen[--nseen]);
@@ -634,26 +623,26 @@ int cq_kprops_load_file(cq_kprops_t *props,
         int rc = -1;
 
         if (!fp) {
-                set_err(errstr, errstr_size, "could not read %s: %s", path,
-                        strerror(errno));
+                cq_errstr_set(errstr, errstr_size, "could not read %s: %s",
+                              path, strerror(errno));
                 return -1;
         }
         text = malloc(CQ_KPROPS_FILE_MAX + 1);
         if (!text) {
-                set_err(errstr, errstr_size, "could not read %s: out of memory",
-                        path);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not read %s: out of memory", path);
                 goto out;
         }
         len = fread(text, 1, CQ_KPROPS_FILE_MAX + 1, fp);
         if (ferror(fp)) {
-                set_err(errstr, errstr_size, "could not read %s: %s", path,
-                        strerror(errno));
+                cq_errstr_set(errstr, errstr_size, "could not read %s: %s",
+                              path, strerror(errno));
                 goto out;
         }
         if (len > CQ_KPROPS_FILE_MAX) {
-                set_err(errstr, errstr_size,
-                        "could not read %s: larger than %zu bytes", path,
-                        CQ_KPROPS_FILE_MAX);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not read %s: larger than %zu bytes", path,
+                              CQ_KPROPS_FILE_MAX);
                 goto out;
         }
         rc = cq_kprops_parse(props, text, len, path, errstr, errstr_size);
@@ -712,8 +701,9 @@ int cq_kprops_load_env(cq_kprops_t *props,
                         continue;
                 nlen = (size_t)(eq - *e);
                 if (nlen >= sizeof(name)) {
-                        set_err(errstr, errstr_size,
-                                "invalid variable %.64s...: name too long", *e);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "invalid variable %.64s...: name too long", *e);
                         return -1;
                 }
                 memcpy(name, *e, nlen);
@@ -721,31 +711,33 @@ int cq_kprops_load_env(cq_kprops_t *props,
                 if (!eq[1])
                         continue; /* empty: unset, as for every setting */
                 if (cq_kprops_env_to_key(name, key, sizeof(key))) {
-                        set_err(errstr, errstr_size,
-                                "invalid variable %s: after %s the name must "
-                                "be the property's, upper-case, with '_' for "
-                                "'.' (CODERQ_KAFKA_PROP_SASL_MECHANISM for "
-                                "sasl.mechanism)",
-                                name, CQ_KPROPS_ENV_PREFIX);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "invalid variable %s: after %s the name must "
+                            "be the property's, upper-case, with '_' for "
+                            "'.' (CODERQ_KAFKA_PROP_SASL_MECHANISM for "
+                            "sasl.mechanism)",
+                            name, CQ_KPROPS_ENV_PREFIX);
                         return -1;
                 }
                 why = cq_kprops_reserved(key);
                 if (why) {
-                        set_err(errstr, errstr_size,
-                                "%s: property \"%s\" cannot be set: %s", name,
-                                key, why);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "%s: property \"%s\" cannot be set: %s",
+                                      name, key, why);
                         return -1;
                 }
                 at = find(props, key);
                 if (at >= 0 && (size_t)at >= first) {
-                        set_err(errstr, errstr_size,
-                                "%s: property \"%s\" is already set by %s",
-                                name, key, props->v[at].source);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "%s: property \"%s\" is already set by %s", name,
+                            key, props->v[at].source);
                         return -1;
                 }
                 if (set(props, key, eq + 1, name)) {
-                        set_err(errstr, errstr_size,
-                                "could not set %s: out of memory", name);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not set %s: out of memory", name);
                         return -1;
                 }
         }

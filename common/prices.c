@@ -29,18 +29,6 @@ struct cq_prices {
         size_t n;
 };
 
-static void CQ_PRINTF(3, 4)
-    set_err(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-        va_list ap;
-
-        if (!errstr || !errstr_size)
-                return;
-        va_start(ap, fmt);
-        vsnprintf(errstr, errstr_size, fmt, ap);
-        va_end(ap);
-}
-
 void cq_prices_destroy(cq_prices_t **pricesp)
 {
         cq_prices_t *prices = *pricesp;
@@ -91,18 +79,19 @@ static int price_field(const json_t *obj,
                         *outp = defval;
                         return 0;
                 }
-                set_err(errstr, errstr_size,
-                        "prices file \"%s\": field \"models.%s.%s\" is "
-                        "required",
-                        source, model, key);
+                cq_errstr_set(errstr, errstr_size,
+                              "prices file \"%s\": field \"models.%s.%s\" is "
+                              "required",
+                              source, model, key);
                 return -1;
         }
         if (!json_is_number(v) || !((d = json_number_value(v)) >= 0) ||
             d > CQ_PRICE_MAX) {
-                set_err(errstr, errstr_size,
-                        "prices file \"%s\": field \"models.%s.%s\" must be a "
-                        "number from 0 to %.0f",
-                        source, model, key, CQ_PRICE_MAX);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "prices file \"%s\": field \"models.%s.%s\" must be a "
+                    "number from 0 to %.0f",
+                    source, model, key, CQ_PRICE_MAX);
                 return -1;
         }
         *outp = d;
@@ -128,18 +117,20 @@ static int parse_entry(const char *name,
         star = strchr(name, '*');
         if (!name_is_valid(name, len) ||
             (star && (star != name + len - 1 || len == 1))) {
-                set_err(errstr, errstr_size,
-                        "prices file \"%s\": model \"%.64s\" must be 1 to %d "
-                        "printable ASCII characters without spaces, with at "
-                        "most one '*', at the end, after a prefix",
-                        source, shown, MODEL_NAME_MAX);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "prices file \"%s\": model \"%.64s\" must be 1 to %d "
+                    "printable ASCII characters without spaces, with at "
+                    "most one '*', at the end, after a prefix",
+                    source, shown, MODEL_NAME_MAX);
                 return -1;
         }
         if (!json_is_object(obj)) {
-                set_err(errstr, errstr_size,
-                        "prices file \"%s\": field \"models.%s\" must be an "
-                        "object",
-                        source, shown);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "prices file \"%s\": field \"models.%s\" must be an "
+                    "object",
+                    source, shown);
                 return -1;
         }
         json_object_foreach((json_t *)(uintptr_t)obj, key, value)
@@ -150,11 +141,12 @@ static int parse_entry(const char *name,
                 for (i = 0; known[i]; i++)
                         found = found || strcmp(key, known[i]) == 0;
                 if (!found) {
-                        set_err(errstr, errstr_size,
-                                "prices file \"%s\": unknown field "
-                                "\"models.%s.%.64s\" (known: input, output, "
-                                "cached_input, cache_write)",
-                                source, shown, key);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "prices file \"%s\": unknown field "
+                            "\"models.%s.%.64s\" (known: input, output, "
+                            "cached_input, cache_write)",
+                            source, shown, key);
                         return -1;
                 }
         }
@@ -171,7 +163,7 @@ static int parse_entry(const char *name,
         e->len = e->prefix ? len - 1 : len;
         e->name = strndup(name, e->len);
         if (!e->name) {
-                set_err(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 return -1;
         }
         return 0;
@@ -192,33 +184,36 @@ cq_prices_t *cq_prices_parse(const char *text,
         if (!source)
                 source = "-";
         if (len > CQ_PRICES_FILE_MAX) {
-                set_err(errstr, errstr_size,
-                        "prices file \"%s\" is %zu bytes, over the limit of "
-                        "%zu",
-                        source, len, CQ_PRICES_FILE_MAX);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "prices file \"%s\" is %zu bytes, over the limit of "
+                    "%zu",
+                    source, len, CQ_PRICES_FILE_MAX);
                 return NULL;
         }
         doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
         if (!doc) {
-                set_err(errstr, errstr_size,
-                        "prices file \"%s\" is not valid JSON: %s (line %d, "
-                        "column %d)",
-                        source, jerr.text, jerr.line, jerr.column);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "prices file \"%s\" is not valid JSON: %s (line %d, "
+                    "column %d)",
+                    source, jerr.text, jerr.line, jerr.column);
                 return NULL;
         }
         models = json_object_get(doc, "models");
         if (json_object_size(doc) != 1 || !json_is_object(models)) {
-                set_err(errstr, errstr_size,
-                        "prices file \"%s\" must be an object with one field, "
-                        "\"models\": an object of model names",
-                        source);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "prices file \"%s\" must be an object with one field, "
+                    "\"models\": an object of model names",
+                    source);
                 goto fail;
         }
         prices = calloc(1, sizeof(*prices));
         if (prices && json_object_size(models) > 0)
                 prices->v = calloc(json_object_size(models), sizeof(entry_t));
         if (!prices || (json_object_size(models) > 0 && !prices->v)) {
-                set_err(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 goto fail;
         }
         json_object_foreach((json_t *)(uintptr_t)models, key, value)
@@ -246,29 +241,31 @@ cq_prices_t *cq_prices_load(const char *path, char *errstr, size_t errstr_size)
 
         fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
-                set_err(errstr, errstr_size,
-                        "could not open prices file \"%s\": %s", path,
-                        strerror(errno));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not open prices file \"%s\": %s", path,
+                              strerror(errno));
                 return NULL;
         }
         if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-                set_err(errstr, errstr_size,
-                        "could not read prices file \"%s\": not a regular "
-                        "file",
-                        path);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "could not read prices file \"%s\": not a regular "
+                    "file",
+                    path);
                 goto out;
         }
         if ((size_t)st.st_size > CQ_PRICES_FILE_MAX) {
-                set_err(errstr, errstr_size,
-                        "prices file \"%s\" is %lld bytes, over the limit of "
-                        "%zu",
-                        path, (long long)st.st_size, CQ_PRICES_FILE_MAX);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "prices file \"%s\" is %lld bytes, over the limit of "
+                    "%zu",
+                    path, (long long)st.st_size, CQ_PRICES_FILE_MAX);
                 goto out;
         }
         /* One byte more than the cap: a file that grew is seen. */
         text = malloc(CQ_PRICES_FILE_MAX + 1);
         if (!text) {
-                set_err(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 goto out;
         }
         for (;;) {
@@ -277,9 +274,9 @@ cq_prices_t *cq_prices_load(const char *path, char *errstr, size_t errstr_size)
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n < 0) {
-                        set_err(errstr, errstr_size,
-                                "could not read prices file \"%s\": %s", path,
-                                strerror(errno));
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not read prices file \"%s\": %s",
+                                      path, strerror(errno));
                         goto out;
                 }
                 if (n == 0 || got + (size_t)n > CQ_PRICES_FILE_MAX) {

@@ -41,9 +41,8 @@ cq_events_t *cq_events_new(const cq_kafka_opts_t *opts,
         cq_events_t *events = calloc(1, sizeof(*events));
 
         if (!events) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create events: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create events: out of memory");
                 return NULL;
         }
         events->opts = *opts;

@@ -181,9 +181,8 @@ cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
         char reason[512];
 
         if (!intake) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create intake: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create intake: out of memory");
                 return NULL;
         }
         intake->opts = *opts;
@@ -246,9 +245,8 @@ cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
         intake->rk =
             rd_kafka_new(RD_KAFKA_CONSUMER, conf, reason, sizeof(reason));
         if (!intake->rk) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create Kafka consumer: %s", reason);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create Kafka consumer: %s", reason);
                 goto fail;
         }
         conf = NULL; /* rd_kafka_t owns it now */
@@ -259,10 +257,9 @@ cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
         err = rd_kafka_subscribe(intake->rk, topics);
         rd_kafka_topic_partition_list_destroy(topics);
         if (err) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not subscribe to \"%s\": %s",
-                                 opts->topic_jobs, rd_kafka_err2str(err));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not subscribe to \"%s\": %s",
+                              opts->topic_jobs, rd_kafka_err2str(err));
                 goto fail;
         }
         return intake;

@@ -32,14 +32,15 @@ int kafka_conf_set(rd_kafka_conf_t *conf,
                 return -1;
         /* librdkafka's reason may quote the value: not for a secret. */
         if (secret)
-                snprintf(errstr, errstr_size,
-                         "could not set Kafka property %s (from %s): its "
-                         "value is refused",
-                         key, source ? source : "coderq");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not set Kafka property %s (from %s): its "
+                              "value is refused",
+                              key, source ? source : "coderq");
         else
-                snprintf(errstr, errstr_size,
-                         "could not set Kafka property %s=%s (from %s): %s",
-                         key, value, source ? source : "coderq", reason);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "could not set Kafka property %s=%s (from %s): %s", key,
+                    value, source ? source : "coderq", reason);
         return -1;
 }
 
@@ -78,10 +79,9 @@ rd_kafka_conf_t *kafka_conf_new(const cq_kafka_opts_t *opts,
         size_t i, n;
 
         if (!conf) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not configure a Kafka client: out of "
-                                 "memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not configure a Kafka client: out of "
+                              "memory");
                 return NULL;
         }
         rd_kafka_conf_set_log_cb(conf, log_cb);

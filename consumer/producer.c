@@ -230,9 +230,8 @@ client_new(cq_producer_t *prod, char *errstr, size_t errstr_size)
         rd_kafka_conf_set_opaque(conf, prod);
         rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, reason, sizeof(reason));
         if (!rk) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create Kafka producer: %s", reason);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create Kafka producer: %s", reason);
                 goto out;
         }
         conf = NULL; /* rd_kafka_t owns it now */
@@ -329,9 +328,8 @@ cq_producer_new(const cq_kafka_opts_t *opts, char *errstr, size_t errstr_size)
         int err;
 
         if (!prod) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create producer: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create producer: out of memory");
                 return NULL;
         }
         prod->opts = *opts;
@@ -343,10 +341,9 @@ cq_producer_new(const cq_kafka_opts_t *opts, char *errstr, size_t errstr_size)
                 goto fail;
         if ((err = pthread_create(&prod->thread, NULL, producer_thread,
                                   prod)) != 0) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not start producer thread: %s",
-                                 strerror(err));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not start producer thread: %s",
+                              strerror(err));
                 goto fail;
         }
         prod->thread_started = true;

@@ -281,11 +281,10 @@ int cq_event_cap(const char *json,
         doc = json_loadb(json, len, JSON_ALLOW_NUL, &jerr);
         if (!json_is_object(doc)) {
                 json_decref(doc);
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "event of %zu bytes over the cap of %zu is "
-                                 "not a JSON object: %s",
-                                 len, max, doc ? "another type" : jerr.text);
+                cq_errstr_set(errstr, errstr_size,
+                              "event of %zu bytes over the cap of %zu is "
+                              "not a JSON object: %s",
+                              len, max, doc ? "another type" : jerr.text);
                 return -1;
         }
         answer = json_object_get(doc, "answer");
@@ -313,11 +312,10 @@ int cq_event_cap(const char *json,
         free(full);
         json_decref(doc);
         if (!text) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "event of %zu bytes cannot be cut under "
-                                 "%zu bytes",
-                                 len, max);
+                cq_errstr_set(errstr, errstr_size,
+                              "event of %zu bytes cannot be cut under "
+                              "%zu bytes",
+                              len, max);
                 return -1;
         }
         *outp = text;
@@ -325,9 +323,8 @@ int cq_event_cap(const char *json,
                 *cutp = true;
         return 0;
 oom:
-        if (errstr)
-                snprintf(errstr, errstr_size,
-                         "could not cap an event: out of memory");
+        cq_errstr_set(errstr, errstr_size,
+                      "could not cap an event: out of memory");
         return -1;
 }
 
@@ -339,9 +336,8 @@ cq_relay_t *cq_relay_new(const cq_kafka_opts_t *opts,
         cq_relay_t *relay = calloc(1, sizeof(*relay));
 
         if (!relay) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create relay: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create relay: out of memory");
                 return NULL;
         }
         relay->opts = *opts;

@@ -400,7 +400,7 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
         long i;
 
         if (!w) {
-                snprintf(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 return NULL;
         }
         w->cfg = cfg;
@@ -423,7 +423,7 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
         cq_llm_conf_from_config(&w->lconf, cfg);
         w->limiter = cq_llm_limiter_new((double)cfg->llm_rate_max);
         if (!w->limiter) {
-                snprintf(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 goto fail;
         }
         w->lconf.limiter = w->limiter;
@@ -437,7 +437,7 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
         }
         w->slots = calloc((size_t)opts->slots + 1, sizeof(*w->slots));
         if (!w->slots) {
-                snprintf(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 goto fail;
         }
         for (i = 0; i < opts->slots; i++) {

@@ -332,7 +332,7 @@ static cq_err_t load_session(slot_t *slot,
         size_t i;
         cq_err_t err = CQ_ERR_RETRIABLE; /* out of memory may pass */
 
-        snprintf(errstr, errstr_size, "out of memory");
+        cq_errstr_set(errstr, errstr_size, "out of memory");
         if (!chain)
                 return CQ_ERR_RETRIABLE;
         snprintf(id, sizeof(id), "%s", job->parent_job_id);
@@ -344,8 +344,8 @@ static cq_err_t load_session(slot_t *slot,
                 cq_checkpoint_init(&cp);
                 err = cq_store_load_checkpoint(slot->store, id, &cp);
                 if (err != CQ_OK) {
-                        snprintf(errstr, errstr_size, "%s",
-                                 cq_store_errmsg(slot->store));
+                        cq_errstr_set(errstr, errstr_size, "%s",
+                                      cq_store_errmsg(slot->store));
                         cq_checkpoint_release(&cp);
                         goto out;
                 }
@@ -361,8 +361,8 @@ static cq_err_t load_session(slot_t *slot,
                 cq_checkpoint_release(&cp);
                 err = cq_store_job_status(slot->store, id, &row);
                 if (err != CQ_OK) {
-                        snprintf(errstr, errstr_size, "%s",
-                                 cq_store_errmsg(slot->store));
+                        cq_errstr_set(errstr, errstr_size, "%s",
+                                      cq_store_errmsg(slot->store));
                         goto out;
                 }
                 parent =

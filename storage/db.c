@@ -211,9 +211,8 @@ cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size)
         cq_store_t *store = calloc(1, sizeof(*store));
 
         if (!store) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create store: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create store: out of memory");
                 return NULL;
         }
         store->opts = *opts;
@@ -222,9 +221,8 @@ cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size)
         store->topic = strdup(opts->results_topic ? opts->results_topic
                                                   : CQ_STORE_RESULTS_TOPIC);
         if ((opts->dsn && !store->dsn) || !store->owner || !store->topic) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create store: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create store: out of memory");
                 goto fail;
         }
         store->opts.dsn = store->dsn;
@@ -237,10 +235,10 @@ cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size)
         store->conn = connect_once(store->dsn);
         if (!store->conn || PQstatus(store->conn) != CONNECTION_OK) {
                 if (errstr) {
-                        snprintf(errstr, errstr_size,
-                                 "could not connect to PostgreSQL: %s",
-                                 store->conn ? PQerrorMessage(store->conn)
-                                             : "out of memory");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not connect to PostgreSQL: %s",
+                                      store->conn ? PQerrorMessage(store->conn)
+                                                  : "out of memory");
                         errstr[strcspn(errstr, "\n")] = '\0';
                 }
                 goto fail;

@@ -109,9 +109,8 @@ cq_listener_t *cq_listener_new(const cq_store_opts_t *opts,
                 l->channel = strdup(channel);
         }
         if (!l || !l->dsn || !l->channel) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create a listener: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create a listener: out of memory");
                 cq_listener_destroy(&l);
                 return NULL;
         }

@@ -85,9 +85,9 @@ int cq_migrate_list(const char *dir,
 
         d = opendir(dir);
         if (!d) {
-                snprintf(errstr, errstr_size,
-                         "could not open migrations folder \"%s\": %s", dir,
-                         strerror(errno));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not open migrations folder \"%s\": %s",
+                              dir, strerror(errno));
                 goto out;
         }
         while ((ent = readdir(d)) != NULL) {
@@ -118,10 +118,11 @@ int cq_migrate_list(const char *dir,
                 qsort(v, n, sizeof(*v), by_version);
         for (i = 1; i < n; i++) {
                 if (v[i].version == v[i - 1].version) {
-                        snprintf(errstr, errstr_size,
-                                 "migrations \"%s\" and \"%s\" have the same "
-                                 "version %04d",
-                                 v[i - 1].name, v[i].name, v[i].version);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "migrations \"%s\" and \"%s\" have the same "
+                            "version %04d",
+                            v[i - 1].name, v[i].name, v[i].version);
                         goto out;
                 }
         }
@@ -132,8 +133,9 @@ int cq_migrate_list(const char *dir,
         rc = 0;
         goto out;
 oom:
-        snprintf(errstr, errstr_size,
-                 "could not list migrations in \"%s\": out of memory", dir);
+        cq_errstr_set(errstr, errstr_size,
+                      "could not list migrations in \"%s\": out of memory",
+                      dir);
 out:
         cq_migrations_free(v, n);
         if (d)
@@ -155,28 +157,28 @@ static int read_file(const char *path,
 
         cq_buf_init(&buf, MIGRATION_MAX);
         if (!fp) {
-                snprintf(errstr, errstr_size, "could not open \"%s\": %s", path,
-                         strerror(errno));
+                cq_errstr_set(errstr, errstr_size, "could not open \"%s\": %s",
+                              path, strerror(errno));
                 goto out;
         }
         while ((got = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
                 if (cq_buf_append(&buf, chunk, got) != CQ_OK) {
-                        snprintf(errstr, errstr_size,
-                                 "could not read \"%s\": larger than %zu "
-                                 "bytes or out of memory",
-                                 path, MIGRATION_MAX);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not read \"%s\": larger than %zu "
+                                      "bytes or out of memory",
+                                      path, MIGRATION_MAX);
                         goto out;
                 }
         }
         if (ferror(fp)) {
-                snprintf(errstr, errstr_size, "could not read \"%s\": %s", path,
-                         strerror(errno));
+                cq_errstr_set(errstr, errstr_size, "could not read \"%s\": %s",
+                              path, strerror(errno));
                 goto out;
         }
         *textp = cq_buf_take(&buf, lenp);
         if (!*textp) {
-                snprintf(errstr, errstr_size,
-                         "could not read \"%s\": out of memory", path);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not read \"%s\": out of memory", path);
                 goto out;
         }
         rc = 0;
@@ -211,7 +213,8 @@ static int run(PGconn *conn,
 
                 if (!*msg)
                         msg = PQerrorMessage(conn);
-                snprintf(errstr, errstr_size, "could not %s: %s", what, msg);
+                cq_errstr_set(errstr, errstr_size, "could not %s: %s", what,
+                              msg);
                 errstr[strcspn(errstr, "\n")] = '\0';
                 PQclear(res);
                 return -1;
@@ -257,15 +260,15 @@ cq_err_t cq_migrate_run(const char *dsn,
         if (cq_migrate_list(dir, &v, &n, errstr, errstr_size) != 0)
                 goto out;
         if (n == 0) {
-                snprintf(errstr, errstr_size,
-                         "no migrations (NNNN_name.sql) in \"%s\"", dir);
+                cq_errstr_set(errstr, errstr_size,
+                              "no migrations (NNNN_name.sql) in \"%s\"", dir);
                 goto out;
         }
         conn = PQconnectdbParams(keys, vals, 1);
         if (!conn || PQstatus(conn) != CONNECTION_OK) {
-                snprintf(errstr, errstr_size,
-                         "could not connect to PostgreSQL: %s",
-                         conn ? PQerrorMessage(conn) : "out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not connect to PostgreSQL: %s",
+                              conn ? PQerrorMessage(conn) : "out of memory");
                 errstr[strcspn(errstr, "\n")] = '\0';
                 err = CQ_ERR_RETRIABLE;
                 goto out;
@@ -300,11 +303,12 @@ cq_err_t cq_migrate_run(const char *dsn,
                 for (i = 0; i < n && v[i].version != version; i++)
                         ;
                 if (i == n) {
-                        snprintf(errstr, errstr_size,
-                                 "migration %04ld (\"%s\") is recorded as "
-                                 "applied but has no file in \"%s\"; refusing "
-                                 "to migrate with an older migrations folder",
-                                 version, rname, dir);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "migration %04ld (\"%s\") is recorded as "
+                            "applied but has no file in \"%s\"; refusing "
+                            "to migrate with an older migrations folder",
+                            version, rname, dir);
                         goto out;
                 }
                 if (read_file(v[i].path, &text, &len, errstr, errstr_size))
@@ -313,12 +317,13 @@ cq_err_t cq_migrate_run(const char *dsn,
                 free(text);
                 text = NULL;
                 if (strcmp(hex, rsum) != 0) {
-                        snprintf(errstr, errstr_size,
-                                 "migration \"%s\" was changed after it was "
-                                 "applied (sha256 %.12s..., recorded "
-                                 "%.12s...); restore the applied version and "
-                                 "put changes in a new migration",
-                                 v[i].name, hex, rsum);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "migration \"%s\" was changed after it was "
+                            "applied (sha256 %.12s..., recorded "
+                            "%.12s...); restore the applied version and "
+                            "put changes in a new migration",
+                            v[i].name, hex, rsum);
                         goto out;
                 }
         }

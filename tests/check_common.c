@@ -13,6 +13,7 @@
 #include "check_support.h"
 #include "coderq/buf.h"
 #include "coderq/cell.h"
+#include "coderq/common.h"
 #include "coderq/config.h"
 #include "coderq/gate.h"
 #include "coderq/log.h"
@@ -486,6 +487,21 @@ static void gate_wait_arrived(cq_gate_t *gate, uint64_t n)
                      (unsigned long long)st.arrived, (unsigned long long)n);
 }
 
+START_TEST(errstr_set_fills_truncates_and_accepts_null)
+{
+        char buf[8];
+
+        cq_errstr_set(buf, sizeof(buf), "could not %s: %d", "x", 42);
+        ck_assert_str_eq(buf, "could n"); /* cut, NUL-terminated */
+        cq_errstr_set(buf, sizeof(buf), "%s", "ok");
+        ck_assert_str_eq(buf, "ok");
+        /* no buffer, or none of it: nothing is written */
+        cq_errstr_set(NULL, 64, "ignored %d", 1);
+        cq_errstr_set(buf, 0, "ignored %d", 2);
+        ck_assert_str_eq(buf, "ok");
+}
+END_TEST
+
 START_TEST(cell_status_names_are_the_stored_values)
 {
         static const struct {
@@ -642,6 +658,7 @@ static Suite *common_suite(void)
         tcase_add_test(tc, iso8601_has_six_digit_microseconds);
         tcase_add_test(tc, backoff_doubles_caps_and_jitters);
         tcase_add_test(tc, rand_is_per_thread_and_in_range);
+        tcase_add_test(tc, errstr_set_fills_truncates_and_accepts_null);
         tcase_add_test(tc, cell_status_names_are_the_stored_values);
         tcase_add_test(tc, gate_admits_in_order_of_arrival);
         tcase_add_test(tc, gate_never_admits_more_than_its_width);

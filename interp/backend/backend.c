@@ -42,7 +42,7 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
         int swept;
 
         if (!backend) {
-                snprintf(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 return NULL;
         }
         backend->cfg = cfg;
@@ -54,11 +54,12 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                           "could not make the process non-dumpable", "error",
                           strerror(errno), NULL);
         if (cq_sandbox_opts_from_config(&so, cfg) != 0) {
-                snprintf(errstr, errstr_size,
-                         "invalid CODERQ_SANDBOX \"%s\" or CODERQ_SANDBOX_UIDS "
-                         "\"%s\"",
-                         cfg->sandbox ? cfg->sandbox : "",
-                         cfg->sandbox_uids ? cfg->sandbox_uids : "");
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "invalid CODERQ_SANDBOX \"%s\" or CODERQ_SANDBOX_UIDS "
+                    "\"%s\"",
+                    cfg->sandbox ? cfg->sandbox : "",
+                    cfg->sandbox_uids ? cfg->sandbox_uids : "");
                 goto fail;
         }
         if (!cfg->work_root) {
@@ -176,8 +177,9 @@ cq_err_t cq_backend_acquire_job(cq_backend_t *backend,
 
                 cq_e2b_opts_from_config(&eo, backend->cfg);
                 if (!eo.api_key || !*eo.api_key) {
-                        snprintf(errstr, errstr_size,
-                                 "backend \"e2b\": E2B_API_KEY is not set");
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "backend \"e2b\": E2B_API_KEY is not set");
                         return CQ_ERR_FATAL;
                 }
                 eo.max_output = backend->cfg->output_max;
@@ -190,7 +192,8 @@ cq_err_t cq_backend_acquire_job(cq_backend_t *backend,
                 err = cq_e2b_create(&eo, interpp, errstr, errstr_size);
                 return err == CQ_ERR_TOO_LARGE ? CQ_ERR_FATAL : err;
         }
-        snprintf(errstr, errstr_size, "backend \"%s\" is not available", which);
+        cq_errstr_set(errstr, errstr_size, "backend \"%s\" is not available",
+                      which);
         return CQ_ERR_FATAL;
 }
 

@@ -141,10 +141,9 @@ static cq_e2b_t *handle_new(const cq_e2b_opts_t *opts,
 
         *errp = CQ_ERR_RETRIABLE;
         if (!opts->api_key || !*opts->api_key) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create E2B sandbox: E2B_API_KEY "
-                                 "is not set");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create E2B sandbox: E2B_API_KEY "
+                              "is not set");
                 *errp = CQ_ERR_FATAL;
                 return NULL;
         }
@@ -202,9 +201,8 @@ static cq_e2b_t *handle_new(const cq_e2b_opts_t *opts,
 oom_free:
         e2b_destroy(&e2b->base);
 oom:
-        if (errstr)
-                snprintf(errstr, errstr_size,
-                         "could not create E2B sandbox: out of memory");
+        cq_errstr_set(errstr, errstr_size,
+                      "could not create E2B sandbox: out of memory");
         return NULL;
 }
 
@@ -254,8 +252,7 @@ cq_err_t cq_e2b_create(const cq_e2b_opts_t *opts,
                 fleet_join(opts->fleet, e2b);
         err = e2b_start_sandbox(e2b);
         if (err != CQ_OK) {
-                if (errstr)
-                        snprintf(errstr, errstr_size, "%s", e2b->errbuf);
+                cq_errstr_set(errstr, errstr_size, "%s", e2b->errbuf);
                 e2b_destroy(&e2b->base);
                 return err;
         }
@@ -284,17 +281,15 @@ cq_e2b_fleet_new(const cq_e2b_opts_t *opts, char *errstr, size_t errstr_size)
         cq_err_t err;
 
         if (!opts->worker_id || !*opts->worker_id) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not track E2B sandboxes: no worker id");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not track E2B sandboxes: no worker id");
                 return NULL;
         }
         fleet = calloc(1, sizeof(*fleet));
         if (!fleet) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not track E2B sandboxes: out of "
-                                 "memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not track E2B sandboxes: out of "
+                              "memory");
                 return NULL;
         }
         pthread_mutex_init(&fleet->lock, NULL);
@@ -412,8 +407,7 @@ int cq_e2b_fleet_reconcile(cq_e2b_fleet_t *fleet,
         int killed = 0;
 
         if (e2b_list_tagged(api, TAG_WORKER, api->tag_worker, &ids) != CQ_OK) {
-                if (errstr)
-                        snprintf(errstr, errstr_size, "%s", api->errbuf);
+                cq_errstr_set(errstr, errstr_size, "%s", api->errbuf);
                 return -1;
         }
         for (i = 0; i < json_array_size(ids); i++) {

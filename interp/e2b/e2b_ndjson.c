@@ -23,20 +23,6 @@ static const struct {
     {"data", "e2b/data"},          {"chart", "e2b/chart"},
 };
 
-CQ_PRINTF(3, 4)
-static cq_err_t
-line_error(char *errstr, size_t errstr_size, const char *fmt, ...)
-{
-        va_list ap;
-
-        if (errstr && errstr_size) {
-                va_start(ap, fmt);
-                vsnprintf(errstr, errstr_size, fmt, ap);
-                va_end(ap);
-        }
-        return CQ_ERR_FATAL;
-}
-
 /* \p tb (\p len bytes, NULs included) without colour codes, one string
  * per line. */
 static json_t *split_traceback(const char *tb, size_t len)
@@ -80,8 +66,9 @@ static json_t *result_output(json_t *doc, char *errstr, size_t errstr_size)
         if (!data)
                 goto fail;
         if (main_res && !json_is_boolean(main_res)) {
-                line_error(errstr, errstr_size,
-                           "result line: \"is_main_result\" is not a boolean");
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "result line: \"is_main_result\" is not a boolean");
                 goto fail;
         }
         for (i = 0; i < CQ_ARRAY_SIZE(mime_fields); i++) {
@@ -92,9 +79,9 @@ static json_t *result_output(json_t *doc, char *errstr, size_t errstr_size)
                     strcmp(mime_fields[i].field, "data") != 0 &&
                     strcmp(mime_fields[i].field, "chart") != 0 &&
                     !json_is_string(v)) {
-                        line_error(errstr, errstr_size,
-                                   "result line: \"%s\" is not a string",
-                                   mime_fields[i].field);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "result line: \"%s\" is not a string",
+                                      mime_fields[i].field);
                         goto fail;
                 }
                 if (json_object_set(data, mime_fields[i].mime, v))
@@ -102,8 +89,8 @@ static json_t *result_output(json_t *doc, char *errstr, size_t errstr_size)
         }
         extra = json_object_get(doc, "extra");
         if (extra && !json_is_null(extra) && !json_is_object(extra)) {
-                line_error(errstr, errstr_size,
-                           "result line: \"extra\" is not an object");
+                cq_errstr_set(errstr, errstr_size,
+                              "result line: \"extra\" is not an object");
                 goto fail;
         }
         json_object_foreach(extra, key, v)
@@ -119,7 +106,7 @@ static json_t *result_output(json_t *doc, char *errstr, size_t errstr_size)
         return out;
 fail:
         if (errstr && errstr_size && !errstr[0])
-                line_error(errstr, errstr_size, "out of memory");
+                cq_errstr_set(errstr, errstr_size, "out of memory");
         json_decref(data);
         return NULL;
 }
@@ -143,18 +130,19 @@ cq_err_t cq_e2b_parse_line(const char *line,
         doc = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
                          &jerr);
         if (!doc) {
-                line_error(errstr, errstr_size, "invalid JSON: %s", jerr.text);
+                cq_errstr_set(errstr, errstr_size, "invalid JSON: %s",
+                              jerr.text);
                 goto out;
         }
         if (!json_is_object(doc)) {
-                line_error(errstr, errstr_size, "line is not a JSON object");
+                cq_errstr_set(errstr, errstr_size, "line is not a JSON object");
                 goto out;
         }
         t = json_object_get(doc, "type");
         type = json_string_value(t);
         if (!type) {
-                line_error(errstr, errstr_size,
-                           "line has no string \"type\" field");
+                cq_errstr_set(errstr, errstr_size,
+                              "line has no string \"type\" field");
                 goto out;
         }
         if (strcmp(type, "number_of_executions") == 0) {
@@ -162,9 +150,9 @@ cq_err_t cq_e2b_parse_line(const char *line,
 
                 if (!json_is_integer(n) || json_integer_value(n) < 0 ||
                     json_integer_value(n) > INT32_MAX) {
-                        line_error(errstr, errstr_size,
-                                   "number_of_executions line: "
-                                   "\"execution_count\" is not a count");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "number_of_executions line: "
+                                      "\"execution_count\" is not a count");
                         goto out;
                 }
                 out->kind = CQ_E2B_LINE_COUNT;
@@ -173,8 +161,9 @@ cq_err_t cq_e2b_parse_line(const char *line,
                 json_t *text = json_object_get(doc, "text");
 
                 if (!json_is_string(text)) {
-                        line_error(errstr, errstr_size,
-                                   "%s line: \"text\" is not a string", type);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "%s line: \"text\" is not a string",
+                                      type);
                         goto out;
                 }
                 out->output = json_pack("{s:s, s:s, s:O}", "output_type",
@@ -193,9 +182,9 @@ cq_err_t cq_e2b_parse_line(const char *line,
 
                 if (!json_is_string(name) || !json_is_string(value) ||
                     (tb && !json_is_null(tb) && !json_is_string(tb))) {
-                        line_error(errstr, errstr_size,
-                                   "error line: \"name\", \"value\" or "
-                                   "\"traceback\" is not a string");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "error line: \"name\", \"value\" or "
+                                      "\"traceback\" is not a string");
                         goto out;
                 }
                 lines = split_traceback(
@@ -217,7 +206,7 @@ cq_err_t cq_e2b_parse_line(const char *line,
         err = CQ_OK;
         goto out;
 oom:
-        line_error(errstr, errstr_size, "out of memory");
+        cq_errstr_set(errstr, errstr_size, "out of memory");
         memset(out, 0, sizeof(*out));
 out:
         json_decref(doc);

@@ -463,10 +463,9 @@ e2b_keepalive(cq_e2b_t *e2b, int attempts, char *errstr, size_t errstr_size)
         unsigned int rng = (unsigned int)cq_now_ms();
 
         if (!curl) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not extend E2B sandbox lifetime: "
-                                 "out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not extend E2B sandbox lifetime: "
+                              "out of memory");
                 return CQ_ERR_RETRIABLE;
         }
         /* the lock keeps the sandbox id and tokens stable against the owner
@@ -482,7 +481,7 @@ e2b_keepalive(cq_e2b_t *e2b, int attempts, char *errstr, size_t errstr_size)
                                  sizeof(buf), &rng, attempts);
         pthread_mutex_unlock(&e2b->lock);
         if (err != CQ_OK && errstr)
-                snprintf(errstr, errstr_size, "%s", buf);
+                cq_errstr_set(errstr, errstr_size, "%s", buf);
         curl_easy_cleanup(curl);
         return err;
 }

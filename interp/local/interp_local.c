@@ -601,9 +601,8 @@ cq_interp_t *cq_local_interp_wrap(cq_kernel_t **kernelp,
 
         *kernelp = NULL;
         if (!li) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create interpreter: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create interpreter: out of memory");
                 if (own_dir) {
                         char dir[PATH_MAX];
 
@@ -624,10 +623,8 @@ cq_interp_t *cq_local_interp_wrap(cq_kernel_t **kernelp,
         /* Files present now (the kernel's own are in the run dir) are not
          * the job's creations. */
         if (walk_work_dir(li, snap_cb, &li->snap)) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not list work dir \"%s\"",
-                                 li->work_dir);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not list work dir \"%s\"", li->work_dir);
                 local_destroy(&li->base);
                 return NULL;
         }

@@ -173,9 +173,8 @@ static cq_jmsg_drop_t drop(cq_jmsg_drop_t why,
                         break;
                 }
         }
-        if (errstr && errstr_size)
-                snprintf(errstr, errstr_size, "dropped kernel message: %s",
-                         reason);
+        cq_errstr_set(errstr, errstr_size, "dropped kernel message: %s",
+                      reason);
         return why;
 }
 

@@ -775,9 +775,8 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
         struct stat st;
 
         if (!kernel) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not start kernel: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not start kernel: out of memory");
                 return NULL;
         }
         kernel->pid = -1;
@@ -871,8 +870,7 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
                 goto fail;
         return kernel;
 fail:
-        if (errstr)
-                snprintf(errstr, errstr_size, "%s", kernel->errmsg);
+        cq_errstr_set(errstr, errstr_size, "%s", kernel->errmsg);
         cq_kernel_destroy(&kernel);
         return NULL;
 }

@@ -323,9 +323,9 @@ static int start_thread(pthread_t *thr,
         int rc = pthread_create(thr, NULL, fn, pool);
 
         if (rc && errstr)
-                snprintf(errstr, errstr_size,
-                         "could not start kernel pool %s: %s", what,
-                         strerror(rc));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not start kernel pool %s: %s", what,
+                              strerror(rc));
         return rc;
 }
 
@@ -350,12 +350,10 @@ static char *preload_code(const char *list, char *errstr, size_t errstr_size)
                         p,
                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                         "0123456789_.") < (size_t)(end - p)) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "invalid module name \"%.*s\" in "
-                                         "CODERQ_KERNEL_PRELOAD",
-                                         (int)(end - p > 100 ? 100 : end - p),
-                                         p);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid module name \"%.*s\" in "
+                                      "CODERQ_KERNEL_PRELOAD",
+                                      (int)(end - p > 100 ? 100 : end - p), p);
                         cq_buf_release(&code);
                         return NULL;
                 }
@@ -387,9 +385,8 @@ static char *preload_code(const char *list, char *errstr, size_t errstr_size)
         return cq_buf_take(&code, NULL);
 oom:
         cq_buf_release(&code);
-        if (errstr)
-                snprintf(errstr, errstr_size,
-                         "could not create kernel pool: out of memory");
+        cq_errstr_set(errstr, errstr_size,
+                      "could not create kernel pool: out of memory");
         return NULL;
 }
 
@@ -484,9 +481,8 @@ failed:
         cq_kpool_destroy(&pool);
         return NULL;
 oom:
-        if (errstr)
-                snprintf(errstr, errstr_size,
-                         "could not create kernel pool: out of memory");
+        cq_errstr_set(errstr, errstr_size,
+                      "could not create kernel pool: out of memory");
         cq_kpool_destroy(&pool);
         return NULL;
 }
@@ -540,13 +536,12 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
                         pool->own_starts++;
                 pthread_mutex_unlock(&pool->lock);
                 return kernel ? wrap(pool, &kernel, errstr, errstr_size) : NULL;
-        } else if (errstr) {
-                snprintf(errstr, errstr_size,
-                         "could not acquire a kernel: %s%s%s",
-                         pool->stop ? "pool is stopping" : "none ready in time",
-                         pool->errmsg[0] ? "; last start error: " : "",
-                         pool->errmsg);
-        }
+        } else
+                cq_errstr_set(
+                    errstr, errstr_size, "could not acquire a kernel: %s%s%s",
+                    pool->stop ? "pool is stopping" : "none ready in time",
+                    pool->errmsg[0] ? "; last start error: " : "",
+                    pool->errmsg);
         pthread_mutex_unlock(&pool->lock);
         if (!kernel)
                 return NULL;

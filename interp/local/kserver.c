@@ -116,14 +116,14 @@ static int get_pid(json_t *reply,
         json_int_t n;
 
         if (!json_is_integer(v)) {
-                snprintf(errstr, errstr_size, "reply has no integer \"%s\"",
-                         key);
+                cq_errstr_set(errstr, errstr_size,
+                              "reply has no integer \"%s\"", key);
                 return -1;
         }
         n = json_integer_value(v);
         if (n <= 1 || n > INT32_MAX) {
-                snprintf(errstr, errstr_size, "reply has \"%s\" %lld", key,
-                         (long long)n);
+                cq_errstr_set(errstr, errstr_size, "reply has \"%s\" %lld", key,
+                              (long long)n);
                 return -1;
         }
         *out = (pid_t)n;
@@ -145,27 +145,29 @@ int cq_kserver_reply_parse(const char *data,
         memset(reply, 0, sizeof(*reply));
         reply->status = -1;
         if (len == 0 || len > CQ_KSERVER_MSG_MAX) {
-                snprintf(errstr, errstr_size, "reply of %zu bytes", len);
+                cq_errstr_set(errstr, errstr_size, "reply of %zu bytes", len);
                 goto out;
         }
         root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
         if (!json_is_object(root)) {
-                snprintf(errstr, errstr_size, "reply is not a JSON object%s%s",
-                         root ? "" : ": ", root ? "" : jerr.text);
+                cq_errstr_set(errstr, errstr_size,
+                              "reply is not a JSON object%s%s",
+                              root ? "" : ": ", root ? "" : jerr.text);
                 goto out;
         }
         ok = json_object_get(root, "ok");
         if (!json_is_boolean(ok)) {
-                snprintf(errstr, errstr_size, "reply has no boolean \"ok\"");
+                cq_errstr_set(errstr, errstr_size,
+                              "reply has no boolean \"ok\"");
                 goto out;
         }
         reply->ok = json_is_true(ok);
         if (!reply->ok) {
                 v = json_object_get(root, "error");
                 if (!json_is_string(v) || nfds != 0) {
-                        snprintf(errstr, errstr_size,
-                                 "refusal without a reason, or with "
-                                 "descriptors");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "refusal without a reason, or with "
+                                      "descriptors");
                         goto out;
                 }
                 snprintf(reply->error, sizeof(reply->error), "%s",
@@ -180,15 +182,15 @@ int cq_kserver_reply_parse(const char *data,
                 v = json_object_get(root, "status");
                 if (!json_is_integer(v) || json_integer_value(v) < -255 ||
                     json_integer_value(v) > 255 || nfds != 0) {
-                        snprintf(errstr, errstr_size,
-                                 "probe reply without a status, or with "
-                                 "descriptors");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "probe reply without a status, or with "
+                                      "descriptors");
                         goto out;
                 }
                 reply->status = (int)json_integer_value(v);
         } else if (nfds != 2) {
-                snprintf(errstr, errstr_size,
-                         "reply came with %d descriptors, not 2", nfds);
+                cq_errstr_set(errstr, errstr_size,
+                              "reply came with %d descriptors, not 2", nfds);
                 goto out;
         }
         rc = 0;
@@ -262,8 +264,8 @@ static ssize_t recv_msg(int sock,
                (r = poll(&pfd, 1, (int)left)) < 0 && errno == EINTR)
                 ;
         if (r <= 0) {
-                snprintf(errstr, errstr_size, "no reply within %lld ms",
-                         (long long)ms);
+                cq_errstr_set(errstr, errstr_size, "no reply within %lld ms",
+                              (long long)ms);
                 return -1;
         }
         memset(&mh, 0, sizeof(mh));
@@ -288,15 +290,16 @@ static ssize_t recv_msg(int sock,
         if (n < 0 || n == 0 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
             ngot > 2) {
                 if (n < 0)
-                        snprintf(errstr, errstr_size, "could not read: %s",
-                                 strerror(errno));
+                        cq_errstr_set(errstr, errstr_size, "could not read: %s",
+                                      strerror(errno));
                 else if (n == 0)
-                        snprintf(errstr, errstr_size, "it closed the socket");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "it closed the socket");
                 else
-                        snprintf(errstr, errstr_size,
-                                 "reply larger than %zu bytes or with too "
-                                 "many descriptors",
-                                 size);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "reply larger than %zu bytes or with too "
+                                      "many descriptors",
+                                      size);
                 for (i = 0; i < ngot; i++)
                         close(got[i]);
                 return -1;
@@ -380,7 +383,7 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
         if (cq_work_dir_new(ks->work_root, ks->dir, sizeof(ks->dir), err,
                             sizeof(err))) {
                 ks->dir[0] = '\0';
-                snprintf(errstr, errstr_size, "%s", err);
+                cq_errstr_set(errstr, errstr_size, "%s", err);
                 goto out;
         }
         snprintf(logpath, sizeof(logpath), "%s/server.log", ks->dir);
@@ -393,14 +396,14 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
         envp = cq_kernel_environ(ks->dir, ks->dir, 0);
         if (logfd < 0 || nullfd < 0 || !envp ||
             socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
-                snprintf(errstr, errstr_size, "could not prepare: %s",
-                         strerror(errno ? errno : ENOMEM));
+                cq_errstr_set(errstr, errstr_size, "could not prepare: %s",
+                              strerror(errno ? errno : ENOMEM));
                 goto out;
         }
         pid = fork();
         if (pid < 0) {
-                snprintf(errstr, errstr_size, "could not fork: %s",
-                         strerror(errno));
+                cq_errstr_set(errstr, errstr_size, "could not fork: %s",
+                              strerror(errno));
                 goto out;
         }
         if (pid == 0) {
@@ -469,9 +472,9 @@ server_ready(cq_kserver_t *ks, int64_t ms, char *errstr, size_t errstr_size)
         if (ms <= 0 && poll(&pfd, 1, 0) == 0) {
                 if (cq_now_ms() - ks->started_at < ks->start_ms)
                         return 1;
-                snprintf(errstr, errstr_size,
-                         "the kernel server was not ready in %lld ms",
-                         (long long)ks->start_ms);
+                cq_errstr_set(errstr, errstr_size,
+                              "the kernel server was not ready in %lld ms",
+                              (long long)ks->start_ms);
                 return -1;
         }
         n = recv_msg(ks->sock, buf, sizeof(buf) - 1, ms > 0 ? ms : 1, fds,
@@ -480,26 +483,27 @@ server_ready(cq_kserver_t *ks, int64_t ms, char *errstr, size_t errstr_size)
                 close(fds[i]);
         if (n < 0) {
                 log_tail(ks->dir, "server.log", tail, sizeof(tail));
-                snprintf(errstr, errstr_size,
-                         "the kernel server did not start: %.200s%.300s", err,
-                         tail);
+                cq_errstr_set(errstr, errstr_size,
+                              "the kernel server did not start: %.200s%.300s",
+                              err, tail);
                 goto out;
         }
         msg = json_loadb(buf, (size_t)n, 0, NULL);
         threads = json_integer_value(json_object_get(msg, "threads"));
         if (!json_is_true(json_object_get(msg, "ready")) || nfds) {
-                snprintf(errstr, errstr_size,
-                         "the kernel server sent no ready message");
+                cq_errstr_set(errstr, errstr_size,
+                              "the kernel server sent no ready message");
                 goto out;
         }
         if (threads != 1) {
                 /* A module that starts a thread on import: every fork
                  * would lose it. Found, not assumed. */
-                snprintf(errstr, errstr_size,
-                         "the kernel server has %lld threads after its "
-                         "imports (CODERQ_KERNEL_PRELOAD=%s); forking needs "
-                         "exactly 1",
-                         (long long)threads, ks->preload);
+                cq_errstr_set(
+                    errstr, errstr_size,
+                    "the kernel server has %lld threads after its "
+                    "imports (CODERQ_KERNEL_PRELOAD=%s); forking needs "
+                    "exactly 1",
+                    (long long)threads, ks->preload);
                 goto out;
         }
         ks->stats.import_ms =
@@ -583,10 +587,10 @@ static int transact(cq_kserver_t *ks,
         ssize_t n;
 
         if (!text) {
-                snprintf(errstr, errstr_size,
-                         "could not build the request: out of memory or "
-                         "larger than %d bytes",
-                         CQ_KSERVER_MSG_MAX);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not build the request: out of memory or "
+                              "larger than %d bytes",
+                              CQ_KSERVER_MSG_MAX);
                 return -1;
         }
         if (send_msg(ks->sock, text, req->log_fd) != 0) {
@@ -611,7 +615,7 @@ static int transact(cq_kserver_t *ks,
         return 0;
 failed:
         free(text);
-        snprintf(errstr, errstr_size, "kernel server: %s", why);
+        cq_errstr_set(errstr, errstr_size, "kernel server: %s", why);
         server_failed(ks, why);
         return -1;
 }
@@ -627,24 +631,24 @@ static int ensure_ready(cq_kserver_t *ks, char *errstr, size_t errstr_size)
 
                 if (poll(&pfd, 1, 0) > 0) {
                         server_failed(ks, "the server process exited");
-                        snprintf(errstr, errstr_size,
-                                 "kernel server exited; restarting");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "kernel server exited; restarting");
                         return -1;
                 }
         }
         if (ks->state == KS_NONE) {
                 if (cq_now_ms() < ks->retry_at) {
-                        snprintf(errstr, errstr_size,
-                                 "kernel server restarts in %lld ms",
-                                 (long long)(ks->retry_at - cq_now_ms()));
+                        cq_errstr_set(errstr, errstr_size,
+                                      "kernel server restarts in %lld ms",
+                                      (long long)(ks->retry_at - cq_now_ms()));
                         return -1;
                 }
                 ks->stats.restarts++;
                 if (server_start(ks, err, sizeof(err))) {
                         server_failed(ks, err);
-                        snprintf(errstr, errstr_size,
-                                 "could not restart the kernel server: %.400s",
-                                 err);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "could not restart the kernel server: %.400s", err);
                         return -1;
                 }
         }
@@ -652,12 +656,12 @@ static int ensure_ready(cq_kserver_t *ks, char *errstr, size_t errstr_size)
                 r = server_ready(ks, 0, err, sizeof(err));
                 if (r < 0) {
                         server_failed(ks, err);
-                        snprintf(errstr, errstr_size, "%s", err);
+                        cq_errstr_set(errstr, errstr_size, "%s", err);
                         return -1;
                 }
                 if (r > 0) {
-                        snprintf(errstr, errstr_size,
-                                 "kernel server still starting");
+                        cq_errstr_set(errstr, errstr_size,
+                                      "kernel server still starting");
                         return -1;
                 }
                 cq_log_info("kernel server ready again");
@@ -677,8 +681,8 @@ int cq_kserver_spawn(cq_kserver_t *ks,
         child->pid = -1;
         child->pidfd = -1;
         if (!cq_kserver_enabled(ks)) {
-                snprintf(errstr, errstr_size, "kernel server off: %s",
-                         cq_kserver_reason(ks));
+                cq_errstr_set(errstr, errstr_size, "kernel server off: %s",
+                              cq_kserver_reason(ks));
                 return -1;
         }
         pthread_mutex_lock(&ks->lock);
@@ -687,8 +691,8 @@ int cq_kserver_spawn(cq_kserver_t *ks,
                      errstr_size))
                 goto out;
         if (!reply.ok) {
-                snprintf(errstr, errstr_size, "the kernel server refused: %s",
-                         reply.error);
+                cq_errstr_set(errstr, errstr_size,
+                              "the kernel server refused: %s", reply.error);
                 /* Threads appeared: no later fork is safe either. */
                 if (strstr(reply.error, "threads"))
                         server_failed(ks, reply.error);
@@ -731,15 +735,15 @@ static int probe(cq_kserver_t *ks,
             cq_work_dir_new(ks->work_root, dir, sizeof(dir), err,
                             sizeof(err))) {
                 dir[0] = '\0';
-                snprintf(errstr, errstr_size, "probe: %s", err);
+                cq_errstr_set(errstr, errstr_size, "probe: %s", err);
                 goto out;
         }
         snprintf(path, sizeof(path), "%s/probe.log", dir);
         if (cq_sandbox_own(&id, dir) ||
             (logfd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
                           0600)) < 0) {
-                snprintf(errstr, errstr_size, "probe: could not prepare: %s",
-                         strerror(errno));
+                cq_errstr_set(errstr, errstr_size,
+                              "probe: could not prepare: %s", strerror(errno));
                 goto out;
         }
         memset(&req, 0, sizeof(req));
@@ -751,7 +755,7 @@ static int probe(cq_kserver_t *ks,
         req.log_fd = logfd;
         if (transact(ks, "probe", &req, PROBE_TIMEOUT_MS, &reply, fds, err,
                      sizeof(err))) {
-                snprintf(errstr, errstr_size, "probe: %s", err);
+                cq_errstr_set(errstr, errstr_size, "probe: %s", err);
                 goto out;
         }
         if (!reply.ok || reply.status != 0) {
@@ -783,10 +787,9 @@ cq_kserver_new(const cq_kserver_opts_t *opts, char *errstr, size_t errstr_size)
         int life[2];
 
         if (!ks) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create the kernel server: out of "
-                                 "memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create the kernel server: out of "
+                              "memory");
                 return NULL;
         }
         pthread_mutex_init(&ks->lock, NULL);
@@ -843,13 +846,10 @@ cq_kserver_new(const cq_kserver_opts_t *opts, char *errstr, size_t errstr_size)
         }
         return ks;
 fail:
-        if (errstr)
-                snprintf(errstr, errstr_size,
-                         "could not start the kernel server%s: %s",
-                         opts->mode == CQ_KSERVER_ON
-                             ? " (CODERQ_KERNEL_SERVER=on)"
-                             : "",
-                         ks->reason);
+        cq_errstr_set(
+            errstr, errstr_size, "could not start the kernel server%s: %s",
+            opts->mode == CQ_KSERVER_ON ? " (CODERQ_KERNEL_SERVER=on)" : "",
+            ks->reason);
         cq_kserver_destroy(&ks);
         return NULL;
 }

@@ -215,22 +215,24 @@ range_unowned(long first, long last, char *errstr, size_t errstr_size)
         setpwent();
         while (rc == 0 && (pw = getpwent()) != NULL)
                 if ((long)pw->pw_uid >= first && (long)pw->pw_uid <= last) {
-                        snprintf(errstr, errstr_size,
-                                 "uid %ld of CODERQ_SANDBOX_UIDS=%ld-%ld is "
-                                 "the account \"%s\"; choose a range no "
-                                 "account or group uses",
-                                 (long)pw->pw_uid, first, last, pw->pw_name);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "uid %ld of CODERQ_SANDBOX_UIDS=%ld-%ld is "
+                            "the account \"%s\"; choose a range no "
+                            "account or group uses",
+                            (long)pw->pw_uid, first, last, pw->pw_name);
                         rc = -1;
                 }
         endpwent();
         setgrent();
         while (rc == 0 && (gr = getgrent()) != NULL)
                 if ((long)gr->gr_gid >= first && (long)gr->gr_gid <= last) {
-                        snprintf(errstr, errstr_size,
-                                 "gid %ld of CODERQ_SANDBOX_UIDS=%ld-%ld is "
-                                 "the group \"%s\"; choose a range no "
-                                 "account or group uses",
-                                 (long)gr->gr_gid, first, last, gr->gr_name);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "gid %ld of CODERQ_SANDBOX_UIDS=%ld-%ld is "
+                            "the group \"%s\"; choose a range no "
+                            "account or group uses",
+                            (long)gr->gr_gid, first, last, gr->gr_name);
                         rc = -1;
                 }
         endgrent();
@@ -245,23 +247,24 @@ static int open_lock_file(char *errstr, size_t errstr_size)
         int fd;
 
         if (mkdir(CQ_SANDBOX_UID_LOCK_DIR, 0700) && errno != EEXIST) {
-                snprintf(errstr, errstr_size, "could not create \"%s\": %s",
-                         CQ_SANDBOX_UID_LOCK_DIR, strerror(errno));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create \"%s\": %s",
+                              CQ_SANDBOX_UID_LOCK_DIR, strerror(errno));
                 return -1;
         }
         if (lstat(CQ_SANDBOX_UID_LOCK_DIR, &st) || !S_ISDIR(st.st_mode) ||
             st.st_uid != 0 || (st.st_mode & 022)) {
-                snprintf(errstr, errstr_size,
-                         "\"%s\" must be a directory of root's that only "
-                         "root can write",
-                         CQ_SANDBOX_UID_LOCK_DIR);
+                cq_errstr_set(errstr, errstr_size,
+                              "\"%s\" must be a directory of root's that only "
+                              "root can write",
+                              CQ_SANDBOX_UID_LOCK_DIR);
                 return -1;
         }
         fd = open(CQ_SANDBOX_UID_LOCK_FILE,
                   O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0) {
-                snprintf(errstr, errstr_size, "could not open \"%s\": %s",
-                         CQ_SANDBOX_UID_LOCK_FILE, strerror(errno));
+                cq_errstr_set(errstr, errstr_size, "could not open \"%s\": %s",
+                              CQ_SANDBOX_UID_LOCK_FILE, strerror(errno));
                 return -1;
         }
         return fd;
@@ -290,9 +293,8 @@ int cq_sandbox_id_acquire(const cq_sandbox_t *sandbox,
         }
         fd = open_lock_file(err, sizeof(err));
         if (fd < 0) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not lease a kernel uid: %s", err);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not lease a kernel uid: %s", err);
                 return -1;
         }
         /* The lowest free one: the file stays sparse and small. */
@@ -312,22 +314,20 @@ int cq_sandbox_id_acquire(const cq_sandbox_t *sandbox,
                         return 0;
                 }
                 if (errno != EAGAIN && errno != EACCES && errno != EINTR) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "could not lease a kernel uid: could "
-                                         "not lock \"%s\": %s",
-                                         CQ_SANDBOX_UID_LOCK_FILE,
-                                         strerror(errno));
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not lease a kernel uid: could "
+                                      "not lock \"%s\": %s",
+                                      CQ_SANDBOX_UID_LOCK_FILE,
+                                      strerror(errno));
                         close(fd);
                         return -1;
                 }
         }
         close(fd);
-        if (errstr)
-                snprintf(errstr, errstr_size,
-                         "could not lease a kernel uid: all of %ld-%ld are in "
-                         "use (CODERQ_SANDBOX_UIDS)",
-                         sandbox->uid_first, sandbox->uid_last);
+        cq_errstr_set(errstr, errstr_size,
+                      "could not lease a kernel uid: all of %ld-%ld are in "
+                      "use (CODERQ_SANDBOX_UIDS)",
+                      sandbox->uid_first, sandbox->uid_last);
         return -1;
 }
 
@@ -597,16 +597,14 @@ cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
         const char *dir = opts->probe_dir;
 
         if (!sandbox) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create sandbox: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create sandbox: out of memory");
                 return NULL;
         }
         sandbox->bwrap = strdup(opts->bwrap ? opts->bwrap : "/usr/bin/bwrap");
         if (!sandbox->bwrap) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create sandbox: out of memory");
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create sandbox: out of memory");
                 cq_sandbox_destroy(&sandbox);
                 return NULL;
         }
@@ -627,11 +625,10 @@ cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
                 if (sandbox->drop) {
                         if (range_unowned(opts->uid_first, opts->uid_last, err,
                                           sizeof(err))) {
-                                if (errstr)
-                                        snprintf(errstr, errstr_size,
-                                                 "could not enable the "
-                                                 "sandbox: %s",
-                                                 err);
+                                cq_errstr_set(errstr, errstr_size,
+                                              "could not enable the "
+                                              "sandbox: %s",
+                                              err);
                                 cq_sandbox_destroy(&sandbox);
                                 return NULL;
                         }
@@ -639,14 +636,13 @@ cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
                         sandbox->uid_first = opts->uid_first;
                         sandbox->uid_last = opts->uid_last;
                 } else if (opts->uids_required) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "could not enable the sandbox: a uid "
-                                         "per kernel (CODERQ_SANDBOX_UIDS=%ld-"
-                                         "%ld) needs a worker running as "
-                                         "root; set CODERQ_SANDBOX_UIDS=auto "
-                                         "to share one uid",
-                                         opts->uid_first, opts->uid_last);
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not enable the sandbox: a uid "
+                                      "per kernel (CODERQ_SANDBOX_UIDS=%ld-"
+                                      "%ld) needs a worker running as "
+                                      "root; set CODERQ_SANDBOX_UIDS=auto "
+                                      "to share one uid",
+                                      opts->uid_first, opts->uid_last);
                         cq_sandbox_destroy(&sandbox);
                         return NULL;
                 }
@@ -669,11 +665,10 @@ cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
                 sandbox->enabled = false;
         }
         if (!sandbox->enabled && opts->mode == CQ_SANDBOX_ON) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not enable the sandbox "
-                                 "(CODERQ_SANDBOX=on): %s",
-                                 sandbox->reason);
+                cq_errstr_set(errstr, errstr_size,
+                              "could not enable the sandbox "
+                              "(CODERQ_SANDBOX=on): %s",
+                              sandbox->reason);
                 cq_sandbox_destroy(&sandbox);
                 return NULL;
         }

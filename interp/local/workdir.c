@@ -34,11 +34,10 @@ int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
         int fd = -1, rc = -1;
 
         if (root[0] != '/' || len >= sizeof(path)) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "work root \"%s\" must be an absolute path "
-                                 "shorter than %zu bytes",
-                                 root, sizeof(path));
+                cq_errstr_set(errstr, errstr_size,
+                              "work root \"%s\" must be an absolute path "
+                              "shorter than %zu bytes",
+                              root, sizeof(path));
                 return -1;
         }
         memcpy(path, root, len + 1);
@@ -49,29 +48,26 @@ int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
                         continue;
                 path[i] = '\0';
                 if (mkdir(path, 0755) && errno != EEXIST) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "could not create \"%s\" for the "
-                                         "work root: %s",
-                                         path, strerror(errno));
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not create \"%s\" for the "
+                                      "work root: %s",
+                                      path, strerror(errno));
                         return -1;
                 }
                 path[i] = '/';
         }
         if (mkdir(root, 0711) == 0) {
                 if (chmod(root, 0711)) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "could not chmod work root \"%s\": "
-                                         "%s",
-                                         root, strerror(errno));
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not chmod work root \"%s\": "
+                                      "%s",
+                                      root, strerror(errno));
                         return -1;
                 }
         } else if (errno != EEXIST) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create work root \"%s\": %s", root,
-                                 strerror(errno));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create work root \"%s\": %s", root,
+                              strerror(errno));
                 return -1;
         }
         /* Opened without following a symlink, then checked and tightened
@@ -87,27 +83,27 @@ int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
                         goto out;
                 /* O_DIRECTORY | O_NOFOLLOW on a symlink: ENOTDIR or ELOOP */
                 if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
-                        snprintf(errstr, errstr_size,
-                                 "work root \"%s\" is a symbolic link; name "
-                                 "the directory itself",
-                                 root);
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "work root \"%s\" is a symbolic link; name "
+                            "the directory itself",
+                            root);
                 else
-                        snprintf(errstr, errstr_size,
-                                 "work root \"%s\" is not a directory: %s",
-                                 root, strerror(e));
+                        cq_errstr_set(errstr, errstr_size,
+                                      "work root \"%s\" is not a directory: %s",
+                                      root, strerror(e));
                 goto out;
         }
         /* Work dirs are made and removed in it as root: one that others
          * own or may write could have them swapped for symlinks. A
          * directory others may write is shared (/tmp): never chmod it. */
         if (st.st_uid != geteuid() || (st.st_mode & 022)) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "work root \"%s\" must belong to uid %ld and "
-                                 "be writable only by it (it is uid %ld, mode "
-                                 "%04o)",
-                                 root, (long)geteuid(), (long)st.st_uid,
-                                 (unsigned)(st.st_mode & 07777));
+                cq_errstr_set(errstr, errstr_size,
+                              "work root \"%s\" must belong to uid %ld and "
+                              "be writable only by it (it is uid %ld, mode "
+                              "%04o)",
+                              root, (long)geteuid(), (long)st.st_uid,
+                              (unsigned)(st.st_mode & 07777));
                 goto out;
         }
         /* Ours, but others may list it (or a special bit is set): made
@@ -117,12 +113,11 @@ int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
                 mode_t tight = st.st_mode & 0711;
 
                 if (fchmod(fd, tight) != 0) {
-                        if (errstr)
-                                snprintf(errstr, errstr_size,
-                                         "could not chmod work root \"%s\" "
-                                         "from %04o to %04o: %s",
-                                         root, (unsigned)(st.st_mode & 07777),
-                                         (unsigned)tight, strerror(errno));
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not chmod work root \"%s\" "
+                                      "from %04o to %04o: %s",
+                                      root, (unsigned)(st.st_mode & 07777),
+                                      (unsigned)tight, strerror(errno));
                         goto out;
                 }
                 snprintf(was, sizeof(was), "%04o",
@@ -159,10 +154,9 @@ int cq_work_dir_new(const char *root,
         if (snprintf(out, out_size, "%s/k-%ld-XXXXXX", root, (long)getpid()) >=
                 (int)out_size ||
             !mkdtemp(out)) {
-                if (errstr)
-                        snprintf(errstr, errstr_size,
-                                 "could not create work dir in \"%s\": %s",
-                                 root, strerror(errno));
+                cq_errstr_set(errstr, errstr_size,
+                              "could not create work dir in \"%s\": %s", root,
+                              strerror(errno));
                 return -1;
         }
         return 0;

@@ -41,4 +41,12 @@ typedef enum cq_err {
 /** @brief A static English name for \p err ("ok", "retriable", ...). */
 const char *cq_err_name(cq_err_t err);
 
+/**
+ * @brief Fill a caller's error buffer: vsnprintf() into \p errstr, which
+ *        may be NULL (or \p errstr_size 0: nothing is written), as every
+ *        function taking "char *errstr, size_t errstr_size" allows.
+ */
+void cq_errstr_set(char *errstr, size_t errstr_size, const char *fmt, ...)
+    CQ_PRINTF(3, 4);
+
 #endif
