@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
-#include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
 #include <poll.h>
 #include <signal.h>
@@ -24,6 +23,7 @@
 #include "coderq/kserver.h"
 #include "coderq/log.h"
 #include "coderq/sandbox.h"
+#include "coderq/store.h"
 #include "coderq/util.h"
 #include "coderq/workdir.h"
 #include "../consumer/kafka_int.h"
@@ -81,67 +81,27 @@ static void one_line(char *s)
 
 static int check_postgres(const cq_config_t *cfg)
 {
-        const char *keys[5], *values[5];
-        char timeout[16], what[512], tls[160];
-        PGconn *conn = NULL;
-        PGresult *res = NULL;
-        int n = 0, rc = -1;
+        cq_store_probe_t probe;
+        char what[512], tls[192];
 
-        snprintf(timeout, sizeof(timeout), "%d",
-                 DOCTOR_SERVICE_TIMEOUT_MS / 1000);
-        if (cfg->pg_dsn) {
-                keys[n] = "dbname"; /* expanded: a DSN or a URI */
-                values[n++] = cfg->pg_dsn;
-        }
-        keys[n] = "connect_timeout";
-        values[n++] = timeout;
-        keys[n] = "application_name";
-        values[n++] = "coderq-doctor";
-        keys[n] = "options";
-        values[n++] = "-c statement_timeout=3000";
-        keys[n] = NULL;
-        values[n] = NULL;
-        conn = PQconnectdbParams(keys, values, 1);
-        if (!conn) {
-                report("postgresql", CHECK_FAIL,
-                       "could not connect: out of "
-                       "memory");
-                goto out;
-        }
-        if (PQstatus(conn) != CONNECTION_OK) {
-                snprintf(what, sizeof(what), "could not connect: %s",
-                         PQerrorMessage(conn));
+        if (cq_store_probe(cfg->pg_dsn, DOCTOR_SERVICE_TIMEOUT_MS / 1000,
+                           DOCTOR_SERVICE_TIMEOUT_MS, "coderq-doctor", &probe,
+                           what, sizeof(what)) != 0) {
                 one_line(what);
                 report("postgresql", CHECK_FAIL, what);
-                goto out;
+                return -1;
         }
-        res = PQexec(conn, "SELECT current_setting('server_version'), "
-                           "current_database()");
-        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-                snprintf(what, sizeof(what), "could not run a query: %s",
-                         PQerrorMessage(conn));
-                one_line(what);
-                report("postgresql", CHECK_FAIL, what);
-                goto out;
-        }
-        if (PQsslInUse(conn)) {
-                const char *protocol = PQsslAttribute(conn, "protocol");
-                const char *cipher = PQsslAttribute(conn, "cipher");
-
+        if (probe.tls)
                 snprintf(tls, sizeof(tls), "encrypted (%s, %s)",
-                         protocol ? protocol : "TLS",
-                         cipher ? cipher : "unknown cipher");
-        } else {
+                         probe.tls_protocol[0] ? probe.tls_protocol : "TLS",
+                         probe.tls_cipher[0] ? probe.tls_cipher
+                                             : "unknown cipher");
+        else
                 snprintf(tls, sizeof(tls), "not encrypted");
-        }
         snprintf(what, sizeof(what), "PostgreSQL %s, database \"%s\", %s",
-                 PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), tls);
+                 probe.version, probe.database, tls);
         report("postgresql", CHECK_OK, what);
-        rc = 0;
-out:
-        PQclear(res);
-        PQfinish(conn);
-        return rc;
+        return 0;
 }
 
 /* Connection failures are the expected outcome of a check against a dead

@@ -8,7 +8,6 @@
  * the consumer keeps polling. */
 #include "coderq/kafka.h"
 
-#include <libpq-fe.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +42,8 @@ struct cq_intake {
         cq_store_opts_t store_opts;
         cq_producer_t *prod; /* borrowed */
         rd_kafka_t *rk;
-        cq_store_t *store; /* lazily connected */
-        PGconn *backlog_conn;
+        cq_store_t *store;     /* lazily connected */
+        cq_backlog_t *backlog; /* lazily made */
         pending_t *fifo;
         size_t head, n, cap;                     /* fifo[head .. head+n) */
         rd_kafka_topic_partition_list_t *paused; /* what we paused */
@@ -286,8 +285,7 @@ void cq_intake_destroy(cq_intake_t **intakep)
                 rd_kafka_destroy(intake->rk);
         }
         cq_store_destroy(&intake->store);
-        if (intake->backlog_conn)
-                PQfinish(intake->backlog_conn);
+        cq_backlog_destroy(&intake->backlog);
         free(intake);
         *intakep = NULL;
 }
@@ -591,43 +589,15 @@ static step_t step(cq_intake_t *intake, pending_t *p)
         return step_dlq(intake, p);
 }
 
-/* Count queued jobs, at most backlog_max + 1 (cheap with the queue's
- * partial index). -1 when PostgreSQL cannot be asked. */
+/* Count queued jobs, at most backlog_max + 1 (see cq_backlog_count()).
+ * -1 when PostgreSQL cannot be asked. */
 static long backlog_count(cq_intake_t *intake)
 {
-        static const char sql[] =
-            "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE status = 'queued'"
-            " LIMIT $1::bigint) q";
-        char limit[32];
-        const char *params[1] = {limit};
-        PGresult *res = NULL;
-        long n = -1;
-
-        if (!intake->backlog_conn) {
-                const char *keys[] = {"dbname", "connect_timeout",
-                                      "application_name", NULL};
-                const char *vals[] = {
-                    intake->store_opts.dsn ? intake->store_opts.dsn : "", "2",
-                    "coderq-intake", NULL};
-
-                intake->backlog_conn = PQconnectdbParams(keys, vals, 1);
-        }
-        if (!intake->backlog_conn ||
-            PQstatus(intake->backlog_conn) != CONNECTION_OK)
-                goto out;
-        snprintf(limit, sizeof(limit), "%ld", intake->opts.backlog_max + 1);
-        res = PQexecParams(intake->backlog_conn, sql, 1, NULL, params, NULL,
-                           NULL, 0);
-        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
-                goto out;
-        n = strtol(PQgetvalue(res, 0, 0), NULL, 10);
-out:
-        PQclear(res);
-        if (n < 0 && intake->backlog_conn) {
-                PQfinish(intake->backlog_conn);
-                intake->backlog_conn = NULL;
-        }
-        return n;
+        if (!intake->backlog)
+                intake->backlog = cq_backlog_new(intake->store_opts.dsn);
+        if (!intake->backlog)
+                return -1;
+        return cq_backlog_count(intake->backlog, intake->opts.backlog_max + 1);
 }
 
 static void check_backlog(cq_intake_t *intake, int64_t now)

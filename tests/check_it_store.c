@@ -2600,6 +2600,51 @@ START_TEST(checkpoint_write_after_lost_commit_reply_stored_once)
 }
 END_TEST
 
+/* The intake's backlog count and the doctor's probe: connections of their
+ * own, no store handle. */
+START_TEST(backlog_counts_queued_jobs_and_probe_names_the_server)
+{
+        static const char nowhere[] =
+            "host=127.0.0.1 port=1 dbname=none connect_timeout=2";
+        cq_store_t *store = store_for("w1", 120);
+        cq_backlog_t *bl = cq_backlog_new(g_dsn);
+        cq_store_probe_t probe;
+        char errstr[512], *s;
+
+        ck_assert_ptr_nonnull(bl);
+        ck_assert_int_eq(cq_backlog_count(bl, 10), 0);
+        add_job(store, "b1", 0, NULL, NULL);
+        add_job(store, "b2", 0, NULL, NULL);
+        add_job(store, "b3", 0, NULL, NULL);
+        ck_assert_int_eq(cq_backlog_count(bl, 10), 3);
+        ck_assert_int_eq(cq_backlog_count(bl, 2), 2); /* stops at the limit */
+        s = claim_id(store);
+        free(s);
+        ck_assert_int_eq(cq_backlog_count(bl, 10), 2); /* queued ones only */
+        cq_backlog_destroy(&bl);
+        ck_assert_ptr_null(bl);
+        /* a server it cannot reach: unknown, again on the next count */
+        bl = cq_backlog_new(nowhere);
+        ck_assert_int_eq(cq_backlog_count(bl, 10), -1);
+        ck_assert_int_eq(cq_backlog_count(bl, 10), -1);
+        cq_backlog_destroy(&bl);
+
+        ck_assert_int_eq(cq_store_probe(g_dsn, 3, 3000, "cqt-probe", &probe,
+                                        errstr, sizeof(errstr)),
+                         0);
+        ck_assert_str_eq(probe.database, g_dbname);
+        ck_assert_msg(probe.version[0] >= '1' && probe.version[0] <= '9',
+                      "server version \"%s\"", probe.version);
+        ck_assert(!probe.tls); /* the suites' server is plain */
+        ck_assert_int_eq(cq_store_probe(nowhere, 2, 3000, "cqt-probe", &probe,
+                                        errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_msg(strncmp(errstr, "could not connect: ", 19) == 0, "%s",
+                      errstr);
+        cq_store_destroy(&store);
+}
+END_TEST
+
 static Suite *it_store_suite(void)
 {
         Suite *s = suite_create("it_store");
@@ -2611,6 +2656,8 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, claim_order_priority_then_age);
         tcase_add_test(tc, expired_leases_requeued_then_attempt_cap_fails);
         tcase_add_test(tc, release_gives_the_job_back);
+        tcase_add_test(tc,
+                       backlog_counts_queued_jobs_and_probe_names_the_server);
         tcase_add_test(tc, finish_is_atomic_when_the_backend_is_killed);
         tcase_add_test(tc, child_waits_for_parent_success);
         tcase_add_test(tc, child_without_parent_fails_after_the_wait);
