@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "coderq/kafka.h"
+#include "coderq/kafka_conf.h"
 #include "coderq/kpool.h"
 #include "coderq/kserver.h"
 #include "coderq/log.h"
@@ -26,7 +27,6 @@
 #include "coderq/store.h"
 #include "coderq/util.h"
 #include "coderq/workdir.h"
-#include "../consumer/kafka_int.h"
 
 extern char **environ;
 
@@ -157,7 +157,8 @@ static int check_kafka(const cq_config_t *cfg)
         }
         cq_kafka_opts_from_config(&kopts, cfg);
         kopts.client_id = "coderq-doctor";
-        conf = kafka_conf_new(&kopts, defaults, NULL, errstr, sizeof(errstr));
+        conf =
+            cq_kafka_conf_new(&kopts, defaults, NULL, errstr, sizeof(errstr));
         if (!conf) {
                 snprintf(what, sizeof(what), "could not configure client: %s",
                          errstr);

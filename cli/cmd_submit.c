@@ -18,9 +18,9 @@
 
 #include "coderq/clifmt.h"
 #include "coderq/job.h"
+#include "coderq/kafka_conf.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
-#include "../consumer/kafka_int.h"
 
 /* Delivery of every message must be decided within this time (librdkafka
  * message.timeout.ms); a broker that stays unreachable fails the submit
@@ -425,8 +425,8 @@ static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
         cq_kafka_opts_from_config(&kopts, cfg);
         kopts.client_id = "coderq-submit";
         snprintf(timeout, sizeof(timeout), "%d", SUBMIT_DELIVERY_TIMEOUT_MS);
-        conf =
-            kafka_conf_new(&kopts, defaults, mandatory, errstr, sizeof(errstr));
+        conf = cq_kafka_conf_new(&kopts, defaults, mandatory, errstr,
+                                 sizeof(errstr));
         if (!conf) {
                 cq_cli_error("could not configure the Kafka producer: %s",
                              errstr);

@@ -234,8 +234,8 @@ cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
                 snprintf(heartbeat, sizeof(heartbeat), "%d",
                          opts->session_timeout_ms / 3);
                 snprintf(poll, sizeof(poll), "%d", opts->max_poll_interval_ms);
-                conf = kafka_conf_new(opts, defaults, mandatory, errstr,
-                                      errstr_size);
+                conf = cq_kafka_conf_new(opts, defaults, mandatory, errstr,
+                                         errstr_size);
                 if (!conf)
                         goto fail;
         }

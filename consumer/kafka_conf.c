@@ -5,7 +5,7 @@
  * (the CODERQ_KAFKA_PROPERTIES file, then CODERQ_KAFKA_PROP_* variables),
  * then what coderq's correctness depends on. Secrets never reach an error
  * or a log line from here. */
-#include "coderq/kafka.h"
+#include "coderq/kafka_conf.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -69,11 +69,11 @@ log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
                   "librdkafka", "facility", fac, "message", buf, NULL);
 }
 
-rd_kafka_conf_t *kafka_conf_new(const cq_kafka_opts_t *opts,
-                                const char *const *defaults,
-                                const char *const *mandatory,
-                                char *errstr,
-                                size_t errstr_size)
+rd_kafka_conf_t *cq_kafka_conf_new(const cq_kafka_opts_t *opts,
+                                   const char *const *defaults,
+                                   const char *const *mandatory,
+                                   char *errstr,
+                                   size_t errstr_size)
 {
         rd_kafka_conf_t *conf = rd_kafka_conf_new();
         size_t i, n;
@@ -134,7 +134,7 @@ int cq_kafka_props_check(const cq_config_t *cfg,
         rd_kafka_conf_t *conf;
 
         cq_kafka_opts_from_config(&opts, cfg);
-        conf = kafka_conf_new(&opts, NULL, NULL, errstr, errstr_size);
+        conf = cq_kafka_conf_new(&opts, NULL, NULL, errstr, errstr_size);
         if (!conf)
                 return -1;
         rd_kafka_conf_destroy(conf);

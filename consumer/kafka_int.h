@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* kafka_int.h - what the Kafka modules of consumer/ share: client
- * configuration (kafka_conf.c; also used by coderq submit and coderq
- * doctor) and delivery tracking on the shared producer. Not a public
- * header. */
+/* kafka_int.h - what the Kafka modules of consumer/ share: setting one
+ * client property (kafka_conf.c; the client configuration itself is
+ * kafka_conf.h's, which coderq submit and coderq doctor use too) and
+ * delivery tracking on the shared producer. Not a public header. */
 #ifndef CODERQ_KAFKA_INT_H
 #define CODERQ_KAFKA_INT_H
 
 #include <librdkafka/rdkafka.h>
 
 #include "coderq/kafka.h"
+#include "coderq/kafka_conf.h"
 
 /* Set one property; \p source (may be NULL: coderq itself) names where
  * it came from. On failure "could not set Kafka property K=V (from S):
@@ -18,25 +19,6 @@ CQ_NODISCARD int kafka_conf_set(rd_kafka_conf_t *conf,
                                 const char *key,
                                 const char *value,
                                 const char *source,
-                                char *errstr,
-                                size_t errstr_size);
-
-/*
- * The configuration of a Kafka client, the only way coderq makes one
- * (consumer/kafka_conf.c). In precedence order, each later one winning:
- * client.id (opts->client_id, else "coderq"), \p defaults (coderq's
- * tunable defaults for this client), opts->props (the properties file,
- * then the CODERQ_KAFKA_PROP_* variables), opts->conf, then
- * bootstrap.servers (opts->brokers) and \p mandatory (what correctness
- * depends on; kprops.h refuses those names from the operator). Both lists
- * are NULL-terminated "key", "value" pairs, or NULL. librdkafka's log goes
- * to coderq's log (callers may set another callback).
- * Returns: caller owns the returned value (rd_kafka_new() takes it, else
- * rd_kafka_conf_destroy()); NULL with errstr filled.
- */
-rd_kafka_conf_t *kafka_conf_new(const cq_kafka_opts_t *opts,
-                                const char *const *defaults,
-                                const char *const *mandatory,
                                 char *errstr,
                                 size_t errstr_size);
 

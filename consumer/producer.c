@@ -221,8 +221,8 @@ client_new(cq_producer_t *prod, char *errstr, size_t errstr_size)
                                          "message.timeout.ms", num, NULL};
 
         snprintf(num, sizeof(num), "%d", prod->opts.message_timeout_ms);
-        conf = kafka_conf_new(&prod->opts, defaults, mandatory, errstr,
-                              errstr_size);
+        conf = cq_kafka_conf_new(&prod->opts, defaults, mandatory, errstr,
+                                 errstr_size);
         if (!conf)
                 goto out;
         rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);

@@ -378,8 +378,8 @@ START_TEST(conf_precedence)
         opts.brokers = "127.0.0.1:1";
         opts.client_id = "worker-1";
         opts.props = props;
-        conf =
-            kafka_conf_new(&opts, defaults, mandatory, errstr, sizeof(errstr));
+        conf = cq_kafka_conf_new(&opts, defaults, mandatory, errstr,
+                                 sizeof(errstr));
         ck_assert_msg(conf, "%s", errstr);
         ck_assert_str_eq(conf_get(conf, "linger.ms"), "50");
         ck_assert_str_eq(conf_get(conf, "client.id"), "mine");
@@ -405,7 +405,7 @@ START_TEST(conf_errors_hide_secrets)
         props = parse("security.protocol=BOGUS\n", errstr, sizeof(errstr));
         opts.props = props;
         ck_assert_ptr_null(
-            kafka_conf_new(&opts, NULL, NULL, errstr, sizeof(errstr)));
+            cq_kafka_conf_new(&opts, NULL, NULL, errstr, sizeof(errstr)));
         ck_assert_ptr_nonnull(strstr(errstr, "security.protocol=BOGUS (from "
                                              "client.properties line 1)"));
         cq_kprops_destroy(&props);
@@ -413,7 +413,7 @@ START_TEST(conf_errors_hide_secrets)
                       errstr, sizeof(errstr));
         opts.props = props;
         ck_assert_ptr_null(
-            kafka_conf_new(&opts, NULL, NULL, errstr, sizeof(errstr)));
+            cq_kafka_conf_new(&opts, NULL, NULL, errstr, sizeof(errstr)));
         ck_assert_str_eq(errstr, "could not set Kafka property "
                                  "sasl.jaas.config (from client.properties "
                                  "line 3): its value is refused");
