@@ -18,13 +18,6 @@
 #define CQ_UNUSED
 #endif
 
-/* File-local functions that unit tests need to reach. */
-#ifdef CQ_UNIT_TESTS
-#define CQ_STATIC
-#else
-#define CQ_STATIC static
-#endif
-
 #define CQ_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /**
