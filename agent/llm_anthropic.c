@@ -5,7 +5,7 @@
  * blocks, tool results to tool_result blocks in user messages, same-role
  * neighbours merged) and turns a reply back into a Chat Completions
  * assistant message. The transport is llm.c. */
-#include "llm_int.h"
+#include "coderq/llm.h"
 
 #include <stdint.h>
 
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "coderq/buf.h"
+#include "llm_int.h"
 
 /* The Messages API requires max_tokens. */
 #define DEFAULT_MAX_TOKENS 8192

@@ -2,10 +2,12 @@
 /* llm_openai.c - the Chat Completions wire format: the history is sent
  * verbatim, and the reply's choices[0].message is kept verbatim. The
  * transport (curl, retries, the limiter) is llm.c. */
-#include "llm_int.h"
+#include "coderq/llm.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "llm_int.h"
 
 static const char *path(const char *base, size_t base_len)
 {

@@ -3,6 +3,8 @@
  * in one local kernel (the same backend jobs use, sandbox included) and
  * write the notebook. Cells come from the files, or from stdin, split at
  * lines that start with "# %%". A way to try the backend by hand. */
+#include "coderq/cmd_cli.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +13,6 @@
 #include "coderq/backend.h"
 #include "coderq/buf.h"
 #include "coderq/cli.h"
-#include "coderq/cmd_cli.h"
 #include "coderq/collect.h"
 #include "coderq/notebook.h"
 

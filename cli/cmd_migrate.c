@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_migrate.c - `coderq migrate`: apply the pending schema migrations
  * and say which. Safe to run from several processes at once. */
+#include "coderq/cmd_cli.h"
+
 #include <stdio.h>
 
 #include "coderq/cli.h"
 #include "coderq/store.h"
-
-/* Declared here, not in a header: only cli.c's table refers to it. */
-cq_cmd_fn_t cq_cmd_migrate;
 
 static void print_applied(void *opaque, const char *name)
 {

@@ -3,6 +3,8 @@
  * loop with the local kernel pool, no Kafka and no PostgreSQL. Progress
  * goes to stdout as it happens; the notebook, the images and a result
  * summary go to DIR. Exit code 0 only when the job succeeded. */
+#include "coderq/cmd_cli.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,7 +15,6 @@
 #include "coderq/agent.h"
 #include "coderq/backend.h"
 #include "coderq/cli.h"
-#include "coderq/cmd_cli.h"
 #include "coderq/log.h"
 #include "coderq/notebook.h"
 #include "coderq/prices.h"

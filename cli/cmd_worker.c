@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_worker.c - `coderq worker`: the daemon. SIGTERM or SIGINT starts a
  * graceful shutdown; a second one exits at once. */
+#include "coderq/cmd_cli.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "coderq/cmd_cli.h"
 #include "coderq/log.h"
 #include "coderq/worker.h"
 

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* main.c - the coderq executable. Process-wide initialisation that must
  * happen before any thread starts lives here and nowhere else. */
+#include "coderq/cli.h"
+
 #include <curl/curl.h>
 #include <locale.h>
 #include <stdio.h>
-
-#include "coderq/cli.h"
 
 int main(int argc, char **argv)
 {

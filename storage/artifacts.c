@@ -3,7 +3,7 @@
  * cells and notebook (the checkpoint a resumed job starts from), and its
  * images (bytea, binary format both ways, deduplicated by SHA-256 within
  * a job). Writes of a running job are guarded by its lease. */
-#include "store_int.h"
+#include "coderq/store.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "coderq/util.h"
+#include "store_int.h"
 
 /* Idempotent: the caller names the seq, so a write retried after its
  * commit's reply was lost finds its own row ('stored') instead of adding

@@ -2,7 +2,7 @@
 /* db.c - the store handle: one PGconn, statement parameters, execution
  * with reconnect (bounded exponential backoff) and retry only where a
  * statement is safe to run twice, and the transaction helpers. */
-#include "store_int.h"
+#include "coderq/store.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -15,6 +15,7 @@
 #include "coderq/buf.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
+#include "store_int.h"
 
 #define BACKOFF_FIRST_MS 50
 #define BACKOFF_MAX_MS   1000

@@ -5,7 +5,7 @@
  * nothing to a listener that was disconnected. So a lost connection is
  * reconnected with a bounded backoff and reported as "reconnected", and
  * the caller treats that as "anything may have happened". */
-#include "store_int.h"
+#include "coderq/store.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "coderq/util.h"
+#include "store_int.h"
 
 #define LISTEN_BACKOFF_FIRST_MS 100
 #define LISTEN_BACKOFF_MAX_MS   5000

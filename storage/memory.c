@@ -3,11 +3,13 @@
  * answer per scope and model, recalled for a new prompt by pg_trgm
  * similarity (GIN index on the prompt; the % operator uses the threshold
  * set for the lookup) inside one scope only. */
-#include "store_int.h"
+#include "coderq/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "store_int.h"
 
 static const char SQL_REMEMBER[] =
     "INSERT INTO solutions (job_id, prompt, code, answer, scope, model)"

@@ -4,7 +4,7 @@
  * its SHA-256, serialised between processes by an advisory lock. A file
  * changed after it was applied is refused, never re-applied. Files must
  * not contain BEGIN/COMMIT themselves. */
-#include "store_int.h"
+#include "coderq/store.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -15,6 +15,7 @@
 
 #include "coderq/buf.h"
 #include "coderq/util.h"
+#include "store_int.h"
 
 #ifndef CQ_MIGRATIONS_DIR
 #define CQ_MIGRATIONS_DIR "migrations"

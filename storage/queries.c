@@ -2,10 +2,12 @@
 /* queries.c - the read side for people and the CLI: one job's status,
  * the results, attempts and summary of a run, the latest run, what a
  * retry picks, run budgets, and everything to export a job. */
-#include "store_int.h"
+#include "coderq/store.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "store_int.h"
 
 /* What a finished job recorded of how it ran (the "repro" object of its
  * result's report, README "Reproducibility"), as columns. */

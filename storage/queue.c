@@ -4,12 +4,14 @@
  * requeues expired leases, release on shutdown, finishing in one
  * transaction with the outbox row, the outbox itself, and cancel. No lock
  * or transaction is ever held while a job runs: only the lease columns. */
-#include "store_int.h"
+#include "coderq/store.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "store_int.h"
 
 static const char SQL_UPSERT[] =
     "INSERT INTO jobs (job_id, prompt, title, task_id, run_id,"

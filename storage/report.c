@@ -3,10 +3,12 @@
  * shows (its overview, message, conversation, cells, notebook, answer,
  * result report and images) from one read-only snapshot. The pages
  * themselves are rendered in cli/html.c. */
-#include "store_int.h"
+#include "coderq/store.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "store_int.h"
 
 /* One row: the conversation, the cells (with their outputs, escaped as
  * documents), the notebook, the answer, the result report and the job
