@@ -1,11 +1,55 @@
-# cq_folder_library(name deps...): one static library per source folder,
-# built from the folder's .c files (main.c excluded), whose public headers
-# are the folder's include/coderq/*.h.
-function(cq_folder_library name)
+# The rooms (cmake/rooms.txt): each source folder is one static library,
+# whose public headers are the folder's include/coderq/*.h, linked to the
+# libraries of exactly the rooms the table lets it call, and privately:
+# a room's sources see the headers of those rooms only, so including a
+# header of any other room does not compile. scripts/rooms.sh checks the
+# same table against the #include lines, with a clearer message.
+file(STRINGS ${PROJECT_SOURCE_DIR}/cmake/rooms.txt _cq_rooms REGEX "^[a-z]")
+set(CQ_ROOM_LIBRARIES)
+foreach(_line IN LISTS _cq_rooms)
+  string(REGEX REPLACE "[ \t]+" ";" _fields "${_line}")
+  list(GET _fields 0 _folder)
+  list(GET _fields 1 _lib)
+  list(SUBLIST _fields 2 -1 _calls)
+  list(REMOVE_ITEM _calls "-")
+  string(MAKE_C_IDENTIFIER "${_folder}" _key)
+  set(CQ_ROOM_LIB_${_key} ${_lib})
+  set(CQ_ROOM_CALLS_${_key} ${_calls})
+  list(APPEND CQ_ROOM_LIBRARIES ${_lib})
+endforeach()
+
+# cq_room([EXECUTABLE name] [PUBLIC_LIBS lib...] [LIBS lib...]): the current
+# folder's library (named in cmake/rooms.txt), built from its .c files
+# except main.c, which EXECUTABLE builds into the program \p name, a
+# source of the same room. PUBLIC_LIBS: outside libraries its public
+# headers include (callers get them too); LIBS: outside libraries only
+# its sources use.
+function(cq_room)
+  cmake_parse_arguments(ARG "" "EXECUTABLE" "PUBLIC_LIBS;LIBS" ${ARGN})
+  file(RELATIVE_PATH folder ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  string(MAKE_C_IDENTIFIER "${folder}" key)
+  if(NOT DEFINED CQ_ROOM_LIB_${key})
+    message(FATAL_ERROR "${folder}/ is not a room of cmake/rooms.txt")
+  endif()
+  set(name ${CQ_ROOM_LIB_${key}})
+  set(rooms)
+  foreach(callee IN LISTS CQ_ROOM_CALLS_${key})
+    string(MAKE_C_IDENTIFIER "${callee}" ckey)
+    if(NOT DEFINED CQ_ROOM_LIB_${ckey})
+      message(FATAL_ERROR "${folder}/ may call ${callee}/, not a room")
+    endif()
+    list(APPEND rooms ${CQ_ROOM_LIB_${ckey}})
+  endforeach()
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.c)
   list(REMOVE_ITEM srcs ${CMAKE_CURRENT_SOURCE_DIR}/main.c)
   add_library(${name} STATIC ${srcs})
   target_include_directories(${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
-  target_link_libraries(${name} PUBLIC ${ARGN})
+  target_link_libraries(${name} PUBLIC ${ARG_PUBLIC_LIBS}
+                        PRIVATE ${rooms} ${ARG_LIBS})
   cq_target_warnings(${name})
+  if(ARG_EXECUTABLE)
+    add_executable(${ARG_EXECUTABLE} main.c)
+    target_link_libraries(${ARG_EXECUTABLE} PRIVATE ${name} ${rooms} ${ARG_LIBS})
+    cq_target_warnings(${ARG_EXECUTABLE})
+  endif()
 endfunction()

@@ -2,14 +2,14 @@
 # test.sh - everything CI checks, the same way on a laptop: setup.sh, the
 # local services, a Release build (build/), an ASan+UBSan build
 # (build-asan/), a ThreadSanitizer build (build-tsan/) and a libFuzzer
-# build (build-fuzz/, clang), all with -Werror, lint (clang-format and
-# banned functions), then every CTest suite under Release and ASan, the
-# unit suites and check_it_worker under TSan (label "tsan"), and each fuzz
-# target for CQ_FUZZ_SECONDS (default 20) over its seed corpus. The last
-# line is "N passed, N failed" (", N skipped" when a suite skipped) over
-# all of it; the exit status is non-zero on any failure. A second run is
-# incremental: setup and services are no-ops and the builds only recompile
-# what changed.
+# build (build-fuzz/, clang), all with -Werror, lint (clang-format, banned
+# functions, the room map of scripts/rooms.sh), then every CTest suite
+# under Release and ASan, the unit suites and check_it_worker under TSan
+# (label "tsan"), and each fuzz target for CQ_FUZZ_SECONDS (default 20)
+# over its seed corpus. The last line is "N passed, N failed" (", N
+# skipped" when a suite skipped) over all of it; the exit status is
+# non-zero on any failure. A second run is incremental: setup and services
+# are no-ops and the builds only recompile what changed.
 #
 # Skips: a suite that cannot run a test here (node and npm absent,
 # bubblewrap not working, no chromium, not root) exits 77 and CTest
@@ -124,7 +124,8 @@ if [ "$fuzz" -eq 1 ]; then
         phase_end "build Fuzz"
 fi
 
-# Lint: formatting and banned functions, over our own C sources.
+# Lint: formatting, banned functions and the room map, over our own C
+# sources.
 lint_failed=0
 list_sources() {
         if git -C "$CQ_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
@@ -136,7 +137,7 @@ list_sources() {
         fi | while read -r f; do [ -f "$CQ_ROOT/$f" ] && echo "$f"; done
 }
 mapfile -t sources < <(list_sources)
-cq_say "lint: clang-format and banned functions on ${#sources[@]} files"
+cq_say "lint: clang-format, banned functions and rooms on ${#sources[@]} files"
 if ! (cd "$CQ_ROOT" && clang-format --dry-run --Werror "${sources[@]}"); then
         echo "lint: files are not formatted; run clang-format -i on them" >&2
         lint_failed=1
@@ -146,6 +147,13 @@ if (cd "$CQ_ROOT" && grep -nE \
         "${sources[@]}"); then
         echo "lint: banned functions above (use snprintf, memcpy with" \
                 "lengths, strtok_r, strtol, fgets)" >&2
+        lint_failed=1
+fi
+# The room map (cmake/rooms.txt, docs/ARCHITECTURE.md): no source includes
+# a header of a room it may not call, each .c its own header first.
+if ! "$CQ_ROOT/scripts/rooms.sh"; then
+        echo "lint: the includes above break the room map (cmake/rooms.txt;" \
+                "see docs/ARCHITECTURE.md, \"Rooms\")" >&2
         lint_failed=1
 fi
 # A skip printed by hand shows as passed and CQ_REQUIRE cannot catch it.
