@@ -317,7 +317,7 @@ kafka_start() {
         [ -f "$CQ_KAFKA_LIBS/.complete" ] || cq_die "Kafka jars missing; run scripts/setup.sh"
         if kafka_ready; then
                 if ! secure_on || kafka_started_secure; then
-                        secure_on && kafka_secure_ready
+                        if secure_on; then kafka_secure_ready; fi
                         cq_say "Kafka already running on $BROKERS"
                         return
                 fi
@@ -329,7 +329,7 @@ kafka_start() {
                 kafka_stop
         fi
         local port ports=("$CQ_KAFKA_PORT" "$CQ_KAFKA_CONTROLLER_PORT")
-        secure_on && ports+=("$SSL_PORT" "$SASL_PORT")
+        if secure_on; then ports+=("$SSL_PORT" "$SASL_PORT"); fi
         for port in "${ports[@]}"; do
                 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
                         cq_die "port $port is taken by another process; choose another CODERQ_KAFKA_PORT (or CODERQ_KAFKA_SSL_PORT, CODERQ_KAFKA_SASL_PORT)"
@@ -400,8 +400,10 @@ CONF
         done
         while [ "$SECONDS" -lt "$deadline" ]; do
                 if kafka_ready; then
-                        secure_on && kafka_secure_ready
-                        return
+                        # not "secure_on && …": its status would be the
+                        # function's, and set -e would end the script
+                        if secure_on; then kafka_secure_ready; fi
+                        return 0
                 fi
                 kafka_pid >/dev/null || cq_die "Kafka exited during start; see $K_DIR/broker.log"
                 sleep 0.1

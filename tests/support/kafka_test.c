@@ -32,7 +32,7 @@ void kt_unique(const char *prefix, char *out, size_t size)
                  (long long)ts.tv_sec, ts.tv_nsec / 1000000L);
 }
 
-/* Properties every helper's client gets (kt_client_props()). */
+/* Properties of every helper's client (kt_client_props()). */
 static const char *const *client_props;
 
 void kt_client_props(const char *const *kv) { client_props = kv; }

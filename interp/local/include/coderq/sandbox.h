@@ -125,7 +125,7 @@ const char *cq_sandbox_mode_name(const cq_sandbox_t *sandbox);
  *         valid until cq_sandbox_destroy(). */
 const char *cq_sandbox_reason(const cq_sandbox_t *sandbox);
 
-/** @brief The rlimits every kernel gets (0: none): RLIMIT_AS bytes,
+/** @brief The rlimits of every kernel (0: none): RLIMIT_AS bytes,
  *         RLIMIT_NPROC, RLIMIT_FSIZE bytes. */
 void cq_sandbox_limits(const cq_sandbox_t *sandbox,
                        size_t *memp,
