@@ -31,7 +31,7 @@
 #include "coderq/worker.h"
 #include "support/pgtest.h"
 
-/* cq_agent_run()'s parameters (include/coderq/agent.h), for the wrapper
+/* cq_agent_run()'s parameters (agent/include/coderq/agent.h), for the wrapper
  * and the real function it calls. */
 #define AGENT_RUN_PARAMS                                                       \
         (const cq_job_t *job, cq_interp_t *interp, cq_llm_t *llm,              \
