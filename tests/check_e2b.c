@@ -775,13 +775,19 @@ END_TEST
 
 /* --------------------------------------------------------------- faults */
 
+/* Whether the double expired a sandbox more than \p arg, a count of
+ * expired sandboxes before. */
+static bool expired_more(void *arg)
+{
+        return cq_fake_e2b_stat(&fake, "expired") > *(const long *)arg;
+}
+
 START_TEST(expired_sandbox_is_replaced)
 {
         cq_interp_t *interp = new_interp();
         cq_cell_result_t res;
         long expired = cq_fake_e2b_stat(&fake, "expired");
         char id[64], path[128];
-        int i;
 
         run(interp, "v = 1", 30000, &res);
         cq_cell_result_release(&res);
@@ -791,9 +797,8 @@ START_TEST(expired_sandbox_is_replaced)
         snprintf(path, sizeof(path), "/sandboxes/%s/timeout", id);
         ck_assert_int_eq(cq_fake_e2b_post(&fake, path, "{\"timeout\": 1}"),
                          204);
-        for (i = 0; i < 100 && cq_fake_e2b_stat(&fake, "expired") == expired;
-             i++)
-                usleep(100000);
+        ck_assert_msg(cq_check_wait_until(expired_more, &expired, 10000),
+                      "the sandbox did not expire");
         ck_assert_int_eq(cq_fake_e2b_stat(&fake, "expired"), expired + 1);
         run(interp, "print('v' in dir())", 30000, &res);
         ck_assert(res.state_lost);
@@ -893,16 +898,27 @@ END_TEST
 struct side {
         cq_interp_t *interp;
         cq_err_t keepalive;
+        long streams; /* the double's count of output lines before */
+        bool ran;     /* the cell's first output arrived */
 };
 
-/* From another thread while a cell runs: extend the lifetime, then
+/* Whether the cell printed (and so runs): the double passed on more
+ * output lines than before it. */
+static bool side_cell_runs(void *arg)
+{
+        const struct side *side = arg;
+
+        return cq_fake_e2b_stat(&fake, "streams") > side->streams;
+}
+
+/* From another thread once the cell runs: extend the lifetime, then
  * interrupt. */
 static void *side_thread(void *arg)
 {
         struct side *side = arg;
         char err[256];
 
-        sleep(1);
+        side->ran = cq_check_wait_until(side_cell_runs, side, 30000);
         side->keepalive = cq_e2b_keepalive(side->interp, err, sizeof(err));
         (void)cq_interp_interrupt(side->interp);
         return NULL;
@@ -952,13 +968,19 @@ START_TEST(timeouts_and_cancel)
 
         /* an interrupt (and a lifetime extension) from another thread */
         {
-                struct side side = {interp, CQ_ERR_FATAL};
+                struct side side = {interp, CQ_ERR_FATAL,
+                                    cq_fake_e2b_stat(&fake, "streams"), false};
                 pthread_t tid;
 
                 ck_assert_int_eq(pthread_create(&tid, NULL, side_thread, &side),
                                  0);
-                run(interp, "import time\ntime.sleep(20)", 60000, &res);
+                run(interp,
+                    "import time\nprint('sleeping', flush=True)\n"
+                    "time.sleep(20)",
+                    60000, &res);
                 pthread_join(tid, NULL);
+                ck_assert_msg(side.ran, "the cell never printed");
+                ck_assert_str_eq(stream_text(&res, "stdout"), "sleeping\n");
                 ck_assert_int_eq(side.keepalive, CQ_OK);
                 ck_assert_int_eq(res.status, CQ_CELL_ERROR);
                 ck_assert_str_eq(error_field(&res, "ename"),

@@ -104,6 +104,35 @@ static void runner_stop(runner_t *r, cq_intake_stats_t *st)
         cq_intake_destroy(&r->intake);
 }
 
+/* Waiting on the group's committed offsets (auto-commit runs each
+ * second): \p want, or the end of the topic when it is -1. */
+typedef struct commit_wait {
+        const fixture_t *fx;
+        int64_t want;
+} commit_wait_t;
+
+static bool committed_reached(void *arg)
+{
+        const commit_wait_t *c = arg;
+        int64_t want = c->want >= 0
+                           ? c->want
+                           : kt_high_sum(c->fx->brokers, c->fx->topic, NPARTS);
+
+        return kt_committed_sum(c->fx->brokers, c->fx->group, c->fx->topic,
+                                NPARTS) == want;
+}
+
+static void wait_committed(const fixture_t *fx, int64_t want)
+{
+        commit_wait_t c = {fx, want};
+
+        ck_assert_msg(cq_check_wait_until(committed_reached, &c, 30000),
+                      "committed offsets %lld, waiting for %lld",
+                      (long long)kt_committed_sum(fx->brokers, fx->group,
+                                                  fx->topic, NPARTS),
+                      (long long)want);
+}
+
 /* Wait (bounded) until pred holds on the intake's stats. */
 #define WAIT_STATS(r, st, timeout_ms, pred)                                    \
         do {                                                                   \
@@ -400,7 +429,7 @@ START_TEST(hostile_input_and_offsets)
         kt_flush(rk);
         runner_start(&r, &fx);
         WAIT_STATS(&r, st, 60000, st.upserted == 5);
-        kt_sleep_ms(500);
+        wait_committed(&fx, -1);
         runner_stop(&r, &st);
         ck_assert_uint_eq(st.received, 5);
         ck_assert_uint_eq(st.duplicates, 0);
@@ -433,14 +462,15 @@ START_TEST(postgres_outage_loses_nothing)
         kt_flush(rk);
         WAIT_STATS(&r, st, 60000, st.upserted == 40);
         /* Let auto-commit (1 s) catch up, then take PostgreSQL away. */
-        kt_sleep_ms(2500);
-        ck_assert_int_eq(
-            kt_committed_sum(fx.brokers, fx.group, fx.topic, NPARTS), 40);
+        wait_committed(&fx, 40);
         kt_services("stop-pg");
         for (i = 40; i < 80; i++)
                 produce_good(rk, &fx, "job", i, true);
         kt_flush(rk);
         WAIT_STATS(&r, st, 30000, st.pg_down && st.paused);
+        /* The subject of the test, not a synchronisation: time passes
+         * during the outage (three auto-commit intervals) and nothing may
+         * be upserted, stored or committed meanwhile. */
         kt_sleep_ms(3000);
         cq_intake_stats(r.intake, &st);
         ck_assert(st.pg_down);
@@ -491,6 +521,9 @@ START_TEST(backlog_pauses_and_resumes)
         kt_flush(rk);
         runner_start(&r, &fx);
         WAIT_STATS(&r, st, 60000, st.backlog_pauses >= 1 && st.paused);
+        /* The subject, not a synchronisation: while paused over its
+         * backlog, the intake takes nothing more however long it waits
+         * (fifteen backlog checks here). */
         kt_sleep_ms(1500);
         cq_intake_stats(r.intake, &st);
         ck_assert(st.paused);
@@ -499,9 +532,7 @@ START_TEST(backlog_pauses_and_resumes)
                       "upserted %llu while over "
                       "the backlog of 10",
                       (unsigned long long)held);
-        ck_assert_int_eq(
-            kt_committed_sum(fx.brokers, fx.group, fx.topic, NPARTS),
-            (int64_t)held);
+        wait_committed(&fx, (int64_t)held);
         /* Work the queue off: the intake resumes and takes the rest. */
         snprintf(like, sizeof(like), "%s-job-%%", fx.prefix);
         for (i = 0; i < 600; i++) {
@@ -650,7 +681,9 @@ START_TEST(offsets_wait_for_an_earlier_dlq_delivery)
         /* The two jobs behind the junk reach PostgreSQL, but while the
          * junk is not in the DLQ no offset may be stored or committed. */
         WAIT_STATS(&r, st, 60000, st.upserted == 2 && st.dlq_retries >= 1);
-        kt_sleep_ms(2000); /* two auto-commit intervals */
+        /* The subject, not a synchronisation: two auto-commit intervals
+         * pass and no offset may be stored or committed. */
+        kt_sleep_ms(2000);
         cq_intake_stats(r.intake, &st);
         ck_assert_uint_eq(st.stored, 0);
         ck_assert_uint_eq(st.dlq, 0);

@@ -100,6 +100,14 @@ wait_unsent(const char *dsn, const char *prefix, long want, int timeout_ms)
         }
 }
 
+static bool three_in_flight(void *arg)
+{
+        cq_relay_stats_t st;
+
+        cq_relay_stats(arg, &st);
+        return st.inflight >= 3;
+}
+
 /* Check the results topic holds every job from..to-1 (duplicates are
  * allowed) with the row's event_id and a payload naming the job. */
 static void check_results(const char *dsn,
@@ -190,7 +198,10 @@ START_TEST(relay_marks_sent_and_survives_broker_outage)
          * back. */
         kt_services("stop-kafka");
         add_rows(dsn, prefix, 6, 3);
-        kt_sleep_ms(3000);
+        /* The relay claimed and produced them, and they wait in the
+         * producer for the broker, unsent. */
+        ck_assert_msg(cq_check_wait_until(three_in_flight, r.relay, 30000),
+                      "the new rows never went in flight");
         ck_assert_int_eq(unsent(dsn, prefix), 3);
         cq_relay_stats(r.relay, &st);
         ck_assert_uint_ge(st.inflight, 3);

@@ -353,16 +353,61 @@ static long finished(void)
                           NULL);
 }
 
+/* A count from the suite's database, \p sql with one parameter (or
+ * none), reaching \p want: what wait_sql() waits for. */
+typedef struct sql_wait {
+        const char *sql;
+        const char *param;
+        long want;
+} sql_wait_t;
+
+static bool sql_reached(void *arg)
+{
+        const sql_wait_t *w = arg;
+
+        return kt_pg_long(dsn, w->sql, w->param) >= w->want;
+}
+
+/* Wait until \p sql counts at least \p want; fails the test after \p ms,
+ * saying \p what did not happen. */
+static void wait_sql(
+    const char *sql, const char *param, long want, int ms, const char *what)
+{
+        sql_wait_t w = {sql, param, want};
+
+        ck_assert_msg(cq_check_wait_until(sql_reached, &w, ms),
+                      "%s within %d ms (%ld of %ld)", what, ms,
+                      kt_pg_long(dsn, sql, param), want);
+}
+
+/* Whether this suite's worker listens for job announcements: PostgreSQL
+ * shows its listener's connection, whose last statement was LISTEN. */
+static bool listening(void *arg)
+{
+        (void)arg;
+        return kt_pg_long(dsn,
+                          "SELECT count(*) FROM pg_stat_activity WHERE "
+                          "datname = current_database() AND application_name "
+                          "= 'coderq-listen' AND query LIKE 'LISTEN %'",
+                          NULL) >= 1;
+}
+
+static bool finished_n(void *arg) { return finished() >= *(const long *)arg; }
+
+/* Whether every outbox row was sent. */
+static bool outbox_sent(void *arg)
+{
+        (void)arg;
+        return kt_pg_long(dsn,
+                          "SELECT count(*) FROM outbox WHERE sent_at IS NULL",
+                          NULL) == 0;
+}
+
 /* Wait until \p n jobs finished; fails the test after \p ms. */
 static void wait_finished(long n, int ms)
 {
-        int waited;
-
-        for (waited = 0; waited < ms; waited += 250) {
-                if (finished() >= n)
-                        return;
-                kt_sleep_ms(250);
-        }
+        if (cq_check_wait_until(finished_n, &n, ms))
+                return;
         ck_abort_msg("only %ld of %ld jobs finished in %d ms", finished(), n,
                      ms);
 }
@@ -413,16 +458,8 @@ static size_t completion_events(size_t expected, int ms)
 static long all_events(int ms)
 {
         char topic[256];
-        int waited;
 
-        for (waited = 0; waited < ms; waited += 100) {
-                if (kt_pg_long(dsn,
-                               "SELECT count(*) FROM outbox WHERE sent_at "
-                               "IS NULL",
-                               NULL) == 0)
-                        break;
-                kt_sleep_ms(100);
-        }
+        (void)cq_check_wait_until(outbox_sent, NULL, ms);
         snprintf(topic, sizeof(topic), "%s.results", prefix);
         return (long)kt_high_sum(brokers, topic, 1);
 }
@@ -635,7 +672,6 @@ START_TEST(killed_worker_jobs_are_resumed_once)
         worker_t a, b;
         rd_kafka_t *rk;
         int i, s, counts[4][8];
-        int waited;
 
         fresh("kill9");
         register_script("slow", slow_steps);
@@ -647,15 +683,9 @@ START_TEST(killed_worker_jobs_are_resumed_once)
         kt_flush(rk);
         kt_producer_destroy(rk);
         /* wait until both slots are inside their jobs with a turn done */
-        for (waited = 0; waited < 60000; waited += 100) {
-                if (kt_pg_long(dsn,
-                               "SELECT count(DISTINCT job_id) FROM "
-                               "job_messages WHERE message->>'role' = "
-                               "'assistant'",
-                               NULL) >= 2)
-                        break;
-                kt_sleep_ms(100);
-        }
+        wait_sql("SELECT count(DISTINCT job_id) FROM job_messages WHERE "
+                 "message->>'role' = 'assistant'",
+                 NULL, 2, 60000, "two jobs with a turn done");
         ck_assert_int_eq(stop_worker(&a, SIGKILL, 5000), 128 + SIGKILL);
         start_worker(&b, "wk2", "5");
         wait_finished(4, WAIT_MS);
@@ -689,11 +719,19 @@ START_TEST(killed_worker_jobs_are_resumed_once)
 }
 END_TEST
 
+/* One job running, its conversation past the task (a turn done). */
+static bool running_past_its_first_turn(void *arg)
+{
+        (void)arg;
+        return count_status("running") == 1 &&
+               kt_pg_long(dsn, "SELECT count(*) FROM job_messages", NULL) > 2;
+}
+
 START_TEST(sigterm_releases_jobs_to_another_worker)
 {
         worker_t a, b;
         rd_kafka_t *rk;
-        int waited, rc;
+        int rc;
         int64_t t0;
 
         fresh("term");
@@ -703,13 +741,9 @@ START_TEST(sigterm_releases_jobs_to_another_worker)
         submit(rk, 0, "slow", NULL);
         kt_flush(rk);
         kt_producer_destroy(rk);
-        for (waited = 0; waited < 60000; waited += 100) {
-                if (count_status("running") == 1 &&
-                    kt_pg_long(dsn, "SELECT count(*) FROM job_messages", NULL) >
-                        2)
-                        break;
-                kt_sleep_ms(100);
-        }
+        ck_assert_msg(
+            cq_check_wait_until(running_past_its_first_turn, NULL, 60000),
+            "the job never ran past its first turn");
         t0 = (int64_t)time(NULL);
         rc = stop_worker(&a, SIGTERM, 25000);
         ck_assert_msg(rc == 0, "worker exit status %d", rc);
@@ -727,7 +761,6 @@ START_TEST(cancel_and_sessions)
 {
         worker_t a;
         rd_kafka_t *rk;
-        int waited;
         char id[192];
 
         fresh("cancel");
@@ -753,15 +786,11 @@ START_TEST(cancel_and_sessions)
         kt_flush(rk);
         kt_producer_destroy(rk);
         snprintf(id, sizeof(id), "%s-000", prefix);
-        for (waited = 0; waited < 60000; waited += 100) {
-                if (kt_pg_long(dsn,
-                               "SELECT count(*) FROM jobs WHERE job_id = $1 "
-                               "AND status = 'running'",
-                               id) == 1)
-                        break;
-                kt_sleep_ms(100);
-        }
-        kt_sleep_ms(1500); /* inside time.sleep */
+        /* its tool call is checkpointed before the cell runs: from then
+         * on the job is inside its time.sleep(60) */
+        wait_sql("SELECT count(*) FROM job_messages WHERE job_id = $1 AND "
+                 "message->>'role' = 'assistant'",
+                 id, 1, 60000, "the sleepy job's tool call");
         {
                 cq_store_opts_t so;
                 cq_store_t *store;
@@ -806,7 +835,7 @@ START_TEST(idle_worker_hears_of_new_jobs)
         worker_t a;
         rd_kafka_t *rk;
         long unsent = -1;
-        int i, waited;
+        int i;
 
         fresh("wake");
         register_script("two_cells", two_cells);
@@ -815,7 +844,9 @@ START_TEST(idle_worker_hears_of_new_jobs)
         start_worker(&a, "ww", "30");
         child_poll_ms = "100";
         child_relay_ms = "200";
-        kt_sleep_ms(3000); /* its first claims and relay round are done */
+        /* past its first claims: slots now wait for announcements */
+        ck_assert_msg(cq_check_wait_until(listening, NULL, 30000),
+                      "the worker never listened for jobs");
         rk = kt_producer(brokers);
         for (i = 0; i < 3; i++)
                 submit(rk, i, "two_cells", NULL);
@@ -824,15 +855,9 @@ START_TEST(idle_worker_hears_of_new_jobs)
         /* well before the first poll, 60 s after the start */
         wait_finished(3, 35000);
         ck_assert_int_eq(count_status("succeeded"), 3);
-        for (waited = 0; waited < 10000; waited += 100) {
-                unsent = kt_pg_long(dsn,
-                                    "SELECT count(*) FROM outbox WHERE "
-                                    "sent_at IS NULL",
-                                    NULL);
-                if (unsent == 0)
-                        break;
-                kt_sleep_ms(100);
-        }
+        (void)cq_check_wait_until(outbox_sent, NULL, 10000);
+        unsent = kt_pg_long(
+            dsn, "SELECT count(*) FROM outbox WHERE sent_at IS NULL", NULL);
         ck_assert_int_eq(unsent, 0);
         ck_assert_int_eq(kt_pg_long(dsn, "SELECT count(*) FROM outbox", NULL),
                          3);
@@ -862,7 +887,8 @@ START_TEST(idle_slots_poll_once_per_worker)
         start_worker(&a, "wp", "30");
         child_slots = "2";
         child_poll_ms = "100";
-        kt_sleep_ms(3000);
+        ck_assert_msg(cq_check_wait_until(listening, NULL, 30000),
+                      "the worker never listened for jobs");
         /* Announced on insert, but claimable only 2 s later: what wakes
          * the slots then is the poll. */
         snprintf(sql, sizeof(sql),
@@ -884,7 +910,9 @@ START_TEST(idle_slots_poll_once_per_worker)
                             " - min(started_at)))::bigint FROM jobs",
                             NULL);
         ck_assert_msg(spread < 1000, "claims spread over %ld ms", spread);
-        kt_sleep_ms(1000); /* idle again */
+        /* Not a synchronisation: a second of idling, whose polls the
+         * bound below counts. */
+        kt_sleep_ms(1000);
         elapsed = cq_now_ms() - t0;
         ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
         claims = log_sum(&a, "worker stopped", "claims");
@@ -915,8 +943,11 @@ START_TEST(broker_and_database_outages_lose_nothing)
                 submit(rk, i, "two_cells", NULL);
         kt_flush(rk);
         kt_producer_destroy(rk);
-        kt_sleep_ms(1500);
+        wait_sql("SELECT count(*) FROM jobs", NULL, 6, 60000,
+                 "the intake took the six jobs");
         kt_services("stop-kafka");
+        /* The subject, not a synchronisation: a 20 s broker outage, longer
+         * than the relay's and the producer's timeouts. */
         kt_sleep_ms(20000);
         kt_services("start-kafka");
         kt_services("restart-pg");
@@ -1355,14 +1386,10 @@ static char *job_row(int n, const char *cols)
  * the queue after \p ms. */
 static void wait_finished_or_dump(long n, int ms)
 {
-        int waited;
         char *state;
 
-        for (waited = 0; waited < ms; waited += 100) {
-                if (finished() >= n)
-                        return;
-                kt_sleep_ms(100);
-        }
+        if (cq_check_wait_until(finished_n, &n, ms))
+                return;
         state = pg_text("SELECT string_agg(job_id || ' ' || status ||"
                         " ' attempts ' || attempts, '; ') FROM jobs",
                         NULL);
@@ -1472,7 +1499,6 @@ START_TEST(resumed_job_keeps_its_retry_count)
         worker_t a, b;
         rd_kafka_t *rk;
         char *row;
-        int waited;
 
         fresh("retries");
         register_script("fails", steps);
@@ -1482,14 +1508,8 @@ START_TEST(resumed_job_keeps_its_retry_count)
         submit(rk, 0, "fails", "\"limits\":{\"max_retries\":2}");
         kt_flush(rk);
         kt_producer_destroy(rk);
-        for (waited = 0; waited < 60000; waited += 100) {
-                if (kt_pg_long(dsn,
-                               "SELECT count(*) FROM cells WHERE status = "
-                               "'error'",
-                               NULL) >= 2)
-                        break;
-                kt_sleep_ms(100);
-        }
+        wait_sql("SELECT count(*) FROM cells WHERE status = 'error'", NULL, 2,
+                 60000, "two failed cells");
         /* the third reply is 3 s away: stop while it is awaited */
         ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
         start_worker(&b, "wr2", "30");
@@ -1523,7 +1543,6 @@ START_TEST(resumed_job_keeps_its_running_time)
         worker_t a, b;
         rd_kafka_t *rk;
         char *row;
-        int waited;
 
         fresh("runtime");
         register_script("slow", steps);
@@ -1535,11 +1554,7 @@ START_TEST(resumed_job_keeps_its_running_time)
         submit(rk, 0, "slow", "\"limits\":{\"job_timeout_s\":15}");
         kt_flush(rk);
         kt_producer_destroy(rk);
-        for (waited = 0; waited < 60000; waited += 100) {
-                if (kt_pg_long(dsn, "SELECT count(*) FROM cells", NULL) >= 1)
-                        break;
-                kt_sleep_ms(100);
-        }
+        wait_sql("SELECT count(*) FROM cells", NULL, 1, 60000, "a cell");
         /* the second reply is 20 s away: stop while it is awaited (the
          * worker lets it arrive, then gives the job back) */
         ck_assert_int_eq(stop_worker(&a, SIGTERM, 90000), 0);

@@ -108,27 +108,25 @@ static bool kernels_nice(int nice)
 
 /* Whether \p pid is gone or a zombie (killed, not yet reaped). The
  * signal may take a moment to land: wait up to 30 s for it. */
+static bool is_dead_or_zombie(void *arg)
+{
+        pid_t pid = *(const pid_t *)arg;
+        char path[64], buf[512], *p;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        f = fopen(path, "r");
+        if (!f)
+                return true;
+        p = fgets(buf, sizeof(buf), f);
+        fclose(f);
+        p = p ? strrchr(buf, ')') : NULL;
+        return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 static bool dead_or_zombie(pid_t pid)
 {
-        int i;
-
-        for (i = 0; i < 3000; i++) {
-                char path[64], buf[512], *p;
-                FILE *f;
-                struct timespec ts = {0, 10 * 1000 * 1000};
-
-                snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-                f = fopen(path, "r");
-                if (!f)
-                        return true;
-                p = fgets(buf, sizeof(buf), f);
-                fclose(f);
-                p = p ? strrchr(buf, ')') : NULL;
-                if (p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'))
-                        return true;
-                nanosleep(&ts, NULL);
-        }
-        return false;
+        return cq_check_wait_until(is_dead_or_zombie, &pid, 30000);
 }
 
 /* The autogroup of \p pid ("/autogroup-N"); false without autogroups. */
@@ -551,6 +549,11 @@ static void *file_call_main(void *arg)
         return NULL;
 }
 
+static bool file_call_done(void *arg)
+{
+        return atomic_load(&((file_call_t *)arg)->done) != 0;
+}
+
 /* Run the call; true when it returned within 10 s. A blocked call is
  * released by opening the FIFO from the other end. */
 static bool call_returns(cq_interp_t *interp,
@@ -560,17 +563,12 @@ static bool call_returns(cq_interp_t *interp,
                          cq_err_t *errp)
 {
         file_call_t call = {interp, name, put, CQ_OK, 0};
-        int64_t deadline = cq_now_ms() + 10000;
         pthread_t thread;
         bool done;
 
         ck_assert_int_eq(pthread_create(&thread, NULL, file_call_main, &call),
                          0);
-        while (!(done = atomic_load(&call.done)) && cq_now_ms() < deadline) {
-                struct timespec ts = {0, 10 * 1000 * 1000};
-
-                nanosleep(&ts, NULL);
-        }
+        done = cq_check_wait_until(file_call_done, &call, 10000);
         if (!done) {
                 char path[PATH_MAX];
                 int fd;
@@ -619,21 +617,33 @@ START_TEST(fifo_in_work_dir_does_not_block)
 }
 END_TEST
 
-static void *raise_later(void *arg)
-{
-        struct timespec ts = {0, 700 * 1000 * 1000};
+/* A cell that marks, in its work dir, that it runs, then sleeps: the
+ * thread acting on it (raise its cancel flag, or interrupt it) waits for
+ * the mark, so what it acts on is a running cell. */
+#define MARKED_SLEEP "open('running.mark', 'w').close()\ntime.sleep(30)"
 
-        nanosleep(&ts, NULL);
-        atomic_store((atomic_int *)arg, 1);
-        return NULL;
+typedef struct running_cell {
+        char mark[PATH_MAX];
+        atomic_int *cancel; /* raised when set, else interp interrupted */
+        cq_interp_t *interp;
+        bool ran;      /* the mark appeared */
+        int interrupt; /* cq_interp_interrupt()'s result */
+} running_cell_t;
+
+static bool mark_exists(void *arg)
+{
+        return access(((const running_cell_t *)arg)->mark, F_OK) == 0;
 }
 
-static void *interrupt_later(void *arg)
+static void *act_when_running(void *arg)
 {
-        struct timespec ts = {0, 700 * 1000 * 1000};
+        running_cell_t *cell = arg;
 
-        nanosleep(&ts, NULL);
-        ck_assert_int_eq(cq_interp_interrupt(arg), 0);
+        cell->ran = cq_check_wait_until(mark_exists, cell, 30000);
+        if (cell->cancel)
+                atomic_store(cell->cancel, 1);
+        else
+                cell->interrupt = cq_interp_interrupt(cell->interp);
         return NULL;
 }
 
@@ -642,30 +652,40 @@ static void cancel_and_interrupt(cq_interp_t *interp)
         cq_cell_result_t res;
         cq_exec_opts_t opts = {0};
         atomic_int cancel = 0;
+        running_cell_t cell = {.cancel = &cancel, .interp = interp};
         pthread_t thread;
 
+        snprintf(cell.mark, sizeof(cell.mark), "%s/running.mark",
+                 cq_kernel_work_dir(cq_local_interp_kernel(interp)));
         assert_stdout(interp, "import time\nkeep = 5", "");
         opts.cancel = &cancel;
-        pthread_create(&thread, NULL, raise_later, &cancel);
+        pthread_create(&thread, NULL, act_when_running, &cell);
         cq_cell_result_init(&res);
-        ck_assert_int_eq(
-            cq_interp_execute(interp, "time.sleep(30)", &opts, &res), CQ_OK);
+        ck_assert_int_eq(cq_interp_execute(interp, MARKED_SLEEP, &opts, &res),
+                         CQ_OK);
         pthread_join(thread, NULL);
+        ck_assert_msg(cell.ran, "the cell never ran");
         ck_assert_int_eq(res.status, CQ_CELL_CANCELLED);
         ck_assert(!res.state_lost);
         ck_assert_str_eq(json_string_value(json_object_get(
                              find_output(&res, "error"), "ename")),
                          "KeyboardInterrupt");
         cq_cell_result_release(&res);
+        ck_assert_int_eq(unlink(cell.mark), 0);
         /* interrupt from another thread: a KeyboardInterrupt error */
-        pthread_create(&thread, NULL, interrupt_later, interp);
-        run(interp, "time.sleep(30)", 0, &res);
+        cell.cancel = NULL;
+        cell.interrupt = -1;
+        pthread_create(&thread, NULL, act_when_running, &cell);
+        run(interp, MARKED_SLEEP, 0, &res);
         pthread_join(thread, NULL);
+        ck_assert_msg(cell.ran, "the cell never ran");
+        ck_assert_int_eq(cell.interrupt, 0);
         ck_assert_int_eq(res.status, CQ_CELL_ERROR);
         ck_assert_str_eq(json_string_value(json_object_get(
                              find_output(&res, "error"), "ename")),
                          "KeyboardInterrupt");
         cq_cell_result_release(&res);
+        ck_assert_int_eq(unlink(cell.mark), 0);
         assert_stdout(interp, "print(keep)", "5\n");
 }
 
@@ -1106,33 +1126,45 @@ static cq_kpool_t *new_pool(size_t size, size_t starts, int start_nice)
 
 /* Wait (up to 30 s) until the pool's reaper has torn down \p n used
  * kernels, with none left waiting. */
+typedef struct pool_wait {
+        cq_kpool_t *pool;
+        uint64_t n;
+} pool_wait_t;
+
+static bool discarded_n(void *arg)
+{
+        const pool_wait_t *w = arg;
+        cq_kpool_stats_t st;
+
+        cq_kpool_stats(w->pool, &st);
+        return st.discarded == w->n && st.discarding == 0;
+}
+
 static void wait_discarded(cq_kpool_t *pool, uint64_t n)
 {
+        pool_wait_t w = {pool, n};
         cq_kpool_stats_t st;
-        int i;
 
-        for (i = 0; i < 3000; i++) {
-                struct timespec ts = {0, 10 * 1000 * 1000};
-
-                cq_kpool_stats(pool, &st);
-                if (st.discarded == n && st.discarding == 0)
-                        break;
-                nanosleep(&ts, NULL);
-        }
+        (void)cq_check_wait_until(discarded_n, &w, 30000);
+        cq_kpool_stats(pool, &st);
         ck_assert_uint_eq(st.discarded, n);
         ck_assert_uint_eq(st.discarding, 0);
 }
 
-/* Wait (up to two minutes) until \p n kernels are ready. */
+static bool ready_n(void *arg)
+{
+        const pool_wait_t *w = arg;
+
+        return cq_kpool_ready(w->pool) >= w->n;
+}
+
+/* Wait (up to two minutes) until \p n kernels are ready; the caller
+ * asserts on what it finds. */
 static void wait_ready(cq_kpool_t *pool, size_t n)
 {
-        int i;
+        pool_wait_t w = {pool, n};
 
-        for (i = 0; i < 1200 && cq_kpool_ready(pool) < n; i++) {
-                struct timespec ts = {0, 100 * 1000 * 1000};
-
-                nanosleep(&ts, NULL);
-        }
+        (void)cq_check_wait_until(ready_n, &w, 120000);
 }
 
 /* A figure titled in Chinese renders its glyphs: the kernel's matplotlib

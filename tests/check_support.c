@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "coderq/buf.h"
+#include "coderq/util.h"
 
 /* Tests run in forked children (CK_FORK): the skip count lives in a shared
  * anonymous mapping made before the first fork, so the parent sees it. */
@@ -195,4 +197,20 @@ int cq_check_golden(const char *path, const char *got, const char *label)
         }
         free(expected);
         return rc;
+}
+
+bool cq_check_wait_until(bool (*pred)(void *arg), void *arg, int64_t timeout_ms)
+{
+        int64_t deadline = cq_now_ms() + timeout_ms;
+
+        for (;;) {
+                struct timespec ts = {0, CQ_CHECK_WAIT_STEP_MS * 1000000L};
+                bool last = cq_now_ms() >= deadline;
+
+                if (pred(arg))
+                        return true;
+                if (last)
+                        return false;
+                nanosleep(&ts, NULL);
+        }
 }

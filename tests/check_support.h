@@ -7,7 +7,9 @@
 #define CODERQ_CHECK_SUPPORT_H
 
 #include <check.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /** Exit status of a runner none of whose tests failed but at least one of
  *  which skipped; CTest's SKIP_RETURN_CODE for every suite. */
@@ -49,6 +51,22 @@ int cq_check_skip_suite(const char *suite,
                         const char *need,
                         const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
+
+/** How often cq_check_wait_until() asks its predicate again. */
+#define CQ_CHECK_WAIT_STEP_MS 20
+
+/**
+ * @brief Wait on a condition, not on time: call \p pred(\p arg) at once
+ *        and then every CQ_CHECK_WAIT_STEP_MS until it returns true or
+ *        \p timeout_ms have passed (it is asked once more at the
+ *        deadline, so a condition that holds by then counts).
+ * @returns Whether \p pred held. The caller asserts on it, with a
+ *          message saying what did not happen.
+ * @locality Any thread (it never fails the test itself).
+ */
+bool cq_check_wait_until(bool (*pred)(void *arg),
+                         void *arg,
+                         int64_t timeout_ms);
 
 /** @brief The value of the environment variable \p name; when it is unset,
  *         fail the current test with a message naming it. */

@@ -265,7 +265,8 @@ class State:
         self.faults = {"create": [], "execute": []}
         self.log = []
         self.stats = {"created": 0, "killed": 0, "expired": 0,
-                      "set_timeout": 0, "executions": 0, "create_calls": 0}
+                      "set_timeout": 0, "executions": 0, "create_calls": 0,
+                      "streams": 0}
 
     def too_long(self):
         # E2B states the plan's bound in hours
@@ -925,6 +926,11 @@ class SandboxHandler(Handler):
                 if line is None:
                     continue
                 self.chunk(line)
+                if line["type"] in ("stdout", "stderr"):
+                    # the cell's output was seen: it runs (for tests
+                    # that act on a running cell)
+                    with st.lock:
+                        st.stats["streams"] += 1
                 last = time.time()
                 sent += 1
                 if mode == "malformed" and sent == 1:
