@@ -31,8 +31,10 @@
 extern char **environ;
 
 #define DOCTOR_SERVICE_TIMEOUT_MS 3000
-#define DOCTOR_TOOL_TIMEOUT_MS    5000
-#define DOCTOR_PYTHON             "/usr/bin/python3"
+/* How long to wait for the reason behind "all brokers down". */
+#define DOCTOR_REASON_WAIT_MS  1000
+#define DOCTOR_TOOL_TIMEOUT_MS 5000
+#define DOCTOR_PYTHON          "/usr/bin/python3"
 
 const char cq_cmd_doctor_usage[] =
     "usage: coderq doctor\n"
@@ -188,6 +190,15 @@ static int check_kafka(const cq_config_t *cfg)
                 rd_kafka_poll(rk, 0);
                 if (probe.down[0] || probe.refused[0])
                         break;
+        }
+        /* librdkafka may queue "all brokers down" before the TLS or
+         * SASL error that took the broker down: give that reason a
+         * moment to arrive, since it is the one the user can act on. */
+        if (err && probe.down[0]) {
+                int64_t until = cq_now_ms() + DOCTOR_REASON_WAIT_MS;
+
+                while (!probe.refused[0] && cq_now_ms() < until)
+                        rd_kafka_poll(rk, 100);
         }
         if (err && probe.refused[0]) {
                 snprintf(what, sizeof(what), "could not connect to %s: %s",
