@@ -377,6 +377,17 @@ void cq_series_set(cq_series_t *s, double v)
         atomic_store_explicit(&s->bits, to_bits(v), memory_order_relaxed);
 }
 
+void cq_metric_zero(cq_metric_t *m)
+{
+        size_t i, n;
+
+        if (!m || m->type == CQ_METRIC_HISTOGRAM)
+                return;
+        n = atomic_load_explicit(&m->nseries, memory_order_acquire);
+        for (i = 0; i < n; i++)
+                cq_series_set(m->series[i], 0);
+}
+
 void cq_series_observe(cq_series_t *s, double v)
 {
         size_t i = 0;

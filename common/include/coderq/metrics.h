@@ -92,6 +92,11 @@ void cq_series_add(cq_series_t *s, double v);
  *         elsewhere. @locality Any thread. */
 void cq_series_set(cq_series_t *s, double v);
 
+/** @brief Set every series of a counter or gauge family to 0, for one
+ *         that mirrors a set of things that may shrink (the partitions
+ *         assigned now). @locality Any thread. */
+void cq_metric_zero(cq_metric_t *m);
+
 /** @brief Record one observation in a histogram. @locality Any thread. */
 void cq_series_observe(cq_series_t *s, double v);
 
