@@ -30,9 +30,10 @@ static const cq_cfg_entry_t entries[] = {
      "HOST:PORT, :PORT or [V6]:PORT where coderq worker serves /metrics, "
      "/healthz and /readyz over HTTP (unset: no server)"},
     {"CODERQ_HEALTH_STALL_S", NULL, "health-stall-s", CQ_CFG_INT,
-     F(health_stall_s), "60", 5, 3600, NULL,
+     F(health_stall_s), "120", 5, 3600, NULL,
      "seconds a worker thread may go without a heartbeat before /healthz "
-     "answers 503"},
+     "answers 503; keep it above a few CODERQ_PG_RECONNECT_S, which a "
+     "thread may wait per statement while PostgreSQL is down"},
     {"CODERQ_PG_DSN", NULL, "pg-dsn", CQ_CFG_SECRET, F(pg_dsn), NULL, 0, 0,
      NULL,
      "libpq connection string or URI of the PostgreSQL database (libpq's "

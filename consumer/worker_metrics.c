@@ -253,15 +253,20 @@ static bool healthy(cq_worker_t *w, cq_buf_t *body)
         return true;
 }
 
-/* Whether PostgreSQL answers: housekeeping's last count of the queue, or
- * without housekeeping (no slots) what the intake and relay saw last. */
+/* Whether PostgreSQL answers, by every sign the worker has: the last
+ * count of the queue (housekeeping's; during an outage its next attempt
+ * may wait for CODERQ_PG_RECONNECT_S), the job listener's connection, and
+ * what the intake and the relay saw last (the relay looks every
+ * CODERQ_RELAY_INTERVAL_MS). */
 static bool pg_reachable(cq_worker_t *w)
 {
         cq_intake_stats_t ist;
         cq_relay_stats_t rst;
 
-        if (w->hk_started)
-                return atomic_load(&w->m.pg_ok);
+        if (w->hk_started && !atomic_load(&w->m.pg_ok))
+                return false;
+        if (w->listen_started && !atomic_load(&w->listening))
+                return false;
         if (w->intake) {
                 cq_intake_stats(w->intake, &ist);
                 if (ist.pg_down)

@@ -662,6 +662,15 @@ static double prom_query(int port, const char *query)
         return sum;
 }
 
+/* After the metrics test, pass or fail: no worker or Prometheus left,
+ * and PostgreSQL running again (a no-op when it is). */
+static void metrics_cleanup(void)
+{
+        child_extra = NULL;
+        kill_leftovers();
+        kt_services("start-pg");
+}
+
 START_TEST(metrics_health_and_a_real_prometheus)
 {
         static const char *const extra[] = {"CODERQ_METRICS_ADDR=127.0.0.1:0",
@@ -2613,7 +2622,7 @@ static Suite *worker_suite(void)
         /* CK_RUN_CASE=metrics: the metrics server and a real Prometheus */
         tc = tcase_create("metrics");
         tcase_add_unchecked_fixture(tc, setup, teardown);
-        tcase_add_checked_fixture(tc, NULL, no_extra);
+        tcase_add_checked_fixture(tc, NULL, metrics_cleanup);
         tcase_set_timeout(tc, 600);
         tcase_add_test(tc, metrics_health_and_a_real_prometheus);
         suite_add_tcase(s, tc);
