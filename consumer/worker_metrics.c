@@ -20,28 +20,7 @@
 /* How often housekeeping counts the queue (one statement). */
 #define QUEUE_EVERY_MS 2000
 
-/* A gauge or counter without labels, its series kept. */
-static cq_series_t *plain(cq_worker_t *w,
-                          cq_metric_type_t type,
-                          const char *name,
-                          const char *help,
-                          char *errstr,
-                          size_t errstr_size,
-                          bool *failed)
-{
-        cq_metric_def_t def;
-        cq_metric_t *m;
-
-        memset(&def, 0, sizeof(def));
-        def.type = type;
-        def.name = name;
-        def.help = help;
-        m = cq_metrics_add(w->m.reg, &def, errstr, errstr_size);
-        if (!m)
-                *failed = true;
-        return cq_metric_series(m, NULL);
-}
-
+/* Add a family; on failure *failed is set and NULL returned. */
 static cq_metric_t *labelled(cq_worker_t *w,
                              cq_metric_type_t type,
                              const char *name,
@@ -67,6 +46,20 @@ static cq_metric_t *labelled(cq_worker_t *w,
         if (!m)
                 *failed = true;
         return m;
+}
+
+/* A gauge or counter without labels: its one series. */
+static cq_series_t *plain(cq_worker_t *w,
+                          cq_metric_type_t type,
+                          const char *name,
+                          const char *help,
+                          char *errstr,
+                          size_t errstr_size,
+                          bool *failed)
+{
+        return cq_metric_series(labelled(w, type, name, help, NULL, NULL, 0,
+                                         errstr, errstr_size, failed),
+                                NULL);
 }
 
 static int add_families(cq_worker_t *w, char *errstr, size_t errstr_size)

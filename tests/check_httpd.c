@@ -40,27 +40,29 @@ START_TEST(httpd_parse_cases)
             {"GET metrics HTTP/1.1\r\n\r\n", 400, NULL},
             {"GET /metrics HTTP/2.0\r\n\r\n", 400, NULL},
             {"GET /metrics HTTP/1.1 extra\r\n\r\n", 400, NULL},
-            {"GET /a\x01" "z HTTP/1.1\r\n\r\n", 400, NULL},
+            {"GET /a\x01"
+             "z HTTP/1.1\r\n\r\n",
+             400, NULL},
             {"G(T / HTTP/1.1\r\n\r\n", 400, NULL},
             {"\r\n\r\n", 400, NULL},
             {"GET / HTTP/1.1\r\nno colon\r\n\r\n", 400, NULL},
             {"GET / HTTP/1.1\r\n: empty name\r\n\r\n", 400, NULL},
             {"GET / HTTP/1.1\r\nba d: x\r\n\r\n", 400, NULL},
-            {"GET / HTTP/1.1\r\nX: a\x02" "b\r\n\r\n", 400, NULL},
+            {"GET / HTTP/1.1\r\nX: a\x02"
+             "b\r\n\r\n",
+             400, NULL},
             {"GET / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 400, NULL},
-            {"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
-             NULL},
+            {"GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 400, NULL},
         };
         cq_httpd_req_t req;
         size_t i;
 
         for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
-                int status = cq_httpd_parse(cases[i].head,
-                                            strlen(cases[i].head), &req);
+                int status =
+                    cq_httpd_parse(cases[i].head, strlen(cases[i].head), &req);
 
-                ck_assert_msg(status == cases[i].status,
-                              "case %zu: %d, not %d", i, status,
-                              cases[i].status);
+                ck_assert_msg(status == cases[i].status, "case %zu: %d, not %d",
+                              i, status, cases[i].status);
                 if (cases[i].path)
                         ck_assert_str_eq(req.path, cases[i].path);
         }
@@ -207,14 +209,16 @@ START_TEST(httpd_serves_get_head_and_errors)
         int fd;
 
         reply = exchange(port, "GET /hello?x HTTP/1.1\r\n\r\n", 25);
-        ck_assert_str_eq(reply, "HTTP/1.1 200 OK\r\nContent-Type: text/x-test\r\n"
-                                "Content-Length: 6\r\nConnection: close\r\n"
-                                "\r\nhello\n");
+        ck_assert_str_eq(reply,
+                         "HTTP/1.1 200 OK\r\nContent-Type: text/x-test\r\n"
+                         "Content-Length: 6\r\nConnection: close\r\n"
+                         "\r\nhello\n");
         free(reply);
         reply = exchange(port, "HEAD /hello HTTP/1.1\r\n\r\n", 24);
-        ck_assert_str_eq(reply, "HTTP/1.1 200 OK\r\nContent-Type: text/x-test\r\n"
-                                "Content-Length: 6\r\nConnection: close\r\n"
-                                "\r\n");
+        ck_assert_str_eq(reply,
+                         "HTTP/1.1 200 OK\r\nContent-Type: text/x-test\r\n"
+                         "Content-Length: 6\r\nConnection: close\r\n"
+                         "\r\n");
         free(reply);
         reply = exchange(port, "GET /nope HTTP/1.1\r\n\r\n", 22);
         ck_assert_ptr_nonnull(strstr(reply, "HTTP/1.1 404 Not Found\r\n"));
@@ -349,8 +353,8 @@ END_TEST
 
 START_TEST(httpd_bad_addresses)
 {
-        static const char *const addrs[] = {"9464", "host", ":",
-                                            ":99999", ":12a", "::1:9464",
+        static const char *const addrs[] = {"9464",      "host",     ":",
+                                            ":99999",    ":12a",     "::1:9464",
                                             "[::1]9464", "[::1:9464"};
         cq_httpd_opts_t opts;
         char errstr[256];

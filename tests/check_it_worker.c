@@ -164,6 +164,20 @@ static void child_env(const char *name, const char *lease_s)
         }
 }
 
+/* In a forked child: stdout and stderr to \p log, killed with the
+ * suite. */
+static void child_output_to(const char *log)
+{
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+                close(fd);
+        }
+}
+
 static void start_worker(worker_t *w, const char *name, const char *lease_s)
 {
         char log[512];
@@ -174,14 +188,7 @@ static void start_worker(worker_t *w, const char *name, const char *lease_s)
         pid = fork();
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
-                int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (fd >= 0) {
-                        dup2(fd, 1);
-                        dup2(fd, 2);
-                        close(fd);
-                }
+                child_output_to(log);
                 child_env(name, lease_s);
                 execl(CQ_BINARY_DIR "/coderq", "coderq", "worker",
                       (char *)NULL);
@@ -787,7 +794,6 @@ START_TEST(metrics_health_and_a_real_prometheus)
         ck_assert_int_ge(prom, 0);
         if (prom == 0) {
                 char conf[640], tsdb[600], listen[64], log[600];
-                int fd;
 
                 snprintf(conf, sizeof(conf), "--config.file=%s", path);
                 snprintf(tsdb, sizeof(tsdb), "--storage.tsdb.path=%s/tsdb",
@@ -795,13 +801,7 @@ START_TEST(metrics_health_and_a_real_prometheus)
                 snprintf(listen, sizeof(listen),
                          "--web.listen-address=127.0.0.1:%d", pport);
                 snprintf(log, sizeof(log), "%s/prometheus.log", logdir);
-                fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (fd >= 0) {
-                        dup2(fd, 1);
-                        dup2(fd, 2);
-                        close(fd);
-                }
+                child_output_to(log);
                 execl("/usr/bin/prometheus", "prometheus", conf, tsdb, listen,
                       (char *)NULL);
                 _exit(127);
