@@ -594,6 +594,10 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
                                   &w->slots[i].started);
         if (up) {
                 cq_log_kv(CQ_LOG_INFO, "worker started", "worker", w->id, NULL);
+                atomic_store(&w->m.watch_hk, w->hk_started);
+                atomic_store(&w->m.watch_listen, w->listen_started);
+                atomic_store(&w->m.watch_intake, w->intake_started);
+                atomic_store(&w->m.watch_relay, w->relay_started);
                 atomic_store(&w->m.running_loop, true);
                 while (*signals == 0 && !(refused = kafka_refused(w)))
                         worker_nap(200, NULL);

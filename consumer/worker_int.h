@@ -52,6 +52,9 @@ typedef struct worker_metrics {
         atomic_bool pg_ok;        /* the last count of the queue worked */
         atomic_bool intake_done;  /* the intake thread returned */
         atomic_bool running_loop; /* between start-up and shutdown */
+        /* the threads /healthz and /readyz watch, set once they started
+         * (the server's thread must not read the *_started flags) */
+        atomic_bool watch_hk, watch_listen, watch_intake, watch_relay;
 } worker_metrics_t;
 
 struct cq_worker {

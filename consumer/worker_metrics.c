@@ -213,12 +213,16 @@ static bool healthy(cq_worker_t *w, cq_buf_t *body)
         int64_t now = cq_now_ms();
         const char *bad = NULL;
 
-        if (w->hk_started && stalled(w, atomic_load(&w->m.beat_hk), now))
+        /* starting or stopping, threads are not expected to go round */
+        if (!atomic_load(&w->m.running_loop))
+                ;
+        else if (atomic_load(&w->m.watch_hk) &&
+                 stalled(w, atomic_load(&w->m.beat_hk), now))
                 bad = "housekeeping";
-        else if (w->listen_started &&
+        else if (atomic_load(&w->m.watch_listen) &&
                  stalled(w, atomic_load(&w->m.beat_listen), now))
                 bad = "listener";
-        else if (w->intake && w->intake_started &&
+        else if (atomic_load(&w->m.watch_intake) &&
                  !atomic_load(&w->m.intake_done)) {
                 cq_intake_stats_t st;
 
@@ -226,7 +230,8 @@ static bool healthy(cq_worker_t *w, cq_buf_t *body)
                 if (stalled(w, st.beat_ms, now))
                         bad = "intake";
         }
-        if (!bad && w->relay && w->relay_started) {
+        if (!bad && atomic_load(&w->m.running_loop) &&
+            atomic_load(&w->m.watch_relay)) {
                 cq_relay_stats_t st;
 
                 cq_relay_stats(w->relay, &st);
@@ -256,9 +261,9 @@ static bool pg_reachable(cq_worker_t *w)
         cq_intake_stats_t ist;
         cq_relay_stats_t rst;
 
-        if (w->hk_started && !atomic_load(&w->m.pg_ok))
+        if (atomic_load(&w->m.watch_hk) && !atomic_load(&w->m.pg_ok))
                 return false;
-        if (w->listen_started && !atomic_load(&w->listening))
+        if (atomic_load(&w->m.watch_listen) && !atomic_load(&w->listening))
                 return false;
         if (w->intake) {
                 cq_intake_stats(w->intake, &ist);
