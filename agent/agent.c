@@ -94,6 +94,74 @@ void cq_agent_opts_from_config(cq_agent_opts_t *opts, const cq_config_t *cfg)
         opts->fetch_allow = cfg->fetch_allow;
 }
 
+/* Bounds of the LLM call and cell histograms, in seconds: a call takes
+ * from a second to minutes, a cell from milliseconds to its timeout. */
+static const double llm_bounds[] = {0.25, 0.5, 1,  2.5, 5,  10,
+                                    20,   30,  60, 120, 300};
+static const double cell_bounds[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1,
+                                     2.5,  5,    10,  30,   60,  120};
+
+int cq_agent_metrics_add(cq_agent_metrics_t *am,
+                         cq_metrics_t *reg,
+                         char *errstr,
+                         size_t errstr_size)
+{
+        /* A worker meets a few models; past 16 they are "other". */
+        const cq_metric_def_t defs[] = {
+            {CQ_METRIC_COUNTER,
+             "coderq_llm_calls_total",
+             "LLM calls by model and outcome (ok, unavailable: retries ran "
+             "out, error: refused)",
+             {"model", "outcome"},
+             NULL,
+             0,
+             48},
+            {CQ_METRIC_HISTOGRAM,
+             "coderq_llm_call_duration_seconds",
+             "Duration of one LLM call, its retries and backoff included",
+             {"model"},
+             llm_bounds,
+             CQ_ARRAY_SIZE(llm_bounds),
+             16},
+            {CQ_METRIC_COUNTER,
+             "coderq_llm_tokens_total",
+             "Tokens the LLM reported by model and kind (prompt, completion, "
+             "cached: prompt tokens read from a cache, cache_creation)",
+             {"model", "kind"},
+             NULL,
+             0,
+             64},
+            {CQ_METRIC_COUNTER,
+             "coderq_llm_cost_usd_total",
+             "Cost in USD of the LLM calls whose price is known, by model",
+             {"model"},
+             NULL,
+             0,
+             16},
+            {CQ_METRIC_HISTOGRAM,
+             "coderq_cell_duration_seconds",
+             "Duration of one executed cell by status (ok, error, timeout, "
+             "...)",
+             {"status"},
+             cell_bounds,
+             CQ_ARRAY_SIZE(cell_bounds),
+             16},
+        };
+        cq_metric_t **slots[] = {&am->llm_calls, &am->llm_seconds, &am->tokens,
+                                 &am->cost, &am->cells};
+        size_t i;
+
+        memset(am, 0, sizeof(*am));
+        if (!reg)
+                return 0;
+        for (i = 0; i < CQ_ARRAY_SIZE(defs); i++) {
+                *slots[i] = cq_metrics_add(reg, &defs[i], errstr, errstr_size);
+                if (!*slots[i])
+                        return -1;
+        }
+        return 0;
+}
+
 void cq_agent_recall_release(cq_agent_recall_t *recall)
 {
         free(recall->code);
@@ -514,6 +582,12 @@ static cq_err_t run_cell(run_t *run, const char *code, cq_cell_result_t *res)
         if (err != CQ_OK)
                 return err;
         run->result->cells++;
+        if (run->opts->metrics)
+                cq_series_observe(
+                    cq_metric_series(
+                        run->opts->metrics->cells,
+                        (const char *[]){cq_cell_status_name(res->status)}),
+                    (double)res->duration_ms / 1000.0);
         event(run, "cell.finished",
               json_pack("{s:s, s:I, s:i}", "status",
                         cq_cell_status_name(res->status), "duration_ms",
@@ -1196,10 +1270,51 @@ static bool within_budget(run_t *run)
         return true;
 }
 
+/* Count one LLM call: its outcome and duration, and on success its
+ * tokens and (when known) cost. */
+static void count_call(run_t *run,
+                       const char *outcome,
+                       int64_t ms,
+                       const cq_usage_t *call,
+                       double cost)
+{
+        const cq_agent_metrics_t *am = run->opts->metrics;
+        const char *model = cq_llm_model(run->llm);
+        static const char *const kinds[] = {"prompt", "completion", "cached",
+                                            "cache_creation"};
+        int64_t n[4];
+        size_t i;
+
+        if (!am)
+                return;
+        cq_series_add(
+            cq_metric_series(am->llm_calls, (const char *[]){model, outcome}),
+            1);
+        cq_series_observe(
+            cq_metric_series(am->llm_seconds, (const char *[]){model}),
+            (double)ms / 1000.0);
+        if (!call)
+                return;
+        n[0] = call->prompt_tokens;
+        n[1] = call->completion_tokens;
+        n[2] = call->cache_read_tokens;
+        n[3] = call->cache_creation_tokens;
+        for (i = 0; i < CQ_ARRAY_SIZE(kinds); i++)
+                cq_series_add(
+                    cq_metric_series(am->tokens,
+                                     (const char *[]){model, kinds[i]}),
+                    (double)n[i]);
+        if (cost >= 0)
+                cq_series_add(
+                    cq_metric_series(am->cost, (const char *[]){model}), cost);
+}
+
 /* Count a call's usage and cost into the job's and report them. */
-static void account(run_t *run, const cq_llm_reply_t *reply, int64_t estimate)
+static void
+account(run_t *run, const cq_llm_reply_t *reply, int64_t estimate, int64_t ms)
 {
         cq_usage_t call;
+        double cost = -1;
 
         call.prompt_tokens = reply->prompt_tokens;
         call.completion_tokens = reply->completion_tokens;
@@ -1214,10 +1329,13 @@ static void account(run_t *run, const cq_llm_reply_t *reply, int64_t estimate)
                     call.prompt_tokens + call.completion_tokens;
         else
                 run->limit_tokens += estimate;
-        if (!reply->has_usage || !run->price_known)
+        if (reply->has_usage && run->price_known)
+                cost = cq_price_cost(&run->price, &call);
+        if (cost < 0)
                 run->cost_usd = -1;
         else if (run->cost_usd >= 0)
-                run->cost_usd += cq_price_cost(&run->price, &call);
+                run->cost_usd += cost;
+        count_call(run, "ok", ms, &call, cost);
         if (run->obs && run->obs->on_usage &&
             run->obs->on_usage(run->obs->opaque, &run->used, run->cost_usd) !=
                 0)
@@ -1229,7 +1347,7 @@ static int turn(run_t *run)
 {
         cq_llm_reply_t reply;
         size_t index;
-        int64_t estimate;
+        int64_t estimate, t0;
         int rc = -1;
         json_t *codes;
         size_t i;
@@ -1249,6 +1367,7 @@ static int turn(run_t *run)
         estimate = cq_llm_estimate_tokens(run->history) + run->tools_tokens;
         cq_llm_reply_init(&reply);
         run->result->turns++;
+        t0 = cq_now_ms();
         switch (cq_llm_chat(run->llm, run->history, &reply)) {
         case CQ_OK:
                 if (!reply.has_usage) {
@@ -1257,11 +1376,12 @@ static int turn(run_t *run)
                         estimate += cq_llm_estimate_tokens(one);
                         json_decref(one);
                 }
-                account(run, &reply, estimate);
+                account(run, &reply, estimate, cq_now_ms() - t0);
                 if (run->aborted)
                         goto out;
                 break;
         case CQ_ERR_RETRIABLE:
+                count_call(run, "unavailable", cq_now_ms() - t0, NULL, -1);
                 if (cancelled(run))
                         fail(run, CQ_AGENT_CANCELLED, "cancelled", "cancelled");
                 else
@@ -1270,6 +1390,7 @@ static int turn(run_t *run)
                              cq_llm_errmsg(run->llm));
                 goto out;
         default:
+                count_call(run, "error", cq_now_ms() - t0, NULL, -1);
                 fail(run, CQ_AGENT_FAILED, "llm", "the LLM request failed: %s",
                      cq_llm_errmsg(run->llm));
                 goto out;

@@ -25,6 +25,15 @@ static const cq_cfg_entry_t entries[] = {
      0, 0, NULL,
      "name of this worker in leases and events (default: host name and "
      "process id)"},
+    {"CODERQ_METRICS_ADDR", NULL, "metrics-addr", CQ_CFG_STRING,
+     F(metrics_addr), NULL, 0, 0, NULL,
+     "HOST:PORT, :PORT or [V6]:PORT where coderq worker serves /metrics, "
+     "/healthz and /readyz over HTTP (unset: no server)"},
+    {"CODERQ_HEALTH_STALL_S", NULL, "health-stall-s", CQ_CFG_INT,
+     F(health_stall_s), "120", 5, 3600, NULL,
+     "seconds a worker thread may go without a heartbeat before /healthz "
+     "answers 503; keep it above a few CODERQ_PG_RECONNECT_S, which a "
+     "thread may wait per statement while PostgreSQL is down"},
     {"CODERQ_PG_DSN", NULL, "pg-dsn", CQ_CFG_SECRET, F(pg_dsn), NULL, 0, 0,
      NULL,
      "libpq connection string or URI of the PostgreSQL database (libpq's "

@@ -8,6 +8,7 @@
  * the consumer keeps polling. */
 #include "coderq/kafka.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +62,18 @@ struct cq_intake {
         atomic_bool st_paused, st_pg_down;
         atomic_long st_backlog;
         atomic_int st_assigned;
+        atomic_llong st_beat_ms; /* the poll loop's last round */
+        /* the consumer lag per assigned partition, measured every
+         * LAG_EVERY_MS by the intake's thread */
+        pthread_mutex_t lag_lock; /* guards lag and nlag */
+        cq_intake_lag_t lag[CQ_INTAKE_LAG_MAX];
+        size_t nlag;
+        int64_t next_lag;
 };
+
+/* How often the intake measures its lag: the high watermarks are the
+ * ones fetch responses brought, so this costs no request to the broker. */
+#define LAG_EVERY_MS 2000
 
 static void CQ_PRINTF(2, 3) set_error(cq_intake_t *intake, const char *fmt, ...)
 {
@@ -184,6 +196,7 @@ cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
                               "could not create intake: out of memory");
                 return NULL;
         }
+        pthread_mutex_init(&intake->lag_lock, NULL);
         intake->opts = *opts;
         if (opts->store)
                 intake->store_opts = *opts->store;
@@ -286,6 +299,7 @@ void cq_intake_destroy(cq_intake_t **intakep)
         }
         cq_store_destroy(&intake->store);
         cq_backlog_destroy(&intake->backlog);
+        pthread_mutex_destroy(&intake->lag_lock);
         free(intake);
         *intakep = NULL;
 }
@@ -317,6 +331,56 @@ void cq_intake_stats(cq_intake_t *intake, cq_intake_stats_t *stats)
         stats->pg_down = atomic_load(&intake->st_pg_down);
         stats->backlog = atomic_load(&intake->st_backlog);
         stats->assigned = atomic_load(&intake->st_assigned);
+        stats->beat_ms = atomic_load(&intake->st_beat_ms);
+}
+
+size_t cq_intake_lag(cq_intake_t *intake, cq_intake_lag_t *lag, size_t max)
+{
+        size_t n;
+
+        pthread_mutex_lock(&intake->lag_lock);
+        n = intake->nlag < max ? intake->nlag : max;
+        memcpy(lag, intake->lag, n * sizeof(*lag));
+        pthread_mutex_unlock(&intake->lag_lock);
+        return n;
+}
+
+/* Each assigned partition's high watermark minus the consumer's position
+ * (the next offset it fetches); partitions without a position yet are
+ * left out. */
+static void measure_lag(cq_intake_t *intake, int64_t now)
+{
+        rd_kafka_topic_partition_list_t *parts = NULL;
+        cq_intake_lag_t lag[CQ_INTAKE_LAG_MAX];
+        size_t n = 0;
+        int i;
+
+        if (now < intake->next_lag)
+                return;
+        intake->next_lag = now + LAG_EVERY_MS;
+        if (rd_kafka_assignment(intake->rk, &parts) != 0 || !parts)
+                return;
+        if (parts->cnt > 0 && rd_kafka_position(intake->rk, parts) == 0) {
+                for (i = 0; i < parts->cnt && n < CQ_INTAKE_LAG_MAX; i++) {
+                        const rd_kafka_topic_partition_t *p = &parts->elems[i];
+                        int64_t lo = -1, hi = -1;
+
+                        if (p->offset < 0 ||
+                            rd_kafka_get_watermark_offsets(intake->rk, p->topic,
+                                                           p->partition, &lo,
+                                                           &hi) != 0 ||
+                            hi < 0)
+                                continue;
+                        lag[n].partition = p->partition;
+                        lag[n].lag = hi > p->offset ? hi - p->offset : 0;
+                        n++;
+                }
+        }
+        rd_kafka_topic_partition_list_destroy(parts);
+        pthread_mutex_lock(&intake->lag_lock);
+        memcpy(intake->lag, lag, n * sizeof(*lag));
+        intake->nlag = n;
+        pthread_mutex_unlock(&intake->lag_lock);
 }
 
 static void store_offset(cq_intake_t *intake, const rd_kafka_message_t *msg)
@@ -905,6 +969,8 @@ int cq_intake_run(cq_intake_t *intake, const atomic_int *stop)
                 int timeout = 100;
                 rd_kafka_message_t *msg;
 
+                atomic_store(&intake->st_beat_ms, now);
+                measure_lag(intake, now);
                 check_backlog(intake, now);
                 apply_pause(intake);
                 if (intake->n > 0)

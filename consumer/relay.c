@@ -63,7 +63,8 @@ struct cq_relay {
         atomic_ullong produced, sent, failed, rejected, truncated;
         atomic_ullong inflight;
         atomic_bool st_pg_down;
-        atomic_bool kicked; /* cq_relay_kick(): pump now */
+        atomic_bool kicked;      /* cq_relay_kick(): pump now */
+        atomic_llong st_beat_ms; /* the run loop's last round */
 };
 
 bool cq_kafka_err_permanent(int err)
@@ -398,6 +399,7 @@ void cq_relay_stats(cq_relay_t *relay, cq_relay_stats_t *stats)
         stats->truncated = atomic_load(&relay->truncated);
         stats->inflight = atomic_load(&relay->inflight);
         stats->pg_down = atomic_load(&relay->st_pg_down);
+        stats->beat_ms = atomic_load(&relay->st_beat_ms);
 }
 
 static void set_pg_down(cq_relay_t *relay, bool down)
@@ -714,6 +716,7 @@ int cq_relay_run(cq_relay_t *relay, const atomic_int *stop)
                 int64_t now = cq_now_ms();
                 int wait;
 
+                atomic_store(&relay->st_beat_ms, now);
                 reap(relay);
                 if (atomic_exchange(&relay->kicked, false) || now >= next) {
                         pump(relay);

@@ -182,6 +182,7 @@ static void *slot_main(void *arg)
                         continue;
                 }
                 atomic_fetch_add(&w->claims, 1);
+                cq_series_add(w->m.claimed, 1);
                 /* The poll found work nobody announced (a lost
                  * notification, a retry whose backoff ran out): there may
                  * be more, so another idle slot looks too. */
@@ -282,6 +283,7 @@ static void *hk_main(void *arg)
                 /* E2B sandboxes outlive an LLM turn longer than their
                  * TTL only if extended; strays of lost creates die here */
                 cq_backend_housekeep(w->backend);
+                worker_metrics_housekeep(w, store, now);
                 if (now - last_requeue >= 5000) {
                         int requeued = 0, failed = 0;
 
@@ -336,11 +338,14 @@ static void *listen_main(void *arg)
         while (!atomic_load(&w->stop_claims)) {
                 bool reconnected = false;
                 int64_t wait = next_poll - cq_now_ms();
-                long n = cq_listener_wait(l,
-                                          wait > 250 ? 250
-                                          : wait < 0 ? 0
-                                                     : (int)wait,
-                                          &reconnected);
+                long n;
+
+                atomic_store(&w->m.beat_listen, cq_now_ms());
+                n = cq_listener_wait(l,
+                                     wait > 250 ? 250
+                                     : wait < 0 ? 0
+                                                : (int)wait,
+                                     &reconnected);
 
                 if (n < 0 && !down)
                         cq_log_kv(CQ_LOG_WARN,
@@ -373,6 +378,7 @@ static void *intake_main(void *arg)
         cq_worker_t *w = arg;
 
         w->intake_rc = cq_intake_run(w->intake, &w->stop_intake);
+        atomic_store(&w->m.intake_done, true);
         if (w->intake_rc != 0)
                 cq_log_kv(CQ_LOG_ERROR, "intake stopped with an error", "error",
                           cq_intake_errmsg(w->intake), NULL);
@@ -421,6 +427,8 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
         w->kopts.client_id = w->id;
         w->kopts.store = &w->sopts;
         cq_llm_conf_from_config(&w->lconf, cfg);
+        if (worker_metrics_init(w, errstr, errstr_size) != 0)
+                goto fail;
         w->limiter = cq_llm_limiter_new((double)cfg->llm_rate_max);
         if (!w->limiter) {
                 cq_errstr_set(errstr, errstr_size, "out of memory");
@@ -480,6 +488,8 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
                 if (!w->events)
                         goto fail;
         }
+        if (worker_metrics_serve(w, errstr, errstr_size) != 0)
+                goto fail;
         return w;
 fail:
         cq_worker_destroy(&w);
@@ -584,6 +594,11 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
                                   &w->slots[i].started);
         if (up) {
                 cq_log_kv(CQ_LOG_INFO, "worker started", "worker", w->id, NULL);
+                atomic_store(&w->m.watch_hk, w->hk_started);
+                atomic_store(&w->m.watch_listen, w->listen_started);
+                atomic_store(&w->m.watch_intake, w->intake_started);
+                atomic_store(&w->m.watch_relay, w->relay_started);
+                atomic_store(&w->m.running_loop, true);
                 while (*signals == 0 && !(refused = kafka_refused(w)))
                         worker_nap(200, NULL);
                 if (refused)
@@ -593,6 +608,7 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
                 rc = -1;
         }
 
+        atomic_store(&w->m.running_loop, false);
         cq_log_kv(CQ_LOG_INFO, "shutting down: stopping intake and claims",
                   "worker", w->id, NULL);
         atomic_store(&w->stop_intake, 1);
@@ -658,6 +674,8 @@ void cq_worker_destroy(cq_worker_t **workerp)
         if (!w)
                 return;
         *workerp = NULL;
+        /* first: its thread reads every other part */
+        worker_metrics_release(w);
         cq_events_destroy(&w->events);
         cq_relay_destroy(&w->relay);
         cq_intake_destroy(&w->intake);

@@ -8,10 +8,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "coderq/agent.h"
 #include "coderq/backend.h"
+#include "coderq/httpd.h"
 #include "coderq/job.h"
 #include "coderq/kafka.h"
 #include "coderq/llm.h"
+#include "coderq/metrics.h"
 #include "coderq/prices.h"
 #include "coderq/store.h"
 #include "coderq/worker.h"
@@ -31,6 +34,28 @@ typedef struct slot {
         cq_llm_t *llm;
         unsigned int rng; /* rand_r() state: jitter of retry waits */
 } slot_t;
+
+/* The metrics and the HTTP server (worker_metrics.c). Everything is NULL
+ * without CODERQ_METRICS_ADDR, and updating it then does nothing. */
+typedef struct worker_metrics {
+        cq_metrics_t *reg;
+        cq_httpd_t *httpd;
+        cq_agent_metrics_t agent; /* the agent loop's families */
+        cq_metric_t *finished, *kernels, *lag;
+        cq_series_t *claimed, *running, *slots, *queued, *outbox_pending,
+            *outbox_failed, *pool_size, *pool_ready, *pool_starting,
+            *kernel_failures, *intake_msgs, *dlq, *events_dropped, *events_sent;
+        int64_t started_ms;
+        int64_t next_queue;       /* housekeeping thread only */
+        atomic_llong beat_hk;     /* its loop's last round */
+        atomic_llong beat_listen; /* the listener's */
+        atomic_bool pg_ok;        /* the last count of the queue worked */
+        atomic_bool intake_done;  /* the intake thread returned */
+        atomic_bool running_loop; /* between start-up and shutdown */
+        /* the threads /healthz and /readyz watch, set once they started
+         * (the server's thread must not read the *_started flags) */
+        atomic_bool watch_hk, watch_listen, watch_intake, watch_relay;
+} worker_metrics_t;
 
 struct cq_worker {
         const cq_config_t *cfg;
@@ -66,11 +91,28 @@ struct cq_worker {
         atomic_bool listening; /* listener up: it polls, slots need not */
         atomic_ullong wakeups; /* jobs announced to this worker */
         atomic_ullong claims, claims_empty;
+        worker_metrics_t m;
 };
 
 /* worker.c */
 
 void worker_nap(int64_t ms, const atomic_int *flag);
+
+/* worker_metrics.c */
+
+/* Build the registry when CODERQ_METRICS_ADDR is set; 0 or -1. */
+int worker_metrics_init(cq_worker_t *w, char *errstr, size_t errstr_size);
+/* Listen and serve, once every part of the worker exists; 0 or -1. */
+int worker_metrics_serve(cq_worker_t *w, char *errstr, size_t errstr_size);
+/* Stop serving and free the registry. */
+void worker_metrics_release(cq_worker_t *w);
+/* A job finished with \p status and \p reason_code (NULL: none). */
+void worker_metrics_finished(cq_worker_t *w,
+                             const char *status,
+                             const char *reason_code);
+/* Housekeeping's round: its heartbeat, and every QUEUE_EVERY_MS the
+ * queue's sizes over \p store. */
+void worker_metrics_housekeep(cq_worker_t *w, cq_store_t *store, int64_t now);
 
 /* worker_job.c */
 

@@ -511,6 +511,7 @@ static void finish_job(slot_t *slot,
         }
         cq_log_kv(CQ_LOG_INFO, "job finished", "job_id", job->job_id, "status",
                   status, "reason", res->reason, NULL);
+        worker_metrics_finished(slot->w, status, res->reason_code);
         /* Its completion event is in the outbox: send it now. */
         if (slot->w->relay)
                 cq_relay_kick(slot->w->relay);
@@ -777,6 +778,7 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         opts.new_interp = slot_new_interp;
         opts.new_interp_opaque = slot;
         opts.prices = w->prices;
+        opts.metrics = &w->m.agent;
         /* Limits hold over the whole job: what the earlier attempts
          * spent counts. */
         start.usage_done = claim->usage;

@@ -6,7 +6,8 @@
 # browser test loads its pages headless), openssl (services.sh --secure
 # makes its test CA with it), the Noto CJK fonts (kernels' figures), and
 # python3-jsonschema, python3-confluent-kafka and python3-psycopg (the
-# schemas' checks and the Python example client); then fetch the pinned Apache
+# schemas' checks and the Python example client), prometheus (promtool and
+# the server the metrics test scrapes with); then fetch the pinned Apache
 # Kafka broker jars with Maven into the cache folder. Idempotent: a second
 # run checks and does nothing slow.
 set -euo pipefail
@@ -25,6 +26,7 @@ PACKAGES=(
         chromium
         openssl fonts-noto-cjk
         python3-jsonschema python3-confluent-kafka python3-psycopg
+        prometheus
         hyperfine
 )
 

@@ -12,9 +12,9 @@
 # are no-ops and the builds only recompile what changed.
 #
 # Skips: a suite that cannot run a test here (node and npm absent,
-# bubblewrap not working, no chromium, not root) exits 77 and CTest
+# bubblewrap not working, no chromium, no prometheus, not root) exits 77 and CTest
 # shows it as skipped. This script first finds out what the machine has
-# and exports it as CQ_REQUIRE (e.g. "node,bwrap,chromium,root"; a
+# and exports it as CQ_REQUIRE (e.g. "node,bwrap,chromium,prometheus,root"; a
 # CQ_REQUIRE already set is kept, "all" forbids every skip): a suite that
 # would skip for a prerequisite named there fails instead, so a skip is
 # only ever for something truly absent. Skips go through
@@ -102,6 +102,9 @@ if [ -z "${CQ_REQUIRE+set}" ]; then
                 have+=(node)
         bwrap_works && have+=(bwrap)
         command -v chromium >/dev/null 2>&1 && have+=(chromium)
+        # promtool and the server: check_it_worker's metrics case
+        [ -x /usr/bin/promtool ] && [ -x /usr/bin/prometheus ] &&
+                have+=(prometheus)
         # root: tests that switch kernel uids (a uid per kernel)
         [ "$(id -u)" -eq 0 ] && have+=(root)
         CQ_REQUIRE=$(IFS=,; echo "${have[*]}")

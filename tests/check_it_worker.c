@@ -5,12 +5,15 @@
  * through the jobs topic and come out as rows and completion events. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include "check_support.h"
 #include "support/pgtest.h"
 #include "coderq/agent.h"
+#include "coderq/buf.h"
 #include "coderq/common.h"
 #include "coderq/notebook.h"
 #include "coderq/sandbox.h"
@@ -160,6 +164,20 @@ static void child_env(const char *name, const char *lease_s)
         }
 }
 
+/* In a forked child: stdout and stderr to \p log, killed with the
+ * suite. */
+static void child_output_to(const char *log)
+{
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+                close(fd);
+        }
+}
+
 static void start_worker(worker_t *w, const char *name, const char *lease_s)
 {
         char log[512];
@@ -170,14 +188,7 @@ static void start_worker(worker_t *w, const char *name, const char *lease_s)
         pid = fork();
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
-                int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (fd >= 0) {
-                        dup2(fd, 1);
-                        dup2(fd, 2);
-                        close(fd);
-                }
+                child_output_to(log);
                 child_env(name, lease_s);
                 execl(CQ_BINARY_DIR "/coderq", "coderq", "worker",
                       (char *)NULL);
@@ -543,6 +554,311 @@ START_TEST(fifty_jobs_two_workers)
         ck_assert_int_eq(log_sum(&a, "kernel pool", "failed") +
                              log_sum(&b, "kernel pool", "failed"),
                          0);
+}
+END_TEST
+
+/* ------------------------------------------------------------ metrics */
+
+/* The string field \p key of \p w's first log line with message \p msg,
+ * waited for up to \p ms; caller frees it. */
+static char *
+log_field(const worker_t *w, const char *msg, const char *key, int ms)
+{
+        char path[512], line[4096];
+        int waited;
+
+        snprintf(path, sizeof(path), "%s/%s-%s.log", logdir, prefix, w->name);
+        for (waited = 0; waited < ms; waited += 100) {
+                FILE *fp = fopen(path, "r");
+                char *found = NULL;
+
+                while (fp && !found && fgets(line, sizeof(line), fp)) {
+                        json_t *doc = json_loads(line, 0, NULL);
+                        const char *m =
+                            json_string_value(json_object_get(doc, "msg"));
+                        const char *v =
+                            json_string_value(json_object_get(doc, key));
+
+                        if (m && v && strcmp(m, msg) == 0)
+                                found = strdup(v);
+                        json_decref(doc);
+                }
+                if (fp)
+                        fclose(fp);
+                if (found)
+                        return found;
+                kt_sleep_ms(100);
+        }
+        ck_abort_msg("worker %s never logged \"%s\"", w->name, msg);
+        return NULL;
+}
+
+static size_t http_collect(char *p, size_t size, size_t n, void *opaque)
+{
+        cq_buf_t *buf = opaque;
+
+        return cq_buf_append(buf, p, size * n) == CQ_OK ? size * n : 0;
+}
+
+/* GET \p url; its status (0: no answer) and *bodyp (caller frees). */
+static long http_get(const char *url, char **bodyp)
+{
+        CURL *curl = curl_easy_init();
+        cq_buf_t buf;
+        long status = 0;
+
+        ck_assert_ptr_nonnull(curl);
+        cq_buf_init(&buf, 8 << 20);
+        curl_easy_setopt(curl, CURLOPT_URL, url);
+        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 10000L);
+        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, http_collect);
+        curl_easy_setopt(curl, CURLOPT_WRITEDATA, &buf);
+        if (curl_easy_perform(curl) == CURLE_OK)
+                curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(curl);
+        *bodyp = cq_buf_take(&buf, NULL);
+        if (!*bodyp)
+                *bodyp = strdup("");
+        return status;
+}
+
+/* Wait until \p path of the worker's server answers \p status. */
+static void wait_http(int port, const char *path, long status, int ms)
+{
+        char url[128], *body = NULL;
+        long got = 0;
+        int waited;
+
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+        for (waited = 0; waited < ms; waited += 200) {
+                free(body);
+                got = http_get(url, &body);
+                if (got == status)
+                        break;
+                kt_sleep_ms(200);
+        }
+        ck_assert_msg(got == status, "%s answered %ld, not %ld: %s", path, got,
+                      status, body);
+        free(body);
+}
+
+/* The value of the sample \p name (with its labels) in \p text; -1 when
+ * it is absent. */
+static double sample(const char *text, const char *name)
+{
+        size_t n = strlen(name);
+        const char *p = text;
+
+        while ((p = strstr(p, name))) {
+                if ((p == text || p[-1] == '\n') && p[n] == ' ')
+                        return strtod(p + n + 1, NULL);
+                p += n;
+        }
+        return -1;
+}
+
+/* A TCP port nobody listens on now. */
+static int free_port(void)
+{
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+        ck_assert_int_ge(fd, 0);
+        memset(&sa, 0, sizeof(sa));
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+        port = ntohs(sa.sin_port);
+        close(fd);
+        return port;
+}
+
+/* The sum of the values of a Prometheus instant query's result; -1
+ * before it has any. */
+static double prom_query(int port, const char *query)
+{
+        char url[512], *body = NULL;
+        json_t *doc, *result, *row;
+        double sum = -1;
+        size_t i;
+
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/api/v1/query?query=%s",
+                 port, query);
+        if (http_get(url, &body) != 200) {
+                free(body);
+                return -1;
+        }
+        doc = json_loads(body, 0, NULL);
+        result = json_object_get(json_object_get(doc, "data"), "result");
+        json_array_foreach(result, i, row)
+        {
+                const char *v = json_string_value(
+                    json_array_get(json_object_get(row, "value"), 1));
+
+                if (v)
+                        sum = (sum < 0 ? 0 : sum) + strtod(v, NULL);
+        }
+        json_decref(doc);
+        free(body);
+        return sum;
+}
+
+/* After the metrics test, pass or fail: no worker or Prometheus left,
+ * and PostgreSQL running again (a no-op when it is). */
+static void metrics_cleanup(void)
+{
+        child_extra = NULL;
+        kill_leftovers();
+        kt_services("start-pg");
+}
+
+START_TEST(metrics_health_and_a_real_prometheus)
+{
+        static const char *const extra[] = {"CODERQ_METRICS_ADDR=127.0.0.1:0",
+                                            NULL};
+        worker_t a;
+        rd_kafka_t *rk;
+        char url[128], path[600], cmd[1400], *port_text, *body = NULL;
+        cq_check_proc_t proc;
+        const char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+        int port, pport, i, waited;
+        double v = -1;
+        pid_t prom;
+        FILE *fp;
+
+        fresh("metrics");
+        register_script("two_cells", two_cells);
+        child_extra = extra;
+        start_worker(&a, "wm", "30");
+        port_text = log_field(&a, "serving metrics", "port", 60000);
+        port = (int)strtol(port_text, NULL, 10);
+        ck_assert_int_gt(port, 0);
+        free(port_text);
+        wait_http(port, "/readyz", 200, 60000);
+        wait_http(port, "/healthz", 200, 1000);
+        wait_http(port, "/nothing", 404, 1000);
+        rk = kt_producer(brokers);
+        for (i = 0; i < 3; i++)
+                submit(rk, i, "two_cells", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished(3, WAIT_MS);
+        ck_assert_int_eq(count_status("succeeded"), 3);
+
+        /* what the worker counted; the queue depth is read every 2 s */
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/metrics", port);
+        for (waited = 0; waited < 30000; waited += 200) {
+                free(body);
+                ck_assert_int_eq(http_get(url, &body), 200);
+                if (sample(body, "coderq_jobs_finished_total{status="
+                                 "\"succeeded\",reason=\"none\"}") == 3 &&
+                    sample(body, "coderq_queue_depth") == 0 &&
+                    sample(body, "coderq_outbox_pending") == 0)
+                        break;
+                kt_sleep_ms(200);
+        }
+        ck_assert_msg(sample(body, "coderq_jobs_finished_total{status="
+                                   "\"succeeded\",reason=\"none\"}") == 3,
+                      "%s", body);
+        ck_assert(sample(body, "coderq_jobs_claimed_total") == 3);
+        ck_assert(sample(body, "coderq_jobs_running") == 0);
+        ck_assert(sample(body, "coderq_slots") == 2);
+        ck_assert(sample(body, "coderq_queue_depth") == 0);
+        ck_assert(sample(body, "coderq_outbox_pending") == 0);
+        ck_assert(sample(body, "coderq_outbox_failed") == 0);
+        /* three turns per job, two cells per job */
+        ck_assert(sample(body, "coderq_llm_calls_total{model=\"script:two_"
+                               "cells\",outcome=\"ok\"}") == 9);
+        ck_assert(sample(body, "coderq_llm_call_duration_seconds_count{model="
+                               "\"script:two_cells\"}") == 9);
+        ck_assert(sample(body, "coderq_cell_duration_seconds_count{status="
+                               "\"ok\"}") == 6);
+        ck_assert(sample(body, "coderq_llm_tokens_total{model=\"script:two_"
+                               "cells\",kind=\"prompt\"}") > 0);
+        ck_assert(sample(body, "coderq_kernel_pool_size") == 2);
+        ck_assert(sample(body, "coderq_kernels_started_total{kind=\"cold\"}") +
+                      sample(body, "coderq_kernels_started_total{kind="
+                                   "\"forked\"}") >=
+                  3);
+        ck_assert(sample(body, "coderq_intake_messages_total") == 3);
+        ck_assert(sample(body, "coderq_dlq_messages_total") == 0);
+        ck_assert(sample(body, "coderq_progress_events_dropped_total") == 0);
+        ck_assert_ptr_nonnull(strstr(body, "# TYPE coderq_intake_lag gauge"));
+
+        /* PostgreSQL stopped: alive, not ready; back: ready again */
+        kt_services("stop-pg");
+        wait_http(port, "/readyz", 503, 30000);
+        wait_http(port, "/healthz", 200, 1000);
+        kt_services("start-pg");
+        wait_http(port, "/readyz", 200, 60000);
+        wait_http(port, "/healthz", 200, 1000);
+
+        if (access("/usr/bin/promtool", X_OK) != 0 ||
+            access("/usr/bin/prometheus", X_OK) != 0) {
+                free(body);
+                CQ_CHECK_SKIP("prometheus",
+                              "/usr/bin/promtool or /usr/bin/prometheus is "
+                              "absent (Debian's prometheus package)");
+        }
+        /* Prometheus's own linter */
+        snprintf(path, sizeof(path), "%s/metrics.txt", logdir);
+        fp = fopen(path, "w");
+        ck_assert_ptr_nonnull(fp);
+        fputs(body, fp);
+        fclose(fp);
+        free(body);
+        snprintf(cmd, sizeof(cmd), "/usr/bin/promtool check metrics < %s 2>&1",
+                 path);
+        ck_assert_int_eq(cq_check_proc_run(sh, NULL, 60000, &proc), 0);
+        ck_assert_msg(proc.status == 0, "promtool: %s", proc.out);
+        cq_check_proc_release(&proc);
+
+        /* a real Prometheus scrapes it every second */
+        pport = free_port();
+        snprintf(path, sizeof(path), "%s/prometheus.yml", logdir);
+        fp = fopen(path, "w");
+        ck_assert_ptr_nonnull(fp);
+        fprintf(fp,
+                "global:\n  scrape_interval: 1s\n"
+                "scrape_configs:\n  - job_name: coderq\n"
+                "    static_configs:\n      - targets: ['127.0.0.1:%d']\n",
+                port);
+        fclose(fp);
+        prom = fork();
+        ck_assert_int_ge(prom, 0);
+        if (prom == 0) {
+                char conf[640], tsdb[600], listen[64], log[600];
+
+                snprintf(conf, sizeof(conf), "--config.file=%s", path);
+                snprintf(tsdb, sizeof(tsdb), "--storage.tsdb.path=%s/tsdb",
+                         logdir);
+                snprintf(listen, sizeof(listen),
+                         "--web.listen-address=127.0.0.1:%d", pport);
+                snprintf(log, sizeof(log), "%s/prometheus.log", logdir);
+                child_output_to(log);
+                execl("/usr/bin/prometheus", "prometheus", conf, tsdb, listen,
+                      (char *)NULL);
+                _exit(127);
+        }
+        if (nstarted < CQ_ARRAY_SIZE(started))
+                started[nstarted++] = prom;
+        for (waited = 0; waited < 90000; waited += 500) {
+                v = prom_query(pport, "coderq_jobs_finished_total");
+                if (v == 3)
+                        break;
+                kt_sleep_ms(500);
+        }
+        ck_assert_msg(v == 3,
+                      "Prometheus reports %g jobs finished, not 3 (its log: "
+                      "%s/prometheus.log)",
+                      v, logdir);
+        ck_assert(prom_query(pport, "coderq_jobs_claimed_total") == 3);
+        kill(prom, SIGTERM);
+        waitpid(prom, NULL, 0);
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
 }
 END_TEST
 
@@ -2318,6 +2634,13 @@ static Suite *worker_suite(void)
         tcase_set_timeout(e2b, 300);
         tcase_add_test(e2b, long_llm_turn_keeps_the_e2b_sandbox);
         suite_add_tcase(s, e2b);
+        /* CK_RUN_CASE=metrics: the metrics server and a real Prometheus */
+        tc = tcase_create("metrics");
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_add_checked_fixture(tc, NULL, metrics_cleanup);
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, metrics_health_and_a_real_prometheus);
+        suite_add_tcase(s, tc);
         return s;
 }
 

@@ -24,6 +24,7 @@ struct cq_backend {
         const cq_config_t *cfg;
         cq_sandbox_t *sandbox;
         cq_kpool_t *pool;
+        size_t pool_size;
         cq_e2b_fleet_t *fleet; /* NULL: not tracked (no E2B, or no id) */
         char worker_id[192];
         int64_t next_reconcile; /* housekeeping thread only */
@@ -95,6 +96,7 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                             swept);
         cq_kpool_opts_from_config(&po, cfg, backend->sandbox);
         po.size = pool_size;
+        backend->pool_size = pool_size;
         backend->pool = cq_kpool_new(&po, errstr, errstr_size);
         if (!backend->pool)
                 goto fail;
@@ -214,6 +216,23 @@ bool cq_backend_unsandboxed(const cq_backend_t *backend, cq_interp_t *interp)
 {
         return strcmp(cq_backend_sandbox_mode(backend, interp),
                       CQ_SANDBOX_MODE_OFF) == 0;
+}
+
+bool cq_backend_pool(cq_backend_t *backend, cq_backend_pool_t *pool)
+{
+        cq_kpool_stats_t st;
+
+        memset(pool, 0, sizeof(*pool));
+        if (!backend || !backend->pool)
+                return false;
+        cq_kpool_stats(backend->pool, &st);
+        pool->size = backend->pool_size;
+        pool->ready = st.ready;
+        pool->starting = st.starting;
+        pool->started = st.started + st.own_starts;
+        pool->forked = st.forked;
+        pool->failed = st.failed;
+        return true;
 }
 
 void cq_backend_log_pool(cq_backend_t *backend)

@@ -39,6 +39,7 @@ struct cq_kpool {
         size_t starting;
         size_t peak_starting;
         uint64_t started, failed, own_starts;
+        uint64_t forked; /* of the started and own_starts */
         bool stop;
         char errmsg[512];
         /* read-only after cq_kpool_new() */
@@ -116,6 +117,7 @@ static void *refill_main(void *arg)
                 if (kernel) {
                         pool->ready[pool->nready++] = kernel;
                         pool->started++;
+                        pool->forked += cq_kernel_forked(kernel);
                         pthread_cond_broadcast(&pool->cond);
                 } else {
                         struct timespec ts;
@@ -532,8 +534,10 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
                 kernel =
                     start_kernel(pool, pool->run_nice, errstr, errstr_size);
                 pthread_mutex_lock(&pool->lock);
-                if (kernel)
+                if (kernel) {
                         pool->own_starts++;
+                        pool->forked += cq_kernel_forked(kernel);
+                }
                 pthread_mutex_unlock(&pool->lock);
                 return kernel ? wrap(pool, &kernel, errstr, errstr_size) : NULL;
         } else
@@ -573,6 +577,7 @@ void cq_kpool_stats(cq_kpool_t *pool, cq_kpool_stats_t *stats)
         stats->failed = pool->failed;
         stats->start_nice = pool->start_nice;
         stats->own_starts = pool->own_starts;
+        stats->forked = pool->forked;
         stats->discarding = pool->discarding;
         stats->discarded = pool->discarded;
         pthread_mutex_unlock(&pool->lock);

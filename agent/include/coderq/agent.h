@@ -17,6 +17,7 @@
 #include "coderq/interp.h"
 #include "coderq/job.h"
 #include "coderq/llm.h"
+#include "coderq/metrics.h"
 #include "coderq/notebook.h"
 #include "coderq/prices.h"
 
@@ -103,6 +104,27 @@ typedef cq_interp_t *(cq_agent_new_interp_t)(void *opaque,
                                              char *errstr,
                                              size_t errstr_size);
 
+/** @brief The loop's metric families (README "Metrics"); borrowed from
+ *         the registry. Every member may be NULL: not recorded. */
+typedef struct cq_agent_metrics {
+        cq_metric_t *llm_calls;   /* coderq_llm_calls_total{model,outcome} */
+        cq_metric_t *llm_seconds; /* coderq_llm_call_duration_seconds{model} */
+        cq_metric_t *tokens;      /* coderq_llm_tokens_total{model,kind} */
+        cq_metric_t *cost;        /* coderq_llm_cost_usd_total{model} */
+        cq_metric_t *cells;       /* coderq_cell_duration_seconds{status} */
+} cq_agent_metrics_t;
+
+/**
+ * @brief Add the loop's families to \p reg and point \p am at them.
+ * @returns 0, or -1 with \p errstr filled (a name already used, out of
+ *          memory). With \p reg NULL, 0 and every member NULL.
+ * @locality Start-up.
+ */
+int cq_agent_metrics_add(cq_agent_metrics_t *am,
+                         cq_metrics_t *reg,
+                         char *errstr,
+                         size_t errstr_size);
+
 /** @brief Settings of the loop; limits of the job override these. */
 typedef struct cq_agent_opts {
         const char *system_prompt; /* NULL: the built-in English prompt */
@@ -125,6 +147,7 @@ typedef struct cq_agent_opts {
                                               NULL: such tests fail */
         void *new_interp_opaque;
         const cq_prices_t *prices; /* borrowed; NULL: every cost unknown */
+        const cq_agent_metrics_t *metrics; /* borrowed; NULL: none */
 } cq_agent_opts_t;
 
 /** @brief Defaults: 30 turns, 5 retries, 120 s cells, 1800 s jobs. */

@@ -31,6 +31,8 @@ typedef struct cq_config {
         /* general */
         cq_log_level_t log_level;
         char *worker_id;
+        char *metrics_addr; /* CODERQ_METRICS_ADDR, or NULL */
+        long health_stall_s;
         /* services */
         char *pg_dsn;
         char *kafka_brokers;

@@ -162,7 +162,17 @@ typedef struct cq_intake_stats {
         bool pg_down;            /* the last PostgreSQL call failed */
         long backlog;            /* last counted queued jobs (-1: unknown) */
         int assigned;            /* partitions assigned right now */
+        int64_t beat_ms;         /* cq_now_ms() of the poll loop's last round;
+                                    0 before it ran */
 } cq_intake_stats_t;
+
+/** @brief The consumer lag of one assigned partition. */
+typedef struct cq_intake_lag {
+        int32_t partition;
+        int64_t lag; /* high watermark minus the consumer's position */
+} cq_intake_lag_t;
+
+#define CQ_INTAKE_LAG_MAX 64 /* partitions whose lag is kept */
 
 /**
  * @brief Create the consumer (group opts.group, subscribed to
@@ -212,6 +222,18 @@ bool cq_intake_auth_failed(const cq_intake_t *intake);
 /** @locality Any thread. */
 void cq_intake_stats(cq_intake_t *intake, cq_intake_stats_t *stats);
 
+/**
+ * @brief The lag of each assigned partition as last measured (every 2 s,
+ *        by the intake's thread, from the high watermarks the fetches
+ *        brought: no request to the broker). Messages fetched but not yet
+ *        stored in PostgreSQL are not counted; a partition the consumer
+ *        has no position for yet is left out.
+ * @param lag (out) Up to \p max entries.
+ * @returns How many were filled.
+ * @locality Any thread.
+ */
+size_t cq_intake_lag(cq_intake_t *intake, cq_intake_lag_t *lag, size_t max);
+
 void cq_intake_destroy(cq_intake_t **intakep);
 
 /* ---------------------------------------------------------------- relay */
@@ -228,6 +250,8 @@ typedef struct cq_relay_stats {
         uint64_t truncated; /* events cut to event_max_bytes */
         uint64_t inflight;  /* rows waiting for their delivery report */
         bool pg_down;
+        int64_t beat_ms; /* cq_now_ms() of the run loop's last round; 0
+                            before it ran */
 } cq_relay_stats_t;
 
 /**

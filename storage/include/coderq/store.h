@@ -812,6 +812,26 @@ long cq_backlog_count(cq_backlog_t *bl, long limit);
 
 void cq_backlog_destroy(cq_backlog_t **blp);
 
+/** @brief The queue's sizes (cq_store_gauges()). */
+typedef struct cq_store_gauges {
+        long long queued;         /* jobs queued */
+        long long outbox_pending; /* completion events not sent yet */
+        long long outbox_failed;  /* completion events failed for good */
+} cq_store_gauges_t;
+
+/** Where cq_store_gauges() stops counting. */
+#define CQ_STORE_GAUGE_MAX 1000000
+
+/**
+ * @brief Count queued jobs and pending and failed outbox rows, each up to
+ *        CQ_STORE_GAUGE_MAX, in one statement over partial indexes.
+ * @param gauges (out) Filled on CQ_OK.
+ * @returns CQ_OK, or an error with cq_store_errmsg().
+ * @locality The thread that owns \p store.
+ */
+CQ_NODISCARD cq_err_t cq_store_gauges(cq_store_t *store,
+                                      cq_store_gauges_t *gauges);
+
 /** @brief What cq_store_probe() learnt of the server. */
 typedef struct cq_store_probe {
         char version[64];      /* server_version */

@@ -114,6 +114,24 @@ bool cq_backend_unsandboxed(const cq_backend_t *backend, cq_interp_t *interp);
  */
 void cq_backend_log_pool(cq_backend_t *backend);
 
+/** @brief The kernel pool now, for the metrics. */
+typedef struct cq_backend_pool {
+        size_t size;      /* kernels it keeps ready */
+        size_t ready;     /* ready now */
+        size_t starting;  /* starting now */
+        uint64_t started; /* kernels started so far, the ones a job waited
+                             for included */
+        uint64_t forked;  /* of those, forked by the kernel server */
+        uint64_t failed;  /* starts that failed */
+} cq_backend_pool_t;
+
+/**
+ * @brief Fill \p pool from the kernel pool.
+ * @returns false, \p pool zeroed, without a pool (E2B only).
+ * @locality Any thread.
+ */
+bool cq_backend_pool(cq_backend_t *backend, cq_backend_pool_t *pool);
+
 /** @brief Stop the pool; interpreters must be destroyed first. */
 void cq_backend_destroy(cq_backend_t **backendp);
 

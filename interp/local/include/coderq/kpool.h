@@ -67,6 +67,8 @@ typedef struct cq_kpool_stats {
         uint64_t failed;      /* starts that failed */
         int start_nice;       /* niceness of starts in effect */
         uint64_t own_starts;  /* kernels acquire started itself */
+        uint64_t forked;      /* of started and own_starts, the kernels
+                                 the kernel server forked */
         size_t discarding;    /* used kernels waiting for the reaper */
         uint64_t discarded;   /* used kernels the reaper tore down */
         cq_gate_stats_t gate; /* the cell gate's; all 0 without one */
