@@ -791,6 +791,81 @@ START_TEST(run_time_and_retries_carry_over_attempts)
 }
 END_TEST
 
+/* An LLM reply and its call's usage are one statement: stored together
+ * (the call's budget hold released), or, without the lease, neither; a
+ * claim says whether the job's run has a budget. */
+START_TEST(reply_and_usage_are_one_checkpoint)
+{
+        cq_store_t *w1 = store_for("w1", 120), *w2 = store_for("w2", 120);
+        cq_usage_t usage = {1000, 500, 20, 10};
+        json_t *msg =
+            json_pack("{s:s, s:s}", "role", "assistant", "content", "42");
+        cq_claim_t claim;
+        bool found, lost = true;
+        char *s;
+
+        add_job(w1, "u1", 0, NULL, "run-free");
+        add_job(w1, "u2", 0, NULL, "run-held");
+        ck_assert_int_eq(cq_store_set_run_budget(w1, "run-held", 5.0), CQ_OK);
+        cq_claim_init(&claim);
+        ck_assert_int_eq(cq_store_claim(w1, &claim, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert_str_eq(claim.job_id, "u1");
+        ck_assert(!claim.run_budget);
+        cq_claim_release(&claim);
+        cq_claim_init(&claim);
+        ck_assert_int_eq(cq_store_claim(w1, &claim, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert_str_eq(claim.job_id, "u2");
+        ck_assert(claim.run_budget);
+        cq_claim_release(&claim);
+
+        qexec("UPDATE jobs SET budget_hold_usd = 0.5");
+        /* another owner: nothing of either is written */
+        ck_assert_int_eq(cq_store_append_message_usage(w2, "u1", 1, msg, &usage,
+                                                       0.25, &lost),
+                         CQ_OK);
+        ck_assert(lost);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 0);
+        s = q1("SELECT prompt_tokens || ' ' || budget_hold_usd FROM jobs "
+               "WHERE job_id = 'u1'",
+               NULL);
+        ck_assert_str_eq(s, "0 0.5");
+        free(s);
+        /* the owner: both, in one statement */
+        ck_assert_int_eq(cq_store_append_message_usage(w1, "u1", 1, msg, &usage,
+                                                       0.25, &lost),
+                         CQ_OK);
+        ck_assert(!lost);
+        s = q1("SELECT prompt_tokens || ' ' || completion_tokens || ' ' ||"
+               " cache_read_tokens || ' ' || cache_creation_tokens || ' ' ||"
+               " cost_usd || ' ' || budget_hold_usd || ' ' ||"
+               " (SELECT count(*) FROM job_messages m WHERE m.job_id ="
+               " 'u1') FROM jobs WHERE job_id = 'u1'",
+               NULL);
+        ck_assert_str_eq(s, "1000 500 20 10 0.25 0 1");
+        free(s);
+        /* retried (a lost reply): the same row, the same totals */
+        ck_assert_int_eq(cq_store_append_message_usage(w1, "u1", 1, msg, &usage,
+                                                       0.25, &lost),
+                         CQ_OK);
+        ck_assert(!lost);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 1);
+        /* a message alone leaves the usage and the other job's hold */
+        ck_assert_int_eq(cq_store_append_message(w1, "u2", 1, msg, &lost),
+                         CQ_OK);
+        ck_assert(!lost);
+        s = q1("SELECT prompt_tokens || ' ' || budget_hold_usd FROM jobs "
+               "WHERE job_id = 'u2'",
+               NULL);
+        ck_assert_str_eq(s, "0 0.5");
+        free(s);
+        json_decref(msg);
+        cq_store_destroy(&w1);
+        cq_store_destroy(&w2);
+}
+END_TEST
+
 START_TEST(strings_and_bytes_stored_verbatim)
 {
         cq_store_t *store = store_for("w'; DROP TABLE jobs; --", 120);
@@ -2637,6 +2712,7 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, child_without_parent_fails_after_the_wait);
         tcase_add_test(tc, retry_later_counts_and_waits);
         tcase_add_test(tc, run_time_and_retries_carry_over_attempts);
+        tcase_add_test(tc, reply_and_usage_are_one_checkpoint);
         tcase_add_test(tc, strings_and_bytes_stored_verbatim);
         tcase_add_test(tc, image_20mb_round_trips_and_caps);
         tcase_add_test(tc, notebook_jsonb_equals_what_was_written);
