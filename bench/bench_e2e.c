@@ -59,6 +59,16 @@
         "max(created_at) FROM job_messages m WHERE m.job_id = j.job_id))) "    \
         "FROM jobs j"
 
+/* Transactions committed in the phase's database; a backend reports its
+ * counts when it exits at the latest, so read once the workers stopped. */
+#define SQL_COMMITS                                                            \
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = "            \
+        "current_database()"
+
+#define SQL_OTHER_BACKENDS                                                     \
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = "               \
+        "current_database() AND pid <> pg_backend_pid()"
+
 #define MAX_WORKERS 8
 
 typedef struct bench {
@@ -769,7 +779,7 @@ int main(int argc, char **argv)
         long *seen = NULL, nread = 0, dup = -1;
         const char *nw = getenv("CQ_E2E_WORKERS");
         int w, g;
-        double outside;
+        double outside, commits0 = -1, commits = -1;
         double st[4], t0, t_first = 0, t_last = 0, warm_s, wall_s, jps, ideal;
         long i, ndone = 0, rss_warm, rss_peak = 0, kids;
         int rc = 1;
@@ -826,6 +836,7 @@ int main(int argc, char **argv)
         if (create_topic(b.brokers, topic, 1))
                 goto out;
 
+        commits0 = pg_value(b.dsn, SQL_COMMITS);
         t0 = now_ms();
         for (w = 0; w < b.nworkers; w++)
                 if (start_worker(&b, w))
@@ -957,6 +968,12 @@ int main(int argc, char **argv)
                 "bench_e2e: %s: %d worker(s), %ld jobs: %ld duplicate "
                 "completion event(s)\n",
                 b.phase, b.nworkers, b.jobs, dup);
+        stop_workers(&b);
+        /* the workers' backends report their counts as they exit */
+        for (t0 = now_ms();
+             now_ms() - t0 < 10000 && pg_value(b.dsn, SQL_OTHER_BACKENDS) > 0;)
+                sleep_ms(50);
+        commits = pg_value(b.dsn, SQL_COMMITS) - commits0;
         for (i = 0; i < b.jobs; i++)
                 lat[i] = done[i] - sub[i];
         qsort(lat, (size_t)b.jobs, sizeof(double), cmp_double);
@@ -990,8 +1007,10 @@ int main(int argc, char **argv)
         for (g = 0, outside = 0; g < NGROUPS; g++)
                 if (g != G_KERNELS)
                         outside += cpu_ms(&cpu, g);
-        printf("},\"cpu_ms_per_job_outside_kernels\":%.2f}\n",
-               outside / (double)b.jobs);
+        printf("},\"cpu_ms_per_job_outside_kernels\":%.2f,"
+               "\"commits_per_job\":%.2f}\n",
+               outside / (double)b.jobs,
+               commits0 >= 0 && commits >= 0 ? commits / (double)b.jobs : -1);
         rc = 0;
 out:
         stop_workers(&b);

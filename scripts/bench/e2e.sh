@@ -16,8 +16,10 @@
 # Every phase also reports CPU per job by process tree (worker, kernels
 # with the kernel server, PostgreSQL, broker, fake LLM; utime + stime from
 # /proc over first submit .. last completion event, sandboxed kernels
-# sampled every 0.2 s); the JSON's cpu_ms_per_job_outside_kernels and
-# cpu_ms_per_job are the sustained phase's.
+# sampled every 0.2 s) and the transactions committed per job in its
+# database over the workers' lifetime (commits_per_job, start-up and this
+# benchmark's own queries included); the JSON's figures of these are the
+# sustained phase's.
 # Also printed: where the time goes (mean intake, queue, run, relay; a
 # run split into setup, LLM turns, cell turns, finish, from the checkpoint
 # rows) and run efficiency = 4 x 1 s / a job's mean run time, i.e. what the
@@ -151,9 +153,9 @@ for b in bs:
 ran = [x for x in (a, b16, b64, s) if x]
 for x in ran:
     c = x["cpu_ms_per_job"]
-    print("%s: CPU ms per job: %s; outside the kernels %.1f"
+    print("%s: CPU ms per job: %s; outside the kernels %.1f; %.1f commits per job"
           % (x["phase"], ", ".join("%s %.1f" % kv for kv in c.items()),
-             x["cpu_ms_per_job_outside_kernels"]))
+             x["cpu_ms_per_job_outside_kernels"], x["commits_per_job"]))
 if s:
     print("s: %d jobs at %.2f jobs/s sustained (8 slots, pool 4, kernel server on)"
           % (s["jobs"], s["jobs_per_s"]))
@@ -183,5 +185,6 @@ print(json.dumps({"bench": "e2e", "jobs_per_s": a and a["jobs_per_s"],
                   "duplicate_events": sum(dups) if ran and min(dups) >= 0 else None,
                   "sustained_jobs_per_s": s and s["jobs_per_s"],
                   "cpu_ms_per_job_outside_kernels": s and s["cpu_ms_per_job_outside_kernels"],
-                  "cpu_ms_per_job": s and s["cpu_ms_per_job"]}))
+                  "cpu_ms_per_job": s and s["cpu_ms_per_job"],
+                  "commits_per_job": s and s["commits_per_job"]}))
 PY
