@@ -59,6 +59,16 @@
         "max(created_at) FROM job_messages m WHERE m.job_id = j.job_id))) "    \
         "FROM jobs j"
 
+/* Transactions committed in the phase's database; a backend reports its
+ * counts when it exits at the latest, so read once the workers stopped. */
+#define SQL_COMMITS                                                            \
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = "            \
+        "current_database()"
+
+#define SQL_OTHER_BACKENDS                                                     \
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = "               \
+        "current_database() AND pid <> pg_backend_pid()"
+
 #define MAX_WORKERS 8
 
 typedef struct bench {
@@ -119,17 +129,26 @@ static long rss_kb(pid_t pid)
         return kb;
 }
 
-/* Children of \p pid (the kernels the pool started). */
-static long children(pid_t pid)
+/* One row of /proc/PID/stat. */
+typedef struct prow {
+        long pid, ppid;
+        unsigned long long start, ticks, reaped; /* own, reaped children's */
+} prow_t;
+
+/* Every process's stat row into a malloc'd array (*np rows), or NULL. */
+static prow_t *proc_table(size_t *np)
 {
         DIR *dir = opendir("/proc");
         struct dirent *de;
-        long n = 0;
+        prow_t *rows = NULL, *tmp;
+        size_t n = 0, cap = 0;
 
+        *np = 0;
         if (!dir)
-                return -1;
+                return NULL;
         while ((de = readdir(dir)) != NULL) {
-                char path[300], buf[512], *p;
+                char path[300], buf[1024], *p;
+                unsigned long long ut, st, cut, cst, start;
                 long ppid;
                 FILE *fp;
 
@@ -144,15 +163,215 @@ static long children(pid_t pid)
                         continue;
                 }
                 fclose(fp);
-                /* pid (comm) state ppid ...; comm may hold spaces */
+                /* pid (comm) state ppid pgrp session tty tpgid flags minflt
+                 * cminflt majflt cmajflt utime stime cutime cstime priority
+                 * nice threads itrealvalue starttime; comm may hold spaces */
                 p = strrchr(buf, ')');
-                if (!p || sscanf(p + 1, " %*c %ld", &ppid) != 1)
+                if (!p || sscanf(p + 1,
+                                 " %*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u"
+                                 " %llu %llu %llu %llu %*d %*d %*d %*d %llu",
+                                 &ppid, &ut, &st, &cut, &cst, &start) != 6)
                         continue;
-                if (ppid == (long)pid)
-                        n++;
+                if (n == cap) {
+                        cap = cap ? cap * 2 : 512;
+                        tmp = realloc(rows, cap * sizeof(*rows));
+                        if (!tmp)
+                                break;
+                        rows = tmp;
+                }
+                rows[n].pid = strtol(de->d_name, NULL, 10);
+                rows[n].ppid = ppid;
+                rows[n].start = start;
+                rows[n].ticks = ut + st;
+                rows[n].reaped = cut + cst;
+                n++;
         }
         closedir(dir);
-        return n;
+        *np = n;
+        return rows;
+}
+
+/* Kernels the pool of \p pid started: its grandchildren (a cold kernel's
+ * inner bwrap; a forked kernel's outer process under the kernel server)
+ * and its children without children (an unsandboxed cold kernel). */
+static long kernels(pid_t pid)
+{
+        size_t n, i, j;
+        prow_t *t = proc_table(&n);
+        long k = 0;
+
+        if (!t)
+                return -1;
+        for (i = 0; i < n; i++) {
+                bool kids = false;
+
+                if (t[i].ppid != (long)pid)
+                        continue;
+                for (j = 0; j < n; j++)
+                        if (t[j].ppid == t[i].pid) {
+                                kids = true;
+                                k++;
+                        }
+                if (!kids)
+                        k++;
+        }
+        free(t);
+        return k;
+}
+
+/* CPU time of process trees from /proc (the approach of eval_run.py):
+ * Linux adds a child's time to its parent's when the parent reaps it, so
+ * a tree's time is its live processes' time plus what they reaped. Not
+ * for a sandboxed kernel: its sandbox is torn down by SIGKILLing the init
+ * of its pid namespace, and the time of what that init reaps is dropped.
+ * So processes in a child pid namespace are followed one by one and count
+ * with their own time at the last look (every 0.2 s): what such a kernel
+ * spends in its last interval before the kill is not counted. */
+enum { G_WORKER, G_KERNELS, G_POSTGRES, G_BROKER, G_LLM, NGROUPS };
+static const char *const GROUP_NAME[NGROUPS] = {"worker", "kernels", "postgres",
+                                                "broker", "llm"};
+#define MAX_ROOTS 16
+#define MAX_NS    32768
+
+typedef struct nsproc {
+        long pid;
+        unsigned long long start, first, last;
+        int group;
+        bool ns;
+} nsproc_t;
+
+typedef struct cpumeter {
+        long roots[NGROUPS][MAX_ROOTS];
+        int nroots[NGROUPS];
+        nsproc_t *seen; /* every non-root process once looked at */
+        size_t nseen;
+        unsigned long long base[NGROUPS], sum[NGROUPS]; /* tree ticks */
+        bool started;
+} cpumeter_t;
+
+static bool in_child_pid_ns(long pid)
+{
+        char path[64], line[256];
+        bool ns = false;
+        FILE *fp;
+
+        snprintf(path, sizeof(path), "/proc/%ld/status", pid);
+        fp = fopen(path, "r");
+        if (!fp)
+                return false;
+        while (fgets(line, sizeof(line), fp))
+                if (strncmp(line, "NSpid:", 6) == 0) {
+                        char *p = line + 6;
+                        int fields = 0;
+
+                        while (*p) {
+                                while (*p == ' ' || *p == '\t')
+                                        p++;
+                                if (*p && *p != '\n')
+                                        fields++;
+                                while (*p && *p != ' ' && *p != '\t')
+                                        p++;
+                        }
+                        ns = fields > 1;
+                }
+        fclose(fp);
+        return ns;
+}
+
+static nsproc_t *cpu_seen(cpumeter_t *m, const prow_t *r, int group)
+{
+        size_t i;
+
+        for (i = m->nseen; i-- > 0;)
+                if (m->seen[i].pid == r->pid && m->seen[i].start == r->start)
+                        return &m->seen[i];
+        if (m->nseen == MAX_NS)
+                return NULL;
+        m->seen[m->nseen].pid = r->pid;
+        m->seen[m->nseen].start = r->start;
+        m->seen[m->nseen].ns = in_child_pid_ns(r->pid);
+        m->seen[m->nseen].group = group;
+        /* a process born after the first look counts from zero */
+        m->seen[m->nseen].first = m->started ? 0 : r->ticks;
+        m->seen[m->nseen].last = r->ticks;
+        return &m->seen[m->nseen++];
+}
+
+/* Sum the trees of each group into m->sum, following namespaced ones. */
+static void cpu_look(cpumeter_t *m)
+{
+        size_t n, i, top;
+        prow_t *t = proc_table(&n);
+        size_t *stack;
+        bool *done;
+        int g, r;
+
+        if (!t)
+                return;
+        stack = malloc((n + 1) * sizeof(*stack));
+        done = calloc(n + 1, sizeof(*done));
+        if (!stack || !done)
+                goto out;
+        for (g = 0; g < NGROUPS; g++)
+                m->sum[g] = 0;
+        for (g = 0; g < NGROUPS; g++)
+                for (r = 0; r < m->nroots[g]; r++) {
+                        for (i = 0; i < n && t[i].pid != m->roots[g][r]; i++)
+                                ;
+                        if (i == n || done[i])
+                                continue;
+                        done[i] = true;
+                        /* a worker's own time is the worker's; all it
+                         * reaped and all below it is its kernels' */
+                        if (g == G_WORKER) {
+                                m->sum[G_WORKER] += t[i].ticks;
+                                m->sum[G_KERNELS] += t[i].reaped;
+                        } else {
+                                m->sum[g] += t[i].ticks + t[i].reaped;
+                        }
+                        top = 0;
+                        stack[top++] = i;
+                        while (top > 0) {
+                                size_t p = stack[--top], c;
+
+                                for (c = 0; c < n; c++) {
+                                        nsproc_t *s;
+                                        int gg = g == G_WORKER ? G_KERNELS : g;
+
+                                        if (done[c] || t[c].ppid != t[p].pid)
+                                                continue;
+                                        done[c] = true;
+                                        stack[top++] = c;
+                                        s = cpu_seen(m, &t[c], gg);
+                                        if (s && s->ns)
+                                                s->last = t[c].ticks;
+                                        else
+                                                m->sum[gg] +=
+                                                    t[c].ticks + t[c].reaped;
+                                }
+                        }
+                }
+        if (!m->started) {
+                memcpy(m->base, m->sum, sizeof(m->base));
+                m->started = true;
+        }
+out:
+        free(stack);
+        free(done);
+        free(t);
+}
+
+/* Milliseconds of CPU of group \p g since the first look. */
+static double cpu_ms(const cpumeter_t *m, int g)
+{
+        long long ticks = (long long)m->sum[g] - (long long)m->base[g];
+        size_t i;
+
+        for (i = 0; i < m->nseen; i++)
+                if (m->seen[i].ns && m->seen[i].group == g)
+                        ticks +=
+                            (long long)(m->seen[i].last - m->seen[i].first);
+        return (double)ticks * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 }
 
 static int pg_exec(const char *dsn, const char *sql)
@@ -398,7 +617,7 @@ static void stop_workers(bench_t *b)
         }
 }
 
-/* Sum over the workers of rss_kb() or children(); -1 when one is gone. */
+/* Sum over the workers of rss_kb() or kernels(); -1 when one is gone. */
 static long workers_sum(const bench_t *b, long (*f)(pid_t))
 {
         long sum = 0, v;
@@ -437,7 +656,10 @@ static rd_kafka_t *results_consumer(const bench_t *b)
         rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof(errstr));
         rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr,
                           sizeof(errstr));
-        rd_kafka_conf_set(conf, "fetch.wait.max.ms", "10", errstr,
+        /* A fetch returns as soon as an event is there (fetch.min.bytes
+         * 1): a short fetch.wait.max.ms gains no latency, only idle
+         * fetches that would count as the broker's CPU per job. */
+        rd_kafka_conf_set(conf, "fetch.wait.max.ms", "500", errstr,
                           sizeof(errstr));
         rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
         if (!rk) {
@@ -529,15 +751,35 @@ static void produce_job(const bench_t *b, rd_kafka_t *rk, long i)
                 rd_kafka_poll(rk, 10);
 }
 
+/* Roots of group \p g from the space-separated pids in $\p var. */
+static void cpu_roots(cpumeter_t *m, int g, const char *var)
+{
+        const char *p = getenv(var);
+        char *end;
+
+        while (p && *p && m->nroots[g] < MAX_ROOTS) {
+                long pid = strtol(p, &end, 10);
+
+                if (end == p)
+                        break;
+                if (pid > 0)
+                        m->roots[g][m->nroots[g]++] = pid;
+                p = end;
+        }
+}
+
 int main(int argc, char **argv)
 {
+        cpumeter_t cpu;
+        double t_look = 0;
         bench_t b;
         char topic[256], errstr[256], sql[512];
         rd_kafka_t *prod = NULL, *cons = NULL;
         double *sub = NULL, *done = NULL, *lat = NULL;
         long *seen = NULL, nread = 0, dup = -1;
         const char *nw = getenv("CQ_E2E_WORKERS");
-        int w;
+        int w, g;
+        double outside, commits0 = -1, commits = -1;
         double st[4], t0, t_first = 0, t_last = 0, warm_s, wall_s, jps, ideal;
         long i, ndone = 0, rss_warm, rss_peak = 0, kids;
         int rc = 1;
@@ -550,6 +792,7 @@ int main(int argc, char **argv)
                 return 2;
         }
         memset(&b, 0, sizeof(b));
+        memset(&cpu, 0, sizeof(cpu));
         b.coderq = argv[1];
         b.base_url = argv[2];
         b.dsn = argv[3];
@@ -574,7 +817,8 @@ int main(int argc, char **argv)
         done = calloc((size_t)b.jobs + 1, sizeof(double));
         lat = calloc((size_t)b.jobs + 1, sizeof(double));
         seen = calloc((size_t)b.jobs + 1, sizeof(long));
-        if (!sub || !done || !lat || !seen)
+        cpu.seen = calloc(MAX_NS, sizeof(*cpu.seen));
+        if (!sub || !done || !lat || !seen || !cpu.seen)
                 goto out;
         if (pg_exec(b.dsn, "SET client_min_messages = warning; "
                            "TRUNCATE jobs, solutions CASCADE"))
@@ -592,6 +836,7 @@ int main(int argc, char **argv)
         if (create_topic(b.brokers, topic, 1))
                 goto out;
 
+        commits0 = pg_value(b.dsn, SQL_COMMITS);
         t0 = now_ms();
         for (w = 0; w < b.nworkers; w++)
                 if (start_worker(&b, w))
@@ -600,7 +845,7 @@ int main(int argc, char **argv)
          * two kernels at a time, so when all are forked the last two may
          * still be starting; the pause below covers them. */
         kids = 0;
-        while (b.slots > 0 && (kids = workers_sum(&b, children)) <
+        while (b.slots > 0 && (kids = workers_sum(&b, kernels)) <
                                   share(b.pool, b.nworkers) * b.nworkers) {
                 if ((w = worker_exited(&b)) >= 0) {
                         fprintf(stderr, "bench_e2e: worker %d exited; see %s\n",
@@ -659,7 +904,13 @@ int main(int argc, char **argv)
                 if (rkt)
                         rd_kafka_topic_destroy(rkt);
         }
-        t_first = now_ms();
+        for (w = 0; w < b.nworkers; w++)
+                cpu.roots[G_WORKER][cpu.nroots[G_WORKER]++] = b.workers[w];
+        cpu_roots(&cpu, G_POSTGRES, "CQ_E2E_PIDS_POSTGRES");
+        cpu_roots(&cpu, G_BROKER, "CQ_E2E_PIDS_BROKER");
+        cpu_roots(&cpu, G_LLM, "CQ_E2E_PIDS_LLM");
+        cpu_look(&cpu);
+        t_look = t_first = now_ms();
         for (i = 0; i < b.jobs; i++) {
                 sub[i] = now_ms();
                 produce_job(&b, prod, i);
@@ -671,6 +922,10 @@ int main(int argc, char **argv)
 
                 if (r > rss_peak)
                         rss_peak = r;
+                if (now_ms() - t_look >= 200) {
+                        cpu_look(&cpu);
+                        t_look = now_ms();
+                }
                 if (!m)
                         continue;
                 if (!m->err) {
@@ -687,6 +942,7 @@ int main(int argc, char **argv)
                 }
                 rd_kafka_message_destroy(m);
         }
+        cpu_look(&cpu);
         if (ndone < b.jobs) {
                 fprintf(stderr,
                         "bench_e2e: only %ld of %ld completion events; see "
@@ -712,6 +968,12 @@ int main(int argc, char **argv)
                 "bench_e2e: %s: %d worker(s), %ld jobs: %ld duplicate "
                 "completion event(s)\n",
                 b.phase, b.nworkers, b.jobs, dup);
+        stop_workers(&b);
+        /* the workers' backends report their counts as they exit */
+        for (t0 = now_ms();
+             now_ms() - t0 < 10000 && pg_value(b.dsn, SQL_OTHER_BACKENDS) > 0;)
+                sleep_ms(50);
+        commits = pg_value(b.dsn, SQL_COMMITS) - commits0;
         for (i = 0; i < b.jobs; i++)
                 lat[i] = done[i] - sub[i];
         qsort(lat, (size_t)b.jobs, sizeof(double), cmp_double);
@@ -731,7 +993,7 @@ int main(int argc, char **argv)
                "\"setup_ms_mean\":%.1f,\"llm_turn_ms_mean\":%.1f,"
                "\"tool_turn_ms_mean\":%.1f,\"finish_ms_mean\":%.1f,"
                "\"outbox_ms_mean\":%.1f,\"workers\":%d,"
-               "\"duplicate_events\":%ld}\n",
+               "\"duplicate_events\":%ld,\"cpu_ms_per_job\":{",
                b.phase, b.slots, b.jobs, b.pool, b.turns, b.latency_ms, wall_s,
                jps, ideal, ideal > 0 ? jps / ideal : 0, pct(lat, b.jobs, 0.5),
                pct(lat, b.jobs, 0.95), lat[b.jobs - 1], rss_warm, rss_peak,
@@ -739,6 +1001,16 @@ int main(int argc, char **argv)
                pg_value(b.dsn, SQL_SETUP), pg_value(b.dsn, SQL_LLM_TURN),
                pg_value(b.dsn, SQL_TOOL_TURN), pg_value(b.dsn, SQL_FINISH),
                pg_value(b.dsn, SQL_OUTBOX), b.nworkers, dup);
+        for (g = 0; g < NGROUPS; g++)
+                printf("%s\"%s\":%.2f", g ? "," : "", GROUP_NAME[g],
+                       cpu_ms(&cpu, g) / (double)b.jobs);
+        for (g = 0, outside = 0; g < NGROUPS; g++)
+                if (g != G_KERNELS)
+                        outside += cpu_ms(&cpu, g);
+        printf("},\"cpu_ms_per_job_outside_kernels\":%.2f,"
+               "\"commits_per_job\":%.2f}\n",
+               outside / (double)b.jobs,
+               commits0 >= 0 && commits >= 0 ? commits / (double)b.jobs : -1);
         rc = 0;
 out:
         stop_workers(&b);
@@ -752,5 +1024,6 @@ out:
         free(done);
         free(lat);
         free(seen);
+        free(cpu.seen);
         return rc;
 }

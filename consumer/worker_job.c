@@ -30,6 +30,13 @@ typedef struct job_ctx {
         const cq_job_t *job;
         cq_nb_t *nb;
         int next_cell_seq; /* seq of the next cell checkpoint */
+        bool run_budget;   /* the run had a budget at the claim: hold */
+        /* The usage after the last LLM call, written with the next
+         * message (the call's reply) in one statement, or alone by
+         * flush_usage() when no message follows. */
+        bool usage_pending;
+        cq_usage_t usage;
+        double cost_usd;
         /* The first checkpoint write that failed: CQ_ERR_RETRIABLE gives
          * the job back to the queue; anything else (the store refused the
          * data) fails the job, since running it again would fail the
@@ -102,10 +109,33 @@ static int obs_message(void *opaque, size_t index, const json_t *msg)
          * the message at index i is seq i + 1. */
         write_retry_init(&retry);
         do {
-                err = cq_store_append_message(slot->store, ctx->job->job_id,
-                                              (int)index + 1, msg, &lost);
+                err = cq_store_append_message_usage(
+                    slot->store, ctx->job->job_id, (int)index + 1, msg,
+                    ctx->usage_pending ? &ctx->usage : NULL, ctx->cost_usd,
+                    &lost);
         } while (write_again(&retry, err));
+        if (err == CQ_OK && !lost)
+                ctx->usage_pending = false;
         return checkpointed(ctx, err, lost, "could not checkpoint a message");
+}
+
+/* Write the usage of the last LLM call when no message carried it. */
+static int flush_usage(job_ctx_t *ctx)
+{
+        write_retry_t retry;
+        bool lost = false;
+        cq_err_t err;
+
+        if (!ctx->usage_pending)
+                return 0;
+        write_retry_init(&retry);
+        do {
+                err = cq_store_record_usage(ctx->slot->store, ctx->job->job_id,
+                                            &ctx->usage, ctx->cost_usd, &lost);
+        } while (write_again(&retry, err));
+        if (err == CQ_OK && !lost)
+                ctx->usage_pending = false;
+        return checkpointed(ctx, err, lost, "could not record the LLM usage");
 }
 
 static int obs_cell(void *opaque, const char *code, const cq_cell_result_t *res)
@@ -189,20 +219,16 @@ static const char *job_model(const cq_worker_t *w, const cq_job_t *job)
 
 /* The job's usage after each LLM call: limits and the run's budget read
  * it, so it is written like a checkpoint (a failed write stops the job,
- * which goes back to the queue). */
+ * which goes back to the queue), with the reply the call returned: the
+ * next message, which follows at once. */
 static int obs_usage(void *opaque, const cq_usage_t *total, double cost_usd)
 {
         job_ctx_t *ctx = opaque;
-        write_retry_t retry;
-        bool lost = false;
-        cq_err_t err;
 
-        write_retry_init(&retry);
-        do {
-                err = cq_store_record_usage(ctx->slot->store, ctx->job->job_id,
-                                            total, cost_usd, &lost);
-        } while (write_again(&retry, err));
-        return checkpointed(ctx, err, lost, "could not record the LLM usage");
+        ctx->usage = *total;
+        ctx->cost_usd = cost_usd;
+        ctx->usage_pending = true;
+        return 0;
 }
 
 /* Hold the next call's estimate against the run's budget. */
@@ -213,8 +239,14 @@ obs_reserve(void *opaque, double estimate_usd, char *why, size_t why_size)
         cq_budget_t b;
         cq_err_t err;
 
-        /* a job of no run has no run budget: no round trip */
-        if (!ctx->job->run_id)
+        /* Spent and held are read under the run's lock: this call's usage
+         * must be in first. */
+        if (flush_usage(ctx) != 0)
+                return -1;
+        /* A job whose run had no budget when it was claimed holds none:
+         * no round trip (a budget set later holds from the run's next
+         * claimed jobs on). */
+        if (!ctx->job->run_id || !ctx->run_budget)
                 return 0;
         err = cq_store_budget_reserve(ctx->slot->store, ctx->job->job_id,
                                       estimate_usd, &b);
@@ -762,6 +794,8 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         ctx.job = &job;
         ctx.nb = nb;
         ctx.next_cell_seq = cp.last_cell_seq + 1;
+        ctx.run_budget = claim->run_budget;
+        ctx.usage_pending = false;
         ctx.ckpt_err = CQ_OK;
         obs.on_message = obs_message;
         obs.on_cell = obs_cell;
@@ -795,6 +829,12 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
                            "the agent could not run: out of memory");
                 goto out;
         }
+        /* The last call's usage, when no message carried it (the loop
+         * ended right after the call): before the job finishes or goes
+         * back. */
+        if (ctx.ckpt_err == CQ_OK && !atomic_load(&slot->lost) &&
+            flush_usage(&ctx) != 0 && ctx.ckpt_err == CQ_ERR_RETRIABLE)
+                res.status = CQ_AGENT_ABORTED; /* a failed try, as before */
         if (ctx.ckpt_err != CQ_OK && ctx.ckpt_err != CQ_ERR_RETRIABLE &&
             !atomic_load(&slot->lost)) {
                 /* The store refused what the job produced: another run

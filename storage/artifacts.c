@@ -17,9 +17,17 @@
  * commit's reply was lost finds its own row ('stored') instead of adding
  * another. 'lost' when the lease is not this owner's; 'conflict' when the
  * seq holds something else (a bug: nothing is overwritten). */
+/* One statement: the message and, when $6 is true, the job's LLM usage
+ * so far ($7..$11, as SQL_USAGE in queue.c writes it: the call's hold
+ * released), so the call's usage and its reply are one checkpoint. */
 static const char SQL_APPEND_MESSAGE[] =
     "WITH j AS (SELECT job_id, attempts FROM jobs"
     "  WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'),"
+    " u AS (UPDATE jobs SET prompt_tokens = $7, completion_tokens = $8,"
+    "  cache_read_tokens = $9, cache_creation_tokens = $10,"
+    "  cost_usd = $11::numeric, budget_hold_usd = 0, updated_at = now()"
+    "  WHERE $6::boolean AND job_id = $1 AND lease_owner = $2"
+    "  AND status = 'running' RETURNING 1),"
     " ins AS (INSERT INTO job_messages (job_id, seq, role, message, attempt)"
     "  SELECT j.job_id, $3, $4, $5::jsonb, j.attempts FROM j"
     "  ON CONFLICT (job_id, seq) DO NOTHING RETURNING 1)"
@@ -29,19 +37,29 @@ static const char SQL_APPEND_MESSAGE[] =
     "   AND m.seq = $3 AND m.role = $4 AND m.message = $5::jsonb)"
     "  THEN 'stored' ELSE 'conflict' END";
 
+/* One statement (one round trip, one implicit transaction): the cell,
+ * and the notebook snapshot ($10, NULL: none) rewritten when the cell is
+ * stored now or was by an earlier attempt whose reply was lost, never
+ * when seq holds another cell. */
 static const char SQL_RECORD_CELL[] =
     "WITH j AS (SELECT job_id, attempts FROM jobs"
     "  WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'),"
     " ins AS (INSERT INTO cells (job_id, seq, code, status, outputs,"
     "  execution_count, duration_ms, truncated, attempt)"
     "  SELECT j.job_id, $3, $4, $5, $6::jsonb, $7, $8, $9, j.attempts FROM j"
-    "  ON CONFLICT (job_id, seq) DO NOTHING RETURNING 1)"
-    " SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM j) THEN 'lost'"
+    "  ON CONFLICT (job_id, seq) DO NOTHING RETURNING 1),"
+    " o AS (SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM j) THEN 'lost'"
     "  WHEN EXISTS (SELECT 1 FROM ins) THEN 'stored'"
     "  WHEN EXISTS (SELECT 1 FROM cells c WHERE c.job_id = $1"
     "   AND c.seq = $3 AND c.code = $4 AND c.status = $5"
     "   AND c.outputs = $6::jsonb)"
-    "  THEN 'stored' ELSE 'conflict' END";
+    "  THEN 'stored' ELSE 'conflict' END AS outcome),"
+    " nb AS (INSERT INTO notebooks (job_id, doc, bytes, ncells)"
+    "  SELECT $1, $10::jsonb, $11, $12 FROM o"
+    "  WHERE o.outcome = 'stored' AND $10::jsonb IS NOT NULL"
+    "  ON CONFLICT (job_id) DO UPDATE SET doc = EXCLUDED.doc,"
+    "  bytes = EXCLUDED.bytes, ncells = EXCLUDED.ncells, updated_at = now())"
+    " SELECT outcome FROM o";
 
 static const char SQL_PUT_IMAGE[] =
     "INSERT INTO images (job_id, sha256, mime, name, cell_seq, bytes, data)"
@@ -110,6 +128,20 @@ cq_err_t cq_store_append_message(cq_store_t *store,
                                  const json_t *message,
                                  bool *lostp)
 {
+        return cq_store_append_message_usage(store, job_id, seq, message, NULL,
+                                             -1, lostp);
+}
+
+static long long tokens(long long v) { return v < 0 ? 0 : v; }
+
+cq_err_t cq_store_append_message_usage(cq_store_t *store,
+                                       const char *job_id,
+                                       int seq,
+                                       const json_t *message,
+                                       const cq_usage_t *usage,
+                                       double cost_usd,
+                                       bool *lostp)
+{
         store_params_t sp;
         PGresult *res = NULL;
         const char *role;
@@ -135,7 +167,20 @@ cq_err_t cq_store_append_message(cq_store_t *store,
         sp_long(&sp, seq);
         sp_text(&sp, role);
         sp_text(&sp, text);
-        /* Retry-safe: the seq is its key. */
+        sp_text(&sp, usage ? "true" : "false");
+        if (usage) {
+                sp_long(&sp, tokens(usage->prompt_tokens));
+                sp_long(&sp, tokens(usage->completion_tokens));
+                sp_long(&sp, tokens(usage->cache_read_tokens));
+                sp_long(&sp, tokens(usage->cache_creation_tokens));
+                sp_cost(&sp, cost_usd);
+        } else {
+                int i;
+
+                for (i = 0; i < 5; i++)
+                        sp_text(&sp, NULL);
+        }
+        /* Retry-safe: the seq is its key, the usage is set, not added. */
         err = store_exec(store, "store a message", SQL_APPEND_MESSAGE, &sp, 0,
                          true, &res);
         if (err == CQ_OK)
@@ -180,9 +225,6 @@ cq_err_t cq_store_record_cell(cq_store_t *store,
                         goto out;
                 }
         }
-        err = store_begin(store, "store a cell");
-        if (err != CQ_OK)
-                goto out;
         sp_init(&sp);
         sp_text(&sp, job_id);
         sp_text(&sp, store->owner);
@@ -196,24 +238,18 @@ cq_err_t cq_store_record_cell(cq_store_t *store,
                 sp_text(&sp, NULL);
         sp_long(&sp, res->duration_ms < 0 ? 0 : res->duration_ms);
         sp_text(&sp, res->truncated ? "true" : "false");
-        err = store_exec(store, "store a cell", SQL_RECORD_CELL, &sp, 0, false,
+        sp_text(&sp, nb);
+        sp_long(&sp, nb ? (long long)nblen : 0);
+        sp_long(&sp, nb ? (long long)json_array_size(
+                              json_object_get(notebook, "cells"))
+                        : 0);
+        /* Retry-safe: the seq is its key, the notebook is overwritten. */
+        err = store_exec(store, "store a cell", SQL_RECORD_CELL, &sp, 0, true,
                          &pgres);
-        if (err != CQ_OK)
-                goto out;
-        err = write_outcome(store, pgres, "store a cell", job_id, seq, lostp);
-        if (err != CQ_OK || *lostp) {
-                store_rollback(store);
-                goto out;
-        }
-        /* Stored now or by an earlier attempt whose commit reply was
-         * lost: the notebook is rewritten either way. */
-        if (nb)
-                err = store_write_notebook(store, job_id, notebook, nb, nblen);
         if (err == CQ_OK)
-                err = store_commit(store, "commit a cell");
+                err = write_outcome(store, pgres, "store a cell", job_id, seq,
+                                    lostp);
 out:
-        if (err != CQ_OK)
-                store_rollback(store);
         PQclear(pgres);
         free(outputs);
         free(nb);

@@ -60,7 +60,9 @@ static const char SQL_CLAIM[] =
     "  OR EXISTS (SELECT 1 FROM cells c WHERE c.job_id = jobs.job_id),"
     "  jobs.max_attempts, jobs.retries, jobs.run_ms, jobs.prompt_tokens,"
     "  jobs.completion_tokens, jobs.cache_read_tokens,"
-    "  jobs.cache_creation_tokens, jobs.cost_usd::float8";
+    "  jobs.cache_creation_tokens, jobs.cost_usd::float8,"
+    "  EXISTS (SELECT 1 FROM runs r WHERE r.run_id = jobs.run_id"
+    "   AND r.budget_usd IS NOT NULL)";
 
 static const char SQL_HEARTBEAT[] =
     "UPDATE jobs SET lease_until = now() + make_interval(secs => $2::int),"
@@ -439,6 +441,7 @@ cq_err_t cq_store_claim(cq_store_t *store, cq_claim_t *claim, bool *foundp)
             (int64_t)store_long_value(res, 0, 10);
         claim->cost_usd =
             PQgetisnull(res, 0, 11) ? -1 : strtod(PQgetvalue(res, 0, 11), NULL);
+        claim->run_budget = PQgetvalue(res, 0, 12)[0] == 't';
         if (oom || !claim->spec) {
                 /* The lease stays and expires: the job is not lost. */
                 if (oom)

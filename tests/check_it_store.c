@@ -791,6 +791,81 @@ START_TEST(run_time_and_retries_carry_over_attempts)
 }
 END_TEST
 
+/* An LLM reply and its call's usage are one statement: stored together
+ * (the call's budget hold released), or, without the lease, neither; a
+ * claim says whether the job's run has a budget. */
+START_TEST(reply_and_usage_are_one_checkpoint)
+{
+        cq_store_t *w1 = store_for("w1", 120), *w2 = store_for("w2", 120);
+        cq_usage_t usage = {1000, 500, 20, 10};
+        json_t *msg =
+            json_pack("{s:s, s:s}", "role", "assistant", "content", "42");
+        cq_claim_t claim;
+        bool found, lost = true;
+        char *s;
+
+        add_job(w1, "u1", 0, NULL, "run-free");
+        add_job(w1, "u2", 0, NULL, "run-held");
+        ck_assert_int_eq(cq_store_set_run_budget(w1, "run-held", 5.0), CQ_OK);
+        cq_claim_init(&claim);
+        ck_assert_int_eq(cq_store_claim(w1, &claim, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert_str_eq(claim.job_id, "u1");
+        ck_assert(!claim.run_budget);
+        cq_claim_release(&claim);
+        cq_claim_init(&claim);
+        ck_assert_int_eq(cq_store_claim(w1, &claim, &found), CQ_OK);
+        ck_assert(found);
+        ck_assert_str_eq(claim.job_id, "u2");
+        ck_assert(claim.run_budget);
+        cq_claim_release(&claim);
+
+        qexec("UPDATE jobs SET budget_hold_usd = 0.5");
+        /* another owner: nothing of either is written */
+        ck_assert_int_eq(cq_store_append_message_usage(w2, "u1", 1, msg, &usage,
+                                                       0.25, &lost),
+                         CQ_OK);
+        ck_assert(lost);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 0);
+        s = q1("SELECT prompt_tokens || ' ' || budget_hold_usd FROM jobs "
+               "WHERE job_id = 'u1'",
+               NULL);
+        ck_assert_str_eq(s, "0 0.5");
+        free(s);
+        /* the owner: both, in one statement */
+        ck_assert_int_eq(cq_store_append_message_usage(w1, "u1", 1, msg, &usage,
+                                                       0.25, &lost),
+                         CQ_OK);
+        ck_assert(!lost);
+        s = q1("SELECT prompt_tokens || ' ' || completion_tokens || ' ' ||"
+               " cache_read_tokens || ' ' || cache_creation_tokens || ' ' ||"
+               " cost_usd || ' ' || budget_hold_usd || ' ' ||"
+               " (SELECT count(*) FROM job_messages m WHERE m.job_id ="
+               " 'u1') FROM jobs WHERE job_id = 'u1'",
+               NULL);
+        ck_assert_str_eq(s, "1000 500 20 10 0.25 0 1");
+        free(s);
+        /* retried (a lost reply): the same row, the same totals */
+        ck_assert_int_eq(cq_store_append_message_usage(w1, "u1", 1, msg, &usage,
+                                                       0.25, &lost),
+                         CQ_OK);
+        ck_assert(!lost);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 1);
+        /* a message alone leaves the usage and the other job's hold */
+        ck_assert_int_eq(cq_store_append_message(w1, "u2", 1, msg, &lost),
+                         CQ_OK);
+        ck_assert(!lost);
+        s = q1("SELECT prompt_tokens || ' ' || budget_hold_usd FROM jobs "
+               "WHERE job_id = 'u2'",
+               NULL);
+        ck_assert_str_eq(s, "0 0.5");
+        free(s);
+        json_decref(msg);
+        cq_store_destroy(&w1);
+        cq_store_destroy(&w2);
+}
+END_TEST
+
 START_TEST(strings_and_bytes_stored_verbatim)
 {
         cq_store_t *store = store_for("w'; DROP TABLE jobs; --", 120);
@@ -2454,35 +2529,6 @@ START_TEST(nul_bytes_stored_and_exported_exactly)
 }
 END_TEST
 
-/* Restart the server this suite talks to (services.sh picks the cluster
- * by CODERQ_PG_PORT, so it must match the DSN). */
-static void restart_postgres(void)
-{
-        PQconninfoOption *opts, *o;
-        const char *port = getenv("CODERQ_PG_PORT");
-        char cmd[4096], dsn_port[16] = "";
-        int rc;
-
-        opts = PQconninfoParse(g_dsn, NULL);
-        for (o = opts; o->keyword; o++)
-                if (strcmp(o->keyword, "port") == 0 && o->val)
-                        snprintf(dsn_port, sizeof(dsn_port), "%s", o->val);
-        PQconninfoFree(opts);
-        ck_assert_msg(dsn_port[0], "CODERQ_PG_DSN names no port");
-        if (port && *port)
-                ck_assert_msg(strcmp(port, dsn_port) == 0,
-                              "CODERQ_PG_DSN (port %s) is not on "
-                              "CODERQ_PG_PORT %s",
-                              dsn_port, port);
-        else
-                setenv("CODERQ_PG_PORT", dsn_port, 1);
-        snprintf(cmd, sizeof(cmd), "'%s' restart-pg >/dev/null 2>&1",
-                 cq_check_srcpath("scripts/services.sh"));
-        rc = system(cmd);
-        ck_assert_msg(WIFEXITED(rc) && WEXITSTATUS(rc) == 0,
-                      "services.sh restart-pg failed");
-}
-
 struct cell_writer {
         cq_store_t *store;
         const json_t *nb;
@@ -2526,10 +2572,10 @@ static void *msg_writer_main(void *arg)
 }
 
 /* A checkpoint write whose commit landed but whose reply was lost is
- * retried and stored once: a message (its reply dropped on the way; the
- * store retries it itself) and a cell (PostgreSQL restarted between its
- * COMMIT and the reply; the caller retries the transaction, as the
- * worker does). */
+ * retried and stored once: a message and a cell with its notebook, each
+ * one autocommit statement whose reply is dropped on the way (the store
+ * retries it itself), and the cell written again as the worker does after
+ * CQ_ERR_RETRIABLE. */
 START_TEST(checkpoint_write_after_lost_commit_reply_stored_once)
 {
         cq_pgproxy_t *proxy = cq_pgproxy_start(g_dsn);
@@ -2573,18 +2619,21 @@ START_TEST(checkpoint_write_after_lost_commit_reply_stored_once)
         ck_assert_str_eq(s, "1,2");
         free(s);
 
-        /* The cell: committed, then the server restarts before the reply
-         * reaches the client. */
+        /* The cell and its notebook: one autocommit statement too, its
+         * reply lost: the store retries it itself, and it lands once. */
         cw = (struct cell_writer){store, nb, 1, CQ_ERR_FATAL, true};
-        cq_pgproxy_hold_after(proxy, "COMMIT");
+        cq_pgproxy_hold_after(proxy, "INSERT INTO cells");
         ck_assert_int_eq(pthread_create(&th, NULL, cell_writer_main, &cw), 0);
         ck_assert_msg(cq_pgproxy_wait_held(proxy, 30000),
-                      "the COMMIT was never answered");
+                      "the cell's INSERT was never answered");
         ck_assert_int_eq(qn("SELECT count(*) FROM cells", NULL), 1);
-        restart_postgres();
+        cq_pgproxy_drop_held(proxy);
         pthread_join(th, NULL);
-        ck_assert_int_eq(cw.err, CQ_ERR_RETRIABLE);
-        /* What the worker does on CQ_ERR_RETRIABLE: the same write. */
+        ck_assert_msg(cw.err == CQ_OK, "%s", cq_store_errmsg(store));
+        ck_assert(!cw.lost);
+        ck_assert_uint_eq(cq_store_reconnects(store), 2);
+        /* What the worker does after a CQ_ERR_RETRIABLE (PostgreSQL gone
+         * for longer than the store's one retry): the same write. */
         cw.err = CQ_ERR_FATAL;
         cell_writer_main(&cw);
         ck_assert_msg(cw.err == CQ_OK, "%s", cq_store_errmsg(store));
@@ -2663,6 +2712,7 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, child_without_parent_fails_after_the_wait);
         tcase_add_test(tc, retry_later_counts_and_waits);
         tcase_add_test(tc, run_time_and_retries_carry_over_attempts);
+        tcase_add_test(tc, reply_and_usage_are_one_checkpoint);
         tcase_add_test(tc, strings_and_bytes_stored_verbatim);
         tcase_add_test(tc, image_20mb_round_trips_and_caps);
         tcase_add_test(tc, notebook_jsonb_equals_what_was_written);

@@ -9,6 +9,17 @@
 #         (48 jobs) and 64 slots (64 jobs) in one worker: throughput as a
 #         fraction of the ideal slots / (4 x 1 s), and worker RSS per slot
 #         ((peak - idle) / slots; kernels are separate processes).
+#   s)    sustained: 300 (CQ_E2E_SUSTAINED_JOBS) 2-cell jobs, instant
+#         LLM, 8 slots, a pool of 4 and the kernel server on
+#         (CODERQ_KERNEL_SERVER=on), so kernel starts are on the critical
+#         path once the pool is drained: sustained_jobs_per_s.
+# Every phase also reports CPU per job by process tree (worker, kernels
+# with the kernel server, PostgreSQL, broker, fake LLM; utime + stime from
+# /proc over first submit .. last completion event, sandboxed kernels
+# sampled every 0.2 s) and the transactions committed per job in its
+# database over the workers' lifetime (commits_per_job, start-up and this
+# benchmark's own queries included); the JSON's figures of these are the
+# sustained phase's.
 # Also printed: where the time goes (mean intake, queue, run, relay; a
 # run split into setup, LLM turns, cell turns, finish, from the checkpoint
 # rows) and run efficiency = 4 x 1 s / a job's mean run time, i.e. what the
@@ -20,7 +31,7 @@
 # Also printed per phase b: its overhead, the wall time beyond the LLM
 # latency its waves of jobs must wait (wall - jobs/slots x 4 x latency).
 # CQ_E2E_LATENCY_MS (default 1000) sets the LLM latency of phase b,
-# CQ_E2E_PHASES (default "a idle b16 b64") which phases run (figures of
+# CQ_E2E_PHASES (default "a idle b16 b64 s") which phases run (figures of
 # phases left out are null in the JSON), CQ_E2E_WORKERS (default 2, at
 # most 8) how many worker processes share each phase's slots and pool
 # (and one outbox), and CQ_E2E_SANDBOX (default on, a worker's default)
@@ -48,14 +59,18 @@ for _ in $(seq 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
 port=$(cat "$tmp/port")
 base="http://127.0.0.1:$port/v1"
 latency=${CQ_E2E_LATENCY_MS:-1000}
-phases=" ${CQ_E2E_PHASES:-a idle b16 b64} "
+phases=" ${CQ_E2E_PHASES:-a idle b16 b64 s} "
+sjobs=${CQ_E2E_SUSTAINED_JOBS:-300}
 case "$latency" in
 ''|*[!0-9]*) cq_die "CQ_E2E_LATENCY_MS must be a number of milliseconds" ;;
 esac
+case "$sjobs" in
+''|*[!0-9]*) cq_die "CQ_E2E_SUSTAINED_JOBS must be a number of jobs" ;;
+esac
 for p in $phases; do
         case "$p" in
-        a|idle|b16|b64) ;;
-        *) cq_die "unknown phase in CQ_E2E_PHASES: $p (a, idle, b16, b64)" ;;
+        a|idle|b16|b64|s) ;;
+        *) cq_die "unknown phase in CQ_E2E_PHASES: $p (a, idle, b16, b64, s)" ;;
         esac
 done
 /usr/bin/python3 - "$port" "$latency" <<'PY'
@@ -77,10 +92,18 @@ for name, steps in scripts.items():
 PY
 
 export CQ_BENCH_LOGDIR=$tmp
+# the roots of the process trees whose CPU bench_e2e accounts
+listeners() { ss -ltnpH "( sport = :$1 )" | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u | tr '\n' ' '; }
+CQ_E2E_PIDS_POSTGRES=$(listeners "$CODERQ_PG_PORT")
+CQ_E2E_PIDS_BROKER=$(listeners "$CODERQ_KAFKA_PORT")
+CQ_E2E_PIDS_LLM=$fake_pid
+[ -n "$CQ_E2E_PIDS_POSTGRES" ] || cq_die "no process listens on the PostgreSQL port $CODERQ_PG_PORT"
+[ -n "$CQ_E2E_PIDS_BROKER" ] || cq_die "no process listens on the Kafka port $CODERQ_KAFKA_PORT"
+export CQ_E2E_PIDS_POSTGRES CQ_E2E_PIDS_BROKER CQ_E2E_PIDS_LLM
 phase() { # NAME SLOTS JOBS POOL SCRIPT TURNS LATENCY_MS
         "$build/bench/bench_e2e" "$build/coderq" "$base" "$dsn" "$CODERQ_KAFKA_BROKERS" "$@"
 }
-a=null idle=null b16=null b64=null
+a=null idle=null b16=null b64=null s=null
 if [[ $phases == *" a "* ]]; then
         cq_say "a) instant LLM, 2-cell jobs: 40 jobs, 4 slots"
         a=$(phase a 4 40 40 e2e_two 3 0); echo "$a"
@@ -97,10 +120,14 @@ if [[ $phases == *" b64 "* ]]; then
         cq_say "b) ${latency} ms LLM latency, 4-turn jobs: 64 slots, 64 jobs"
         b64=$(phase b64 64 64 64 e2e_slow4 4 "$latency"); echo "$b64"
 fi
+if [[ $phases == *" s "* ]]; then
+        cq_say "s) sustained: instant LLM, 2-cell jobs: $sjobs jobs, 8 slots, pool 4, kernel server on"
+        s=$(CODERQ_KERNEL_SERVER=on phase s 8 "$sjobs" 4 e2e_two 3 0); echo "$s"
+fi
 
-/usr/bin/python3 - "$a" "$idle" "$b16" "$b64" <<'PY'
+/usr/bin/python3 - "$a" "$idle" "$b16" "$b64" "$s" <<'PY'
 import json, sys
-a, idle, b16, b64 = (json.loads(s) for s in sys.argv[1:5])
+a, idle, b16, b64, s = (json.loads(x) for x in sys.argv[1:6])
 bs = [b for b in (b16, b64) if b]
 per = lambda b: (b["rss_peak_kb"] - idle["rss_kb"]) / b["slots"]
 if idle and bs:
@@ -123,7 +150,15 @@ for b in bs:
     print("%d slots: overhead %.0f ms: wall %.0f ms for %.0f wave(s) of %d ms of LLM latency"
           % (b["slots"], b["wall_s"] * 1000 - waves * ideal_run, b["wall_s"] * 1000,
              waves, ideal_run))
-ran = [x for x in (a, b16, b64) if x]
+ran = [x for x in (a, b16, b64, s) if x]
+for x in ran:
+    c = x["cpu_ms_per_job"]
+    print("%s: CPU ms per job: %s; outside the kernels %.1f; %.1f commits per job"
+          % (x["phase"], ", ".join("%s %.1f" % kv for kv in c.items()),
+             x["cpu_ms_per_job_outside_kernels"], x["commits_per_job"]))
+if s:
+    print("s: %d jobs at %.2f jobs/s sustained (8 slots, pool 4, kernel server on)"
+          % (s["jobs"], s["jobs_per_s"]))
 if ran and b64:
     print("kernel pool refill: %.2f kernels/s at best in this run; sustained "
           "64-slot throughput would need %.0f/s"
@@ -147,5 +182,9 @@ print(json.dumps({"bench": "e2e", "jobs_per_s": a and a["jobs_per_s"],
                   "kernel_starts_per_s": round(max(x["kernel_starts_per_s"] for x in ran), 3)
                   if ran else None,
                   "workers": ran[0]["workers"] if ran else None,
-                  "duplicate_events": sum(dups) if ran and min(dups) >= 0 else None}))
+                  "duplicate_events": sum(dups) if ran and min(dups) >= 0 else None,
+                  "sustained_jobs_per_s": s and s["jobs_per_s"],
+                  "cpu_ms_per_job_outside_kernels": s and s["cpu_ms_per_job_outside_kernels"],
+                  "cpu_ms_per_job": s and s["cpu_ms_per_job"],
+                  "commits_per_job": s and s["commits_per_job"]}))
 PY

@@ -141,6 +141,7 @@ typedef struct cq_claim {
         int64_t run_ms;      /* running time of the earlier attempts */
         cq_usage_t usage;    /* LLM tokens of the earlier attempts */
         double cost_usd;     /* their cost; < 0: unknown */
+        bool run_budget;     /* the job's run had a budget when claimed */
 } cq_claim_t;
 
 void cq_claim_init(cq_claim_t *claim);
@@ -434,6 +435,22 @@ CQ_NODISCARD cq_err_t cq_store_append_message(cq_store_t *store,
                                               int seq,
                                               const json_t *message,
                                               bool *lostp);
+
+/**
+ * @brief cq_store_append_message() and, in the same statement, what
+ *        cq_store_record_usage() writes (\p usage: the job's totals, NULL:
+ *        none), so an LLM reply and the usage of the call that made it are
+ *        one checkpoint: stored together or not at all.
+ * @param usage Borrowed; NULL writes the message alone.
+ * @param cost_usd The job's cost so far; < 0: unknown.
+ */
+CQ_NODISCARD cq_err_t cq_store_append_message_usage(cq_store_t *store,
+                                                    const char *job_id,
+                                                    int seq,
+                                                    const json_t *message,
+                                                    const cq_usage_t *usage,
+                                                    double cost_usd,
+                                                    bool *lostp);
 
 /**
  * @brief Record an executed cell at \p seq and rewrite the job's notebook,
