@@ -2649,6 +2649,29 @@ START_TEST(checkpoint_write_after_lost_commit_reply_stored_once)
 }
 END_TEST
 
+/* Whether a connection to \p dsn is encrypted, as the server sees it
+ * (pg_stat_ssl): what the probe must report for the same dsn. The suites'
+ * server is plain unless check_it_secure left it with TLS on, which the
+ * default sslmode (prefer) then uses. */
+static bool dsn_uses_tls(const char *dsn)
+{
+        PGconn *conn = PQconnectdb(dsn);
+        PGresult *res;
+        bool tls;
+
+        ck_assert_msg(PQstatus(conn) == CONNECTION_OK, "%s",
+                      PQerrorMessage(conn));
+        res = PQexec(conn, "SELECT ssl FROM pg_stat_ssl WHERE pid = "
+                           "pg_backend_pid()");
+        ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK &&
+                          PQntuples(res) == 1,
+                      "%s", PQerrorMessage(conn));
+        tls = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        PQfinish(conn);
+        return tls;
+}
+
 /* The intake's backlog count and the doctor's probe: connections of their
  * own, no store handle. */
 START_TEST(backlog_counts_queued_jobs_and_probe_names_the_server)
@@ -2684,7 +2707,7 @@ START_TEST(backlog_counts_queued_jobs_and_probe_names_the_server)
         ck_assert_str_eq(probe.database, g_dbname);
         ck_assert_msg(probe.version[0] >= '1' && probe.version[0] <= '9',
                       "server version \"%s\"", probe.version);
-        ck_assert(!probe.tls); /* the suites' server is plain */
+        ck_assert_int_eq(probe.tls, dsn_uses_tls(g_dsn));
         ck_assert_int_eq(cq_store_probe(nowhere, 2, 3000, "cqt-probe", &probe,
                                         errstr, sizeof(errstr)),
                          -1);
