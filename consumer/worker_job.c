@@ -482,6 +482,20 @@ static void finish_job(slot_t *slot,
                                   "job_id", job->job_id, "image", img->name,
                                   "error", cq_store_errmsg(slot->store), NULL);
         }
+        /* Remembered before the finish makes the result visible: a
+         * writer that submits a similar job as soon as this one's
+         * completion event arrives finds it in memory. (Keyed by job,
+         * so a second owner after a lost lease writes the same row.) */
+        if (res->status == CQ_AGENT_SUCCEEDED && !res->from_memory &&
+            job->memory.remember && memory_scope(slot->w, job) &&
+            res->solution && *res->solution &&
+            cq_store_remember(slot->store, job->job_id,
+                              memory_scope(slot->w, job),
+                              job_model(slot->w, job), job->prompt,
+                              res->solution, res->answer) != CQ_OK)
+                cq_log_kv(CQ_LOG_WARN, "could not remember the solution",
+                          "job_id", job->job_id, "error",
+                          cq_store_errmsg(slot->store), NULL);
         repro = repro_record(slot, job, res);
         report = json_pack(
             "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:s?, s:i, s:s?, s:o*}",
@@ -556,16 +570,6 @@ static void finish_job(slot_t *slot,
                 (json_int_t)res->duration_ms, "from_memory", res->from_memory,
                 "memory_source_job", res->memory_source_job, "cost_usd",
                 res->cost_usd >= 0 ? json_real(res->cost_usd) : json_null()));
-        if (res->status == CQ_AGENT_SUCCEEDED && !res->from_memory &&
-            job->memory.remember && memory_scope(slot->w, job) &&
-            res->solution && *res->solution &&
-            cq_store_remember(slot->store, job->job_id,
-                              memory_scope(slot->w, job),
-                              job_model(slot->w, job), job->prompt,
-                              res->solution, res->answer) != CQ_OK)
-                cq_log_kv(CQ_LOG_WARN, "could not remember the solution",
-                          "job_id", job->job_id, "error",
-                          cq_store_errmsg(slot->store), NULL);
 }
 
 /* Give the job back to the queue (shutdown) or leave it (lease lost). */
