@@ -30,7 +30,9 @@ typedef struct job_ctx {
         const cq_job_t *job;
         cq_nb_t *nb;
         int next_cell_seq; /* seq of the next cell checkpoint */
-        bool run_budget;   /* the run had a budget at the claim: hold */
+        /* The run had a budget at the claim or at the last message
+         * checkpoint (which reads it in its own statement): hold. */
+        bool run_budget;
         /* The usage after the last LLM call, written with the next
          * message (the call's reply) in one statement, or alone by
          * flush_usage() when no message follows. */
@@ -102,7 +104,7 @@ static int obs_message(void *opaque, size_t index, const json_t *msg)
         job_ctx_t *ctx = opaque;
         slot_t *slot = ctx->slot;
         write_retry_t retry;
-        bool lost = false;
+        bool lost = false, run_budget = false;
         cq_err_t err;
 
         /* The history is the job's stored conversation plus what follows:
@@ -112,10 +114,14 @@ static int obs_message(void *opaque, size_t index, const json_t *msg)
                 err = cq_store_append_message_usage(
                     slot->store, ctx->job->job_id, (int)index + 1, msg,
                     ctx->usage_pending ? &ctx->usage : NULL, ctx->cost_usd,
-                    &lost);
+                    &lost, &run_budget);
         } while (write_again(&retry, err));
-        if (err == CQ_OK && !lost)
+        if (err == CQ_OK && !lost) {
                 ctx->usage_pending = false;
+                /* a budget set (or removed) since the claim holds (or stops
+                 * holding) from the next call on */
+                ctx->run_budget = run_budget;
+        }
         return checkpointed(ctx, err, lost, "could not checkpoint a message");
 }
 
@@ -243,9 +249,10 @@ obs_reserve(void *opaque, double estimate_usd, char *why, size_t why_size)
          * must be in first. */
         if (flush_usage(ctx) != 0)
                 return -1;
-        /* A job whose run had no budget when it was claimed holds none:
-         * no round trip (a budget set later holds from the run's next
-         * claimed jobs on). */
+        /* A job whose run had no budget at the claim or at its last
+         * message checkpoint holds none: no round trip. Every LLM reply
+         * is such a checkpoint, so a budget set while the job runs holds
+         * its calls from the next-but-one at the latest. */
         if (!ctx->job->run_id || !ctx->run_budget)
                 return 0;
         err = cq_store_budget_reserve(ctx->slot->store, ctx->job->job_id,

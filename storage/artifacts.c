@@ -19,9 +19,11 @@
  * seq holds something else (a bug: nothing is overwritten). */
 /* One statement: the message and, when $6 is true, the job's LLM usage
  * so far ($7..$11, as SQL_USAGE in queue.c writes it: the call's hold
- * released), so the call's usage and its reply are one checkpoint. */
+ * released), so the call's usage and its reply are one checkpoint; it
+ * also answers whether the job's run has a budget now, so a budget set
+ * while the job runs holds its next calls at no extra round trip. */
 static const char SQL_APPEND_MESSAGE[] =
-    "WITH j AS (SELECT job_id, attempts FROM jobs"
+    "WITH j AS (SELECT job_id, attempts, run_id FROM jobs"
     "  WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'),"
     " u AS (UPDATE jobs SET prompt_tokens = $7, completion_tokens = $8,"
     "  cache_read_tokens = $9, cache_creation_tokens = $10,"
@@ -35,7 +37,9 @@ static const char SQL_APPEND_MESSAGE[] =
     "  WHEN EXISTS (SELECT 1 FROM ins) THEN 'stored'"
     "  WHEN EXISTS (SELECT 1 FROM job_messages m WHERE m.job_id = $1"
     "   AND m.seq = $3 AND m.role = $4 AND m.message = $5::jsonb)"
-    "  THEN 'stored' ELSE 'conflict' END";
+    "  THEN 'stored' ELSE 'conflict' END,"
+    " EXISTS (SELECT 1 FROM j JOIN runs r ON r.run_id = j.run_id"
+    "  WHERE r.budget_usd IS NOT NULL)";
 
 /* One statement (one round trip, one implicit transaction): the cell,
  * and the notebook snapshot ($10, NULL: none) rewritten when the cell is
@@ -129,7 +133,7 @@ cq_err_t cq_store_append_message(cq_store_t *store,
                                  bool *lostp)
 {
         return cq_store_append_message_usage(store, job_id, seq, message, NULL,
-                                             -1, lostp);
+                                             -1, lostp, NULL);
 }
 
 static long long tokens(long long v) { return v < 0 ? 0 : v; }
@@ -140,7 +144,8 @@ cq_err_t cq_store_append_message_usage(cq_store_t *store,
                                        const json_t *message,
                                        const cq_usage_t *usage,
                                        double cost_usd,
-                                       bool *lostp)
+                                       bool *lostp,
+                                       bool *run_budgetp)
 {
         store_params_t sp;
         PGresult *res = NULL;
@@ -149,6 +154,8 @@ cq_err_t cq_store_append_message_usage(cq_store_t *store,
         cq_err_t err;
 
         *lostp = false;
+        if (run_budgetp)
+                *run_budgetp = false;
         role = json_string_value(json_object_get(message, "role"));
         if (!json_is_object(message) || !role || seq < 1) {
                 store_set_error(store,
@@ -186,6 +193,8 @@ cq_err_t cq_store_append_message_usage(cq_store_t *store,
         if (err == CQ_OK)
                 err = write_outcome(store, res, "store a message", job_id, seq,
                                     lostp);
+        if (err == CQ_OK && !*lostp && run_budgetp)
+                *run_budgetp = PQgetvalue(res, 0, 1)[0] == 't';
         PQclear(res);
         free(text);
         return err;

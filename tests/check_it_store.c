@@ -793,7 +793,8 @@ END_TEST
 
 /* An LLM reply and its call's usage are one statement: stored together
  * (the call's budget hold released), or, without the lease, neither; a
- * claim says whether the job's run has a budget. */
+ * claim, and every message checkpoint, says whether the job's run has a
+ * budget (now). */
 START_TEST(reply_and_usage_are_one_checkpoint)
 {
         cq_store_t *w1 = store_for("w1", 120), *w2 = store_for("w2", 120);
@@ -801,7 +802,7 @@ START_TEST(reply_and_usage_are_one_checkpoint)
         json_t *msg =
             json_pack("{s:s, s:s}", "role", "assistant", "content", "42");
         cq_claim_t claim;
-        bool found, lost = true;
+        bool found, lost = true, budget = true;
         char *s;
 
         add_job(w1, "u1", 0, NULL, "run-free");
@@ -823,7 +824,7 @@ START_TEST(reply_and_usage_are_one_checkpoint)
         qexec("UPDATE jobs SET budget_hold_usd = 0.5");
         /* another owner: nothing of either is written */
         ck_assert_int_eq(cq_store_append_message_usage(w2, "u1", 1, msg, &usage,
-                                                       0.25, &lost),
+                                                       0.25, &lost, NULL),
                          CQ_OK);
         ck_assert(lost);
         ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 0);
@@ -832,11 +833,13 @@ START_TEST(reply_and_usage_are_one_checkpoint)
                NULL);
         ck_assert_str_eq(s, "0 0.5");
         free(s);
-        /* the owner: both, in one statement */
+        /* the owner: both, in one statement, which says the run has no
+         * budget */
         ck_assert_int_eq(cq_store_append_message_usage(w1, "u1", 1, msg, &usage,
-                                                       0.25, &lost),
+                                                       0.25, &lost, &budget),
                          CQ_OK);
         ck_assert(!lost);
+        ck_assert(!budget);
         s = q1("SELECT prompt_tokens || ' ' || completion_tokens || ' ' ||"
                " cache_read_tokens || ' ' || cache_creation_tokens || ' ' ||"
                " cost_usd || ' ' || budget_hold_usd || ' ' ||"
@@ -847,10 +850,22 @@ START_TEST(reply_and_usage_are_one_checkpoint)
         free(s);
         /* retried (a lost reply): the same row, the same totals */
         ck_assert_int_eq(cq_store_append_message_usage(w1, "u1", 1, msg, &usage,
-                                                       0.25, &lost),
+                                                       0.25, &lost, NULL),
                          CQ_OK);
         ck_assert(!lost);
         ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 1);
+        /* a budget set on the running job's run: the next message says so;
+         * another owner's write says nothing */
+        ck_assert_int_eq(cq_store_set_run_budget(w1, "run-free", 0.1), CQ_OK);
+        ck_assert_int_eq(cq_store_append_message_usage(w2, "u1", 2, msg, NULL,
+                                                       -1, &lost, &budget),
+                         CQ_OK);
+        ck_assert(lost && !budget);
+        ck_assert_int_eq(cq_store_append_message_usage(w1, "u1", 2, msg, NULL,
+                                                       -1, &lost, &budget),
+                         CQ_OK);
+        ck_assert(!lost && budget);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 2);
         /* a message alone leaves the usage and the other job's hold */
         ck_assert_int_eq(cq_store_append_message(w1, "u2", 1, msg, &lost),
                          CQ_OK);

@@ -2212,6 +2212,88 @@ START_TEST(run_budget_holds_across_jobs)
 }
 END_TEST
 
+/* Seven calls of a job, each taking 1 s at the fake and costing $0.006
+ * but the last ($0.002): long enough to set a budget while it runs. */
+static const char late_budget_steps[] =
+    "[{\"delay_ms\":1000,\"tool_calls\":[{\"code\":\"x = 1\"}],"
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500}},"
+    "{\"delay_ms\":1000,\"tool_calls\":[{\"code\":\"x += 1\"}],"
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500}},"
+    "{\"delay_ms\":1000,\"tool_calls\":[{\"code\":\"x += 1\"}],"
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500}},"
+    "{\"delay_ms\":1000,\"tool_calls\":[{\"code\":\"x += 1\"}],"
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500}},"
+    "{\"delay_ms\":1000,\"tool_calls\":[{\"code\":\"x += 1\"}],"
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500}},"
+    "{\"delay_ms\":1000,\"tool_calls\":[{\"code\":\"x += 1\"}],"
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":500}},"
+    "{\"delay_ms\":1000,\"content\":\"done\","
+    "\"usage\":{\"prompt_tokens\":1000,\"completion_tokens\":100}}]";
+
+/* A budget set on a run while one of its jobs runs (claimed without
+ * one, so it made no holds) holds that job's calls too: below what the
+ * job already spent, the job fails with reason budget, having made at
+ * most one call after the budget was set. */
+START_TEST(run_budget_set_while_a_job_runs_holds_it)
+{
+        worker_t w;
+        rd_kafka_t *rk;
+        cq_check_proc_t proc;
+        const char *budget_args[] = {"budget", "--run", prefix,
+                                     "--usd",  "0.001", NULL};
+        char *row, id[192];
+        long before;
+        int waited;
+
+        fresh("latebudget");
+        register_script("late", late_budget_steps);
+        child_slots = "1";
+        child_extra = priced_worker();
+        start_worker(&w, "wl", "30");
+        rk = kt_producer(brokers);
+        submit(rk, 0, "late", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        /* the first call's reply and usage are stored: $0.006 spent */
+        job_id(0, id, sizeof(id));
+        for (waited = 0; waited < WAIT_MS; waited += 50) {
+                if (kt_pg_long(dsn,
+                               "SELECT count(*) FROM jobs WHERE job_id = $1 "
+                               "AND status = 'running' AND cost_usd > 0",
+                               id) == 1)
+                        break;
+                kt_sleep_ms(50);
+        }
+        ck_assert_msg(waited < WAIT_MS, "the job never made its first call");
+        run_cli(budget_args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        cq_check_proc_release(&proc);
+        /* every call asked for so far started before the budget was set or
+         * during the CLI; the next one may start without a hold, the one
+         * after it must be held */
+        before = llm_calls_of("late");
+        ck_assert_int_ge(before, 1);
+        ck_assert_int_le(before, 5); /* else the job cannot show a hold */
+        wait_finished_or_dump(1, WAIT_MS);
+        row = job_row(0, "status, reason_code");
+        ck_assert_str_eq(row, "failed|budget");
+        free(row);
+        row = job_row(0, "reason");
+        ck_assert_msg(strstr(row, "run budget: ") == row &&
+                          strstr(row, "would cross the budget of run"),
+                      "%s", row);
+        free(row);
+        ck_assert_int_le(llm_calls_of("late"), before + 1);
+        /* nothing stays held */
+        ck_assert_int_eq(kt_pg_long(dsn,
+                                    "SELECT count(*) FROM jobs WHERE "
+                                    "budget_hold_usd <> 0",
+                                    NULL),
+                         0);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+}
+END_TEST
+
 /* A failure retried: the retry goes through Kafka and the intake as a
  * new job linked to its original, the old result stays, results and the
  * summary show the latest attempt unless asked for all of them, and a
@@ -2627,6 +2709,7 @@ static Suite *worker_suite(void)
         tcase_set_timeout(tc, 600);
         tcase_add_test(tc, job_budgets_stop_before_the_crossing_call);
         tcase_add_test(tc, run_budget_holds_across_jobs);
+        tcase_add_test(tc, run_budget_set_while_a_job_runs_holds_it);
         tcase_add_test(tc, retry_queues_failures_as_linked_attempts);
         suite_add_tcase(s, tc);
         tcase_add_unchecked_fixture(e2b, setup, teardown);

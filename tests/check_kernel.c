@@ -2392,6 +2392,59 @@ START_TEST(forked_kernels_are_strangers)
 }
 END_TEST
 
+/* The shell the server builds before the fork is fresh in every kernel:
+ * a variable, an import's side effect on a preloaded module and on
+ * builtins, and an alias magic made in one forked kernel are absent from
+ * the next, whose history (In, _ih, Out, _oh) holds its own cell alone;
+ * the shell is the server's (its history session is the second: the
+ * server's shell made the first), fitted to the kernel's directories. */
+START_TEST(forked_kernels_get_a_fresh_shell)
+{
+        cq_kserver_t *ks;
+        cq_interp_t *a, *b;
+        char errstr[700], *out;
+
+        ks = new_kserver(NULL, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
+                         sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        a = start_kernel(NULL, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(a)));
+        assert_stdout(a, "cq_secret = 42", "");
+        assert_stdout(a,
+                      "import builtins, numpy\nnumpy.cq_mark = 1\n"
+                      "builtins.cq_mark = 1",
+                      "");
+        assert_stdout(a, "%alias cq_hi echo hi", "");
+        assert_stdout(a, "print(get_ipython().alias_manager.is_alias('cq_hi'))",
+                      "True\n");
+        assert_stdout(a, "6 * 7", "");
+        assert_stdout(a, "print('cq_secret = 42' in In, 42 in Out.values())",
+                      "True True\n");
+        b = start_kernel(NULL, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(b)));
+        out = stdout_of(b, "import builtins, numpy, os\nip = get_ipython()\n"
+                           "print('cq_secret' in dir(), hasattr(numpy, "
+                           "'cq_mark'), hasattr(builtins, 'cq_mark'), "
+                           "ip.alias_manager.is_alias('cq_hi'), 'cq_hi' in "
+                           "ip.magics_manager.magics['line'])\n"
+                           "print(len(In), In[0], len(_ih), Out, _oh, "
+                           "ip.execution_count)\n"
+                           "print(ip.history_manager.session_number, "
+                           "[str(p) for p in _dh] == [os.getcwd()] == "
+                           "[ip.starting_dir], "
+                           "ip.profile_dir.location == os.path.join("
+                           "os.environ['IPYTHONDIR'], 'profile_default'))");
+        ck_assert_str_eq(out, "False False False False False\n"
+                              "2  2 {} {} 1\n"
+                              "2 True True\n");
+        free(out);
+        cq_interp_destroy(&a);
+        cq_interp_destroy(&b);
+        cq_kserver_destroy(&ks);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 /* A server killed with SIGKILL: its kernels live on, the next kernel
  * starts cold, and the server comes back and forks again. */
 START_TEST(killed_server_is_restarted)
@@ -2710,6 +2763,11 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, kserver_reply_parser);
         tcase_add_test(tc, broken_server_is_an_error);
         tcase_add_test(tc, nothing_left_behind);
+        suite_add_tcase(s, tc);
+        /* The server's prebuilt shell: CK_RUN_CASE=shell runs it alone. */
+        tc = tcase_create("shell");
+        tcase_set_timeout(tc, 240);
+        tcase_add_test(tc, forked_kernels_get_a_fresh_shell);
         suite_add_tcase(s, tc);
         return s;
 }

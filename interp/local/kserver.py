@@ -283,6 +283,8 @@ def run_kernel(req, log_fd, parent):
     if mpl is not None and os.path.isfile(rc):
         mpl.rc_file(rc)
     from ipykernel import kernelapp
+    if SHELL is not None:
+        adopt_shell()
     code = 0
     try:
         app = kernelapp.IPKernelApp.instance()
@@ -307,6 +309,99 @@ def run_kernel(req, log_fd, parent):
         except Exception:
             pass
     os._exit(code)
+
+
+# The settings every kernel's shell gets (kernel_proc.c's argv after the
+# connection file): the shell the server builds has them, and a kernel
+# whose settings differ builds its own.
+SHELL_ARGV = ['--HistoryManager.hist_file=:memory:',
+              '--InteractiveShell.colors=NoColor']
+# The application's own sections of a kernel's config: no shell reads them.
+APP_SECTIONS = ('IPKernelApp', 'KernelApp', 'BaseIPythonApplication',
+                'Application')
+SHELL = None
+SHELL_CONFIG = None
+
+
+def shell_config(config):
+    return {k: v for k, v in config.items() if k not in APP_SECTIONS}
+
+
+def build_shell():
+    """The InteractiveShell (its namespaces, magics, aliases, completer,
+    formatters and history) that IPythonKernel's constructor builds, made
+    once here, before any fork: a child only fits it to its kernel
+    (fit_shell()). No code ever runs in it here."""
+    global SHELL, SHELL_CONFIG
+    import atexit
+    from traitlets.config.loader import KVArgParseConfigLoader
+    from ipykernel.compiler import XCachingCompiler
+    from ipykernel.zmqshell import ZMQInteractiveShell
+    config = KVArgParseConfigLoader(argv=SHELL_ARGV).load_config()
+    main = sys.modules.get('__main__')
+    try:
+        shell = ZMQInteractiveShell.instance(config=config,
+                                             compiler_class=XCachingCompiler)
+    finally:
+        # the shell made its namespace __main__; the server's stays
+        sys.modules['__main__'] = main
+    # a kernel's exit, not the server's
+    atexit.unregister(shell.atexit_operations)
+    SHELL, SHELL_CONFIG = shell, config
+
+
+def fit_shell(shell, kw):
+    """What IPythonKernel asks of the shell (its parent, the kernel, the
+    profile) and what InteractiveShell's constructor took from the
+    process (environment, working and home directory, __main__), applied
+    to the server's shell in the kernel."""
+    import atexit
+    from pickleshare import PickleShareDB
+    from IPython.core.profiledir import ProfileDir
+    from IPython.paths import get_ipython_dir
+    from IPython.utils.path import get_home_dir
+    parent = kw['parent']
+    app = getattr(parent, 'parent', None)
+    shell.parent = parent
+    shell.kernel = kw.get('kernel')
+    shell.ipython_dir = getattr(app, 'ipython_dir', None) or get_ipython_dir()
+    if kw.get('profile_dir') is not None:
+        shell.profile_dir = kw['profile_dir']
+    else:
+        shell.profile_dir = ProfileDir.create_profile_dir_by_name(
+            shell.ipython_dir, 'default')
+    shell.db = PickleShareDB(os.path.join(shell.profile_dir.location, 'db'))
+    shell.starting_dir = os.getcwd()
+    shell.home_dir = get_home_dir()
+    shell.logger.home_dir = shell.home_dir
+    shell.init_environment()
+    # a session of its own, the directory history (_dh) from here
+    shell.history_manager.reset(new_session=True)
+    sys.modules[shell.user_module.__name__] = shell.user_module
+    atexit.register(shell.atexit_operations)
+
+
+def adopt_shell():
+    """Make IPythonKernel's ZMQInteractiveShell.instance() call return
+    the server's shell, fitted to this kernel, when the kernel asks for
+    what it was built as; otherwise drop it and build a new one, as a
+    cold kernel does."""
+    from ipykernel.zmqshell import ZMQInteractiveShell
+    shell, orig = SHELL, ZMQInteractiveShell.instance.__func__
+
+    def instance(cls, *args, **kw):
+        ZMQInteractiveShell.instance = classmethod(orig)
+        parent = kw.get('parent')
+        if (cls is type(shell) and not args and parent is not None and
+                kw.get('user_module') is None and kw.get('user_ns') is None
+                and kw.get('compiler_class') is type(shell.compile) and
+                shell_config(parent.config) == SHELL_CONFIG):
+            fit_shell(shell, kw)
+            return shell
+        ZMQInteractiveShell.clear_instance()
+        return orig(cls, *args, **kw)
+
+    ZMQInteractiveShell.instance = classmethod(instance)
 
 
 def set_cmdline(words):
@@ -571,6 +666,12 @@ def main():
         LAUNCHER = iu.find_spec('ipykernel_launcher').origin
     except Exception:
         pass
+    try:
+        build_shell()
+    except Exception as e:
+        failed.append('the shell: %s' % e)
+    if threads() != 1:
+        failed.append('the shell: it started a thread')
     gc.collect()
     # Objects that exist now are never collected: the collector would
     # otherwise write to every page of them in every child.

@@ -443,6 +443,9 @@ CQ_NODISCARD cq_err_t cq_store_append_message(cq_store_t *store,
  *        one checkpoint: stored together or not at all.
  * @param usage Borrowed; NULL writes the message alone.
  * @param cost_usd The job's cost so far; < 0: unknown.
+ * @param run_budgetp (out, may be NULL) whether the job's run has a budget
+ *        now, read in the same statement; false when the lease was lost or
+ *        on error.
  */
 CQ_NODISCARD cq_err_t cq_store_append_message_usage(cq_store_t *store,
                                                     const char *job_id,
@@ -450,7 +453,8 @@ CQ_NODISCARD cq_err_t cq_store_append_message_usage(cq_store_t *store,
                                                     const json_t *message,
                                                     const cq_usage_t *usage,
                                                     double cost_usd,
-                                                    bool *lostp);
+                                                    bool *lostp,
+                                                    bool *run_budgetp);
 
 /**
  * @brief Record an executed cell at \p seq and rewrite the job's notebook,
