@@ -171,9 +171,10 @@ CREATE TABLE solutions (
 CREATE INDEX solutions_prompt_trgm_idx ON solutions
     USING gin (prompt gin_trgm_ops);
 
--- The completion event of a finished job (DESIGN.md), built from the
--- stored rows inside the transaction that finishes the job, so the event
--- can never disagree with the database.
+-- The completion event of a finished job (its shape:
+-- schemas/completion-event.schema.json), built from the stored rows
+-- inside the transaction that finishes the job, so the event can never
+-- disagree with the database.
 CREATE FUNCTION coderq_completion_event(p_job_id text) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object(
