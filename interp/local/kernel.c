@@ -597,6 +597,32 @@ static void drain_iopub(cq_kernel_t *kernel, int ms)
         }
 }
 
+/* \p code as one line that hands it to exec(): IPython tokenizes a cell
+ * line by line, more than once, before it runs it (some 5 ms of CPU for
+ * the hundred lines of the warm-up); one string token costs next to
+ * nothing. The literal escapes what would end it or is not printable and
+ * keeps every other byte, so the cell is hardly longer (ipykernel hashes
+ * every cell's text in Python). */
+static cq_err_t exec_line(cq_buf_t *out, const cq_buf_t *code)
+{
+        cq_err_t err = cq_buf_append_str(out, "exec('");
+        size_t i;
+
+        for (i = 0; err == CQ_OK && i < code->len; i++) {
+                const unsigned char c = (unsigned char)code->data[i];
+
+                if (c == '\\' || c == '\'')
+                        err = cq_buf_printf(out, "\\%c", c);
+                else if (c == '\n')
+                        err = cq_buf_append_str(out, "\\n");
+                else if (c < 0x20 || c == 0x7f)
+                        err = cq_buf_printf(out, "\\x%02x", c);
+                else
+                        err = cq_buf_append(out, &code->data[i], 1);
+        }
+        return err != CQ_OK ? err : cq_buf_append_str(out, "')\n");
+}
+
 /* Spawn and wait until the kernel answered kernel_info and published on
  * iopub: iopub is PUB/SUB and drops what was sent before our subscription
  * reached it, so resend kernel_info every 100 ms until iopub speaks. */
@@ -699,11 +725,13 @@ static int start(cq_kernel_t *kernel)
                 }
         }
         kernel_read_inner_pid(kernel, true);
-        drain_iopub(kernel, 20);
+        /* What the kernel_info requests left queued; what still comes of
+         * them later is told apart by its parent header (run_cell). */
+        drain_iopub(kernel, 0);
         {
                 cq_cell_result_t res;
                 cq_exec_opts_t eo = {0};
-                cq_buf_t code;
+                cq_buf_t code, line;
                 char marker[64], *probe;
 
                 /* The environment is reported in the same silent cell,
@@ -712,6 +740,7 @@ static int start(cq_kernel_t *kernel)
                          kernel->nonce);
                 probe = cq_interp_env_probe(marker);
                 cq_buf_init(&code, 1 << 20);
+                cq_buf_init(&line, (4 << 20) + 64);
                 eo.timeout_ms = kernel->startup_timeout_ms;
                 size_t half = kernel->output_max / 2;
 
@@ -727,15 +756,18 @@ static int start(cq_kernel_t *kernel)
                      (cq_buf_append_str(&code, "\n") ||
                       cq_buf_append_str(&code, kernel->preload))) ||
                     !probe || cq_buf_append_str(&code, "\n") ||
-                    cq_buf_append_str(&code, probe)) {
+                    cq_buf_append_str(&code, probe) ||
+                    exec_line(&line, &code)) {
                         free(probe);
                         cq_buf_release(&code);
+                        cq_buf_release(&line);
                         kernel_set_error(kernel, "out of memory");
                         goto fail;
                 }
                 free(probe);
+                cq_buf_release(&code);
                 cq_cell_result_init(&res);
-                if (run_cell(kernel, code.data, true, &eo, &res) != CQ_OK ||
+                if (run_cell(kernel, line.data, true, &eo, &res) != CQ_OK ||
                     res.status != CQ_CELL_OK) {
                         char *dump = json_dumps(res.outputs, JSON_COMPACT);
 
@@ -744,7 +776,7 @@ static int start(cq_kernel_t *kernel)
                                   "outputs", dump ? dump : "", NULL);
                         free(dump);
                         if (!kernel_alive(kernel)) {
-                                cq_buf_release(&code);
+                                cq_buf_release(&line);
                                 cq_cell_result_release(&res);
                                 kernel_set_error(kernel,
                                                  "kernel died during warm-up");
@@ -753,7 +785,7 @@ static int start(cq_kernel_t *kernel)
                 }
                 json_decref(kernel->env);
                 kernel->env = cq_interp_env_parse(res.outputs, marker);
-                cq_buf_release(&code);
+                cq_buf_release(&line);
                 cq_cell_result_release(&res);
         }
         return 0;
