@@ -98,12 +98,19 @@ static int proc_stat(pid_t pid, long *ppid, double *cpu_ms)
         return 0;
 }
 
-/* utime + stime of process \p pid in ms; 0 when gone. */
+/* CPU time of process \p pid (all its threads, those gone too) in ms; 0
+ * when it is gone. Its CPU clock counts nanoseconds; /proc's utime and
+ * stime count clock ticks (10 ms), more than a forked kernel's outer
+ * process or pid 1 uses in all, so those would mostly count as 0. */
 static double proc_cpu_ms(pid_t pid)
 {
+        struct timespec ts;
+        clockid_t clk;
         double ms = 0;
         long ppid;
 
+        if (clock_getcpuclockid(pid, &clk) == 0 && clock_gettime(clk, &ts) == 0)
+                return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
         return proc_stat(pid, &ppid, &ms) ? 0 : ms;
 }
 
@@ -158,17 +165,63 @@ static void proc_mem_kb(pid_t pid, long *pss, long *priv)
         fclose(fp);
 }
 
+/* Every other process in the pid namespace of \p pid, when that is not
+ * ours: a sandboxed forked kernel is the server's child, in its pid 1's
+ * namespace. */
+static size_t proc_ns_mates(pid_t pid, pid_t *out, size_t n, size_t max)
+{
+        char path[64], ns[64], mine[64], other[64];
+        struct dirent *de;
+        ssize_t len;
+        DIR *dir;
+        size_t i;
+
+        snprintf(path, sizeof(path), "/proc/%ld/ns/pid", (long)pid);
+        len = readlink(path, ns, sizeof(ns) - 1);
+        if (len <= 0)
+                return n;
+        ns[len] = '\0';
+        len = readlink("/proc/self/ns/pid", mine, sizeof(mine) - 1);
+        if (len <= 0 || (mine[len] = '\0', strcmp(ns, mine) == 0))
+                return n;
+        dir = opendir("/proc");
+        if (!dir)
+                return n;
+        while (n < max && (de = readdir(dir)) != NULL) {
+                pid_t p = (pid_t)strtol(de->d_name, NULL, 10);
+                bool seen = false;
+
+                if (p <= 0)
+                        continue;
+                snprintf(path, sizeof(path), "/proc/%ld/ns/pid", (long)p);
+                len = readlink(path, other, sizeof(other) - 1);
+                if (len <= 0 || (other[len] = '\0', strcmp(other, ns) != 0))
+                        continue;
+                for (i = 0; i < n && !seen; i++)
+                        seen = out[i] == p;
+                if (!seen)
+                        out[n++] = p;
+        }
+        closedir(dir);
+        return n;
+}
+
 /* The processes of one kernel: cold, the process we started and its
  * descendants; forked, its outer process (the parent of the pid we
- * know) and its descendants. */
+ * know), its descendants and, sandboxed, every process in its pid 1's
+ * namespace (the kernel, which the server forked, among them). */
 static size_t kernel_procs(cq_interp_t *interp, pid_t *out, size_t max)
 {
         cq_kernel_t *kernel = cq_local_interp_kernel(interp);
-        pid_t top = cq_kernel_pid(kernel);
+        pid_t pid1 = cq_kernel_pid(kernel), top = pid1;
+        size_t n;
 
         if (cq_kernel_forked(kernel))
                 top = proc_ppid(top);
-        return top > 0 ? proc_tree(top, out, 0, max) : 0;
+        n = top > 0 ? proc_tree(top, out, 0, max) : 0;
+        return cq_kernel_forked(kernel) && pid1 > 0
+                   ? proc_ns_mates(pid1, out, n, max)
+                   : n;
 }
 
 static double self_cpu_ms(int who)
