@@ -2328,12 +2328,14 @@ START_TEST(forked_kernels_are_strangers)
                  cq_kernel_work_dir(cq_local_interp_kernel(a)),
                  cq_kernel_work_dir(cq_local_interp_kernel(a)));
         assert_stdout(b, code, "False False ['.coderq']\n");
-        /* processes: only its own pid 1 and itself */
+        /* processes: only its own pid 1 and itself; its parent is the
+         * server, outside its namespace (pid 1 is kinit/kinit.c's program) */
         assert_stdout(a,
                       "import os\nprint(sorted(int(p) for p in "
                       "os.listdir('/proc') if p.isdigit()) == [1, "
-                      "os.getpid()], os.getppid())",
-                      "True 1\n");
+                      "os.getpid()], os.getppid(), "
+                      "open('/proc/1/comm').read().strip())",
+                      "True 0 coderq-kinit\n");
         /* no signal reaches the other, by its host pid or any other */
         snprintf(code, sizeof(code),
                  "import os, signal\nr = []\nfor p in (%ld, %ld):\n"
@@ -2440,6 +2442,60 @@ START_TEST(forked_kernels_get_a_fresh_shell)
         free(out);
         cq_interp_destroy(&a);
         cq_interp_destroy(&b);
+        cq_kserver_destroy(&ks);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+/* What a kernel's application and matplotlib were configured with, with
+ * its own connection file and directories named by placeholders. */
+static const char settings_cell[] =
+    "import json, os, sys\n"
+    "import matplotlib as mpl\n"
+    "app = get_ipython().kernel.parent\n"
+    "def cq_norm(v):\n"
+    "    if isinstance(v, str):\n"
+    "        return v.replace(app.connection_file, '<conn>')\n"
+    "    return v if isinstance(v, (int, float, bool, type(None))) else "
+    "repr(v)\n"
+    "def cq_conf(c):\n"
+    "    return {s: {k: cq_norm(v) for k, v in sub.items()} for s, sub in "
+    "c.items()}\n"
+    "print(json.dumps([cq_conf(app.config), cq_conf(app.cli_config), "
+    "app.extra_args, [cq_norm(a) for a in app.argv], "
+    "type(app.config['IPKernelApp']).__name__], sort_keys=True))\n"
+    "print(json.dumps([{k: repr(v) for k, v in p.items() if k != 'backend'} "
+    "for p in (mpl.rcParams, mpl.rcParamsOrig)], sort_keys=True))\n"
+    "print(mpl.rcParams['font.family'], mpl.rcParamsOrig['font.family'])";
+
+/* The server parses the kernels' command line and applies their
+ * matplotlibrc once, before the fork: a forked kernel's application
+ * configuration, rcParams and rcParamsOrig are a cold kernel's. */
+START_TEST(forked_kernels_are_configured_as_cold_ones)
+{
+        cq_kserver_t *ks;
+        cq_interp_t *cold, *forked;
+        char errstr[700], *want, *got;
+
+        ks = new_kserver(NULL, NULL, "matplotlib.pyplot", 0, CQ_KSERVER_ON,
+                         errstr, sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        cold = start_kernel(NULL, 0, NULL);
+        ck_assert(!cq_kernel_forked(cq_local_interp_kernel(cold)));
+        forked = start_kernel(NULL, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(forked)));
+        want = stdout_of(cold, settings_cell);
+        got = stdout_of(forked, settings_cell);
+        ck_assert_msg(strstr(want, "\"connection_file\": \"<conn>\"") &&
+                          strstr(want, "HistoryManager") &&
+                          strstr(want, "['DejaVu Sans', 'Noto Sans CJK JP'] "
+                                       "['DejaVu Sans', 'Noto Sans CJK JP']"),
+                      "cold kernel: %s", want);
+        ck_assert_str_eq(got, want);
+        free(want);
+        free(got);
+        cq_interp_destroy(&cold);
+        cq_interp_destroy(&forked);
         cq_kserver_destroy(&ks);
         ck_assert_int_eq(count_kernels(), 0);
 }
@@ -2768,6 +2824,7 @@ static Suite *cq_kernel_suite(void)
         tc = tcase_create("shell");
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, forked_kernels_get_a_fresh_shell);
+        tcase_add_test(tc, forked_kernels_are_configured_as_cold_ones);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -26,6 +26,7 @@
 #include "coderq/log.h"
 #include "coderq/util.h"
 #include "kernel_int.h"
+#include "kserver_int.h"
 
 /* The descriptor of the kernel's child on which bubblewrap gets --info-fd. */
 #define INFO_FD 3
@@ -383,7 +384,7 @@ static char *env_kv(const char *k, const char *v)
  * of the font collection, named "Noto Sans CJK JP"; its glyphs cover the
  * simplified and traditional Chinese ideographs too. Code may still pick
  * other fonts with rcParams. */
-static const char mpl_rc[] =
+const char cq_kernel_mpl_rc[] =
     "# written by coderq for this kernel: CJK text falls back to Noto Sans\n"
     "# CJK after DejaVu Sans\n"
     "font.family: DejaVu Sans, Noto Sans CJK JP\n";
@@ -405,8 +406,9 @@ int kernel_write_mpl_rc(cq_kernel_t *kernel)
                   0600);
         if (fd < 0)
                 goto out;
-        while (off < sizeof(mpl_rc) - 1) {
-                ssize_t n = write(fd, mpl_rc + off, sizeof(mpl_rc) - 1 - off);
+        while (off < sizeof(cq_kernel_mpl_rc) - 1) {
+                ssize_t n = write(fd, cq_kernel_mpl_rc + off,
+                                  sizeof(cq_kernel_mpl_rc) - 1 - off);
 
                 if (n < 0 && errno == EINTR)
                         continue;

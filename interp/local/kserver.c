@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -62,6 +63,7 @@ struct cq_kserver {
          * POLLHUP on the read end and kills its kernel when we are gone,
          * whichever server forked it. */
         int life_r, life_w;
+        int kinit_fd; /* a sealed memfd of kinit/kinit.c, or -1 */
         char reason[600];
 };
 
@@ -364,6 +366,40 @@ static void server_stop(cq_kserver_t *ks)
         ks->stats.import_ms = -1;
 }
 
+/* kinit/kinit.c's program in a sealed memfd, for the server to run (fd 5 in
+ * it): -1 when that cannot be, and the server builds sandboxed kernels'
+ * outer process and pid 1 by forking itself instead. */
+static int kinit_memfd(void)
+{
+        int fd = memfd_create("coderq-kinit", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        size_t off = 0;
+
+        if (fd < 0)
+                goto fail;
+        while (off < cq_kinit_elf_len) {
+                ssize_t n =
+                    write(fd, cq_kinit_elf + off, cq_kinit_elf_len - off);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        goto fail;
+                off += (size_t)n;
+        }
+        if (fchmod(fd, 0500) != 0 || fcntl(fd, F_ADD_SEALS,
+                                           F_SEAL_WRITE | F_SEAL_SHRINK |
+                                               F_SEAL_GROW | F_SEAL_SEAL) != 0)
+                goto fail;
+        return fd;
+fail:
+        cq_log_kv(CQ_LOG_WARN,
+                  "kernel server: sandboxed kernels' pid 1 is forked instead",
+                  "reason", strerror(errno ? errno : EIO), NULL);
+        if (fd >= 0)
+                close(fd);
+        return -1;
+}
+
 /* Start a server process; its ready message is read later. Under lock. */
 static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
 {
@@ -375,6 +411,9 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
                         (char *)(uintptr_t) "3",
                         (char *)(uintptr_t) "4",
                         ks->preload,
+                        (char *)(uintptr_t)cq_kernel_mpl_rc,
+                        ks->kinit_fd >= 0 ? (char *)(uintptr_t) "5"
+                                          : (char *)(uintptr_t) "-1",
                         NULL};
         char **envp = NULL;
         int sv[2] = {-1, -1}, logfd = -1, nullfd = -1, rc = -1;
@@ -408,7 +447,7 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
         }
         if (pid == 0) {
                 sigset_t none;
-                int s, l, tty;
+                int s, l, k, tty;
 
                 /* Only async-signal-safe calls until execve(). A group of
                  * its own, no terminal (as kernel.c's spawn()). */
@@ -422,11 +461,13 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
                 }
                 s = fcntl(sv[1], F_DUPFD, 10);
                 l = fcntl(ks->life_r, F_DUPFD, 10);
-                if (s < 0 || l < 0 || dup2(nullfd, 0) < 0 ||
-                    dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0 ||
-                    dup2(s, 3) < 0 || dup2(l, 4) < 0)
+                k = ks->kinit_fd >= 0 ? fcntl(ks->kinit_fd, F_DUPFD, 10) : -1;
+                if (s < 0 || l < 0 || (ks->kinit_fd >= 0 && k < 0) ||
+                    dup2(nullfd, 0) < 0 || dup2(logfd, 1) < 0 ||
+                    dup2(logfd, 2) < 0 || dup2(s, 3) < 0 || dup2(l, 4) < 0 ||
+                    (k >= 0 && dup2(k, 5) < 0))
                         _exit(126);
-                syscall(SYS_close_range, 5U, ~0U, 0U);
+                syscall(SYS_close_range, k >= 0 ? 6U : 5U, ~0U, 0U);
                 if (chdir(ks->dir) != 0)
                         _exit(126);
                 execve(argv[0], argv, envp);
@@ -463,7 +504,7 @@ static int
 server_ready(cq_kserver_t *ks, int64_t ms, char *errstr, size_t errstr_size)
 {
         char buf[CQ_KSERVER_MSG_MAX + 1], err[300], tail[340];
-        json_t *msg = NULL;
+        json_t *msg = NULL, *failed;
         int fds[2], nfds = 0, rc = -1, i;
         struct pollfd pfd = {ks->sock, POLLIN, 0};
         json_int_t threads;
@@ -505,6 +546,18 @@ server_ready(cq_kserver_t *ks, int64_t ms, char *errstr, size_t errstr_size)
                     "exactly 1",
                     (long long)threads, ks->preload);
                 goto out;
+        }
+        failed = json_object_get(msg, "failed");
+        if (json_is_array(failed) && json_array_size(failed) > 0) {
+                /* A preload module that is missing, or a part of the
+                 * kernels' start-up that could not be done once: the
+                 * kernels do it themselves, as cold ones do. */
+                char *list = json_dumps(failed, JSON_COMPACT);
+
+                cq_log_kv(CQ_LOG_WARN,
+                          "kernel server: not prepared before the fork",
+                          "failed", list ? list : "?", NULL);
+                free(list);
         }
         ks->stats.import_ms =
             json_integer_value(json_object_get(msg, "import_ms"));
@@ -794,7 +847,7 @@ cq_kserver_new(const cq_kserver_opts_t *opts, char *errstr, size_t errstr_size)
         }
         pthread_mutex_init(&ks->lock, NULL);
         ks->pid = -1;
-        ks->pidfd = ks->sock = ks->life_r = ks->life_w = -1;
+        ks->pidfd = ks->sock = ks->life_r = ks->life_w = ks->kinit_fd = -1;
         ks->stats.import_ms = -1;
         ks->backoff_ms = BACKOFF_FIRST_MS;
         ks->start_ms =
@@ -822,6 +875,7 @@ cq_kserver_new(const cq_kserver_opts_t *opts, char *errstr, size_t errstr_size)
         }
         ks->life_r = life[0];
         ks->life_w = life[1];
+        ks->kinit_fd = kinit_memfd();
         if (server_start(ks, err, sizeof(err)) ||
             server_ready(ks, ks->start_ms, err, sizeof(err)) ||
             probe(ks, opts->sandbox, err, sizeof(err))) {
@@ -907,6 +961,8 @@ void cq_kserver_destroy(cq_kserver_t **ksp)
                 close(ks->life_w);
         if (ks->life_r >= 0)
                 close(ks->life_r);
+        if (ks->kinit_fd >= 0)
+                close(ks->kinit_fd);
         pthread_mutex_destroy(&ks->lock);
         free(ks->python);
         free(ks->preload);

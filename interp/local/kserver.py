@@ -3,10 +3,13 @@
 # C string by interp/local/CMakeLists.txt; see docs/protocols/kernel-server.md).
 # It imports ipykernel and the configured modules once, single-threaded,
 # and forks a fresh kernel per request; it never runs job code itself.
-# Nothing may be imported lazily on the way to a kernel: between the two
-# pivot_root() calls no /usr is in view.
-# argv: SOCK_FD LIFE_FD PRELOAD (comma-separated modules). One request, one
-# reply, each one SOCK_SEQPACKET datagram of JSON; fds go as SCM_RIGHTS.
+# A sandboxed kernel's outer process and pid 1 are a small program of their
+# own (kinit/kinit.c) that this server runs; it forks the kernel into pid 1's
+# namespaces.
+# argv: SOCK_FD LIFE_FD PRELOAD (comma-separated modules) MPLRC (the text of
+# every kernel's matplotlibrc) KINIT_FD (kinit/kinit.c's program, or -1). One
+# request, one reply, each one SOCK_SEQPACKET datagram of JSON; fds go as
+# SCM_RIGHTS.
 import os
 import sys
 
@@ -21,7 +24,6 @@ import fcntl
 import gc
 import importlib
 import json
-import re
 import resource
 import select
 import signal
@@ -36,34 +38,17 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY = 1
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_NOEXEC = 8
-MS_REMOUNT = 32
-MS_BIND = 4096
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
-MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
-SIOCGIFFLAGS = 0x8913
-SIOCSIFFLAGS = 0x8914
-IFF_UP = 0x1
-SYS_PIVOT_ROOT = {'x86_64': 155, 'aarch64': 41}.get(os.uname().machine)
-DEVICES = ('null', 'zero', 'full', 'random', 'urandom', 'tty')
 
 libc = ctypes.CDLL(None, use_errno=True)
-libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                       ctypes.c_ulong, ctypes.c_char_p]
-libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-libc.unshare.argtypes = [ctypes.c_int]
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong,
                        ctypes.c_ulong, ctypes.c_ulong]
 libc.syscall.restype = ctypes.c_long
+libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 
 
 class Fail(Exception):
@@ -80,12 +65,6 @@ def prctl(op, arg):
     check(libc.prctl(op, arg, 0, 0, 0), 'prctl %d' % op)
 
 
-def mount(src, dst, fstype, flags, data=None):
-    enc = (lambda s: s.encode() if s is not None else None)
-    check(libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)),
-          'mount %s on %s' % (src or fstype, dst))
-
-
 def threads():
     return len(os.listdir('/proc/self/task'))
 
@@ -97,111 +76,6 @@ def close_from(lowfd, keep=()):
         if fd > lo:
             os.closerange(lo, fd)
         lo = fd + 1
-
-
-def mkdirs(path, mode=0o755):
-    os.makedirs(path, mode=mode, exist_ok=True)
-
-
-def remount_ro_under(path, flags):
-    """Remount \\p path and every mount below it read-only (a bind with
-    MS_REC keeps submounts writable otherwise, /etc/hosts in a container
-    for one)."""
-    mounts = []
-    # between the two pivots the host's /proc is under /oldroot
-    info = '/oldroot/proc/self/mountinfo'
-    with open(info if os.path.exists(info) else '/proc/self/mountinfo') as f:
-        for line in f:
-            p = re.sub(r'\\([0-7]{3})', lambda m: chr(int(m.group(1), 8)),
-                       line.split()[4])
-            if p == path or p.startswith(path.rstrip('/') + '/'):
-                mounts.append(p)
-    for p in sorted(set(mounts), key=len):
-        try:
-            mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
-        except Fail:
-            if p == path:
-                raise
-
-
-def bind(src, dst, ro, flags=MS_NOSUID | MS_NODEV):
-    mount(src, dst, None, MS_BIND | MS_REC)
-    if ro:
-        remount_ro_under(dst, flags)
-    else:
-        mount(None, dst, None, MS_REMOUNT | MS_BIND | flags)
-
-
-def build_root(req):
-    """The filesystem bubblewrap builds for a kernel (sandbox.c): /usr and
-    /etc read-only, fresh /proc, minimal /dev, private /tmp, the work dir
-    the only writable bind; everything else does not exist."""
-    uid, gid = req['uid'], req['gid']
-    own = 'mode=0755,uid=%d,gid=%d' % (uid, gid)
-    work = req['work_dir']
-    mount(None, '/', None, MS_REC | MS_PRIVATE)
-    mount('tmpfs', '/tmp', 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=0700')
-    os.chdir('/tmp')
-    os.mkdir('newroot', 0o700)
-    os.mkdir('oldroot', 0o700)
-    check(libc.syscall(SYS_PIVOT_ROOT, b'/tmp', b'/tmp/oldroot'),
-          'pivot_root')
-    os.chdir('/')
-    mount('tmpfs', '/newroot', 'tmpfs', MS_NOSUID | MS_NODEV, own)
-    for d in ('usr', 'etc'):
-        mkdirs('/newroot/' + d)
-        bind('/oldroot/' + d, '/newroot/' + d, True)
-    for link, to in (('lib', 'usr/lib'), ('lib64', 'usr/lib64'),
-                     ('bin', 'usr/bin'), ('sbin', 'usr/sbin')):
-        os.symlink(to, '/newroot/' + link)
-    mkdirs('/newroot/proc')
-    mount('proc', '/newroot/proc', 'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    mkdirs('/newroot/dev')
-    mount('tmpfs', '/newroot/dev', 'tmpfs', MS_NOSUID | MS_NODEV, own)
-    for d in DEVICES:
-        open('/newroot/dev/' + d, 'w').close()
-        bind('/oldroot/dev/' + d, '/newroot/dev/' + d, False, MS_NOSUID)
-    for link, to in (('fd', '/proc/self/fd'), ('stdin', '/proc/self/fd/0'),
-                     ('stdout', '/proc/self/fd/1'),
-                     ('stderr', '/proc/self/fd/2'), ('core', '/proc/kcore'),
-                     ('ptmx', 'pts/ptmx')):
-        os.symlink(to, '/newroot/dev/' + link)
-    os.mkdir('/newroot/dev/shm', 0o755)
-    os.chown('/newroot/dev/shm', uid, gid)
-    os.mkdir('/newroot/dev/pts', 0o755)
-    mount('devpts', '/newroot/dev/pts', 'devpts', MS_NOSUID | MS_NOEXEC,
-          'newinstance,ptmxmode=0666,mode=620')
-    mkdirs('/newroot/tmp')
-    mount('tmpfs', '/newroot/tmp', 'tmpfs', MS_NOSUID | MS_NODEV, own)
-    mkdirs('/newroot' + work)
-    bind('/oldroot' + work, '/newroot' + work, False)
-    # Parents of the work dir were made by root: give the ones inside the
-    # kernel's own tmpfs to it, as bubblewrap (running as the kernel's
-    # uid) would have.
-    for top in ('/newroot/tmp', '/newroot'):
-        if ('/newroot' + work).startswith(top + '/'):
-            p = os.path.dirname('/newroot' + work)
-            while p != top and p.startswith(top + '/'):
-                os.chown(p, uid, gid)
-                p = os.path.dirname(p)
-            break
-    mount(None, '/oldroot', None, MS_REC | MS_PRIVATE)
-    check(libc.umount2(b'/oldroot', MNT_DETACH), 'unmount the old root')
-    os.chdir('/newroot')
-    check(libc.syscall(SYS_PIVOT_ROOT, b'.', b'.'), 'pivot_root')
-    check(libc.umount2(b'.', MNT_DETACH), 'unmount the base')
-    os.chdir('/')
-
-
-def loopback_up():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        req = struct.pack('16sh14x', b'lo', 0)
-        flags = struct.unpack('16sh14x', fcntl.ioctl(s, SIOCGIFFLAGS, req))[1]
-        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack('16sh14x', b'lo',
-                                                 flags | IFF_UP))
-    finally:
-        s.close()
 
 
 def confine(req):
@@ -246,9 +120,10 @@ def run_kernel(req, log_fd, parent):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(124)
+    if parent is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(124)
     # A process whose uid changed without an execve() is not dumpable,
     # which would hide its own /proc/self from it; after bubblewrap's
     # execve() a kernel is.
@@ -277,10 +152,11 @@ def run_kernel(req, log_fd, parent):
         sys.modules['numpy'].random.seed()
     # What importing matplotlib in a fresh kernel reads: the kernel's own
     # MPLCONFIGDIR/matplotlibrc (the CJK font fallback). The server
-    # imported matplotlib before this kernel's settings existed.
+    # imported matplotlib before this kernel's settings existed, and
+    # applied what the file says in every kernel (apply_mpl_rc()).
     mpl = sys.modules.get('matplotlib')
     rc = os.path.join(os.environ.get('MPLCONFIGDIR', ''), 'matplotlibrc')
-    if mpl is not None and os.path.isfile(rc):
+    if mpl is not None and os.path.isfile(rc) and read_text(rc) != MPL_RC:
         mpl.rc_file(rc)
     from ipykernel import kernelapp
     if SHELL is not None:
@@ -288,6 +164,8 @@ def run_kernel(req, log_fd, parent):
     code = 0
     try:
         app = kernelapp.IPKernelApp.instance()
+        if CLI is not None:
+            adopt_cli(app)
         # Its start-up makes some 100000 objects, all kept: collections
         # while it runs would find nothing to free.
         gc.disable()
@@ -404,6 +282,112 @@ def adopt_shell():
     ZMQInteractiveShell.instance = classmethod(instance)
 
 
+# The command line of every kernel but for its connection file
+# (kernel_proc.c's: -f CONN, then SHELL_ARGV), parsed once here as
+# Application.parse_command_line() parses it (traitlets builds an
+# argparse parser over every configurable class: some 10 ms, and pages
+# of the server's objects written in each child).
+CONN_MARK = '/coderq-kernel-server/connection-file.json'
+CLI = None
+
+
+def cache_cli():
+    """The Config that IPKernelApp's loader makes of the kernels'
+    command line, with CONN_MARK where the connection file goes."""
+    global CLI
+    import logging
+    from ipykernel.kernelapp import IPKernelApp
+    from traitlets.config.loader import KVArgParseConfigLoader
+    app = IPKernelApp()  # not the instance: never initialized
+    flags, aliases = app.flatten_flags()
+    classes = tuple(app._classes_with_config_traits())
+    loader = KVArgParseConfigLoader(['-f', CONN_MARK] + SHELL_ARGV, aliases,
+                                    flags, classes=classes,
+                                    log=logging.getLogger('coderq.kserver'))
+    config = loader.load_config()
+    if loader.extra_args:
+        raise Fail('the kernels\' command line left %r' % loader.extra_args)
+    where = [(sec, key) for sec, sub in config.items()
+             if hasattr(sub, 'items') for key, v in sub.items()
+             if v == CONN_MARK]
+    if len(where) != 1:
+        raise Fail('the connection file is not one setting: %r' % where)
+    CLI = (config, where[0])
+
+
+def adopt_cli(app):
+    """IPKernelApp.parse_command_line() for this kernel: the cached
+    Config with its connection file, applied as the original applies
+    what its loader returns, when the command line is the one the server
+    parsed; any other goes to the original."""
+    import copy
+    config0, (sec, key) = CLI
+    orig = type(app).parse_command_line
+
+    def parse_command_line(argv=None):
+        argv = sys.argv[1:] if argv is None else argv
+        if (len(argv) != 2 + len(SHELL_ARGV) or argv[0] != '-f' or
+                not argv[1] or argv[1].startswith('-') or
+                list(argv[2:]) != SHELL_ARGV):
+            return orig(app, argv)
+        app.argv = list(argv)
+        config = copy.deepcopy(config0)
+        config[sec][key] = argv[1]
+        app.cli_config = config
+        app.update_config(config)
+        app.extra_args = []
+
+    app.parse_command_line = parse_command_line
+
+
+def read_text(path):
+    try:
+        with open(path, encoding='utf-8', errors='surrogateescape') as f:
+            return f.read(1 << 16)
+    except OSError:
+        return None
+
+
+MPL_RC = None
+
+
+def apply_mpl_rc(text):
+    """What importing matplotlib in a kernel whose MPLCONFIGDIR has a
+    matplotlibrc saying \\p text makes of rcParams, and of rcParamsOrig
+    (what rc_file_defaults() restores): the file over the defaults."""
+    global MPL_RC
+    mpl = sys.modules['matplotlib']
+    fd = os.memfd_create('matplotlibrc', os.MFD_CLOEXEC)
+    try:
+        os.write(fd, text.encode('utf-8', 'surrogateescape'))
+        path = '/proc/self/fd/%d' % fd
+        mpl.rc_file(path)
+        dict.update(mpl.rcParamsOrig, dict.items(
+            mpl.rc_params_from_file(path, use_default_template=True)))
+    finally:
+        os.close(fd)
+    MPL_RC = text
+
+
+def warm_caches():
+    """Fill what a kernel's first message and first cell fill lazily,
+    with constant input, nothing of a job: tokenize's compiled patterns
+    (IPython tokenizes every cell), the glob patterns of the startup
+    files, the date parser of message headers, IPython's transformers."""
+    import fnmatch
+    import io
+    import tokenize
+    src = ('x = 1\ns = "a" + \'b\' + """c""" + \'\'\'d\'\'\' + f"{x}" + '
+           'rb"e".decode()\n')
+    list(tokenize.generate_tokens(io.StringIO(src).readline))
+    for pat in ('*.py', '*.ipy'):
+        fnmatch.filter([], pat)
+    from jupyter_client.jsonutil import extract_dates
+    extract_dates({'date': '2026-01-01T00:00:00.000000Z'})
+    if SHELL is not None:
+        SHELL.input_transformer_manager.transform_cell(src)
+
+
 def set_cmdline(words):
     """What /proc/PID/cmdline (ps) shows of the kernel and its parent: the
     command a cold kernel runs, written over this process's own copy of
@@ -418,22 +402,15 @@ def set_cmdline(words):
 
 
 def run_init(req, log_fd, life_fd):
-    """Pid 1 of the kernel's pid namespace (or, unsandboxed, the kernel's
-    parent): the filesystem, then the kernel's identity, then it reaps
-    until the kernel exits and exits with its status."""
+    """The parent of an unsandboxed kernel (a sandboxed one's is kinit/kinit.c's
+    pid 1): the kernel's identity, then it reaps until the kernel exits
+    and exits with its status."""
     if not req.get('probe'):
         set_cmdline([sys.executable, '-m', 'ipykernel_launcher'] +
                     req['argv'])
-    if req.get('sandbox'):
-        build_root(req)
-        loopback_up()
-    # bubblewrap's --new-session; unsandboxed kernels stay in the
-    # worker's session (autogroup scheduling weighs them with it), in a
-    # group of their own
-    if req.get('sandbox'):
-        os.setsid()
-    else:
-        os.setpgid(0, 0)
+    # unsandboxed kernels stay in the worker's session (autogroup
+    # scheduling weighs them with it), in a group of their own
+    os.setpgid(0, 0)
     confine(req)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if life_gone(life_fd):
@@ -458,10 +435,11 @@ def run_init(req, log_fd, life_fd):
 
 
 def run_outer(req, log_fd, pid_w, life_fd, server):
-    """Outside the namespaces (as bubblewrap's outer process): enter new
-    ones, fork their pid 1, say its pid, then wait for it to exit (without
-    reaping it: the server, a subreaper, does, so its pid stays ours until
-    the client holds a pidfd), or kill it when the worker is gone."""
+    """An unsandboxed kernel's outer process (kinit/kinit.c's is a sandboxed
+    one's): fork the kernel's parent, say its pid, then wait for it to
+    exit (without reaping it: the server, a subreaper, does, so its pid
+    stays ours until the client holds a pidfd), or kill it when the
+    worker is gone."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     close_from(3, (log_fd, pid_w, life_fd))
@@ -470,17 +448,13 @@ def run_outer(req, log_fd, pid_w, life_fd, server):
     os.setpgid(0, 0)
     if req.get('nice'):
         os.setpriority(os.PRIO_PROCESS, 0, req['nice'])
-    if req.get('sandbox'):
-        check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-                           CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP),
-              'unshare')
     kid = os.fork()
     if kid == 0:
         os.close(pid_w)
         try:
             run_init(req, log_fd, life_fd)
         except BaseException as e:
-            os.write(log_fd, ('kernel server: %s\n' % e).encode())
+            child_failed(log_fd, e)
         os._exit(126)
     os.close(log_fd)
     os.write(pid_w, struct.pack('i', kid))
@@ -500,6 +474,141 @@ def run_outer(req, log_fd, pid_w, life_fd, server):
     os._exit(info.si_status & 0xff if info else 1)
 
 
+KINIT_FD = -1
+OWN_PIDNS = -1
+
+
+def setns(fd, nstype, what):
+    check(libc.setns(fd, nstype), 'enter %s' % what)
+
+
+def kinit_settings(req):
+    work = req['work_dir']
+    if '\0' in work or not work.startswith('/'):
+        raise Fail('bad work dir')
+    kv = ['work=' + work, 'uid=%d' % req['uid'], 'gid=%d' % req['gid'],
+          'drop=%d' % bool(req.get('drop')), 'mem=%d' % (req.get('mem') or 0),
+          'nproc=%d' % (req.get('nproc') or 0),
+          'fsize=%d' % (req.get('fsize') or 0),
+          'nice=%d' % (req.get('nice') or 0)]
+    return b''.join(x.encode('utf-8', 'surrogateescape') + b'\0' for x in kv)
+
+
+def recv_ctl(sock, what):
+    p = select.poll()
+    p.register(sock.fileno(), select.POLLIN)
+    if not p.poll(5000):
+        raise Fail('the forked kernel did not %s in 5 s' % what)
+    data = sock.recv(64)
+    if not data:
+        raise Fail('the forked kernel exited at once (see kernel.log)')
+    return data
+
+
+def child_failed(log_fd, e):
+    """A child of the server that cannot go on: why, in the kernel's log,
+    then exit 126."""
+    try:
+        os.write(log_fd, ('kernel server: %s\n' % e).encode())
+    except OSError:
+        pass
+    os._exit(126)
+
+
+def run_boxed_kernel(req, log_fd, ns_fd):
+    """The kernel of a sandboxed fork, forked by the server into pid 1's
+    pid namespace: it enters pid 1's other namespaces (and so its root),
+    makes a session of its own and takes the kernel's identity, as pid 1
+    did for itself; then it is the kernel."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        close_from(3, (log_fd, ns_fd))
+        setns(ns_fd, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
+              CLONE_NEWUTS | CLONE_NEWCGROUP, "the kernel's namespaces")
+        os.close(ns_fd)
+        os.chdir('/')
+        os.setsid()
+        if req.get('nice'):
+            os.setpriority(os.PRIO_PROCESS, 0, req['nice'])
+        if not req.get('probe'):
+            set_cmdline([sys.executable, '-m', 'ipykernel_launcher'] +
+                        req['argv'])
+        confine(req)
+        run_kernel(req, log_fd, None)
+    except BaseException as e:
+        child_failed(log_fd, e)
+    os._exit(126)
+
+
+def spawn_boxed(req, log_fd, life_fd):
+    """A sandboxed kernel whose outer process and pid 1 are kinit/kinit.c's
+    program (run from its memfd, no copy of this process), and whose
+    kernel this process forks into pid 1's pid namespace: the only fork
+    of the server's image a kernel costs. Returns what spawn() does, and
+    the kernel's pid."""
+    n = threads()
+    if n != 1:
+        raise Fail('the kernel server has %d threads, not 1' % n)
+    if KINIT_FD < 0:
+        raise Fail('no program for sandboxed kernels\' pid 1 (see the '
+                   'worker log)')
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    moved = []
+    outer = None
+    try:
+        # sources above the targets, so no dup2() below overwrites one
+        for fd in (log_fd, life_fd, theirs.fileno()):
+            moved.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10))
+        words = ([sys.executable, '-m', 'ipykernel_launcher'] + req['argv']
+                 if not req.get('probe') else ['coderq-kinit'])
+        actions = [(os.POSIX_SPAWN_DUP2, moved[0], 3),
+                   (os.POSIX_SPAWN_DUP2, moved[1], 4),
+                   (os.POSIX_SPAWN_DUP2, moved[2], 5)]
+        outer = os.posix_spawn('/proc/%d/fd/%d' % (os.getpid(), KINIT_FD),
+                               words, {}, file_actions=actions)
+    finally:
+        for fd in moved:
+            os.close(fd)
+        theirs.close()
+    try:
+        ours.send(kinit_settings(req))
+        msg = recv_ctl(ours, 'start')
+        if not msg.startswith(b'pid='):
+            raise Fail('the forked kernel said %r' % msg[:40])
+        init = int(msg[4:])
+        ofd = os.pidfd_open(outer)
+        ifd = os.pidfd_open(init)
+        if recv_ctl(ours, 'confine itself') != b'ready':
+            raise Fail('the forked kernel did not get ready')
+        setns(ifd, CLONE_NEWPID, "pid 1's pid namespace")
+        try:
+            kid = os.fork()
+        except BaseException:
+            setns(OWN_PIDNS, CLONE_NEWPID, 'our own pid namespace')
+            raise
+        if kid == 0:
+            ours.close()
+            run_boxed_kernel(req, log_fd, ifd)
+        try:
+            setns(OWN_PIDNS, CLONE_NEWPID, 'our own pid namespace')
+        except Fail as e:
+            # every later child would be born in that namespace
+            os.write(2, ('kernel server: %s\n' % e).encode())
+            os._exit(70)
+        kfd = os.pidfd_open(kid)
+        try:
+            socket.send_fds(ours, [b'kernel'], [kfd])
+        finally:
+            os.close(kfd)
+        return outer, init, ofd, ifd, kid
+    except BaseException:
+        os.kill(outer, signal.SIGKILL)  # reaped by the loop
+        raise
+    finally:
+        ours.close()
+
+
 def spawn(req, log_fd, life_fd, server):
     n = threads()
     if n != 1:
@@ -513,10 +622,7 @@ def spawn(req, log_fd, life_fd, server):
             os.close(r)
             run_outer(req, log_fd, w, life_fd, server)
         except BaseException as e:
-            try:
-                os.write(log_fd, ('kernel server: %s\n' % e).encode())
-            except OSError:
-                pass
+            child_failed(log_fd, e)
         os._exit(126)
     os.close(w)
     try:
@@ -597,13 +703,24 @@ def serve(sock, life_fd):
                     raise Fail('spawn takes one fd (the log)')
                 if op == 'probe':
                     req['probe'] = True
-                outer, kid, ofd, kfd = spawn(req, fds[0], life_fd, server)
+                kernel = None
+                if req.get('sandbox'):
+                    outer, kid, ofd, kfd, kernel = spawn_boxed(
+                        req, fds[0], life_fd)
+                else:
+                    outer, kid, ofd, kfd = spawn(req, fds[0], life_fd,
+                                                 server)
                 if op == 'probe':
-                    _, status = os.waitpid(outer, 0)
+                    status = 0
+                    if kernel is not None:
+                        _, st = os.waitpid(kernel, 0)
+                        status = os.waitstatus_to_exitcode(st)
+                    _, st = os.waitpid(outer, 0)
                     os.close(ofd)
                     os.close(kfd)
                     send(sock, {'ok': True, 'pid': kid, 'outer': outer,
-                                'status': os.waitstatus_to_exitcode(status)})
+                                'status': status or
+                                os.waitstatus_to_exitcode(st)})
                 else:
                     try:
                         send(sock, {'ok': True, 'pid': kid, 'outer': outer},
@@ -628,6 +745,12 @@ def main():
     sock_fd, life_fd = int(sys.argv[1]), int(sys.argv[2])
     preload = [m for m in sys.argv[3].split(',') if m] if len(sys.argv) > 3 \
         else []
+    mpl_rc = sys.argv[4] if len(sys.argv) > 4 else None
+    global KINIT_FD, OWN_PIDNS
+    KINIT_FD = int(sys.argv[5]) if len(sys.argv) > 5 else -1
+    if KINIT_FD >= 0:
+        os.set_inheritable(KINIT_FD, False)
+        OWN_PIDNS = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     prctl(PR_SET_DUMPABLE, 0)
@@ -639,8 +762,7 @@ def main():
             'ipykernel.parentpoller', 'ipykernel.eventloops',
             'ipykernel.comm', 'ipykernel.displayhook',
             'ipykernel.compiler', 'ipykernel.kernelbase',
-            'ipykernel.debugger', 'ipykernel.pickleutil',
-            'ipykernel.serialize', 'ipykernel.jsonutil',
+            'ipykernel.debugger', 'ipykernel.jsonutil',
             'IPython.core.completer', 'IPython.core.interactiveshell',
             'IPython.core.history', 'IPython.core.magics',
             'IPython.core.profiledir', 'IPython.core.shellapp',
@@ -661,6 +783,11 @@ def main():
             importlib.import_module('matplotlib.font_manager')
         except Exception as e:
             failed.append('matplotlib.font_manager: %s' % e)
+        if mpl_rc is not None:
+            try:
+                apply_mpl_rc(mpl_rc)
+            except Exception as e:
+                failed.append('the matplotlibrc: %s' % e)
     try:
         import importlib.util as iu
         LAUNCHER = iu.find_spec('ipykernel_launcher').origin
@@ -670,6 +797,14 @@ def main():
         build_shell()
     except Exception as e:
         failed.append('the shell: %s' % e)
+    try:
+        cache_cli()
+    except Exception as e:
+        failed.append('the command line: %s' % e)
+    try:
+        warm_caches()
+    except Exception as e:
+        failed.append('the caches: %s' % e)
     if threads() != 1:
         failed.append('the shell: it started a thread')
     gc.collect()
