@@ -199,6 +199,27 @@ static void *slot_main(void *arg)
 
 /* -------------------------------------------------------- housekeeping */
 
+/* What housekeeping read about the jobs of its snapshot may come after a
+ * slot finished one and claimed the next, which must not pay for it: a
+ * job marked lost is left unfinished until its lease runs out, a
+ * cancelled one fails. */
+bool worker_slot_mark(slot_t *slot, const char *job_id, bool lost)
+{
+        bool same;
+
+        pthread_mutex_lock(&slot->lock);
+        same = slot->busy && strcmp(slot->job_id, job_id) == 0;
+        if (same) {
+                if (lost)
+                        atomic_store(&slot->lost, 1);
+                else
+                        same = !atomic_exchange(&slot->user_cancel, 1);
+                atomic_store(&slot->cancel, 1);
+        }
+        pthread_mutex_unlock(&slot->lock);
+        return same;
+}
+
 static void *hk_main(void *arg)
 {
         cq_worker_t *w = arg;
@@ -242,14 +263,13 @@ static void *hk_main(void *arg)
                             CQ_OK) {
                                 last_hb = now;
                                 for (i = 0; i < k && nlost; i++) {
-                                        if (!lost[i])
+                                        if (!lost[i] ||
+                                            !worker_slot_mark(
+                                                &w->slots[slot_of[i]], ids[i],
+                                                true))
                                                 continue;
                                         cq_log_kv(CQ_LOG_WARN, "lease lost",
                                                   "job_id", ids[i], NULL);
-                                        atomic_store(&w->slots[slot_of[i]].lost,
-                                                     1);
-                                        atomic_store(
-                                            &w->slots[slot_of[i]].cancel, 1);
                                 }
                         } else {
                                 cq_log_kv(CQ_LOG_WARN, "heartbeat failed",
@@ -267,17 +287,11 @@ static void *hk_main(void *arg)
                                           "error", cq_store_errmsg(store),
                                           NULL);
                         for (i = 0; i < k; i++) {
-                                if (requested[i]) {
-                                        slot_t *slot = &w->slots[slot_of[i]];
-
-                                        if (!atomic_exchange(&slot->user_cancel,
-                                                             1))
-                                                cq_log_kv(CQ_LOG_INFO,
-                                                          "cancelling job",
-                                                          "job_id", ids[i],
-                                                          NULL);
-                                        atomic_store(&slot->cancel, 1);
-                                }
+                                if (requested[i] &&
+                                    worker_slot_mark(&w->slots[slot_of[i]],
+                                                     ids[i], false))
+                                        cq_log_kv(CQ_LOG_INFO, "cancelling job",
+                                                  "job_id", ids[i], NULL);
                         }
                 }
                 /* E2B sandboxes outlive an LLM turn longer than their

@@ -98,6 +98,11 @@ struct cq_worker {
 
 void worker_nap(int64_t ms, const atomic_int *flag);
 
+/* Interrupt the job \p job_id if \p slot still runs it, its lease lost
+ * (\p lost) or its cancel requested (worker.c). Whether it does; for a
+ * cancel, only the first time. */
+bool worker_slot_mark(slot_t *slot, const char *job_id, bool lost);
+
 /* worker_metrics.c */
 
 /* Build the registry when CODERQ_METRICS_ADDR is set; 0 or -1. */
