@@ -8,7 +8,7 @@
 /* NUL-terminated source text, passed to `python3 -c`. */
 extern const char cq_kserver_py[];
 
-/* The matplotlibrc every kernel's MPLCONFIGDIR gets (kernel_proc.c): the
+/* The matplotlibrc written in every kernel's MPLCONFIGDIR (kernel_proc.c): the
  * server applies it before the fork, so a kernel whose file says the same
  * need not read it again. */
 extern const char cq_kernel_mpl_rc[];
