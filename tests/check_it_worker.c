@@ -1013,6 +1013,16 @@ START_TEST(killed_worker_jobs_are_resumed_once)
                                     "attempts = 2",
                                     NULL),
                          2);
+        /* a cell and the tool message answering it are one checkpoint:
+         * a kill leaves no cell without its message (the resumed job ran
+         * such a cell again, under a seq of its own) */
+        ck_assert_int_eq(kt_pg_long(dsn, "SELECT count(*) FROM cells", NULL),
+                         kt_pg_long(dsn,
+                                    "SELECT count(*) FROM job_messages "
+                                    "WHERE role = 'tool'",
+                                    NULL));
+        ck_assert_int_eq(kt_pg_long(dsn, "SELECT count(*) FROM cells", NULL),
+                         12);
         /* completed turns were not asked for again: at most the one turn
          * in flight at the kill is repeated */
         steps_per_job(4, counts);
