@@ -199,6 +199,28 @@ static void *slot_main(void *arg)
 
 /* -------------------------------------------------------- housekeeping */
 
+/* Set \p why (the slot's lost or user_cancel) and then cancel for slot
+ * \p s's job if it is still \p job_id: the housekeeping's list of running
+ * jobs is taken before its statement, and meanwhile the slot may have
+ * finished that job (which the heartbeat then finds not running) and
+ * claimed another, which the flags must not reach. Returns whether \p why
+ * was newly set. */
+static bool
+flag_slot(cq_worker_t *w, int s, const char *job_id, bool lost_not_user)
+{
+        slot_t *slot = &w->slots[s];
+        bool first = false;
+
+        pthread_mutex_lock(&slot->lock);
+        if (slot->busy && strcmp(slot->job_id, job_id) == 0) {
+                first = !atomic_exchange(
+                    lost_not_user ? &slot->lost : &slot->user_cancel, 1);
+                atomic_store(&slot->cancel, 1);
+        }
+        pthread_mutex_unlock(&slot->lock);
+        return first;
+}
+
 static void *hk_main(void *arg)
 {
         cq_worker_t *w = arg;
@@ -241,16 +263,12 @@ static void *hk_main(void *arg)
                         if (cq_store_heartbeat(store, ids, k, lost, &nlost) ==
                             CQ_OK) {
                                 last_hb = now;
-                                for (i = 0; i < k && nlost; i++) {
-                                        if (!lost[i])
-                                                continue;
-                                        cq_log_kv(CQ_LOG_WARN, "lease lost",
-                                                  "job_id", ids[i], NULL);
-                                        atomic_store(&w->slots[slot_of[i]].lost,
-                                                     1);
-                                        atomic_store(
-                                            &w->slots[slot_of[i]].cancel, 1);
-                                }
+                                for (i = 0; i < k && nlost; i++)
+                                        if (lost[i] && flag_slot(w, slot_of[i],
+                                                                 ids[i], true))
+                                                cq_log_kv(
+                                                    CQ_LOG_WARN, "lease lost",
+                                                    "job_id", ids[i], NULL);
                         } else {
                                 cq_log_kv(CQ_LOG_WARN, "heartbeat failed",
                                           "error", cq_store_errmsg(store),
@@ -266,19 +284,11 @@ static void *hk_main(void *arg)
                                 cq_log_kv(CQ_LOG_WARN, "cancel poll failed",
                                           "error", cq_store_errmsg(store),
                                           NULL);
-                        for (i = 0; i < k; i++) {
-                                if (requested[i]) {
-                                        slot_t *slot = &w->slots[slot_of[i]];
-
-                                        if (!atomic_exchange(&slot->user_cancel,
-                                                             1))
-                                                cq_log_kv(CQ_LOG_INFO,
-                                                          "cancelling job",
-                                                          "job_id", ids[i],
-                                                          NULL);
-                                        atomic_store(&slot->cancel, 1);
-                                }
-                        }
+                        for (i = 0; i < k; i++)
+                                if (requested[i] &&
+                                    flag_slot(w, slot_of[i], ids[i], false))
+                                        cq_log_kv(CQ_LOG_INFO, "cancelling job",
+                                                  "job_id", ids[i], NULL);
                 }
                 /* E2B sandboxes outlive an LLM turn longer than their
                  * TTL only if extended; strays of lost creates die here */
