@@ -283,6 +283,72 @@ static int append(run_t *run, json_t *msg)
         return 0;
 }
 
+/* Whether the observer takes a turn's cell and messages in one call. */
+static bool turns_reported(const run_t *run)
+{
+        return run->obs && run->obs->on_turn;
+}
+
+/* Report a cell that just ran (on_cell). */
+static void
+report_cell(run_t *run, const char *code, const cq_cell_result_t *res)
+{
+        if (run->obs && run->obs->on_cell &&
+            run->obs->on_cell(run->obs->opaque, code, res) != 0)
+                run->aborted = true;
+}
+
+/* Append the messages of \p msgs (takes ownership; an array) to the
+ * history and checkpoint them with the cell \p code (NULL: none) that
+ * came before them: one on_turn, else on_cell and an on_message each. */
+static int append_turn(run_t *run,
+                       const char *code,
+                       const cq_cell_result_t *res,
+                       json_t *msgs)
+{
+        size_t index = json_array_size(run->history), i;
+        int rc = -1;
+
+        if (!json_is_array(msgs) ||
+            json_array_extend(run->history, msgs) != 0) {
+                run->oom = true;
+                goto out;
+        }
+        if (turns_reported(run)) {
+                if (run->obs->on_turn(run->obs->opaque, code, res, index,
+                                      msgs) != 0) {
+                        run->aborted = true;
+                        goto out;
+                }
+        } else {
+                if (code)
+                        report_cell(run, code, res);
+                for (i = 0; !run->aborted && i < json_array_size(msgs); i++)
+                        if (run->obs && run->obs->on_message &&
+                            run->obs->on_message(run->obs->opaque, index + i,
+                                                 json_array_get(msgs, i)) != 0)
+                                run->aborted = true;
+                if (run->aborted)
+                        goto out;
+        }
+        rc = 0;
+out:
+        json_decref(msgs);
+        return rc;
+}
+
+/* A new array of \p msg (taken; NULL gives NULL). */
+static json_t *one_message(json_t *msg)
+{
+        json_t *msgs = msg ? json_array() : NULL;
+
+        if (msgs && json_array_append_new(msgs, msg) == 0)
+                return msgs;
+        json_decref(msgs);
+        json_decref(msg);
+        return NULL;
+}
+
 static json_t *text_message(const char *role, const char *content)
 {
         return json_pack("{s:s, s:s}", "role", role, "content", content);
@@ -564,8 +630,10 @@ static char *solution_text(const run_t *run)
         return cq_buf_take(&buf, NULL);
 }
 
-/* Run one cell and record it everywhere. */
-static cq_err_t run_cell(run_t *run, const char *code, cq_cell_result_t *res)
+/* Run one cell and record it everywhere; with \p deferred the caller
+ * reports it (append_turn(), with the tool message that answers it). */
+static cq_err_t
+run_cell(run_t *run, const char *code, cq_cell_result_t *res, bool deferred)
 {
         cq_exec_opts_t xo = {0};
         int64_t left = remaining_ms(run);
@@ -598,9 +666,8 @@ static cq_err_t run_cell(run_t *run, const char *code, cq_cell_result_t *res)
         collect_output_images(run, res);
         if (res->status == CQ_CELL_OK)
                 add_solution_cell(run, code);
-        if (run->obs && run->obs->on_cell &&
-            run->obs->on_cell(run->obs->opaque, code, res) != 0)
-                run->aborted = true;
+        if (!deferred)
+                report_cell(run, code, res);
         return CQ_OK;
 }
 
@@ -706,6 +773,7 @@ static int answer_call(run_t *run,
         cq_cell_result_t res;
         char *text = NULL;
         json_t *msg;
+        bool ran = false; /* a cell ran, not reported yet */
         int rc = -1;
 
         cq_cell_result_init(&res);
@@ -724,8 +792,9 @@ static int answer_call(run_t *run,
                         call->error ? call->error : "no code given");
                 *failedp = true;
         } else {
-                cq_err_t err = run_cell(run, call->code, &res);
+                cq_err_t err = run_cell(run, call->code, &res, true);
 
+                ran = err == CQ_OK;
                 if (err != CQ_OK) {
                         fail(run, CQ_AGENT_FAILED, "interpreter",
                              "the interpreter failed: %s",
@@ -749,10 +818,19 @@ static int answer_call(run_t *run,
         }
         msg = json_pack("{s:s, s:s, s:s}", "role", "tool", "tool_call_id",
                         call->id, "content", text);
-        if (append(run, msg) != 0)
+        if (!msg) {
+                run->oom = true;
+                goto out;
+        }
+        /* The cell and the tool message that answers it: one checkpoint */
+        ran = false;
+        if (append_turn(run, call->code ? call->code : NULL,
+                        call->code ? &res : NULL, one_message(msg)) != 0)
                 goto out;
         rc = 0;
 out:
+        if (ran) /* its tool message could not be made: the cell alone */
+                report_cell(run, call->code, &res);
         free(text);
         cq_cell_result_release(&res);
         return rc;
@@ -1477,7 +1555,7 @@ try_memory(run_t *run, const cq_agent_recall_t *recall, char **triedp)
                         run->oom = true;
                 free(note);
         }
-        if (run_cell(run, recall->code, &res) == CQ_OK &&
+        if (run_cell(run, recall->code, &res, false) == CQ_OK &&
             res.status == CQ_CELL_OK && !run->aborted) {
                 long retries = run->result->retries;
                 int t;
@@ -1564,6 +1642,7 @@ static int begin(run_t *run,
 {
         const cq_job_t *job = run->job;
         char *files = NULL, *task = NULL, *tried = NULL;
+        json_t *opening = NULL; /* the start's messages, one checkpoint */
         size_t i;
         int rc = -1;
 
@@ -1625,30 +1704,44 @@ static int begin(run_t *run,
         files = files_message(job);
         if (!files)
                 goto oom;
-        if (append(run, text_message("system",
-                                     job->system_prompt
-                                         ? job->system_prompt
+        /* The start's messages are one checkpoint; a remembered solution
+         * tried first runs after the first two are stored. */
+        opening = one_message(text_message(
+            "system", job->system_prompt ? job->system_prompt
                                          : (run->opts->system_prompt
                                                 ? run->opts->system_prompt
-                                                : default_system_prompt))) ||
-            append(run, text_message("user", files)))
-                goto out;
-        if (hint->code && job->tests && try_memory(run, hint, &tried) == 1) {
-                rc = 0;
-                goto out;
+                                                : default_system_prompt)));
+        if (!opening ||
+            json_array_append_new(opening, text_message("user", files)) != 0)
+                goto oom;
+        if (hint->code && job->tests) {
+                json_t *first = opening;
+
+                opening = NULL;
+                if (append_turn(run, NULL, NULL, first) != 0)
+                        goto out;
+                if (try_memory(run, hint, &tried) == 1) {
+                        rc = 0;
+                        goto out;
+                }
         }
         if (run->aborted)
                 goto out;
         task = task_message(job, hint->code ? hint : NULL, tried);
         if (!task)
                 goto oom;
-        if (append(run, text_message("user", task)) != 0)
-                goto out;
-        rc = 0;
+        if (!opening)
+                opening = json_array();
+        if (!opening ||
+            json_array_append_new(opening, text_message("user", task)) != 0)
+                goto oom;
+        rc = append_turn(run, NULL, NULL, opening);
+        opening = NULL;
         goto out;
 oom:
         run->oom = true;
 out:
+        json_decref(opening);
         free(files);
         free(task);
         free(tried);

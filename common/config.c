@@ -252,6 +252,10 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_EVENTS_QUEUE_MAX", NULL, "events-queue-max", CQ_CFG_INT,
      F(events_queue_max), "10000", 1, 10000000, NULL,
      "progress events waiting for Kafka before new ones are dropped"},
+    {"CODERQ_EVENTS_LINGER_MS", NULL, "events-linger-ms", CQ_CFG_INT,
+     F(events_linger_ms), "100", 0, 5000, NULL,
+     "how long progress events wait to be sent together (linger.ms of "
+     "their own producer, lz4-compressed batches)"},
     {"CODERQ_RELAY_INTERVAL_MS", NULL, "relay-interval-ms", CQ_CFG_INT,
      F(relay_interval_ms), "200", 10, 60000, NULL,
      "how often the outbox relay looks for unsent completion events"},

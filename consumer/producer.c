@@ -59,6 +59,8 @@ void cq_kafka_opts_init(cq_kafka_opts_t *opts)
         opts->max_poll_interval_ms = 120000;
         opts->commit_interval_ms = 1000;
         opts->message_timeout_ms = 60000;
+        opts->linger_ms = 5;
+        opts->events_linger_ms = 100;
         opts->pg_reconnect_ms = 500;
         opts->relay_interval_ms = 200;
         opts->relay_batch = 100;
@@ -87,6 +89,7 @@ void cq_kafka_opts_from_config(cq_kafka_opts_t *opts, const cq_config_t *cfg)
         opts->job_max = cfg->job_max_bytes;
         opts->backlog_max = cfg->backlog_max;
         opts->events_queue_max = cfg->events_queue_max;
+        opts->events_linger_ms = (int)cfg->events_linger_ms;
         opts->relay_interval_ms = (int)cfg->relay_interval_ms;
         opts->event_max_bytes = cfg->event_max_bytes;
 }
@@ -215,12 +218,15 @@ client_new(cq_producer_t *prod, char *errstr, size_t errstr_size)
 {
         rd_kafka_conf_t *conf = NULL;
         rd_kafka_t *rk = NULL;
-        char num[32], reason[512];
-        const char *const defaults[] = {"linger.ms", "5", NULL};
+        char num[32], linger[32], reason[512];
+        const char *const defaults[] = {
+            "linger.ms", linger, "compression.type",
+            prod->opts.compression ? prod->opts.compression : "none", NULL};
         const char *const mandatory[] = {"enable.idempotence", "true",
                                          "message.timeout.ms", num, NULL};
 
         snprintf(num, sizeof(num), "%d", prod->opts.message_timeout_ms);
+        snprintf(linger, sizeof(linger), "%d", prod->opts.linger_ms);
         conf = cq_kafka_conf_new(&prod->opts, defaults, mandatory, errstr,
                                  errstr_size);
         if (!conf)

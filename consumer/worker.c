@@ -479,9 +479,22 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
                 cq_log_kv(CQ_LOG_INFO, "interpreters ready", "backend",
                           cq_backend_describe(w->backend), NULL);
         }
-        if (opts->intake || opts->relay || opts->events) {
+        if (opts->intake || opts->relay) {
                 w->prod = cq_producer_new(&w->kopts, errstr, errstr_size);
                 if (!w->prod)
+                        goto fail;
+        }
+        if (opts->events) {
+                /* Progress events have a producer of their own, so they
+                 * wait to be sent together (one produce request for many
+                 * events, compressed) while completion events and the
+                 * DLQ keep the shared producer's short linger. */
+                cq_kafka_opts_t eopts = w->kopts;
+
+                eopts.linger_ms = w->kopts.events_linger_ms;
+                eopts.compression = "lz4";
+                w->eprod = cq_producer_new(&eopts, errstr, errstr_size);
+                if (!w->eprod)
                         goto fail;
         }
         if (opts->intake) {
@@ -498,7 +511,7 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
         }
         if (opts->events) {
                 w->events =
-                    cq_events_new(&w->kopts, w->prod, errstr, errstr_size);
+                    cq_events_new(&w->kopts, w->eprod, errstr, errstr_size);
                 if (!w->events)
                         goto fail;
         }
@@ -569,8 +582,10 @@ static bool kafka_refused(cq_worker_t *w)
 
         if (atomic_load(&w->intake_auth))
                 snprintf(why, sizeof(why), "%s", cq_intake_errmsg(w->intake));
-        else if (!w->prod ||
-                 !cq_producer_auth_failed(w->prod, why, sizeof(why)))
+        else if ((!w->prod ||
+                  !cq_producer_auth_failed(w->prod, why, sizeof(why))) &&
+                 (!w->eprod ||
+                  !cq_producer_auth_failed(w->eprod, why, sizeof(why))))
                 return false;
         snprintf(w->errmsg, sizeof(w->errmsg),
                  "could not connect to Kafka at %s: %s", w->kopts.brokers, why);
@@ -694,6 +709,7 @@ void cq_worker_destroy(cq_worker_t **workerp)
         cq_relay_destroy(&w->relay);
         cq_intake_destroy(&w->intake);
         cq_producer_destroy(&w->prod);
+        cq_producer_destroy(&w->eprod);
         cq_backend_destroy(&w->backend);
         for (i = 0; w->slots && i < w->opts.slots; i++)
                 pthread_mutex_destroy(&w->slots[i].lock);

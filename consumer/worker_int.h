@@ -67,7 +67,8 @@ struct cq_worker {
         cq_llm_limiter_t *limiter; /* shared by the slots' LLM clients */
         cq_prices_t *prices;       /* CODERQ_PRICES_FILE; NULL: none */
         cq_backend_t *backend;
-        cq_producer_t *prod;
+        cq_producer_t *prod;  /* the intake's DLQ and the relay's */
+        cq_producer_t *eprod; /* the progress events' (longer linger) */
         cq_intake_t *intake;
         cq_relay_t *relay;
         cq_events_t *events;

@@ -177,6 +177,55 @@ static int obs_cell(void *opaque, const char *code, const cq_cell_result_t *res)
         return checkpointed(ctx, err, lost, "could not checkpoint a cell");
 }
 
+/* A turn in one statement: the cell (if any) with its notebook, and the
+ * messages that follow it, with the last call's usage if no message
+ * carried it yet. */
+static int obs_turn(void *opaque,
+                    const char *code,
+                    const cq_cell_result_t *res,
+                    size_t index,
+                    const json_t *messages)
+{
+        job_ctx_t *ctx = opaque;
+        slot_t *slot = ctx->slot;
+        const json_t *doc = code && ctx->nb ? cq_nb_json(ctx->nb) : NULL;
+        write_retry_t retry;
+        bool lost = false, run_budget = false;
+        cq_err_t err;
+
+        write_retry_init(&retry);
+        do {
+                err = cq_store_checkpoint_turn(
+                    slot->store, ctx->job->job_id, ctx->next_cell_seq, code,
+                    res, doc, (int)index + 1, messages,
+                    ctx->usage_pending ? &ctx->usage : NULL, ctx->cost_usd,
+                    &lost, &run_budget);
+        } while (write_again(&retry, err));
+        if (err == CQ_ERR_TOO_LARGE && doc) {
+                /* as in obs_cell: the turn without the notebook */
+                cq_log_kv(CQ_LOG_WARN,
+                          "notebook over the cap; cell stored without it",
+                          "job_id", ctx->job->job_id, NULL);
+                write_retry_init(&retry);
+                do {
+                        err = cq_store_checkpoint_turn(
+                            slot->store, ctx->job->job_id, ctx->next_cell_seq,
+                            code, res, NULL, (int)index + 1, messages,
+                            ctx->usage_pending ? &ctx->usage : NULL,
+                            ctx->cost_usd, &lost, &run_budget);
+                } while (write_again(&retry, err));
+        }
+        if (err == CQ_OK && !lost) {
+                if (code)
+                        ctx->next_cell_seq++;
+                ctx->usage_pending = false;
+                ctx->run_budget = run_budget;
+        }
+        return checkpointed(ctx, err, lost,
+                            code ? "could not checkpoint a cell"
+                                 : "could not checkpoint a message");
+}
+
 /* The count is what a resumed job starts from. A failed write leaves the
  * stored count behind until the next one (it matters only if the job is
  * resumed before that), so it does not stop the job; a lost lease does. */
@@ -810,6 +859,7 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         ctx.ckpt_err = CQ_OK;
         obs.on_message = obs_message;
         obs.on_cell = obs_cell;
+        obs.on_turn = obs_turn;
         obs.on_event = obs_event;
         obs.on_retry = obs_retry;
         obs.on_usage = obs_usage;

@@ -65,6 +65,49 @@ static const char SQL_RECORD_CELL[] =
     "  bytes = EXCLUDED.bytes, ncells = EXCLUDED.ncells, updated_at = now())"
     " SELECT outcome FROM o";
 
+/* One statement for a whole turn: SQL_RECORD_CELL's cell ($3..$12, none
+ * when $4 is NULL), the messages of the array $14 at seq $13 onwards and
+ * SQL_APPEND_MESSAGE's usage ($15..$20). A seq that holds something else
+ * is a conflict found in the statement's snapshot before anything is
+ * written (only the lease holder writes a job's rows), so a conflict
+ * writes nothing at all; a row stored identically by an earlier attempt
+ * whose reply was lost is kept ('stored'). */
+static const char SQL_CHECKPOINT_TURN[] =
+    "WITH j AS (SELECT job_id, attempts, run_id FROM jobs"
+    "  WHERE job_id = $1 AND lease_owner = $2 AND status = 'running'),"
+    " m AS (SELECT t.msg, $13::int + t.ord::int - 1 AS seq"
+    "  FROM jsonb_array_elements($14::jsonb) WITH ORDINALITY AS t(msg, ord)),"
+    " bad AS (SELECT EXISTS (SELECT 1 FROM m JOIN job_messages x"
+    "   ON x.job_id = $1 AND x.seq = m.seq WHERE x.message <> m.msg)"
+    "  OR ($4::text IS NOT NULL AND EXISTS (SELECT 1 FROM cells c"
+    "   WHERE c.job_id = $1 AND c.seq = $3 AND NOT (c.code = $4"
+    "   AND c.status = $5 AND c.outputs = $6::jsonb))) AS conflict),"
+    " u AS (UPDATE jobs SET prompt_tokens = $16, completion_tokens = $17,"
+    "  cache_read_tokens = $18, cache_creation_tokens = $19,"
+    "  cost_usd = $20::numeric, budget_hold_usd = 0, updated_at = now()"
+    "  FROM bad WHERE $15::boolean AND NOT bad.conflict AND job_id = $1"
+    "  AND lease_owner = $2 AND status = 'running' RETURNING 1),"
+    " cins AS (INSERT INTO cells (job_id, seq, code, status, outputs,"
+    "  execution_count, duration_ms, truncated, attempt)"
+    "  SELECT j.job_id, $3, $4, $5, $6::jsonb, $7, $8, $9, j.attempts"
+    "  FROM j, bad WHERE $4::text IS NOT NULL AND NOT bad.conflict"
+    "  ON CONFLICT (job_id, seq) DO NOTHING RETURNING 1),"
+    " mins AS (INSERT INTO job_messages (job_id, seq, role, message, attempt)"
+    "  SELECT j.job_id, m.seq, m.msg->>'role', m.msg, j.attempts"
+    "  FROM j, m, bad WHERE NOT bad.conflict"
+    "  ON CONFLICT (job_id, seq) DO NOTHING RETURNING 1),"
+    " o AS (SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM j) THEN 'lost'"
+    "  WHEN (SELECT conflict FROM bad) THEN 'conflict'"
+    "  ELSE 'stored' END AS outcome),"
+    " nb AS (INSERT INTO notebooks (job_id, doc, bytes, ncells)"
+    "  SELECT $1, $10::jsonb, $11, $12 FROM o"
+    "  WHERE o.outcome = 'stored' AND $4::text IS NOT NULL"
+    "  AND $10::jsonb IS NOT NULL"
+    "  ON CONFLICT (job_id) DO UPDATE SET doc = EXCLUDED.doc,"
+    "  bytes = EXCLUDED.bytes, ncells = EXCLUDED.ncells, updated_at = now())"
+    " SELECT outcome, EXISTS (SELECT 1 FROM j JOIN runs r"
+    "  ON r.run_id = j.run_id WHERE r.budget_usd IS NOT NULL) FROM o";
+
 static const char SQL_PUT_IMAGE[] =
     "INSERT INTO images (job_id, sha256, mime, name, cell_seq, bytes, data)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7)"
@@ -138,6 +181,52 @@ cq_err_t cq_store_append_message(cq_store_t *store,
 
 static long long tokens(long long v) { return v < 0 ? 0 : v; }
 
+/* The usage parameters of SQL_APPEND_MESSAGE and SQL_CHECKPOINT_TURN. */
+static void sp_usage(store_params_t *sp, const cq_usage_t *usage, double cost)
+{
+        int i;
+
+        sp_text(sp, usage ? "true" : "false");
+        if (!usage) {
+                for (i = 0; i < 5; i++)
+                        sp_text(sp, NULL);
+                return;
+        }
+        sp_long(sp, tokens(usage->prompt_tokens));
+        sp_long(sp, tokens(usage->completion_tokens));
+        sp_long(sp, tokens(usage->cache_read_tokens));
+        sp_long(sp, tokens(usage->cache_creation_tokens));
+        sp_cost(sp, cost);
+}
+
+/* The cell parameters $3..$12 of SQL_RECORD_CELL and SQL_CHECKPOINT_TURN;
+ * \p outputs and \p nb (nblen bytes) are the dumped documents or NULL. */
+static void sp_cell(store_params_t *sp,
+                    int seq,
+                    const char *code,
+                    const cq_cell_result_t *res,
+                    const char *outputs,
+                    const json_t *notebook,
+                    const char *nb,
+                    size_t nblen)
+{
+        sp_long(sp, seq);
+        sp_text(sp, code);
+        sp_text(sp, cq_cell_status_str(res->status));
+        sp_text(sp, outputs ? outputs : "[]");
+        if (res->execution_count >= 0)
+                sp_long(sp, res->execution_count);
+        else
+                sp_text(sp, NULL);
+        sp_long(sp, res->duration_ms < 0 ? 0 : res->duration_ms);
+        sp_text(sp, res->truncated ? "true" : "false");
+        sp_text(sp, nb);
+        sp_long(sp, nb ? (long long)nblen : 0);
+        sp_long(sp, nb ? (long long)json_array_size(
+                             json_object_get(notebook, "cells"))
+                       : 0);
+}
+
 cq_err_t cq_store_append_message_usage(cq_store_t *store,
                                        const char *job_id,
                                        int seq,
@@ -174,19 +263,7 @@ cq_err_t cq_store_append_message_usage(cq_store_t *store,
         sp_long(&sp, seq);
         sp_text(&sp, role);
         sp_text(&sp, text);
-        sp_text(&sp, usage ? "true" : "false");
-        if (usage) {
-                sp_long(&sp, tokens(usage->prompt_tokens));
-                sp_long(&sp, tokens(usage->completion_tokens));
-                sp_long(&sp, tokens(usage->cache_read_tokens));
-                sp_long(&sp, tokens(usage->cache_creation_tokens));
-                sp_cost(&sp, cost_usd);
-        } else {
-                int i;
-
-                for (i = 0; i < 5; i++)
-                        sp_text(&sp, NULL);
-        }
+        sp_usage(&sp, usage, cost_usd);
         /* Retry-safe: the seq is its key, the usage is set, not added. */
         err = store_exec(store, "store a message", SQL_APPEND_MESSAGE, &sp, 0,
                          true, &res);
@@ -237,21 +314,7 @@ cq_err_t cq_store_record_cell(cq_store_t *store,
         sp_init(&sp);
         sp_text(&sp, job_id);
         sp_text(&sp, store->owner);
-        sp_long(&sp, seq);
-        sp_text(&sp, code);
-        sp_text(&sp, status);
-        sp_text(&sp, outputs ? outputs : "[]");
-        if (res->execution_count >= 0)
-                sp_long(&sp, res->execution_count);
-        else
-                sp_text(&sp, NULL);
-        sp_long(&sp, res->duration_ms < 0 ? 0 : res->duration_ms);
-        sp_text(&sp, res->truncated ? "true" : "false");
-        sp_text(&sp, nb);
-        sp_long(&sp, nb ? (long long)nblen : 0);
-        sp_long(&sp, nb ? (long long)json_array_size(
-                              json_object_get(notebook, "cells"))
-                        : 0);
+        sp_cell(&sp, seq, code, res, outputs, notebook, nb, nblen);
         /* Retry-safe: the seq is its key, the notebook is overwritten. */
         err = store_exec(store, "store a cell", SQL_RECORD_CELL, &sp, 0, true,
                          &pgres);
@@ -262,6 +325,93 @@ out:
         PQclear(pgres);
         free(outputs);
         free(nb);
+        return err;
+}
+
+cq_err_t cq_store_checkpoint_turn(cq_store_t *store,
+                                  const char *job_id,
+                                  int cell_seq,
+                                  const char *code,
+                                  const cq_cell_result_t *res,
+                                  const json_t *notebook,
+                                  int first_seq,
+                                  const json_t *messages,
+                                  const cq_usage_t *usage,
+                                  double cost_usd,
+                                  bool *lostp,
+                                  bool *run_budgetp)
+{
+        store_params_t sp;
+        PGresult *pgres = NULL;
+        char *outputs = NULL, *nb = NULL, *msgs = NULL;
+        size_t nblen = 0, i;
+        const json_t *msg;
+        cq_err_t err = CQ_ERR_FATAL;
+
+        *lostp = false;
+        if (run_budgetp)
+                *run_budgetp = false;
+        if (!json_is_array(messages) || json_array_size(messages) == 0 ||
+            first_seq < 1 ||
+            (code &&
+             (cell_seq < 1 || !res || !cq_cell_status_str(res->status) ||
+              (res->outputs && !json_is_array(res->outputs))))) {
+                store_set_error(store,
+                                "could not checkpoint a turn of job \"%s\": "
+                                "no messages, or an invalid seq, status or "
+                                "outputs",
+                                job_id);
+                return CQ_ERR_FATAL;
+        }
+        json_array_foreach(messages, i, msg)
+        {
+                if (!json_is_object(msg) ||
+                    !json_string_value(json_object_get(msg, "role"))) {
+                        store_set_error(store,
+                                        "could not checkpoint a turn of job "
+                                        "\"%s\": message %zu is not an "
+                                        "object with a \"role\" string",
+                                        job_id, i);
+                        return CQ_ERR_FATAL;
+                }
+        }
+        if (code) {
+                err = store_dump_notebook(store, job_id, notebook, &nb, &nblen);
+                if (err != CQ_OK)
+                        return err;
+                err = CQ_ERR_FATAL;
+                if (res->outputs &&
+                    !(outputs = store_dump_doc(store, res->outputs, NULL)))
+                        goto out;
+        }
+        msgs = store_dump_doc(store, messages, NULL);
+        if (!msgs)
+                goto out;
+        sp_init(&sp);
+        sp_text(&sp, job_id);
+        sp_text(&sp, store->owner);
+        if (code) {
+                sp_cell(&sp, cell_seq, code, res, outputs, notebook, nb, nblen);
+        } else {
+                for (i = 0; i < 10; i++)
+                        sp_text(&sp, NULL);
+        }
+        sp_long(&sp, first_seq);
+        sp_text(&sp, msgs);
+        sp_usage(&sp, usage, cost_usd);
+        /* Retry-safe: seqs are the keys, the notebook and usage are set. */
+        err = store_exec(store, "checkpoint a turn", SQL_CHECKPOINT_TURN, &sp,
+                         0, true, &pgres);
+        if (err == CQ_OK)
+                err = write_outcome(store, pgres, "checkpoint a turn", job_id,
+                                    first_seq, lostp);
+        if (err == CQ_OK && !*lostp && run_budgetp)
+                *run_budgetp = PQgetvalue(pgres, 0, 1)[0] == 't';
+out:
+        PQclear(pgres);
+        free(outputs);
+        free(nb);
+        free(msgs);
         return err;
 }
 

@@ -784,6 +784,109 @@ START_TEST(memory_hit_skips_the_llm)
 }
 END_TEST
 
+/* Observer that logs the checkpoints it is given, as the worker makes
+ * them: "t<code|->@<index>:<n>" per on_turn, "m<index>:<role>" per
+ * on_message, "c<code>" per on_cell. */
+static int log_on_message(void *opaque, size_t index, const json_t *msg)
+{
+        char line[64];
+
+        snprintf(line, sizeof(line), "m%zu:%s", index,
+                 json_string_value(json_object_get(msg, "role")));
+        json_array_append_new(opaque, json_string(line));
+        return 0;
+}
+
+static int
+log_on_cell(void *opaque, const char *code, const cq_cell_result_t *res)
+{
+        char line[64];
+
+        (void)res;
+        snprintf(line, sizeof(line), "c%s", code);
+        json_array_append_new(opaque, json_string(line));
+        return 0;
+}
+
+static int log_on_turn(void *opaque,
+                       const char *code,
+                       const cq_cell_result_t *res,
+                       size_t index,
+                       const json_t *messages)
+{
+        char line[96];
+
+        ck_assert((code == NULL) == (res == NULL));
+        snprintf(line, sizeof(line), "t%s@%zu:%zu", code ? code : "-", index,
+                 json_array_size(messages));
+        json_array_append_new(opaque, json_string(line));
+        return 0;
+}
+
+static char *log_text(json_t *log)
+{
+        char text[1024] = "";
+        size_t i, used = 0;
+        json_t *line;
+
+        json_array_foreach(log, i, line)
+        {
+                int n = snprintf(text + used, sizeof(text) - used, "%s%s",
+                                 i ? " " : "", json_string_value(line));
+
+                ck_assert(n > 0 && (size_t)n < sizeof(text) - used);
+                used += (size_t)n;
+        }
+        return strdup(text);
+}
+
+/* With on_turn, a turn is one checkpoint: the start's three messages in
+ * one call, each cell with the tool message that answers it; without it,
+ * the cell then its message, one call each, as before. */
+START_TEST(turns_are_checkpointed_whole)
+{
+        static const char steps[] =
+            "[{\"tool_calls\":[{\"code\":\"x = 6 * 7\"}]},"
+            "{\"tool_calls\":[{\"code\":\"print(x)\"}]},"
+            "{\"content\":\"42\"}]";
+        fixture_t fx;
+        cq_agent_observer_t obs = {0};
+        json_t *log = json_array();
+        char *text;
+
+        use_backend(_i);
+        fixture_init(&fx, "turns_whole", steps);
+        obs.on_message = log_on_message;
+        obs.on_cell = log_on_cell;
+        obs.on_turn = log_on_turn;
+        obs.opaque = log;
+        fixture_run(&fx, &obs, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        text = log_text(log);
+        ck_assert_str_eq(text, "t-@0:3 m3:assistant tx = 6 * 7@4:1 "
+                               "m5:assistant tprint(x)@6:1 m7:assistant");
+        free(text);
+        ck_assert_uint_eq(json_array_size(fx.result.history), 8);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(fx.result.history, 4), "role")),
+                         "tool");
+        fixture_release(&fx);
+
+        fixture_init(&fx, "turns_apart", steps);
+        json_array_clear(log);
+        obs.on_turn = NULL;
+        fixture_run(&fx, &obs, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        text = log_text(log);
+        ck_assert_str_eq(text, "m0:system m1:user m2:user m3:assistant "
+                               "cx = 6 * 7 m4:tool m5:assistant cprint(x) "
+                               "m6:tool m7:assistant");
+        free(text);
+        json_decref(log);
+        fixture_release(&fx);
+}
+END_TEST
+
 /* Observer that "crashes" the worker after the history reached a size. */
 typedef struct crash {
         size_t stop_at; /* abort when a message lands at this index */
@@ -1413,6 +1516,7 @@ static Suite *agent_suite(void)
         tcase_add_loop_test(tc, retry_limit_fails_with_last_error, 0, 2);
         tcase_add_loop_test(tc, resumed_job_keeps_counting_retries_and_time, 0,
                             2);
+        tcase_add_loop_test(tc, turns_are_checkpointed_whole, 0, 2);
         tcase_add_loop_test(tc, turn_limit_fails, 0, 2);
         tcase_add_loop_test(tc, tests_fail_then_pass, 0, 2);
         tcase_add_loop_test(tc, tests_never_pass_fails, 0, 2);

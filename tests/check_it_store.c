@@ -791,6 +791,123 @@ START_TEST(run_time_and_retries_carry_over_attempts)
 }
 END_TEST
 
+/* A turn is one checkpoint: the cell, its notebook and the messages after
+ * it are stored together, or, without the lease, none of them; retried
+ * (a lost reply) it finds its own rows; a seq holding another message is
+ * a conflict that writes nothing; the start's messages go in one turn
+ * without a cell, and what a resumed job reads back is all of it. */
+START_TEST(turn_is_one_checkpoint)
+{
+        cq_store_t *w1 = store_for("w1", 120), *w2 = store_for("w2", 120);
+        cq_usage_t usage = {7, 3, 0, 0};
+        json_t *start =
+            json_pack("[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}]", "role", "system",
+                      "content", "sys", "role", "user", "content", "files",
+                      "role", "user", "content", "task");
+        json_t *reply = json_pack("{s:s, s:s}", "role", "assistant", "content",
+                                  "calls x = 1");
+        json_t *tool = json_pack("[{s:s, s:s, s:s}]", "role", "tool",
+                                 "tool_call_id", "c1", "content", "ok");
+        json_t *other = json_pack("[{s:s, s:s, s:s}]", "role", "tool",
+                                  "tool_call_id", "c1", "content", "other");
+        json_t *nb = json_pack("{s:[{s:s}]}", "cells", "cell_type", "code");
+        cq_cell_result_t res;
+        cq_checkpoint_t cp;
+        cq_claim_t claim;
+        bool found, lost = false, budget = true;
+        char *s;
+
+        ck_assert_ptr_nonnull(start);
+        ck_assert_ptr_nonnull(tool);
+        add_job(w1, "t1", 0, NULL, "run-t");
+        cq_claim_init(&claim);
+        ck_assert_int_eq(cq_store_claim(w1, &claim, &found), CQ_OK);
+        ck_assert(found);
+        cq_claim_release(&claim);
+        memset(&res, 0, sizeof(res));
+        res.status = CQ_CELL_OK;
+        res.outputs = json_pack("[{s:s, s:s, s:s}]", "output_type", "stream",
+                                "name", "stdout", "text", "1\n");
+        res.execution_count = 1;
+        res.duration_ms = 5;
+
+        /* the start: three messages, one statement */
+        ck_assert_msg(cq_store_checkpoint_turn(w1, "t1", 0, NULL, NULL, NULL, 1,
+                                               start, NULL, -1, &lost,
+                                               &budget) == CQ_OK,
+                      "%s", cq_store_errmsg(w1));
+        ck_assert(!lost && !budget);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 3);
+        ck_assert_int_eq(cq_store_append_message_usage(w1, "t1", 4, reply, NULL,
+                                                       -1, &lost, NULL),
+                         CQ_OK);
+        /* another owner: neither the cell, the notebook nor the message */
+        ck_assert_int_eq(cq_store_checkpoint_turn(w2, "t1", 1, "x = 1", &res,
+                                                  nb, 5, tool, &usage, 0.5,
+                                                  &lost, NULL),
+                         CQ_OK);
+        ck_assert(lost);
+        ck_assert_int_eq(qn("SELECT count(*) FROM cells", NULL), 0);
+        ck_assert_int_eq(qn("SELECT count(*) FROM notebooks", NULL), 0);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 4);
+        /* the owner: all of it, and the usage */
+        ck_assert_int_eq(cq_store_checkpoint_turn(w1, "t1", 1, "x = 1", &res,
+                                                  nb, 5, tool, &usage, 0.5,
+                                                  &lost, NULL),
+                         CQ_OK);
+        ck_assert(!lost);
+        s = q1("SELECT (SELECT count(*) FROM cells) || ' ' ||"
+               " (SELECT ncells FROM notebooks) || ' ' ||"
+               " (SELECT role FROM job_messages WHERE seq = 5) || ' ' ||"
+               " prompt_tokens || ' ' || cost_usd FROM jobs",
+               NULL);
+        ck_assert_str_eq(s, "1 1 tool 7 0.5");
+        free(s);
+        /* retried: stored, nothing added */
+        ck_assert_int_eq(cq_store_checkpoint_turn(w1, "t1", 1, "x = 1", &res,
+                                                  nb, 5, tool, &usage, 0.5,
+                                                  &lost, NULL),
+                         CQ_OK);
+        ck_assert(!lost);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 5);
+        /* seq 5 holds another message: a conflict, and the next cell is
+         * not written either */
+        ck_assert_int_eq(cq_store_checkpoint_turn(w1, "t1", 2, "y = 2", &res,
+                                                  nb, 5, other, NULL, -1, &lost,
+                                                  NULL),
+                         CQ_ERR_FATAL);
+        ck_assert_int_eq(qn("SELECT count(*) FROM cells", NULL), 1);
+        /* what a resume reads */
+        cq_checkpoint_init(&cp);
+        ck_assert_int_eq(cq_store_load_checkpoint(w1, "t1", &cp), CQ_OK);
+        ck_assert_int_eq(cp.last_message_seq, 5);
+        ck_assert_int_eq(cp.last_cell_seq, 1);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(cp.messages, 2), "content")),
+                         "task");
+        cq_checkpoint_release(&cp);
+        /* malformed input is refused before any round trip */
+        ck_assert_int_eq(cq_store_checkpoint_turn(w1, "t1", 2, "y", &res, nb, 6,
+                                                  NULL, NULL, -1, &lost, NULL),
+                         CQ_ERR_FATAL);
+        json_decref(other);
+        other = json_pack("[{s:s}]", "content", "no role");
+        ck_assert_int_eq(cq_store_checkpoint_turn(w1, "t1", 0, NULL, NULL, NULL,
+                                                  6, other, NULL, -1, &lost,
+                                                  NULL),
+                         CQ_ERR_FATAL);
+        ck_assert_int_eq(qn("SELECT count(*) FROM job_messages", NULL), 5);
+        cq_cell_result_release(&res);
+        json_decref(start);
+        json_decref(reply);
+        json_decref(tool);
+        json_decref(other);
+        json_decref(nb);
+        cq_store_destroy(&w1);
+        cq_store_destroy(&w2);
+}
+END_TEST
+
 /* An LLM reply and its call's usage are one statement: stored together
  * (the call's budget hold released), or, without the lease, neither; a
  * claim, and every message checkpoint, says whether the job's run has a
@@ -2760,6 +2877,7 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, retry_later_counts_and_waits);
         tcase_add_test(tc, run_time_and_retries_carry_over_attempts);
         tcase_add_test(tc, reply_and_usage_are_one_checkpoint);
+        tcase_add_test(tc, turn_is_one_checkpoint);
         tcase_add_test(tc, strings_and_bytes_stored_verbatim);
         tcase_add_test(tc, image_20mb_round_trips_and_caps);
         tcase_add_test(tc, notebook_jsonb_equals_what_was_written);

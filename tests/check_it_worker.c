@@ -483,6 +483,41 @@ static const char two_cells[] =
     "plt.show()\"}]},"
     "{\"content\":\"done\"}]";
 
+/* The heartbeat's list of running jobs is taken before its statement: a
+ * job that finished meanwhile is reported not running, and the flag it
+ * raises must not reach the job its slot claimed next (which then stopped
+ * as "lost" and waited out its own lease to run a second time). A 5 s
+ * lease beats every 1.7 s while 4 slots finish a job every ~100 ms, so
+ * many beats race a finish. */
+static const char quick_cell[] =
+    "[{\"tool_calls\":[{\"code\":\"print(6 * 7)\"}]},{\"content\":\"42\"}]";
+
+START_TEST(heartbeat_never_flags_the_next_job)
+{
+        worker_t a;
+        rd_kafka_t *rk;
+        int i;
+
+        fresh("beat");
+        register_script("quick_cell", quick_cell);
+        child_slots = "4";
+        start_worker(&a, "wh", "5");
+        child_slots = "2";
+        rk = kt_producer(brokers);
+        for (i = 0; i < 120; i++)
+                submit(rk, i, "quick_cell", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished(120, WAIT_MS);
+        ck_assert_int_eq(count_status("succeeded"), 120);
+        ck_assert_int_eq(
+            kt_pg_long(dsn, "SELECT count(*) FROM jobs WHERE attempts <> 1",
+                       NULL),
+            0);
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+}
+END_TEST
+
 START_TEST(fifty_jobs_two_workers)
 {
         worker_t a, b;
@@ -1013,6 +1048,16 @@ START_TEST(killed_worker_jobs_are_resumed_once)
                                     "attempts = 2",
                                     NULL),
                          2);
+        /* a cell and the tool message answering it are one checkpoint:
+         * a kill leaves no cell without its message (the resumed job ran
+         * such a cell again, under a seq of its own) */
+        ck_assert_int_eq(kt_pg_long(dsn, "SELECT count(*) FROM cells", NULL),
+                         kt_pg_long(dsn,
+                                    "SELECT count(*) FROM job_messages "
+                                    "WHERE role = 'tool'",
+                                    NULL));
+        ck_assert_int_eq(kt_pg_long(dsn, "SELECT count(*) FROM cells", NULL),
+                         12);
         /* completed turns were not asked for again: at most the one turn
          * in flight at the kill is repeated */
         steps_per_job(4, counts);
@@ -2668,6 +2713,7 @@ static Suite *worker_suite(void)
         tcase_add_checked_fixture(tc, NULL, kill_leftovers);
         tcase_set_timeout(tc, 600);
         tcase_add_test(tc, fifty_jobs_two_workers);
+        tcase_add_test(tc, heartbeat_never_flags_the_next_job);
         tcase_add_test(tc, malformed_messages_go_to_the_dlq);
         tcase_add_test(tc, killed_worker_jobs_are_resumed_once);
         tcase_add_test(tc, sigterm_releases_jobs_to_another_worker);

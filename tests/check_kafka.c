@@ -194,9 +194,33 @@ START_TEST(refused_dlq_delivery_keeps_offset)
 }
 END_TEST
 
+/* A mock cluster of one broker (kept alive by *\p rkp) with a fresh
+ * events topic of \p parts partitions, and \p kopts pointing at it. */
+static rd_kafka_mock_cluster_t *mock_events(rd_kafka_t **rkp,
+                                            const char *prefix,
+                                            int parts,
+                                            char *topic,
+                                            size_t topic_size,
+                                            cq_kafka_opts_t *kopts)
+{
+        char errstr[512];
+        rd_kafka_mock_cluster_t *mc;
+
+        *rkp = rd_kafka_new(RD_KAFKA_PRODUCER, rd_kafka_conf_new(), errstr,
+                            sizeof(errstr));
+        ck_assert_msg(*rkp, "%s", errstr);
+        mc = rd_kafka_mock_cluster_new(*rkp, 1);
+        ck_assert_ptr_nonnull(mc);
+        kt_unique(prefix, topic, topic_size);
+        ck_assert_int_eq(rd_kafka_mock_topic_create(mc, topic, parts, 1), 0);
+        cq_kafka_opts_init(kopts);
+        kopts->brokers = rd_kafka_mock_cluster_bootstraps(mc);
+        kopts->topic_events = topic;
+        return mc;
+}
+
 START_TEST(fatal_producer_error_recreates_it)
 {
-        rd_kafka_conf_t *conf = rd_kafka_conf_new();
         rd_kafka_t *rk;
         rd_kafka_mock_cluster_t *mc;
         cq_kafka_opts_t kopts;
@@ -207,15 +231,7 @@ START_TEST(fatal_producer_error_recreates_it)
         size_t n;
         int64_t deadline;
 
-        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-        ck_assert_msg(rk, "%s", errstr);
-        mc = rd_kafka_mock_cluster_new(rk, 1);
-        ck_assert_ptr_nonnull(mc);
-        kt_unique("mock-ev", topic, sizeof(topic));
-        ck_assert_int_eq(rd_kafka_mock_topic_create(mc, topic, 1, 1), 0);
-        cq_kafka_opts_init(&kopts);
-        kopts.brokers = rd_kafka_mock_cluster_bootstraps(mc);
-        kopts.topic_events = topic;
+        mc = mock_events(&rk, "mock-ev", 1, topic, sizeof(topic), &kopts);
         kopts.flush_timeout_ms = 2000;
         prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
         ck_assert_msg(prod, "%s", errstr);
@@ -278,6 +294,80 @@ START_TEST(events_drop_when_queue_full)
 }
 END_TEST
 
+/* The events' producer as the worker makes it (a long linger, lz4): the
+ * events of jobs published interleaved arrive each job's in order with no
+ * gap, and a producer destroyed right after publishing (a worker that
+ * stops) still sends what it was holding back. */
+START_TEST(batched_events_arrive_in_order)
+{
+        rd_kafka_t *rk;
+        rd_kafka_mock_cluster_t *mc;
+        cq_kafka_opts_t kopts;
+        cq_producer_t *prod;
+        cq_events_t *events;
+        cq_events_stats_t st;
+        char errstr[512], topic[80], job[3][16];
+        kt_msg_t *msgs = NULL;
+        int64_t next[3] = {1, 1, 1};
+        size_t n, i;
+        int j, k;
+
+        mc = mock_events(&rk, "mock-batch", 3, topic, sizeof(topic), &kopts);
+        kopts.flush_timeout_ms = 10000;
+        kopts.linger_ms = 1000; /* longer than the test's publishing */
+        kopts.compression = "lz4";
+        prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
+        ck_assert_msg(prod, "%s", errstr);
+        events = cq_events_new(&kopts, prod, errstr, sizeof(errstr));
+        ck_assert_msg(events, "%s", errstr);
+        for (j = 0; j < 3; j++)
+                snprintf(job[j], sizeof(job[j]), "job-%d", j);
+        for (k = 0; k < 40; k++)
+                for (j = 0; j < 3; j++) {
+                        json_t *data = json_pack("{s:i}", "k", k);
+
+                        ck_assert_ptr_nonnull(data);
+                        ck_assert_int_eq(
+                            cq_events_publish(
+                                events, job[j],
+                                k == 39 ? "job.finished" : "cell.output", data),
+                            0);
+                        json_decref(data);
+                }
+        cq_events_stats(events, &st);
+        ck_assert_uint_eq(st.published, 120);
+        cq_events_destroy(&events);
+        cq_producer_destroy(&prod); /* flushes what lingers */
+
+        n = kt_consume(kopts.brokers, topic, 3, 120, 30000, &msgs);
+        ck_assert_uint_eq(n, 120);
+        for (i = 0; i < n; i++) {
+                json_t *ev = json_loadb(msgs[i].value, msgs[i].len, 0, NULL);
+                const char *id;
+
+                ck_assert_ptr_nonnull(ev);
+                id = json_string_value(json_object_get(ev, "job_id"));
+                ck_assert_ptr_nonnull(id);
+                ck_assert_str_eq(msgs[i].key, id);
+                j = id[4] - '0';
+                ck_assert(j >= 0 && j < 3);
+                /* kt_consume keeps each partition's order: a job's
+                 * events in the order they were published */
+                ck_assert_int_eq(json_integer_value(json_object_get(ev, "seq")),
+                                 next[j]);
+                ck_assert_int_eq(json_integer_value(json_object_get(ev, "k")),
+                                 next[j] - 1);
+                next[j]++;
+                json_decref(ev);
+        }
+        for (j = 0; j < 3; j++)
+                ck_assert_int_eq(next[j], 41);
+        kt_msgs_free(msgs, n);
+        rd_kafka_mock_cluster_destroy(mc);
+        rd_kafka_destroy(rk);
+}
+END_TEST
+
 START_TEST(settings_rows)
 {
         cq_config_t cfg;
@@ -306,6 +396,12 @@ START_TEST(settings_rows)
         ck_assert_uint_eq(kopts.job_max, 65536);
         ck_assert_str_eq(kopts.group, "coderq-workers");
         ck_assert_int_eq(kopts.relay_interval_ms, 200);
+        ck_assert_int_eq(kopts.linger_ms, 5);
+        ck_assert_ptr_null(kopts.compression);
+        ck_assert_int_eq(kopts.events_linger_ms, 100);
+        ck_assert_int_eq(cq_config_set(&cfg, "events-linger-ms", "6000", NULL,
+                                       errstr, sizeof(errstr)),
+                         -1);
         ck_assert_uint_eq(kopts.event_max_bytes, 256u << 10);
         ck_assert_int_eq(cq_config_set(&cfg, "event-max-bytes", "1k", NULL,
                                        errstr, sizeof(errstr)),
@@ -474,6 +570,7 @@ static Suite *kafka_suite(void)
         tcase_add_test(tc, final_commit_failure_is_reported);
         tcase_add_test(tc, refused_dlq_delivery_keeps_offset);
         tcase_add_test(tc, fatal_producer_error_recreates_it);
+        tcase_add_test(tc, batched_events_arrive_in_order);
         suite_add_tcase(s, tc);
         tcase_set_timeout(plain, 60);
         tcase_add_test(plain, events_drop_when_queue_full);

@@ -23,7 +23,8 @@
 
 /**
  * @brief Where the loop reports as it goes. Every callback may be NULL.
- *        A non-zero return from on_message or on_cell stops the job (the
+ *        A non-zero return from on_message, on_cell or on_turn stops the
+ *        job (the
  *        worker lost its lease, or could not checkpoint): the loop returns
  *        with status CQ_AGENT_ABORTED and does nothing more.
  */
@@ -34,6 +35,18 @@ typedef struct cq_agent_observer {
         int (*on_cell)(void *opaque,
                        const char *code,
                        const cq_cell_result_t *res);
+        /** @brief A turn's checkpoint in one piece, when set: the cell
+         *         that just ran (\p code and \p res; NULL for none), then
+         *         the messages of the array \p messages, appended to the
+         *         history from \p index on. The loop then calls neither
+         *         on_cell nor on_message for them: a tool call's cell comes
+         *         with its tool message, the start's messages together.
+         *         A non-zero return stops the job, as for on_message. */
+        int (*on_turn)(void *opaque,
+                       const char *code,
+                       const cq_cell_result_t *res,
+                       size_t index,
+                       const json_t *messages);
         /** @brief A progress event (README "Kafka topics"):
          *         llm.reply, cell.started, cell.output, cell.finished,
          *         reflection, tests.result. \p data borrowed. */

@@ -103,6 +103,7 @@ typedef struct cq_config {
         size_t job_max_bytes;
         long backlog_max;
         long events_queue_max;
+        long events_linger_ms;
         long relay_interval_ms;
         size_t event_max_bytes;
         /* worker */

@@ -52,6 +52,12 @@ typedef struct cq_kafka_opts {
         int max_poll_interval_ms;
         int commit_interval_ms;  /* auto.commit.interval.ms */
         int message_timeout_ms;  /* producer message.timeout.ms */
+        int linger_ms;           /* producer linger.ms (a default: the
+                                    operator's properties win) */
+        const char *compression; /* producer compression.type (a default
+                                    too); NULL: none */
+        int events_linger_ms;    /* linger.ms of the worker's second
+                                    producer, the progress events' */
         int pg_reconnect_ms;     /* one reconnect attempt budget per call */
         int relay_interval_ms;   /* outbox poll period */
         int relay_batch;         /* rows per outbox claim */
@@ -73,6 +79,7 @@ typedef struct cq_kafka_opts {
 /** @brief Defaults: the topic and group names above, job_max
  *         CQ_JOB_DEFAULT_MAX, backlog 1000 checked every second, session
  *         30 s, max poll 120 s, commit every 1 s, message timeout 60 s,
+ *         linger 5 ms without compression (events: 100 ms),
  *         reconnect 500 ms, relay every 200 ms by 100 rows, relay lease
  *         from the message timeout, events capped at 256 KiB, flush 10 s,
  *         10000 events in flight. */

@@ -473,6 +473,41 @@ CQ_NODISCARD cq_err_t cq_store_record_cell(cq_store_t *store,
                                            const json_t *notebook,
                                            bool *lostp);
 
+/**
+ * @brief One turn's checkpoint in one statement (one round trip, one
+ *        transaction): the cell that just ran with the notebook snapshot,
+ *        as cq_store_record_cell() writes them (\p code NULL: no cell),
+ *        then the messages of \p messages at seq \p first_seq onwards,
+ *        and the usage as cq_store_append_message_usage() writes it:
+ *        stored all together or not at all, so a turn killed half way
+ *        leaves no cell without its tool message. Retry-safe like those:
+ *        on CQ_ERR_RETRIABLE call it again with the same arguments.
+ * @param cell_seq From 1, with \p code; ignored without it.
+ * @param code, res, notebook Borrowed; \p notebook may be NULL.
+ * @param messages Borrowed; an array of message objects, each with a
+ *        "role" string, at least one.
+ * @param usage Borrowed; NULL: none.
+ * @param cost_usd The job's cost so far; < 0: unknown.
+ * @param lostp (out) true when this owner no longer holds the lease:
+ *        nothing was written.
+ * @param run_budgetp (out, may be NULL) as for
+ *        cq_store_append_message_usage().
+ * @returns CQ_ERR_TOO_LARGE when the notebook exceeds the cap (nothing
+ *          written).
+ */
+CQ_NODISCARD cq_err_t cq_store_checkpoint_turn(cq_store_t *store,
+                                               const char *job_id,
+                                               int cell_seq,
+                                               const char *code,
+                                               const cq_cell_result_t *res,
+                                               const json_t *notebook,
+                                               int first_seq,
+                                               const json_t *messages,
+                                               const cq_usage_t *usage,
+                                               double cost_usd,
+                                               bool *lostp,
+                                               bool *run_budgetp);
+
 /** @brief What a resumed job starts from. Release with
  *         cq_checkpoint_release(). */
 typedef struct cq_checkpoint {
