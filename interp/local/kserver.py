@@ -571,42 +571,50 @@ def spawn_boxed(req, log_fd, life_fd):
         for fd in moved:
             os.close(fd)
         theirs.close()
+    held = []  # pidfds, closed unless returned
     try:
         ours.send(kinit_settings(req))
         msg = recv_ctl(ours, 'start')
         if not msg.startswith(b'pid='):
             raise Fail('the forked kernel said %r' % msg[:40])
         init = int(msg[4:])
-        ofd = os.pidfd_open(outer)
-        ifd = os.pidfd_open(init)
+        held.append(os.pidfd_open(outer))
+        held.append(os.pidfd_open(init))
         if recv_ctl(ours, 'confine itself') != b'ready':
             raise Fail('the forked kernel did not get ready')
-        setns(ifd, CLONE_NEWPID, "pid 1's pid namespace")
+        setns(held[1], CLONE_NEWPID, "pid 1's pid namespace")
+        kid = -1
         try:
             kid = os.fork()
-        except BaseException:
-            setns(OWN_PIDNS, CLONE_NEWPID, 'our own pid namespace')
-            raise
+        finally:
+            if kid != 0:
+                back_to_own_pidns()
         if kid == 0:
             ours.close()
-            run_boxed_kernel(req, log_fd, ifd)
-        try:
-            setns(OWN_PIDNS, CLONE_NEWPID, 'our own pid namespace')
-        except Fail as e:
-            # every later child would be born in that namespace
-            os.write(2, ('kernel server: %s\n' % e).encode())
-            os._exit(70)
-        kfd = os.pidfd_open(kid)
-        try:
-            socket.send_fds(ours, [b'kernel'], [kfd])
-        finally:
-            os.close(kfd)
+            run_boxed_kernel(req, log_fd, held[1])
+        held.append(os.pidfd_open(kid))
+        socket.send_fds(ours, [b'kernel'], [held[2]])
+        os.close(held.pop())
+        ofd, ifd = held
+        held = []
         return outer, init, ofd, ifd, kid
     except BaseException:
         os.kill(outer, signal.SIGKILL)  # reaped by the loop
         raise
     finally:
+        for fd in held:
+            os.close(fd)
         ours.close()
+
+
+def back_to_own_pidns():
+    """The server's children in its own pid namespace again, or the
+    server ends: every later child would be born in a kernel's."""
+    try:
+        setns(OWN_PIDNS, CLONE_NEWPID, 'our own pid namespace')
+    except Fail as e:
+        os.write(2, ('kernel server: %s\n' % e).encode())
+        os._exit(70)
 
 
 def spawn(req, log_fd, life_fd, server):
