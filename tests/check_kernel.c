@@ -2577,6 +2577,12 @@ START_TEST(kserver_reply_parser)
             {"{\"ok\": false, \"error\": 3}", 0, false},
             {"{\"ok\": false, \"error\": \"x\"}", 2, false},
             {"{\"ok\": true, \"pid\": 5, \"outer\": 6} trailing", 2, false},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6, \"kernel\": 1}", 2,
+             false},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6, \"kernel\": \"7\"}", 2,
+             false},
+            {"{\"ok\": true, \"pid\": 5, \"outer\": 6, \"kernel\": null}", 2,
+             false},
         };
         cq_kserver_reply_t reply;
         char errstr[256], *big;
@@ -2607,6 +2613,8 @@ START_TEST(kserver_reply_parser)
         {
                 const char *spawn = "{\"ok\": true, \"pid\": 1234, "
                                     "\"outer\": 1230}";
+                const char *boxed = "{\"ok\": true, \"pid\": 1234, "
+                                    "\"outer\": 1230, \"kernel\": 1240}";
                 const char *no = "{\"ok\": false, \"error\": \"no\"}";
                 const char *probe = "{\"ok\": true, \"pid\": 9, \"outer\": 8, "
                                     "\"status\": 0}";
@@ -2618,6 +2626,12 @@ START_TEST(kserver_reply_parser)
                 ck_assert(reply.ok);
                 ck_assert_int_eq(reply.pid, 1234);
                 ck_assert_int_eq(reply.outer, 1230);
+                ck_assert_int_eq(reply.kernel, 0);
+                ck_assert_int_eq(cq_kserver_reply_parse(boxed, strlen(boxed), 2,
+                                                        false, &reply, errstr,
+                                                        sizeof(errstr)),
+                                 0);
+                ck_assert_int_eq(reply.kernel, 1240);
                 ck_assert_int_eq(cq_kserver_reply_parse(no, strlen(no), 0,
                                                         false, &reply, errstr,
                                                         sizeof(errstr)),

@@ -57,6 +57,10 @@ struct cq_kernel {
          * alone; the server reaps it. */
         cq_kserver_t *kserver;
         bool forked;
+        /* Forked and sandboxed: the kernel itself, which the server forked
+         * into pid 1's namespace; it leads a group of its own, outside pid
+         * 1's (0: none). Only meant while pid 1 runs (it dies with it). */
+        pid_t fork_kernel;
         json_t *language_info;
         json_t *env; /* the probe's report at the last start, or NULL */
 

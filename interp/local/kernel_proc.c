@@ -184,6 +184,7 @@ static void reap_forked(cq_kernel_t *kernel, bool block)
         }
         atomic_store(&kernel->sig_pid, -1);
         kernel->pid = -1;
+        kernel->fork_kernel = 0;
 }
 
 void kernel_reap(cq_kernel_t *kernel, bool block)
@@ -228,6 +229,8 @@ void kernel_kill_forked(cq_kernel_t *kernel, int sig)
         if (!forked_alive(kernel))
                 return;
         killpg(kernel->pid, sig);
+        if (kernel->fork_kernel > 0)
+                killpg(kernel->fork_kernel, sig);
         syscall(SYS_pidfd_send_signal, kernel->pidfd, sig, NULL, 0U);
 }
 
@@ -257,6 +260,7 @@ static int fork_spawn(cq_kernel_t *kernel,
         kernel->forked = true;
         kernel->pid = child.pid;
         kernel->pidfd = child.pidfd;
+        kernel->fork_kernel = child.kernel;
         atomic_store(&kernel->sig_pid, (int)child.pid);
         return 0;
 }
@@ -331,6 +335,7 @@ void kernel_teardown(cq_kernel_t *kernel)
         }
         kernel->pid = -1;
         kernel->forked = false;
+        kernel->fork_kernel = 0;
         if (kernel->pidfd >= 0)
                 close(kernel->pidfd);
         kernel->pidfd = -1;
@@ -628,7 +633,11 @@ int cq_kernel_renice(cq_kernel_t *kernel, int nice)
         if (kernel->forked)
                 return forked_alive(kernel) &&
                                setpriority(PRIO_PGRP, (id_t)kernel->pid,
-                                           nice) == 0
+                                           nice) == 0 &&
+                               (kernel->fork_kernel <= 0 ||
+                                setpriority(PRIO_PGRP,
+                                            (id_t)kernel->fork_kernel,
+                                            nice) == 0)
                            ? 0
                            : -1;
         if (kernel->pid > 0 &&

@@ -178,7 +178,9 @@ int cq_kserver_reply_parse(const char *data,
                 goto out;
         }
         if (get_pid(root, "pid", &reply->pid, errstr, errstr_size) ||
-            get_pid(root, "outer", &reply->outer, errstr, errstr_size))
+            get_pid(root, "outer", &reply->outer, errstr, errstr_size) ||
+            (json_object_get(root, "kernel") &&
+             get_pid(root, "kernel", &reply->kernel, errstr, errstr_size)))
                 goto out;
         if (probe) {
                 v = json_object_get(root, "status");
@@ -733,6 +735,7 @@ int cq_kserver_spawn(cq_kserver_t *ks,
 
         child->pid = -1;
         child->pidfd = -1;
+        child->kernel = 0;
         if (!cq_kserver_enabled(ks)) {
                 cq_errstr_set(errstr, errstr_size, "kernel server off: %s",
                               cq_kserver_reason(ks));
@@ -756,6 +759,7 @@ int cq_kserver_spawn(cq_kserver_t *ks,
         close(fds[1]);
         child->pid = reply.pid;
         child->pidfd = fds[0];
+        child->kernel = reply.kernel;
         ks->stats.forked++;
         ks->backoff_ms = BACKOFF_FIRST_MS;
         rc = 0;

@@ -730,9 +730,11 @@ def serve(sock, life_fd):
                                 'status': status or
                                 os.waitstatus_to_exitcode(st)})
                 else:
+                    rep = {'ok': True, 'pid': kid, 'outer': outer}
+                    if kernel is not None:
+                        rep['kernel'] = kernel
                     try:
-                        send(sock, {'ok': True, 'pid': kid, 'outer': outer},
-                             (kfd, ofd))
+                        send(sock, rep, (kfd, ofd))
                     finally:
                         os.close(ofd)
                         os.close(kfd)

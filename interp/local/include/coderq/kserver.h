@@ -101,7 +101,10 @@ typedef struct cq_kserver_req {
  *  group leader) as the host sees it. */
 typedef struct cq_kserver_child {
         pid_t pid;
-        int pidfd; /* on pid: readable once it and the kernel are gone */
+        int pidfd;    /* on pid: readable once it and the kernel are gone */
+        pid_t kernel; /* a sandboxed kernel, the leader of a group of its
+                         own outside pid's (forked by the server into pid's
+                         namespace); 0 when it is in pid's group */
 } cq_kserver_child_t;
 
 /**
@@ -145,6 +148,7 @@ typedef struct cq_kserver_reply {
         bool ok;
         pid_t pid;       /* ok: the forked kernel's parent */
         pid_t outer;     /* ok: the process outside its namespaces */
+        pid_t kernel;    /* ok, optional: the kernel's own pid, else 0 */
         int status;      /* ok, probe: its exit status; else -1 */
         char error[420]; /* !ok: the server's reason */
 } cq_kserver_reply_t;
@@ -152,7 +156,8 @@ typedef struct cq_kserver_reply {
 /**
  * @brief Parse one reply datagram (untrusted: the server is a process
  *        that could misbehave): a JSON object with "ok" true and the
- *        integers "pid" and "outer" (> 1) and, for a probe, "status"; or
+ *        integers "pid" and "outer" (> 1), optionally "kernel" (> 1),
+ *        and, for a probe, "status"; or
  *        "ok" false and a string "error".
  * @param nfds Descriptors that came with it: 2 for a spawn, 0 otherwise.
  * @returns 0 with \p reply filled, or -1 with \p errstr saying why.
