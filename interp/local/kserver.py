@@ -166,6 +166,7 @@ def run_kernel(req, log_fd, parent):
         app = kernelapp.IPKernelApp.instance()
         if CLI is not None:
             adopt_cli(app)
+        adopt_init_code(app)
         # Its start-up makes some 100000 objects, all kept: collections
         # while it runs would find nothing to free.
         gc.disable()
@@ -386,6 +387,70 @@ def warm_caches():
     extract_dates({'date': '2026-01-01T00:00:00.000000Z'})
     if SHELL is not None:
         SHELL.input_transformer_manager.transform_cell(src)
+    # glibc reads nsswitch.conf and looks for its NSS modules (some 60
+    # paths) on a process's first protocol lookup, which libzmq makes in
+    # every kernel's first context: once here, for all of them.
+    socket.getprotobyname('tcp')
+
+
+# sys.modules' keys when the server forks, as copies of their own, made
+# together (see module_keys()).
+MODULE_KEYS = None
+
+
+def snapshot_module_keys():
+    global MODULE_KEYS
+    MODULE_KEYS = frozenset(k.encode('utf-8', 'surrogatepass')
+                            .decode('utf-8', 'surrogatepass')
+                            for k in sys.modules if isinstance(k, str))
+
+
+def module_keys():
+    """set(sys.modules.keys()), as the shell's init_code() records it:
+    the keys of sys.modules are the server's (some 1500 strings spread
+    over as many pages, each of which a reference written to it would
+    copy); MODULE_KEYS are copies of them, made together in a few pages.
+    The result is the same set whenever sys.modules has exactly those
+    keys, and set(sys.modules.keys()) otherwise."""
+    mods = sys.modules
+    if MODULE_KEYS is not None and len(mods) == len(MODULE_KEYS):
+        keys = {k for k in MODULE_KEYS if k in mods}
+        if len(keys) == len(mods):
+            return keys
+    return set(mods.keys())
+
+
+# The names InteractiveShellApp.init_code() uses, in the IPython this
+# was written against; another is left as it is.
+INIT_CODE_NAMES = ('_run_startup_files', '_run_exec_lines',
+                   '_run_exec_files', 'hide_initial_ns', 'shell',
+                   'user_ns_hidden', 'update', 'user_ns',
+                   '_run_cmd_line_code', '_run_module', 'sys', 'stdout',
+                   'flush', 'stderr', 'set', 'modules', 'keys',
+                   '_sys_modules_keys')
+
+
+def adopt_init_code(app):
+    """IPython's init_code() for this kernel, step for step, but for the
+    snapshot of sys.modules' keys it ends with (module_keys())."""
+    if (MODULE_KEYS is None or
+            getattr(type(app).init_code, '__code__', None) is None or
+            type(app).init_code.__code__.co_names != INIT_CODE_NAMES):
+        return
+
+    def init_code():
+        app._run_startup_files()
+        app._run_exec_lines()
+        app._run_exec_files()
+        if app.hide_initial_ns:
+            app.shell.user_ns_hidden.update(app.shell.user_ns)
+        app._run_cmd_line_code()
+        app._run_module()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        app.shell._sys_modules_keys = module_keys()
+
+    app.init_code = init_code
 
 
 def set_cmdline(words):
@@ -779,7 +844,7 @@ def main():
             'IPython.extensions.storemagic', 'jupyter_client.session',
             'jupyter_client.connect', 'jupyter_core.paths', 'tornado.ioloop',
             'tornado.queues', 'zmq.eventloop.zmqstream', 'asyncio',
-            'sqlite3', 'jedi']
+            'sqlite3', 'jedi', 'faulthandler']
     failed = []
     for m in base + preload:
         try:
@@ -817,6 +882,10 @@ def main():
         failed.append('the caches: %s' % e)
     if threads() != 1:
         failed.append('the shell: it started a thread')
+    try:
+        snapshot_module_keys()
+    except Exception as e:
+        failed.append('the module list: %s' % e)
     gc.collect()
     # Objects that exist now are never collected: the collector would
     # otherwise write to every page of them in every child.
