@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
+#include "../interp/local/kernel_int.h"
 #include "coderq/backend.h"
 #include "coderq/collect.h"
 #include "coderq/config.h"
@@ -2501,6 +2502,171 @@ START_TEST(forked_kernels_are_configured_as_cold_ones)
 }
 END_TEST
 
+/* The parser of a forked kernel's warm-up report, which the kernel's
+ * sandbox can write: malformed reports are refused, mutations of good
+ * ones never crash it, and what it accepts reads as a cell's outputs. */
+START_TEST(warm_report_parser)
+{
+        static const char *const bad[] = {
+            "",
+            "not json",
+            "null",
+            "[]",
+            "{}",
+            "{\"ok\": 1, \"stdout\": \"\"}",
+            "{\"ok\": \"true\", \"stdout\": \"\"}",
+            "{\"ok\": true}",
+            "{\"ok\": true, \"stdout\": 5}",
+            "{\"ok\": true, \"stdout\": null}",
+            "{\"ok\": true, \"stdout\": \"\\ud800\"}",
+            "{\"ok\": true, \"stdout\": \"a\"",
+            "{\"ok\": true, \"stdout\": \"a\"} trailing",
+        };
+        static const char good[] =
+            "{\"ok\": true, \"ename\": null, \"evalue\": null, \"stdout\": "
+            "\"\\ncoderq-env 00ff {\\\"python\\\": \\\"3.11.2\\\", "
+            "\\\"packages\\\": {\\\"numpy\\\": \\\"1.24.2\\\"}}\\n\"}";
+        static const char nul[] = "{\"ok\": true, \"stdout\": \"a\0b\"}";
+        static const char failed[] =
+            "{\"ok\": false, \"ename\": \"RuntimeError\", \"evalue\": \"no\", "
+            "\"stdout\": \"half\"}";
+        json_t *outputs, *env;
+        char buf[sizeof(good) + 8];
+        unsigned seed = 15;
+        bool ok = true;
+        size_t i, k;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(bad); i++)
+                ck_assert_msg(
+                    kernel_warm_outputs(bad[i], strlen(bad[i]), &ok) == NULL,
+                    "accepted %s", bad[i]);
+        /* an embedded NUL ends nothing: the length is what counts */
+        ck_assert_ptr_null(kernel_warm_outputs(nul, sizeof(nul) - 1, &ok));
+        outputs = kernel_warm_outputs(good, strlen(good), &ok);
+        ck_assert_ptr_nonnull(outputs);
+        ck_assert(ok);
+        ck_assert_uint_eq(json_array_size(outputs), 1);
+        env = cq_interp_env_parse(outputs, "coderq-env 00ff ");
+        ck_assert_ptr_nonnull(env);
+        ck_assert_str_eq(json_string_value(json_object_get(env, "python")),
+                         "3.11.2");
+        json_decref(env);
+        json_decref(outputs);
+        outputs = kernel_warm_outputs(failed, strlen(failed), &ok);
+        ck_assert_ptr_nonnull(outputs);
+        ck_assert(!ok);
+        ck_assert_uint_eq(json_array_size(outputs), 2);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_array_get(outputs, 1), "ename")),
+                         "RuntimeError");
+        ck_assert_ptr_null(cq_interp_env_parse(outputs, "coderq-env 00ff "));
+        json_decref(outputs);
+        /* every byte of a good report, flipped, cut or dropped */
+        for (i = 0; i < 4000; i++) {
+                size_t len = strlen(good);
+
+                memcpy(buf, good, len);
+                for (k = 0; k < 1 + i % 4; k++) {
+                        seed = seed * 1103515245u + 12345u;
+                        buf[(seed >> 8) % len] = (char)(seed >> 16);
+                }
+                if (i % 3 == 0)
+                        len = (seed >> 4) % len;
+                outputs = kernel_warm_outputs(buf, len, &ok);
+                if (outputs) {
+                        ck_assert(json_is_array(outputs));
+                        ck_assert_uint_ge(json_array_size(outputs), 1);
+                        json_decref(
+                            cq_interp_env_parse(outputs, "coderq-env 00ff "));
+                }
+                json_decref(outputs);
+        }
+}
+END_TEST
+
+/* What the warm-up leaves in a kernel, as one line. */
+static const char warm_state_cell[] =
+    "import ipykernel.iostream as cq_io\n"
+    "cq_ip = get_ipython()\n"
+    "print(cq_ip.execution_count, len(cq_ip.history_manager.input_hist_raw), "
+    "'_cq_setup' in globals(), 'cq_pre' in globals(), "
+    "getattr(cq_io.OutStream, '_cq_capped', False), "
+    "len(cq_ip.events.callbacks['pre_execute']), "
+    "len(cq_ip.events.callbacks['post_execute']), "
+    "sorted(k for k in globals() if k.startswith('_cq')))";
+
+static cq_interp_t *start_preloaded(cq_kserver_t *ks, const char *preload)
+{
+        cq_local_opts_t opts;
+        char errstr[512] = "";
+        cq_interp_t *interp;
+
+        memset(&opts, 0, sizeof(opts));
+        opts.work_root = root;
+        opts.kernel.startup_timeout_ms = 60000;
+        opts.kernel.kserver = ks;
+        opts.kernel.preload = preload;
+        interp = cq_local_interp_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(interp != NULL, "kernel start failed: %s", errstr);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(interp)) ==
+                  (ks != NULL));
+        return interp;
+}
+
+/* A forked kernel runs the warm-up itself, before it answers, and
+ * reports it through a file: the kernel it leaves, and the environment
+ * reported, are a cold kernel's, and a warm-up that fails fails in both
+ * the same way (the kernel works, the environment is unknown). */
+START_TEST(forked_kernels_warm_up_as_cold_ones)
+{
+        static const char *const preloads[] = {
+            "import json as cq_pre\nprint('preloaded')",
+            "import json as cq_pre\nraise RuntimeError('cq-warm-fails')",
+        };
+        cq_kserver_t *ks;
+        cq_interp_t *cold, *forked;
+        cq_cell_result_t res;
+        char errstr[700], *want, *got;
+        size_t i;
+
+        ks = new_kserver(NULL, NULL, "", 0, CQ_KSERVER_ON, errstr,
+                         sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        for (i = 0; i < CQ_ARRAY_SIZE(preloads); i++) {
+                cold = start_preloaded(NULL, preloads[i]);
+                forked = start_preloaded(ks, preloads[i]);
+                if (i == 0) {
+                        ck_assert_ptr_nonnull(cq_interp_env(cold));
+                        ck_assert_msg(json_equal(cq_interp_env(cold),
+                                                 cq_interp_env(forked)),
+                                      "the forked kernel's environment "
+                                      "differs");
+                } else {
+                        ck_assert_ptr_null(cq_interp_env(cold));
+                        ck_assert_ptr_null(cq_interp_env(forked));
+                }
+                want = stdout_of(cold, warm_state_cell);
+                got = stdout_of(forked, warm_state_cell);
+                ck_assert_msg(strncmp(want, "1 ", 2) == 0 &&
+                                  strstr(want, " False True True ") &&
+                                  strstr(want, " []\n"),
+                              "cold kernel after its warm-up: %s", want);
+                ck_assert_str_eq(got, want);
+                free(want);
+                free(got);
+                /* the first cell of each counts as the first */
+                run(forked, "6 * 7", 30000, &res);
+                ck_assert_int_eq(res.status, CQ_CELL_OK);
+                ck_assert_int_eq(res.execution_count, 2);
+                cq_cell_result_release(&res);
+                cq_interp_destroy(&cold);
+                cq_interp_destroy(&forked);
+        }
+        cq_kserver_destroy(&ks);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 /* A server killed with SIGKILL: its kernels live on, the next kernel
  * starts cold, and the server comes back and forks again. */
 START_TEST(killed_server_is_restarted)
@@ -2809,6 +2975,7 @@ static Suite *cq_kernel_suite(void)
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, outputs_errors_and_text);
         tcase_add_test(tc, env_probe_report_is_checked);
+        tcase_add_test(tc, warm_report_parser);
         tcase_add_test(tc, files_created_and_inputs);
         tcase_add_test(tc, fifo_in_work_dir_does_not_block);
         tcase_add_test(tc, timeout_and_death_replace_the_kernel);
@@ -2839,6 +3006,7 @@ static Suite *cq_kernel_suite(void)
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, forked_kernels_get_a_fresh_shell);
         tcase_add_test(tc, forked_kernels_are_configured_as_cold_ones);
+        tcase_add_test(tc, forked_kernels_warm_up_as_cold_ones);
         suite_add_tcase(s, tc);
         return s;
 }

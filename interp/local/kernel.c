@@ -8,6 +8,7 @@
 #include "coderq/kernel.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,6 +28,11 @@
 #include "kernel_int.h"
 
 #define POLL_SLICE_MS 100
+/* A forked kernel's report of the warm-up it ran (read_warm_report()):
+ * its name in the run dir, and its cap (the kernel writes at most 64 KiB
+ * of stdout, which JSON may make six times as long) */
+#define WARM_NAME "warm-up.json"
+#define WARM_MAX  (400u << 10)
 
 /* Messages iopub queues in the client (each within iopub_max bytes). */
 #define IOPUB_HWM 4
@@ -623,16 +629,171 @@ static cq_err_t exec_line(cq_buf_t *out, const cq_buf_t *code)
         return err != CQ_OK ? err : cq_buf_append_str(out, "')\n");
 }
 
+/* This start's warm-up cell into \p line: the output shim, the pool's
+ * preload and the environment probe (reporting after \p marker), as one
+ * exec() line. */
+static int build_warmup(cq_kernel_t *kernel, const char *marker, cq_buf_t *line)
+{
+        size_t half = kernel->output_max / 2;
+        /* a message of chunk characters is at most 6 bytes each as JSON
+         * (\u001f), so within iopub's frame cap */
+        size_t chunk = kernel->output_max / 16;
+        char *probe = cq_interp_env_probe(marker);
+        cq_buf_t code;
+        int rc = -1;
+
+        cq_buf_init(&code, 1 << 20);
+        if (probe &&
+            cq_buf_printf(&code, shim_fmt, half > 2048 ? half - 1024 : half / 2,
+                          half > 2048 ? half / 2 - 512 : half / 4,
+                          chunk > 256 ? chunk : 256, kernel->nonce) == CQ_OK &&
+            (!kernel->preload ||
+             (cq_buf_append_str(&code, "\n") == CQ_OK &&
+              cq_buf_append_str(&code, kernel->preload) == CQ_OK)) &&
+            cq_buf_append_str(&code, "\n") == CQ_OK &&
+            cq_buf_append_str(&code, probe) == CQ_OK &&
+            exec_line(line, &code) == CQ_OK)
+                rc = 0;
+        free(probe);
+        cq_buf_release(&code);
+        return rc;
+}
+
+/* Note what the warm-up made of the environment (stdout \p outputs) and
+ * log a failure as such; a warm-up that failed leaves a kernel that
+ * works, as before. */
+static void warm_result(cq_kernel_t *kernel,
+                        const char *marker,
+                        const char *status,
+                        json_t *outputs)
+{
+        if (status) {
+                char *dump = json_dumps(outputs, JSON_COMPACT);
+
+                cq_log_kv(CQ_LOG_WARN, "kernel warm-up failed", "status",
+                          status, "outputs", dump ? dump : "", NULL);
+                free(dump);
+        }
+        json_decref(kernel->env);
+        kernel->env = cq_interp_env_parse(outputs, marker);
+}
+
+/* The warm-up as a silent cell, for a kernel that did not run it itself
+ * (a cold one). */
+static int
+run_warmup(cq_kernel_t *kernel, const cq_buf_t *warm, const char *marker)
+{
+        cq_exec_opts_t eo = {0};
+        cq_cell_result_t res;
+
+        eo.timeout_ms = kernel->startup_timeout_ms;
+        cq_cell_result_init(&res);
+        if (run_cell(kernel, warm->data, true, &eo, &res) != CQ_OK ||
+            res.status != CQ_CELL_OK) {
+                warm_result(kernel, marker, cq_cell_status_name(res.status),
+                            res.outputs);
+                if (!kernel_alive(kernel)) {
+                        cq_cell_result_release(&res);
+                        kernel_set_error(kernel, "kernel died during warm-up");
+                        return -1;
+                }
+        } else {
+                warm_result(kernel, marker, NULL, res.outputs);
+        }
+        cq_cell_result_release(&res);
+        return 0;
+}
+
+json_t *kernel_warm_outputs(const char *buf, size_t len, bool *ok)
+{
+        json_t *doc = json_loadb(buf, len, 0, NULL), *outputs = NULL, *out;
+        const json_t *okv = json_object_get(doc, "ok");
+        const char *ename, *evalue;
+
+        if (!json_is_object(doc) || !json_is_boolean(okv) ||
+            !json_is_string(json_object_get(doc, "stdout")))
+                goto out;
+        *ok = json_is_true(okv);
+        outputs = json_array();
+        out = json_pack("{s:s, s:s, s:O}", "output_type", "stream", "name",
+                        "stdout", "text", json_object_get(doc, "stdout"));
+        if (!outputs || json_array_append_new(outputs, out) != 0)
+                goto fail;
+        if (!*ok) {
+                ename = json_string_value(json_object_get(doc, "ename"));
+                evalue = json_string_value(json_object_get(doc, "evalue"));
+                out = json_pack("{s:s, s:s, s:s}", "output_type", "error",
+                                "ename", ename ? ename : "", "evalue",
+                                evalue ? evalue : "");
+                if (json_array_append_new(outputs, out) != 0)
+                        goto fail;
+        }
+        goto out;
+fail:
+        json_decref(outputs);
+        outputs = NULL;
+out:
+        json_decref(doc);
+        return outputs;
+}
+
+/* What a forked kernel reported of the warm-up it ran before it
+ * answered, read from the run dir, which its sandbox can write: no link
+ * followed, at most WARM_MAX bytes, parsed as any kernel output is. No
+ * report from a kernel that answered is an error. */
+static int read_warm_report(cq_kernel_t *kernel, const char *marker)
+{
+        json_t *outputs = NULL;
+        struct stat st;
+        char *buf = NULL;
+        size_t len = 0;
+        bool ok = false;
+        int fd, rc = -1;
+
+        fd = open(kernel->warm_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+                kernel_set_error(kernel, "kernel left no warm-up report: %s",
+                                 fd < 0 ? strerror(errno) : "not a file");
+                goto out;
+        }
+        buf = malloc(WARM_MAX);
+        if (!buf) {
+                kernel_set_error(kernel, "out of memory");
+                goto out;
+        }
+        len = kernel_read_upto(fd, buf, WARM_MAX);
+        outputs = kernel_warm_outputs(buf, len, &ok);
+        if (!outputs) {
+                kernel_set_error(kernel,
+                                 "kernel's warm-up report is not one "
+                                 "(%zu bytes)",
+                                 len);
+                goto out;
+        }
+        warm_result(kernel, marker, ok ? NULL : "error", outputs);
+        rc = 0;
+out:
+        json_decref(outputs);
+        free(buf);
+        if (fd >= 0)
+                close(fd);
+        unlink(kernel->warm_path);
+        return rc;
+}
+
 /* Spawn and wait until the kernel answered kernel_info and published on
  * iopub: iopub is PUB/SUB and drops what was sent before our subscription
  * reached it, so resend kernel_info every 100 ms until iopub speaks. */
 static int start(cq_kernel_t *kernel)
 {
-        char tail[420];
+        char tail[420], marker[64];
         int64_t deadline, next_send = 0;
         bool got_reply = false, got_iopub = false;
+        cq_buf_t warm;
         cq_jmsg_t msg;
         int port;
+
+        cq_buf_init(&warm, (4 << 20) + 64);
 
         if (random_hex(kernel->key, 16) || random_hex(kernel->session, 16) ||
             random_hex(kernel->nonce, 8)) {
@@ -650,8 +811,25 @@ static int start(cq_kernel_t *kernel)
                 snprintf(path, sizeof(path), "%s/k-%d", kernel->run_dir, port);
                 unlink(path);
         }
-        if (kernel_write_conn_file(kernel))
+        /* The environment is reported in the same silent cell, after
+         * the preload, before any job code runs. */
+        snprintf(marker, sizeof(marker), "coderq-env %s ", kernel->nonce);
+        snprintf(kernel->warm_path, sizeof(kernel->warm_path), "%s/" WARM_NAME,
+                 kernel->run_dir);
+        if (unlink(kernel->warm_path) != 0 && errno != ENOENT) {
+                kernel_set_error(kernel, "could not remove %s: %s",
+                                 kernel->warm_path, strerror(errno));
                 return -1;
+        }
+        if (build_warmup(kernel, marker, &warm)) {
+                cq_buf_release(&warm);
+                kernel_set_error(kernel, "out of memory");
+                return -1;
+        }
+        kernel->warm_code = warm.data;
+        kernel->warm_in_kernel = false;
+        if (kernel_write_conn_file(kernel))
+                goto fail;
         kernel->shell = open_socket(kernel, ZMQ_DEALER, 1);
         kernel->iopub = kernel->shell ? open_socket(kernel, ZMQ_SUB, 2) : NULL;
         kernel->control =
@@ -728,68 +906,18 @@ static int start(cq_kernel_t *kernel)
         /* What the kernel_info requests left queued; what still comes of
          * them later is told apart by its parent header (run_cell). */
         drain_iopub(kernel, 0);
-        {
-                cq_cell_result_t res;
-                cq_exec_opts_t eo = {0};
-                cq_buf_t code, line;
-                char marker[64], *probe;
-
-                /* The environment is reported in the same silent cell,
-                 * after the preload, before any job code runs. */
-                snprintf(marker, sizeof(marker), "coderq-env %s ",
-                         kernel->nonce);
-                probe = cq_interp_env_probe(marker);
-                cq_buf_init(&code, 1 << 20);
-                cq_buf_init(&line, (4 << 20) + 64);
-                eo.timeout_ms = kernel->startup_timeout_ms;
-                size_t half = kernel->output_max / 2;
-
-                /* a message of chunk characters is at most 6 bytes each
-                 * as JSON (\u001f), so within iopub's frame cap */
-                size_t chunk = kernel->output_max / 16;
-
-                if (cq_buf_printf(&code, shim_fmt,
-                                  half > 2048 ? half - 1024 : half / 2,
-                                  half > 2048 ? half / 2 - 512 : half / 4,
-                                  chunk > 256 ? chunk : 256, kernel->nonce) ||
-                    (kernel->preload &&
-                     (cq_buf_append_str(&code, "\n") ||
-                      cq_buf_append_str(&code, kernel->preload))) ||
-                    !probe || cq_buf_append_str(&code, "\n") ||
-                    cq_buf_append_str(&code, probe) ||
-                    exec_line(&line, &code)) {
-                        free(probe);
-                        cq_buf_release(&code);
-                        cq_buf_release(&line);
-                        kernel_set_error(kernel, "out of memory");
+        if (kernel->warm_code && kernel->forked && kernel->warm_in_kernel) {
+                if (read_warm_report(kernel, marker))
                         goto fail;
-                }
-                free(probe);
-                cq_buf_release(&code);
-                cq_cell_result_init(&res);
-                if (run_cell(kernel, line.data, true, &eo, &res) != CQ_OK ||
-                    res.status != CQ_CELL_OK) {
-                        char *dump = json_dumps(res.outputs, JSON_COMPACT);
-
-                        cq_log_kv(CQ_LOG_WARN, "kernel warm-up failed",
-                                  "status", cq_cell_status_name(res.status),
-                                  "outputs", dump ? dump : "", NULL);
-                        free(dump);
-                        if (!kernel_alive(kernel)) {
-                                cq_buf_release(&line);
-                                cq_cell_result_release(&res);
-                                kernel_set_error(kernel,
-                                                 "kernel died during warm-up");
-                                goto fail;
-                        }
-                }
-                json_decref(kernel->env);
-                kernel->env = cq_interp_env_parse(res.outputs, marker);
-                cq_buf_release(&line);
-                cq_cell_result_release(&res);
+        } else if (run_warmup(kernel, &warm, marker)) {
+                goto fail;
         }
+        cq_buf_release(&warm);
+        kernel->warm_code = NULL;
         return 0;
 fail:
+        cq_buf_release(&warm);
+        kernel->warm_code = NULL;
         kernel_teardown(kernel);
         return -1;
 }

@@ -61,6 +61,11 @@ struct cq_kernel {
          * into pid 1's namespace; it leads a group of its own, outside pid
          * 1's (0: none). Only meant while pid 1 runs (it dies with it). */
         pid_t fork_kernel;
+        /* While start() runs: its warm-up cell, which a forked kernel runs
+         * itself before it answers, reporting to warm_path */
+        const char *warm_code;
+        char warm_path[PATH_MAX + 32];
+        bool warm_in_kernel; /* the forked kernel took warm_code */
         json_t *language_info;
         json_t *env; /* the probe's report at the last start, or NULL */
 
@@ -74,12 +79,21 @@ struct cq_kernel {
 
 /* kernel.c */
 
+/* The outputs that a forked kernel's warm-up report (\p len bytes of
+ * JSON {"ok", "ename", "evalue", "stdout"}, from kserver.py's warm_up())
+ * stands for, as a cell's would be: a stdout stream and, when it failed
+ * (*ok false), an error. NULL when it is not one. */
+json_t *kernel_warm_outputs(const char *buf, size_t len, bool *ok);
+
 CQ_PRINTF(2, 3)
 void kernel_set_error(cq_kernel_t *kernel, const char *fmt, ...);
 void kernel_close_sockets(cq_kernel_t *kernel);
 
 /* kernel_proc.c */
 
+/* Up to \p max bytes of \p fd into \p buf, until end of file or an
+ * error (EINTR retried): how many. */
+size_t kernel_read_upto(int fd, char *buf, size_t max);
 void kernel_remove_tree(const char *path);
 void kernel_log_tail(const cq_kernel_t *kernel, char *out, size_t size);
 int kernel_write_conn_file(cq_kernel_t *kernel);

@@ -252,17 +252,41 @@ static int fork_spawn(cq_kernel_t *kernel,
         req.id = &kernel->id;
         req.nice = kernel->nice;
         req.log_fd = logfd;
+        /* the warm-up goes along when it leaves the request room */
+        if (kernel->warm_code &&
+            strlen(kernel->warm_code) <= CQ_KSERVER_MSG_MAX / 4) {
+                req.warm = kernel->warm_code;
+                req.warm_out = kernel->warm_path;
+        }
         if (cq_kserver_spawn(kernel->kserver, &req, &child, err, sizeof(err))) {
                 cq_log_kv(CQ_LOG_INFO, "kernel: starting cold", "reason", err,
                           NULL);
                 return -1;
         }
         kernel->forked = true;
+        kernel->warm_in_kernel = req.warm != NULL;
         kernel->pid = child.pid;
         kernel->pidfd = child.pidfd;
         kernel->fork_kernel = child.kernel;
         atomic_store(&kernel->sig_pid, (int)child.pid);
         return 0;
+}
+
+size_t kernel_read_upto(int fd, char *buf, size_t max)
+{
+        size_t len = 0;
+
+        while (len < max) {
+                ssize_t r = read(fd, buf + len, max - len);
+
+                if (r > 0)
+                        len += (size_t)r;
+                else if (r < 0 && errno == EINTR)
+                        continue;
+                else
+                        break;
+        }
+        return len;
 }
 
 /* Learn the sandbox's pid 1 from bubblewrap's info pipe ({"child-pid":
@@ -272,23 +296,13 @@ static int fork_spawn(cq_kernel_t *kernel,
 void kernel_read_inner_pid(cq_kernel_t *kernel, bool warn)
 {
         char buf[1024];
-        size_t len = 0;
+        size_t len;
         json_t *info;
         json_int_t child;
 
         if (kernel->info_fd < 0)
                 return;
-        while (len < sizeof(buf) - 1) {
-                ssize_t r =
-                    read(kernel->info_fd, buf + len, sizeof(buf) - 1 - len);
-
-                if (r > 0)
-                        len += (size_t)r;
-                else if (r < 0 && errno == EINTR)
-                        continue;
-                else
-                        break;
-        }
+        len = kernel_read_upto(kernel->info_fd, buf, sizeof(buf) - 1);
         close(kernel->info_fd);
         kernel->info_fd = -1;
         info = json_loadb(buf, len, 0, NULL);

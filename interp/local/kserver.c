@@ -613,6 +613,13 @@ static char *build_request(const char *op, const cq_kserver_req_t *req)
             req->id && req->id->drop, "sandbox",
             cq_sandbox_enabled(req->sandbox), "mem", (json_int_t)mem, "nproc",
             (json_int_t)nproc, "fsize", (json_int_t)fsize, "nice", req->nice);
+        if (msg && req->warm && req->warm_out &&
+            (json_object_set_new(msg, "warm", json_string(req->warm)) ||
+             json_object_set_new(msg, "warm_out",
+                                 json_string(req->warm_out)))) {
+                json_decref(msg);
+                msg = NULL;
+        }
         if (msg)
                 text = json_dumps(msg, JSON_COMPACT);
         json_decref(msg);

@@ -177,6 +177,9 @@ def run_kernel(req, log_fd, parent):
         mpl = sys.modules.get('matplotlib')
         if mpl is not None and os.environ.get('MPLBACKEND'):
             mpl.rcParams['backend'] = os.environ['MPLBACKEND']
+        if isinstance(req.get('warm'), str) and \
+                isinstance(req.get('warm_out'), str):
+            warm_up(app, req['warm'], req['warm_out'])
         app.start()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0
@@ -188,6 +191,43 @@ def run_kernel(req, log_fd, parent):
         except Exception:
             pass
     os._exit(code)
+
+
+# what the report keeps of the warm-up's output: JSON makes a character at
+# most 12 bytes, within what the client reads (WARM_MAX in kernel.c)
+WARM_OUT_MAX = 1 << 14
+
+
+def warm_up(app, code, out_path):
+    """The client's warm-up cell, run as ipykernel runs a silent
+    execute_request (no history, no execution count), before the kernel
+    answers anything: what the cell prints and whether it failed go to
+    \\p out_path as JSON for the client, not to iopub, which nobody has
+    subscribed to yet. Saves the kernel a request's round trip."""
+    import io
+    buf = io.StringIO()
+    saved = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = buf
+    error = None
+    try:
+        result = app.shell.run_cell(code, store_history=False, silent=True)
+        error = result.error_before_exec or result.error_in_exec
+    except BaseException as e:  # what a cell's own failure would be
+        error = e
+    finally:
+        sys.stdout, sys.stderr = saved
+    text = json.dumps({'ok': error is None,
+                       'ename': type(error).__name__ if error else None,
+                       'evalue': str(error)[:WARM_OUT_MAX] if error else None,
+                       'stdout': buf.getvalue()[:WARM_OUT_MAX]})
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                 os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        data = memoryview(text.encode('ascii'))
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
 
 
 # The settings every kernel's shell gets (kernel_proc.c's argv after the

@@ -95,6 +95,12 @@ typedef struct cq_kserver_req {
         const cq_sandbox_id_t *id;   /* the uid it runs as; NULL: ours */
         int nice;                    /* 1..19, or 0 */
         int log_fd;                  /* its stdout and stderr */
+        /* NULL, or code the kernel runs as a silent cell before it
+         * answers, writing {"ok", "ename", "evalue", "stdout"} (JSON) to
+         * warm_out (a new
+         * file, which must not exist) */
+        const char *warm;
+        const char *warm_out;
 } cq_kserver_req_t;
 
 /** A forked kernel: its parent (pid 1 of its namespaces, a session and
