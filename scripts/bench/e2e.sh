@@ -30,6 +30,9 @@
 # it kernel starts would be all that is measured (their rate is printed).
 # Also printed per phase b: its overhead, the wall time beyond the LLM
 # latency its waves of jobs must wait (wall - jobs/slots x 4 x latency).
+# First, CQ_E2E_WARMUP_JOBS (default 200; 0: none) jobs as in phase s that
+# no figure counts: the broker's JIT compilation is a fresh broker's cost,
+# not a job's.
 # CQ_E2E_LATENCY_MS (default 1000) sets the LLM latency of phase b,
 # CQ_E2E_PHASES (default "a idle b16 b64 s") which phases run (figures of
 # phases left out are null in the JSON), CQ_E2E_WORKERS (default 2, at
@@ -104,6 +107,16 @@ phase() { # NAME SLOTS JOBS POOL SCRIPT TURNS LATENCY_MS
         "$build/bench/bench_e2e" "$build/coderq" "$base" "$dsn" "$CODERQ_KAFKA_BROKERS" "$@"
 }
 a=null idle=null b16=null b64=null s=null
+# A broker just started spends seconds of CPU compiling itself (the JVM's
+# JIT threads: 1.5 s of the 3 s a fresh broker used in one phase s), which
+# a long-lived broker paid long ago: a batch of jobs the figures leave
+# out goes first.
+wjobs=${CQ_E2E_WARMUP_JOBS:-200}
+[[ $wjobs =~ ^[0-9]+$ ]] || cq_die "CQ_E2E_WARMUP_JOBS must be a number of jobs"
+if [ "$wjobs" -gt 0 ]; then
+        cq_say "warm-up: $wjobs jobs as in phase s, left out of every figure"
+        CODERQ_KERNEL_SERVER=on phase warm 8 "$wjobs" 4 e2e_two 3 0 >/dev/null
+fi
 if [[ $phases == *" a "* ]]; then
         cq_say "a) instant LLM, 2-cell jobs: 40 jobs, 4 slots"
         a=$(phase a 4 40 40 e2e_two 3 0); echo "$a"
