@@ -49,6 +49,7 @@ libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong,
                        ctypes.c_ulong, ctypes.c_ulong]
 libc.syscall.restype = ctypes.c_long
 libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 class Fail(Exception):
@@ -493,6 +494,39 @@ def adopt_init_code(app):
     app.init_code = init_code
 
 
+MADV_COLLAPSE = 25
+HUGE = 1 << 21
+
+
+def collapse_memory():
+    """Back the server's anonymous memory with huge pages where whole
+    aligned 2 MiB ranges of it exist (MADV_COLLAPSE, Linux 6.1): a fork
+    then copies one page-table entry per 2 MiB there instead of 512, the
+    larger part of what the server spends per kernel. A child's write still
+    copies only the 4 KiB page it writes (the kernel splits the mapping
+    first), and no mapping is marked MADV_HUGEPAGE, so a child's own new
+    memory stays in small pages. Where huge pages are off or the kernel is
+    older this does nothing; returns the MiB collapsed."""
+    done = 0
+    try:
+        with open('/proc/self/maps') as f:
+            maps = f.read().splitlines()
+    except OSError:
+        return 0
+    for line in maps:
+        f = line.split()
+        if len(f) < 5 or not f[1].startswith('rw') or f[1][3] != 'p':
+            continue
+        if len(f) > 5 and f[5] != '[heap]':
+            continue
+        lo, hi = (int(x, 16) for x in f[0].split('-'))
+        lo = (lo + HUGE - 1) & ~(HUGE - 1)
+        hi &= ~(HUGE - 1)
+        if hi > lo and libc.madvise(lo, hi - lo, MADV_COLLAPSE) == 0:
+            done += hi - lo
+    return done >> 20
+
+
 def set_cmdline(words):
     """What /proc/PID/cmdline (ps) shows of the kernel and its parent: the
     command a cold kernel runs, written over this process's own copy of
@@ -930,6 +964,7 @@ def main():
     # Objects that exist now are never collected: the collector would
     # otherwise write to every page of them in every child.
     gc.freeze()
+    collapse_memory()
     sock = socket.socket(fileno=sock_fd)
     send(sock, {'ready': True, 'pid': os.getpid(), 'threads': threads(),
                 'imported': [m for m in base + preload if m in sys.modules],
