@@ -2467,11 +2467,16 @@ static const char settings_cell[] =
     "type(app.config['IPKernelApp']).__name__], sort_keys=True))\n"
     "print(json.dumps([{k: repr(v) for k, v in p.items() if k != 'backend'} "
     "for p in (mpl.rcParams, mpl.rcParamsOrig)], sort_keys=True))\n"
-    "print(mpl.rcParams['font.family'], mpl.rcParamsOrig['font.family'])";
+    "print(mpl.rcParams['font.family'], mpl.rcParamsOrig['font.family'])\n"
+    "from traitlets.traitlets import HasTraits\n"
+    "print(HasTraits.traits.__module__, HasTraits.traits.__qualname__, "
+    "list(app.traits(config=True)) == sorted(type(app).class_traits("
+    "config=True)))";
 
-/* The server parses the kernels' command line and applies their
- * matplotlibrc once, before the fork: a forked kernel's application
- * configuration, rcParams and rcParamsOrig are a cold kernel's. */
+/* The server parses the kernels' command line, applies their matplotlibrc
+ * and finds every Configurable's config traits once, before the fork: a
+ * forked kernel's application configuration, rcParams and rcParamsOrig
+ * are a cold kernel's, and so is traitlets once the kernel has started. */
 START_TEST(forked_kernels_are_configured_as_cold_ones)
 {
         cq_kserver_t *ks;
@@ -2490,7 +2495,9 @@ START_TEST(forked_kernels_are_configured_as_cold_ones)
         ck_assert_msg(strstr(want, "\"connection_file\": \"<conn>\"") &&
                           strstr(want, "HistoryManager") &&
                           strstr(want, "['DejaVu Sans', 'Noto Sans CJK JP'] "
-                                       "['DejaVu Sans', 'Noto Sans CJK JP']"),
+                                       "['DejaVu Sans', 'Noto Sans CJK JP']") &&
+                          strstr(want, "traitlets.traitlets HasTraits.traits "
+                                       "True\n"),
                       "cold kernel: %s", want);
         ck_assert_str_eq(got, want);
         free(want);

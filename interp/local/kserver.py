@@ -163,6 +163,7 @@ def run_kernel(req, log_fd, parent):
     if SHELL is not None:
         adopt_shell()
     code = 0
+    traits = cached_traits()
     try:
         app = kernelapp.IPKernelApp.instance()
         if CLI is not None:
@@ -173,6 +174,9 @@ def run_kernel(req, log_fd, parent):
         gc.disable()
         app.initialize()
         gc.enable()
+        # the kernel's own code and the job's see traitlets as it was
+        restore_traits(traits)
+        traits = None
         # What importing matplotlib in a fresh kernel does with the
         # backend ipykernel has just chosen (inline figures).
         mpl = sys.modules.get('matplotlib')
@@ -184,6 +188,8 @@ def run_kernel(req, log_fd, parent):
         app.start()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0
+    finally:
+        restore_traits(traits)
     import atexit
     atexit._run_exitfuncs()
     for f in (sys.stdout, sys.stderr):
@@ -492,6 +498,62 @@ def adopt_init_code(app):
         app.shell._sys_modules_keys = module_keys()
 
     app.init_code = init_code
+
+
+# traits(config=True) of every Configurable class, as HasTraits.traits()
+# finds them: by getattr() on each of the class's members, which writes a
+# reference count into every member (a few hundred functions and traits
+# for IPKernelApp), copying their pages in each kernel that asks. A kernel
+# asks it of each Configurable it makes while it starts; the answer was
+# made here, once (cache_traits()).
+CONFIG_TRAITS = None
+
+
+def cache_traits():
+    global CONFIG_TRAITS
+    from traitlets import traitlets as tl
+    from traitlets.config.configurable import Configurable
+    out, todo = {}, [Configurable]
+    while todo:
+        cls = todo.pop()
+        if cls in out:
+            continue
+        todo.extend(type.__subclasses__(cls))
+        try:
+            members = tl.getmembers(cls)
+        except Exception:
+            continue  # asked of the class itself, as traitlets does
+        # traitlets' test of metadata config=True: _SimpleTest(True)
+        out[cls] = {k: v for k, v in members if isinstance(v, tl.TraitType)
+                    and v.metadata.get('config', None) == True}  # noqa: E712
+    CONFIG_TRAITS = out
+
+
+def cached_traits():
+    """HasTraits.traits() answering traits(config=True) of the classes
+    cache_traits() saw from the cache (a new dict each call, as the
+    original's); every other question goes to the original. Returns what
+    restore_traits() puts back: the original, or None when there is
+    nothing to answer from (or traitlets defines traits() elsewhere)."""
+    from traitlets import traitlets as tl
+    orig = vars(tl.HasTraits).get('traits')
+    if CONFIG_TRAITS is None or orig is None:
+        return None
+
+    def traits(self, **metadata):
+        got = None
+        if len(metadata) == 1 and metadata.get('config', None) is True:
+            got = CONFIG_TRAITS.get(self.__class__)
+        return dict(got) if got is not None else orig(self, **metadata)
+
+    tl.HasTraits.traits = traits
+    return orig
+
+
+def restore_traits(orig):
+    if orig is not None:
+        from traitlets import traitlets as tl
+        tl.HasTraits.traits = orig
 
 
 MADV_COLLAPSE = 25
@@ -960,6 +1022,10 @@ def main():
         snapshot_module_keys()
     except Exception as e:
         failed.append('the module list: %s' % e)
+    try:
+        cache_traits()
+    except Exception as e:
+        failed.append('the traits: %s' % e)
     gc.collect()
     # Objects that exist now are never collected: the collector would
     # otherwise write to every page of them in every child.
