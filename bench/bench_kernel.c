@@ -501,15 +501,17 @@ int main(int argc, char **argv)
                "\"jupyter_client_rtt_ms\":%.3f,\"pool_acquire_ms\":%.3f,"
                "\"cold_start_ms\":%.1f,\"cells\":%zu,\"starts\":%zu,"
                "\"fork_start_ratio\":%.4f,\"fork_cpu_ms\":%.1f,"
-               "\"fork_pss_ratio\":%.3f,\"fork_start_ms\":%.1f,"
+               "\"fork_cpu_ratio\":%.4f,\"fork_pss_ratio\":%.3f,"
+               "\"fork_start_ms\":%.1f,"
                "\"cold_preload_start_ms\":%.1f,\"cold_cpu_ms\":%.0f,"
                "\"fork_pss_kb\":%.0f,\"cold_pss_kb\":%.0f,"
                "\"fork_private_ratio\":%.3f,\"pss_kernels\":%d,"
                "\"fork_sandbox\":\"%s\",\"fork_starts\":%zu}\n",
                rtt_med / anchor_rtt, acq_med / cold_med, rtt_med, anchor_rtt,
                acq_med, cold_med, cells, starts, ff.fork_ms / ff.cold_ms,
-               ff.cpu_ms, ff.fork_pss_kb / ff.cold_pss_kb, ff.fork_ms,
-               ff.cold_ms, ff.cold_cpu_ms, ff.fork_pss_kb, ff.cold_pss_kb,
+               ff.cpu_ms, ff.cpu_ms / ff.cold_cpu_ms,
+               ff.fork_pss_kb / ff.cold_pss_kb, ff.fork_ms, ff.cold_ms,
+               ff.cold_cpu_ms, ff.fork_pss_kb, ff.cold_pss_kb,
                ff.fork_priv_kb / ff.cold_priv_kb, PSS_KERNELS, ff.sandbox,
                fork_starts);
         free(rtt);
