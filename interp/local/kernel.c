@@ -253,9 +253,10 @@ static void close_iopub(cq_kernel_t *kernel)
         kernel->iopub = kernel->iopub_mon = NULL;
 }
 
-static void *open_socket(cq_kernel_t *kernel, int type, int port)
+/* A socket of \p type with our options, not yet connected: see
+ * connect_socket(). */
+static void *new_socket(cq_kernel_t *kernel, int type)
 {
-        char endpoint[PATH_MAX + 32];
         int zero = 0, ivl = 10, hwm = IOPUB_HWM;
         int64_t maxmsg =
             (int64_t)(type == ZMQ_SUB ? kernel->iopub_max : kernel->msg_max);
@@ -268,9 +269,9 @@ static void *open_socket(cq_kernel_t *kernel, int type, int port)
         }
         zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
         zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-        /* We connect before the kernel binds: retry every 10 ms, not
-         * libzmq's 100, or a kernel ready in tens of ms (forked) waits
-         * for the next try. */
+        /* A connection the kernel refuses (its socket file exists before
+         * it listens, or a restart) is retried every 10 ms, not libzmq's
+         * 100. */
         zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
         if (type == ZMQ_DEALER)
                 zmq_setsockopt(sock, ZMQ_ROUTING_ID, kernel->session,
@@ -282,25 +283,40 @@ static void *open_socket(cq_kernel_t *kernel, int type, int port)
                  * memory. */
                 zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
                 zmq_setsockopt(sock, ZMQ_SUBSCRIBE, "", 0);
-                kernel->iopub_mon = open_monitor(kernel, sock);
-                if (!kernel->iopub_mon)
-                        cq_log_warn("kernel: could not monitor iopub: %s",
-                                    zmq_strerror(zmq_errno()));
         }
+        return sock;
+}
+
+/* Connect \p sock to the kernel's socket file k-\p port. */
+static int connect_socket(cq_kernel_t *kernel, void *sock, int port)
+{
+        char endpoint[PATH_MAX + 32];
+
         snprintf(endpoint, sizeof(endpoint), "ipc://%s/k-%d", kernel->run_dir,
                  port);
         if (zmq_connect(sock, endpoint)) {
                 kernel_set_error(kernel, "could not connect to \"%s\": %s",
                                  endpoint, zmq_strerror(zmq_errno()));
-                if (type == ZMQ_SUB && kernel->iopub_mon) {
-                        zmq_socket_monitor(sock, NULL, 0);
-                        zmq_close(kernel->iopub_mon);
-                        kernel->iopub_mon = NULL;
-                }
-                zmq_close(sock);
-                return NULL;
+                return -1;
         }
-        return sock;
+        return 0;
+}
+
+/* A new iopub socket, monitored, connected when \p connect. */
+static int open_iopub(cq_kernel_t *kernel, bool connect)
+{
+        kernel->iopub = new_socket(kernel, ZMQ_SUB);
+        if (!kernel->iopub)
+                return -1;
+        kernel->iopub_mon = open_monitor(kernel, kernel->iopub);
+        if (!kernel->iopub_mon)
+                cq_log_warn("kernel: could not monitor iopub: %s",
+                            zmq_strerror(zmq_errno()));
+        if (connect && connect_socket(kernel, kernel->iopub, 2)) {
+                close_iopub(kernel);
+                return -1;
+        }
+        return 0;
 }
 
 void kernel_close_sockets(cq_kernel_t *kernel)
@@ -325,8 +341,7 @@ void kernel_close_sockets(cq_kernel_t *kernel)
 static int reopen_iopub(cq_kernel_t *kernel)
 {
         close_iopub(kernel);
-        kernel->iopub = open_socket(kernel, ZMQ_SUB, 2);
-        return kernel->iopub ? 0 : -1;
+        return open_iopub(kernel, true);
 }
 
 /* Send a request; its msg_id goes to \p msg_id (64 bytes). */
@@ -784,11 +799,53 @@ out:
 /* Spawn and wait until the kernel answered kernel_info and published on
  * iopub: iopub is PUB/SUB and drops what was sent before our subscription
  * reached it, so resend kernel_info every 100 ms until iopub speaks. */
+/* The sockets start() connects, in the order of kernel->shell, iopub and
+ * control, and the kernel's socket files they connect to. */
+static const int start_ports[3] = {1, 2, 4};
+
+static void **start_socket(cq_kernel_t *kernel, int i)
+{
+        return i == 0   ? &kernel->shell
+               : i == 1 ? &kernel->iopub
+                        : &kernel->control;
+}
+
+/* Connect each socket of start() whose file the kernel has bound, or all
+ * of them when \p all; returns how many are connected, -1 on error.
+ * A socket connected before its file exists costs a failed connect in
+ * libzmq's I/O thread every reconnect interval for as long as the kernel
+ * takes to start, three sockets at a time: a stat() of the file from
+ * the poll loop is far cheaper. */
+static int connect_bound(cq_kernel_t *kernel, bool connected[3], bool all)
+{
+        int i, n = 0;
+
+        for (i = 0; i < 3; i++) {
+                char path[PATH_MAX + 16];
+                struct stat st;
+
+                if (!connected[i]) {
+                        snprintf(path, sizeof(path), "%s/k-%d", kernel->run_dir,
+                                 start_ports[i]);
+                        if (!all && stat(path, &st) != 0)
+                                continue;
+                        if (connect_socket(kernel, *start_socket(kernel, i),
+                                           start_ports[i]))
+                                return -1;
+                        connected[i] = true;
+                }
+                n++;
+        }
+        return n;
+}
+
 static int start(cq_kernel_t *kernel)
 {
         char tail[420], marker[64];
-        int64_t deadline, next_send = 0;
+        int64_t deadline, spawned, next_send = 0;
         bool got_reply = false, got_iopub = false;
+        bool connected[3] = {false, false, false};
+        int nconnected = 0;
         cq_buf_t warm;
         cq_jmsg_t msg;
         int port;
@@ -830,15 +887,16 @@ static int start(cq_kernel_t *kernel)
         kernel->warm_in_kernel = false;
         if (kernel_write_conn_file(kernel))
                 goto fail;
-        kernel->shell = open_socket(kernel, ZMQ_DEALER, 1);
-        kernel->iopub = kernel->shell ? open_socket(kernel, ZMQ_SUB, 2) : NULL;
-        kernel->control =
-            kernel->iopub ? open_socket(kernel, ZMQ_DEALER, 4) : NULL;
+        kernel->shell = new_socket(kernel, ZMQ_DEALER);
+        if (!kernel->shell || open_iopub(kernel, false))
+                goto fail;
+        kernel->control = new_socket(kernel, ZMQ_DEALER);
         if (!kernel->control)
                 goto fail;
         if (kernel_spawn(kernel))
                 goto fail;
-        deadline = cq_now_ms() + kernel->startup_timeout_ms;
+        spawned = cq_now_ms();
+        deadline = spawned + kernel->startup_timeout_ms;
         while (!got_reply || !got_iopub) {
                 zmq_pollitem_t items[3] = {
                     {kernel->shell, 0, ZMQ_POLLIN, 0},
@@ -846,6 +904,7 @@ static int start(cq_kernel_t *kernel)
                     {NULL, kernel->pidfd, ZMQ_POLLIN, 0},
                 };
                 int64_t now = cq_now_ms();
+                long wait_ms;
 
                 if (now >= deadline) {
                         kernel_log_tail(kernel, tail, sizeof(tail));
@@ -860,7 +919,14 @@ static int start(cq_kernel_t *kernel)
                             kernel, "kernel exited during startup%s", tail);
                         goto fail;
                 }
-                if (now >= next_send) {
+                if (nconnected < 3) {
+                        nconnected = connect_bound(kernel, connected, false);
+                        if (nconnected < 0)
+                                goto fail;
+                }
+                /* A request waits in the shell socket for a kernel it is
+                 * connected to, not for one it is not. */
+                if (connected[0] && now >= next_send) {
                         json_t *content = json_object();
 
                         if (send_request(kernel, kernel->shell,
@@ -871,7 +937,11 @@ static int start(cq_kernel_t *kernel)
                          * each request waits queued for the kernel. */
                         next_send = now + (got_reply ? 20 : 100);
                 }
-                if (zmq_poll(items, kernel->pidfd >= 0 ? 3 : 2, 50) < 0 &&
+                /* Until the kernel has bound its sockets, look for their
+                 * files often while a forked kernel would be coming up,
+                 * less often after. */
+                wait_ms = nconnected == 3 ? 50 : now - spawned < 200 ? 2 : 10;
+                if (zmq_poll(items, kernel->pidfd >= 0 ? 3 : 2, wait_ms) < 0 &&
                     zmq_errno() != EINTR) {
                         kernel_set_error(kernel, "could not poll: %s",
                                          zmq_strerror(zmq_errno()));
@@ -902,6 +972,10 @@ static int start(cq_kernel_t *kernel)
                         }
                 }
         }
+        /* control may not be bound yet when shell and iopub answered;
+         * libzmq connects it once it is. */
+        if (connect_bound(kernel, connected, true) < 0)
+                goto fail;
         kernel_read_inner_pid(kernel, true);
         /* What the kernel_info requests left queued; what still comes of
          * them later is told apart by its parent header (run_cell). */
