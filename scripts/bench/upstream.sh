@@ -121,8 +121,9 @@ upstream_run() {
         local t0 line
         rm -rf "$tmp/up"
         t0=$(now)
-        line=$("$venv/bin/python" "$CQ_ROOT/bench/upstream_anchor.py" "$up" \
-                "$base" "$model" "$tmp/up" "$@" 2>"$tmp/up.err" | tail -1)
+        # in $tmp: upstream's logger writes logs/ under the working directory
+        line=$(cd "$tmp" && "$venv/bin/python" "$CQ_ROOT/bench/upstream_anchor.py" \
+                "$up" "$base" "$model" "$tmp/up" "$@" 2>"$tmp/up.err" | tail -1)
         case "$line" in
         *'"answers_ok": true'*) ;;
         *) cq_die "upstream failed or answered wrong: $line $(tail -3 "$tmp/up.err")" ;;
