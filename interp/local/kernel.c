@@ -796,9 +796,6 @@ out:
         return rc;
 }
 
-/* Spawn and wait until the kernel answered kernel_info and published on
- * iopub: iopub is PUB/SUB and drops what was sent before our subscription
- * reached it, so resend kernel_info every 100 ms until iopub speaks. */
 /* The sockets start() connects, in the order of kernel->shell, iopub and
  * control, and the kernel's socket files they connect to. */
 static const int start_ports[3] = {1, 2, 4};
@@ -839,6 +836,10 @@ static int connect_bound(cq_kernel_t *kernel, bool connected[3], bool all)
         return n;
 }
 
+/* Spawn and wait until the kernel answered kernel_info and published on
+ * iopub: iopub is PUB/SUB and drops what was sent before our subscription
+ * reached it, so resend kernel_info every 100 ms until iopub speaks. Each
+ * socket connects once the kernel has bound it (connect_bound()). */
 static int start(cq_kernel_t *kernel)
 {
         char tail[420], marker[64];
