@@ -235,6 +235,9 @@ static double self_cpu_ms(int who)
 
 typedef struct fork_figures {
         double fork_ms, cold_ms, cpu_ms, cold_cpu_ms;
+        /* medians of the forked start's CPU by process: this client, the
+         * server, the kernel (the busiest of its processes), the rest */
+        double cpu_client, cpu_server, cpu_kernel, cpu_rest;
         double fork_pss_kb, cold_pss_kb, fork_priv_kb, cold_priv_kb;
         const char *sandbox;
 } fork_figures_t;
@@ -281,7 +284,8 @@ fork_vs_cold(const char *root, size_t starts, size_t colds, fork_figures_t *f)
         double *fork_ms = calloc(starts, sizeof(double));
         double *cold_ms = calloc(colds, sizeof(double));
         double *cpu = calloc(starts, sizeof(double));
-        double t, before, server_before;
+        double *by = calloc(4 * starts, sizeof(double));
+        double t, before, server_before, ms, top;
         cq_sandbox_opts_t so;
         cq_sandbox_t *sandbox = NULL;
         cq_kserver_opts_t ko;
@@ -293,7 +297,7 @@ fork_vs_cold(const char *root, size_t starts, size_t colds, fork_figures_t *f)
         size_t i, j, n;
         int rc = -1;
 
-        if (!fork_ms || !cold_ms || !cpu)
+        if (!fork_ms || !cold_ms || !cpu || !by)
                 goto out;
         memset(&so, 0, sizeof(so));
         so.mode = CQ_SANDBOX_AUTO;
@@ -355,11 +359,19 @@ fork_vs_cold(const char *root, size_t starts, size_t colds, fork_figures_t *f)
                 }
                 /* every process: us, the server, and the kernel's own
                  * (outer, pid 1, the kernel), all of which began at 0 */
-                cpu[i] = self_cpu_ms(RUSAGE_SELF) - before +
-                         proc_cpu_ms(cq_kserver_pid(ks)) - server_before;
+                by[i] = self_cpu_ms(RUSAGE_SELF) - before;
+                by[starts + i] =
+                    proc_cpu_ms(cq_kserver_pid(ks)) - server_before;
                 n = kernel_procs(interp, pids, CQ_ARRAY_SIZE(pids));
-                for (j = 0; j < n; j++)
-                        cpu[i] += proc_cpu_ms(pids[j]);
+                for (j = 0, top = 0; j < n; j++) {
+                        ms = proc_cpu_ms(pids[j]);
+                        by[3 * starts + i] += ms;
+                        top = ms > top ? ms : top;
+                }
+                by[2 * starts + i] = top;
+                by[3 * starts + i] -= top;
+                cpu[i] = by[i] + by[starts + i] + by[2 * starts + i] +
+                         by[3 * starts + i];
                 cq_interp_destroy(&interp);
         }
         if (idle_pss(&lopts, &f->fork_pss_kb, &f->fork_priv_kb))
@@ -370,6 +382,10 @@ fork_vs_cold(const char *root, size_t starts, size_t colds, fork_figures_t *f)
         f->fork_ms = median(fork_ms, starts);
         f->cold_ms = median(cold_ms, colds);
         f->cpu_ms = median(cpu, starts);
+        f->cpu_client = median(by, starts);
+        f->cpu_server = median(by + starts, starts);
+        f->cpu_kernel = median(by + 2 * starts, starts);
+        f->cpu_rest = median(by + 3 * starts, starts);
         rc = 0;
 out:
         cq_kserver_destroy(&ks);
@@ -377,6 +393,7 @@ out:
         free(fork_ms);
         free(cold_ms);
         free(cpu);
+        free(by);
         return rc;
 }
 
@@ -496,6 +513,10 @@ int main(int argc, char **argv)
                ff.sandbox, ff.fork_ms, ff.cold_ms, ff.cpu_ms, ff.cold_cpu_ms,
                PSS_KERNELS, ff.fork_pss_kb, ff.cold_pss_kb, ff.fork_priv_kb,
                ff.cold_priv_kb);
+        printf("forked start's CPU by process (medians): client %.1f ms, "
+               "server %.1f ms, kernel %.1f ms, its other processes %.1f "
+               "ms\n",
+               ff.cpu_client, ff.cpu_server, ff.cpu_kernel, ff.cpu_rest);
         printf("{\"bench\":\"kernel\",\"rtt_ratio\":%.3f,"
                "\"acquire_ratio\":%.5f,\"coderq_rtt_ms\":%.3f,"
                "\"jupyter_client_rtt_ms\":%.3f,\"pool_acquire_ms\":%.3f,"
@@ -506,14 +527,17 @@ int main(int argc, char **argv)
                "\"cold_preload_start_ms\":%.1f,\"cold_cpu_ms\":%.0f,"
                "\"fork_pss_kb\":%.0f,\"cold_pss_kb\":%.0f,"
                "\"fork_private_ratio\":%.3f,\"pss_kernels\":%d,"
-               "\"fork_sandbox\":\"%s\",\"fork_starts\":%zu}\n",
+               "\"fork_sandbox\":\"%s\",\"fork_starts\":%zu,"
+               "\"fork_cpu_client_ms\":%.1f,\"fork_cpu_server_ms\":%.1f,"
+               "\"fork_cpu_kernel_ms\":%.1f,\"fork_cpu_rest_ms\":%.1f}\n",
                rtt_med / anchor_rtt, acq_med / cold_med, rtt_med, anchor_rtt,
                acq_med, cold_med, cells, starts, ff.fork_ms / ff.cold_ms,
                ff.cpu_ms, ff.cpu_ms / ff.cold_cpu_ms,
                ff.fork_pss_kb / ff.cold_pss_kb, ff.fork_ms, ff.cold_ms,
                ff.cold_cpu_ms, ff.fork_pss_kb, ff.cold_pss_kb,
                ff.fork_priv_kb / ff.cold_priv_kb, PSS_KERNELS, ff.sandbox,
-               fork_starts);
+               fork_starts, ff.cpu_client, ff.cpu_server, ff.cpu_kernel,
+               ff.cpu_rest);
         free(rtt);
         return 0;
 }
