@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -2473,6 +2474,17 @@ static const char settings_cell[] =
     "list(app.traits(config=True)) == sorted(type(app).class_traits("
     "config=True)))";
 
+/* End a test of a cold kernel beside a forked one: both kernels, their
+ * server, and nothing of theirs left. */
+static void
+stop_pair(cq_interp_t **cold, cq_interp_t **forked, cq_kserver_t **ks)
+{
+        cq_interp_destroy(cold);
+        cq_interp_destroy(forked);
+        cq_kserver_destroy(ks);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+
 /* The server parses the kernels' command line, applies their matplotlibrc
  * and finds every Configurable's config traits once, before the fork: a
  * forked kernel's application configuration, rcParams and rcParamsOrig
@@ -2502,10 +2514,52 @@ START_TEST(forked_kernels_are_configured_as_cold_ones)
         ck_assert_str_eq(got, want);
         free(want);
         free(got);
-        cq_interp_destroy(&cold);
-        cq_interp_destroy(&forked);
-        cq_kserver_destroy(&ks);
-        ck_assert_int_eq(count_kernels(), 0);
+        stop_pair(&cold, &forked, &ks);
+}
+END_TEST
+
+/* Every thread's CPUs, as one line per distinct set. */
+static const char affinity_cell[] =
+    "import os\n"
+    "print(sorted({tuple(sorted(os.sched_getaffinity(int(t))))\n"
+    "             for t in os.listdir('/proc/self/task')}))";
+
+/* A forked kernel initializes held to one CPU (kserver.py's pin_start()):
+ * once it answers, each of its threads may run on every CPU a cold
+ * kernel's may, this process's. */
+START_TEST(forked_kernels_are_not_left_pinned)
+{
+        cq_kserver_t *ks;
+        cq_interp_t *cold, *forked;
+        char errstr[700], want[4096], *cold_out, *got;
+        cpu_set_t set;
+        size_t len;
+        int cpu, n = 0;
+
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+        len = (size_t)snprintf(want, sizeof(want), "[(");
+        for (cpu = 0; cpu < CPU_SETSIZE && len < sizeof(want) - 16; cpu++) {
+                if (!CPU_ISSET(cpu, &set))
+                        continue;
+                len += (size_t)snprintf(want + len, sizeof(want) - len,
+                                        n++ ? ", %d" : "%d", cpu);
+        }
+        snprintf(want + len, sizeof(want) - len, ")]\n");
+        if (n < 2)
+                CQ_CHECK_SKIP("2 CPUs", "this process may run on %d", n);
+        ks = new_kserver(NULL, NULL, "", 0, CQ_KSERVER_ON, errstr,
+                         sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        cold = start_kernel(NULL, 0, NULL);
+        forked = start_kernel(NULL, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(forked)));
+        cold_out = stdout_of(cold, affinity_cell);
+        got = stdout_of(forked, affinity_cell);
+        ck_assert_str_eq(cold_out, want);
+        ck_assert_str_eq(got, want);
+        free(cold_out);
+        free(got);
+        stop_pair(&cold, &forked, &ks);
 }
 END_TEST
 
@@ -3013,6 +3067,7 @@ static Suite *cq_kernel_suite(void)
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, forked_kernels_get_a_fresh_shell);
         tcase_add_test(tc, forked_kernels_are_configured_as_cold_ones);
+        tcase_add_test(tc, forked_kernels_are_not_left_pinned);
         tcase_add_test(tc, forked_kernels_warm_up_as_cold_ones);
         suite_add_tcase(s, tc);
         return s;
