@@ -154,6 +154,14 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_SANDBOX_FSIZE", NULL, "sandbox-fsize", CQ_CFG_SIZE,
      F(sandbox_fsize), "1G", 0, 0, NULL,
      "largest file a kernel may write (RLIMIT_FSIZE); 0: none"},
+    {"CODERQ_SANDBOX_TMP", NULL, "sandbox-tmp", CQ_CFG_SIZE, F(sandbox_tmp),
+     "512M", 0, 0, NULL,
+     "size of a sandboxed kernel's /tmp, a tmpfs of its own (memory, not "
+     "disk); 0: the kernel's default, half of RAM"},
+    {"CODERQ_SANDBOX_SHM", NULL, "sandbox-shm", CQ_CFG_SIZE, F(sandbox_shm),
+     "64M", 0, 0, NULL,
+     "size of a sandboxed kernel's /dev/shm, a tmpfs of its own; 0: the "
+     "kernel's default, half of RAM"},
     {"CODERQ_MIGRATIONS_DIR", NULL, "migrations-dir", CQ_CFG_STRING,
      F(migrations_dir), NULL, 0, 0, NULL,
      "folder of NNNN_name.sql migrations applied by coderq migrate (default: "

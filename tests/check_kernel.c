@@ -985,8 +985,10 @@ static int listen_loopback(int *portp)
         return fd;
 }
 
-/* The sandbox in auto mode (bubblewrap where it works) under root. */
-static cq_sandbox_t *auto_sandbox(void)
+/* The sandbox in auto mode (bubblewrap where it works) under root, its
+ * kernels' /tmp and /dev/shm of \p tmp and \p shm bytes (0: Linux's
+ * default). */
+static cq_sandbox_t *sized_sandbox(size_t tmp, size_t shm)
 {
         cq_sandbox_opts_t sopts = {0};
         cq_sandbox_t *sandbox;
@@ -998,10 +1000,65 @@ static cq_sandbox_t *auto_sandbox(void)
         sopts.mem = 4UL << 30;
         sopts.nproc = 512;
         sopts.fsize = 1UL << 30;
+        sopts.tmp = tmp;
+        sopts.shm = shm;
         sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
         ck_assert_msg(sandbox != NULL, "%s", errstr);
         return sandbox;
 }
+
+static cq_sandbox_t *auto_sandbox(void) { return sized_sandbox(0, 0); }
+
+/* What a sandboxed kernel can write outside its work dir: /tmp and
+ * /dev/shm, each a tmpfs of its configured size (memory, which RLIMIT_AS
+ * does not count), and nothing else: the root and /dev are read-only. */
+static const char tmpfs_cell[] =
+    "import errno, os\n"
+    "def size(p):\n"
+    "    s = os.statvfs(p)\n"
+    "    return s.f_blocks * s.f_frsize\n"
+    "def fill(p, n):\n"
+    "    try:\n"
+    "        with open(p, 'wb') as f:\n"
+    "            f.write(b'x' * n)\n"
+    "        return 'ok'\n"
+    "    except OSError as e:\n"
+    "        return errno.errorcode.get(e.errno, str(e.errno))\n"
+    "print(size('/tmp'), size('/dev/shm'))\n"
+    "print(fill('/tmp/big', 9 << 20), fill('/dev/shm/big', 5 << 20))\n"
+    "os.remove('/tmp/big'); os.remove('/dev/shm/big')\n"
+    "print(fill('/tmp/small', 1 << 20), fill('/dev/shm/small', 1 << 20))\n"
+    "print(fill('/coderq-escape', 1), fill('/dev/coderq-escape', 1), "
+    "fill('/coderq-dir/x', 1))\n"
+    "try:\n"
+    "    os.mkdir('/coderq-dir')\n"
+    "except OSError as e:\n"
+    "    print(errno.errorcode[e.errno])\n";
+
+START_TEST(sandbox_bounds_its_tmpfs)
+{
+        cq_sandbox_t *sandbox = sized_sandbox(8u << 20, 4u << 20);
+        cq_interp_t *interp;
+
+        if (!cq_sandbox_enabled(sandbox)) {
+                char why[512];
+
+                snprintf(why, sizeof(why), "%s", cq_sandbox_reason(sandbox));
+                cq_sandbox_destroy(&sandbox);
+                CQ_CHECK_SKIP("bwrap",
+                              "sandbox_bounds_its_tmpfs: bubblewrap does not "
+                              "work here: %s",
+                              why);
+        }
+        interp = start_local(sandbox, 0);
+        assert_stdout(interp, tmpfs_cell,
+                      "8388608 4194304\nENOSPC ENOSPC\nok ok\n"
+                      "EROFS EROFS ENOENT\nEROFS\n");
+        cq_interp_destroy(&interp);
+        cq_sandbox_destroy(&sandbox);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
 
 START_TEST(sandbox_confines_the_kernel)
 {
@@ -3043,6 +3100,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, output_flood_is_bounded);
         tcase_add_test(tc, every_byte_counts_against_the_cap);
         tcase_add_test(tc, sandbox_confines_the_kernel);
+        tcase_add_test(tc, sandbox_bounds_its_tmpfs);
         tcase_add_test(tc, cjk_labels_render_without_tofu);
         tcase_add_test(tc, pool_hands_out_ready_kernels);
         tcase_add_test(tc, pool_starts_kernels_in_parallel);

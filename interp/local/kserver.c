@@ -593,12 +593,14 @@ static void server_failed(cq_kserver_t *ks, const char *why)
 static char *build_request(const char *op, const cq_kserver_req_t *req)
 {
         json_t *msg = NULL, *argv, *env;
-        size_t mem = 0, fsize = 0, i;
+        size_t mem = 0, fsize = 0, tmp = 0, shm = 0, i;
         long nproc = 0;
         char *text = NULL;
 
-        if (req->sandbox)
+        if (req->sandbox) {
                 cq_sandbox_limits(req->sandbox, &mem, &nproc, &fsize);
+                cq_sandbox_tmpfs(req->sandbox, &tmp, &shm);
+        }
         argv = json_array();
         env = json_array();
         for (i = 0; argv && req->argv && req->argv[i]; i++)
@@ -606,13 +608,15 @@ static char *build_request(const char *op, const cq_kserver_req_t *req)
         for (i = 0; env && req->envp && req->envp[i]; i++)
                 json_array_append_new(env, json_string(req->envp[i]));
         msg = json_pack(
-            "{s:s, s:s, s:o, s:o, s:I, s:I, s:b, s:b, s:I, s:I, s:I, s:i}",
+            "{s:s, s:s, s:o, s:o, s:I, s:I, s:b, s:b, s:I, s:I, s:I, s:i, s:I, "
+            "s:I}",
             "op", op, "work_dir", req->work_dir, "argv", argv, "env", env,
             "uid", (json_int_t)(req->id ? req->id->uid : geteuid()), "gid",
             (json_int_t)(req->id ? req->id->gid : getegid()), "drop",
             req->id && req->id->drop, "sandbox",
             cq_sandbox_enabled(req->sandbox), "mem", (json_int_t)mem, "nproc",
-            (json_int_t)nproc, "fsize", (json_int_t)fsize, "nice", req->nice);
+            (json_int_t)nproc, "fsize", (json_int_t)fsize, "nice", req->nice,
+            "tmp", (json_int_t)tmp, "shm", (json_int_t)shm);
         if (msg && req->warm && req->warm_out &&
             (json_object_set_new(msg, "warm", json_string(req->warm)) ||
              json_object_set_new(msg, "warm_out",

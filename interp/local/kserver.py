@@ -728,7 +728,8 @@ def kinit_settings(req):
           'drop=%d' % bool(req.get('drop')), 'mem=%d' % (req.get('mem') or 0),
           'nproc=%d' % (req.get('nproc') or 0),
           'fsize=%d' % (req.get('fsize') or 0),
-          'nice=%d' % (req.get('nice') or 0)]
+          'nice=%d' % (req.get('nice') or 0),
+          'tmp=%d' % (req.get('tmp') or 0), 'shm=%d' % (req.get('shm') or 0)]
     return b''.join(x.encode('utf-8', 'surrogateescape') + b'\0' for x in kv)
 
 

@@ -13,7 +13,11 @@
  *   the host's loopback services included; its own pid, ipc, uts and
  *   cgroup namespaces; no controlling terminal (no TIOCSTI injection).
  * - Filesystem: /usr and /etc read-only, a fresh /proc, a minimal /dev, a
- *   private tmpfs /tmp, and the job's work dir as the only writable bind.
+ *   private tmpfs /tmp (CODERQ_SANDBOX_TMP bytes, 512M) and /dev/shm
+ *   (CODERQ_SANDBOX_SHM, 64M), and the job's work dir as the only
+ *   writable bind; the root and /dev themselves are read-only, so
+ *   nothing a kernel writes outside its work dir can grow beyond those
+ *   two sizes (tmpfs is memory, which RLIMIT_AS does not count).
  *   /root, /home, /var, /srv, the worker's other work dirs and everything
  *   else not listed do not exist inside.
  * - When the worker runs as root, the child drops to an unprivileged uid
@@ -41,7 +45,8 @@
  * - Exploits of the host Linux kernel (namespaces share it); E2B, a
  *   microVM per sandbox, is the stronger isolation for hostile code.
  * - CPU exhaustion and memory beyond RLIMIT_AS accounting (no cgroups):
- *   a cell can spin a core until its deadline and can fill page cache.
+ *   a cell can spin a core until its deadline and can fill page cache;
+ *   each kernel's /tmp and /dev/shm hold up to their sizes in memory.
  * - A worker that is not root cannot switch uids: its kernels run as its
  *   own uid (inside bubblewrap) and share its process limit; naming a
  *   uid range then refuses to start instead.
@@ -87,6 +92,7 @@ struct cq_sandbox {
         size_t mem;
         long nproc;
         size_t fsize;
+        size_t tmp, shm;
         char reason[768];
 };
 
@@ -158,6 +164,8 @@ int cq_sandbox_opts_from_config(cq_sandbox_opts_t *opts, const cq_config_t *cfg)
         opts->mem = cfg->sandbox_mem;
         opts->nproc = cfg->sandbox_nproc;
         opts->fsize = cfg->sandbox_fsize;
+        opts->tmp = cfg->sandbox_tmp;
+        opts->shm = cfg->sandbox_shm;
         if (cq_sandbox_uids_parse(
                 cfg->sandbox_uids ? cfg->sandbox_uids : "auto",
                 &opts->uid_first, &opts->uid_last, &opts->uids_required))
@@ -192,6 +200,12 @@ void cq_sandbox_limits(const cq_sandbox_t *sandbox,
         *memp = sandbox ? sandbox->mem : 0;
         *nprocp = sandbox ? sandbox->nproc : 0;
         *fsizep = sandbox ? sandbox->fsize : 0;
+}
+
+void cq_sandbox_tmpfs(const cq_sandbox_t *sandbox, size_t *tmpp, size_t *shmp)
+{
+        *tmpp = cq_sandbox_enabled(sandbox) ? sandbox->tmp : 0;
+        *shmp = cq_sandbox_enabled(sandbox) ? sandbox->shm : 0;
 }
 
 const char *cq_sandbox_reason(const cq_sandbox_t *sandbox)
@@ -394,6 +408,18 @@ void cq_sandbox_argv_free(char **argv)
         free(argv);
 }
 
+/* "--size N" before a --tmpfs when \p size is set (bubblewrap 0.5). */
+static void add_size(char **argv, size_t *n, size_t size)
+{
+        char num[32];
+
+        if (!size)
+                return;
+        snprintf(num, sizeof(num), "%zu", size);
+        argv[(*n)++] = strdup("--size");
+        argv[(*n)++] = strdup(num);
+}
+
 char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                        const char *work_dir,
                        const char *const *cmd,
@@ -412,9 +438,13 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
             "--ro-bind",     "/etc",
             "/etc",          "--proc",
             "/proc",         "--dev",
-            "/dev",          "--tmpfs",
-            "/tmp",
+            "/dev",
         };
+        /* the root and /dev are tmpfs the kernel's uid owns: read-only
+         * once every mount point exists, so that /tmp, /dev/shm and the
+         * work dir are all it can write (bubblewrap does not recurse) */
+        static const char *const tail[] = {"--remount-ro", "/dev",
+                                           "--remount-ro", "/"};
         size_t ncmd = 0, n = 0, i, total;
         char **argv;
 
@@ -422,7 +452,8 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                 ncmd++;
         total = ncmd + 1;
         if (cq_sandbox_enabled(sandbox))
-                total += 1 + CQ_ARRAY_SIZE(head) + 5 + 2;
+                total += 1 + CQ_ARRAY_SIZE(head) + 2 * 4 + CQ_ARRAY_SIZE(tail) +
+                         5 + 2;
         argv = calloc(total, sizeof(*argv));
         if (!argv)
                 return NULL;
@@ -430,9 +461,17 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                 argv[n++] = strdup(sandbox->bwrap);
                 for (i = 0; i < CQ_ARRAY_SIZE(head); i++)
                         argv[n++] = strdup(head[i]);
+                add_size(argv, &n, sandbox->shm);
+                argv[n++] = strdup("--tmpfs");
+                argv[n++] = strdup("/dev/shm");
+                add_size(argv, &n, sandbox->tmp);
+                argv[n++] = strdup("--tmpfs");
+                argv[n++] = strdup("/tmp");
                 argv[n++] = strdup("--bind");
                 argv[n++] = strdup(work_dir);
                 argv[n++] = strdup(work_dir);
+                for (i = 0; i < CQ_ARRAY_SIZE(tail); i++)
+                        argv[n++] = strdup(tail[i]);
                 argv[n++] = strdup("--chdir");
                 argv[n++] = strdup(work_dir);
                 if (info_fd >= 0) {
@@ -615,6 +654,8 @@ cq_sandbox_new(const cq_sandbox_opts_t *opts, char *errstr, size_t errstr_size)
         sandbox->mem = opts->mem;
         sandbox->nproc = opts->nproc;
         sandbox->fsize = opts->fsize;
+        sandbox->tmp = opts->tmp;
+        sandbox->shm = opts->shm;
         sandbox->drop = geteuid() == 0;
         if (opts->mode == CQ_SANDBOX_OFF) {
                 snprintf(sandbox->reason, sizeof(sandbox->reason),

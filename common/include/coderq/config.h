@@ -72,6 +72,7 @@ typedef struct cq_config {
         size_t sandbox_mem;
         long sandbox_nproc;
         size_t sandbox_fsize;
+        size_t sandbox_tmp, sandbox_shm; /* tmpfs sizes of /tmp, /dev/shm */
         /* storage */
         char *migrations_dir;
         long lease_s;

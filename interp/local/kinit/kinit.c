@@ -9,7 +9,8 @@
  * SOCK_SEQPACKET socket to the server. argv is what ps shows of pid 1
  * (the cold kernel's command line); the settings come as the first
  * datagram on 5: NUL-separated key=value (work, uid, gid, drop, mem,
- * nproc, fsize, nice).
+ * nproc, fsize, nice, tmp, shm: the sizes of /tmp and /dev/shm, 0 for
+ * Linux's default).
  *
  * The outer process enters new mount, pid, network, IPC, UTS and cgroup
  * namespaces and forks pid 1, tells the server pid 1's pid, then waits
@@ -52,7 +53,7 @@
 
 typedef struct settings {
         char work[PATH_MAX];
-        unsigned long long uid, gid, mem, nproc, fsize;
+        unsigned long long uid, gid, mem, nproc, fsize, tmp, shm;
         long long nice;
         bool drop;
 } settings_t;
@@ -144,6 +145,10 @@ static void parse_settings(const char *msg, size_t len, settings_t *st)
                                 st->nproc = v;
                         else if (strncmp(kv, "fsize=", 6) == 0)
                                 st->fsize = v;
+                        else if (strncmp(kv, "tmp=", 4) == 0)
+                                st->tmp = v;
+                        else if (strncmp(kv, "shm=", 4) == 0)
+                                st->shm = v;
                         else
                                 die("bad settings: unknown \"%.40s\"", kv);
                 }
@@ -272,9 +277,21 @@ static void path2(char *out, size_t size, const char *a, const char *b)
                 die("path too long: %.60s%.60s", a, b);
 }
 
+/* Mount options of a tmpfs the kernel owns (\p own), \p size bytes at
+ * most (0: Linux's default). */
+static void
+tmpfs_opts(char *out, size_t n, const char *own, unsigned long long size)
+{
+        if (size)
+                snprintf(out, n, "%s,size=%llu", own, size);
+        else
+                snprintf(out, n, "%s", own);
+}
+
 /* The filesystem bubblewrap builds for a kernel (sandbox.c): /usr and
- * /etc read-only, fresh /proc, minimal /dev, private /tmp, the work dir
- * the only writable bind; everything else does not exist. */
+ * /etc read-only, fresh /proc, minimal /dev, private /tmp and /dev/shm
+ * of their sizes, the work dir the only writable bind, the root and /dev
+ * read-only; everything else does not exist. */
 static void build_root(const settings_t *st)
 {
         static const char *const devices[] = {"null",   "zero",    "full",
@@ -288,7 +305,8 @@ static void build_root(const settings_t *st)
                                                {"bin", "usr/bin"},
                                                {"sbin", "usr/sbin"}};
         const unsigned long nsnd = MS_NOSUID | MS_NODEV;
-        char own[64], a[PATH_MAX + 16], b[PATH_MAX + 16], w[PATH_MAX + 16];
+        char own[64], sized[96], a[PATH_MAX + 16], b[PATH_MAX + 16],
+            w[PATH_MAX + 16];
         uid_t uid = (uid_t)st->uid;
         gid_t gid = (gid_t)st->gid;
         size_t i;
@@ -329,12 +347,14 @@ static void build_root(const settings_t *st)
                 check(symlink(dev_links[i][1], a), "link", a);
         }
         check(mkdir("/newroot/dev/shm", 0755), "make", "/dev/shm");
-        check(chown("/newroot/dev/shm", uid, gid), "own", "/dev/shm");
+        tmpfs_opts(sized, sizeof(sized), own, st->shm);
+        xmount("tmpfs", "/newroot/dev/shm", "tmpfs", nsnd, sized);
         check(mkdir("/newroot/dev/pts", 0755), "make", "/dev/pts");
         xmount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
                "newinstance,ptmxmode=0666,mode=620");
         mkdirs("/newroot/tmp");
-        xmount("tmpfs", "/newroot/tmp", "tmpfs", nsnd, own);
+        tmpfs_opts(sized, sizeof(sized), own, st->tmp);
+        xmount("tmpfs", "/newroot/tmp", "tmpfs", nsnd, sized);
         path2(w, sizeof(w), "/newroot", st->work);
         path2(b, sizeof(b), "/oldroot", st->work);
         mkdirs(w);
@@ -357,6 +377,12 @@ static void build_root(const settings_t *st)
                         check(chown(a, uid, gid), "own", a);
                 }
         }
+        /* every mount point exists: the root and /dev, tmpfs the kernel
+         * owns, become read-only, as bubblewrap's --remount-ro makes them */
+        xmount(NULL, "/newroot/dev", NULL,
+               MS_REMOUNT | MS_BIND | MS_RDONLY | nsnd, NULL);
+        xmount(NULL, "/newroot", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | nsnd,
+               NULL);
         xmount(NULL, "/oldroot", NULL, MS_REC | MS_PRIVATE, NULL);
         check(umount2("/oldroot", MNT_DETACH), "unmount", "the old root");
         check(chdir("/newroot"), "enter", "/newroot");

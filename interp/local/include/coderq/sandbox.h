@@ -59,6 +59,9 @@ typedef struct cq_sandbox_opts {
         size_t mem;            /* RLIMIT_AS bytes; 0: unlimited */
         long nproc;            /* RLIMIT_NPROC; 0: unlimited */
         size_t fsize;          /* RLIMIT_FSIZE bytes; 0: unlimited */
+        /* sizes of the kernel's /tmp and /dev/shm, tmpfs of its own
+         * (its memory); 0: Linux's default, half of RAM */
+        size_t tmp, shm;
         /* A uid per kernel from [uid_first, uid_last] when the worker is
          * root; both 0: every kernel runs as CQ_SANDBOX_UID. */
         long uid_first, uid_last;
@@ -80,7 +83,7 @@ CQ_NODISCARD int cq_sandbox_uids_parse(const char *s,
 
 /**
  * @brief Fill \p opts from CODERQ_SANDBOX (unset: on),
- *        CODERQ_SANDBOX_UIDS, CODERQ_SANDBOX_MEM/_NPROC/_FSIZE,
+ *        CODERQ_SANDBOX_UIDS, CODERQ_SANDBOX_MEM/_NPROC/_FSIZE/_TMP/_SHM,
  *        CODERQ_PYTHON and CODERQ_WORK_ROOT. Strings stay borrowed from
  *        \p cfg (probe_dir may be NULL: the default work root).
  * @returns 0, or -1 when cfg->sandbox is not auto, on or off, or
@@ -131,6 +134,10 @@ void cq_sandbox_limits(const cq_sandbox_t *sandbox,
                        size_t *memp,
                        long *nprocp,
                        size_t *fsizep);
+
+/** @brief The sizes of a sandboxed kernel's /tmp and /dev/shm in bytes
+ *         (0: Linux's default); both 0 without a sandbox. */
+void cq_sandbox_tmpfs(const cq_sandbox_t *sandbox, size_t *tmpp, size_t *shmp);
 
 /** @brief The identity one kernel runs as; see cq_sandbox_id_acquire(). */
 typedef struct cq_sandbox_id {
