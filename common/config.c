@@ -267,6 +267,11 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_RELAY_INTERVAL_MS", NULL, "relay-interval-ms", CQ_CFG_INT,
      F(relay_interval_ms), "200", 10, 60000, NULL,
      "how often the outbox relay looks for unsent completion events"},
+    {"CODERQ_RELAY_IDLE_MS", NULL, "relay-idle-ms", CQ_CFG_INT,
+     F(relay_idle_ms), "5000", 10, 600000, NULL,
+     "longest pause between the relay's looks while they find nothing: "
+     "each empty look doubles the pause from CODERQ_RELAY_INTERVAL_MS up "
+     "to this (a finishing job wakes its worker's relay at once)"},
     {"CODERQ_EVENT_MAX_BYTES", NULL, "event-max-bytes", CQ_CFG_SIZE,
      F(event_max_bytes), "256K", 4096, 64L << 20, NULL,
      "largest completion event produced; a larger answer is cut in the "

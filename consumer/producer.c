@@ -63,6 +63,7 @@ void cq_kafka_opts_init(cq_kafka_opts_t *opts)
         opts->events_linger_ms = 100;
         opts->pg_reconnect_ms = 500;
         opts->relay_interval_ms = 200;
+        opts->relay_idle_ms = 5000;
         opts->relay_batch = 100;
         opts->event_max_bytes = 256 * 1024;
         opts->flush_timeout_ms = 10000;
@@ -91,6 +92,7 @@ void cq_kafka_opts_from_config(cq_kafka_opts_t *opts, const cq_config_t *cfg)
         opts->events_queue_max = cfg->events_queue_max;
         opts->events_linger_ms = (int)cfg->events_linger_ms;
         opts->relay_interval_ms = (int)cfg->relay_interval_ms;
+        opts->relay_idle_ms = (int)cfg->relay_idle_ms;
         opts->event_max_bytes = cfg->event_max_bytes;
 }
 

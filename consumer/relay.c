@@ -61,6 +61,7 @@ struct cq_relay {
         bool pg_down;
         rd_kafka_resp_err_t last_err; /* log a refusal once, not per row */
         atomic_ullong produced, sent, failed, rejected, truncated;
+        atomic_ullong claims, empty;
         atomic_ullong inflight;
         atomic_bool st_pg_down;
         atomic_bool kicked;      /* cq_relay_kick(): pump now */
@@ -346,6 +347,8 @@ cq_relay_t *cq_relay_new(const cq_kafka_opts_t *opts,
                 relay->opts.relay_batch = 1;
         if (relay->opts.relay_interval_ms < 1)
                 relay->opts.relay_interval_ms = 1;
+        if (relay->opts.relay_idle_ms < relay->opts.relay_interval_ms)
+                relay->opts.relay_idle_ms = relay->opts.relay_interval_ms;
         if (relay->opts.event_max_bytes < 1024)
                 relay->opts.event_max_bytes = 1024;
         relay->lease_ms =
@@ -397,6 +400,8 @@ void cq_relay_stats(cq_relay_t *relay, cq_relay_stats_t *stats)
         stats->failed = atomic_load(&relay->failed);
         stats->rejected = atomic_load(&relay->rejected);
         stats->truncated = atomic_load(&relay->truncated);
+        stats->claims = atomic_load(&relay->claims);
+        stats->empty = atomic_load(&relay->empty);
         stats->inflight = atomic_load(&relay->inflight);
         stats->pg_down = atomic_load(&relay->st_pg_down);
         stats->beat_ms = atomic_load(&relay->st_beat_ms);
@@ -675,24 +680,29 @@ static void produce_row(cq_relay_t *relay, const cq_outbox_row_t *row)
         f->err = err;
 }
 
-/* Claim rows nobody else holds and produce them. */
-static void pump(cq_relay_t *relay)
+/* Claim rows nobody else holds and produce them. Returns whether the
+ * claim found a row (false too when it could not be made). */
+static bool pump(cq_relay_t *relay)
 {
         cq_outbox_t box;
         cq_err_t err;
         size_t i;
-        bool settled = false;
+        bool settled = false, found;
 
         if (relay->n >=
                 (size_t)relay->opts.relay_batch * RELAY_INFLIGHT_BATCHES ||
             !ensure_store(relay))
-                return;
+                return false;
         cq_outbox_init(&box);
         err = cq_store_outbox_claim(relay->store, relay->id,
                                     (size_t)relay->opts.relay_batch,
                                     relay->lease_ms, &box);
+        atomic_fetch_add(&relay->claims, 1);
         if (!store_ok(relay, err, "relay: could not claim outbox rows"))
-                return;
+                return false;
+        found = box.n > 0;
+        if (!found)
+                atomic_fetch_add(&relay->empty, 1);
         for (i = 0; i < box.n; i++)
                 if (!in_flight(relay, box.v[i].event_id))
                         produce_row(relay, &box.v[i]);
@@ -701,6 +711,22 @@ static void pump(cq_relay_t *relay)
                 settled = settled || relay->v[i].settled;
         if (settled)
                 release_settled(relay);
+        return found;
+}
+
+/* The next poll period after a poll or kick that found a row or not:
+ * back to relay_interval_ms, or double, up to relay_idle_ms. A local
+ * finish kicks the relay; what polls are for (rows whose finishing worker
+ * died, rows written by a process with no relay, released rows whose
+ * backoff ran out) is rare, and an idle fleet's relays would otherwise
+ * claim five times a second each. */
+static int64_t next_period(const cq_relay_t *relay, int64_t period, bool found)
+{
+        if (found)
+                return relay->opts.relay_interval_ms;
+        period *= 2;
+        return period > relay->opts.relay_idle_ms ? relay->opts.relay_idle_ms
+                                                  : period;
 }
 
 void cq_relay_kick(cq_relay_t *relay)
@@ -710,17 +736,23 @@ void cq_relay_kick(cq_relay_t *relay)
 
 int cq_relay_run(cq_relay_t *relay, const atomic_int *stop)
 {
-        int64_t next = 0, deadline;
+        int64_t next = 0, deadline, period = relay->opts.relay_interval_ms;
 
         while (!atomic_load(stop)) {
                 int64_t now = cq_now_ms();
+                bool kicked, found;
                 int wait;
 
                 atomic_store(&relay->st_beat_ms, now);
                 reap(relay);
-                if (atomic_exchange(&relay->kicked, false) || now >= next) {
-                        pump(relay);
-                        next = now + relay->opts.relay_interval_ms;
+                kicked = atomic_exchange(&relay->kicked, false);
+                if (kicked || now >= next) {
+                        found = pump(relay);
+                        /* a kick that found nothing (its row went with
+                         * an earlier claim) says nothing of the rest */
+                        if (found || !kicked)
+                                period = next_period(relay, period, found);
+                        next = now + period;
                 }
                 wait = (int)(next - cq_now_ms());
                 if (wait > 0)

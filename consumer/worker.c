@@ -309,6 +309,11 @@ static void *hk_main(void *arg)
                                             "expired leases: %d requeued, "
                                             "%d failed",
                                             requeued, failed);
+                        /* their completion events are in the outbox:
+                         * this worker's relay sends them now, whatever
+                         * its idle pause */
+                        if (failed && w->relay)
+                                cq_relay_kick(w->relay);
                 }
                 worker_nap(250, &w->stop_hk);
         }

@@ -131,6 +131,13 @@ static int add_families(cq_worker_t *w, char *errstr, size_t errstr_size)
                                "Completion events the relay published and "
                                "marked sent",
                                errstr, errstr_size, &failed);
+        m->outbox_claims = plain(w, C, "coderq_outbox_claims_total",
+                                 "Outbox claims the relay made (kicked by a "
+                                 "finish or polled)",
+                                 errstr, errstr_size, &failed);
+        m->outbox_empty = plain(w, C, "coderq_outbox_empty_claims_total",
+                                "Outbox claims that found no row", errstr,
+                                errstr_size, &failed);
         if (failed)
                 return -1;
         return cq_agent_metrics_add(&m->agent, m->reg, errstr, errstr_size);
@@ -195,6 +202,8 @@ static void collect(void *opaque)
 
                 cq_relay_stats(w->relay, &st);
                 cq_series_set(m->events_sent, (double)st.sent);
+                cq_series_set(m->outbox_claims, (double)st.claims);
+                cq_series_set(m->outbox_empty, (double)st.empty);
         }
 }
 

@@ -164,11 +164,34 @@ static void check_results(const char *dsn,
         free(seen);
 }
 
+/* A relay test's own prefix and results topic (made), and the options
+ * of a relay on the shared PostgreSQL and broker. */
+static void relay_fixture(const char *tag,
+                          char *prefix,
+                          size_t prefix_size,
+                          cq_store_opts_t *sopts,
+                          cq_kafka_opts_t *kopts)
+{
+        const char *dsn = cq_check_env("CODERQ_PG_DSN");
+        const char *brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
+        char topic[160];
+
+        kt_migrate(dsn);
+        kt_unique(tag, prefix, prefix_size);
+        snprintf(topic, sizeof(topic), "%s.results", prefix);
+        kt_create_topic(brokers, topic, 1);
+        cq_store_opts_init(sopts);
+        sopts->dsn = dsn;
+        cq_kafka_opts_init(kopts);
+        kopts->brokers = brokers;
+        kopts->store = sopts;
+}
+
 START_TEST(relay_marks_sent_and_survives_broker_outage)
 {
         const char *dsn = cq_check_env("CODERQ_PG_DSN");
         const char *brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
-        char prefix[96], topic[160], errstr[512];
+        char prefix[96], errstr[512];
         cq_store_opts_t sopts;
         cq_kafka_opts_t kopts;
         cq_producer_t *prod;
@@ -177,15 +200,7 @@ START_TEST(relay_marks_sent_and_survives_broker_outage)
 
         kt_services("start-kafka"); /* a no-op unless a failed run left it
                                        stopped */
-        kt_migrate(dsn);
-        kt_unique("it-relay", prefix, sizeof(prefix));
-        snprintf(topic, sizeof(topic), "%s.results", prefix);
-        kt_create_topic(brokers, topic, 1);
-        cq_store_opts_init(&sopts);
-        sopts.dsn = dsn;
-        cq_kafka_opts_init(&kopts);
-        kopts.brokers = brokers;
-        kopts.store = &sopts;
+        relay_fixture("it-relay", prefix, sizeof(prefix), &sopts, &kopts);
         prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
         ck_assert_msg(prod, "%s", errstr);
 
@@ -661,6 +676,48 @@ START_TEST(relay_takes_over_the_claims_of_a_dead_relay)
 }
 END_TEST
 
+/* A relay with nothing to send looks less and less often: each empty
+ * look doubles its pause, from relay_interval_ms up to relay_idle_ms;
+ * a row written behind its back (no kick) still goes out at its next
+ * look. Load on the machine can only make it look less. */
+START_TEST(idle_relay_backs_off)
+{
+        const char *dsn = cq_check_env("CODERQ_PG_DSN");
+        const char *brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
+        char prefix[96], errstr[512];
+        cq_store_opts_t sopts;
+        cq_kafka_opts_t kopts;
+        cq_producer_t *prod;
+        cq_relay_stats_t st;
+        runner_t r;
+
+        relay_fixture("it-relayidle", prefix, sizeof(prefix), &sopts, &kopts);
+        kt_pg_exec(dsn,
+                   "UPDATE outbox SET sent_at = now() WHERE sent_at IS "
+                   "NULL AND failed_at IS NULL",
+                   NULL);
+        kopts.relay_interval_ms = 20;
+        kopts.relay_idle_ms = 640;
+        prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
+        ck_assert_msg(prod, "%s", errstr);
+        runner_start(&r, &kopts, prod);
+        kt_sleep_ms(4000);
+        cq_relay_stats(r.relay, &st);
+        /* 20 + 40 + ... + 320 ms, then every 640 ms: 11 looks in 4 s
+         * (a look every 20 ms would be 200) */
+        ck_assert_uint_ge(st.claims, 1);
+        ck_assert_uint_le(st.claims, 12);
+        ck_assert_uint_eq(st.empty, st.claims);
+        add_rows(dsn, prefix, 1, 1);
+        wait_unsent(dsn, prefix, 0, 30000);
+        cq_relay_stats(r.relay, &st);
+        ck_assert_uint_eq(st.empty + 1, st.claims);
+        runner_stop(&r);
+        check_results(dsn, brokers, prefix, 1, 1);
+        cq_producer_destroy(&prod);
+}
+END_TEST
+
 START_TEST(events_arrive_with_increasing_seq)
 {
         const char *brokers = cq_check_env("CODERQ_KAFKA_BROKERS");
@@ -766,6 +823,7 @@ static Suite *relay_suite(void)
         tcase_add_test(tc, relays_of_a_fleet_send_each_row_once);
         tcase_add_test(tc, relay_takes_over_the_claims_of_a_dead_relay);
         tcase_add_test(tc, events_arrive_with_increasing_seq);
+        tcase_add_test(tc, idle_relay_backs_off);
         suite_add_tcase(s, tc);
         return s;
 }

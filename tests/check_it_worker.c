@@ -804,6 +804,11 @@ START_TEST(metrics_health_and_a_real_prometheus)
         ck_assert(sample(body, "coderq_queue_depth") == 0);
         ck_assert(sample(body, "coderq_outbox_pending") == 0);
         ck_assert(sample(body, "coderq_outbox_failed") == 0);
+        /* the three events went out through this worker's claims */
+        ck_assert(sample(body, "coderq_outbox_empty_claims_total") >= 0);
+        ck_assert(sample(body, "coderq_outbox_claims_total") -
+                      sample(body, "coderq_outbox_empty_claims_total") >=
+                  1);
         /* three turns per job, two cells per job */
         ck_assert(sample(body, "coderq_llm_calls_total{model=\"script:two_"
                                "cells\",outcome=\"ok\"}") == 9);

@@ -106,6 +106,7 @@ typedef struct cq_config {
         long events_queue_max;
         long events_linger_ms;
         long relay_interval_ms;
+        long relay_idle_ms;
         size_t event_max_bytes;
         /* worker */
         long slots;

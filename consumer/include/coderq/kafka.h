@@ -60,6 +60,9 @@ typedef struct cq_kafka_opts {
                                     producer, the progress events' */
         int pg_reconnect_ms;     /* one reconnect attempt budget per call */
         int relay_interval_ms;   /* outbox poll period */
+        /* longest poll period, reached by doubling while polls find
+         * nothing (a finishing slot kicks its relay instead) */
+        int relay_idle_ms;
         int relay_batch;         /* rows per outbox claim */
         int relay_lease_ms;      /* how long a relay's claim on a row lasts;
                                     0: message_timeout_ms + 15 s, so a
@@ -256,6 +259,8 @@ typedef struct cq_relay_stats {
                                produce error) */
         uint64_t truncated; /* events cut to event_max_bytes */
         uint64_t inflight;  /* rows waiting for their delivery report */
+        uint64_t claims;    /* outbox claims made (kicked or polled) */
+        uint64_t empty;     /* ... of which found no row */
         bool pg_down;
         int64_t beat_ms; /* cq_now_ms() of the run loop's last round; 0
                             before it ran */
@@ -312,7 +317,8 @@ cq_relay_t *cq_relay_new(const cq_kafka_opts_t *opts,
                          size_t errstr_size);
 
 /**
- * @brief Relay until *\p stop: every relay_interval_ms claim unsent rows
+ * @brief Relay until *\p stop: when kicked (cq_relay_kick()) and every
+ *        relay_interval_ms claim unsent rows
  *        (cq_store_outbox_claim(): no other relay produces them while the
  *        claim runs), produce them capped at event_max_bytes
  *        (cq_event_cap()), and mark a row sent when its delivery report
@@ -321,7 +327,9 @@ cq_relay_t *cq_relay_new(const cq_kafka_opts_t *opts,
  *        with a backoff; a permanent error (cq_kafka_err_permanent())
  *        marks it failed, logged at error and counted in "rejected". On
  *        stop, waits at most flush_timeout_ms for the reports in flight;
- *        rows still in flight keep their claim until it expires.
+ *        rows still in flight keep their claim until it expires. A poll
+ *        that finds nothing doubles the period up to relay_idle_ms; one
+ *        that finds a row, or a kick that does, sets it back.
  * @returns 0.
  * @locality One thread.
  */
