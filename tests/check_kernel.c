@@ -1060,6 +1060,47 @@ START_TEST(sandbox_bounds_its_tmpfs)
 }
 END_TEST
 
+/* A sandboxed kernel's IPython profile is on the sandbox's own /tmp (a
+ * tmpfs that goes with the kernel), not in the run dir on the work root's
+ * disk: nothing of it is left for the worker to remove. */
+START_TEST(sandboxed_profile_is_on_its_tmpfs)
+{
+        cq_sandbox_t *sandbox = auto_sandbox();
+        cq_interp_t *interp;
+        char path[PATH_MAX];
+
+        if (!cq_sandbox_enabled(sandbox)) {
+                char why[512];
+
+                snprintf(why, sizeof(why), "%s", cq_sandbox_reason(sandbox));
+                cq_sandbox_destroy(&sandbox);
+                CQ_CHECK_SKIP("bwrap",
+                              "sandboxed_profile_is_on_its_tmpfs: bubblewrap "
+                              "does not work here: %s",
+                              why);
+        }
+        interp = start_local(sandbox, 0);
+        assert_stdout(interp,
+                      "import os\np = get_ipython().profile_dir\n"
+                      "print(os.environ['IPYTHONDIR'], p.location)\n"
+                      "print(sorted(os.listdir(p.location)), "
+                      "os.path.isfile(os.path.join(p.startup_dir, "
+                      "'README')))\n"
+                      "print(os.stat('/tmp').st_dev == os.stat(p.location)."
+                      "st_dev != os.stat('.').st_dev)",
+                      CQ_KERNEL_BOXED_IPYTHONDIR
+                      " " CQ_KERNEL_BOXED_IPYTHONDIR "/profile_default\n"
+                      "['db', 'log', 'pid', 'security', 'startup'] True\n"
+                      "True\n");
+        snprintf(path, sizeof(path), "%s/" CQ_KERNEL_RUN_DIR "/ipython",
+                 cq_kernel_work_dir(cq_local_interp_kernel(interp)));
+        ck_assert_int_ne(access(path, F_OK), 0);
+        cq_interp_destroy(&interp);
+        cq_sandbox_destroy(&sandbox);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 START_TEST(sandbox_confines_the_kernel)
 {
         cq_sandbox_t *sandbox = auto_sandbox();
@@ -3101,6 +3142,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, every_byte_counts_against_the_cap);
         tcase_add_test(tc, sandbox_confines_the_kernel);
         tcase_add_test(tc, sandbox_bounds_its_tmpfs);
+        tcase_add_test(tc, sandboxed_profile_is_on_its_tmpfs);
         tcase_add_test(tc, cjk_labels_render_without_tofu);
         tcase_add_test(tc, pool_hands_out_ready_kernels);
         tcase_add_test(tc, pool_starts_kernels_in_parallel);

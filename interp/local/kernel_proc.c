@@ -444,7 +444,10 @@ out:
         return rc;
 }
 
-char **cq_kernel_environ(const char *home, const char *run_dir, pid_t parent)
+char **cq_kernel_environ(const char *home,
+                         const char *run_dir,
+                         const char *ipython_dir,
+                         pid_t parent)
 {
         char sub[PATH_MAX + 32], pid[32];
         char **env = calloc(16, sizeof(*env));
@@ -462,8 +465,12 @@ char **cq_kernel_environ(const char *home, const char *run_dir, pid_t parent)
         env[n++] = env_kv("PYDEVD_DISABLE_FILE_VALIDATION", "1");
         snprintf(sub, sizeof(sub), "%s/mpl", run_dir);
         env[n++] = env_kv("MPLCONFIGDIR", sub);
-        snprintf(sub, sizeof(sub), "%s/ipython", run_dir);
-        env[n++] = env_kv("IPYTHONDIR", sub);
+        if (ipython_dir) {
+                env[n++] = env_kv("IPYTHONDIR", ipython_dir);
+        } else {
+                snprintf(sub, sizeof(sub), "%s/ipython", run_dir);
+                env[n++] = env_kv("IPYTHONDIR", sub);
+        }
         snprintf(sub, sizeof(sub), "%s/cache", run_dir);
         env[n++] = env_kv("XDG_CACHE_HOME", sub);
         if (parent > 0) {
@@ -485,9 +492,11 @@ char **cq_kernel_environ(const char *home, const char *run_dir, pid_t parent)
  * --die-with-parent does that job instead. */
 static char **build_env(const cq_kernel_t *kernel)
 {
-        return cq_kernel_environ(
-            kernel->work_dir, kernel->run_dir,
-            cq_sandbox_enabled(kernel->sandbox) ? 0 : getpid());
+        bool boxed = cq_sandbox_enabled(kernel->sandbox);
+
+        return cq_kernel_environ(kernel->work_dir, kernel->run_dir,
+                                 boxed ? CQ_KERNEL_BOXED_IPYTHONDIR : NULL,
+                                 boxed ? 0 : getpid());
 }
 
 int kernel_spawn(cq_kernel_t *kernel)

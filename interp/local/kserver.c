@@ -434,7 +434,7 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
          * reads at start-up (UTF-8 mode, stdio encoding, no bytecode
          * writing) is what a cold kernel gets; its own dirs for
          * matplotlib's font list and IPython; nothing of ours. */
-        envp = cq_kernel_environ(ks->dir, ks->dir, 0);
+        envp = cq_kernel_environ(ks->dir, ks->dir, NULL, 0);
         if (logfd < 0 || nullfd < 0 || !envp ||
             socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
                 cq_errstr_set(errstr, errstr_size, "could not prepare: %s",

@@ -124,13 +124,25 @@ int cq_kernel_renice(cq_kernel_t *kernel, int nice);
 /**
  * @brief A kernel's whole environment, built from scratch: nothing of the
  *        worker's (API keys, database DSN, CODERQ_*) reaches model-written
- *        code. HOME is \p home; matplotlib's, IPython's and the XDG cache
- *        dirs are under \p run_dir; JPY_PARENT_PID is \p parent when > 0.
- *        MPLBACKEND stays unset so figures are published inline.
+ *        code. HOME is \p home; matplotlib's and the XDG cache dirs are
+ *        under \p run_dir, IPython's too unless \p ipython_dir names
+ *        another; JPY_PARENT_PID is \p parent when > 0. MPLBACKEND stays
+ *        unset so figures are published inline.
  * @returns Caller owns the returned vector and its strings; free with
  *          cq_sandbox_argv_free(). NULL when out of memory.
  */
-char **cq_kernel_environ(const char *home, const char *run_dir, pid_t parent);
+char **cq_kernel_environ(const char *home,
+                         const char *run_dir,
+                         const char *ipython_dir,
+                         pid_t parent);
+
+/**
+ * @brief IPython's directory (its profile tree) for a sandboxed kernel:
+ *        on the sandbox's own /tmp, a tmpfs that goes with the kernel,
+ *        so neither the kernel's start-up nor the worker's clean-up pays
+ *        for a dozen directories and files on the work root's disk.
+ */
+#define CQ_KERNEL_BOXED_IPYTHONDIR "/tmp/ipython"
 
 /** @brief Counters of dropped kernel messages. */
 void cq_kernel_stats(const cq_kernel_t *kernel, cq_jmsg_stats_t *stats);
