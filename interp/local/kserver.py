@@ -574,7 +574,8 @@ def cached_traits():
     nothing to answer from (or traitlets defines traits() elsewhere)."""
     from traitlets import traitlets as tl
     orig = vars(tl.HasTraits).get('traits')
-    if CONFIG_TRAITS is None or orig is None:
+    if CONFIG_TRAITS is None or orig is None or \
+            vars(tl.HasDescriptors).get('setup_instance') is None:
         return None
 
     def traits(self, **metadata):
@@ -583,14 +584,63 @@ def cached_traits():
             got = CONFIG_TRAITS.get(self.__class__)
         return dict(got) if got is not None else orig(self, **metadata)
 
+    setup = vars(tl.HasDescriptors).get('setup_instance')
     tl.HasTraits.traits = traits
-    return orig
+    if INSTANCE_INITS is not None and setup is not None:
+
+        def setup_instance(*args, **kwargs):
+            self = args[0]
+            inits = INSTANCE_INITS.get(self.__class__)
+            if inits is None:
+                return setup(*args, **kwargs)
+            self._cross_validation_lock = False
+            for value in inits:
+                value.instance_init(self)
+
+        tl.HasDescriptors.setup_instance = setup_instance
+    return orig, setup
 
 
 def restore_traits(orig):
     if orig is not None:
         from traitlets import traitlets as tl
-        tl.HasTraits.traits = orig
+        tl.HasTraits.traits, tl.HasDescriptors.setup_instance = orig
+
+
+# The descriptors HasDescriptors.setup_instance() initializes in every new
+# instance, per class, as it finds them: dir(cls) in its order, getattr()
+# of each name (a name whose getattr() raises AttributeError is passed
+# over), the BaseDescriptor values kept. Found anew for every instance,
+# that writes a reference count into every member of the class and its
+# bases (some 300 for IPKernelApp): pages of the server's objects copied in
+# each kernel. Made here, once; traitlets 5.10 and later keep the same list
+# per class themselves.
+INSTANCE_INITS = None
+
+
+def cache_instance_inits():
+    global INSTANCE_INITS
+    from traitlets import traitlets as tl
+    out, todo = {}, [tl.HasDescriptors]
+    while todo:
+        cls = todo.pop()
+        if cls in out:
+            continue
+        todo.extend(type.__subclasses__(cls))
+        inits = []
+        try:
+            for key in dir(cls):
+                try:
+                    value = getattr(cls, key)
+                except AttributeError:
+                    continue
+                if isinstance(value, tl.BaseDescriptor):
+                    inits.append(value)
+        except Exception:
+            out[cls] = None  # asked of the class itself, as traitlets does
+            continue
+        out[cls] = tuple(inits)
+    INSTANCE_INITS = out
 
 
 MADV_COLLAPSE = 25
@@ -1062,6 +1112,7 @@ def main():
         failed.append('the module list: %s' % e)
     try:
         cache_traits()
+        cache_instance_inits()
     except Exception as e:
         failed.append('the traits: %s' % e)
     gc.collect()
