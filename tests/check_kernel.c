@@ -2572,6 +2572,19 @@ static const char settings_cell[] =
     "list(app.traits(config=True)) == sorted(type(app).class_traits("
     "config=True)))";
 
+/* Start a test of a cold kernel beside a forked one, both with
+ * \p sandbox: the cold one without \p ks, the other forked by it. */
+static void start_pair(const cq_sandbox_t *sandbox,
+                       cq_kserver_t *ks,
+                       cq_interp_t **cold,
+                       cq_interp_t **forked)
+{
+        *cold = start_kernel(sandbox, 0, NULL);
+        ck_assert(!cq_kernel_forked(cq_local_interp_kernel(*cold)));
+        *forked = start_kernel(sandbox, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(*forked)));
+}
+
 /* End a test of a cold kernel beside a forked one: both kernels, their
  * server, and nothing of theirs left. */
 static void
@@ -2596,10 +2609,7 @@ START_TEST(forked_kernels_are_configured_as_cold_ones)
         ks = new_kserver(NULL, NULL, "matplotlib.pyplot", 0, CQ_KSERVER_ON,
                          errstr, sizeof(errstr));
         ck_assert_msg(ks != NULL, "%s", errstr);
-        cold = start_kernel(NULL, 0, NULL);
-        ck_assert(!cq_kernel_forked(cq_local_interp_kernel(cold)));
-        forked = start_kernel(NULL, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(forked)));
+        start_pair(NULL, ks, &cold, &forked);
         want = stdout_of(cold, settings_cell);
         got = stdout_of(forked, settings_cell);
         ck_assert_msg(strstr(want, "\"connection_file\": \"<conn>\"") &&
@@ -2613,6 +2623,80 @@ START_TEST(forked_kernels_are_configured_as_cold_ones)
         free(want);
         free(got);
         stop_pair(&cold, &forked, &ks);
+}
+END_TEST
+
+/* A sandboxed kernel's profile tree on its /tmp, and what its application
+ * took from it: paths, modes, sizes and contents. */
+static const char profile_cell[] =
+    "import hashlib, json, os, sys\n"
+    "app = get_ipython().kernel.parent\n"
+    "tree = []\n"
+    "for r, ds, fs in os.walk(os.environ['IPYTHONDIR']):\n"
+    "    ds.sort()\n"
+    "    for n in ds + sorted(fs):\n"
+    "        p = os.path.join(r, n)\n"
+    "        st = os.lstat(p)\n"
+    "        h = hashlib.sha256(open(p, 'rb').read()).hexdigest() if n in fs "
+    "else ''\n"
+    "        tree.append([p, oct(st.st_mode), st.st_uid == os.getuid(), h])\n"
+    "print(json.dumps([tree, app.ipython_dir, app.profile_dir.location, "
+    "app.config_file_paths, app.profile, "
+    "getattr(sys.excepthook, '__qualname__', repr(sys.excepthook))], "
+    "sort_keys=True))";
+
+/* The server also makes a sandboxed kernel's application before the fork
+ * (its command line, crash handler, profile directory and config files,
+ * in a mount namespace of its own with a fresh /tmp: build_app()): a
+ * forked sandboxed kernel is configured as a cold sandboxed one and has
+ * the same profile tree, made as its own uid. */
+START_TEST(sandboxed_forked_kernels_are_configured_as_cold_ones)
+{
+        cq_sandbox_t *sandbox = auto_sandbox();
+        cq_kserver_stats_t st;
+        cq_kserver_t *ks;
+        cq_interp_t *cold, *forked;
+        char errstr[700], *want, *got;
+
+        if (!cq_sandbox_enabled(sandbox)) {
+                snprintf(errstr, sizeof(errstr), "%s",
+                         cq_sandbox_reason(sandbox));
+                cq_sandbox_destroy(&sandbox);
+                CQ_CHECK_SKIP("bwrap",
+                              "sandboxed_forked_kernels_are_configured_as_"
+                              "cold_ones: bubblewrap does not work here: %s",
+                              errstr);
+        }
+        if (geteuid() != 0) {
+                cq_sandbox_destroy(&sandbox);
+                CQ_CHECK_SKIP("root", "sandboxed kernels are forked by a "
+                                      "root worker only");
+        }
+        ks = new_kserver(sandbox, NULL, "matplotlib.pyplot", 0, CQ_KSERVER_ON,
+                         errstr, sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        cq_kserver_stats(ks, &st);
+        ck_assert_msg(st.app_prepared, "the server made no application");
+        start_pair(sandbox, ks, &cold, &forked);
+        want = stdout_of(cold, settings_cell);
+        got = stdout_of(forked, settings_cell);
+        ck_assert_msg(strstr(want, "\"connection_file\": \"<conn>\""),
+                      "cold kernel: %s", want);
+        ck_assert_str_eq(got, want);
+        free(want);
+        free(got);
+        want = stdout_of(cold, profile_cell);
+        got = stdout_of(forked, profile_cell);
+        ck_assert_msg(strstr(want, "\"" CQ_KERNEL_BOXED_IPYTHONDIR
+                                   "/profile_default/startup/README\"") &&
+                          strstr(want, "InteractiveShell.excepthook") &&
+                          !strstr(want, "false"),
+                      "cold kernel: %s", want);
+        ck_assert_str_eq(got, want);
+        free(want);
+        free(got);
+        stop_pair(&cold, &forked, &ks);
+        cq_sandbox_destroy(&sandbox);
 }
 END_TEST
 
@@ -2648,9 +2732,7 @@ START_TEST(forked_kernels_are_not_left_pinned)
         ks = new_kserver(NULL, NULL, "", 0, CQ_KSERVER_ON, errstr,
                          sizeof(errstr));
         ck_assert_msg(ks != NULL, "%s", errstr);
-        cold = start_kernel(NULL, 0, NULL);
-        forked = start_kernel(NULL, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(forked)));
+        start_pair(NULL, ks, &cold, &forked);
         cold_out = stdout_of(cold, affinity_cell);
         got = stdout_of(forked, affinity_cell);
         ck_assert_str_eq(cold_out, want);
@@ -3167,6 +3249,8 @@ static Suite *cq_kernel_suite(void)
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, forked_kernels_get_a_fresh_shell);
         tcase_add_test(tc, forked_kernels_are_configured_as_cold_ones);
+        tcase_add_test(tc,
+                       sandboxed_forked_kernels_are_configured_as_cold_ones);
         tcase_add_test(tc, forked_kernels_are_not_left_pinned);
         tcase_add_test(tc, forked_kernels_warm_up_as_cold_ones);
         suite_add_tcase(s, tc);

@@ -366,6 +366,7 @@ static void server_stop(cq_kserver_t *ks)
         ks->dir[0] = '\0';
         ks->state = KS_NONE;
         ks->stats.import_ms = -1;
+        ks->stats.app_prepared = false;
 }
 
 /* kinit/kinit.c's program in a sealed memfd, for the server to run (fd 5 in
@@ -563,6 +564,7 @@ server_ready(cq_kserver_t *ks, int64_t ms, char *errstr, size_t errstr_size)
         }
         ks->stats.import_ms =
             json_integer_value(json_object_get(msg, "import_ms"));
+        ks->stats.app_prepared = json_is_true(json_object_get(msg, "app"));
         ks->state = KS_READY;
         rc = 0;
 out:

@@ -28,6 +28,7 @@ import resource
 import select
 import signal
 import socket
+import stat
 import struct
 import time
 
@@ -50,6 +51,13 @@ libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong,
 libc.syscall.restype = ctypes.c_long
 libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                       ctypes.c_ulong, ctypes.c_char_p]
+libc.unshare.argtypes = [ctypes.c_int]
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
 
 
 class Fail(Exception):
@@ -165,7 +173,12 @@ def run_kernel(req, log_fd, parent):
     code = 0
     traits = cached_traits()
     try:
-        app = kernelapp.IPKernelApp.instance()
+        adopted = adopt_app()
+        app = adopted[0] if adopted else None
+        if app is None:
+            # not the server's, made for other kernels (build_app())
+            kernelapp.IPKernelApp.clear_instance()
+            app = kernelapp.IPKernelApp.instance()
         if CLI is not None:
             adopt_cli(app)
         adopt_init_code(app)
@@ -177,6 +190,7 @@ def run_kernel(req, log_fd, parent):
             app.initialize()
         finally:
             unpin(pinned)
+            unadopt_app(adopted)
         gc.enable()
         # the kernel's own code and the job's see traitlets as it was
         restore_traits(traits)
@@ -327,7 +341,19 @@ def fit_shell(shell, kw):
     app = getattr(parent, 'parent', None)
     shell.parent = parent
     shell.kernel = kw.get('kernel')
-    shell.ipython_dir = getattr(app, 'ipython_dir', None) or get_ipython_dir()
+    # A cold shell takes its IPython directory before its extension
+    # manager exists, which would make an 'extensions' dir there on a
+    # change; the server's has one already.
+    em = getattr(shell, 'extension_manager', None)
+    seen = getattr(em, '_on_ipython_dir_changed', None)
+    if seen is not None:
+        shell.unobserve(seen, names=('ipython_dir',))
+    try:
+        shell.ipython_dir = (getattr(app, 'ipython_dir', None) or
+                             get_ipython_dir())
+    finally:
+        if seen is not None:
+            shell.observe(seen, names=('ipython_dir',))
     if kw.get('profile_dir') is not None:
         shell.profile_dir = kw['profile_dir']
     else:
@@ -423,6 +449,171 @@ def adopt_cli(app):
         app.extra_args = []
 
     app.parse_command_line = parse_command_line
+
+
+# What IPKernelApp.initialize() does before its connection file and
+# sockets (the part BaseIPythonApplication.initialize() does: the command
+# line, the crash handler, the profile directory and the config files),
+# done once here for every sandboxed kernel: their IPython directory is
+# the same path (CQ_KERNEL_BOXED_IPYTHONDIR in kernel.h) on a tmpfs of
+# their own, their command line the same but for the connection file.
+# Made in a mount namespace of the server's own with a fresh tmpfs on /tmp,
+# as a kernel's /tmp is, so nothing of the host's /tmp is read or
+# written; what IPython made there is recorded and made again in each
+# kernel (adopt_app()).
+BOXED_IPYTHONDIR = '/tmp/ipython'
+APP = None
+# the names BaseIPythonApplication.initialize() uses in the IPython this
+# was written against; another leaves every kernel to run its own
+BASE_INIT_NAMES = ('parse_command_line', 'init_crash_handler', 'subapp',
+                   'deepcopy', 'config', 'init_profile_dir',
+                   'init_config_files', 'load_config_file', 'update_config')
+
+
+def record_tree(top):
+    """Every directory and regular file under \\p top: (path, mode,
+    data or None), parents first."""
+    out = []
+    for root, dirs, files in os.walk(top):
+        dirs.sort()
+        for d in dirs:
+            path = os.path.join(root, d)
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                raise Fail('%s is not a directory' % path)
+            out.append((path, st.st_mode & 0o7777, None))
+        for f in sorted(files):
+            path = os.path.join(root, f)
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 16:
+                raise Fail('%s is not a small regular file' % path)
+            with open(path, 'rb') as fh:
+                out.append((path, st.st_mode & 0o7777, fh.read()))
+    return tuple(out)
+
+
+def build_app():
+    """The application every sandboxed kernel would make before its
+    connection file, made here (see above); APP stays None where it
+    cannot be (not root, an IPython of another shape, a config file
+    that would run code): kernels then make their own."""
+    global APP
+    import copy
+    from IPython.core.application import BaseIPythonApplication
+    from ipykernel.kernelapp import IPKernelApp
+    base = getattr(BaseIPythonApplication.initialize, '__wrapped__', None)
+    if (os.geteuid() != 0 or CLI is None or base is None or
+            base.__code__.co_names != BASE_INIT_NAMES):
+        return
+    own = os.open('/proc/self/ns/mnt', os.O_RDONLY | os.O_CLOEXEC)
+    here = os.open('.', os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECTORY)
+    env = os.environ.get('IPYTHONDIR')
+    hook = sys.excepthook
+    try:
+        check(libc.unshare(CLONE_NEWNS), 'make a mount namespace')
+        try:
+            check(libc.mount(b'none', b'/', None, MS_REC | MS_PRIVATE, None),
+                  'make / private')
+            check(libc.mount(b'tmpfs', b'/tmp', b'tmpfs', MS_NOSUID | MS_NODEV,
+                             b'size=4m,mode=1777'), 'mount a tmpfs on /tmp')
+            os.environ['IPYTHONDIR'] = BOXED_IPYTHONDIR
+            app = IPKernelApp.instance()
+            adopt_cli(app)
+            app.parse_command_line(['-f', CONN_MARK] + SHELL_ARGV)
+            app.init_crash_handler()
+            cl_config = copy.deepcopy(app.config)
+            app.init_profile_dir()
+            app.init_config_files()
+            for d in app.config_file_paths:
+                if d.startswith('/tmp/'):
+                    continue
+                for name in ('ipython_config', app.config_file_name):
+                    for ext in ('.py', '.json'):
+                        if os.path.lexists(os.path.join(d, name + ext)):
+                            raise Fail('a config file in %s' % d)
+            app.load_config_file()
+            app.update_config(cl_config)
+            tree = record_tree('/tmp')
+        finally:
+            if env is None:
+                os.environ.pop('IPYTHONDIR', None)
+            else:
+                os.environ['IPYTHONDIR'] = env
+            sys.excepthook = hook
+            if libc.setns(own, CLONE_NEWNS) != 0:
+                os.write(2, b'kernel server: could not return to its mount '
+                         b'namespace\n')
+                os._exit(70)
+            os.fchdir(here)
+    finally:
+        os.close(own)
+        os.close(here)
+    APP = (app, tree)
+
+
+def make_tree(tree):
+    for path, mode, data in tree:
+        if data is None:
+            os.mkdir(path, mode)
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                         os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+        os.chmod(path, mode)
+
+
+def adopt_app():
+    """The server's application for this kernel, when it was made for
+    what this kernel is (its IPython directory, not yet on its /tmp, its
+    command line): the tree the server's profile made, made here, and
+    BaseIPythonApplication.initialize() reduced to applying this kernel's
+    connection file until it has run once. Returns the application and
+    what unadopt_app() puts back, or None: the kernel makes its own."""
+    from IPython.core.application import BaseIPythonApplication
+    if APP is None or os.environ.get('IPYTHONDIR') != BOXED_IPYTHONDIR:
+        return None
+    argv = sys.argv[1:]
+    if (len(argv) != 2 + len(SHELL_ARGV) or argv[0] != '-f' or
+            not argv[1] or argv[1].startswith('-') or
+            list(argv[2:]) != SHELL_ARGV or
+            os.path.lexists(BOXED_IPYTHONDIR)):
+        return None
+    app, tree = APP
+    try:
+        make_tree(tree)
+    except OSError:
+        return None  # what exists of it, the kernel's own start completes
+    _, (sec, key) = CLI
+    orig = vars(BaseIPythonApplication)['initialize']
+
+    def initialize(self, argv=None):
+        """What BaseIPythonApplication.initialize() leaves of a kernel's
+        command line different from the server's: its connection file;
+        and the crash handler the server made, as sys.excepthook."""
+        from traitlets.config.loader import Config
+        BaseIPythonApplication.initialize = orig
+        if self is not app:
+            return orig(self, argv)
+        self.argv = list(sys.argv[1:])
+        self.cli_config[sec][key] = sys.argv[2]
+        conf = Config()
+        conf[sec][key] = sys.argv[2]
+        self.update_config(conf)
+        sys.excepthook = self.excepthook
+
+    BaseIPythonApplication.initialize = initialize
+    return app, orig
+
+
+def unadopt_app(adopted):
+    if adopted is not None:
+        from IPython.core.application import BaseIPythonApplication
+        BaseIPythonApplication.initialize = adopted[1]
 
 
 def read_text(path):
@@ -1101,6 +1292,10 @@ def main():
     except Exception as e:
         failed.append('the command line: %s' % e)
     try:
+        build_app()
+    except Exception as e:
+        failed.append('the application: %s' % e)
+    try:
         warm_caches()
     except Exception as e:
         failed.append('the caches: %s' % e)
@@ -1123,7 +1318,7 @@ def main():
     sock = socket.socket(fileno=sock_fd)
     send(sock, {'ready': True, 'pid': os.getpid(), 'threads': threads(),
                 'imported': [m for m in base + preload if m in sys.modules],
-                'failed': failed,
+                'failed': failed, 'app': APP is not None,
                 'import_ms': int((time.monotonic() - t0) * 1000)})
     serve(sock, life_fd)
 

@@ -144,6 +144,9 @@ typedef struct cq_kserver_stats {
         uint64_t refused;  /* requests that got no kernel */
         uint64_t restarts; /* server processes started after the first */
         int64_t import_ms; /* the current server's imports, or -1 */
+        /* the current server made sandboxed kernels' application before
+         * the fork (its ready message's "app"; kserver.py build_app()) */
+        bool app_prepared;
 } cq_kserver_stats_t;
 
 /** @brief The counters. @locality Any thread. */
