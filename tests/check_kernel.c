@@ -2700,6 +2700,76 @@ START_TEST(sandboxed_forked_kernels_are_configured_as_cold_ones)
 }
 END_TEST
 
+/* ipykernel's murmur2 of a cell's text (the name of its code), as
+ * ipykernel 6 writes it, against the kernel's, on random texts; and the
+ * name of one cell. */
+static const char murmur_cell[] =
+    "import os, random\n"
+    "from ipykernel import compiler\n"
+    "def ref(data, seed):\n"
+    "    m = 0x5BD1E995\n"
+    "    d = str.encode(data, 'utf8')\n"
+    "    n = len(d)\n"
+    "    h = seed ^ n\n"
+    "    e = n & 0xFFFFFFFC\n"
+    "    for i in range(0, e, 4):\n"
+    "        k = d[i] | d[i + 1] << 8 | d[i + 2] << 16 | d[i + 3] << 24\n"
+    "        k = (k * m) & 0xFFFFFFFF\n"
+    "        k ^= k >> 24\n"
+    "        k = (k * m) & 0xFFFFFFFF\n"
+    "        h = (h * m) & 0xFFFFFFFF\n"
+    "        h ^= k\n"
+    "    k = 0\n"
+    "    for j in range(n - e - 1, -1, -1):\n"
+    "        k = k << 8 | d[e + j]\n"
+    "    if n & 3:\n"
+    "        h ^= k\n"
+    "        h = (h * m) & 0xFFFFFFFF\n"
+    "    h ^= h >> 13\n"
+    "    h = (h * m) & 0xFFFFFFFF\n"
+    "    return h ^ (h >> 15)\n"
+    "r = random.Random(7)\n"
+    "seed = compiler.get_tmp_hash_seed()\n"
+    "bad = 0\n"
+    "for i in range(300):\n"
+    "    t = ''.join(r.choice('ab\\u00e9\\u4e2d\\U0001f600\\n\\0 ') for _ in "
+    "range(r.choice((i % 9, r.randrange(6000)))))\n"
+    "    bad += compiler.murmur2_x86(t, seed) != ref(t, seed)\n"
+    "print(bad, os.path.basename(compiler.get_file_name('print(1)\\n')))";
+
+/* The server gives ipykernel a faster murmur2 for the names of cells'
+ * code (kserver.py's fast_murmur()): a forked kernel names cells as a
+ * cold one does. */
+START_TEST(forked_kernels_name_cells_as_cold_ones)
+{
+        cq_kserver_t *ks;
+        cq_interp_t *cold, *forked;
+        char errstr[700], *want, *got;
+
+        ks = new_kserver(NULL, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
+                         sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        start_pair(NULL, ks, &cold, &forked);
+        want = stdout_of(cold, murmur_cell);
+        got = stdout_of(forked, murmur_cell);
+        ck_assert_msg(strncmp(want, "0 ", 2) == 0 && strstr(want, ".py\n"),
+                      "cold kernel: %s", want);
+        ck_assert_str_eq(got, want);
+        free(got);
+        got = stdout_of(forked, "from ipykernel import compiler\n"
+                                "print(compiler.murmur2_x86.__module__)");
+        ck_assert_str_ne(got, "ipykernel.compiler\n");
+        free(got);
+        /* without numpy, its other way */
+        free(stdout_of(forked, "import sys\ndel sys.modules['numpy']\n"));
+        got = stdout_of(forked, murmur_cell);
+        ck_assert_str_eq(got, want);
+        free(want);
+        free(got);
+        stop_pair(&cold, &forked, &ks);
+}
+END_TEST
+
 /* Every thread's CPUs, as one line per distinct set. */
 static const char affinity_cell[] =
     "import os\n"
@@ -3253,6 +3323,7 @@ static Suite *cq_kernel_suite(void)
                        sandboxed_forked_kernels_are_configured_as_cold_ones);
         tcase_add_test(tc, forked_kernels_are_not_left_pinned);
         tcase_add_test(tc, forked_kernels_warm_up_as_cold_ones);
+        tcase_add_test(tc, forked_kernels_name_cells_as_cold_ones);
         suite_add_tcase(s, tc);
         return s;
 }
