@@ -2573,16 +2573,23 @@ static const char settings_cell[] =
     "config=True)))";
 
 /* Start a test of a cold kernel beside a forked one, both with
- * \p sandbox: the cold one without \p ks, the other forked by it. */
-static void start_pair(const cq_sandbox_t *sandbox,
-                       cq_kserver_t *ks,
-                       cq_interp_t **cold,
-                       cq_interp_t **forked)
+ * \p sandbox: a server that imports \p preload, the cold kernel without
+ * it, the other forked by it. Returns the server. */
+static cq_kserver_t *start_pair(const cq_sandbox_t *sandbox,
+                                const char *preload,
+                                cq_interp_t **cold,
+                                cq_interp_t **forked)
 {
+        char errstr[700];
+        cq_kserver_t *ks = new_kserver(sandbox, NULL, preload, 0, CQ_KSERVER_ON,
+                                       errstr, sizeof(errstr));
+
+        ck_assert_msg(ks != NULL, "%s", errstr);
         *cold = start_kernel(sandbox, 0, NULL);
         ck_assert(!cq_kernel_forked(cq_local_interp_kernel(*cold)));
         *forked = start_kernel(sandbox, 0, ks);
         ck_assert(cq_kernel_forked(cq_local_interp_kernel(*forked)));
+        return ks;
 }
 
 /* End a test of a cold kernel beside a forked one: both kernels, their
@@ -2604,12 +2611,9 @@ START_TEST(forked_kernels_are_configured_as_cold_ones)
 {
         cq_kserver_t *ks;
         cq_interp_t *cold, *forked;
-        char errstr[700], *want, *got;
+        char *want, *got;
 
-        ks = new_kserver(NULL, NULL, "matplotlib.pyplot", 0, CQ_KSERVER_ON,
-                         errstr, sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
-        start_pair(NULL, ks, &cold, &forked);
+        ks = start_pair(NULL, "matplotlib.pyplot", &cold, &forked);
         want = stdout_of(cold, settings_cell);
         got = stdout_of(forked, settings_cell);
         ck_assert_msg(strstr(want, "\"connection_file\": \"<conn>\"") &&
@@ -2672,12 +2676,9 @@ START_TEST(sandboxed_forked_kernels_are_configured_as_cold_ones)
                 CQ_CHECK_SKIP("root", "sandboxed kernels are forked by a "
                                       "root worker only");
         }
-        ks = new_kserver(sandbox, NULL, "matplotlib.pyplot", 0, CQ_KSERVER_ON,
-                         errstr, sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
+        ks = start_pair(sandbox, "matplotlib.pyplot", &cold, &forked);
         cq_kserver_stats(ks, &st);
         ck_assert_msg(st.app_prepared, "the server made no application");
-        start_pair(sandbox, ks, &cold, &forked);
         want = stdout_of(cold, settings_cell);
         got = stdout_of(forked, settings_cell);
         ck_assert_msg(strstr(want, "\"connection_file\": \"<conn>\""),
@@ -2744,12 +2745,9 @@ START_TEST(forked_kernels_name_cells_as_cold_ones)
 {
         cq_kserver_t *ks;
         cq_interp_t *cold, *forked;
-        char errstr[700], *want, *got;
+        char *want, *got;
 
-        ks = new_kserver(NULL, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
-                         sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
-        start_pair(NULL, ks, &cold, &forked);
+        ks = start_pair(NULL, "numpy", &cold, &forked);
         want = stdout_of(cold, murmur_cell);
         got = stdout_of(forked, murmur_cell);
         ck_assert_msg(strncmp(want, "0 ", 2) == 0 && strstr(want, ".py\n"),
@@ -2783,7 +2781,7 @@ START_TEST(forked_kernels_are_not_left_pinned)
 {
         cq_kserver_t *ks;
         cq_interp_t *cold, *forked;
-        char errstr[700], want[4096], *cold_out, *got;
+        char want[4096], *cold_out, *got;
         cpu_set_t set;
         size_t len;
         int cpu, n = 0;
@@ -2799,10 +2797,7 @@ START_TEST(forked_kernels_are_not_left_pinned)
         snprintf(want + len, sizeof(want) - len, ")]\n");
         if (n < 2)
                 CQ_CHECK_SKIP("2 CPUs", "this process may run on %d", n);
-        ks = new_kserver(NULL, NULL, "", 0, CQ_KSERVER_ON, errstr,
-                         sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
-        start_pair(NULL, ks, &cold, &forked);
+        ks = start_pair(NULL, "", &cold, &forked);
         cold_out = stdout_of(cold, affinity_cell);
         got = stdout_of(forked, affinity_cell);
         ck_assert_str_eq(cold_out, want);
