@@ -2570,7 +2570,12 @@ static const char settings_cell[] =
     "from traitlets.traitlets import HasTraits\n"
     "print(HasTraits.traits.__module__, HasTraits.traits.__qualname__, "
     "list(app.traits(config=True)) == sorted(type(app).class_traits("
-    "config=True)))";
+    "config=True)))\n"
+    "from IPython.core import extensions\n"
+    "ip = get_ipython()\n"
+    "print([type(c).__name__ for c in ip.configurables], "
+    "sorted(ip.extension_manager.loaded), extensions.BUILTINS_EXTS, "
+    "list(ip.magics_manager.registry))";
 
 /* Start a test of a cold kernel beside a forked one, both with
  * \p sandbox: a server that imports \p preload, the cold kernel without
