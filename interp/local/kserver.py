@@ -783,7 +783,8 @@ def warm_caches():
     """Fill what a kernel's first message and first cell fill lazily,
     with constant input, nothing of a job: tokenize's compiled patterns
     (IPython tokenizes every cell), the glob patterns of the startup
-    files, the date parser of message headers, IPython's transformers."""
+    files, the date parser of message headers, IPython's transformers,
+    glibc's name service, OpenSSL's algorithm tables."""
     import fnmatch
     import io
     import tokenize
@@ -800,6 +801,14 @@ def warm_caches():
     # paths) on a process's first protocol lookup, which libzmq makes in
     # every kernel's first context: once here, for all of them.
     socket.getprotobyname('tcp')
+    # OpenSSL fills its tables of algorithms on the first use of one: a
+    # kernel signs every message with HMAC-SHA256 (and makes a session
+    # id from the OS's random source).
+    import hashlib
+    import hmac
+    import uuid
+    hmac.new(b'key', b'message', hashlib.sha256).hexdigest()
+    uuid.uuid4()
 
 
 # sys.modules' keys when the server forks, as copies of their own, made
