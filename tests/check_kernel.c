@@ -1060,10 +1060,11 @@ START_TEST(sandbox_bounds_its_tmpfs)
 }
 END_TEST
 
-/* A sandboxed kernel's IPython profile is on the sandbox's own /tmp (a
- * tmpfs that goes with the kernel), not in the run dir on the work root's
- * disk: nothing of it is left for the worker to remove. */
-START_TEST(sandboxed_profile_is_on_its_tmpfs)
+/* A sandboxed kernel's IPython profile and matplotlib's directory (with
+ * its matplotlibrc) are on the sandbox's own /tmp (a tmpfs that goes with
+ * the kernel), not in the run dir on the work root's disk: nothing of
+ * them is left for the worker to remove. */
+START_TEST(sandboxed_kernel_dirs_are_on_its_tmpfs)
 {
         cq_sandbox_t *sandbox = auto_sandbox();
         cq_interp_t *interp;
@@ -1075,24 +1076,41 @@ START_TEST(sandboxed_profile_is_on_its_tmpfs)
                 snprintf(why, sizeof(why), "%s", cq_sandbox_reason(sandbox));
                 cq_sandbox_destroy(&sandbox);
                 CQ_CHECK_SKIP("bwrap",
-                              "sandboxed_profile_is_on_its_tmpfs: bubblewrap "
-                              "does not work here: %s",
+                              "sandboxed_kernel_dirs_are_on_its_tmpfs: "
+                              "bubblewrap does not work here: %s",
                               why);
         }
         interp = start_local(sandbox, 0);
-        assert_stdout(interp,
-                      "import os\np = get_ipython().profile_dir\n"
-                      "print(os.environ['IPYTHONDIR'], p.location)\n"
-                      "print(sorted(os.listdir(p.location)), "
-                      "os.path.isfile(os.path.join(p.startup_dir, "
-                      "'README')))\n"
-                      "print(os.stat('/tmp').st_dev == os.stat(p.location)."
-                      "st_dev != os.stat('.').st_dev)",
-                      CQ_KERNEL_BOXED_IPYTHONDIR
-                      " " CQ_KERNEL_BOXED_IPYTHONDIR "/profile_default\n"
-                      "['db', 'log', 'pid', 'security', 'startup'] True\n"
-                      "True\n");
+        assert_stdout(
+            interp,
+            "import os, stat\nimport matplotlib as mpl\n"
+            "p = get_ipython().profile_dir\n"
+            "print(os.environ['IPYTHONDIR'], p.location)\n"
+            "print(sorted(os.listdir(p.location)), "
+            "os.path.isfile(os.path.join(p.startup_dir, 'README')))\n"
+            "print(os.stat('/tmp').st_dev == os.stat(p.location).st_dev != "
+            "os.stat('.').st_dev)\n"
+            "d = os.environ['MPLCONFIGDIR']\n"
+            "st = [os.stat(x) for x in (d, mpl.matplotlib_fname())]\n"
+            "print(d, mpl.get_configdir(), mpl.matplotlib_fname())\n"
+            "print([oct(stat.S_IMODE(s.st_mode)) for s in st], "
+            "[s.st_uid == os.getuid() for s in st], "
+            "st[0].st_dev == os.stat('/tmp').st_dev)\n"
+            "print(open(mpl.matplotlib_fname()).read().splitlines()[-1])\n"
+            "print(mpl.rcParams['font.family'])",
+            CQ_KERNEL_BOXED_IPYTHONDIR
+            " " CQ_KERNEL_BOXED_IPYTHONDIR "/profile_default\n"
+            "['db', 'log', 'pid', 'security', 'startup'] True\n"
+            "True\n" CQ_KERNEL_BOXED_MPLCONFIGDIR
+            " " CQ_KERNEL_BOXED_MPLCONFIGDIR " " CQ_KERNEL_BOXED_MPLCONFIGDIR
+            "/matplotlibrc\n"
+            "['0o700', '0o600'] [True, True] True\n"
+            "font.family: DejaVu Sans, Noto Sans CJK JP\n"
+            "['DejaVu Sans', 'Noto Sans CJK JP']\n");
         snprintf(path, sizeof(path), "%s/" CQ_KERNEL_RUN_DIR "/ipython",
+                 cq_kernel_work_dir(cq_local_interp_kernel(interp)));
+        ck_assert_int_ne(access(path, F_OK), 0);
+        snprintf(path, sizeof(path), "%s/" CQ_KERNEL_RUN_DIR "/mpl",
                  cq_kernel_work_dir(cq_local_interp_kernel(interp)));
         ck_assert_int_ne(access(path, F_OK), 0);
         cq_interp_destroy(&interp);
@@ -2575,7 +2593,10 @@ static const char settings_cell[] =
     "ip = get_ipython()\n"
     "print([type(c).__name__ for c in ip.configurables], "
     "sorted(ip.extension_manager.loaded), extensions.BUILTINS_EXTS, "
-    "list(ip.magics_manager.registry))";
+    "list(ip.magics_manager.registry))\n"
+    "d = os.environ['MPLCONFIGDIR']\n"
+    "print(mpl.get_configdir() == mpl.get_cachedir() == d, "
+    "mpl.matplotlib_fname() == os.path.join(d, 'matplotlibrc'))";
 
 /* Start a test of a cold kernel beside a forked one, both with
  * \p sandbox: a server that imports \p preload, the cold kernel without
@@ -2626,7 +2647,8 @@ START_TEST(forked_kernels_are_configured_as_cold_ones)
                           strstr(want, "['DejaVu Sans', 'Noto Sans CJK JP'] "
                                        "['DejaVu Sans', 'Noto Sans CJK JP']") &&
                           strstr(want, "traitlets.traitlets HasTraits.traits "
-                                       "True\n"),
+                                       "True\n") &&
+                          strstr(want, "True True\n"),
                       "cold kernel: %s", want);
         ck_assert_str_eq(got, want);
         free(want);
@@ -3294,7 +3316,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, every_byte_counts_against_the_cap);
         tcase_add_test(tc, sandbox_confines_the_kernel);
         tcase_add_test(tc, sandbox_bounds_its_tmpfs);
-        tcase_add_test(tc, sandboxed_profile_is_on_its_tmpfs);
+        tcase_add_test(tc, sandboxed_kernel_dirs_are_on_its_tmpfs);
         tcase_add_test(tc, cjk_labels_render_without_tofu);
         tcase_add_test(tc, pool_hands_out_ready_kernels);
         tcase_add_test(tc, pool_starts_kernels_in_parallel);

@@ -1094,7 +1094,9 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
                                  kernel->run_dir, strerror(errno));
                 goto fail;
         }
-        if (kernel_write_mpl_rc(kernel)) {
+        /* a sandboxed kernel's is made on its own /tmp */
+        if (!cq_sandbox_enabled(kernel->sandbox) &&
+            kernel_write_mpl_rc(kernel)) {
                 kernel_set_error(kernel,
                                  "could not write the matplotlibrc of \"%s\": "
                                  "%s",

@@ -30,6 +30,8 @@
 
 /* The descriptor of the kernel's child on which bubblewrap gets --info-fd. */
 #define INFO_FD 3
+/* bubblewrap's --file source of the matplotlibrc (sandboxed kernels) */
+#define MPLRC_FD 4
 
 /* ---- files ---- */
 
@@ -252,6 +254,9 @@ static int fork_spawn(cq_kernel_t *kernel,
         req.id = &kernel->id;
         req.nice = kernel->nice;
         req.log_fd = logfd;
+        /* its pid 1 makes the matplotlibrc on the kernel's /tmp */
+        if (cq_sandbox_enabled(kernel->sandbox))
+                req.mplrc = cq_kernel_mpl_rc;
         /* the warm-up goes along when it leaves the request room */
         if (kernel->warm_code &&
             strlen(kernel->warm_code) <= CQ_KSERVER_MSG_MAX / 4) {
@@ -408,8 +413,9 @@ const char cq_kernel_mpl_rc[] =
     "# CJK after DejaVu Sans\n"
     "font.family: DejaVu Sans, Noto Sans CJK JP\n";
 
-/* Write MPLCONFIGDIR (run_dir/mpl, the kernel's own) and its matplotlibrc,
- * owned by the kernel's uid. */
+/* Write an unsandboxed kernel's MPLCONFIGDIR (run_dir/mpl, its own) and
+ * its matplotlibrc, owned by the kernel's uid (a sandboxed kernel's is
+ * made on its /tmp: CQ_KERNEL_BOXED_MPLCONFIGDIR). */
 int kernel_write_mpl_rc(cq_kernel_t *kernel)
 {
         char dir[PATH_MAX + 8], path[PATH_MAX + 24];
@@ -446,7 +452,7 @@ out:
 
 char **cq_kernel_environ(const char *home,
                          const char *run_dir,
-                         const char *ipython_dir,
+                         bool boxed,
                          pid_t parent)
 {
         char sub[PATH_MAX + 32], pid[32];
@@ -463,11 +469,12 @@ char **cq_kernel_environ(const char *home,
         env[n++] = env_kv("PYTHONIOENCODING", "utf-8");
         env[n++] = env_kv("PYTHONDONTWRITEBYTECODE", "1");
         env[n++] = env_kv("PYDEVD_DISABLE_FILE_VALIDATION", "1");
-        snprintf(sub, sizeof(sub), "%s/mpl", run_dir);
-        env[n++] = env_kv("MPLCONFIGDIR", sub);
-        if (ipython_dir) {
-                env[n++] = env_kv("IPYTHONDIR", ipython_dir);
+        if (boxed) {
+                env[n++] = env_kv("MPLCONFIGDIR", CQ_KERNEL_BOXED_MPLCONFIGDIR);
+                env[n++] = env_kv("IPYTHONDIR", CQ_KERNEL_BOXED_IPYTHONDIR);
         } else {
+                snprintf(sub, sizeof(sub), "%s/mpl", run_dir);
+                env[n++] = env_kv("MPLCONFIGDIR", sub);
                 snprintf(sub, sizeof(sub), "%s/ipython", run_dir);
                 env[n++] = env_kv("IPYTHONDIR", sub);
         }
@@ -494,8 +501,7 @@ static char **build_env(const cq_kernel_t *kernel)
 {
         bool boxed = cq_sandbox_enabled(kernel->sandbox);
 
-        return cq_kernel_environ(kernel->work_dir, kernel->run_dir,
-                                 boxed ? CQ_KERNEL_BOXED_IPYTHONDIR : NULL,
+        return cq_kernel_environ(kernel->work_dir, kernel->run_dir, boxed,
                                  boxed ? 0 : getpid());
 }
 
@@ -513,18 +519,32 @@ int kernel_spawn(cq_kernel_t *kernel)
         char **argv = NULL, **envp = NULL;
         pid_t parent = getpid();
         int logfd = -1, nullfd = -1, rc = -1, info[2] = {-1, -1};
+        int mplrc[2] = {-1, -1};
         bool boxed = cq_sandbox_enabled(kernel->sandbox);
 
         snprintf(logpath, sizeof(logpath), "%s/kernel.log", kernel->run_dir);
         logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
         nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         argv = cq_sandbox_argv(kernel->sandbox, kernel->work_dir, cmd,
-                               boxed ? INFO_FD : -1);
+                               boxed ? INFO_FD : -1, boxed ? MPLRC_FD : -1,
+                               CQ_KERNEL_BOXED_MPLCONFIGDIR "/matplotlibrc");
         envp = build_env(kernel);
         if (boxed && pipe2(info, O_CLOEXEC | O_NONBLOCK) != 0)
                 info[0] = info[1] = -1;
+        /* the matplotlibrc bubblewrap copies onto the kernel's /tmp: a
+         * pipe holds all of it (far less than its buffer) */
+        if (boxed && pipe2(mplrc, O_CLOEXEC) == 0) {
+                if (write(mplrc[1], cq_kernel_mpl_rc,
+                          sizeof(cq_kernel_mpl_rc) - 1) !=
+                    (ssize_t)(sizeof(cq_kernel_mpl_rc) - 1)) {
+                        close(mplrc[0]);
+                        mplrc[0] = -1;
+                }
+                close(mplrc[1]);
+                mplrc[1] = -1;
+        }
         if (logfd < 0 || nullfd < 0 || !argv || !envp ||
-            (boxed && info[0] < 0)) {
+            (boxed && (info[0] < 0 || mplrc[0] < 0))) {
                 kernel_set_error(kernel, "could not prepare kernel launch: %s",
                                  strerror(errno));
                 goto out;
@@ -576,17 +596,31 @@ int kernel_spawn(cq_kernel_t *kernel)
                 dup2(nullfd, 0);
                 dup2(logfd, 1);
                 dup2(logfd, 2);
-                if (info[1] >= 0) {
-                        /* dup2() onto itself would keep O_CLOEXEC */
-                        if (info[1] == INFO_FD)
-                                fcntl(INFO_FD, F_SETFD, 0);
-                        else
-                                dup2(info[1], INFO_FD);
-                        /* bubblewrap writes it with blocking semantics */
-                        fcntl(INFO_FD, F_SETFL, 0);
+                {
+                        /* above their targets first, so that neither
+                         * dup2() below overwrites the other's source; a
+                         * dup2() onto another number clears O_CLOEXEC */
+                        int isrc = info[1] >= 0
+                                       ? fcntl(info[1], F_DUPFD, MPLRC_FD + 1)
+                                       : -1;
+                        int msrc = mplrc[0] >= 0
+                                       ? fcntl(mplrc[0], F_DUPFD, MPLRC_FD + 1)
+                                       : -1;
+
+                        if (isrc >= 0) {
+                                dup2(isrc, INFO_FD);
+                                /* bubblewrap writes it with blocking
+                                 * semantics */
+                                fcntl(INFO_FD, F_SETFL, 0);
+                        }
+                        if (msrc >= 0)
+                                dup2(msrc, MPLRC_FD);
+                        syscall(SYS_close_range,
+                                msrc >= 0   ? MPLRC_FD + 1U
+                                : isrc >= 0 ? INFO_FD + 1U
+                                            : 3U,
+                                ~0U, 0U);
                 }
-                syscall(SYS_close_range, info[1] >= 0 ? INFO_FD + 1U : 3U, ~0U,
-                        0U);
                 if (chdir(kernel->work_dir) != 0)
                         _exit(126);
                 /* Before the uid change: raising niceness is always
@@ -614,6 +648,8 @@ out:
                 close(info[0]);
         if (info[1] >= 0)
                 close(info[1]);
+        if (mplrc[0] >= 0)
+                close(mplrc[0]);
         if (logfd >= 0)
                 close(logfd);
         if (nullfd >= 0)

@@ -435,7 +435,7 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
          * reads at start-up (UTF-8 mode, stdio encoding, no bytecode
          * writing) is what a cold kernel gets; its own dirs for
          * matplotlib's font list and IPython; nothing of ours. */
-        envp = cq_kernel_environ(ks->dir, ks->dir, NULL, 0);
+        envp = cq_kernel_environ(ks->dir, ks->dir, false, 0);
         if (logfd < 0 || nullfd < 0 || !envp ||
             socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
                 cq_errstr_set(errstr, errstr_size, "could not prepare: %s",
@@ -619,6 +619,12 @@ static char *build_request(const char *op, const cq_kserver_req_t *req)
             cq_sandbox_enabled(req->sandbox), "mem", (json_int_t)mem, "nproc",
             (json_int_t)nproc, "fsize", (json_int_t)fsize, "nice", req->nice,
             "tmp", (json_int_t)tmp, "shm", (json_int_t)shm);
+        if (msg && req->mplrc &&
+            (strlen(req->mplrc) > CQ_KSERVER_MPLRC_MAX ||
+             json_object_set_new(msg, "mplrc", json_string(req->mplrc)))) {
+                json_decref(msg);
+                msg = NULL;
+        }
         if (msg && req->warm && req->warm_out &&
             (json_object_set_new(msg, "warm", json_string(req->warm)) ||
              json_object_set_new(msg, "warm_out",
@@ -656,9 +662,10 @@ static int transact(cq_kserver_t *ks,
 
         if (!text) {
                 cq_errstr_set(errstr, errstr_size,
-                              "could not build the request: out of memory or "
-                              "larger than %d bytes",
-                              CQ_KSERVER_MSG_MAX);
+                              "could not build the request: out of memory, "
+                              "larger than %d bytes, or a matplotlibrc over "
+                              "%d",
+                              CQ_KSERVER_MSG_MAX, CQ_KSERVER_MPLRC_MAX);
                 return -1;
         }
         if (send_msg(ks->sock, text, req->log_fd) != 0) {

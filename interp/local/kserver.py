@@ -33,6 +33,7 @@ import struct
 import time
 
 MAX_MSG = 65536
+MPLRC_MAX = 2048  # CQ_KSERVER_MPLRC_MAX
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
@@ -164,6 +165,8 @@ def run_kernel(req, log_fd, parent):
     # imported matplotlib before this kernel's settings existed, and
     # applied what the file says in every kernel (apply_mpl_rc()).
     mpl = sys.modules.get('matplotlib')
+    if mpl is not None:
+        forget_mpl_dirs(mpl)
     rc = os.path.join(os.environ.get('MPLCONFIGDIR', ''), 'matplotlibrc')
     if mpl is not None and os.path.isfile(rc) and read_text(rc) != MPL_RC:
         mpl.rc_file(rc)
@@ -219,6 +222,24 @@ def run_kernel(req, log_fd, parent):
         except Exception:
             pass
     os._exit(code)
+
+
+def forget_mpl_dirs(mpl):
+    """matplotlib remembers its config and cache directories from their
+    first use, the server's (its MPLCONFIGDIR): forget them, so that this
+    kernel finds its own (matplotlib_fname() and the caches follow
+    get_configdir()), as its import would in a cold kernel. A matplotlib
+    whose memo is not _logged_cached's two cells is left as it is."""
+    for name in ('get_configdir', 'get_cachedir'):
+        f = getattr(mpl, name, None)
+        code = getattr(f, '__code__', None)
+        if code is None or f.__closure__ is None:
+            continue
+        cells = dict(zip(code.co_freevars, f.__closure__))
+        if set(cells) >= {'called', 'ret'} and \
+                isinstance(cells['called'].cell_contents, bool):
+            cells['called'].cell_contents = False
+            cells['ret'].cell_contents = None
 
 
 def pin_start():
@@ -1114,6 +1135,12 @@ def kinit_settings(req):
           'fsize=%d' % (req.get('fsize') or 0),
           'nice=%d' % (req.get('nice') or 0),
           'tmp=%d' % (req.get('tmp') or 0), 'shm=%d' % (req.get('shm') or 0)]
+    rc = req.get('mplrc')
+    if rc is not None:
+        # the kernel's matplotlibrc, which pid 1 writes on its /tmp
+        if not isinstance(rc, str) or '\0' in rc or len(rc) > MPLRC_MAX:
+            raise Fail('bad matplotlibrc')
+        kv.append('mplrc=' + rc)
     return b''.join(x.encode('utf-8', 'surrogateescape') + b'\0' for x in kv)
 
 

@@ -423,7 +423,9 @@ static void add_size(char **argv, size_t *n, size_t size)
 char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                        const char *work_dir,
                        const char *const *cmd,
-                       int info_fd)
+                       int info_fd,
+                       int file_fd,
+                       const char *file_path)
 {
         static const char *const head[] = {
             "--unshare-all", "--die-with-parent",
@@ -446,14 +448,22 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
         static const char *const tail[] = {"--remount-ro", "/dev",
                                            "--remount-ro", "/"};
         size_t ncmd = 0, n = 0, i, total;
+        const char *slash = NULL;
         char **argv;
 
+        if (cq_sandbox_enabled(sandbox) && file_fd >= 0) {
+                slash = file_path ? strrchr(file_path, '/') : NULL;
+                if (!file_path || strncmp(file_path, "/tmp/", 5) != 0 ||
+                    slash == file_path + 4 || !slash[1] ||
+                    strstr(file_path, "/../") || strstr(file_path, "//"))
+                        return NULL;
+        }
         while (cmd[ncmd])
                 ncmd++;
         total = ncmd + 1;
         if (cq_sandbox_enabled(sandbox))
                 total += 1 + CQ_ARRAY_SIZE(head) + 2 * 4 + CQ_ARRAY_SIZE(tail) +
-                         5 + 2;
+                         5 + 2 + 9;
         argv = calloc(total, sizeof(*argv));
         if (!argv)
                 return NULL;
@@ -467,6 +477,21 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                 add_size(argv, &n, sandbox->tmp);
                 argv[n++] = strdup("--tmpfs");
                 argv[n++] = strdup("/tmp");
+                if (slash) {
+                        char num[16];
+
+                        snprintf(num, sizeof(num), "%d", file_fd);
+                        argv[n++] = strdup("--perms");
+                        argv[n++] = strdup("0700");
+                        argv[n++] = strdup("--dir");
+                        argv[n++] =
+                            strndup(file_path, (size_t)(slash - file_path));
+                        argv[n++] = strdup("--perms");
+                        argv[n++] = strdup("0600");
+                        argv[n++] = strdup("--file");
+                        argv[n++] = strdup(num);
+                        argv[n++] = strdup(file_path);
+                }
                 argv[n++] = strdup("--bind");
                 argv[n++] = strdup(work_dir);
                 argv[n++] = strdup(work_dir);
@@ -499,11 +524,16 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
 }
 
 /* Run the interpreter under bubblewrap as the kernels will, as a kernel
- * uid leased like theirs, in a work dir under \p dir; 0 when it exited 0
- * within ten seconds. */
+ * uid leased like theirs, in a work dir under \p dir, with a file of its
+ * own on its /tmp as a kernel's matplotlibrc; 0 when it exited 0 (it read
+ * that file back) within ten seconds. */
 static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
 {
-        const char *cmd[] = {python, "-c", "import sys; sys.exit(0)", NULL};
+        const char *cmd[] = {python, "-c",
+                             "import sys; sys.exit(open('/tmp/coderq-probe/"
+                             "file').read() != 'probe\\n')",
+                             NULL};
+        int file[2] = {-1, -1};
         char tmpl[PATH_MAX], err[256];
         char **argv = NULL;
         char path_env[] = "PATH=/usr/bin:/bin";
@@ -532,12 +562,21 @@ static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
                          "could not chown probe dir: %s", strerror(errno));
                 goto out;
         }
-        argv = cq_sandbox_argv(sandbox, tmpl, cmd, -1);
+        argv = cq_sandbox_argv(sandbox, tmpl, cmd, -1, 3,
+                               "/tmp/coderq-probe/file");
         if (!argv) {
                 snprintf(sandbox->reason, sizeof(sandbox->reason),
                          "out of memory");
                 goto out;
         }
+        if (pipe2(file, O_CLOEXEC) != 0 || write(file[1], "probe\n", 6) != 6) {
+                snprintf(sandbox->reason, sizeof(sandbox->reason),
+                         "could not make the probe's pipe: %s",
+                         strerror(errno));
+                goto out;
+        }
+        close(file[1]);
+        file[1] = -1;
         pid = fork();
         if (pid < 0) {
                 snprintf(sandbox->reason, sizeof(sandbox->reason),
@@ -551,6 +590,11 @@ static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
                         dup2(devnull, 1);
                         dup2(devnull, 2);
                 }
+                /* dup2() clears O_CLOEXEC: bubblewrap reads it as fd 3 */
+                if (file[0] == 3)
+                        fcntl(3, F_SETFD, 0);
+                else
+                        dup2(file[0], 3);
                 if (cq_sandbox_child(sandbox, &id) != 0)
                         _exit(PROBE_DROP_FAILED);
                 execve(argv[0], argv, envp);
@@ -595,6 +639,10 @@ static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
         }
         rc = 0;
 out:
+        if (file[0] >= 0)
+                close(file[0]);
+        if (file[1] >= 0)
+                close(file[1]);
         cq_sandbox_argv_free(argv);
         if (made)
                 rmdir(tmpl);

@@ -56,7 +56,15 @@ typedef struct settings {
         unsigned long long uid, gid, mem, nproc, fsize, tmp, shm;
         long long nice;
         bool drop;
+        /* the kernel's matplotlibrc, made on its /tmp, or none */
+        const char *mplrc;
+        size_t mplrc_len;
 } settings_t;
+
+/* Where a sandboxed kernel's matplotlibrc goes (kernel.h's
+ * CQ_KERNEL_BOXED_MPLCONFIGDIR), under the new root. */
+#define MPL_DIR  "/newroot/tmp/matplotlib"
+#define MPL_FILE MPL_DIR "/matplotlibrc"
 
 __attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt,
                                                                 ...)
@@ -122,6 +130,11 @@ static void parse_settings(const char *msg, size_t len, settings_t *st)
                                 snprintf(st->work, sizeof(st->work), "%s",
                                          eq + 1);
                         have_work = ok;
+                } else if (strncmp(kv, "mplrc=", 6) == 0) {
+                        /* any text: it stays in msg, which outlives st */
+                        st->mplrc = eq + 1;
+                        st->mplrc_len = strlen(eq + 1);
+                        ok = true;
                 } else if (strncmp(kv, "nice=", 5) == 0) {
                         char *e;
 
@@ -288,6 +301,33 @@ tmpfs_opts(char *out, size_t n, const char *own, unsigned long long size)
                 snprintf(out, n, "%s", own);
 }
 
+/* The kernel's matplotlibrc on its /tmp, as bubblewrap's --dir and
+ * --file make it for a cold kernel (sandbox.c): a directory 0700 and a
+ * file 0600, the kernel's. */
+static void write_mplrc(const settings_t *st)
+{
+        size_t off = 0;
+        int fd;
+
+        check(mkdir(MPL_DIR, 0700), "make", MPL_DIR);
+        check(chown(MPL_DIR, (uid_t)st->uid, (gid_t)st->gid), "own", MPL_DIR);
+        fd = open(MPL_FILE,
+                  O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+                check(-1, "make", MPL_FILE);
+        while (off < st->mplrc_len) {
+                ssize_t n = write(fd, st->mplrc + off, st->mplrc_len - off);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        check(-1, "write", MPL_FILE);
+                off += (size_t)n;
+        }
+        check(fchown(fd, (uid_t)st->uid, (gid_t)st->gid), "own", MPL_FILE);
+        check(close(fd), "write", MPL_FILE);
+}
+
 /* The filesystem bubblewrap builds for a kernel (sandbox.c): /usr and
  * /etc read-only, fresh /proc, minimal /dev, private /tmp and /dev/shm
  * of their sizes, the work dir the only writable bind, the root and /dev
@@ -355,6 +395,8 @@ static void build_root(const settings_t *st)
         mkdirs("/newroot/tmp");
         tmpfs_opts(sized, sizeof(sized), own, st->tmp);
         xmount("tmpfs", "/newroot/tmp", "tmpfs", nsnd, sized);
+        if (st->mplrc)
+                write_mplrc(st);
         path2(w, sizeof(w), "/newroot", st->work);
         path2(b, sizeof(b), "/oldroot", st->work);
         mkdirs(w);

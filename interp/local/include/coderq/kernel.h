@@ -124,16 +124,17 @@ int cq_kernel_renice(cq_kernel_t *kernel, int nice);
 /**
  * @brief A kernel's whole environment, built from scratch: nothing of the
  *        worker's (API keys, database DSN, CODERQ_*) reaches model-written
- *        code. HOME is \p home; matplotlib's and the XDG cache dirs are
- *        under \p run_dir, IPython's too unless \p ipython_dir names
- *        another; JPY_PARENT_PID is \p parent when > 0. MPLBACKEND stays
- *        unset so figures are published inline.
+ *        code. HOME is \p home; the XDG cache dir is under \p run_dir,
+ *        and so are matplotlib's and IPython's unless \p boxed (a
+ *        sandboxed kernel's: CQ_KERNEL_BOXED_MPLCONFIGDIR and
+ *        CQ_KERNEL_BOXED_IPYTHONDIR); JPY_PARENT_PID is \p parent when >
+ *        0. MPLBACKEND stays unset so figures are published inline.
  * @returns Caller owns the returned vector and its strings; free with
  *          cq_sandbox_argv_free(). NULL when out of memory.
  */
 char **cq_kernel_environ(const char *home,
                          const char *run_dir,
-                         const char *ipython_dir,
+                         bool boxed,
                          pid_t parent);
 
 /**
@@ -143,6 +144,15 @@ char **cq_kernel_environ(const char *home,
  *        for a dozen directories and files on the work root's disk.
  */
 #define CQ_KERNEL_BOXED_IPYTHONDIR "/tmp/ipython"
+
+/**
+ * @brief matplotlib's directory for a sandboxed kernel, on its /tmp too:
+ *        its matplotlibrc (kernel_proc.c's cq_kernel_mpl_rc) is made there by
+ * bubblewrap
+ *        (`--file`) or, for a forked kernel, by its pid 1, before the
+ *        kernel runs; nothing of it is on the work root's disk.
+ */
+#define CQ_KERNEL_BOXED_MPLCONFIGDIR "/tmp/matplotlib"
 
 /** @brief Counters of dropped kernel messages. */
 void cq_kernel_stats(const cq_kernel_t *kernel, cq_jmsg_stats_t *stats);

@@ -101,7 +101,15 @@ typedef struct cq_kserver_req {
          * file, which must not exist) */
         const char *warm;
         const char *warm_out;
+        /* NULL, or a sandboxed kernel's matplotlibrc (text, no NUL, at
+         * most CQ_KSERVER_MPLRC_MAX bytes), which its pid 1 writes to
+         * CQ_KERNEL_BOXED_MPLCONFIGDIR/matplotlibrc on the kernel's /tmp
+         * (a directory 0700 and a file 0600 of the kernel's uid) */
+        const char *mplrc;
 } cq_kserver_req_t;
+
+/** The longest matplotlibrc a spawn request carries (kinit's settings). */
+#define CQ_KSERVER_MPLRC_MAX 2048
 
 /** A forked kernel: its parent (pid 1 of its namespaces, a session and
  *  group leader) as the host sees it. */

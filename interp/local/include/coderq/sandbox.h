@@ -195,13 +195,21 @@ int cq_sandbox_protect_self(void);
  * @param info_fd When >= 0 and the sandbox is on, bubblewrap writes its
  *        JSON info (`child-pid`: the sandbox's pid 1, as the host sees
  *        it) to this descriptor of the child; -1 for none.
+ * @param file_fd When >= 0 and the sandbox is on, bubblewrap copies what
+ *        this descriptor of the child holds into \p file_path (0600),
+ *        an absolute path on the sandbox's own /tmp, whose parent it
+ *        makes (0700) first: a file that goes with the sandbox; -1 for
+ *        none.
  * @returns Caller owns the returned vector and its strings; free with
- *          cq_sandbox_argv_free(). NULL when out of memory.
+ *          cq_sandbox_argv_free(). NULL when out of memory, or when
+ *          \p file_path is not a path of a file in a directory of /tmp.
  */
 char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                        const char *work_dir,
                        const char *const *cmd,
-                       int info_fd);
+                       int info_fd,
+                       int file_fd,
+                       const char *file_path);
 
 void cq_sandbox_argv_free(char **argv);
 
