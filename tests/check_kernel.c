@@ -2795,6 +2795,47 @@ START_TEST(forked_kernels_name_cells_as_cold_ones)
 }
 END_TEST
 
+/* Whether collections.abc.Mapping's answers "not a Mapping" for builtin
+ * types are still valid (its negative cache at the current ABC token).
+ * A kernel's own start-up asks it of str and int only. */
+static const char abc_cell[] =
+    "import abc, _abc, collections.abc\n"
+    "reg, pos, neg, ver = _abc._get_dump(collections.abc.Mapping)\n"
+    "known = {w() for w in neg}\n"
+    "print(ver == abc.get_cache_token(), [t.__name__ for t in (str, int, "
+    "float, bytes, tuple, list, type(None), bool) if t not in known])";
+
+/* The server answers those questions once, after its last import
+ * (kserver.py's warm_abc_answers()): a forked kernel starts with them
+ * answered, and nothing the server or the kernel's start does after it
+ * registers an ABC (which would throw every answer away). */
+START_TEST(forked_kernels_start_with_abc_answers)
+{
+        cq_kserver_t *ks;
+        cq_interp_t *k;
+        char errstr[700];
+
+        ks = new_kserver(NULL, NULL, "numpy,pandas", 0, CQ_KSERVER_ON, errstr,
+                         sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        k = start_kernel(NULL, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(k)));
+        assert_stdout(k, abc_cell, "True []\n");
+        /* the answers are the kernel's own: registering throws them away
+         * (their version is no longer the token) */
+        assert_stdout(k,
+                      "import abc, _abc, collections.abc\n"
+                      "class M: pass\n"
+                      "collections.abc.Mapping.register(M)\n"
+                      "ver = _abc._get_dump(collections.abc.Mapping)[3]\n"
+                      "print(ver == abc.get_cache_token())",
+                      "False\n");
+        cq_interp_destroy(&k);
+        cq_kserver_destroy(&ks);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 /* Every thread's CPUs, as one line per distinct set. */
 static const char affinity_cell[] =
     "import os\n"
@@ -3346,6 +3387,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, forked_kernels_are_not_left_pinned);
         tcase_add_test(tc, forked_kernels_warm_up_as_cold_ones);
         tcase_add_test(tc, forked_kernels_name_cells_as_cold_ones);
+        tcase_add_test(tc, forked_kernels_start_with_abc_answers);
         suite_add_tcase(s, tc);
         return s;
 }
