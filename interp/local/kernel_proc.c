@@ -32,9 +32,6 @@
 #define INFO_FD 3
 /* bubblewrap's --file source of the matplotlibrc (sandboxed kernels) */
 #define MPLRC_FD 4
-/* How long a blocking reap waits for the server to reap a forked kernel
- * that has exited (reap_forked()) */
-#define REAP_WAIT_MS 2000
 
 /* ---- files ---- */
 
@@ -165,7 +162,7 @@ out:
 static void reap_forked(cq_kernel_t *kernel, bool block)
 {
         struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
-        int rc;
+        int rc, waited = 0;
 
         if (block)
                 atomic_store(&kernel->sig_pid, -1);
@@ -178,27 +175,14 @@ static void reap_forked(cq_kernel_t *kernel, bool block)
                 return;
         /* Exited; the server reaps it at once (a zombie still counts
          * against its uid's process limit, and holds its pid): blocking,
-         * wait for that too, for up to 2 s, looking again after 0.25 ms
-         * and twice as long each time (at most 64 ms). */
-        if (block) {
-                int64_t until = cq_now_ms() + REAP_WAIT_MS;
-                long pause_us = 250;
+         * wait for that too, for up to 2 s. */
+        while (block && syscall(SYS_pidfd_send_signal, kernel->pidfd, 0, NULL,
+                                0U) == 0) {
+                struct timespec ts = {0, 1000 * 1000};
 
-                while (syscall(SYS_pidfd_send_signal, kernel->pidfd, 0, NULL,
-                               0U) == 0) {
-                        struct timespec ts = {0, pause_us * 1000};
-
-                        if (cq_now_ms() >= until) {
-                                cq_log_warn("kernel: forked kernel not "
-                                            "reaped by its server %d ms "
-                                            "after it exited",
-                                            REAP_WAIT_MS);
-                                break;
-                        }
-                        nanosleep(&ts, NULL);
-                        if (pause_us < 64000)
-                                pause_us *= 2;
-                }
+                if (++waited > 2000)
+                        break;
+                nanosleep(&ts, NULL);
         }
         atomic_store(&kernel->sig_pid, -1);
         kernel->pid = -1;
