@@ -55,7 +55,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from jupyter_client.manager import KernelManager
+# jupyter_client's kernel-spec lookup imports ipykernel, whose debugger
+# warns on stderr about frozen modules in every test's output otherwise
+os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+from jupyter_client.manager import KernelManager  # noqa: E402
 
 HOME = "/home/user"
 ENVD_PORT = "49983"
@@ -75,6 +78,16 @@ def rfc3339(ts):
 # Set by probe_jail(): a directory for kernel connection files, visible
 # at the same path inside the jail, or None when bubblewrap cannot run.
 RUN_DIR = None
+# Where kernels' connection files, sockets and stderr logs live: RUN_DIR
+# when jailed, else a private temporary directory (made on first use).
+KERNEL_DIR = None
+
+
+def kernel_dir():
+    global KERNEL_DIR
+    if KERNEL_DIR is None:
+        KERNEL_DIR = RUN_DIR or tempfile.mkdtemp(prefix="fake-e2b-run-")
+    return KERNEL_DIR
 
 
 def probe_jail():
@@ -133,21 +146,51 @@ class Context:
         env["PYTHONUNBUFFERED"] = "1"
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
         env.pop("PYTHONPATH", None)
+        # Unix sockets, not TCP: jupyter_client picks TCP ports by binding
+        # and releasing them, and under a parallel test run another
+        # process's kernel may take one before this kernel binds it.
+        run = kernel_dir()
+        name = "kernel-%s" % secrets.token_hex(8)
         if RUN_DIR:
-            self.km = JailedKernelManager(kernel_name="python3")
+            self.km = JailedKernelManager(kernel_name="python3",
+                                          transport="ipc")
             self.km.prefix = jail(root, tmp, cwd if cwd.startswith(HOME)
                                   else HOME)
-            self.km.connection_file = os.path.join(
-                RUN_DIR, "kernel-%s.json" % secrets.token_hex(8))
         else:
-            self.km = KernelManager(kernel_name="python3")
-        # the kernel's own stderr (debugger notices) would only be noise
+            self.km = KernelManager(kernel_name="python3", transport="ipc")
+        self.km.connection_file = os.path.join(run, name + ".json")
+        self.km.ip = os.path.join(run, name + "-ipc")
+        # the kernel's stderr (debugger notices) is kept aside, and shown
+        # only when the kernel does not come up
+        # (open while the context lives: a restart starts the kernel anew
+        # with the same arguments)
+        self.errlog = os.path.join(run, name + ".stderr")
+        self.err = open(self.errlog, "wb")
         self.km.start_kernel(cwd=root, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+                             stderr=self.err)
         self.kc = self.km.blocking_client()
         self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
+        try:
+            self.kc.wait_for_ready(timeout=60)
+        except RuntimeError as e:
+            self.report(e)
+            self.shutdown()
+            raise
         self.id = self.km.kernel_id
+
+    def report(self, why):
+        """Say on the double's stderr why a kernel did not come up."""
+        try:
+            with open(self.errlog, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4096))
+                tail = f.read().decode("utf-8", "replace")
+        except OSError as e:
+            tail = "(no stderr: %s)" % e
+        alive = self.km.is_alive()
+        print("fake_e2b: kernel did not start (%s; process %s); its "
+              "stderr ends:\n%s" % (why, "alive" if alive else "gone",
+                                      tail), file=sys.stderr, flush=True)
 
     def restart(self):
         with self.lock:
@@ -155,7 +198,11 @@ class Context:
             self.kc.stop_channels()
             self.kc = self.km.blocking_client()
             self.kc.start_channels()
-            self.kc.wait_for_ready(timeout=60)
+            try:
+                self.kc.wait_for_ready(timeout=60)
+            except RuntimeError as e:
+                self.report(e)
+                raise
 
     def shutdown(self):
         try:
@@ -165,6 +212,11 @@ class Context:
         try:
             self.km.shutdown_kernel(now=True)
         except Exception:
+            pass
+        self.err.close()
+        try:
+            os.unlink(self.errlog)
+        except OSError:
             pass
 
 
@@ -1067,8 +1119,8 @@ def main():
     api.shutdown()
     sbx.shutdown()
     state.shutdown()
-    if RUN_DIR:
-        shutil.rmtree(RUN_DIR, ignore_errors=True)
+    if KERNEL_DIR:
+        shutil.rmtree(KERNEL_DIR, ignore_errors=True)
 
 
 if __name__ == "__main__":
