@@ -46,9 +46,9 @@ static void root_setup(void)
         snprintf(root, sizeof(root), "/tmp/cqcheck-kernel-%ld", (long)getpid());
 }
 
-/* Pids (at most \p max) of the processes whose command line mentions our
- * work root; returns how many there are. */
-static size_t kernel_pids(pid_t *out, size_t max)
+/* Pids (at most \p max) of the processes whose command line mentions
+ * \p needle; returns how many there are. */
+static size_t pids_naming(const char *needle, pid_t *out, size_t max)
 {
         DIR *proc = opendir("/proc");
         struct dirent *de;
@@ -72,7 +72,7 @@ static size_t kernel_pids(pid_t *out, size_t max)
                         if (buf[i] == '\0')
                                 buf[i] = ' ';
                 buf[len] = '\0';
-                if (!strstr(buf, root))
+                if (!strstr(buf, needle))
                         continue;
                 if (n < max)
                         out[n] = (pid_t)strtol(de->d_name, NULL, 10);
@@ -80,6 +80,13 @@ static size_t kernel_pids(pid_t *out, size_t max)
         }
         closedir(proc);
         return n;
+}
+
+/* Pids (at most \p max) of the processes whose command line mentions our
+ * work root; returns how many there are. */
+static size_t kernel_pids(pid_t *out, size_t max)
+{
+        return pids_naming(root, out, max);
 }
 
 static int count_kernels(void)
@@ -2565,6 +2572,44 @@ START_TEST(forked_kernels_get_a_fresh_shell)
 }
 END_TEST
 
+/* An unsandboxed forked kernel that dies by itself takes its process
+ * group with it: a job's subprocess left in that group (reparented to
+ * the server when the kernel's parent exits) is killed before the cell's
+ * result says the kernel died, and the next cell gets a fresh kernel. */
+START_TEST(forked_kernels_die_with_their_group)
+{
+        cq_kserver_t *ks;
+        cq_interp_t *interp;
+        cq_cell_result_t res;
+        char errstr[700], mark[300], code[900];
+        pid_t pids[4];
+
+        ks = new_kserver(NULL, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
+                         sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        interp = start_kernel(NULL, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(interp)));
+        snprintf(mark, sizeof(mark), "%s/cq-left-behind", root);
+        snprintf(code, sizeof(code),
+                 "import subprocess, sys\n"
+                 "p = subprocess.Popen([sys.executable, '-c', 'import time; "
+                 "time.sleep(600)', '%s'])\n"
+                 "print(os.getpgid(p.pid) == os.getpgid(0))",
+                 mark);
+        assert_stdout(interp, "import os", "");
+        assert_stdout(interp, code, "True\n");
+        ck_assert_uint_eq(pids_naming(mark, pids, 4), 1);
+        run(interp, "os._exit(1)", 30000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_DIED);
+        cq_cell_result_release(&res);
+        ck_assert_uint_eq(pids_naming(mark, pids, 4), 0);
+        assert_stdout(interp, "print('os' in dir())", "False\n");
+        cq_interp_destroy(&interp);
+        cq_kserver_destroy(&ks);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 /* What a kernel's application and matplotlib were configured with, with
  * its own connection file and directories named by placeholders. */
 static const char settings_cell[] =
@@ -3381,6 +3426,7 @@ static Suite *cq_kernel_suite(void)
         tc = tcase_create("shell");
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, forked_kernels_get_a_fresh_shell);
+        tcase_add_test(tc, forked_kernels_die_with_their_group);
         tcase_add_test(tc, forked_kernels_are_configured_as_cold_ones);
         tcase_add_test(tc,
                        sandboxed_forked_kernels_are_configured_as_cold_ones);

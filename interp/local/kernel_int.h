@@ -61,6 +61,10 @@ struct cq_kernel {
          * into pid 1's namespace; it leads a group of its own, outside pid
          * 1's (0: none). Only meant while pid 1 runs (it dies with it). */
         pid_t fork_kernel;
+        /* Forked, once its parent exited: the process groups (the
+         * parent's and fork_kernel's; 0: none) that a blocking reap still
+         * empties (reap_forked()) */
+        pid_t fork_groups[2];
         /* While start() runs: its warm-up cell, which a forked kernel runs
          * itself before it answers, reporting to warm_path */
         const char *warm_code;

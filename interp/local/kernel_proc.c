@@ -32,6 +32,9 @@
 #define INFO_FD 3
 /* bubblewrap's --file source of the matplotlibrc (sandboxed kernels) */
 #define MPLRC_FD 4
+/* How long a blocking reap waits, once a forked kernel's parent exited,
+ * for the rest of it to be gone (reap_forked()) */
+#define REAP_WAIT_MS 2000
 
 /* ---- files ---- */
 
@@ -157,48 +160,111 @@ out:
 
 /* ---- process ---- */
 
-/* A forked kernel is gone once its pidfd is readable (its parent, the
- * namespace's pid 1, exits last); blocking waits at most 5 s. */
+/* Whether a process is left in process group \p pgid (EPERM: one of
+ * another uid). While one is, no new process can take that id. */
+static bool group_left(pid_t pgid)
+{
+        return pgid > 0 && (kill(-pgid, 0) == 0 || errno == EPERM);
+}
+
+/* Kill what is left in a forked kernel's process groups, after its
+ * parent exited; true when nothing is. Safe from signalling strangers:
+ * a group id is not reused while a process is left in the group. */
+static bool clear_groups(cq_kernel_t *kernel)
+{
+        bool left = false;
+        size_t i;
+
+        for (i = 0; i < 2; i++) {
+                pid_t pgid = kernel->fork_groups[i];
+
+                if (!group_left(pgid)) {
+                        kernel->fork_groups[i] = 0;
+                        continue;
+                }
+                killpg(pgid, SIGKILL);
+                left = true;
+        }
+        return !left;
+}
+
+/* A forked kernel's parent (the sandbox's pid 1, or an unsandboxed
+ * kernel's run_init) exited once its pidfd is readable: blocking, wait
+ * for that up to 5 s. A sandbox's pid 1 exits last, but run_init may die
+ * of the same SIGKILL before the kernel, its child, has finished
+ * exiting, and when the kernel dies by itself a job's subprocess may be
+ * left in its group. So once the parent exited, what is left in the
+ * kernel's process groups is killed, and a blocking reap waits until the
+ * server has reaped the parent (a zombie counts against its uid's
+ * process limit and holds its pid) and the groups are empty, looking
+ * again after 0.25 ms and twice as long each time (at most 64 ms), for
+ * up to REAP_WAIT_MS by the clock. */
 static void reap_forked(cq_kernel_t *kernel, bool block)
 {
-        struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
-        int rc, waited = 0;
+        int64_t until;
+        long pause_us = 250;
 
         if (block)
                 atomic_store(&kernel->sig_pid, -1);
-        while ((rc = poll(&pfd, 1, block ? 5000 : 0)) < 0 && errno == EINTR)
-                ;
-        if (rc == 0 && block)
-                cq_log_warn("kernel: forked kernel still alive 5 s after "
-                            "SIGKILL");
-        if (rc == 0)
-                return;
-        /* Exited; the server reaps it at once (a zombie still counts
-         * against its uid's process limit, and holds its pid): blocking,
-         * wait for that too, for up to 2 s. */
-        while (block && syscall(SYS_pidfd_send_signal, kernel->pidfd, 0, NULL,
-                                0U) == 0) {
-                struct timespec ts = {0, 1000 * 1000};
+        if (kernel->pid > 0) {
+                struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
+                int rc;
 
-                if (++waited > 2000)
-                        break;
-                nanosleep(&ts, NULL);
+                while ((rc = poll(&pfd, 1, block ? 5000 : 0)) < 0 &&
+                       errno == EINTR)
+                        ;
+                if (rc == 0 && block)
+                        cq_log_warn("kernel: forked kernel still alive 5 s "
+                                    "after SIGKILL");
+                if (rc == 0)
+                        return;
+                atomic_store(&kernel->sig_pid, -1);
+                kernel->fork_groups[0] = kernel->pid;
+                kernel->fork_groups[1] = kernel->fork_kernel;
+                kernel->pid = -1;
+                kernel->fork_kernel = 0;
         }
-        atomic_store(&kernel->sig_pid, -1);
-        kernel->pid = -1;
-        kernel->fork_kernel = 0;
+        /* what is left is killed; only a blocking reap waits for it */
+        if (clear_groups(kernel) || !block)
+                return;
+        until = cq_now_ms() + REAP_WAIT_MS;
+        for (;;) {
+                bool parent = kernel->pidfd >= 0 &&
+                              syscall(SYS_pidfd_send_signal, kernel->pidfd, 0,
+                                      NULL, 0U) == 0;
+                struct timespec ts = {0, pause_us * 1000};
+
+                if (clear_groups(kernel) && !parent)
+                        break;
+                if (cq_now_ms() >= until) {
+                        cq_log_warn("kernel: forked kernel's processes not "
+                                    "all gone %d ms after its parent exited "
+                                    "(parent %s, groups %d %d left)",
+                                    REAP_WAIT_MS,
+                                    parent ? "unreaped" : "reaped",
+                                    (int)kernel->fork_groups[0],
+                                    (int)kernel->fork_groups[1]);
+                        kernel->fork_groups[0] = kernel->fork_groups[1] = 0;
+                        break;
+                }
+                nanosleep(&ts, NULL);
+                if (pause_us < 64000)
+                        pause_us *= 2;
+        }
 }
 
 void kernel_reap(cq_kernel_t *kernel, bool block)
 {
         int status;
 
-        if (kernel->pid <= 0)
-                return;
         if (kernel->forked) {
-                reap_forked(kernel, block);
+                if (kernel->pid > 0 || kernel->fork_groups[0] > 0 ||
+                    kernel->fork_groups[1] > 0)
+                        reap_forked(kernel, block);
                 return;
         }
+        if (kernel->pid <= 0)
+                return;
         if (block)
                 atomic_store(&kernel->sig_pid, -1);
         if (waitpid(kernel->pid, &status, block ? 0 : WNOHANG) == kernel->pid) {
@@ -273,6 +339,7 @@ static int fork_spawn(cq_kernel_t *kernel,
         kernel->pid = child.pid;
         kernel->pidfd = child.pidfd;
         kernel->fork_kernel = child.kernel;
+        kernel->fork_groups[0] = kernel->fork_groups[1] = 0;
         atomic_store(&kernel->sig_pid, (int)child.pid);
         return 0;
 }
@@ -351,10 +418,13 @@ void kernel_teardown(cq_kernel_t *kernel)
                         kill(kernel->pid, SIGKILL);
                 }
                 kernel_reap(kernel, true);
+        } else if (kernel->forked) {
+                kernel_reap(kernel, true); /* what is left in its groups */
         }
         kernel->pid = -1;
         kernel->forked = false;
         kernel->fork_kernel = 0;
+        kernel->fork_groups[0] = kernel->fork_groups[1] = 0;
         if (kernel->pidfd >= 0)
                 close(kernel->pidfd);
         kernel->pidfd = -1;
