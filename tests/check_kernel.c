@@ -2572,23 +2572,20 @@ START_TEST(forked_kernels_get_a_fresh_shell)
 }
 END_TEST
 
-/* An unsandboxed forked kernel that dies by itself takes its process
- * group with it: a job's subprocess left in that group (reparented to
- * the server when the kernel's parent exits) is killed before the cell's
- * result says the kernel died, and the next cell gets a fresh kernel. */
-START_TEST(forked_kernels_die_with_their_group)
+/* An unsandboxed kernel, cold or forked, that dies by itself takes its
+ * process group with it: a job's subprocess left in that group (which
+ * outlives the kernel otherwise, reparented to an init or the server) is
+ * killed before the cell's result says the kernel died, and the next
+ * cell gets a fresh kernel. */
+START_TEST(kernels_die_with_their_group)
 {
         cq_kserver_t *ks;
-        cq_interp_t *interp;
-        cq_cell_result_t res;
         char errstr[700], mark[300], code[900];
-        pid_t pids[4];
+        int i;
 
         ks = new_kserver(NULL, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
                          sizeof(errstr));
         ck_assert_msg(ks != NULL, "%s", errstr);
-        interp = start_kernel(NULL, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(interp)));
         snprintf(mark, sizeof(mark), "%s/cq-left-behind", root);
         snprintf(code, sizeof(code),
                  "import subprocess, sys\n"
@@ -2596,15 +2593,25 @@ START_TEST(forked_kernels_die_with_their_group)
                  "time.sleep(600)', '%s'])\n"
                  "print(os.getpgid(p.pid) == os.getpgid(0))",
                  mark);
-        assert_stdout(interp, "import os", "");
-        assert_stdout(interp, code, "True\n");
-        ck_assert_uint_eq(pids_naming(mark, pids, 4), 1);
-        run(interp, "os._exit(1)", 30000, &res);
-        ck_assert_int_eq(res.status, CQ_CELL_DIED);
-        cq_cell_result_release(&res);
-        ck_assert_uint_eq(pids_naming(mark, pids, 4), 0);
-        assert_stdout(interp, "print('os' in dir())", "False\n");
-        cq_interp_destroy(&interp);
+        for (i = 0; i < 2; i++) {
+                cq_interp_t *interp = start_kernel(NULL, 0, i ? ks : NULL);
+                cq_cell_result_t res;
+                pid_t pids[4];
+
+                ck_assert(cq_kernel_forked(cq_local_interp_kernel(interp)) ==
+                          (i == 1));
+                assert_stdout(interp, "import os", "");
+                assert_stdout(interp, code, "True\n");
+                ck_assert_uint_eq(pids_naming(mark, pids, 4), 1);
+                run(interp, "os._exit(1)", 30000, &res);
+                ck_assert_int_eq(res.status, CQ_CELL_DIED);
+                cq_cell_result_release(&res);
+                ck_assert_msg(pids_naming(mark, pids, 4) == 0,
+                              "a %s kernel's subprocess outlived it",
+                              i ? "forked" : "cold");
+                assert_stdout(interp, "print('os' in dir())", "False\n");
+                cq_interp_destroy(&interp);
+        }
         cq_kserver_destroy(&ks);
         ck_assert_int_eq(count_kernels(), 0);
 }
@@ -3426,7 +3433,7 @@ static Suite *cq_kernel_suite(void)
         tc = tcase_create("shell");
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, forked_kernels_get_a_fresh_shell);
-        tcase_add_test(tc, forked_kernels_die_with_their_group);
+        tcase_add_test(tc, kernels_die_with_their_group);
         tcase_add_test(tc, forked_kernels_are_configured_as_cold_ones);
         tcase_add_test(tc,
                        sandboxed_forked_kernels_are_configured_as_cold_ones);

@@ -255,7 +255,8 @@ static void reap_forked(cq_kernel_t *kernel, bool block)
 
 void kernel_reap(cq_kernel_t *kernel, bool block)
 {
-        int status;
+        siginfo_t si;
+        int status, rc;
 
         if (kernel->forked) {
                 if (kernel->pid > 0 || kernel->fork_groups[0] > 0 ||
@@ -267,7 +268,17 @@ void kernel_reap(cq_kernel_t *kernel, bool block)
                 return;
         if (block)
                 atomic_store(&kernel->sig_pid, -1);
-        if (waitpid(kernel->pid, &status, block ? 0 : WNOHANG) == kernel->pid) {
+        /* Exited: before it is reaped (its zombie holds the id), kill
+         * what a job left in its process group, which it leads. */
+        memset(&si, 0, sizeof(si));
+        while ((rc = waitid(P_PID, (id_t)kernel->pid, &si,
+                            WEXITED | WNOWAIT | (block ? 0 : WNOHANG))) < 0 &&
+               errno == EINTR)
+                ;
+        if (rc < 0 || si.si_pid != kernel->pid)
+                return;
+        killpg(kernel->pid, SIGKILL);
+        if (waitpid(kernel->pid, &status, 0) == kernel->pid) {
                 atomic_store(&kernel->sig_pid, -1);
                 kernel->pid = -1;
         }
