@@ -2617,6 +2617,47 @@ START_TEST(kernels_die_with_their_group)
 }
 END_TEST
 
+/* A forked kernel records sys.modules at the end of its start as a cold
+ * one does (IPython's snapshot for %reset's aggressive mode): the
+ * server's modules are in it, so an aggressive reset culls a module the
+ * job imported and keeps numpy, the same object as before. */
+START_TEST(forked_kernels_reset_as_cold_ones)
+{
+        cq_kserver_t *ks;
+        cq_interp_t *interp;
+        char errstr[700];
+
+        ks = new_kserver(NULL, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
+                         sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        interp = start_kernel(NULL, 0, ks);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(interp)));
+        assert_stdout(interp,
+                      "import sys\n"
+                      "snap = get_ipython()._sys_modules_keys\n"
+                      "print(type(snap).__name__, 'numpy' in snap, "
+                      "'tabnanny' in snap, snap <= set(sys.modules), "
+                      "all(type(k) is str for k in snap))",
+                      "set True False True True\n");
+        assert_stdout(interp,
+                      "import tabnanny, numpy, sys\n"
+                      "import builtins\n"
+                      "builtins.cq_np = numpy\n"
+                      "print('tabnanny' in sys.modules)",
+                      "True\n");
+        assert_stdout(interp, "%reset -f --aggressive",
+                      "culling sys module...\n");
+        assert_stdout(interp,
+                      "import sys, builtins\n"
+                      "print('tabnanny' in sys.modules, "
+                      "sys.modules['numpy'] is builtins.cq_np)",
+                      "False True\n");
+        cq_interp_destroy(&interp);
+        cq_kserver_destroy(&ks);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 /* What a kernel's application and matplotlib were configured with, with
  * its own connection file and directories named by placeholders. */
 static const char settings_cell[] =
@@ -3434,6 +3475,7 @@ static Suite *cq_kernel_suite(void)
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, forked_kernels_get_a_fresh_shell);
         tcase_add_test(tc, kernels_die_with_their_group);
+        tcase_add_test(tc, forked_kernels_reset_as_cold_ones);
         tcase_add_test(tc, forked_kernels_are_configured_as_cold_ones);
         tcase_add_test(tc,
                        sandboxed_forked_kernels_are_configured_as_cold_ones);

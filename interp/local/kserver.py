@@ -184,7 +184,6 @@ def run_kernel(req, log_fd, parent):
             app = kernelapp.IPKernelApp.instance()
         if CLI is not None:
             adopt_cli(app)
-        adopt_init_code(app)
         adopt_extensions(app)
         # Its start-up makes some 100000 objects, all kept: collections
         # while it runs would find nothing to free.
@@ -847,64 +846,22 @@ def warm_abc_answers():
         isinstance(v, collections.abc.Mapping)
 
 
-# sys.modules' keys when the server forks, as copies of their own, made
-# together (see module_keys()).
-MODULE_KEYS = None
-
-
-def snapshot_module_keys():
-    global MODULE_KEYS
-    MODULE_KEYS = frozenset(k.encode('utf-8', 'surrogatepass')
-                            .decode('utf-8', 'surrogatepass')
-                            for k in sys.modules if isinstance(k, str))
-
-
-def module_keys():
-    """set(sys.modules.keys()), as the shell's init_code() records it:
-    the keys of sys.modules are the server's (some 1500 strings spread
-    over as many pages, each of which a reference written to it would
-    copy); MODULE_KEYS are copies of them, made together in a few pages.
-    The result is the same set whenever sys.modules has exactly those
-    keys, and set(sys.modules.keys()) otherwise."""
+def compact_module_keys():
+    """sys.modules with its keys replaced by equal copies made together,
+    in order. At the end of its start IPython records
+    set(sys.modules.keys()) (for %reset -f's aggressive mode): with the
+    keys the import system made, some 1500 strings spread over as many
+    pages, the set's reference to each would copy every one of those
+    pages in every kernel. The dict stays the one the interpreter
+    knows; no code runs while a module is briefly out of it."""
     mods = sys.modules
-    if MODULE_KEYS is not None and len(mods) == len(MODULE_KEYS):
-        keys = {k for k in MODULE_KEYS if k in mods}
-        if len(keys) == len(mods):
-            return keys
-    return set(mods.keys())
-
-
-# The names InteractiveShellApp.init_code() uses, in the IPython this
-# was written against; another is left as it is.
-INIT_CODE_NAMES = ('_run_startup_files', '_run_exec_lines',
-                   '_run_exec_files', 'hide_initial_ns', 'shell',
-                   'user_ns_hidden', 'update', 'user_ns',
-                   '_run_cmd_line_code', '_run_module', 'sys', 'stdout',
-                   'flush', 'stderr', 'set', 'modules', 'keys',
-                   '_sys_modules_keys')
-
-
-def adopt_init_code(app):
-    """IPython's init_code() for this kernel, step for step, but for the
-    snapshot of sys.modules' keys it ends with (module_keys())."""
-    if (MODULE_KEYS is None or
-            getattr(type(app).init_code, '__code__', None) is None or
-            type(app).init_code.__code__.co_names != INIT_CODE_NAMES):
-        return
-
-    def init_code():
-        app._run_startup_files()
-        app._run_exec_lines()
-        app._run_exec_files()
-        if app.hide_initial_ns:
-            app.shell.user_ns_hidden.update(app.shell.user_ns)
-        app._run_cmd_line_code()
-        app._run_module()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        app.shell._sys_modules_keys = module_keys()
-
-    app.init_code = init_code
+    for k, v in list(mods.items()):
+        if type(k) is not str:
+            continue
+        c = k.encode('utf-8', 'surrogatepass').decode('utf-8',
+                                                      'surrogatepass')
+        del mods[k]
+        mods[c] = v
 
 
 # traits(config=True) of every Configurable class, as HasTraits.traits()
@@ -1495,10 +1452,6 @@ def main():
     if threads() != 1:
         failed.append('the shell: it started a thread')
     try:
-        snapshot_module_keys()
-    except Exception as e:
-        failed.append('the module list: %s' % e)
-    try:
         cache_traits()
         cache_instance_inits()
     except Exception as e:
@@ -1507,6 +1460,10 @@ def main():
         warm_abc_answers()  # after the last import
     except Exception as e:
         failed.append('the ABC answers: %s' % e)
+    try:
+        compact_module_keys()  # after the last import
+    except Exception as e:
+        failed.append('the module list: %s' % e)
     gc.collect()
     # Objects that exist now are never collected: the collector would
     # otherwise write to every page of them in every child.
