@@ -31,6 +31,7 @@ import socket
 import stat
 import struct
 import time
+import types
 
 MAX_MSG = 65536
 MPLRC_MAX = 2048  # CQ_KSERVER_MPLRC_MAX
@@ -893,45 +894,81 @@ def cache_traits():
     CONFIG_TRAITS = out
 
 
+# The code HasTraits.traits and HasDescriptors.setup_instance run while a
+# kernel starts (cached_traits()): run as traitlets' own functions, with
+# traitlets' globals, where cached_traits() puts the names they use.
+def _cq_traits(self, **metadata):
+    got = None
+    if len(metadata) == 1 and metadata.get('config', None) is True:
+        got = _cq_config_traits.get(self.__class__)  # noqa: F821
+    if got is not None:
+        return dict(got)
+    return _cq_traits_orig(self, **metadata)  # noqa: F821
+
+
+def _cq_setup_instance(*args, **kwargs):
+    self = args[0]
+    inits = _cq_instance_inits.get(self.__class__)  # noqa: F821
+    if inits is None:
+        return _cq_setup_orig(*args, **kwargs)  # noqa: F821
+    self._cross_validation_lock = False
+    for value in inits:
+        value.instance_init(self)
+
+
+CQ_TRAIT_NAMES = ('_cq_config_traits', '_cq_traits_orig',
+                  '_cq_instance_inits', '_cq_setup_orig')
+
+
 def cached_traits():
     """HasTraits.traits() answering traits(config=True) of the classes
     cache_traits() saw from the cache (a new dict each call, as the
-    original's); every other question goes to the original. Returns what
-    restore_traits() puts back: the original, or None when there is
-    nothing to answer from (or traitlets defines traits() elsewhere)."""
+    original's), and HasDescriptors.setup_instance() initializing the
+    descriptors cache_instance_inits() found; every other question goes
+    to the original. Not by assigning other functions to the classes:
+    that invalidates the method caches of every subclass of HasTraits,
+    writing into each class object (0.4 ms of CPU per kernel, most of it
+    copy-on-write faults), and again when the originals go back. The
+    functions stay; their code is swapped (the original's called through
+    a function of its own), and the names the new code uses go into
+    traitlets' module for the while. Returns what restore_traits() puts
+    back, or None when there is nothing to answer from (or traitlets
+    defines these elsewhere, or with closures)."""
     from traitlets import traitlets as tl
-    orig = vars(tl.HasTraits).get('traits')
-    if CONFIG_TRAITS is None or orig is None or \
-            vars(tl.HasDescriptors).get('setup_instance') is None:
-        return None
-
-    def traits(self, **metadata):
-        got = None
-        if len(metadata) == 1 and metadata.get('config', None) is True:
-            got = CONFIG_TRAITS.get(self.__class__)
-        return dict(got) if got is not None else orig(self, **metadata)
-
+    g = vars(tl)
+    f = vars(tl.HasTraits).get('traits')
     setup = vars(tl.HasDescriptors).get('setup_instance')
-    tl.HasTraits.traits = traits
-    if INSTANCE_INITS is not None and setup is not None:
+    if CONFIG_TRAITS is None or INSTANCE_INITS is None or \
+            any(n in g for n in CQ_TRAIT_NAMES):
+        return None
+    swaps = []
+    for fn, new, table, names in (
+            (f, _cq_traits, CONFIG_TRAITS, CQ_TRAIT_NAMES[:2]),
+            (setup, _cq_setup_instance, INSTANCE_INITS, CQ_TRAIT_NAMES[2:])):
+        if not isinstance(fn, types.FunctionType) or \
+                fn.__globals__ is not g or fn.__code__.co_freevars:
+            continue
+        orig = types.FunctionType(fn.__code__, g, fn.__name__,
+                                  fn.__defaults__)
+        orig.__kwdefaults__ = fn.__kwdefaults__
+        orig.__qualname__ = fn.__qualname__
+        g[names[0]] = table
+        g[names[1]] = orig
+        swaps.append((fn, fn.__code__, names))
+        names_kw = {'co_name': fn.__code__.co_name}
+        if hasattr(fn.__code__, 'co_qualname'):
+            names_kw['co_qualname'] = fn.__code__.co_qualname
+        fn.__code__ = new.__code__.replace(**names_kw)
+    return swaps or None
 
-        def setup_instance(*args, **kwargs):
-            self = args[0]
-            inits = INSTANCE_INITS.get(self.__class__)
-            if inits is None:
-                return setup(*args, **kwargs)
-            self._cross_validation_lock = False
-            for value in inits:
-                value.instance_init(self)
 
-        tl.HasDescriptors.setup_instance = setup_instance
-    return orig, setup
-
-
-def restore_traits(orig):
-    if orig is not None:
-        from traitlets import traitlets as tl
-        tl.HasTraits.traits, tl.HasDescriptors.setup_instance = orig
+def restore_traits(swaps):
+    if swaps is None:
+        return
+    for fn, code, names in swaps:
+        fn.__code__ = code
+        for name in names:
+            fn.__globals__.pop(name, None)
 
 
 # The descriptors HasDescriptors.setup_instance() initializes in every new
