@@ -2523,8 +2523,9 @@ END_TEST
  * a variable, an import's side effect on a preloaded module and on
  * builtins, and an alias magic made in one forked kernel are absent from
  * the next, whose history (In, _ih, Out, _oh) holds its own cell alone;
- * the shell is the server's (its history session is the second: the
- * server's shell made the first), fitted to the kernel's directories. */
+ * the shell is the server's, fitted to the kernel's directories, with
+ * a history database whose one session is the kernel's, the first, as a
+ * cold kernel's is. */
 START_TEST(forked_kernels_get_a_fresh_shell)
 {
         cq_kserver_t *ks;
@@ -2556,14 +2557,17 @@ START_TEST(forked_kernels_get_a_fresh_shell)
                            "ip.magics_manager.magics['line'])\n"
                            "print(len(In), In[0], len(_ih), Out, _oh, "
                            "ip.execution_count)\n"
-                           "print(ip.history_manager.session_number, "
+                           "hm = ip.history_manager\n"
+                           "print(hm.session_number, hm.db.execute("
+                           "'SELECT count(*), min(session) FROM sessions')"
+                           ".fetchone(), "
                            "[str(p) for p in _dh] == [os.getcwd()] == "
                            "[ip.starting_dir], "
                            "ip.profile_dir.location == os.path.join("
                            "os.environ['IPYTHONDIR'], 'profile_default'))");
         ck_assert_str_eq(out, "False False False False False\n"
                               "2  2 {} {} 1\n"
-                              "2 True True\n");
+                              "1 (1, 1) True True\n");
         free(out);
         cq_interp_destroy(&a);
         cq_interp_destroy(&b);

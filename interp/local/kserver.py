@@ -348,7 +348,27 @@ def build_shell():
         sys.modules['__main__'] = main
     # a kernel's exit, not the server's
     atexit.unregister(shell.atexit_operations)
+    forget_history_session(shell.history_manager)
     SHELL, SHELL_CONFIG = shell, config
+
+
+def forget_history_session(hm):
+    """The history session the shell opened, undone: each kernel opens
+    its own (fit_shell()), which is then the first of its in-memory
+    database, as a cold kernel's is, and has no session of the server's
+    to close first (an UPDATE and a write-out of the input cache in every
+    kernel). Only for the in-memory database kernels are given, and the
+    schema IPython made it with; otherwise the session stays."""
+    if getattr(hm, 'hist_file', None) != ':memory:' or \
+            getattr(hm, 'session_number', None) != 1 or \
+            getattr(hm, 'db', None) is None:
+        return
+    with hm.db:
+        if hm.db.execute('SELECT count(*) FROM sessions').fetchone() != (1,):
+            return
+        hm.db.execute('DELETE FROM sessions')
+        hm.db.execute("DELETE FROM sqlite_sequence WHERE name = 'sessions'")
+    hm.session_number = 0
 
 
 # The extensions every kernel's application loads (InteractiveShellApp's
