@@ -278,10 +278,11 @@ void kernel_reap(cq_kernel_t *kernel, bool block)
         if (rc < 0 || si.si_pid != kernel->pid)
                 return;
         killpg(kernel->pid, SIGKILL);
-        if (waitpid(kernel->pid, &status, 0) == kernel->pid) {
-                atomic_store(&kernel->sig_pid, -1);
+        /* no interrupt from another thread may signal the pid once it
+         * is free again */
+        atomic_store(&kernel->sig_pid, -1);
+        if (waitpid(kernel->pid, &status, 0) == kernel->pid)
                 kernel->pid = -1;
-        }
 }
 
 bool kernel_alive(cq_kernel_t *kernel)
