@@ -2386,6 +2386,28 @@ static cq_kserver_t *new_kserver(const cq_sandbox_t *sandbox,
         return cq_kserver_new(&ko, errstr, errstr_size);
 }
 
+/* A kernel server on \p sandbox importing \p preload, which must start. */
+static cq_kserver_t *server_with(const cq_sandbox_t *sandbox,
+                                 const char *preload)
+{
+        char errstr[700];
+        cq_kserver_t *ks = new_kserver(sandbox, NULL, preload, 0, CQ_KSERVER_ON,
+                                       errstr, sizeof(errstr));
+
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        return ks;
+}
+
+/* A kernel on \p sandbox that \p ks must fork, not start cold. */
+static cq_interp_t *start_forked(const cq_sandbox_t *sandbox, cq_kserver_t *ks)
+{
+        cq_interp_t *interp = start_kernel(sandbox, 0, ks);
+
+        ck_assert_msg(cq_kernel_forked(cq_local_interp_kernel(interp)),
+                      "the kernel started cold, not forked");
+        return interp;
+}
+
 /* Threads of process \p pid, from /proc. */
 static int threads_of(pid_t pid)
 {
@@ -2431,14 +2453,10 @@ START_TEST(forked_kernels_are_strangers)
         sopts.uid_last = CQ_SANDBOX_UIDS_LAST;
         sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
         ck_assert_msg(sandbox != NULL, "%s", errstr);
-        ks = new_kserver(sandbox, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
-                         sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
+        ks = server_with(sandbox, "numpy");
         ck_assert(cq_kserver_enabled(ks));
-        a = start_kernel(sandbox, 0, ks);
-        b = start_kernel(sandbox, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(a)));
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(b)));
+        a = start_forked(sandbox, ks);
+        b = start_forked(sandbox, ks);
         ck_assert_int_eq(threads_of(cq_kserver_pid(ks)), 1);
         cq_kserver_stats(ks, &st);
         ck_assert_uint_eq(st.forked, 2);
@@ -2530,13 +2548,10 @@ START_TEST(forked_kernels_get_a_fresh_shell)
 {
         cq_kserver_t *ks;
         cq_interp_t *a, *b;
-        char errstr[700], *out;
+        char *out;
 
-        ks = new_kserver(NULL, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
-                         sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
-        a = start_kernel(NULL, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(a)));
+        ks = server_with(NULL, "numpy");
+        a = start_forked(NULL, ks);
         assert_stdout(a, "cq_secret = 42", "");
         assert_stdout(a,
                       "import builtins, numpy\nnumpy.cq_mark = 1\n"
@@ -2548,8 +2563,7 @@ START_TEST(forked_kernels_get_a_fresh_shell)
         assert_stdout(a, "6 * 7", "");
         assert_stdout(a, "print('cq_secret = 42' in In, 42 in Out.values())",
                       "True True\n");
-        b = start_kernel(NULL, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(b)));
+        b = start_forked(NULL, ks);
         out = stdout_of(b, "import builtins, numpy, os\nip = get_ipython()\n"
                            "print('cq_secret' in dir(), hasattr(numpy, "
                            "'cq_mark'), hasattr(builtins, 'cq_mark'), "
@@ -2584,12 +2598,10 @@ END_TEST
 START_TEST(kernels_die_with_their_group)
 {
         cq_kserver_t *ks;
-        char errstr[700], mark[300], code[900];
+        char mark[300], code[900];
         int i;
 
-        ks = new_kserver(NULL, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
-                         sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
+        ks = server_with(NULL, "numpy");
         snprintf(mark, sizeof(mark), "%s/cq-left-behind", root);
         snprintf(code, sizeof(code),
                  "import subprocess, sys\n"
@@ -2598,12 +2610,11 @@ START_TEST(kernels_die_with_their_group)
                  "print(os.getpgid(p.pid) == os.getpgid(0))",
                  mark);
         for (i = 0; i < 2; i++) {
-                cq_interp_t *interp = start_kernel(NULL, 0, i ? ks : NULL);
+                cq_interp_t *interp =
+                    i ? start_forked(NULL, ks) : start_kernel(NULL, 0, NULL);
                 cq_cell_result_t res;
                 pid_t pids[4];
 
-                ck_assert(cq_kernel_forked(cq_local_interp_kernel(interp)) ==
-                          (i == 1));
                 assert_stdout(interp, "import os", "");
                 assert_stdout(interp, code, "True\n");
                 ck_assert_uint_eq(pids_naming(mark, pids, 4), 1);
@@ -2629,13 +2640,9 @@ START_TEST(forked_kernels_reset_as_cold_ones)
 {
         cq_kserver_t *ks;
         cq_interp_t *interp;
-        char errstr[700];
 
-        ks = new_kserver(NULL, NULL, "numpy", 0, CQ_KSERVER_ON, errstr,
-                         sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
-        interp = start_kernel(NULL, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(interp)));
+        ks = server_with(NULL, "numpy");
+        interp = start_forked(NULL, ks);
         assert_stdout(interp,
                       "import sys\n"
                       "snap = get_ipython()._sys_modules_keys\n"
@@ -2708,15 +2715,11 @@ static cq_kserver_t *start_pair(const cq_sandbox_t *sandbox,
                                 cq_interp_t **cold,
                                 cq_interp_t **forked)
 {
-        char errstr[700];
-        cq_kserver_t *ks = new_kserver(sandbox, NULL, preload, 0, CQ_KSERVER_ON,
-                                       errstr, sizeof(errstr));
+        cq_kserver_t *ks = server_with(sandbox, preload);
 
-        ck_assert_msg(ks != NULL, "%s", errstr);
         *cold = start_kernel(sandbox, 0, NULL);
         ck_assert(!cq_kernel_forked(cq_local_interp_kernel(*cold)));
-        *forked = start_kernel(sandbox, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(*forked)));
+        *forked = start_forked(sandbox, ks);
         return ks;
 }
 
@@ -2915,13 +2918,9 @@ START_TEST(forked_kernels_start_with_abc_answers)
 {
         cq_kserver_t *ks;
         cq_interp_t *k;
-        char errstr[700];
 
-        ks = new_kserver(NULL, NULL, "numpy,pandas", 0, CQ_KSERVER_ON, errstr,
-                         sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
-        k = start_kernel(NULL, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(k)));
+        ks = server_with(NULL, "numpy,pandas");
+        k = start_forked(NULL, ks);
         assert_stdout(k, abc_cell, "True []\n");
         /* the answers are the kernel's own: registering throws them away
          * (their version is no longer the token) */
@@ -3102,12 +3101,10 @@ START_TEST(forked_kernels_warm_up_as_cold_ones)
         cq_kserver_t *ks;
         cq_interp_t *cold, *forked;
         cq_cell_result_t res;
-        char errstr[700], *want, *got;
+        char *want, *got;
         size_t i;
 
-        ks = new_kserver(NULL, NULL, "", 0, CQ_KSERVER_ON, errstr,
-                         sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
+        ks = server_with(NULL, "");
         for (i = 0; i < CQ_ARRAY_SIZE(preloads); i++) {
                 cold = start_preloaded(NULL, preloads[i]);
                 forked = start_preloaded(ks, preloads[i]);
@@ -3150,14 +3147,10 @@ START_TEST(killed_server_is_restarted)
         cq_kserver_t *ks;
         cq_kserver_stats_t st;
         cq_interp_t *a, *b, *c;
-        char errstr[700];
         pid_t old;
 
-        ks = new_kserver(NULL, NULL, "", 0, CQ_KSERVER_ON, errstr,
-                         sizeof(errstr));
-        ck_assert_msg(ks != NULL, "%s", errstr);
-        a = start_kernel(NULL, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(a)));
+        ks = server_with(NULL, "");
+        a = start_forked(NULL, ks);
         old = cq_kserver_pid(ks);
         ck_assert_int_gt(old, 1);
         ck_assert_int_eq(kill(old, SIGKILL), 0);
@@ -3168,8 +3161,7 @@ START_TEST(killed_server_is_restarted)
         assert_stdout(a, "print('still here')", "still here\n");
         ck_assert_int_eq(cq_kserver_wait(ks, 120000), 0);
         ck_assert_int_ne(cq_kserver_pid(ks), old);
-        c = start_kernel(NULL, 0, ks);
-        ck_assert(cq_kernel_forked(cq_local_interp_kernel(c)));
+        c = start_forked(NULL, ks);
         assert_stdout(c, "print(2 + 2)", "4\n");
         cq_kserver_stats(ks, &st);
         ck_assert_uint_eq(st.restarts, 1);
