@@ -45,7 +45,8 @@ typedef struct worker_metrics {
         cq_series_t *claimed, *running, *slots, *queued, *outbox_pending,
             *outbox_failed, *pool_size, *pool_ready, *pool_starting,
             *kernel_failures, *intake_msgs, *dlq, *events_dropped, *events_sent,
-            *outbox_claims, *outbox_empty;
+            *outbox_claims, *outbox_empty, *server_up, *server_restarts,
+            *server_refused;
         int64_t started_ms;
         int64_t next_queue;       /* housekeeping thread only */
         atomic_llong beat_hk;     /* its loop's last round */

@@ -111,6 +111,21 @@ static int add_families(cq_worker_t *w, char *errstr, size_t errstr_size)
         m->kernel_failures = plain(w, C, "coderq_kernel_start_failures_total",
                                    "Local kernel starts that failed", errstr,
                                    errstr_size, &failed);
+        m->server_up = plain(w, G, "coderq_kernel_server_up",
+                             "1 while the kernel server is ready to fork "
+                             "kernels; 0 while it is down or restarting, "
+                             "or off (every kernel starts cold)",
+                             errstr, errstr_size, &failed);
+        m->server_restarts =
+            plain(w, C, "coderq_kernel_server_restarts_total",
+                  "Kernel server processes started again after one died "
+                  "or failed",
+                  errstr, errstr_size, &failed);
+        m->server_refused =
+            plain(w, C, "coderq_kernel_server_misses_total",
+                  "Kernel starts the kernel server did not serve (down, "
+                  "restarting or refused), each started cold instead",
+                  errstr, errstr_size, &failed);
         m->intake_msgs = plain(w, C, "coderq_intake_messages_total",
                                "Messages the intake consumed from the jobs "
                                "topic",
@@ -169,6 +184,9 @@ static void collect(void *opaque)
                     cq_metric_series(m->kernels, (const char *[]){"forked"}),
                     (double)pool.forked);
                 cq_series_set(m->kernel_failures, (double)pool.failed);
+                cq_series_set(m->server_up, pool.server_up ? 1.0 : 0.0);
+                cq_series_set(m->server_restarts, (double)pool.server_restarts);
+                cq_series_set(m->server_refused, (double)pool.server_refused);
         }
         if (w->intake) {
                 cq_intake_stats_t st;

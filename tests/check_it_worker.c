@@ -4,6 +4,7 @@
  * are `coderq worker` processes started and killed by the tests; jobs go in
  * through the jobs topic and come out as rows and completion events. */
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -741,6 +742,76 @@ static double prom_query(int port, const char *query)
         return sum;
 }
 
+/* The first bytes of /proc/PID/NAME, NUL-terminated; their count, or -1
+ * when the process is gone. */
+static long proc_read(long pid, const char *name, char *buf, size_t size)
+{
+        char path[64];
+        size_t n;
+        FILE *fp;
+
+        snprintf(path, sizeof(path), "/proc/%ld/%s", pid, name);
+        fp = fopen(path, "r");
+        if (!fp)
+                return -1;
+        n = fread(buf, 1, size - 1, fp);
+        fclose(fp);
+        buf[n] = '\0';
+        return (long)n;
+}
+
+/* The kernel server of worker \p worker: its child "PYTHON -c PROGRAM 3
+ * ..." (kserver.c server_start()); -1 when it has none. */
+static pid_t kserver_of(pid_t worker)
+{
+        char buf[512];
+        struct dirent *de;
+        pid_t found = -1;
+        DIR *dir = opendir("/proc");
+
+        ck_assert_ptr_nonnull(dir);
+        while (found < 0 && (de = readdir(dir))) {
+                long pid = strtol(de->d_name, NULL, 10), ppid = 0, n;
+                const char *arg;
+
+                if (pid <= 1 || proc_read(pid, "stat", buf, sizeof(buf)) < 0)
+                        continue;
+                arg = strrchr(buf, ')');
+                if (!arg || sscanf(arg + 2, "%*c %ld", &ppid) != 1 ||
+                    ppid != (long)worker)
+                        continue;
+                n = proc_read(pid, "cmdline", buf, sizeof(buf));
+                /* argv[1] "-c", then the program, then "3" */
+                arg = buf + strlen(buf) + 1;
+                if (n > 0 && arg < buf + n && strcmp(arg, "-c") == 0)
+                        found = (pid_t)pid;
+        }
+        closedir(dir);
+        return found;
+}
+
+/* \p port's /metrics into *bodyp (freed first) until \p name reads
+ * \p want, for up to \p ms; the value it read last. */
+static double
+metric_until(int port, char **bodyp, const char *name, double want, int ms)
+{
+        char url[128];
+        double v = -1;
+        int waited;
+
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/metrics", port);
+        for (waited = 0; waited <= ms; waited += 200) {
+                free(*bodyp);
+                *bodyp = NULL;
+                ck_assert_int_eq(http_get(url, bodyp), 200);
+                v = sample(*bodyp, name);
+                if (v == want)
+                        break;
+                kt_sleep_ms(200);
+        }
+        return v;
+}
+
 /* After the metrics test, pass or fail: no worker or Prometheus left,
  * and PostgreSQL running again (a no-op when it is). */
 static void metrics_cleanup(void)
@@ -759,8 +830,8 @@ START_TEST(metrics_health_and_a_real_prometheus)
         char url[128], path[600], cmd[1400], *port_text, *body = NULL;
         cq_check_proc_t proc;
         const char *sh[] = {"/bin/sh", "-c", cmd, NULL};
-        int port, pport, i, waited;
-        double v = -1;
+        int port, pport, i, waited, jobs = 3;
+        double v = -1, forked;
         pid_t prom;
         FILE *fp;
 
@@ -828,6 +899,47 @@ START_TEST(metrics_health_and_a_real_prometheus)
         ck_assert(sample(body, "coderq_progress_events_dropped_total") == 0);
         ck_assert_ptr_nonnull(strstr(body, "# TYPE coderq_intake_lag gauge"));
 
+        /* The kernel server: up while it forks the pool's kernels, never
+         * started again, every cold start one it missed. Killed, it is
+         * down at once, and housekeeping starts it again after its
+         * backoff without a kernel start asking for it; the next job's
+         * kernel is forked by the new one. */
+        ck_assert(sample(body, "coderq_kernel_server_restarts_total") == 0);
+        forked = sample(body, "coderq_kernels_started_total{kind=\"forked\"}");
+        if (forked > 0) {
+                pid_t server = kserver_of(a.pid);
+
+                ck_assert(sample(body, "coderq_kernel_server_up") == 1);
+                ck_assert(
+                    sample(body, "coderq_kernel_server_misses_total") >=
+                    sample(body,
+                           "coderq_kernels_started_total{kind=\"cold\"}"));
+                ck_assert_int_gt(server, 1);
+                ck_assert_int_eq(kill(server, SIGKILL), 0);
+                ck_assert(metric_until(port, &body, "coderq_kernel_server_up",
+                                       0, 10000) == 0);
+                ck_assert_msg(
+                    metric_until(port, &body, "coderq_kernel_server_up", 1,
+                                 90000) == 1,
+                    "the kernel server never came back (restarts %g)",
+                    sample(body, "coderq_kernel_server_restarts_total"));
+                ck_assert(sample(body, "coderq_kernel_server_restarts_total") ==
+                          1);
+                ck_assert_int_ne(kserver_of(a.pid), server);
+                rk = kt_producer(brokers);
+                submit(rk, jobs, "two_cells", NULL);
+                kt_flush(rk);
+                kt_producer_destroy(rk);
+                wait_finished(++jobs, WAIT_MS);
+                ck_assert(metric_until(port, &body,
+                                       "coderq_kernels_started_total{kind="
+                                       "\"forked\"}",
+                                       forked + 1, 10000) == forked + 1);
+        } else {
+                ck_assert(sample(body, "coderq_kernel_server_up") == 0);
+        }
+        ck_assert_int_eq(count_status("succeeded"), jobs);
+
         /* PostgreSQL stopped: alive, not ready; back: ready again */
         kt_services("stop-pg");
         wait_http(port, "/readyz", 503, 30000);
@@ -887,15 +999,15 @@ START_TEST(metrics_health_and_a_real_prometheus)
                 started[nstarted++] = prom;
         for (waited = 0; waited < 90000; waited += 500) {
                 v = prom_query(pport, "coderq_jobs_finished_total");
-                if (v == 3)
+                if (v == jobs)
                         break;
                 kt_sleep_ms(500);
         }
-        ck_assert_msg(v == 3,
-                      "Prometheus reports %g jobs finished, not 3 (its log: "
+        ck_assert_msg(v == jobs,
+                      "Prometheus reports %g jobs finished, not %d (its log: "
                       "%s/prometheus.log)",
-                      v, logdir);
-        ck_assert(prom_query(pport, "coderq_jobs_claimed_total") == 3);
+                      v, jobs, logdir);
+        ck_assert(prom_query(pport, "coderq_jobs_claimed_total") == jobs);
         kill(prom, SIGTERM);
         waitpid(prom, NULL, 0);
         ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);

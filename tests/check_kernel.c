@@ -3148,12 +3148,24 @@ START_TEST(killed_server_is_restarted)
         cq_kserver_stats_t st;
         cq_interp_t *a, *b, *c;
         pid_t old;
+        int i;
 
         ks = server_with(NULL, "");
         a = start_forked(NULL, ks);
+        cq_kserver_stats(ks, &st);
+        ck_assert(st.up);
         old = cq_kserver_pid(ks);
         ck_assert_int_gt(old, 1);
         ck_assert_int_eq(kill(old, SIGKILL), 0);
+        /* down as soon as it has exited, before any start notices */
+        for (i = 0; i < 100; i++) {
+                cq_kserver_stats(ks, &st);
+                if (!st.up)
+                        break;
+                usleep(50 * 1000);
+        }
+        ck_assert_msg(!st.up, "a killed server still counts as up");
+        ck_assert_uint_eq(st.restarts, 0);
         b = start_kernel(NULL, 0, ks);
         ck_assert(!cq_kernel_forked(cq_local_interp_kernel(b)));
         assert_stdout(b, "print(1 + 1)", "2\n");
@@ -3161,6 +3173,8 @@ START_TEST(killed_server_is_restarted)
         assert_stdout(a, "print('still here')", "still here\n");
         ck_assert_int_eq(cq_kserver_wait(ks, 120000), 0);
         ck_assert_int_ne(cq_kserver_pid(ks), old);
+        cq_kserver_stats(ks, &st);
+        ck_assert(st.up);
         c = start_forked(NULL, ks);
         assert_stdout(c, "print(2 + 2)", "4\n");
         cq_kserver_stats(ks, &st);

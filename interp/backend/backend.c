@@ -12,6 +12,7 @@
 #include "coderq/e2b.h"
 #include "coderq/interp_local.h"
 #include "coderq/kpool.h"
+#include "coderq/kserver.h"
 #include "coderq/log.h"
 #include "coderq/sandbox.h"
 #include "coderq/util.h"
@@ -128,7 +129,12 @@ void cq_backend_housekeep(cq_backend_t *backend)
         char errstr[512];
         int n;
 
-        if (!backend || !backend->fleet)
+        if (!backend)
+                return;
+        /* down, not yet due or still importing: -1, and nothing waited */
+        if (backend->pool)
+                (void)cq_kserver_wait(cq_kpool_kserver(backend->pool), 0);
+        if (!backend->fleet)
                 return;
         (void)cq_e2b_fleet_keepalive(backend->fleet, false);
         if (cq_now_ms() < backend->next_reconcile)
@@ -220,7 +226,9 @@ bool cq_backend_unsandboxed(const cq_backend_t *backend, cq_interp_t *interp)
 
 bool cq_backend_pool(cq_backend_t *backend, cq_backend_pool_t *pool)
 {
+        cq_kserver_stats_t kst;
         cq_kpool_stats_t st;
+        cq_kserver_t *ks;
 
         memset(pool, 0, sizeof(*pool));
         if (!backend || !backend->pool)
@@ -232,6 +240,14 @@ bool cq_backend_pool(cq_backend_t *backend, cq_backend_pool_t *pool)
         pool->started = st.started + st.own_starts;
         pool->forked = st.forked;
         pool->failed = st.failed;
+        ks = cq_kpool_kserver(backend->pool);
+        if (cq_kserver_enabled(ks)) {
+                cq_kserver_stats(ks, &kst);
+                pool->server = true;
+                pool->server_up = kst.up;
+                pool->server_restarts = kst.restarts;
+                pool->server_refused = kst.refused;
+        }
         return true;
 }
 

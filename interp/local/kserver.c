@@ -970,6 +970,13 @@ void cq_kserver_stats(cq_kserver_t *ks, cq_kserver_stats_t *stats)
 {
         pthread_mutex_lock(&ks->lock);
         *stats = ks->stats;
+        stats->up = ks->enabled && ks->state == KS_READY;
+        if (stats->up && ks->pidfd >= 0) {
+                struct pollfd pfd = {ks->pidfd, POLLIN, 0};
+
+                /* exited: readable; ensure_ready() notices it later */
+                stats->up = poll(&pfd, 1, 0) == 0;
+        }
         pthread_mutex_unlock(&ks->lock);
 }
 

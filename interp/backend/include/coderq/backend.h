@@ -77,9 +77,13 @@ int cq_backend_track_e2b(cq_backend_t *backend,
                          size_t errstr_size);
 
 /**
- * @brief Extend every running E2B sandbox once a third of its TTL has
- *        passed and, each minute, kill this worker's stray sandboxes.
- *        Call it every few seconds. No-op without tracking.
+ * @brief Start the kernel server again once the backoff after its death
+ *        has passed, and take its ready message, without waiting for
+ *        either (else only a kernel start would, and an idle worker's
+ *        next jobs would start cold). Extend every running E2B sandbox
+ *        once a third of its TTL has passed and, each minute, kill this
+ *        worker's stray sandboxes (when tracking). Call it every few
+ *        seconds.
  * @locality One housekeeping thread.
  */
 void cq_backend_housekeep(cq_backend_t *backend);
@@ -123,6 +127,12 @@ typedef struct cq_backend_pool {
                              for included */
         uint64_t forked;  /* of those, forked by the kernel server */
         uint64_t failed;  /* starts that failed */
+        /* the kernel server: whether it is on (its probe passed), ready
+         * to fork now, how often it was started again after it died or
+         * failed, and the starts it did not serve (down, restarting or
+         * refused), each of which started its kernel cold instead */
+        bool server, server_up;
+        uint64_t server_restarts, server_refused;
 } cq_backend_pool_t;
 
 /**

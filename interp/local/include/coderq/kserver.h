@@ -141,7 +141,8 @@ CQ_NODISCARD int cq_kserver_spawn(cq_kserver_t *ks,
 /**
  * @brief Wait until the server is ready, starting it again when its
  *        restart is due (a spawn would otherwise do that lazily).
- * @returns 0, or -1 when it is off or not ready within \p timeout_ms.
+ * @returns 0, or -1 when it is off or not ready within \p timeout_ms (0:
+ *          one look, no waiting).
  * @locality Any thread.
  */
 int cq_kserver_wait(cq_kserver_t *ks, int64_t timeout_ms);
@@ -155,6 +156,10 @@ typedef struct cq_kserver_stats {
         /* the current server made sandboxed kernels' application before
          * the fork (its ready message's "app"; kserver.py build_app()) */
         bool app_prepared;
+        /* a server process is ready to fork now: enabled, its ready
+         * message read, and it has not exited (a server that died is
+         * started again by the next spawn, after its backoff) */
+        bool up;
 } cq_kserver_stats_t;
 
 /** @brief The counters. @locality Any thread. */
