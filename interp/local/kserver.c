@@ -403,6 +403,37 @@ fail:
         return -1;
 }
 
+/* Bytes of the server's environment block beyond a kernel's fixed part:
+ * each forked kernel writes its own environment over the block, which is
+ * what /proc/PID/environ shows (kserver.py set_environ()), and a kernel's
+ * is longer than the server's (its run dir's subdirectories, the parent's
+ * pid). */
+#define ENV_ROOM 1024
+
+/* \p envp (taken) with a last entry CQ_ENV_ROOM=xxx... of ENV_ROOM
+ * bytes; NULL when out of memory (\p envp freed). */
+static char **with_env_room(char **envp)
+{
+        size_t n = 0;
+        char **more, *room;
+
+        while (envp && envp[n])
+                n++;
+        more = envp ? realloc(envp, (n + 2) * sizeof(*envp)) : NULL;
+        room = malloc(ENV_ROOM + 1);
+        if (!more || !room) {
+                free(room);
+                cq_sandbox_argv_free(more ? more : envp);
+                return NULL;
+        }
+        memcpy(room, "CQ_ENV_ROOM=", 12);
+        memset(room + 12, 'x', ENV_ROOM - 12);
+        room[ENV_ROOM] = '\0';
+        more[n] = room;
+        more[n + 1] = NULL;
+        return more;
+}
+
 /* Start a server process; its ready message is read later. Under lock. */
 static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
 {
@@ -435,7 +466,7 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
          * reads at start-up (UTF-8 mode, stdio encoding, no bytecode
          * writing) is what a cold kernel gets; its own dirs for
          * matplotlib's font list and IPython; nothing of ours. */
-        envp = cq_kernel_environ(ks->dir, ks->dir, false, 0);
+        envp = with_env_room(cq_kernel_environ(ks->dir, ks->dir, false, 0));
         if (logfd < 0 || nullfd < 0 || !envp ||
             socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
                 cq_errstr_set(errstr, errstr_size, "could not prepare: %s",

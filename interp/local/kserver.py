@@ -18,6 +18,10 @@ import sys
 for _v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS',
            'NUMEXPR_NUM_THREADS', 'VECLIB_MAXIMUM_THREADS'):
     os.environ[_v] = '1'
+# The server's environment before its imports: what they add to it
+# (IMPORT_ENV) a kernel's own imports would have added to the kernel's.
+START_ENV = dict(os.environ)
+IMPORT_ENV = {}
 
 import ctypes
 import fcntl
@@ -149,6 +153,11 @@ def run_kernel(req, log_fd, parent):
     for kv in req['env']:
         k, _, v = kv.partition('=')
         os.environ[k] = v
+    set_environ(req['env'])
+    # what the imports the server made for it set, as they set it (after
+    # the environment execve() gave; absent from /proc/PID/environ)
+    for k, v in IMPORT_ENV.items():
+        os.environ.setdefault(k, v)
     if req.get('probe'):
         os._exit(0)
     sys.argv = [LAUNCHER] + req['argv']
@@ -1060,6 +1069,25 @@ def collapse_memory():
     return done >> 20
 
 
+def set_environ(env):
+    """What /proc/PID/environ shows of the kernel: its own environment, as
+    execve() lays it out for a cold kernel, written over this process's
+    copy of the server's (whose CQ_ENV_ROOM leaves room for it) and padded
+    with NULs. One that does not fit leaves it empty, never the server's.
+    Nothing points into the block any more: os.environ.clear() removed
+    its entries from the C environment."""
+    with open('/proc/self/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    start, end = int(fields[47]), int(fields[48])
+    room = end - start
+    block = b''.join(kv.encode('utf-8', 'surrogateescape') + b'\0'
+                     for kv in env)
+    if len(block) > room:
+        block = b''
+    if room > 0:
+        ctypes.memmove(start, block + b'\0' * (room - len(block)), room)
+
+
 def set_cmdline(words):
     """What /proc/PID/cmdline (ps) shows of the kernel and its parent: the
     command a cold kernel runs, written over this process's own copy of
@@ -1465,6 +1493,9 @@ def main():
             importlib.import_module(m)
         except Exception as e:
             failed.append('%s: %s' % (m, e))
+    # debugpy's PYDEVD_USE_FRAME_EVAL=NO (ipykernel.debugger imports it)
+    IMPORT_ENV.update((k, v) for k, v in os.environ.items()
+                      if START_ENV.get(k) != v)
     if 'matplotlib' in sys.modules:
         try:
             # the font list, which a fresh MPLCONFIGDIR would make every
