@@ -2590,6 +2590,29 @@ START_TEST(forked_kernels_get_a_fresh_shell)
 }
 END_TEST
 
+/* What a module makes random when it is imported is each kernel's own:
+ * multiprocessing's authentication key, imported by the server, differs
+ * between two kernels it forks, as between two cold ones. */
+START_TEST(forked_kernels_get_their_own_keys)
+{
+        static const char cell[] =
+            "import multiprocessing as mp\n"
+            "print(bytes(mp.current_process().authkey).hex())";
+        cq_kserver_t *ks = server_with(NULL, "multiprocessing");
+        cq_interp_t *a = start_forked(NULL, ks), *b = start_forked(NULL, ks);
+        char *ka = stdout_of(a, cell), *kb = stdout_of(b, cell);
+
+        ck_assert_uint_eq(strlen(ka), 65);
+        ck_assert_str_ne(ka, kb);
+        free(ka);
+        free(kb);
+        cq_interp_destroy(&a);
+        cq_interp_destroy(&b);
+        cq_kserver_destroy(&ks);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 /* An unsandboxed kernel, cold or forked, that dies by itself takes its
  * process group with it: a job's subprocess left in that group (which
  * outlives the kernel otherwise, reparented to an init or the server) is
@@ -3515,6 +3538,7 @@ static Suite *cq_kernel_suite(void)
         tc = tcase_create("shell");
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, forked_kernels_get_a_fresh_shell);
+        tcase_add_test(tc, forked_kernels_get_their_own_keys);
         tcase_add_test(tc, kernels_die_with_their_group);
         tcase_add_test(tc, forked_kernels_reset_as_cold_ones);
         tcase_add_test(tc, forked_kernels_are_configured_as_cold_ones);

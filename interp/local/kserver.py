@@ -170,6 +170,11 @@ def run_kernel(req, log_fd, parent):
     random.seed()
     if 'numpy' in sys.modules:
         sys.modules['numpy'].random.seed()
+    # multiprocessing's authentication key, random when it is imported
+    # (the preload may have): a kernel's own, as a cold one's is
+    mp = sys.modules.get('multiprocessing.process')
+    if mp is not None:
+        mp.current_process().authkey = os.urandom(32)
     # What importing matplotlib in a fresh kernel reads: the kernel's own
     # MPLCONFIGDIR/matplotlibrc (the CJK font fallback). The server
     # imported matplotlib before this kernel's settings existed, and

@@ -158,7 +158,8 @@ typedef struct cq_kserver_stats {
         bool app_prepared;
         /* a server process is ready to fork now: enabled, its ready
          * message read, and it has not exited (a server that died is
-         * started again by the next spawn, after its backoff) */
+         * started again, after its backoff, by the next spawn or
+         * cq_kserver_wait(), which the worker's housekeeping calls) */
         bool up;
 } cq_kserver_stats_t;
 
