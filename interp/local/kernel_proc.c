@@ -322,27 +322,12 @@ static int fork_spawn(cq_kernel_t *kernel,
 {
         cq_kserver_req_t req;
         cq_kserver_child_t child;
-        char err[512], pwd[PATH_MAX + 8];
-        const char *boxed_env[32];
-        size_t n = 0;
+        char err[512];
 
         memset(&req, 0, sizeof(req));
         req.work_dir = kernel->work_dir;
         req.argv = cmd + 3; /* after python -m ipykernel_launcher */
         req.envp = (const char *const *)envp;
-        /* bubblewrap adds PWD (the dir it starts a cold kernel in, its
-         * work dir) after the environment it is given: a forked kernel
-         * in the sandbox gets the same */
-        while (envp[n] && n + 2 < CQ_ARRAY_SIZE(boxed_env)) {
-                boxed_env[n] = envp[n];
-                n++;
-        }
-        if (cq_sandbox_enabled(kernel->sandbox) && !envp[n]) {
-                snprintf(pwd, sizeof(pwd), "PWD=%s", kernel->work_dir);
-                boxed_env[n++] = pwd;
-                boxed_env[n] = NULL;
-                req.envp = boxed_env;
-        }
         req.sandbox = kernel->sandbox;
         req.id = &kernel->id;
         req.nice = kernel->nice;
@@ -581,6 +566,11 @@ char **cq_kernel_environ(const char *home,
                 snprintf(pid, sizeof(pid), "%ld", (long)parent);
                 env[n++] = env_kv("JPY_PARENT_PID", pid);
         }
+        /* bubblewrap sets PWD to the dir it starts the kernel in (its
+         * home), replacing this one in place: last either way, for a
+         * forked kernel as for a cold one */
+        if (boxed)
+                env[n++] = env_kv("PWD", home);
         env[n] = NULL;
         for (i = 0; i < n; i++) {
                 if (!env[i]) {

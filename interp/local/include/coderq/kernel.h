@@ -127,8 +127,9 @@ int cq_kernel_renice(cq_kernel_t *kernel, int nice);
  *        code. HOME is \p home; the XDG cache dir is under \p run_dir,
  *        and so are matplotlib's and IPython's unless \p boxed (a
  *        sandboxed kernel's: CQ_KERNEL_BOXED_MPLCONFIGDIR and
- *        CQ_KERNEL_BOXED_IPYTHONDIR); JPY_PARENT_PID is \p parent when >
- *        0. MPLBACKEND stays unset so figures are published inline.
+ *        CQ_KERNEL_BOXED_IPYTHONDIR, and PWD, last, is \p home, as
+ *        bubblewrap sets it); JPY_PARENT_PID is \p parent when > 0.
+ *        MPLBACKEND stays unset so figures are published inline.
  * @returns Caller owns the returned vector and its strings; free with
  *          cq_sandbox_argv_free(). NULL when out of memory.
  */
