@@ -23,6 +23,9 @@
 #define EVENT_TEXT_MAX       4096
 #define SOLUTION_MAX         ((size_t)64 << 20) /* fresh tests need it all */
 #define MEMORY_CODE_MAX      ((size_t)4 << 20)  /* kept in memory */
+/* A reply with calls waits this long for its cell (and the cell's tool
+ * message) to be checkpointed with it in one statement (hold()). */
+#define HOLD_REPLY_MS 250
 
 static const char default_system_prompt[] =
     "You are a careful Python data-analysis and mathematical-modelling "
@@ -224,6 +227,14 @@ typedef struct run {
         cq_price_t price;
         bool bad_sampling; /* the provider cannot send the job's seed */
         int64_t tools_tokens;
+        /* The reply at history[held] is not checkpointed yet: it goes with
+         * the turn that answers it (hold()). */
+        bool holding;
+        size_t held;
+        /* An observer refused a checkpoint (failed write, lost lease): no
+         * other is written, or the stored conversation would have a gap. A
+         * stop (opts->stop) aborts without it: what ran is still kept. */
+        bool refused;
 } run_t;
 
 static void set_str(char **dst, const char *fmt, ...) CQ_PRINTF(2, 3);
@@ -239,6 +250,12 @@ static void set_str(char **dst, const char *fmt, ...)
         va_end(ap);
         free(*dst);
         *dst = s;
+}
+
+static void refuse(run_t *run)
+{
+        run->refused = true;
+        run->aborted = true;
 }
 
 static bool cancelled(const run_t *run)
@@ -263,21 +280,32 @@ static void count_retry(run_t *run, bool from_tests)
         if (run->trying_memory || !run->obs || !run->obs->on_retry)
                 return;
         if (run->obs->on_retry(run->obs->opaque, run->result->retries) != 0)
-                run->aborted = true;
+                refuse(run);
 }
 
-/* Append \p msg (takes ownership) to the history and checkpoint it. */
+static int append_turn(run_t *run,
+                       const char *code,
+                       const cq_cell_result_t *res,
+                       json_t *msgs);
+static json_t *one_message(json_t *msg);
+
+/* Append \p msg (takes ownership) to the history and checkpoint it (with
+ * a held reply before it, if any). */
 static int append(run_t *run, json_t *msg)
 {
         size_t index = json_array_size(run->history);
 
+        if (run->holding)
+                return append_turn(run, NULL, NULL, one_message(msg));
         if (!msg || json_array_append_new(run->history, msg) != 0) {
                 run->oom = true;
                 return -1;
         }
+        if (run->refused)
+                return -1;
         if (run->obs && run->obs->on_message &&
             run->obs->on_message(run->obs->opaque, index, msg) != 0) {
-                run->aborted = true;
+                refuse(run);
                 return -1;
         }
         return 0;
@@ -289,13 +317,57 @@ static bool turns_reported(const run_t *run)
         return run->obs && run->obs->on_turn;
 }
 
+/* Append the reply \p msg (takes ownership) to the history without a
+ * checkpoint of its own: the cell that answers it and its tool message
+ * carry it, one statement per turn instead of two. A cell that runs
+ * longer than HOLD_REPLY_MS checkpoints it alone first (flush_held()),
+ * and so does a run that ends before the answer: a reply is lost only
+ * to a worker killed within that time, as one killed during the call
+ * loses it. Only with on_turn; otherwise as append(). */
+static int hold(run_t *run, json_t *msg)
+{
+        size_t index = json_array_size(run->history);
+
+        if (!turns_reported(run) || run->holding)
+                return append(run, msg);
+        if (!msg || json_array_append_new(run->history, msg) != 0) {
+                run->oom = true;
+                return -1;
+        }
+        run->holding = true;
+        run->held = index;
+        return 0;
+}
+
+/* Checkpoint the held reply alone (a cell outlasting HOLD_REPLY_MS, or
+ * the end of the run). Also a cq_exec_opts_t on_slow callback. */
+static void flush_held(void *opaque)
+{
+        run_t *run = opaque;
+        json_t *msgs;
+
+        if (!run->holding || run->refused)
+                return;
+        run->holding = false;
+        msgs =
+            one_message(json_incref(json_array_get(run->history, run->held)));
+        if (!msgs) {
+                run->oom = true;
+                return;
+        }
+        if (run->obs->on_turn(run->obs->opaque, NULL, NULL, run->held, msgs) !=
+            0)
+                refuse(run);
+        json_decref(msgs);
+}
+
 /* Report a cell that just ran (on_cell). */
 static void
 report_cell(run_t *run, const char *code, const cq_cell_result_t *res)
 {
         if (run->obs && run->obs->on_cell &&
             run->obs->on_cell(run->obs->opaque, code, res) != 0)
-                run->aborted = true;
+                refuse(run);
 }
 
 /* Append the messages of \p msgs (takes ownership; an array) to the
@@ -307,6 +379,7 @@ static int append_turn(run_t *run,
                        json_t *msgs)
 {
         size_t index = json_array_size(run->history), i;
+        json_t *report = NULL;
         int rc = -1;
 
         if (!json_is_array(msgs) ||
@@ -314,10 +387,26 @@ static int append_turn(run_t *run,
                 run->oom = true;
                 goto out;
         }
+        if (run->refused)
+                goto out;
         if (turns_reported(run)) {
+                /* the held reply first, in the same statement */
+                if (run->holding) {
+                        report = json_array();
+                        if (!report ||
+                            json_array_append(
+                                report,
+                                json_array_get(run->history, run->held)) != 0 ||
+                            json_array_extend(report, msgs) != 0) {
+                                run->oom = true;
+                                goto out;
+                        }
+                        index = run->held;
+                        run->holding = false;
+                }
                 if (run->obs->on_turn(run->obs->opaque, code, res, index,
-                                      msgs) != 0) {
-                        run->aborted = true;
+                                      report ? report : msgs) != 0) {
+                        refuse(run);
                         goto out;
                 }
         } else {
@@ -327,12 +416,13 @@ static int append_turn(run_t *run,
                         if (run->obs && run->obs->on_message &&
                             run->obs->on_message(run->obs->opaque, index + i,
                                                  json_array_get(msgs, i)) != 0)
-                                run->aborted = true;
+                                refuse(run);
                 if (run->aborted)
                         goto out;
         }
         rc = 0;
 out:
+        json_decref(report);
         json_decref(msgs);
         return rc;
 }
@@ -645,6 +735,10 @@ run_cell(run_t *run, const char *code, cq_cell_result_t *res, bool deferred)
         xo.on_output = on_output;
         xo.opaque = run;
         xo.cancel = run->opts->cancel;
+        if (run->holding) {
+                xo.on_slow = flush_held;
+                xo.slow_ms = HOLD_REPLY_MS;
+        }
         event(run, "cell.started", json_pack("{s:s}", "code", code));
         err = cq_interp_execute(run->interp, code, &xo, res);
         if (err != CQ_OK)
@@ -1337,7 +1431,7 @@ static bool within_budget(run_t *run)
         why[0] = '\0';
         r = run->obs->reserve(run->obs->opaque, estimate, why, sizeof(why));
         if (r < 0) {
-                run->aborted = true;
+                refuse(run);
                 return false;
         }
         if (r > 0) {
@@ -1482,7 +1576,8 @@ static int turn(run_t *run)
         event(run, "llm.reply",
               json_pack("{s:s?, s:o*}", "text", reply.content, "code", codes));
         index = json_array_size(run->history);
-        if (append(run, json_incref(reply.message)) != 0)
+        if ((reply.ncalls > 0 ? hold : append)(run,
+                                               json_incref(reply.message)) != 0)
                 goto out;
         rc = handle_assistant(run, index, &reply);
 out:
@@ -1942,6 +2037,7 @@ cq_err_t cq_agent_run(const cq_job_t *job,
                         break;
         }
 done:
+        flush_held(&run); /* a reply whose calls were not all answered */
         if (run.aborted)
                 result->status = CQ_AGENT_ABORTED;
         else if (run.oom && result->status == CQ_AGENT_SUCCEEDED)

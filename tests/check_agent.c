@@ -6,6 +6,7 @@
  * asserts on the loop's result, the history it built and the requests
  * the fake recorded. */
 #include <curl/curl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -863,8 +864,8 @@ START_TEST(turns_are_checkpointed_whole)
         fixture_run(&fx, &obs, NULL, NULL);
         ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
         text = log_text(log);
-        ck_assert_str_eq(text, "t-@0:3 m3:assistant tx = 6 * 7@4:1 "
-                               "m5:assistant tprint(x)@6:1 m7:assistant");
+        ck_assert_str_eq(text, "t-@0:3 tx = 6 * 7@3:2 tprint(x)@5:2 "
+                               "m7:assistant");
         free(text);
         ck_assert_uint_eq(json_array_size(fx.result.history), 8);
         ck_assert_str_eq(json_string_value(json_object_get(
@@ -884,6 +885,116 @@ START_TEST(turns_are_checkpointed_whole)
         free(text);
         json_decref(log);
         fixture_release(&fx);
+}
+END_TEST
+
+/* The observer of held_reply_*: logs as log_on_*, raises the stop flag
+ * at the first reply when asked, refuses the checkpoint of a reply
+ * alone when asked. */
+typedef struct holder {
+        json_t *log;
+        atomic_int stop;
+        bool stop_at_reply;
+        bool refuse_alone;
+} holder_t;
+
+static int holder_on_message(void *opaque, size_t index, const json_t *msg)
+{
+        return log_on_message(((holder_t *)opaque)->log, index, msg);
+}
+
+static int holder_on_turn(void *opaque,
+                          const char *code,
+                          const cq_cell_result_t *res,
+                          size_t index,
+                          const json_t *messages)
+{
+        holder_t *h = opaque;
+
+        log_on_turn(h->log, code, res, index, messages);
+        return h->refuse_alone && !code && index > 0 ? -1 : 0;
+}
+
+static void holder_on_event(void *opaque, const char *type, const json_t *data)
+{
+        holder_t *h = opaque;
+
+        (void)data;
+        if (h->stop_at_reply && strcmp(type, "llm.reply") == 0)
+                atomic_store(&h->stop, 1);
+}
+
+/* Run \p steps under a holder observer (raising the stop flag at the
+ * first reply, refusing a reply checkpointed alone, as asked) and check
+ * the checkpoints it logged and whether the run was aborted. */
+static void expect_holder(const char *name,
+                          const char *steps,
+                          bool stop_at_reply,
+                          bool refuse_alone,
+                          const char *want,
+                          bool aborted)
+{
+        fixture_t fx;
+        cq_agent_observer_t obs = {0};
+        holder_t h = {0};
+        char *text;
+
+        fixture_init(&fx, name, steps);
+        h.log = json_array();
+        h.stop_at_reply = stop_at_reply;
+        h.refuse_alone = refuse_alone;
+        atomic_init(&h.stop, 0);
+        fx.opts.stop = &h.stop;
+        obs.on_message = holder_on_message;
+        obs.on_turn = holder_on_turn;
+        obs.on_event = holder_on_event;
+        obs.opaque = &h;
+        fixture_run(&fx, &obs, NULL, NULL);
+        text = log_text(h.log);
+        ck_assert_str_eq(text, want);
+        ck_assert_msg((fx.result.status == CQ_AGENT_ABORTED) == aborted,
+                      "status %s", cq_agent_status_name(fx.result.status));
+        free(text);
+        json_decref(h.log);
+        fixture_release(&fx);
+}
+
+static const char slow_cell_steps[] =
+    "[{\"tool_calls\":[{\"code\":\"import time; time.sleep(2)\"}]},"
+    "{\"content\":\"done\"}]";
+
+/* A reply with a call is held for its cell's checkpoint; a cell that runs
+ * on checkpoints it alone first, so a worker killed during a long cell
+ * does not lose it (nor its usage). */
+START_TEST(held_reply_is_checkpointed_alone_when_its_cell_is_slow)
+{
+        use_backend(_i);
+        expect_holder("held_slow", slow_cell_steps, false, false,
+                      "t-@0:3 t-@3:1 timport time; time.sleep(2)@4:1 "
+                      "m5:assistant",
+                      false);
+}
+END_TEST
+
+/* A run stopped (shutdown) between a reply and its cells keeps the reply:
+ * the resumed job answers its calls without asking the LLM again. */
+START_TEST(held_reply_is_kept_when_the_run_stops)
+{
+        use_backend(_i);
+        expect_holder("held_stop",
+                      "[{\"tool_calls\":[{\"code\":\"x = 1\"}]},"
+                      "{\"content\":\"1\"}]",
+                      true, false, "t-@0:3 t-@3:1", true);
+}
+END_TEST
+
+/* Once a checkpoint is refused nothing more is written, not even the
+ * cell's turn after it: it would follow a message that is not stored. */
+START_TEST(held_reply_refused_stops_all_checkpoints)
+{
+        use_backend(_i);
+        expect_holder("held_refused", slow_cell_steps, false, true,
+                      "t-@0:3 t-@3:1", true);
 }
 END_TEST
 
@@ -1517,6 +1628,10 @@ static Suite *agent_suite(void)
         tcase_add_loop_test(tc, resumed_job_keeps_counting_retries_and_time, 0,
                             2);
         tcase_add_loop_test(tc, turns_are_checkpointed_whole, 0, 2);
+        tcase_add_loop_test(
+            tc, held_reply_is_checkpointed_alone_when_its_cell_is_slow, 0, 2);
+        tcase_add_loop_test(tc, held_reply_is_kept_when_the_run_stops, 0, 2);
+        tcase_add_loop_test(tc, held_reply_refused_stops_all_checkpoints, 0, 2);
         tcase_add_loop_test(tc, turn_limit_fails, 0, 2);
         tcase_add_loop_test(tc, tests_fail_then_pass, 0, 2);
         tcase_add_loop_test(tc, tests_never_pass_fails, 0, 2);

@@ -33,6 +33,7 @@ struct exec {
         cq_e2b_t *e2b;
         const cq_exec_opts_t *opts;
         int64_t deadline_ms;
+        int64_t *slow_at; /* when to call opts->on_slow; 0: done (or never) */
         cq_buf_t line;
         cq_buf_t errbody; /* non-200 reply */
         long status;
@@ -219,6 +220,10 @@ static int exec_progress(
                 x->aborted = true;
                 return 1;
         }
+        if (x->slow_at && *x->slow_at && cq_now_ms() >= *x->slow_at) {
+                *x->slow_at = 0;
+                x->opts->on_slow(x->opts->opaque);
+        }
         extend_during_cell(x->e2b);
         return 0;
 }
@@ -374,7 +379,7 @@ cq_err_t e2b_execute(cq_interp_t *interp,
                      cq_cell_result_t *res)
 {
         cq_e2b_t *e2b = (cq_e2b_t *)interp;
-        int64_t start = cq_now_ms();
+        int64_t start = cq_now_ms(), slow_at = 0;
         struct exec x;
         json_t *extra_err = NULL;
         cq_err_t err = CQ_OK;
@@ -423,6 +428,10 @@ cq_err_t e2b_execute(cq_interp_t *interp,
         }
         if (opts->timeout_ms > 0)
                 x.deadline_ms = start + opts->timeout_ms;
+        /* from the request, as the local kernel counts it */
+        if (opts->on_slow)
+                slow_at = cq_now_ms() + (opts->slow_ms > 0 ? opts->slow_ms : 0);
+        x.slow_at = &slow_at;
         atomic_store(&e2b->interrupt, 0);
         exec_run(&x, code);
         if (never_ran(&x)) {
@@ -443,6 +452,7 @@ cq_err_t e2b_execute(cq_interp_t *interp,
                 }
                 if (opts->timeout_ms > 0)
                         x.deadline_ms = start + opts->timeout_ms;
+                x.slow_at = &slow_at;
                 exec_run(&x, code);
         }
         res->status = x.error ? CQ_CELL_ERROR : CQ_CELL_OK;

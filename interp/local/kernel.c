@@ -1167,7 +1167,7 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
         cq_collect_t col;
         char msg_id[64];
         json_t *content, *reply = NULL;
-        int64_t start_ms = cq_now_ms(), deadline, reply_at = 0;
+        int64_t start_ms = cq_now_ms(), deadline, reply_at = 0, slow_at;
         int64_t interrupted_at = 0;
         bool got_reply = false, idle = false, saw_error = false;
         bool timed_out = false, cancelled = false, died = false;
@@ -1207,6 +1207,9 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                 goto out;
         }
         deadline = opts->timeout_ms > 0 ? start_ms + opts->timeout_ms : 0;
+        slow_at = opts->on_slow
+                      ? start_ms + (opts->slow_ms > 0 ? opts->slow_ms : 0)
+                      : 0;
         while (!(got_reply && idle)) {
                 zmq_pollitem_t items[4] = {
                     {kernel->shell, 0, ZMQ_POLLIN, 0},
@@ -1250,10 +1253,17 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                 if (atomic_exchange(&kernel->interrupt_req, 0) &&
                     cq_sandbox_enabled(kernel->sandbox))
                         send_interrupt(kernel);
+                if (slow_at && !got_reply && now >= slow_at) {
+                        slow_at = 0;
+                        opts->on_slow(opts->opaque);
+                        continue; /* the clock moved on */
+                }
                 if (deadline && !interrupted_at && deadline - now < wait)
                         wait = (long)(deadline - now) > 0
                                    ? (long)(deadline - now)
                                    : 0;
+                if (slow_at && slow_at - now < wait)
+                        wait = (long)(slow_at - now);
                 if (zmq_poll(items, nitems, wait) < 0 && zmq_errno() != EINTR) {
                         kernel_set_error(kernel, "could not poll: %s",
                                          zmq_strerror(zmq_errno()));

@@ -41,7 +41,12 @@ typedef struct cq_agent_observer {
          *         history from \p index on. The loop then calls neither
          *         on_cell nor on_message for them: a tool call's cell comes
          *         with its tool message, the start's messages together.
-         *         A non-zero return stops the job, as for on_message. */
+         *         A reply with tool calls comes with the first cell that
+         *         answers it (\p index is then the reply's), or alone
+         *         (\p code NULL) once that cell has run 250 ms, or when
+         *         the run ends before it. After a non-zero return nothing
+         *         more is reported. A non-zero return stops the job, as
+         *         for on_message. */
         int (*on_turn)(void *opaque,
                        const char *code,
                        const cq_cell_result_t *res,

@@ -39,6 +39,13 @@ typedef struct cq_exec_opts {
         /* When non-NULL and raised (non-zero) while the cell runs, the cell
          * is interrupted and the result is CQ_CELL_CANCELLED. Borrowed. */
         const atomic_int *cancel;
+        /* When non-NULL: called once, from the thread that runs the cell,
+         * when the cell has run slow_ms without finishing (at the backend's
+         * next look after that: within 100 ms for a local kernel, about a
+         * second for E2B). It may block (the kernel's output waits for it,
+         * nothing is dropped). Not called for a cell that ends sooner. */
+        void (*on_slow)(void *opaque);
+        int64_t slow_ms;
 } cq_exec_opts_t;
 
 /** @brief A file from the work dir. Release with cq_files_release(). */
