@@ -2141,6 +2141,126 @@ START_TEST(sandbox_on_fails_closed)
 }
 END_TEST
 
+/* The sandbox on, a uid per kernel, \p nproc processes each; the caller
+ * skipped where root or bubblewrap is missing. */
+static cq_sandbox_t *uid_sandbox(long nproc)
+{
+        cq_sandbox_opts_t sopts = {0};
+        cq_sandbox_t *sandbox;
+        char errstr[512];
+
+        sopts.mode = CQ_SANDBOX_ON;
+        sopts.probe_dir = root;
+        sopts.nproc = nproc;
+        sopts.uid_first = CQ_SANDBOX_UIDS_FIRST;
+        sopts.uid_last = CQ_SANDBOX_UIDS_LAST;
+        sandbox = cq_sandbox_new(&sopts, errstr, sizeof(errstr));
+        ck_assert_msg(sandbox != NULL, "%s", errstr);
+        return sandbox;
+}
+
+/* A file of the host's, \p path, holds \p want. */
+static void assert_file(const char *path, const char *want)
+{
+        char buf[256] = "";
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n;
+
+        ck_assert_msg(fd >= 0, "%s: %s", path, strerror(errno));
+        n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        ck_assert_int_ge(n, 0);
+        buf[n] = '\0';
+        ck_assert_str_eq(buf, want);
+}
+
+/* The run dir (.coderq) and the work dir around it belong to the
+ * kernel's uid, and its code may leave links there for the worker, which
+ * is root, to follow on the kernel's next start or at its end: a
+ * kernel.log that leads to a host file (which the new kernel's stdout
+ * would have been appended to), a .coderq that is a link to a host dir
+ * (whose files its start would have replaced and its end removed). The
+ * worker follows none: kernel.c's run_fd, kernel_proc.c's open_log(). */
+START_TEST(kernel_links_do_not_lead_the_worker_out)
+{
+        cq_sandbox_t *sandbox;
+        cq_interp_t *interp;
+        cq_cell_result_t res;
+        char errstr[512], victim[PATH_MAX], vdir[PATH_MAX];
+        char vfile[PATH_MAX + 16];
+        char code[PATH_MAX + 256];
+        int fd;
+
+        if (geteuid() != 0)
+                CQ_CHECK_SKIP("root", "kernel_links_do_not_lead_the_worker_out:"
+                                      " a kernel of another uid needs root");
+        if (!bwrap_works(NULL, errstr, sizeof(errstr)))
+                CQ_CHECK_SKIP("bwrap", "%s", errstr);
+        sandbox = uid_sandbox(64);
+        snprintf(victim, sizeof(victim), "%s/victim-%ld", root, (long)getpid());
+        snprintf(vdir, sizeof(vdir), "%s/vdir-%ld", root, (long)getpid());
+        snprintf(vfile, sizeof(vfile), "%s/kernel.log", vdir);
+        fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, "original\n", 9), 9);
+        close(fd);
+        ck_assert_int_eq(mkdir(vdir, 0700), 0);
+        fd = open(vfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, "precious\n", 9), 9);
+        close(fd);
+
+        /* kernel.log made a link to a host file, then a restart */
+        interp = start_local(sandbox, 0);
+        snprintf(code, sizeof(code),
+                 "import os\nos.unlink('.coderq/kernel.log')\n"
+                 "os.symlink('%s', '.coderq/kernel.log')\nprint('planted')",
+                 victim);
+        assert_stdout(interp, code, "planted\n");
+        run(interp, "import os\nos.kill(os.getpid(), 9)", 30000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_DIED);
+        cq_cell_result_release(&res);
+        /* its stdout and stderr as file descriptors, the log's */
+        run(interp,
+            "import os\nos.write(1, b'escaped\\n')\nos.write(2, b'escaped\\n')",
+            30000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        cq_cell_result_release(&res);
+        assert_file(victim, "original\n");
+        /* its log is a file of the worker's again, not the link */
+        assert_stdout(interp,
+                      "import os\nprint(os.path.islink('.coderq/kernel.log'))",
+                      "False\n");
+
+        /* .coderq made a link to a host dir, then a restart and the end */
+        snprintf(code, sizeof(code),
+                 "import os\nos.rename('.coderq', 'moved')\n"
+                 "os.symlink('%s', '.coderq')\nprint('planted')",
+                 vdir);
+        assert_stdout(interp, code, "planted\n");
+        /* its restart fails (the kernel finds no connection file where
+         * its .coderq now leads), with the cell or after it */
+        {
+                cq_exec_opts_t opts = {0};
+                cq_err_t e;
+
+                opts.timeout_ms = 30000;
+                cq_cell_result_init(&res);
+                e = cq_interp_execute(
+                    interp, "import os\nos.kill(os.getpid(), 9)", &opts, &res);
+                ck_assert(e != CQ_OK || res.status == CQ_CELL_DIED);
+                cq_cell_result_release(&res);
+        }
+        cq_interp_destroy(&interp);
+        assert_file(vfile, "precious\n");
+        ck_assert_int_eq(unlink(vfile), 0);
+        ck_assert_int_eq(rmdir(vdir), 0); /* nothing else was made in it */
+        ck_assert_int_eq(unlink(victim), 0);
+        cq_sandbox_destroy(&sandbox);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 /* A uid of its own per kernel: a fork bomb fills its own process limit
  * only, and a concurrent kernel still forks. The bomb's children wait on
  * a pipe (at most two minutes) so the limit stays full while the other
@@ -2531,6 +2651,78 @@ START_TEST(forked_kernels_are_strangers)
         ck_assert_int_eq(threads_of(cq_kserver_pid(ks)), 1);
         cq_interp_destroy(&a);
         cq_interp_destroy(&b);
+        cq_kserver_destroy(&ks);
+        cq_sandbox_destroy(&sandbox);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+static int open_fds(void)
+{
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *e;
+        int n = 0;
+
+        ck_assert_ptr_nonnull(d);
+        while ((e = readdir(d)))
+                n += e->d_name[0] != '.';
+        closedir(d);
+        return n - 1; /* the DIR's own */
+}
+
+/* A sandboxed forked kernel binds its sockets on its own /tmp, not in
+ * the work dir's run dir (kernel_proc.c's reach_tmp()); the client
+ * reaches them through an fd that goes with the kernel, a restart
+ * included; no kernel sees another's, and none is left open. */
+START_TEST(forked_kernel_sockets_are_on_its_tmp)
+{
+        cq_sandbox_t *sandbox;
+        cq_kserver_t *ks;
+        cq_interp_t *a, *b;
+        char errstr[700];
+        const char *listing =
+            "import os\nprint(sorted(os.listdir('.coderq')), sorted(n for n "
+            "in os.listdir('/tmp') if n.startswith('.coderq')))";
+        const char *want = "['conn.json', 'kernel.log'] ['.coderq-k-1', "
+                           "'.coderq-k-2', '.coderq-k-3', '.coderq-k-4', "
+                           "'.coderq-k-5']\n";
+        int fds;
+
+        if (geteuid() != 0)
+                CQ_CHECK_SKIP("root", "forked_kernel_sockets_are_on_its_tmp: "
+                                      "the kernel server's sandbox needs "
+                                      "root");
+        if (!bwrap_works(NULL, errstr, sizeof(errstr)))
+                CQ_CHECK_SKIP("bwrap", "%s", errstr);
+        sandbox = uid_sandbox(256);
+        ks = server_with(sandbox, "");
+        ck_assert(cq_kserver_enabled(ks));
+        fds = open_fds();
+        a = start_forked(sandbox, ks);
+        b = start_forked(sandbox, ks);
+        assert_stdout(a, listing, want);
+        assert_stdout(b, listing, want);
+        /* the report of the warm-up was read and removed */
+        assert_stdout(a,
+                      "import os\nprint(os.path.exists("
+                      "'/tmp/.coderq-warm-up.json'))",
+                      "False\n");
+        /* b's sockets are not a's, whatever a does to its own */
+        assert_stdout(a,
+                      "import os\nfor n in os.listdir('/tmp'):\n"
+                      "    if n.startswith('.coderq-k-'):\n"
+                      "        os.unlink('/tmp/' + n)\nprint('gone')",
+                      "gone\n");
+        assert_stdout(b, "print('b answers')", "b answers\n");
+        assert_stdout(a, "print('a answers')", "a answers\n");
+        /* a restart forks again, with a /tmp of its own again */
+        ck_assert_int_eq(cq_interp_restart(a), CQ_OK);
+        ck_assert(cq_kernel_forked(cq_local_interp_kernel(a)));
+        assert_stdout(a, listing, want);
+        assert_stdout(a, "x = 1\nprint(x)", "1\n");
+        cq_interp_destroy(&a);
+        cq_interp_destroy(&b);
+        ck_assert_int_eq(open_fds(), fds);
         cq_kserver_destroy(&ks);
         cq_sandbox_destroy(&sandbox);
         ck_assert_int_eq(count_kernels(), 0);
@@ -3526,9 +3718,11 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, sandbox_on_fails_closed);
         tcase_add_test(tc, existing_work_root_is_tightened_or_refused);
         tcase_add_test(tc, fork_bomb_stays_in_its_kernel);
+        tcase_add_test(tc, kernel_links_do_not_lead_the_worker_out);
         tcase_add_test(tc, skips_fail_when_cq_require_names_them);
         tcase_add_test(tc, backend_makes_the_process_non_dumpable);
         tcase_add_test(tc, forked_kernels_are_strangers);
+        tcase_add_test(tc, forked_kernel_sockets_are_on_its_tmp);
         tcase_add_test(tc, killed_server_is_restarted);
         tcase_add_test(tc, kserver_reply_parser);
         tcase_add_test(tc, broken_server_is_an_error);

@@ -25,14 +25,14 @@
 #include "coderq/collect.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
+#include "coderq/workdir.h"
 #include "kernel_int.h"
 
 #define POLL_SLICE_MS 100
-/* A forked kernel's report of the warm-up it ran (read_warm_report()):
- * its name in the run dir, and its cap (the kernel writes at most 64 KiB
- * of stdout, which JSON may make six times as long) */
-#define WARM_NAME "warm-up.json"
-#define WARM_MAX  (400u << 10)
+/* The cap of a forked kernel's warm-up report (read_warm_report(); its
+ * names in kernel_int.h): the kernel writes at most 64 KiB of stdout,
+ * which JSON may make six times as long. */
+#define WARM_MAX (400u << 10)
 
 /* Messages iopub queues in the client (each within iopub_max bytes). */
 #define IOPUB_HWM 4
@@ -287,13 +287,37 @@ static void *new_socket(cq_kernel_t *kernel, int type)
         return sock;
 }
 
-/* Connect \p sock to the kernel's socket file k-\p port. */
+/* The dir holding the kernel's socket files, and the name of that of
+ * \p port in it (into \p name, 32 bytes). */
+static int sock_dir(const cq_kernel_t *kernel, int port, char *name)
+{
+        snprintf(name, 32, "%s-%d", kernel->ipc_name, port);
+        return kernel->tmp_fd >= 0 ? kernel->tmp_fd : kernel->run_fd;
+}
+
+/* Connect \p sock to the kernel's socket file of \p port, through an
+ * O_PATH of it (kernel->sock_fd) that no link led to. */
 static int connect_socket(cq_kernel_t *kernel, void *sock, int port)
 {
-        char endpoint[PATH_MAX + 32];
+        char endpoint[64], name[32];
+        struct stat st;
 
-        snprintf(endpoint, sizeof(endpoint), "ipc://%s/k-%d", kernel->run_dir,
-                 port);
+        if (kernel->sock_fd[port] < 0) {
+                int dir = sock_dir(kernel, port, name);
+                int fd = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+
+                if (fd < 0 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+                        kernel_set_error(
+                            kernel, "the kernel's socket file %s is %s", name,
+                            fd < 0 ? strerror(errno) : "not a socket");
+                        if (fd >= 0)
+                                close(fd);
+                        return -1;
+                }
+                kernel->sock_fd[port] = fd;
+        }
+        snprintf(endpoint, sizeof(endpoint), "ipc:///proc/self/fd/%d",
+                 kernel->sock_fd[port]);
         if (zmq_connect(sock, endpoint)) {
                 kernel_set_error(kernel, "could not connect to \"%s\": %s",
                                  endpoint, zmq_strerror(zmq_errno()));
@@ -321,7 +345,7 @@ static int open_iopub(cq_kernel_t *kernel, bool connect)
 
 void kernel_close_sockets(cq_kernel_t *kernel)
 {
-        int zero = 0;
+        int zero = 0, port;
 
         if (kernel->shell) {
                 zmq_setsockopt(kernel->shell, ZMQ_LINGER, &zero, sizeof(zero));
@@ -334,6 +358,11 @@ void kernel_close_sockets(cq_kernel_t *kernel)
         }
         close_iopub(kernel);
         kernel->shell = kernel->control = NULL;
+        for (port = 0; port < 6; port++) {
+                if (kernel->sock_fd[port] >= 0)
+                        close(kernel->sock_fd[port]);
+                kernel->sock_fd[port] = -1;
+        }
 }
 
 /* Open iopub again after its connection was dropped; the caller read what
@@ -753,9 +782,9 @@ out:
 }
 
 /* What a forked kernel reported of the warm-up it ran before it
- * answered, read from the run dir, which its sandbox can write: no link
- * followed, at most WARM_MAX bytes, parsed as any kernel output is. No
- * report from a kernel that answered is an error. */
+ * answered, read from the run dir or its /tmp, which it can write: no
+ * link followed, at most WARM_MAX bytes, parsed as any kernel output is.
+ * No report from a kernel that answered is an error. */
 static int read_warm_report(cq_kernel_t *kernel, const char *marker)
 {
         json_t *outputs = NULL;
@@ -763,9 +792,12 @@ static int read_warm_report(cq_kernel_t *kernel, const char *marker)
         char *buf = NULL;
         size_t len = 0;
         bool ok = false;
+        const char *name = strrchr(kernel->warm_path, '/') + 1;
         int fd, rc = -1;
 
-        fd = open(kernel->warm_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        /* in the run dir or on its /tmp, through the O_PATH of either */
+        fd = openat(kernel->tmp_fd >= 0 ? kernel->tmp_fd : kernel->run_fd, name,
+                    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
                 kernel_set_error(kernel, "kernel left no warm-up report: %s",
                                  fd < 0 ? strerror(errno) : "not a file");
@@ -792,7 +824,8 @@ out:
         free(buf);
         if (fd >= 0)
                 close(fd);
-        unlink(kernel->warm_path);
+        unlinkat(kernel->tmp_fd >= 0 ? kernel->tmp_fd : kernel->run_fd, name,
+                 0);
         return rc;
 }
 
@@ -807,24 +840,24 @@ static void **start_socket(cq_kernel_t *kernel, int i)
                         : &kernel->control;
 }
 
-/* Connect each socket of start() whose file the kernel has bound, or all
- * of them when \p all; returns how many are connected, -1 on error.
+/* Connect each socket of start() whose file the kernel has bound;
+ * returns how many are connected, -1 on error.
  * A socket connected before its file exists costs a failed connect in
  * libzmq's I/O thread every reconnect interval for as long as the kernel
  * takes to start, three sockets at a time: a stat() of the file from
  * the poll loop is far cheaper. */
-static int connect_bound(cq_kernel_t *kernel, bool connected[3], bool all)
+static int connect_bound(cq_kernel_t *kernel, bool connected[3])
 {
         int i, n = 0;
 
         for (i = 0; i < 3; i++) {
-                char path[PATH_MAX + 16];
+                char name[32];
                 struct stat st;
 
                 if (!connected[i]) {
-                        snprintf(path, sizeof(path), "%s/k-%d", kernel->run_dir,
-                                 start_ports[i]);
-                        if (!all && stat(path, &st) != 0)
+                        int dir = sock_dir(kernel, start_ports[i], name);
+
+                        if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
                                 continue;
                         if (connect_socket(kernel, *start_socket(kernel, i),
                                            start_ports[i]))
@@ -863,18 +896,16 @@ static int start(cq_kernel_t *kernel)
                  kernel->nonce);
         kernel->seq = 0;
         atomic_store(&kernel->interrupt_req, 0);
+        kernel_files_in_run_dir(kernel);
         for (port = 1; port <= 5; port++) {
-                char path[PATH_MAX + 16];
+                char name[32];
 
-                snprintf(path, sizeof(path), "%s/k-%d", kernel->run_dir, port);
-                unlink(path);
+                unlinkat(sock_dir(kernel, port, name), name, 0);
         }
         /* The environment is reported in the same silent cell, after
          * the preload, before any job code runs. */
         snprintf(marker, sizeof(marker), "coderq-env %s ", kernel->nonce);
-        snprintf(kernel->warm_path, sizeof(kernel->warm_path), "%s/" WARM_NAME,
-                 kernel->run_dir);
-        if (unlink(kernel->warm_path) != 0 && errno != ENOENT) {
+        if (unlinkat(kernel->run_fd, WARM_NAME, 0) != 0 && errno != ENOENT) {
                 kernel_set_error(kernel, "could not remove %s: %s",
                                  kernel->warm_path, strerror(errno));
                 return -1;
@@ -886,8 +917,6 @@ static int start(cq_kernel_t *kernel)
         }
         kernel->warm_code = warm.data;
         kernel->warm_in_kernel = false;
-        if (kernel_write_conn_file(kernel))
-                goto fail;
         kernel->shell = new_socket(kernel, ZMQ_DEALER);
         if (!kernel->shell || open_iopub(kernel, false))
                 goto fail;
@@ -898,7 +927,7 @@ static int start(cq_kernel_t *kernel)
                 goto fail;
         spawned = cq_now_ms();
         deadline = spawned + kernel->startup_timeout_ms;
-        while (!got_reply || !got_iopub) {
+        while (!got_reply || !got_iopub || nconnected < 3) {
                 zmq_pollitem_t items[3] = {
                     {kernel->shell, 0, ZMQ_POLLIN, 0},
                     {kernel->iopub, 0, ZMQ_POLLIN, 0},
@@ -921,7 +950,7 @@ static int start(cq_kernel_t *kernel)
                         goto fail;
                 }
                 if (nconnected < 3) {
-                        nconnected = connect_bound(kernel, connected, false);
+                        nconnected = connect_bound(kernel, connected);
                         if (nconnected < 0)
                                 goto fail;
                 }
@@ -973,10 +1002,6 @@ static int start(cq_kernel_t *kernel)
                         }
                 }
         }
-        /* control may not be bound yet when shell and iopub answered;
-         * libzmq connects it once it is. */
-        if (connect_bound(kernel, connected, true) < 0)
-                goto fail;
         kernel_read_inner_pid(kernel, true);
         /* What the kernel_info requests left queued; what still comes of
          * them later is told apart by its parent header (run_cell). */
@@ -1008,6 +1033,7 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
 {
         cq_kernel_t *kernel = calloc(1, sizeof(*kernel));
         struct stat st;
+        size_t i;
 
         if (!kernel) {
                 cq_errstr_set(errstr, errstr_size,
@@ -1019,6 +1045,10 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
         kernel->info_fd = -1;
         kernel->inner_pidfd = -1;
         kernel->inner_pid = -1;
+        kernel->tmp_fd = -1;
+        kernel->run_fd = -1;
+        for (i = 0; i < CQ_ARRAY_SIZE(kernel->sock_fd); i++)
+                kernel->sock_fd[i] = -1;
         kernel->id.lock_fd = -1;
         kernel->nice = opts->nice > 0 && opts->nice < 20 ? opts->nice : 0;
         atomic_init(&kernel->sig_pid, -1);
@@ -1091,6 +1121,14 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
             chmod(kernel->run_dir, 0700) ||
             cq_sandbox_own(&kernel->id, kernel->run_dir)) {
                 kernel_set_error(kernel, "could not prepare \"%s\": %s",
+                                 kernel->run_dir, strerror(errno));
+                goto fail;
+        }
+        /* no code of the kernel has run: this path is still the dir */
+        kernel->run_fd = open(kernel->run_dir,
+                              O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (kernel->run_fd < 0) {
+                kernel_set_error(kernel, "could not open \"%s\": %s",
                                  kernel->run_dir, strerror(errno));
                 goto fail;
         }
@@ -1498,8 +1536,12 @@ static void kernel_close(cq_kernel_t **kernelp, bool graceful)
                 kernel_wait_exit(kernel, 300);
         }
         kernel_teardown(kernel);
+        /* no link followed: the last component with O_NOFOLLOW, those
+         * above it the worker's own (cq_work_dir_new()) */
         if (kernel->run_dir[0])
-                kernel_remove_tree(kernel->run_dir);
+                cq_work_dir_remove(kernel->run_dir);
+        if (kernel->run_fd >= 0)
+                close(kernel->run_fd);
         /* kernel_teardown() waited for the sandbox's pid 1, which outlives
          * every process in it: nothing runs as the uid any more. */
         cq_sandbox_id_release(&kernel->id);

@@ -11,6 +11,14 @@
 
 #include "coderq/kernel.h"
 
+/* A forked kernel's report of the warm-up it ran (kernel.c's
+ * read_warm_report()): its name in the run dir, and its path and that of
+ * the socket files (KERNEL_TMP_IPC "-1" to "-5") on a sandboxed forked
+ * kernel's own /tmp. */
+#define WARM_NAME       "warm-up.json"
+#define KERNEL_TMP_WARM "/tmp/.coderq-warm-up.json"
+#define KERNEL_TMP_IPC  "/tmp/.coderq-k"
+
 /* How the shim reports the bytes it dropped: "[" DROP_TAG nonce " N]". */
 #define DROP_TAG "coderq-dropped "
 
@@ -33,6 +41,27 @@ struct cq_kernel {
         /* one incarnation of the kernel process */
         char run_dir[PATH_MAX];
         char conn_path[PATH_MAX + 16];
+        /* The run dir, O_PATH, opened when it was made, before any code
+         * of the kernel ran: it belongs to the kernel's uid, inside a work
+         * dir that does too, so a path through them may lead anywhere
+         * once the kernel ran (a .coderq swapped for a symlink, a
+         * kernel.log made one). Every file of it this process makes, opens
+         * or removes is reached from this fd, with O_NOFOLLOW. */
+        int run_fd;
+        /* The kernel's socket files, "-1" to "-5" after a prefix: the one
+         * the kernel binds (its connection file's "ip"), and the name
+         * prefix in the dir that holds them here, which is run_fd or, for
+         * a sandboxed forked kernel, tmp_fd: an O_PATH of its own /tmp (a
+         * tmpfs; kernel_proc.c's reach_tmp()). */
+        char ipc_kernel[PATH_MAX + 8];
+        const char *ipc_name; /* "k" or ".coderq-k" */
+        int tmp_fd;           /* or -1 */
+        /* O_PATH of each socket file connected to (by port; -1: none),
+         * held while its socket is: libzmq connects and reconnects to
+         * /proc/self/fd/N, that inode, never to a path the kernel could
+         * have pointed elsewhere since (a symlink to a socket of the
+         * host's). */
+        int sock_fd[6];
         char key[33];
         char session[37];
         uint64_t seq;
@@ -66,7 +95,8 @@ struct cq_kernel {
          * empties (reap_forked()) */
         pid_t fork_groups[2];
         /* While start() runs: its warm-up cell, which a forked kernel runs
-         * itself before it answers, reporting to warm_path */
+         * itself before it answers, reporting to warm_path (its path as
+         * the kernel sees it; on its /tmp when tmp_fd is open) */
         const char *warm_code;
         char warm_path[PATH_MAX + 32];
         bool warm_in_kernel; /* the forked kernel took warm_code */
@@ -98,9 +128,11 @@ void kernel_close_sockets(cq_kernel_t *kernel);
 /* Up to \p max bytes of \p fd into \p buf, until end of file or an
  * error (EINTR retried): how many. */
 size_t kernel_read_upto(int fd, char *buf, size_t max);
-void kernel_remove_tree(const char *path);
 void kernel_log_tail(const cq_kernel_t *kernel, char *out, size_t size);
 int kernel_write_conn_file(cq_kernel_t *kernel);
+/* The kernel's files (sockets, warm-up report) in run_dir, as for a cold
+ * kernel: ipc_kernel, ipc_client and warm_path; tmp_fd closed. */
+void kernel_files_in_run_dir(cq_kernel_t *kernel);
 void kernel_reap(cq_kernel_t *kernel, bool block);
 bool kernel_alive(cq_kernel_t *kernel);
 void kernel_kill_forked(cq_kernel_t *kernel, int sig);

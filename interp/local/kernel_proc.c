@@ -5,7 +5,6 @@
  * waits until the sandbox's last process is gone. */
 #include "coderq/kernel.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -38,38 +37,10 @@
 
 /* ---- files ---- */
 
-void kernel_remove_tree(const char *path)
-{
-        DIR *dir = opendir(path);
-        struct dirent *de;
-
-        if (!dir) {
-                unlink(path);
-                return;
-        }
-        while ((de = readdir(dir))) {
-                char sub[PATH_MAX];
-                struct stat st;
-
-                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-                        continue;
-                if (snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name) >=
-                    (int)sizeof(sub))
-                        continue;
-                if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
-                        kernel_remove_tree(sub);
-                else
-                        unlink(sub);
-        }
-        closedir(dir);
-        rmdir(path);
-}
-
 /* The last bytes of the kernel's log, for error messages. */
 void kernel_log_tail(const cq_kernel_t *kernel, char *out, size_t size)
 {
         struct stat st;
-        char path[PATH_MAX + 16];
         char buf[400];
         ssize_t n;
         off_t end;
@@ -77,10 +48,10 @@ void kernel_log_tail(const cq_kernel_t *kernel, char *out, size_t size)
         size_t i;
 
         out[0] = '\0';
-        snprintf(path, sizeof(path), "%s/kernel.log", kernel->run_dir);
         /* The run dir belongs to the kernel's uid: the code may have put a
          * FIFO or a symlink there, which must neither block nor lead out. */
-        fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        fd = openat(kernel->run_fd, "kernel.log",
+                    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         if (fd < 0)
                 return;
         if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
@@ -111,7 +82,7 @@ int kernel_write_conn_file(cq_kernel_t *kernel)
         char *text = NULL;
         size_t len, off = 0;
 
-        snprintf(ip, sizeof(ip), "%s/k", kernel->run_dir);
+        snprintf(ip, sizeof(ip), "%s", kernel->ipc_kernel);
         conn = json_pack("{s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:s, s:s}",
                          "shell_port", 1, "iopub_port", 2, "stdin_port", 3,
                          "control_port", 4, "hb_port", 5, "ip", ip, "key",
@@ -123,9 +94,9 @@ int kernel_write_conn_file(cq_kernel_t *kernel)
                                          "out of memory");
                 goto out;
         }
-        unlink(kernel->conn_path);
-        fd = open(kernel->conn_path,
-                  O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        unlinkat(kernel->run_fd, "conn.json", 0);
+        fd = openat(kernel->run_fd, "conn.json",
+                    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0) {
                 kernel_set_error(kernel, "could not create \"%s\": %s",
                                  kernel->conn_path, strerror(errno));
@@ -144,7 +115,7 @@ int kernel_write_conn_file(cq_kernel_t *kernel)
                 }
                 off += (size_t)n;
         }
-        if (cq_sandbox_own(&kernel->id, kernel->conn_path)) {
+        if (cq_sandbox_own_fd(&kernel->id, fd)) {
                 kernel_set_error(kernel, "could not chown \"%s\": %s",
                                  kernel->conn_path, strerror(errno));
                 goto out;
@@ -314,6 +285,104 @@ void kernel_kill_forked(cq_kernel_t *kernel, int sig)
         syscall(SYS_pidfd_send_signal, kernel->pidfd, sig, NULL, 0U);
 }
 
+void kernel_files_in_run_dir(cq_kernel_t *kernel)
+{
+        if (kernel->tmp_fd >= 0)
+                close(kernel->tmp_fd);
+        kernel->tmp_fd = -1;
+        snprintf(kernel->ipc_kernel, sizeof(kernel->ipc_kernel), "%s/k",
+                 kernel->run_dir);
+        kernel->ipc_name = "k";
+        snprintf(kernel->warm_path, sizeof(kernel->warm_path), "%s/" WARM_NAME,
+                 kernel->run_dir);
+}
+
+/* A sandboxed forked kernel binds its sockets on its own /tmp, a tmpfs
+ * that goes with it (five socket inodes made and freed on the work root's
+ * file system were a tenth of a forked start's CPU on ext4): open that
+ * /tmp as O_PATH through its pid 1's root and connect through the fd. Its
+ * pid 1 had confined itself (its root is the sandbox's) before the server
+ * forked the kernel; its pidfd, polled after the open, says the pid was
+ * still its and not a process's that reused it; a /tmp on the device of
+ * our own / or /tmp is refused. The fd keeps that /tmp, not a path that
+ * could name another's later, for libzmq's reconnects. */
+static int reach_tmp(cq_kernel_t *kernel)
+{
+        struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
+        struct stat st, host;
+        char path[64];
+        int fd;
+
+        snprintf(path, sizeof(path), "/proc/%ld/root/tmp", (long)kernel->pid);
+        fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) {
+                kernel_set_error(kernel, "could not open %s: %s", path,
+                                 strerror(errno));
+                return -1;
+        }
+        if (poll(&pfd, 1, 0) != 0) {
+                kernel_set_error(kernel, "the forked kernel's pid 1 exited "
+                                         "before its /tmp was opened");
+                close(fd);
+                return -1;
+        }
+        if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode) ||
+            (stat("/", &host) == 0 && host.st_dev == st.st_dev) ||
+            (stat("/tmp", &host) == 0 && host.st_dev == st.st_dev)) {
+                kernel_set_error(kernel, "%s is not the sandbox's own /tmp",
+                                 path);
+                close(fd);
+                return -1;
+        }
+        kernel->tmp_fd = fd;
+        kernel->ipc_name = KERNEL_TMP_IPC + sizeof("/tmp/") - 1;
+        return 0;
+}
+
+/* Undo a fork_spawn() whose kernel cannot be used: kill, reap, forget. */
+static void drop_forked(cq_kernel_t *kernel)
+{
+        kernel_kill_forked(kernel, SIGKILL);
+        kernel_reap(kernel, true);
+        if (kernel->pidfd >= 0)
+                close(kernel->pidfd);
+        kernel->pidfd = -1;
+        kernel->pid = -1;
+        kernel->forked = false;
+        kernel->warm_in_kernel = false;
+        kernel->fork_kernel = 0;
+        kernel->fork_groups[0] = kernel->fork_groups[1] = 0;
+        atomic_store(&kernel->sig_pid, -1);
+}
+
+/* The kernel's log, kernel.log in the run dir, open for appending, as
+ * its stdout and stderr: ours, a regular file with one link, made by this
+ * process. The run dir is the kernel's: a restart finds whatever its code
+ * left there, a symlink to a file of the host's, a FIFO, a hard link, a
+ * file of its own; any of them is removed and the log made anew (it
+ * loses what the earlier starts wrote). -1 with errno set. */
+static int open_log(const cq_kernel_t *kernel)
+{
+        struct stat st;
+        int fd =
+            openat(kernel->run_fd, "kernel.log",
+                   O_WRONLY | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+        /* O_NONBLOCK only kept a FIFO from blocking the open */
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+            st.st_nlink == 1 && st.st_uid == geteuid() &&
+            fcntl(fd, F_SETFL, O_APPEND) == 0)
+                return fd;
+        if (fd >= 0)
+                close(fd);
+        if (unlinkat(kernel->run_fd, "kernel.log", 0) != 0 && errno != ENOENT)
+                return -1;
+        return openat(kernel->run_fd, "kernel.log",
+                      O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW |
+                          O_CLOEXEC,
+                      0600);
+}
+
 /* Ask the kernel server for the kernel: 0 when forked. */
 static int fork_spawn(cq_kernel_t *kernel,
                       const char *const *cmd,
@@ -413,7 +482,7 @@ void kernel_read_inner_pid(cq_kernel_t *kernel, bool warn)
  * sandbox's processes are gone, close sockets, remove the files. */
 void kernel_teardown(cq_kernel_t *kernel)
 {
-        char path[PATH_MAX + 16];
+        char name[16];
         int port;
 
         /* A start that failed early may not have read it yet. */
@@ -461,11 +530,12 @@ void kernel_teardown(cq_kernel_t *kernel)
                 close(kernel->info_fd);
         kernel->info_fd = -1;
         kernel_close_sockets(kernel);
+        kernel_files_in_run_dir(kernel);
         for (port = 1; port <= 5; port++) {
-                snprintf(path, sizeof(path), "%s/k-%d", kernel->run_dir, port);
-                unlink(path);
+                snprintf(name, sizeof(name), "k-%d", port);
+                unlinkat(kernel->run_fd, name, 0);
         }
-        unlink(kernel->conn_path);
+        unlinkat(kernel->run_fd, "conn.json", 0);
         json_decref(kernel->language_info);
         kernel->language_info = NULL;
         json_decref(kernel->env);
@@ -594,7 +664,6 @@ static char **build_env(const cq_kernel_t *kernel)
 
 int kernel_spawn(cq_kernel_t *kernel)
 {
-        char logpath[PATH_MAX + 16];
         const char *cmd[] = {kernel->python,
                              "-m",
                              "ipykernel_launcher",
@@ -609,8 +678,7 @@ int kernel_spawn(cq_kernel_t *kernel)
         int mplrc[2] = {-1, -1};
         bool boxed = cq_sandbox_enabled(kernel->sandbox);
 
-        snprintf(logpath, sizeof(logpath), "%s/kernel.log", kernel->run_dir);
-        logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        logfd = open_log(kernel);
         nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         argv = cq_sandbox_argv(kernel->sandbox, kernel->work_dir, cmd,
                                boxed ? INFO_FD : -1, boxed ? MPLRC_FD : -1,
@@ -637,11 +705,27 @@ int kernel_spawn(cq_kernel_t *kernel)
                 goto out;
         }
         if (cq_kserver_enabled(kernel->kserver) &&
-            strcmp(cq_kserver_python(kernel->kserver), kernel->python) == 0 &&
-            fork_spawn(kernel, cmd, envp, logfd) == 0) {
-                rc = 0;
-                goto out;
+            strcmp(cq_kserver_python(kernel->kserver), kernel->python) == 0) {
+                if (boxed) {
+                        snprintf(kernel->ipc_kernel, sizeof(kernel->ipc_kernel),
+                                 "%s", KERNEL_TMP_IPC);
+                        snprintf(kernel->warm_path, sizeof(kernel->warm_path),
+                                 "%s", KERNEL_TMP_WARM);
+                }
+                if (kernel_write_conn_file(kernel) == 0 &&
+                    fork_spawn(kernel, cmd, envp, logfd) == 0) {
+                        if (!boxed || reach_tmp(kernel) == 0) {
+                                rc = 0;
+                                goto out;
+                        }
+                        cq_log_kv(CQ_LOG_WARN, "kernel: starting cold",
+                                  "reason", kernel->errmsg, NULL);
+                        drop_forked(kernel);
+                }
+                kernel_files_in_run_dir(kernel);
         }
+        if (kernel_write_conn_file(kernel))
+                goto out;
         kernel->pid = fork();
         if (kernel->pid < 0) {
                 kernel_set_error(kernel, "could not fork: %s", strerror(errno));

@@ -362,6 +362,13 @@ int cq_sandbox_own(const cq_sandbox_id_t *id, const char *path)
         return chown(path, id->uid, id->gid);
 }
 
+int cq_sandbox_own_fd(const cq_sandbox_id_t *id, int fd)
+{
+        if (!id || !id->drop)
+                return 0;
+        return fchown(fd, id->uid, id->gid);
+}
+
 int cq_sandbox_protect_self(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
 
 static int set_limit(int resource, rlim_t value)

@@ -178,6 +178,10 @@ void cq_sandbox_id_release(cq_sandbox_id_t *id);
  */
 CQ_NODISCARD int cq_sandbox_own(const cq_sandbox_id_t *id, const char *path);
 
+/** @brief cq_sandbox_own() of the file open as \p fd: for a file in a
+ *         dir the kernel's uid may already have written to. */
+CQ_NODISCARD int cq_sandbox_own_fd(const cq_sandbox_id_t *id, int fd);
+
 /**
  * @brief Make this process non-dumpable (PR_SET_DUMPABLE 0): code running
  *        as the same uid (a kernel with the sandbox off, or sharing the
