@@ -15,9 +15,10 @@
  * read_warm_report()): its name in the run dir, and its path and that of
  * the socket files (KERNEL_TMP_IPC "-1" to "-5") on a sandboxed forked
  * kernel's own /tmp. */
-#define WARM_NAME       "warm-up.json"
-#define KERNEL_TMP_WARM "/tmp/.coderq-warm-up.json"
-#define KERNEL_TMP_IPC  "/tmp/.coderq-k"
+#define WARM_NAME           "warm-up.json"
+#define KERNEL_TMP_WARM     "/tmp/.coderq-warm-up.json"
+#define KERNEL_TMP_IPC_NAME ".coderq-k"
+#define KERNEL_TMP_IPC      "/tmp/" KERNEL_TMP_IPC_NAME
 
 /* How the shim reports the bytes it dropped: "[" DROP_TAG nonce " N]". */
 #define DROP_TAG "coderq-dropped "

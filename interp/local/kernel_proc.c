@@ -335,7 +335,7 @@ static int reach_tmp(cq_kernel_t *kernel)
                 return -1;
         }
         kernel->tmp_fd = fd;
-        kernel->ipc_name = KERNEL_TMP_IPC + sizeof("/tmp/") - 1;
+        kernel->ipc_name = KERNEL_TMP_IPC_NAME;
         return 0;
 }
 
