@@ -3,12 +3,14 @@
  * graceful shutdown; a second one exits at once. */
 #include "coderq/cmd_cli.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "coderq/log.h"
+#include "coderq/util.h"
 #include "coderq/worker.h"
 
 static volatile sig_atomic_t worker_signals;
@@ -24,7 +26,8 @@ int cq_cmd_worker(const cq_config_t *cfg, int argc, char **argv)
         cq_worker_opts_t opts;
         cq_worker_t *worker;
         struct sigaction sa;
-        char errstr[1024];
+        char errstr[1024], from[24], to[24];
+        unsigned long long was, now;
         int i, rc;
 
         cq_worker_opts_from_config(&opts, cfg);
@@ -43,6 +46,15 @@ int cq_cmd_worker(const cq_config_t *cfg, int argc, char **argv)
         if (!cfg->pg_dsn) {
                 cq_cli_error("worker: CODERQ_PG_DSN is not set");
                 return CQ_EXIT_CONFIG;
+        }
+        if (cq_nofile_raise(&was, &now) != 0) {
+                cq_log_kv(CQ_LOG_WARN, "could not raise the open-files limit",
+                          "error", strerror(errno), NULL);
+        } else if (now != was) {
+                snprintf(from, sizeof(from), "%llu", was);
+                snprintf(to, sizeof(to), "%llu", now);
+                cq_log_kv(CQ_LOG_INFO, "open-files limit raised", "from", from,
+                          "to", to, NULL);
         }
         worker = cq_worker_new(cfg, &opts, errstr, sizeof(errstr));
         if (!worker) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <time.h>
 
 int64_t cq_now_ms(void)
@@ -354,4 +355,22 @@ bool cq_relpath_is_safe(const char *name)
                 if ((unsigned char)*p < 0x20 || *p == 0x7f || *p == '\\')
                         return false;
         }
+}
+
+int cq_nofile_raise(unsigned long long *was, unsigned long long *now)
+{
+        struct rlimit rl;
+
+        if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+                return -1;
+        if (was)
+                *was = (unsigned long long)rl.rlim_cur;
+        if (rl.rlim_cur != rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                        return -1;
+        }
+        if (now)
+                *now = (unsigned long long)rl.rlim_cur;
+        return 0;
 }

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -355,6 +356,32 @@ END_TEST
 
 /* Doubling, capped, jittered over the upper half, and spread out: many
  * waiters that failed together do not come back together. */
+/* The soft limit of open files goes up to the hard one, and says what
+ * it was. */
+START_TEST(nofile_raise_reaches_the_hard_limit)
+{
+        struct rlimit rl, saved;
+        unsigned long long was = 0, now = 0;
+
+        ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &saved), 0);
+        if (saved.rlim_max < 512)
+                CQ_CHECK_SKIP("nofile", "hard limit of open files %llu",
+                              (unsigned long long)saved.rlim_max);
+        rl = saved;
+        rl.rlim_cur = 256;
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        ck_assert_int_eq(cq_nofile_raise(&was, &now), 0);
+        ck_assert_uint_eq(was, 256);
+        ck_assert_uint_eq(now, (unsigned long long)saved.rlim_max);
+        ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+        ck_assert_uint_eq(rl.rlim_cur, saved.rlim_max);
+        /* at the hard limit already: nothing to do, the same figures */
+        ck_assert_int_eq(cq_nofile_raise(&was, NULL), 0);
+        ck_assert_uint_eq(was, (unsigned long long)saved.rlim_max);
+        ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &saved), 0);
+}
+END_TEST
+
 START_TEST(backoff_doubles_caps_and_jitters)
 {
         unsigned int seed = 12345, seed2 = 12345;
@@ -663,6 +690,7 @@ static Suite *common_suite(void)
         tcase_add_test(tc, gate_admits_in_order_of_arrival);
         tcase_add_test(tc, gate_never_admits_more_than_its_width);
         tcase_add_test(tc, gate_stops_counting_long_holders);
+        tcase_add_test(tc, nofile_raise_reaches_the_hard_limit);
         suite_add_tcase(s, tc);
         return s;
 }

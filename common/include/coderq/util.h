@@ -93,4 +93,17 @@ void cq_sha256_hex(const void *data, size_t len, char hex[65]);
  */
 bool cq_relpath_is_safe(const char *name);
 
+/**
+ * @brief Raise this process's soft limit of open files (RLIMIT_NOFILE) to
+ *        its hard limit, as a daemon holding many descriptors does: a local
+ *        kernel holds about twenty in the worker, so a few dozen slots pass
+ *        the soft limit of 1024 that systemd and shells give. Nothing of
+ *        ours uses select(), which such descriptors would break. The
+ *        limits before and after go to \p was and \p now (either may be
+ *        NULL). A process can raise its own soft limit to the hard one
+ *        anyway: what a kernel may open is not changed.
+ * @returns 0, or -1 with errno set (both limits then unchanged).
+ */
+int cq_nofile_raise(unsigned long long *was, unsigned long long *now);
+
 #endif
