@@ -431,8 +431,8 @@ def adopt_connection(app):
     original looks for it in the runtime dir too, and resolves that dir),
     and not written again when the kernel listens exactly where the file
     says, as it does with the client's fixed ipc ports; any other case
-    goes to the originals. About 1.5 ms and 300 pages of a forked start
-    (the census in the README's Backends section)."""
+    goes to the originals. About 30 fewer pages written per forked start
+    (bench_kernel's fork_faults_kernel, alternated runs)."""
     orig_init = app.init_connection_file
     orig_write = app.write_connection_file
     loaded = {}
