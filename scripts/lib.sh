@@ -40,9 +40,9 @@ cq_services() {
 # not yet configured that way, then build incrementally (only TARGETs when
 # given); the compiler's output goes to DIR/build.log and is shown on
 # failure. The Fuzz type is configured with clang. Configuring only when
-# needed matters: a second configure moves libzmq's pkg-config "-isystem"
-# from the include directories into the compile flags, which rebuilds
-# everything.
+# needed matters: a second configure can move a pkg-config module's
+# "-isystem" from the include directories into the compile flags, which
+# rebuilds everything.
 cq_build() {
         local dir=$1 type=$2 configure=1 cc=() targets=() t
         shift 2

@@ -17,10 +17,10 @@ PACKAGES=(
         build-essential cmake pkg-config clang-format valgrind
         clang libclang-rt-14-dev
         librdkafka-dev libcurl4-openssl-dev libjansson-dev libpq-dev
-        libzmq3-dev check libsubunit-dev libssl-dev
+        check libsubunit-dev libssl-dev
         postgresql postgresql-contrib
         openjdk-17-jre-headless maven
-        python3-ipykernel python3-jupyter-client python3-numpy
+        python3-ipykernel python3-jupyter-client python3-zmq python3-numpy
         python3-pandas python3-matplotlib python3-nbformat python3-scipy
         bubblewrap kcat util-linux procps iproute2 curl ca-certificates
         chromium

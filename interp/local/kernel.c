@@ -2,13 +2,15 @@
 /* kernel.c - one local Jupyter kernel over ZeroMQ: readiness, execute with
  * a deadline, interrupt, recovery by replacement, shutdown. The process
  * itself (spawn, signals, reaping, teardown) is kernel_proc.c's; message
- * signing and parsing live in jmsg.c; confinement in sandbox.c. Kernel
- * output is untrusted: frames are capped by ZMQ_MAXMSGSIZE (iopub from
- * the output cap), each cell's outputs by output_max (collect.c). */
+ * signing and parsing live in jmsg.c; the ZMTP connections in zmtp.c;
+ * confinement in sandbox.c. Kernel output is untrusted: messages are
+ * bounded in frames and bytes as they are read (zmtp.c; iopub's frames
+ * from the output cap), each cell's outputs by output_max (collect.c). */
 #include "coderq/kernel.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,13 +21,13 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "coderq/buf.h"
 #include "coderq/collect.h"
 #include "coderq/log.h"
 #include "coderq/util.h"
 #include "coderq/workdir.h"
+#include "coderq/zmtp.h"
 #include "kernel_int.h"
 
 #define POLL_SLICE_MS 100
@@ -186,105 +188,20 @@ static int random_hex(char *out, size_t nbytes)
 
 /* ---- sockets and messages ---- */
 
-/* A frame above ZMQ_MAXMSGSIZE makes libzmq (4.3) drop the connection as a
- * protocol error, and a connecting socket then never reconnects: iopub
- * would stay silent for the rest of the kernel's life. A monitor tells us
- * so, and we open iopub again (see reopen_iopub()). */
-static void *open_monitor(cq_kernel_t *kernel, void *sock)
+/* A connection of \p type with our bounds, not yet connected: see
+ * connect_socket(). Frames above the cap of the socket (iopub's from the
+ * output cap) are read and dropped, not kept (zmtp.c). */
+static cq_zmtp_t *new_socket(cq_kernel_t *kernel, cq_zmtp_type_t type)
 {
-        char endpoint[128];
-        int zero = 0;
-        void *mon;
+        size_t cap = type == CQ_ZMTP_SUB ? kernel->iopub_max : kernel->msg_max;
+        cq_zmtp_t *z =
+            cq_zmtp_new(type, type == CQ_ZMTP_DEALER ? kernel->session : NULL,
+                        cap, type == CQ_ZMTP_SUB ? 1024 : cap + 4096);
 
-        /* the session is random per start: unique in a shared context */
-        snprintf(endpoint, sizeof(endpoint), "inproc://cq-kernel-mon-%s-%llu",
-                 kernel->session, (unsigned long long)++kernel->mon_seq);
-        if (zmq_socket_monitor(sock, endpoint, ZMQ_EVENT_DISCONNECTED) != 0)
-                return NULL;
-        mon = zmq_socket(kernel->zctx, ZMQ_PAIR);
-        if (!mon)
-                goto fail;
-        zmq_setsockopt(mon, ZMQ_LINGER, &zero, sizeof(zero));
-        if (zmq_connect(mon, endpoint) == 0)
-                return mon;
-        zmq_close(mon);
-fail:
-        zmq_socket_monitor(sock, NULL, 0);
-        return NULL;
-}
-
-/* Whether the monitor reported a disconnect since the last call. Events
- * are two frames: 16-bit event and 32-bit value, then the address. */
-static bool monitor_disconnected(void *mon)
-{
-        bool seen = false, first = true;
-
-        if (!mon)
-                return false;
-        for (;;) {
-                zmq_msg_t part;
-
-                zmq_msg_init(&part);
-                if (zmq_msg_recv(&part, mon, ZMQ_DONTWAIT) < 0) {
-                        zmq_msg_close(&part);
-                        return seen;
-                }
-                if (first && zmq_msg_size(&part) >= 2) {
-                        uint16_t event;
-
-                        memcpy(&event, zmq_msg_data(&part), sizeof(event));
-                        if (event == ZMQ_EVENT_DISCONNECTED)
-                                seen = true;
-                }
-                first = !zmq_msg_more(&part);
-                zmq_msg_close(&part);
-        }
-}
-
-static void close_iopub(cq_kernel_t *kernel)
-{
-        if (kernel->iopub) {
-                if (kernel->iopub_mon)
-                        zmq_socket_monitor(kernel->iopub, NULL, 0);
-                zmq_close(kernel->iopub);
-        }
-        if (kernel->iopub_mon)
-                zmq_close(kernel->iopub_mon);
-        kernel->iopub = kernel->iopub_mon = NULL;
-}
-
-/* A socket of \p type with our options, not yet connected: see
- * connect_socket(). */
-static void *new_socket(cq_kernel_t *kernel, int type)
-{
-        int zero = 0, ivl = 10, hwm = IOPUB_HWM;
-        int64_t maxmsg =
-            (int64_t)(type == ZMQ_SUB ? kernel->iopub_max : kernel->msg_max);
-        void *sock = zmq_socket(kernel->zctx, type);
-
-        if (!sock) {
-                kernel_set_error(kernel, "could not create socket: %s",
-                                 zmq_strerror(zmq_errno()));
-                return NULL;
-        }
-        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
-        zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-        /* A connection the kernel refuses (its socket file exists before
-         * it listens, or a restart) is retried every 10 ms, not libzmq's
-         * 100. */
-        zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl));
-        if (type == ZMQ_DEALER)
-                zmq_setsockopt(sock, ZMQ_ROUTING_ID, kernel->session,
-                               strlen(kernel->session));
-        if (type == ZMQ_SUB) {
-                /* A few messages of at most iopub_max bytes: a kernel that
-                 * publishes faster than we read waits (the shim makes its
-                 * iopub block rather than drop) instead of filling our
-                 * memory. */
-                zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof(hwm));
-                zmq_setsockopt(sock, ZMQ_SUBSCRIBE, "", 0);
-        }
-        return sock;
+        if (!z)
+                kernel_set_error(kernel,
+                                 "could not create socket: out of memory");
+        return z;
 }
 
 /* The dir holding the kernel's socket files, and the name of that of
@@ -295,92 +212,91 @@ static int sock_dir(const cq_kernel_t *kernel, int port, char *name)
         return kernel->tmp_fd >= 0 ? kernel->tmp_fd : kernel->run_fd;
 }
 
-/* Connect \p sock to the kernel's socket file of \p port, through an
- * O_PATH of it (kernel->sock_fd) that no link led to. */
-static int connect_socket(cq_kernel_t *kernel, void *sock, int port)
+/* Connect \p z to the kernel's socket file of \p port through an O_PATH
+ * of it that no link led to (/proc/self/fd/N: that inode, never a path
+ * the kernel could have pointed at a socket of the host's). 0 connected,
+ * 1 when the kernel does not listen yet (try again), -1 on error. */
+static int connect_socket(cq_kernel_t *kernel, cq_zmtp_t *z, int port)
 {
-        char endpoint[64], name[32];
+        char path[64], name[32];
         struct stat st;
+        int dir = sock_dir(kernel, port, name), rc;
+        int fd = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 
-        if (kernel->sock_fd[port] < 0) {
-                int dir = sock_dir(kernel, port, name);
-                int fd = openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-
-                if (fd < 0 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
-                        kernel_set_error(
-                            kernel, "the kernel's socket file %s is %s", name,
-                            fd < 0 ? strerror(errno) : "not a socket");
-                        if (fd >= 0)
-                                close(fd);
-                        return -1;
-                }
-                kernel->sock_fd[port] = fd;
-        }
-        snprintf(endpoint, sizeof(endpoint), "ipc:///proc/self/fd/%d",
-                 kernel->sock_fd[port]);
-        if (zmq_connect(sock, endpoint)) {
-                kernel_set_error(kernel, "could not connect to \"%s\": %s",
-                                 endpoint, zmq_strerror(zmq_errno()));
+        if (fd < 0 || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+                kernel_set_error(kernel, "the kernel's socket file %s is %s",
+                                 name,
+                                 fd < 0 ? strerror(errno) : "not a socket");
+                if (fd >= 0)
+                        close(fd);
                 return -1;
         }
-        return 0;
-}
-
-/* A new iopub socket, monitored, connected when \p connect. */
-static int open_iopub(cq_kernel_t *kernel, bool connect)
-{
-        kernel->iopub = new_socket(kernel, ZMQ_SUB);
-        if (!kernel->iopub)
-                return -1;
-        kernel->iopub_mon = open_monitor(kernel, kernel->iopub);
-        if (!kernel->iopub_mon)
-                cq_log_warn("kernel: could not monitor iopub: %s",
-                            zmq_strerror(zmq_errno()));
-        if (connect && connect_socket(kernel, kernel->iopub, 2)) {
-                close_iopub(kernel);
-                return -1;
-        }
-        return 0;
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        rc = cq_zmtp_connect(z, path);
+        close(fd);
+        if (rc < 0)
+                kernel_set_error(kernel, "could not connect to %s: %s", name,
+                                 cq_zmtp_error(z));
+        return rc;
 }
 
 void kernel_close_sockets(cq_kernel_t *kernel)
 {
-        int zero = 0, port;
-
-        if (kernel->shell) {
-                zmq_setsockopt(kernel->shell, ZMQ_LINGER, &zero, sizeof(zero));
-                zmq_close(kernel->shell);
-        }
-        if (kernel->control) {
-                zmq_setsockopt(kernel->control, ZMQ_LINGER, &zero,
-                               sizeof(zero));
-                zmq_close(kernel->control);
-        }
-        close_iopub(kernel);
-        kernel->shell = kernel->control = NULL;
-        for (port = 0; port < 6; port++) {
-                if (kernel->sock_fd[port] >= 0)
-                        close(kernel->sock_fd[port]);
-                kernel->sock_fd[port] = -1;
-        }
+        cq_zmtp_destroy(&kernel->shell);
+        cq_zmtp_destroy(&kernel->control);
+        cq_zmtp_destroy(&kernel->iopub);
 }
 
-/* Open iopub again after its connection was dropped; the caller read what
- * the old socket had received first. */
-static int reopen_iopub(cq_kernel_t *kernel)
+/* A pollfd for \p z: its descriptor (-1 when it has none, which poll()
+ * skips) and the events it waits for. */
+static void poll_item(struct pollfd *p, const cq_zmtp_t *z)
 {
-        close_iopub(kernel);
-        return open_iopub(kernel, true);
+        p->fd = z ? cq_zmtp_fd(z) : -1;
+        p->events = z ? cq_zmtp_events(z) : 0;
+        p->revents = 0;
+}
+
+/* Wait up to \p ms for the kernel: items[0..2] its shell, iopub and
+ * control, items[3] its pidfd; not at all when shell or iopub hold bytes
+ * read before (pend[0], pend[1]), which poll() would not see. 0, or -1
+ * when poll() failed (errno). */
+static int
+poll_kernel(cq_kernel_t *kernel, struct pollfd items[4], bool pend[2], long ms)
+{
+        pend[0] = kernel->shell && cq_zmtp_pending(kernel->shell);
+        pend[1] = kernel->iopub && cq_zmtp_pending(kernel->iopub);
+        poll_item(&items[0], kernel->shell);
+        poll_item(&items[1], kernel->iopub);
+        poll_item(&items[2], kernel->control);
+        items[3].fd = kernel->pidfd;
+        items[3].events = POLLIN;
+        items[3].revents = 0;
+        if (poll(items, 4, pend[0] || pend[1] ? 0 : (int)ms) < 0 &&
+            errno != EINTR)
+                return -1;
+        return 0;
+}
+
+/* After a poll: write what waits to be sent on \p z; whether to read it
+ * (bytes arrived, or read before that hold more). */
+static bool poll_done(const struct pollfd *p, cq_zmtp_t *z, bool pending)
+{
+        if (!z)
+                return false;
+        if (p->revents & POLLOUT)
+                (void)cq_zmtp_flush(z);
+        return pending || (p->revents & (POLLIN | POLLHUP | POLLERR));
 }
 
 /* Send a request; its msg_id goes to \p msg_id (64 bytes). */
 static int send_request(cq_kernel_t *kernel,
-                        void *sock,
+                        cq_zmtp_t *sock,
                         const char *msg_type,
                         json_t *content,
                         char *msg_id)
 {
         cq_jmsg_out_t out;
+        cq_jframe_t frames[6];
         int rc = -1, i;
 
         if (cq_jmsg_build(kernel->key, strlen(kernel->key), kernel->session,
@@ -389,73 +305,61 @@ static int send_request(cq_kernel_t *kernel,
                                  msg_type);
                 goto out;
         }
-        if (zmq_send(sock, CQ_JMSG_DELIM, sizeof(CQ_JMSG_DELIM) - 1,
-                     ZMQ_SNDMORE) < 0 ||
-            zmq_send(sock, out.sig, strlen(out.sig), ZMQ_SNDMORE) < 0)
-                goto send_failed;
-        for (i = 0; i < 4; i++)
-                if (zmq_send(sock, out.frames[i], out.lens[i],
-                             i < 3 ? ZMQ_SNDMORE : 0) < 0)
-                        goto send_failed;
+        frames[0].data = CQ_JMSG_DELIM;
+        frames[0].len = sizeof(CQ_JMSG_DELIM) - 1;
+        frames[1].data = out.sig;
+        frames[1].len = strlen(out.sig);
+        for (i = 0; i < 4; i++) {
+                frames[2 + i].data = out.frames[i];
+                frames[2 + i].len = out.lens[i];
+        }
+        if (cq_zmtp_send(sock, frames, 6) != 0) {
+                kernel_set_error(kernel, "could not send %s: %s", msg_type,
+                                 cq_zmtp_error(sock));
+                goto out;
+        }
         if (msg_id)
                 snprintf(msg_id, 64, "%s", out.msg_id);
         rc = 0;
-        goto out;
-send_failed:
-        kernel_set_error(kernel, "could not send %s: %s", msg_type,
-                         zmq_strerror(zmq_errno()));
 out:
         cq_jmsg_out_release(&out);
         return rc;
 }
 
 /* Receive one message without blocking: 1 with \p msg filled, 0 when none
- * is waiting, -1 when one arrived but was dropped. */
-static int recv_msg(cq_kernel_t *kernel, void *sock, cq_jmsg_t *msg)
+ * is waiting (or the connection is gone: cq_zmtp_closed()), -1 when one
+ * arrived but was dropped. Of one dropped for its size or its frames, the
+ * size of its largest frame (the content, or a buffer: what the output
+ * was) is added to \p *dropped (NULL: not counted). */
+static int recv_msg(cq_kernel_t *kernel,
+                    cq_zmtp_t *sock,
+                    cq_jmsg_t *msg,
+                    uint64_t *dropped)
 {
-        zmq_msg_t parts[CQ_JMSG_MAX_FRAMES];
-        cq_jframe_t frames[CQ_JMSG_MAX_FRAMES];
-        size_t n = 0, i;
-        bool overflow = false;
-        int more = 1, rc = -1;
+        cq_zmtp_msg_t m;
+        int r;
 
         cq_jmsg_init(msg);
-        while (more) {
-                zmq_msg_t scratch, *part;
-
-                part = n < CQ_JMSG_MAX_FRAMES ? &parts[n] : &scratch;
-                zmq_msg_init(part);
-                if (zmq_msg_recv(part, sock, ZMQ_DONTWAIT) < 0) {
-                        zmq_msg_close(part);
-                        if (n == 0 && !overflow) {
-                                rc = 0;
-                                goto out;
-                        }
-                        break;
-                }
-                more = zmq_msg_more(part);
-                if (part == &scratch) {
-                        overflow = true;
-                        zmq_msg_close(part);
-                        continue;
-                }
-                frames[n].data = zmq_msg_data(part);
-                frames[n].len = zmq_msg_size(part);
-                n++;
+        if (!sock)
+                return 0;
+        r = cq_zmtp_recv(sock, &m);
+        if (r == 0 || r == -2)
+                return 0;
+        if (r == -1) {
+                if (m.dropped_frames > CQ_JMSG_MAX_FRAMES)
+                        kernel->stats.malformed++;
+                else
+                        kernel->stats.oversize++;
+                if (dropped)
+                        *dropped += m.dropped_max_frame;
+                return -1;
         }
-        if (overflow) {
-                kernel->stats.malformed++;
-                goto out;
-        }
-        if (cq_jmsg_parse(kernel->key, strlen(kernel->key), frames, n,
+        if (cq_jmsg_parse(kernel->key, strlen(kernel->key), m.frames, m.nframes,
                           sock == kernel->iopub ? kernel->iopub_max
                                                 : kernel->msg_max,
                           msg, &kernel->stats, NULL, 0) == CQ_JMSG_DROP_NONE)
-                rc = 1;
-out:
-        for (i = 0; i < n; i++)
-                zmq_msg_close(&parts[i]);
-        return rc;
+                return 1;
+        return -1;
 }
 
 /* ---- output collection (the accounting is collect.c's) ---- */
@@ -635,15 +539,56 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                          const cq_exec_opts_t *opts,
                          cq_cell_result_t *res);
 
-/* Drain iopub for up to \p ms of silence, dropping everything. */
-static void drain_iopub(cq_kernel_t *kernel, int ms)
+/* Whether a connection to the kernel ended or broke the protocol: the
+ * kernel closed it or sent what no kernel sends. Said in its error. */
+static bool broken(cq_kernel_t *kernel)
 {
-        zmq_pollitem_t item = {kernel->iopub, 0, ZMQ_POLLIN, 0};
-        cq_jmsg_t msg;
+        cq_zmtp_t *socks[3] = {kernel->shell, kernel->iopub, kernel->control};
+        size_t i;
 
-        while (zmq_poll(&item, 1, ms) > 0) {
-                while (recv_msg(kernel, kernel->iopub, &msg) != 0)
+        for (i = 0; i < 3; i++)
+                if (!socks[i] || cq_zmtp_closed(socks[i])) {
+                        kernel_set_error(
+                            kernel, "the kernel broke its connection: %s",
+                            socks[i] ? cq_zmtp_error(socks[i]) : "none");
+                        return true;
+                }
+        return false;
+}
+
+/* Read and drop what control holds (replies to interrupts), at most a
+ * few messages a call: nothing waits for them, and a closed connection
+ * shows as such. */
+static void drop_control(cq_kernel_t *kernel)
+{
+        cq_jmsg_t msg;
+        int n = 0;
+
+        while (n++ < 16 && recv_msg(kernel, kernel->control, &msg, NULL) != 0)
+                cq_jmsg_release(&msg);
+}
+
+/* Drop what iopub holds now: a bounded number of rounds, so a kernel that
+ * publishes without end cannot keep us here. */
+static void drain_iopub(cq_kernel_t *kernel)
+{
+        cq_jmsg_t msg;
+        int round;
+
+        for (round = 0; round < 64 && kernel->iopub; round++) {
+                struct pollfd p;
+                bool pending = cq_zmtp_pending(kernel->iopub);
+                int n = 0;
+
+                poll_item(&p, kernel->iopub);
+                if (p.fd < 0 || (poll(&p, 1, 0) <= 0 && !pending))
+                        return;
+                if (!poll_done(&p, kernel->iopub, pending))
+                        return;
+                while (recv_msg(kernel, kernel->iopub, &msg, NULL) != 0 &&
+                       n++ < 256)
                         cq_jmsg_release(&msg);
+                cq_jmsg_release(&msg);
         }
 }
 
@@ -833,22 +778,19 @@ out:
  * control, and the kernel's socket files they connect to. */
 static const int start_ports[3] = {1, 2, 4};
 
-static void **start_socket(cq_kernel_t *kernel, int i)
+static cq_zmtp_t **start_socket(cq_kernel_t *kernel, int i)
 {
         return i == 0   ? &kernel->shell
                : i == 1 ? &kernel->iopub
                         : &kernel->control;
 }
 
-/* Connect each socket of start() whose file the kernel has bound;
- * returns how many are connected, -1 on error.
- * A socket connected before its file exists costs a failed connect in
- * libzmq's I/O thread every reconnect interval for as long as the kernel
- * takes to start, three sockets at a time: a stat() of the file from
- * the poll loop is far cheaper. */
+/* Connect each socket of start() whose file the kernel has bound and
+ * listens on; returns how many are connected, -1 on error. A stat() of
+ * the file from the poll loop tells when to try. */
 static int connect_bound(cq_kernel_t *kernel, bool connected[3])
 {
-        int i, n = 0;
+        int i, n = 0, rc;
 
         for (i = 0; i < 3; i++) {
                 char name[32];
@@ -859,9 +801,12 @@ static int connect_bound(cq_kernel_t *kernel, bool connected[3])
 
                         if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
                                 continue;
-                        if (connect_socket(kernel, *start_socket(kernel, i),
-                                           start_ports[i]))
+                        rc = connect_socket(kernel, *start_socket(kernel, i),
+                                            start_ports[i]);
+                        if (rc < 0)
                                 return -1;
+                        if (rc > 0)
+                                continue; /* bound, not yet listening */
                         connected[i] = true;
                 }
                 n++;
@@ -917,10 +862,10 @@ static int start(cq_kernel_t *kernel)
         }
         kernel->warm_code = warm.data;
         kernel->warm_in_kernel = false;
-        kernel->shell = new_socket(kernel, ZMQ_DEALER);
-        if (!kernel->shell || open_iopub(kernel, false))
-                goto fail;
-        kernel->control = new_socket(kernel, ZMQ_DEALER);
+        kernel->shell = new_socket(kernel, CQ_ZMTP_DEALER);
+        kernel->iopub = kernel->shell ? new_socket(kernel, CQ_ZMTP_SUB) : NULL;
+        kernel->control =
+            kernel->iopub ? new_socket(kernel, CQ_ZMTP_DEALER) : NULL;
         if (!kernel->control)
                 goto fail;
         if (kernel_spawn(kernel))
@@ -928,13 +873,10 @@ static int start(cq_kernel_t *kernel)
         spawned = cq_now_ms();
         deadline = spawned + kernel->startup_timeout_ms;
         while (!got_reply || !got_iopub || nconnected < 3) {
-                zmq_pollitem_t items[3] = {
-                    {kernel->shell, 0, ZMQ_POLLIN, 0},
-                    {kernel->iopub, 0, ZMQ_POLLIN, 0},
-                    {NULL, kernel->pidfd, ZMQ_POLLIN, 0},
-                };
+                struct pollfd items[4];
                 int64_t now = cq_now_ms();
                 long wait_ms;
+                bool pend[2];
 
                 if (now >= deadline) {
                         kernel_log_tail(kernel, tail, sizeof(tail));
@@ -971,14 +913,16 @@ static int start(cq_kernel_t *kernel)
                  * files often while a forked kernel would be coming up,
                  * less often after. */
                 wait_ms = nconnected == 3 ? 50 : now - spawned < 200 ? 2 : 10;
-                if (zmq_poll(items, kernel->pidfd >= 0 ? 3 : 2, wait_ms) < 0 &&
-                    zmq_errno() != EINTR) {
+                if (poll_kernel(kernel, items, pend, wait_ms) != 0) {
                         kernel_set_error(kernel, "could not poll: %s",
-                                         zmq_strerror(zmq_errno()));
+                                         strerror(errno));
                         goto fail;
                 }
-                if (items[0].revents & ZMQ_POLLIN) {
-                        while (recv_msg(kernel, kernel->shell, &msg) != 0) {
+                if (poll_done(&items[2], kernel->control, false))
+                        drop_control(kernel);
+                if (poll_done(&items[0], kernel->shell, pend[0])) {
+                        while (recv_msg(kernel, kernel->shell, &msg, NULL) !=
+                               0) {
                                 if (msg.content &&
                                     strcmp(msg.msg_type, "kernel_info_reply") ==
                                         0) {
@@ -994,18 +938,35 @@ static int start(cq_kernel_t *kernel)
                                 cq_jmsg_release(&msg);
                         }
                 }
-                if (items[1].revents & ZMQ_POLLIN) {
-                        while (recv_msg(kernel, kernel->iopub, &msg) != 0) {
+                if (poll_done(&items[1], kernel->iopub, pend[1])) {
+                        int k = 0;
+
+                        while (k++ < 256 && recv_msg(kernel, kernel->iopub,
+                                                     &msg, NULL) != 0) {
                                 if (msg.content)
                                         got_iopub = true;
                                 cq_jmsg_release(&msg);
                         }
                 }
+                if (cq_zmtp_closed(kernel->shell) ||
+                    cq_zmtp_closed(kernel->iopub) ||
+                    cq_zmtp_closed(kernel->control)) {
+                        kernel_log_tail(kernel, tail, sizeof(tail));
+                        kernel_set_error(
+                            kernel, "the kernel broke its connection: %s%s",
+                            *cq_zmtp_error(kernel->shell)
+                                ? cq_zmtp_error(kernel->shell)
+                            : *cq_zmtp_error(kernel->iopub)
+                                ? cq_zmtp_error(kernel->iopub)
+                                : cq_zmtp_error(kernel->control),
+                            tail);
+                        goto fail;
+                }
         }
         kernel_read_inner_pid(kernel, true);
         /* What the kernel_info requests left queued; what still comes of
          * them later is told apart by its parent header (run_cell). */
-        drain_iopub(kernel, 0);
+        drain_iopub(kernel);
         if (kernel->warm_code && kernel->forked && kernel->warm_in_kernel) {
                 if (read_warm_report(kernel, marker))
                         goto fail;
@@ -1033,7 +994,6 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
 {
         cq_kernel_t *kernel = calloc(1, sizeof(*kernel));
         struct stat st;
-        size_t i;
 
         if (!kernel) {
                 cq_errstr_set(errstr, errstr_size,
@@ -1047,8 +1007,6 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
         kernel->inner_pid = -1;
         kernel->tmp_fd = -1;
         kernel->run_fd = -1;
-        for (i = 0; i < CQ_ARRAY_SIZE(kernel->sock_fd); i++)
-                kernel->sock_fd[i] = -1;
         kernel->id.lock_fd = -1;
         kernel->nice = opts->nice > 0 && opts->nice < 20 ? opts->nice : 0;
         atomic_init(&kernel->sig_pid, -1);
@@ -1072,22 +1030,12 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
             opts->idle_wait_ms > 0 ? opts->idle_wait_ms : 4000;
         kernel->sandbox = opts->sandbox;
         kernel->kserver = opts->kserver;
-        kernel->zctx = opts->zmq_ctx;
         if (!kernel->python || !kernel->work_dir ||
             (opts->preload && !kernel->preload)) {
                 kernel_set_error(kernel, "could not start kernel: %s",
                                  kernel->work_dir ? "out of memory"
                                                   : "no work dir");
                 goto fail;
-        }
-        if (!kernel->zctx) {
-                kernel->zctx = zmq_ctx_new();
-                kernel->own_ctx = true;
-                if (!kernel->zctx) {
-                        kernel_set_error(kernel,
-                                         "could not create ZeroMQ context");
-                        goto fail;
-                }
         }
         snprintf(kernel->run_dir, sizeof(kernel->run_dir), "%s/%s",
                  kernel->work_dir, CQ_KERNEL_RUN_DIR);
@@ -1229,9 +1177,8 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                 died = true;
                 goto finish;
         }
-        /* iopub dropped between cells (a background thread's output) */
-        if ((!kernel->iopub || monitor_disconnected(kernel->iopub_mon)) &&
-            reopen_iopub(kernel) != 0) {
+        /* a connection the kernel closed or broke between cells */
+        if (broken(kernel)) {
                 kill_it = true;
                 goto finish;
         }
@@ -1249,24 +1196,11 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                       ? start_ms + (opts->slow_ms > 0 ? opts->slow_ms : 0)
                       : 0;
         while (!(got_reply && idle)) {
-                zmq_pollitem_t items[4] = {
-                    {kernel->shell, 0, ZMQ_POLLIN, 0},
-                    {kernel->iopub, 0, ZMQ_POLLIN, 0},
-                };
-                int nitems = 2, ipid = -1, imon = -1;
+                struct pollfd items[4];
                 int64_t now = cq_now_ms();
                 long wait = POLL_SLICE_MS;
-
-                if (kernel->pidfd >= 0) {
-                        ipid = nitems++;
-                        items[ipid].fd = kernel->pidfd;
-                        items[ipid].events = ZMQ_POLLIN;
-                }
-                if (kernel->iopub_mon) {
-                        imon = nitems++;
-                        items[imon].socket = kernel->iopub_mon;
-                        items[imon].events = ZMQ_POLLIN;
-                }
+                uint64_t dropped = 0;
+                bool pend[2];
 
                 if (got_reply && now - reply_at >= idle_wait_ms)
                         break; /* idle lost; the reply is authoritative */
@@ -1302,19 +1236,22 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                                    : 0;
                 if (slow_at && slow_at - now < wait)
                         wait = (long)(slow_at - now);
-                if (zmq_poll(items, nitems, wait) < 0 && zmq_errno() != EINTR) {
+                if (poll_kernel(kernel, items, pend, wait) != 0) {
                         kernel_set_error(kernel, "could not poll: %s",
-                                         zmq_strerror(zmq_errno()));
+                                         strerror(errno));
                         kill_it = true;
                         break;
                 }
+                if (poll_done(&items[2], kernel->control, false))
+                        drop_control(kernel);
                 /* iopub first: a reply may not end the cell before the
                  * outputs that preceded it were read. */
-                if (items[1].revents & ZMQ_POLLIN) {
+                if (poll_done(&items[1], kernel->iopub, pend[1])) {
                         int k;
 
                         for (k = 0; k < 256; k++) {
-                                int r = recv_msg(kernel, kernel->iopub, &msg);
+                                int r = recv_msg(kernel, kernel->iopub, &msg,
+                                                 &dropped);
 
                                 if (r == 0)
                                         break;
@@ -1326,47 +1263,22 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                                 cq_jmsg_release(&msg);
                         }
                 }
-                if (imon >= 0 && (items[imon].revents & ZMQ_POLLIN) &&
-                    monitor_disconnected(kernel->iopub_mon)) {
-                        int r;
-
-                        /* keep what arrived before the refused frame */
-                        while ((r = recv_msg(kernel, kernel->iopub, &msg)) !=
-                               0) {
-                                if (r > 0 && msg.parent_id &&
-                                    strcmp(msg.parent_id, msg_id) == 0)
-                                        handle_iopub(kernel, &col, &msg, res,
-                                                     &idle, &saw_error,
-                                                     &shim_dropped);
-                                cq_jmsg_release(&msg);
-                        }
-                        /* a dying kernel closes its sockets too */
-                        if (kernel_wait_exit(kernel, 200)) {
-                                died = true;
-                                break;
-                        }
-                        /* the refused frame, and whatever the kernel sent
-                         * until we subscribed again, are lost: their size
-                         * is unknown beyond the frame cap */
-                        cq_collect_dropped(
-                            &col, (uint64_t)kernel->iopub_max + 1, true);
-                        cq_log_warn("kernel: an iopub frame exceeded %zu "
-                                    "bytes; output was dropped",
+                if (dropped) {
+                        /* a message above the frame cap (or of too many
+                         * frames), read to its end and not kept: whose
+                         * it was is unknown, its size is not */
+                        cq_collect_dropped(&col, dropped, false);
+                        cq_log_warn("kernel: an iopub message with a frame "
+                                    "of %llu bytes exceeded the cap of %zu; "
+                                    "its output was dropped",
+                                    (unsigned long long)dropped,
                                     kernel->iopub_max);
-                        if (reopen_iopub(kernel) != 0) {
-                                kill_it = true;
-                                break;
-                        }
-                        /* the idle status may be lost with the rest: do
-                         * not wait long for it after the reply */
-                        if (idle_wait_ms > 500)
-                                idle_wait_ms = 500;
                 }
-                if (items[0].revents & ZMQ_POLLIN) {
-                        int r;
+                if (poll_done(&items[0], kernel->shell, pend[0])) {
+                        int r, k = 0;
 
-                        while ((r = recv_msg(kernel, kernel->shell, &msg)) !=
-                               0) {
+                        while (k++ < 256 && (r = recv_msg(kernel, kernel->shell,
+                                                          &msg, NULL)) != 0) {
                                 if (r > 0 && msg.parent_id &&
                                     strcmp(msg.parent_id, msg_id) == 0 &&
                                     strcmp(msg.msg_type, "execute_reply") ==
@@ -1414,10 +1326,19 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                                 goto out;
                         }
                 }
-                if ((ipid >= 0 && (items[ipid].revents & ZMQ_POLLIN)) ||
+                if ((items[3].revents & POLLIN) ||
                     (kernel->pidfd < 0 && !kernel_alive(kernel))) {
                         kernel_reap(kernel, true);
                         died = true;
+                        break;
+                }
+                if (broken(kernel)) {
+                        /* a dying kernel closes its sockets too */
+                        if (kernel_wait_exit(kernel, 200)) {
+                                died = true;
+                                break;
+                        }
+                        kill_it = true;
                         break;
                 }
         }
@@ -1545,8 +1466,6 @@ static void kernel_close(cq_kernel_t **kernelp, bool graceful)
         /* kernel_teardown() waited for the sandbox's pid 1, which outlives
          * every process in it: nothing runs as the uid any more. */
         cq_sandbox_id_release(&kernel->id);
-        if (kernel->own_ctx && kernel->zctx)
-                zmq_ctx_term(kernel->zctx);
         free(kernel->python);
         free(kernel->work_dir);
         free(kernel->preload);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* kernel_int.h - what kernel.c (ZeroMQ I/O and execution) and
+/* kernel_int.h - what kernel.c (the kernel's messages and execution) and
  * kernel_proc.c (the kernel's processes) share: the handle and the
  * functions one calls in the other. Not a public header. */
 #ifndef CODERQ_KERNEL_INT_H
@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "coderq/kernel.h"
+#include "coderq/zmtp.h"
 
 /* A forked kernel's report of the warm-up it ran (kernel.c's
  * read_warm_report()): its name in the run dir, and its path and that of
@@ -36,8 +37,6 @@ struct cq_kernel {
         int64_t idle_wait_ms;
         const cq_sandbox_t *sandbox;
         cq_sandbox_id_t id; /* the uid it runs as, for its whole life */
-        void *zctx;
-        bool own_ctx;
 
         /* one incarnation of the kernel process */
         char run_dir[PATH_MAX];
@@ -57,18 +56,13 @@ struct cq_kernel {
         char ipc_kernel[PATH_MAX + 8];
         const char *ipc_name; /* "k" or ".coderq-k" */
         int tmp_fd;           /* or -1 */
-        /* O_PATH of each socket file connected to (by port; -1: none),
-         * held while its socket is: libzmq connects and reconnects to
-         * /proc/self/fd/N, that inode, never to a path the kernel could
-         * have pointed elsewhere since (a symlink to a socket of the
-         * host's). */
-        int sock_fd[6];
         char key[33];
         char session[37];
         uint64_t seq;
-        void *shell, *control, *iopub;
-        void *iopub_mon; /* PAIR receiving iopub's disconnect events */
-        uint64_t mon_seq;
+        /* connections to the kernel's sockets (zmtp.c), made once per
+         * incarnation through an O_PATH of each socket file that no link
+         * led to; never made again to a path */
+        cq_zmtp_t *shell, *control, *iopub;
         char nonce[17];                       /* of this start's shim */
         char drop_tag[sizeof(DROP_TAG) + 20]; /* "[" DROP_TAG nonce " " */
         pid_t pid;

@@ -306,7 +306,7 @@ void kernel_files_in_run_dir(cq_kernel_t *kernel)
  * forked the kernel; its pidfd, polled after the open, says the pid was
  * still its and not a process's that reused it; a /tmp on the device of
  * our own / or /tmp is refused. The fd keeps that /tmp, not a path that
- * could name another's later, for libzmq's reconnects. */
+ * could name another's later, for a restart's connections. */
 static int reach_tmp(cq_kernel_t *kernel)
 {
         struct pollfd pfd = {kernel->pidfd, POLLIN, 0};

@@ -34,8 +34,7 @@ typedef struct cq_kernel_opts {
          * NULL. Its failure is logged, not fatal. */
         const char *preload;
         const cq_sandbox_t *sandbox; /* borrowed; NULL: no sandbox/rlimits */
-        void *zmq_ctx; /* borrowed, shared; NULL: the kernel makes its own */
-        int nice;      /* 1..19: start with this niceness; 0: inherit */
+        int nice; /* 1..19: start with this niceness; 0: inherit */
         /* borrowed: fork kernels from this server, starting cold when it
          * gives none; NULL: always cold */
         cq_kserver_t *kserver;
