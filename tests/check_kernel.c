@@ -1669,6 +1669,91 @@ START_TEST(sweep_removes_dirs_of_dead_workers)
 }
 END_TEST
 
+/* Makes the chain \p depth dirs "d" deep under \p dfd, holding two
+ * descriptors at a time; in the one at depth \p at, symlinks to
+ * \p outside and to its file "keep". */
+static void make_chain(int dfd, int depth, int at, const char *outside)
+{
+        char target[400];
+        int fd = dup(dfd), i;
+
+        ck_assert_int_ge(fd, 0);
+        for (i = 0; i < depth; i++) {
+                int sub;
+
+                ck_assert_int_eq(mkdirat(fd, "d", 0700), 0);
+                sub = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                ck_assert_int_ge(sub, 0);
+                close(fd);
+                fd = sub;
+                if (i != at)
+                        continue;
+                ck_assert_int_eq(symlinkat(outside, fd, "out"), 0);
+                snprintf(target, sizeof(target), "%s/keep", outside);
+                ck_assert_int_eq(symlinkat(target, fd, "keep"), 0);
+        }
+        close(fd);
+}
+
+/* A work dir 50000 dirs deep, and a wide one, are removed with the
+ * descriptors of a low RLIMIT_NOFILE (in a child), without following
+ * the symlinks in them: what they point to stays. */
+START_TEST(work_dir_removal_is_flat)
+{
+        char top[300], outside[300], path[400];
+        struct rlimit rl = {10, 10};
+        struct stat st;
+        int fd, i, j, status;
+        pid_t pid;
+        FILE *fp;
+
+        mkdir(root, 0711);
+        snprintf(top, sizeof(top), "%s/flat", root);
+        snprintf(outside, sizeof(outside), "%s/outside", root);
+        ck_assert_int_eq(mkdir(top, 0700), 0);
+        ck_assert_int_eq(mkdir(outside, 0700), 0);
+        snprintf(path, sizeof(path), "%s/keep", outside);
+        fp = fopen(path, "w");
+        ck_assert_ptr_nonnull(fp);
+        fclose(fp);
+        fd = open(top, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ck_assert_int_ge(fd, 0);
+        make_chain(fd, 50000, 30000, outside);
+        /* wide: 64 dirs of 64 files and a short chain each */
+        for (i = 0; i < 64; i++) {
+                snprintf(path, sizeof(path), "%s/w%d", top, i);
+                ck_assert_int_eq(mkdir(path, 0700), 0);
+                for (j = 0; j < 64; j++) {
+                        snprintf(path, sizeof(path), "%s/w%d/f%d", top, i, j);
+                        fp = fopen(path, "w");
+                        ck_assert_ptr_nonnull(fp);
+                        fclose(fp);
+                }
+        }
+        ck_assert_int_eq(symlinkat(outside, fd, "out"), 0);
+        close(fd);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                /* what the removal may hold: 10 - stdin, stdout, stderr */
+                for (i = 3; i < 1024; i++)
+                        close(i);
+                if (setrlimit(RLIMIT_NOFILE, &rl))
+                        _exit(2);
+                cq_work_dir_remove(top);
+                _exit(lstat(top, &st) == 0 || errno != ENOENT ? 1 : 0);
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "removal under RLIMIT_NOFILE 10: status %d", status);
+        ck_assert_int_eq(stat(outside, &st), 0);
+        snprintf(path, sizeof(path), "%s/keep", outside);
+        ck_assert_int_eq(stat(path, &st), 0);
+        cq_work_dir_remove(outside);
+        ck_assert_int_ne(lstat(outside, &st), 0);
+}
+END_TEST
+
 /* In a child that is a session leader with a pseudo-terminal as its
  * controlling terminal (as a worker started from a shell has one): a
  * kernel's answer to opening /dev/tty. Exit codes name the step that
@@ -3805,6 +3890,11 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, kserver_reply_parser);
         tcase_add_test(tc, broken_server_is_an_error);
         tcase_add_test(tc, nothing_left_behind);
+        suite_add_tcase(s, tc);
+        /* Removal of work dirs, no kernel: CK_RUN_CASE=workdir. */
+        tc = tcase_create("workdir");
+        tcase_set_timeout(tc, 240);
+        tcase_add_test(tc, work_dir_removal_is_flat);
         suite_add_tcase(s, tc);
         /* The server's prebuilt shell: CK_RUN_CASE=shell runs it alone. */
         tc = tcase_create("shell");

@@ -162,30 +162,110 @@ int cq_work_dir_new(const char *root,
         return 0;
 }
 
+/* A fresh name in the top dir for an entry moved up into it; the names
+ * are tried in turn, so that none is taken twice. */
+static int move_up(int sub, const char *name, int top, unsigned long *next)
+{
+        char fresh[32];
+        int tries;
+
+        for (tries = 0; tries < 64; tries++) {
+                snprintf(fresh, sizeof(fresh), ".cq-rm-%lu", (*next)++);
+                if (renameat2(sub, name, top, fresh, RENAME_NOREPLACE) == 0)
+                        return 0;
+                if (errno != EEXIST)
+                        return -1;
+        }
+        return -1;
+}
+
+/* Moves the entries of the dir \p name in \p top up into \p top, then
+ * removes it. How many entries were moved or removed (progress), or -1
+ * when \p name is not a dir (a symlink is not followed). */
+static long flatten(int top, const char *name, unsigned long *next)
+{
+        int fd =
+            openat(top, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        long done = 0;
+        struct dirent *de;
+        DIR *dir;
+
+        if (fd < 0)
+                return errno == ENOTDIR || errno == ELOOP ? -1 : 0;
+        dir = fdopendir(fd);
+        if (!dir) {
+                close(fd);
+                return 0;
+        }
+        while ((de = readdir(dir))) {
+                if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                        continue;
+                if (move_up(dirfd(dir), de->d_name, top, next) == 0)
+                        done++;
+        }
+        closedir(dir);
+        /* ENOTEMPTY (some entry could not be moved, or came while it was
+         * read): the next scan of the top dir tries again */
+        if (unlinkat(top, name, AT_REMOVEDIR) == 0)
+                done++;
+        return done;
+}
+
+/* Empties the dir \p top with two descriptors whatever its depth: files
+ * and symlinks are unlinked where they are; a dir's entries are moved up
+ * into \p top (renameat2() opens nothing, and cannot follow a link), and
+ * the emptied dir removed. Takes \p top. Each entry moves at most once. Every
+ * scan must remove or move something, else it gives up: what stays is left. */
+static void empty_dir(int top)
+{
+        DIR *dir = fdopendir(top);
+        unsigned long next = 0;
+        struct dirent *de;
+
+        if (!dir) {
+                close(top);
+                return;
+        }
+        for (;;) {
+                size_t seen = 0, done = 0;
+                long n;
+
+                rewinddir(dir);
+                while ((de = readdir(dir))) {
+                        if (!strcmp(de->d_name, ".") ||
+                            !strcmp(de->d_name, ".."))
+                                continue;
+                        seen++;
+                        if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN &&
+                            unlinkat(top, de->d_name, 0) == 0) {
+                                done++;
+                                continue;
+                        }
+                        n = flatten(top, de->d_name, &next);
+                        if (n > 0)
+                                done += (size_t)n;
+                        else if (n < 0 && unlinkat(top, de->d_name, 0) == 0)
+                                done++;
+                }
+                if (!seen || !done)
+                        break;
+        }
+        closedir(dir);
+}
+
 static void remove_at(int dfd, const char *name)
 {
         int fd =
             openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 
-        if (fd >= 0) {
-                DIR *dir = fdopendir(fd);
-                struct dirent *de;
-
-                if (!dir) {
-                        close(fd);
-                        return;
-                }
-                while ((de = readdir(dir))) {
-                        if (!strcmp(de->d_name, ".") ||
-                            !strcmp(de->d_name, ".."))
-                                continue;
-                        remove_at(dirfd(dir), de->d_name);
-                }
-                closedir(dir);
-                unlinkat(dfd, name, AT_REMOVEDIR);
+        if (fd < 0) {
+                unlinkat(dfd, name, 0);
                 return;
         }
-        unlinkat(dfd, name, 0);
+        empty_dir(fd);
+        if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+                cq_log_kv(CQ_LOG_WARN, "could not remove a work dir", "path",
+                          name, "error", strerror(errno), NULL);
 }
 
 void cq_work_dir_remove(const char *path) { remove_at(AT_FDCWD, path); }
