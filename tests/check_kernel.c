@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -28,6 +29,7 @@
 
 #include "check_support.h"
 #include "../interp/local/kernel_int.h"
+#include "../interp/local/kserver_int.h"
 #include "coderq/backend.h"
 #include "coderq/collect.h"
 #include "coderq/config.h"
@@ -44,6 +46,16 @@ static char root[256];
 static void root_setup(void)
 {
         snprintf(root, sizeof(root), "/tmp/cqcheck-kernel-%ld", (long)getpid());
+}
+
+/* Writes \p text to a new file \p path. */
+static void write_text(const char *path, const char *text)
+{
+        FILE *fp = fopen(path, "w");
+
+        ck_assert_ptr_nonnull(fp);
+        ck_assert_int_eq(fputs(text, fp) >= 0, 1);
+        ck_assert_int_eq(fclose(fp), 0);
 }
 
 /* Pids (at most \p max) of the processes whose command line mentions
@@ -1092,6 +1104,19 @@ static cq_sandbox_t *sized_sandbox(size_t tmp, size_t shm)
 }
 
 static cq_sandbox_t *auto_sandbox(void) { return sized_sandbox(0, 0); }
+
+/* auto_sandbox(), or NULL and \p why when bubblewrap does not work. */
+static cq_sandbox_t *usable_sandbox(char *why, size_t size)
+{
+        cq_sandbox_t *sandbox = auto_sandbox();
+
+        if (cq_sandbox_enabled(sandbox))
+                return sandbox;
+        snprintf(why, size, "bubblewrap does not work here: %s",
+                 cq_sandbox_reason(sandbox));
+        cq_sandbox_destroy(&sandbox);
+        return NULL;
+}
 
 /* What a sandboxed kernel can write outside its work dir: /tmp and
  * /dev/shm, each a tmpfs of its configured size (memory, which RLIMIT_AS
@@ -2944,6 +2969,147 @@ START_TEST(forked_kernels_get_a_fresh_shell)
 }
 END_TEST
 
+/* The server's keyring filter on a host it has no syscall numbers for is
+ * an error (the confinement, and so the probe, fails: no forked kernel
+ * starts), not a kernel without it. kserver.py run as a module. */
+START_TEST(keyring_filter_fails_closed)
+{
+        static const char check[] =
+            "import sys\n"
+            "ns = {'__name__': 'kserver'}\n"
+            "exec(open(sys.argv[1]).read(), ns)\n"
+            "for m in ('riscv64', 'x86_64', 'aarch64'):\n"
+            "    try:\n"
+            "        print(m, len(ns['keyring_filter'](m)))\n"
+            "    except ns['Fail'] as e:\n"
+            "        print(m, 'riscv64' in str(e))\n";
+        char path[300], cmd[700], out[256] = "";
+        size_t n;
+        FILE *fp;
+
+        mkdir(root, 0711);
+        snprintf(path, sizeof(path), "%s/kserver-module.py", root);
+        write_text(path, cq_kserver_py);
+        snprintf(cmd, sizeof(cmd), "/usr/bin/python3 -c \"$CQ_CHECK_PY\" %s",
+                 path);
+        setenv("CQ_CHECK_PY", check, 1);
+        fp = popen(cmd, "r");
+        ck_assert_ptr_nonnull(fp);
+        n = fread(out, 1, sizeof(out) - 1, fp);
+        out[n] = '\0';
+        ck_assert_int_eq(pclose(fp), 0);
+        /* x86_64: load arch; per ABI (6 and 3 numbers) a check of the
+         * arch, a load of the number, its checks, allow, deny; kill */
+        ck_assert_str_eq(out, "riscv64 True\nx86_64 19\naarch64 16\n");
+        unlink(path);
+}
+END_TEST
+
+/* The key syscalls in a cell: add_key, keyctl and request_key by number
+ * through libc's syscall(), on x86_64 also by x32's numbers and by
+ * int 0x80 (i386, in a child: a host without it kills the child). Each
+ * prints "ok" or its errno's name. */
+static const char keys_cell[] =
+    "import ctypes, errno, mmap, os, platform\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "m = platform.machine()\n"
+    "ADD, REQ, CTL = {'x86_64': (248, 249, 250),\n"
+    "                 'aarch64': (217, 218, 219)}[m]\n"
+    "def sc(n, *a):\n"
+    "    r = libc.syscall(ctypes.c_long(n), *a)\n"
+    "    if r >= 0:\n"
+    "        return 'ok'\n"
+    "    return errno.errorcode.get(ctypes.get_errno(), '?')\n"
+    "U = ctypes.c_int(-4)  # KEY_SPEC_USER_KEYRING\n"
+    "def add(n):\n"
+    "    return sc(n, b'user', b'cq-cross-job', b'secret', "
+    "ctypes.c_size_t(6), U)\n"
+    "def int80(nr):\n"
+    "    pid = os.fork()\n"
+    "    if pid == 0:\n"
+    "        # push rbx; mov eax, nr; xor ebx, ebx; int 0x80; pop rbx; ret\n"
+    "        code = b'\\x53\\xb8' + nr.to_bytes(4, 'little') + "
+    "b'\\x31\\xdb\\xcd\\x80\\x5b\\xc3'\n"
+    "        p = mmap.mmap(-1, 4096, prot=7)\n"
+    "        p.write(code)\n"
+    "        f = ctypes.CFUNCTYPE(ctypes.c_int)(\n"
+    "            ctypes.addressof(ctypes.c_char.from_buffer(p)))\n"
+    "        os._exit(-f() & 0xff)\n"
+    "    st = os.waitpid(pid, 0)[1]\n"
+    "    if not os.WIFEXITED(st):\n"
+    "        return 'none'\n"
+    "    return errno.errorcode.get(os.WEXITSTATUS(st), 'ok')\n"
+    "print(add(ADD), sc(CTL, ctypes.c_int(0), U, ctypes.c_int(1)),\n"
+    "      sc(REQ, b'user', b'cq-cross-job', None, ctypes.c_int(0)))\n"
+    "if m == 'x86_64':\n"
+    "    print(add(ADD | 0x40000000), int80(286))\n"
+    "else:\n"
+    "    print('EPERM EPERM')\n";
+
+/* A later kernel, leased the same uid, looks for the key. */
+static const char search_cell[] =
+    "import ctypes, errno, platform\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "CTL = {'x86_64': 250, 'aarch64': 219}[platform.machine()]\n"
+    "r = libc.syscall(ctypes.c_long(CTL), ctypes.c_int(10), "
+    "ctypes.c_int(-4), b'user', b'cq-cross-job', ctypes.c_int(0))\n"
+    "print('found' if r >= 0 else 'not found')\n";
+
+/* A forked sandboxed kernel runs as a host uid in the initial user
+ * namespace, where the uid's keyring outlives the job: its key syscalls
+ * fail with EPERM (a seccomp filter, in every ABI), and what else it runs
+ * still runs. A cold kernel's keyring is its user namespace's: in both
+ * modes, a key one job added is not found by the next kernel, which gets
+ * the same uid. */
+START_TEST(kernels_share_no_keyring)
+{
+        cq_sandbox_t *sandbox;
+        cq_interp_t *interp;
+        struct utsname un;
+        cq_cell_result_t res;
+        char *out, *uid, why[600];
+
+        ck_assert_int_eq(uname(&un), 0);
+        if (strcmp(un.machine, "x86_64") && strcmp(un.machine, "aarch64"))
+                CQ_CHECK_SKIP("bwrap",
+                              "kernels_share_no_keyring: no key syscall "
+                              "numbers for %s",
+                              un.machine);
+        sandbox = usable_sandbox(why, sizeof(why));
+        if (!sandbox)
+                CQ_CHECK_SKIP("bwrap", "kernels_share_no_keyring: %s", why);
+        interp = start_local(sandbox, 0);
+        uid = stdout_of(interp, "import os\nprint(os.getuid())");
+        run(interp, keys_cell, 60000, &res);
+        out = stream_text(&res, "stdout");
+        if (forked_mode())
+                ck_assert_msg(strcmp(out, "EPERM EPERM EPERM\nEPERM EPERM\n") ==
+                                  0,
+                              "key syscalls in a forked kernel:\n%s", out);
+        else
+                ck_assert_msg(strncmp(out, "ok ok", 5) == 0,
+                              "key syscalls in a cold kernel:\n%s", out);
+        free(out);
+        cq_cell_result_release(&res);
+        assert_stdout(interp,
+                      "import subprocess, sys\n"
+                      "print(subprocess.run([sys.executable, '-c', "
+                      "'print(6 * 7)'], capture_output=True).stdout.decode()"
+                      ".strip(), sum(range(10)))",
+                      "42 45\n");
+        cq_interp_destroy(&interp);
+        interp = start_local(sandbox, 0);
+        assert_stdout(interp, "import os\nprint(os.getuid())", uid);
+        assert_stdout(interp, search_cell, "not found\n");
+        free(uid);
+        cq_interp_destroy(&interp);
+        cq_sandbox_destroy(&sandbox);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 /* What a module makes random when it is imported is each kernel's own:
  * multiprocessing's authentication key, imported by the server, differs
  * between two kernels it forks, as between two cold ones. */
@@ -3741,14 +3907,10 @@ START_TEST(broken_server_is_an_error)
         cq_kserver_stats_t st;
         cq_kserver_t *ks;
         size_t i;
-        FILE *fp;
 
         mkdir(root, 0711);
         snprintf(path, sizeof(path), "%s/fake-python", root);
-        fp = fopen(path, "w");
-        ck_assert_ptr_nonnull(fp);
-        ck_assert_int_eq(fputs(fake_server, fp) >= 0, 1);
-        fclose(fp);
+        write_text(path, fake_server);
         ck_assert_int_eq(chmod(path, 0755), 0);
         /* threads at fork time: off, and says why */
         ks = new_kserver(NULL, path, "threads", 0, CQ_KSERVER_AUTO, errstr,
@@ -3890,6 +4052,12 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, kserver_reply_parser);
         tcase_add_test(tc, broken_server_is_an_error);
         tcase_add_test(tc, nothing_left_behind);
+        suite_add_tcase(s, tc);
+        /* The kernel keyrings: CK_RUN_CASE=keyring. */
+        tc = tcase_create("keyring");
+        tcase_set_timeout(tc, 240);
+        tcase_add_test(tc, kernels_share_no_keyring);
+        tcase_add_test(tc, keyring_filter_fails_closed);
         suite_add_tcase(s, tc);
         /* Removal of work dirs, no kernel: CK_RUN_CASE=workdir. */
         tc = tcase_create("workdir");

@@ -24,6 +24,7 @@ START_ENV = dict(os.environ)
 IMPORT_ENV = {}
 
 import ctypes
+import errno
 import fcntl
 import gc
 import importlib
@@ -50,6 +51,8 @@ PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong,
@@ -120,6 +123,72 @@ def confine(req):
             raise Fail('could not drop root')
     if req.get('sandbox'):
         prctl(PR_SET_NO_NEW_PRIVS, 1)
+        deny_keyrings()
+
+
+class SockFilter(ctypes.Structure):
+    _fields_ = [('code', ctypes.c_uint16), ('jt', ctypes.c_uint8),
+                ('jf', ctypes.c_uint8), ('k', ctypes.c_uint32)]
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [('len', ctypes.c_ushort),
+                ('filter', ctypes.POINTER(SockFilter))]
+
+
+BPF_LD_W_ABS = 0x20
+BPF_JEQ_K = 0x15
+BPF_RET_K = 0x06
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+SECCOMP_RET_ERRNO = 0x00050000
+SECCOMP_RET_ALLOW = 0x7fff0000
+X32_SYSCALL_BIT = 0x40000000
+# add_key, request_key and keyctl in every syscall ABI a process on such a
+# host can use: (AUDIT_ARCH_*, numbers). x86_64's x32 ABI reports
+# AUDIT_ARCH_X86_64 with X32_SYSCALL_BIT set in the number; int 0x80 (and
+# a 32-bit program) AUDIT_ARCH_I386; arm32 on aarch64 AUDIT_ARCH_ARM.
+KEY_SYSCALLS = {
+    'x86_64': ((0xc000003e, (248, 249, 250, 248 | X32_SYSCALL_BIT,
+                             249 | X32_SYSCALL_BIT, 250 | X32_SYSCALL_BIT)),
+               (0x40000003, (286, 287, 288))),
+    'aarch64': ((0xc00000b7, (217, 218, 219)),
+                (0x40000028, (309, 310, 311))),
+}
+
+
+def keyring_filter(machine):
+    """The seccomp program that makes the key syscalls fail with EPERM:
+    forked kernels run as host uids in the initial user namespace, where
+    the kernel keyring of a uid (_uid.N) outlives the job that leased it
+    (a cold kernel's dies with bubblewrap's user namespace). An ABI it
+    does not know is killed, which no process on the host can reach."""
+    arches = KEY_SYSCALLS.get(machine)
+    if arches is None:
+        raise Fail('no keyring filter for this host\'s architecture (%s): '
+                   'sandboxed forked kernels need x86_64 or aarch64'
+                   % machine)
+    prog = [(BPF_LD_W_ABS, 0, 0, 4)]  # seccomp_data.arch
+    for arch, nrs in arches:
+        n = len(nrs)
+        prog.append((BPF_JEQ_K, 0, n + 3, arch))
+        prog.append((BPF_LD_W_ABS, 0, 0, 0))  # seccomp_data.nr
+        prog += [(BPF_JEQ_K, n - i, 0, nr) for i, nr in enumerate(nrs)]
+        prog.append((BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW))
+        prog.append((BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM))
+    prog.append((BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS))
+    return prog
+
+
+def deny_keyrings():
+    """Installs keyring_filter() for this process and every process it
+    starts (after PR_SET_NO_NEW_PRIVS), or fails: a kernel never runs
+    without it."""
+    prog = keyring_filter(os.uname().machine)
+    insns = (SockFilter * len(prog))(*prog)
+    fprog = SockFprog(len(prog), insns)
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER,
+                     ctypes.addressof(fprog), 0, 0),
+          'install the keyring filter (seccomp)')
 
 
 def life_gone(life_fd):
