@@ -1694,6 +1694,68 @@ START_TEST(sweep_removes_dirs_of_dead_workers)
 }
 END_TEST
 
+/* A job's input file and its parent dirs go to the kernel's uid through
+ * the descriptors they were opened by: a parent dir the code swaps for a
+ * symlink (renameat2 RENAME_EXCHANGE in a loop, in a thread that runs
+ * while the worker writes inputs) never leads the ownership change to
+ * what the link points to. The old chown() of paths gave it away. */
+START_TEST(input_ownership_follows_no_planted_symlink)
+{
+        cq_sandbox_t *sandbox;
+        cq_interp_t *interp;
+        char target[300], file[400], code[900], why[600];
+        struct stat st;
+        int64_t end;
+        int ok = 0;
+
+        if (geteuid() != 0)
+                CQ_CHECK_SKIP("root",
+                              "input_ownership_follows_no_planted_symlink: "
+                              "no uid per kernel without root");
+        sandbox = usable_sandbox(why, sizeof(why));
+        if (!sandbox)
+                CQ_CHECK_SKIP("bwrap",
+                              "input_ownership_follows_no_planted_symlink: %s",
+                              why);
+        mkdir(root, 0711);
+        snprintf(target, sizeof(target), "%s/planted", root);
+        ck_assert_int_eq(mkdir(target, 0755), 0);
+        snprintf(file, sizeof(file), "%s/x", target);
+        write_text(file, "host's\n");
+        interp = start_local(sandbox, 0);
+        snprintf(code, sizeof(code),
+                 "import ctypes, os, threading\n"
+                 "libc = ctypes.CDLL(None, use_errno=True)\n"
+                 "os.mkdir('a')\n"
+                 "os.symlink('%s', 'l')\n"
+                 "stop = False\n"
+                 "def swap():\n"
+                 "    while not stop:\n"
+                 "        libc.renameat2(-100, b'a', -100, b'l', 2)\n"
+                 "swapper = threading.Thread(target=swap, daemon=True)\n"
+                 "swapper.start()",
+                 target);
+        assert_stdout(interp, code, "");
+        /* 3000 written (each a race won by the dir), or 20 s */
+        end = cq_now_ms() + 20000;
+        while (ok < 3000 && cq_now_ms() < end)
+                ok += cq_interp_put_file(interp, "a/x", "x", 1) == CQ_OK;
+        assert_stdout(interp, "stop = True\nswapper.join()", "");
+        ck_assert_msg(ok > 0, "no input written: %s", cq_interp_errmsg(interp));
+        ck_assert_int_eq(lstat(target, &st), 0);
+        ck_assert_msg(st.st_uid == 0, "the link's target went to uid %ld",
+                      (long)st.st_uid);
+        ck_assert_int_eq(lstat(file, &st), 0);
+        ck_assert_msg(st.st_uid == 0, "a file under the link went to uid %ld",
+                      (long)st.st_uid);
+        ck_assert_uint_eq(st.st_size, 7);
+        cq_interp_destroy(&interp);
+        cq_sandbox_destroy(&sandbox);
+        cq_work_dir_remove(target);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 /* Makes the chain \p depth dirs "d" deep under \p dfd, holding two
  * descriptors at a time; in the one at depth \p at, symlinks to
  * \p outside and to its file "keep". */
@@ -4059,10 +4121,11 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, kernels_share_no_keyring);
         tcase_add_test(tc, keyring_filter_fails_closed);
         suite_add_tcase(s, tc);
-        /* Removal of work dirs, no kernel: CK_RUN_CASE=workdir. */
+        /* What the worker does in work dirs as root: CK_RUN_CASE=workdir. */
         tc = tcase_create("workdir");
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, work_dir_removal_is_flat);
+        tcase_add_test(tc, input_ownership_follows_no_planted_symlink);
         suite_add_tcase(s, tc);
         /* The server's prebuilt shell: CK_RUN_CASE=shell runs it alone. */
         tc = tcase_create("shell");

@@ -58,10 +58,22 @@ static void set_error(local_interp_t *li, const char *fmt, ...)
         va_end(ap);
 }
 
+/* Gives what \p fd opened to the uid of \p own (NULL: nothing); \p own,
+ * or NULL once that fails, as the ownership change is best effort. */
+static const cq_sandbox_id_t *give(const cq_sandbox_id_t *own, int fd)
+{
+        return own && cq_sandbox_own_fd(own, fd) == 0 ? own : NULL;
+}
+
 /* Open \p name under \p root, never following a symlink on the way; only
  * a regular file (errno EINVAL otherwise). \p create: make missing parent
- * directories and the file itself, truncated. */
-static int open_beneath(const char *root, const char *name, bool create)
+ * directories and the file itself, truncated. \p own: give every dir on
+ * the way below \p root, and the file, to its uid, through the
+ * descriptors opened (a path could be swapped for a symlink). */
+static int open_beneath(const char *root,
+                        const char *name,
+                        bool create,
+                        const cq_sandbox_id_t *own)
 {
         char comp[256];
         const char *p = name;
@@ -93,6 +105,7 @@ static int open_beneath(const char *root, const char *name, bool create)
                 close(dirfd);
                 if (fd < 0)
                         return -1;
+                own = give(own, fd);
                 dirfd = fd;
                 p = slash + 1;
         }
@@ -124,6 +137,7 @@ static int open_beneath(const char *root, const char *name, bool create)
                 errno = saved;
                 return -1;
         }
+        give(own, fd);
         return fd;
 }
 
@@ -266,7 +280,12 @@ static cq_err_t local_put_file(cq_interp_t *interp,
                 set_error(li, "could not write \"%s\": unsafe file name", name);
                 return CQ_ERR_FATAL;
         }
-        fd = open_beneath(li->work_dir, name, true);
+        /* Parent dirs made here belong to us; the tree goes to the kernel
+         * uid so the code can write next to its inputs. */
+        fd = open_beneath(li->work_dir, name, true,
+                          cq_sandbox_enabled(li->sandbox)
+                              ? cq_kernel_sandbox_id(li->kernel)
+                              : NULL);
         if (fd < 0) {
                 set_error(li, "could not write \"%s\": %s", name,
                           strerror(errno));
@@ -290,25 +309,6 @@ static cq_err_t local_put_file(cq_interp_t *interp,
                 set_error(li, "could not write \"%s\": %s", name,
                           strerror(errno));
                 return CQ_ERR_RETRIABLE;
-        }
-        if (cq_sandbox_enabled(li->sandbox)) {
-                /* Parent dirs made here belong to us; hand the tree to the
-                 * kernel uid so the code can write next to its inputs. */
-                char path[PATH_MAX + 256];
-
-                snprintf(path, sizeof(path), "%s/%s", li->work_dir, name);
-                for (;;) {
-                        char *slash;
-
-                        if (cq_sandbox_own(cq_kernel_sandbox_id(li->kernel),
-                                           path))
-                                break;
-                        slash = strrchr(path, '/');
-                        if (!slash ||
-                            (size_t)(slash - path) <= strlen(li->work_dir))
-                                break;
-                        *slash = '\0';
-                }
         }
         inputs = realloc(li->inputs, (li->ninputs + 1) * sizeof(*inputs));
         if (!inputs || snap_put(&li->snap, name, &st)) {
@@ -377,7 +377,7 @@ read_file(local_interp_t *li, const char *name, size_t max, cq_file_t *file)
         struct stat st;
         unsigned char *data = NULL;
         size_t off = 0;
-        int fd = open_beneath(li->work_dir, name, false);
+        int fd = open_beneath(li->work_dir, name, false, NULL);
 
         if (fd < 0) {
                 set_error(li, "could not open \"%s\": %s", name,
