@@ -30,7 +30,11 @@ CQ_NODISCARD int cq_work_dir_new(const char *root,
                                  char *errstr,
                                  size_t errstr_size);
 
-/** @brief Remove \p path and everything under it (no symlinks followed). */
+/**
+ * @brief Remove \p path and everything under it (no symlinks followed),
+ *        holding two descriptors and no recursion whatever its depth;
+ *        what cannot be removed is left, and logged at warn.
+ */
 void cq_work_dir_remove(const char *path);
 
 /** @brief The default work root: $TMPDIR/coderq, or /tmp/coderq. */
