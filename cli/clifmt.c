@@ -109,52 +109,105 @@ size_t cq_fmt_width(const char *s)
         return w;
 }
 
-/* The width of \p s once its control characters are spaces. */
-static size_t cell_width(const char *s)
+/* Bidirectional formatting controls: they reorder the text around them
+ * on a terminal that implements bidi, so output could read differently
+ * from what it holds. */
+static bool is_bidi(long cp)
+{
+        return (cp >= 0x202A && cp <= 0x202E) ||
+               (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200E || cp == 0x200F ||
+               cp == 0x061C;
+}
+
+#define SHOW_TMP 16 /* an escape: "\\u202e" and its NUL fit */
+
+/* How text is shown: as a table cell, or as one line of untrusted text. */
+typedef enum show_mode {
+        SHOW_CELL, /* C0 and DEL as a space; C1, bidi, bad bytes as U+FFFD */
+        SHOW_LINE, /* every one of those as a visible escape */
+} show_mode_t;
+
+/* What the code point \p cp (\p len bytes at \p p; cp < 0 for a byte
+ * that is not UTF-8) shows as in \p mode: sets *outp and *outlen (to \p p
+ * itself, or to \p tmp of SHOW_TMP bytes) and returns its columns. */
+static size_t show_cp(show_mode_t mode,
+                      long cp,
+                      const unsigned char *p,
+                      size_t len,
+                      char *tmp,
+                      const char **outp,
+                      size_t *outlen)
+{
+        bool c0 = cp >= 0 && (cp < 0x20 || cp == 0x7F);
+        bool other = cp < 0 || (cp >= 0x80 && cp < 0xA0) || is_bidi(cp);
+
+        if (mode == SHOW_CELL && (c0 || other)) {
+                *outp = c0 ? " " : "\xef\xbf\xbd"; /* U+FFFD */
+                *outlen = c0 ? 1 : 3;
+                return 1;
+        }
+        if (cp == '\n' || cp == '\r' || cp == '\t')
+                *outlen = (size_t)snprintf(tmp, SHOW_TMP, "\\%c",
+                                           cp == '\n'   ? 'n'
+                                           : cp == '\r' ? 'r'
+                                                        : 't');
+        else if (c0 || cp < 0)
+                *outlen = (size_t)snprintf(tmp, SHOW_TMP, "\\x%02x",
+                                           c0 ? (unsigned)cp : (unsigned)p[0]);
+        else if (other)
+                *outlen = (size_t)snprintf(tmp, SHOW_TMP, "\\u%04lx", cp);
+        else {
+                *outp = (const char *)p;
+                *outlen = len;
+                return cp_width(cp);
+        }
+        *outp = tmp;
+        return *outlen;
+}
+
+/* The columns \p s takes once shown in \p mode. */
+static size_t shown_width(show_mode_t mode, const char *s)
 {
         const unsigned char *p = (const unsigned char *)s;
-        size_t n = strlen(s), w = 0;
+        size_t n = strlen(s), w = 0, outlen;
+        const char *out;
+        char tmp[SHOW_TMP];
         long cp;
 
         while (n > 0) {
                 size_t len = utf8_next(p, n, &cp);
 
-                w += cp >= 0 && (cp < 0x20 || cp == 0x7F) ? 1 : cp_width(cp);
+                w += show_cp(mode, cp, p, len, tmp, &out, &outlen);
                 p += len;
                 n -= len;
         }
         return w;
 }
 
-cq_err_t cq_fmt_cell(cq_buf_t *buf, const char *s, size_t max_width)
+/* Append \p s shown in \p mode, cut to \p max_width columns (0: no
+ * limit) at a code point (never inside an escape) with "...". */
+static cq_err_t
+show_text(cq_buf_t *buf, const char *s, size_t max_width, show_mode_t mode)
 {
         const unsigned char *p = (const unsigned char *)s;
         size_t n, w = 0, limit;
         bool cut;
         long cp;
-        cq_err_t err;
 
         if (!s)
                 return CQ_OK;
-        cut = max_width > 0 && cell_width(s) > max_width;
+        cut = max_width > 0 && shown_width(mode, s) > max_width;
         limit = !cut ? (size_t)-1 : max_width > 3 ? max_width - 3 : max_width;
         n = strlen(s);
         while (n > 0) {
-                size_t len = utf8_next(p, n, &cp);
-                size_t cw;
+                size_t len = utf8_next(p, n, &cp), outlen, cw;
+                const char *out;
+                char tmp[SHOW_TMP];
 
-                if (cp >= 0 && (cp < 0x20 || cp == 0x7F)) {
-                        cp = ' ';
-                        len = 1;
-                }
-                cw = cp_width(cp);
+                cw = show_cp(mode, cp, p, len, tmp, &out, &outlen);
                 if (w + cw > limit)
                         break;
-                if (cp == ' ')
-                        err = cq_buf_append(buf, " ", 1);
-                else
-                        err = cq_buf_append(buf, p, len);
-                if (err != CQ_OK)
+                if (cq_buf_append(buf, out, outlen) != CQ_OK)
                         return CQ_ERR_TOO_LARGE;
                 w += cw;
                 p += len;
@@ -163,6 +216,28 @@ cq_err_t cq_fmt_cell(cq_buf_t *buf, const char *s, size_t max_width)
         if (cut && max_width > 3 && cq_buf_append(buf, "...", 3) != CQ_OK)
                 return CQ_ERR_TOO_LARGE;
         return CQ_OK;
+}
+
+cq_err_t cq_fmt_cell(cq_buf_t *buf, const char *s, size_t max_width)
+{
+        return show_text(buf, s, max_width, SHOW_CELL);
+}
+
+cq_err_t cq_fmt_untrusted(cq_buf_t *buf, const char *s, size_t max_width)
+{
+        return show_text(buf, s, max_width, SHOW_LINE);
+}
+
+char *cq_fmt_untrusted_dup(const char *s, size_t max_width)
+{
+        cq_buf_t buf;
+
+        cq_buf_init(&buf, SIZE_MAX);
+        if (cq_fmt_untrusted(&buf, s, max_width) != CQ_OK) {
+                cq_buf_release(&buf);
+                return NULL;
+        }
+        return cq_buf_take(&buf, NULL);
 }
 
 cq_err_t cq_fmt_csv_field(cq_buf_t *buf, const char *s)

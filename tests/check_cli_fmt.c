@@ -118,6 +118,215 @@ START_TEST(cell_flattens_and_cuts_on_code_points)
 }
 END_TEST
 
+static char *render(cq_table_t *table);
+
+static char *untrusted(const char *s, size_t max_width)
+{
+        char *out = cq_fmt_untrusted_dup(s, max_width);
+
+        ck_assert_ptr_nonnull(out);
+        return out;
+}
+
+/* Each {input, expected} of \p cases through \p fmt with no width limit. */
+static void expect_each(char *(*fmt)(const char *, size_t),
+                        const char *const (*cases)[2],
+                        size_t n)
+{
+        size_t i;
+
+        for (i = 0; i < n; i++) {
+                char *got = fmt(cases[i][0], 0);
+
+                ck_assert_msg(strcmp(got, cases[i][1]) == 0,
+                              "case %zu: got [%s] want [%s]", i, got,
+                              cases[i][1]);
+                free(got);
+        }
+}
+
+/* A table cell never carries C1 or bidi controls nor bad bytes: each
+ * shows as U+FFFD, one column, so the columns stay aligned. */
+START_TEST(cell_replaces_c1_bidi_and_bad_bytes)
+{
+        static const char *const cases[][2] = {
+            {"a\xc2\x9b"
+             "31mb",
+             "a\xef\xbf\xbd"
+             "31mb"},
+            {"x\xe2\x80\xaey", "x\xef\xbf\xbdy"}, /* U+202E */
+            {"x\xe2\x81\xa6y", "x\xef\xbf\xbdy"}, /* U+2066 */
+            {"x\xe2\x80\x8fy", "x\xef\xbf\xbdy"}, /* U+200F */
+            {"x\xd8\x9cy", "x\xef\xbf\xbdy"},     /* U+061C */
+            {"x\xffy", "x\xef\xbf\xbdy"},         /* bad byte */
+            {"x\x1b[2Ky", "x [2Ky"},              /* C0: space */
+            {"na\xc3\xafve \xe6\x97\xa5", "na\xc3\xafve \xe6\x97\xa5"},
+        };
+
+        expect_each(cell, cases, CQ_ARRAY_SIZE(cases));
+        /* the replacement is one column wherever it stands */
+        {
+                static const char *const headers[] = {"A", "B"};
+                static const char *const row[] = {"\xe2\x80\xae\xc2\x9b", "x"};
+                cq_table_t *t = cq_table_new(2, headers, NULL, 0);
+                char *out;
+
+                ck_assert_ptr_nonnull(t);
+                ck_assert_int_eq(cq_table_add(t, row), 0);
+                out = render(t);
+                ck_assert_str_eq(out, "A   B\n\xef\xbf\xbd\xef\xbf\xbd  x\n");
+                free(out);
+                cq_table_destroy(&t);
+        }
+}
+END_TEST
+
+START_TEST(untrusted_text_is_escaped_on_one_line)
+{
+        static const char *const cases[][2] = {
+            {"plain text", "plain text"},
+            {"", ""},
+            {"a\nb\rc\td", "a\\nb\\rc\\td"},
+            {"\x1b[2K\x1b[1A", "\\x1b[2K\\x1b[1A"},
+            {"\x01\x7f", "\\x01\\x7f"},
+            {"\xc2\x9b"
+             "31m\xc2\x85",
+             "\\u009b31m\\u0085"},
+            {"\xe2\x80\xaa\xe2\x80\xae\xe2\x81\xa6\xe2\x81\xa9",
+             "\\u202a\\u202e\\u2066\\u2069"},
+            {"\xe2\x80\x8e\xe2\x80\x8f\xd8\x9c", "\\u200e\\u200f\\u061c"},
+            {"bad\xff\xfe", "bad\\xff\\xfe"},
+            {"cut\xe6\x97", "cut\\xe6\\x97"},    /* truncated sequence */
+            {"\xc0\xaf", "\\xc0\\xaf"},          /* overlong '/' */
+            {"\xed\xa0\x80", "\\xed\\xa0\\x80"}, /* surrogate */
+            {"na\xc3\xafve \xe6\x97\xa5\xe6\x9c\xac \\n",
+             "na\xc3\xafve \xe6\x97\xa5\xe6\x9c\xac \\n"},
+        };
+
+        expect_each(untrusted, cases, CQ_ARRAY_SIZE(cases));
+        {
+                char *got = untrusted(NULL, 0);
+
+                ck_assert_str_eq(got, "");
+                free(got);
+        }
+}
+END_TEST
+
+/* The cut counts the columns of the escapes and never splits one. */
+START_TEST(untrusted_text_is_cut_at_code_points)
+{
+        static const struct {
+                const char *in;
+                size_t width;
+                const char *want;
+        } cases[] = {
+            {"abcdefghij", 8, "abcde..."},
+            {"abcdefgh", 8, "abcdefgh"},
+            /* 日 is 2 columns: 5 columns of room hold two of them */
+            {"\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe6\x97\xa5\xe6\x9c\xac", 8,
+             "\xe6\x97\xa5\xe6\x9c\xac..."},
+            /* "ab\x1b" is 6 columns, 5 fit */
+            {"ab\x1b"
+             "cdefgh",
+             8, "ab..."},
+            {"a\n", 3, "a\\n"},
+            {"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 4, "\xc3\xa9..."},
+        };
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                char *got = untrusted(cases[i].in, cases[i].width);
+
+                ck_assert_msg(strcmp(got, cases[i].want) == 0,
+                              "case %zu: got [%s] want [%s]", i, got,
+                              cases[i].want);
+                free(got);
+        }
+}
+END_TEST
+
+/* Whether \p s is valid UTF-8 (no overlongs, surrogates or > U+10FFFF). */
+static bool valid_utf8(const unsigned char *s)
+{
+        while (*s) {
+                unsigned long cp;
+                int n, i;
+
+                if (s[0] < 0x80) {
+                        s++;
+                        continue;
+                }
+                n = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : 2;
+                if (s[0] < 0xC2 || s[0] > 0xF4)
+                        return false;
+                cp = s[0] & (0x7F >> n);
+                for (i = 1; i < n; i++) {
+                        if ((s[i] & 0xC0) != 0x80)
+                                return false;
+                        cp = (cp << 6) | (s[i] & 0x3F);
+                }
+                if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+                    (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+                        return false;
+                s += n;
+        }
+        return true;
+}
+
+/* Random bytes (many of them near the dangerous ranges) through the
+ * untrusted-text formatter: never an ESC, a C1 or bidi control, a line
+ * break or invalid UTF-8 in what is printed, and never wider than asked. */
+START_TEST(untrusted_random_bytes_print_nothing_a_terminal_obeys)
+{
+        static const unsigned char pick[] = {0x1b, 0x9b, 0xc2, 0xe2, 0x80,
+                                             0x81, 0xaa, 0xae, 0xa6, 0xd8,
+                                             0x9c, 0x8f, '\n', '\r', 'a'};
+        unsigned seed = 4242;
+        unsigned char s[64];
+        int round, i;
+
+        for (round = 0; round < 5000; round++) {
+                int len = (int)(rand_r(&seed) % (sizeof(s) - 1));
+                size_t max = round % 3 ? 0 : 1 + rand_r(&seed) % 40;
+                const unsigned char *p;
+                char *out;
+
+                for (i = 0; i < len; i++)
+                        s[i] = rand_r(&seed) % 2
+                                   ? pick[rand_r(&seed) % sizeof(pick)]
+                                   : (unsigned char)(rand_r(&seed) % 255 + 1);
+                s[len] = '\0';
+                out = untrusted((const char *)s, max);
+                p = (const unsigned char *)out;
+                ck_assert_ptr_null(strchr(out, 0x1b));
+                ck_assert_ptr_null(strpbrk(out, "\n\r\t\x7f"));
+                ck_assert_msg(valid_utf8(p), "round %d: invalid UTF-8", round);
+                for (i = 0; p[i]; i++) {
+                        ck_assert_uint_ge(p[i], 0x20);
+                        /* C1 as UTF-8: C2 80..C2 9F */
+                        ck_assert(!(p[i] == 0xC2 && p[i + 1] >= 0x80 &&
+                                    p[i + 1] <= 0x9F));
+                        /* U+200E/F, U+202A-E, U+2066-9, U+061C */
+                        ck_assert(!(p[i] == 0xE2 && p[i + 1] == 0x80 &&
+                                    (p[i + 2] == 0x8E || p[i + 2] == 0x8F ||
+                                     (p[i + 2] >= 0xAA && p[i + 2] <= 0xAE))));
+                        ck_assert(!(p[i] == 0xE2 && p[i + 1] == 0x81 &&
+                                    p[i + 2] >= 0xA6 && p[i + 2] <= 0xA9));
+                        ck_assert(!(p[i] == 0xD8 && p[i + 1] == 0x9C));
+                }
+                if (max)
+                        ck_assert_uint_le(cq_fmt_width(out), max);
+                free(out);
+                out = cell((const char *)s, 0);
+                ck_assert_msg(valid_utf8((const unsigned char *)out),
+                              "round %d: invalid UTF-8 in a cell", round);
+                ck_assert_ptr_null(strpbrk(out, "\x1b\n\r"));
+                free(out);
+        }
+}
+END_TEST
+
 static char *render(cq_table_t *table)
 {
         cq_buf_t buf;
@@ -348,6 +557,11 @@ static Suite *cli_fmt_suite(void)
         tcase_add_test(tc, csv_field_respects_the_cap);
         tcase_add_test(tc, width_counts_columns_not_bytes);
         tcase_add_test(tc, cell_flattens_and_cuts_on_code_points);
+        tcase_add_test(tc, cell_replaces_c1_bidi_and_bad_bytes);
+        tcase_add_test(tc, untrusted_text_is_escaped_on_one_line);
+        tcase_add_test(tc, untrusted_text_is_cut_at_code_points);
+        tcase_add_test(tc,
+                       untrusted_random_bytes_print_nothing_a_terminal_obeys);
         tcase_add_test(tc, table_aligns_by_display_width);
         tcase_add_test(tc, table_cuts_wide_cells);
         tcase_add_test(tc, progress_bar_renders_counts);

@@ -28,8 +28,11 @@ CQ_NODISCARD cq_err_t cq_fmt_csv_field(cq_buf_t *buf, const char *s);
 size_t cq_fmt_width(const char *s);
 
 /**
- * @brief Copy \p s into \p buf as one table cell: control characters
- *        (newlines, tabs) become spaces, and text wider than \p max_width
+ * @brief Copy \p s into \p buf as one table cell: C0 control characters
+ *        and DEL (newlines, tabs, ESC) become spaces; C1 controls
+ *        (U+0080-U+009F), bidi controls (U+061C, U+200E, U+200F,
+ *        U+202A-U+202E, U+2066-U+2069) and bytes that are not UTF-8
+ *        become U+FFFD, one column each. Text wider than \p max_width
  *        columns (0: no limit) is cut at a code point boundary and ends
  *        with "...".
  * @returns CQ_OK or CQ_ERR_TOO_LARGE.
@@ -37,6 +40,30 @@ size_t cq_fmt_width(const char *s);
 CQ_NODISCARD cq_err_t cq_fmt_cell(cq_buf_t *buf,
                                   const char *s,
                                   size_t max_width);
+
+/**
+ * @brief Append text someone else controls (a model's answer, a kernel's
+ *        error, a job's fields) to \p buf so that a terminal shows it as
+ *        it is, on one line: "\n", "\r" and "\t" as those two
+ *        characters; other C0 controls, DEL and bytes that are not UTF-8
+ *        as "\xHH"; C1 controls as "\u00HH"; the bidi controls of
+ *        cq_fmt_cell() as "\uHHHH" (hex in lower case). Everything else,
+ *        backslashes included, is copied. Text wider than \p max_width
+ *        columns once escaped (0: no limit) is cut at a code point
+ *        boundary, never inside an escape, and ends with "...".
+ * @param s Borrowed; NULL appends nothing.
+ * @returns CQ_OK or CQ_ERR_TOO_LARGE.
+ */
+CQ_NODISCARD cq_err_t cq_fmt_untrusted(cq_buf_t *buf,
+                                       const char *s,
+                                       size_t max_width);
+
+/**
+ * @brief cq_fmt_untrusted() into a new string.
+ * @returns Caller owns the returned value (free()); NULL when out of
+ *          memory. \p s NULL gives "".
+ */
+char *cq_fmt_untrusted_dup(const char *s, size_t max_width);
 
 /** @brief An aligned text table. Opaque; build with cq_table_new(). */
 typedef struct cq_table cq_table_t;
