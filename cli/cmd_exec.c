@@ -13,6 +13,7 @@
 #include "coderq/backend.h"
 #include "coderq/buf.h"
 #include "coderq/cli.h"
+#include "coderq/clifmt.h"
 #include "coderq/collect.h"
 #include "coderq/notebook.h"
 
@@ -51,13 +52,23 @@ static void print_output(void *opaque, const json_t *output)
                 json_array_foreach(tb, i, line)
                     fprintf(stderr, "%s\n", json_string_value(line));
                 /* the backend's own errors (DeadKernelError, TimeoutError)
-                 * have no traceback */
-                if (json_array_size(tb) == 0)
-                        fprintf(
-                            stderr, "%s: %s\n",
+                 * have no traceback; nor has an exception whose
+                 * _render_traceback_() returns none, so the kernel's words
+                 * are escaped (cq_fmt_untrusted()) like a status line's */
+                if (json_array_size(tb) == 0) {
+                        char *name = cq_fmt_untrusted_dup(
                             json_string_value(json_object_get(output, "ename")),
+                            0);
+                        char *value = cq_fmt_untrusted_dup(
                             json_string_value(
-                                json_object_get(output, "evalue")));
+                                json_object_get(output, "evalue")),
+                            0);
+
+                        fprintf(stderr, "%s: %s\n", name ? name : "?",
+                                value ? value : "?");
+                        free(name);
+                        free(value);
+                }
         } else if (data) {
                 const char *mime;
                 json_t *value;

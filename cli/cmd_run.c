@@ -15,6 +15,7 @@
 #include "coderq/agent.h"
 #include "coderq/backend.h"
 #include "coderq/cli.h"
+#include "coderq/clifmt.h"
 #include "coderq/log.h"
 #include "coderq/notebook.h"
 #include "coderq/prices.h"
@@ -25,6 +26,17 @@ static void on_signal(int sig)
 {
         (void)sig;
         atomic_store(&run_cancel, 1);
+}
+
+/* Print text the model, the kernel or the job controls escaped on one
+ * line (cq_fmt_untrusted()): it must not move the cursor, recolour or
+ * reorder what the terminal shows. At most \p max_width columns (0: all). */
+static void put_untrusted(const char *s, size_t max_width)
+{
+        char *text = cq_fmt_untrusted_dup(s, max_width);
+
+        fputs(text ? text : "(out of memory)", stdout);
+        free(text);
 }
 
 /* Progress lines for a person watching the run. */
@@ -44,17 +56,21 @@ static void print_event(void *opaque, const char *type, const json_t *data)
                 else
                         printf("[turn %ld] the model gave its final answer\n",
                                *turn);
-                if (text && *text)
-                        printf("           %.200s%s\n", text,
-                               strlen(text) > 200 ? "..." : "");
+                if (text && *text) {
+                        fputs("           ", stdout);
+                        put_untrusted(text, 200);
+                        putchar('\n');
+                }
         } else if (strcmp(type, "cell.finished") == 0) {
                 printf("[cell] %s in %lld ms\n",
                        json_string_value(json_object_get(data, "status")),
                        (long long)json_integer_value(
                            json_object_get(data, "duration_ms")));
         } else if (strcmp(type, "reflection") == 0) {
-                printf("[reflection] %s\n",
-                       json_string_value(json_object_get(data, "error")));
+                fputs("[reflection] ", stdout);
+                put_untrusted(json_string_value(json_object_get(data, "error")),
+                              0);
+                putchar('\n');
         } else if (strcmp(type, "tests.result") == 0) {
                 printf("[tests] %lld of %lld passed\n",
                        (long long)json_integer_value(
@@ -249,9 +265,11 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
                 cq_cli_error("could not set up kernels: %s", errstr);
                 goto out;
         }
-        printf("coderq run: job %s with model %s (%s)\n", job.job_id,
-               job.model ? job.model : cq_llm_model(llm),
-               cq_backend_describe(backend));
+        fputs("coderq run: job ", stdout);
+        put_untrusted(job.job_id, 0);
+        fputs(" with model ", stdout);
+        put_untrusted(job.model ? job.model : cq_llm_model(llm), 0);
+        printf(" (%s)\n", cq_backend_describe(backend));
         fflush(stdout);
         if (cq_backend_acquire(backend, job.backend,
                                cfg->kernel_startup_timeout_s * 1000, &interp,
@@ -296,10 +314,13 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
                           cq_backend_sandbox_mode(backend, interp), nb,
                           &result) != 0)
                 goto out;
-        printf("coderq run: %s%s%s (%ld turns, %ld retries, %ld cells",
-               cq_agent_status_name(result.status), result.reason ? ": " : "",
-               result.reason ? result.reason : "", result.turns, result.retries,
-               result.cells);
+        printf("coderq run: %s", cq_agent_status_name(result.status));
+        if (result.reason) {
+                fputs(": ", stdout);
+                put_untrusted(result.reason, 0);
+        }
+        printf(" (%ld turns, %ld retries, %ld cells", result.turns,
+               result.retries, result.cells);
         if (result.tests_total >= 0)
                 printf(", tests %d/%d", result.tests_passed,
                        result.tests_total);

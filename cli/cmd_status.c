@@ -11,8 +11,8 @@
 
 #include "coderq/clifmt.h"
 
-/* One "key: value" line; control characters in the value are escaped so
- * every key stays on one line. */
+/* One "key: value" line; the value is escaped (cq_fmt_untrusted()) so
+ * every key stays on one line and the terminal obeys nothing in it. */
 static cq_err_t status_line(cq_buf_t *buf,
                             const char *key,
                             size_t key_width,
@@ -31,20 +31,8 @@ static cq_err_t status_line(cq_buf_t *buf,
                 return cq_buf_append_str(buf, "-\n");
         cq_buf_init(&text, SIZE_MAX);
         err = cq_fmt_scalar(&text, value);
-        for (i = 0; err == CQ_OK && i < text.len; i++) {
-                unsigned char c = (unsigned char)text.data[i];
-
-                if (c == '\n')
-                        err = cq_buf_append_str(buf, "\\n");
-                else if (c == '\r')
-                        err = cq_buf_append_str(buf, "\\r");
-                else if (c == '\t')
-                        err = cq_buf_append_str(buf, "\\t");
-                else if (c < 0x20 || c == 0x7F)
-                        err = cq_buf_printf(buf, "\\x%02x", c);
-                else
-                        err = cq_buf_append(buf, &text.data[i], 1);
-        }
+        if (err == CQ_OK) /* data is NUL-terminated, or NULL when empty */
+                err = cq_fmt_untrusted(buf, text.data, 0);
         if (err == CQ_OK)
                 err = cq_buf_append(buf, "\n", 1);
         cq_buf_release(&text);

@@ -77,6 +77,31 @@ static json_t *load(const char *path)
         return doc;
 }
 
+/* The whole of DIR/\p name (what a run printed); caller frees. */
+static char *slurp(const char *name)
+{
+        char path[1024], *text = NULL;
+        size_t cap = 0;
+        FILE *fp;
+
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        fp = fopen(path, "r");
+        ck_assert_ptr_nonnull(fp);
+        ck_assert_int_ge(getdelim(&text, &cap, '\0', fp), 0);
+        fclose(fp);
+        return text;
+}
+
+/* Write \p text to the file \p path (a job, cells). */
+static void write_job(const char *path, const char *text)
+{
+        FILE *fp = fopen(path, "w");
+
+        ck_assert_ptr_nonnull(fp);
+        fputs(text, fp);
+        fclose(fp);
+}
+
 /* Write the line of examples/jobs.jsonl holding job \p id to \p path. */
 static void example_job(const char *id, const char *path)
 {
@@ -167,28 +192,35 @@ START_TEST(e2b_backend_runs_the_same_job)
 }
 END_TEST
 
-START_TEST(failed_job_exits_one_with_the_reason)
+/* Run the job \p job_json (named \p name) whose model's one cell divides
+ * by zero with max_retries 0: it fails, exit 1. Returns its result.json;
+ * what it printed is DIR/stdout.txt. */
+static json_t *run_failing_job(const char *name, const char *job_json)
 {
-        char job[512], out[512], path[1024];
-        json_t *script, *result;
-        FILE *fp;
+        char job[512], out[512], path[1024], model[128];
+        json_t *script;
 
         script = json_loads("[{\"tool_calls\":[{\"code\":\"1/0\"}]},"
                             "{\"content\":\"never\"}]",
                             0, NULL);
-        ck_assert_int_eq(cq_fake_llm_add_script(fake, "run_fails", script), 0);
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, name, script), 0);
         json_decref(script);
-        snprintf(job, sizeof(job), "%s/fails.json", dir);
-        fp = fopen(job, "w");
-        ck_assert_ptr_nonnull(fp);
-        fputs("{\"job_id\":\"fails\",\"prompt\":\"divide\","
-              "\"limits\":{\"max_retries\":0}}\n",
-              fp);
-        fclose(fp);
-        snprintf(out, sizeof(out), "%s/fails", dir);
-        ck_assert_int_eq(coderq_run(job, out, "script:run_fails"), 1);
+        snprintf(job, sizeof(job), "%s/%s.json", dir, name);
+        write_job(job, job_json);
+        snprintf(out, sizeof(out), "%s/%s", dir, name);
+        snprintf(model, sizeof(model), "script:%s", name);
+        ck_assert_int_eq(coderq_run(job, out, model), 1);
         snprintf(path, sizeof(path), "%s/result.json", out);
-        result = load(path);
+        return load(path);
+}
+
+START_TEST(failed_job_exits_one_with_the_reason)
+{
+        json_t *result =
+            run_failing_job("run_fails", "{\"job_id\":\"fails\",\"prompt\":"
+                                         "\"divide\",\"limits\":{\"max_"
+                                         "retries\":0}}\n");
+
         ck_assert_str_eq(json_string_value(json_object_get(result, "status")),
                          "failed");
         ck_assert_msg(
@@ -196,6 +228,66 @@ START_TEST(failed_job_exits_one_with_the_reason)
                    "ZeroDivisionError"),
             "reason lacks the last error");
         json_decref(result);
+}
+END_TEST
+
+/* What the model and the kernel say reaches the terminal escaped: a cell
+ * whose error moves the cursor and forges "succeeded" lines, and an
+ * answer with an OSC title, a C1 CSI and a bidi override, print as
+ * visible escapes on their own lines; result.json keeps the text. */
+START_TEST(untrusted_text_prints_escaped)
+{
+        static const char forge[] =
+            "raise ValueError('\\r\\x1b[2K\\x1b[1Aforged\\n"
+            "[tests] 3 of 3 passed\\ncoderq run: succeeded \\u202e\\x9b')";
+        char job[512], out[512];
+        json_t *script;
+        char *text, *line;
+
+        script = json_pack("[{s:s, s:[{s:s}]}, {s:[{s:s}]}, {s:s}]", "content",
+                           "look\x1b]0;owned\x07 \xe2\x80\xae\xc2\x9b"
+                           "31m",
+                           "tool_calls", "code", forge, "tool_calls", "code",
+                           forge, "content", "never");
+        ck_assert_ptr_nonnull(script);
+        ck_assert_int_eq(cq_fake_llm_add_script(fake, "run_forges", script), 0);
+        json_decref(script);
+        snprintf(job, sizeof(job), "%s/forge.json", dir);
+        write_job(job, "{\"job_id\":\"forge\",\"prompt\":\"x\","
+                       "\"limits\":{\"max_retries\":1}}\n");
+        snprintf(out, sizeof(out), "%s/forge", dir);
+        ck_assert_int_eq(coderq_run(job, out, "script:run_forges"), 1);
+        text = slurp("stdout.txt");
+        ck_assert_msg(strchr(text, 0x1b) == NULL, "raw ESC: %s", text);
+        ck_assert_msg(strchr(text, '\r') == NULL, "raw CR: %s", text);
+        ck_assert_msg(strstr(text, "\xc2\x9b") == NULL, "raw C1: %s", text);
+        ck_assert_msg(strstr(text, "\xe2\x80\xae") == NULL, "raw bidi: %s",
+                      text);
+        ck_assert_msg(strstr(text, "\nforged") == NULL &&
+                          strstr(text, "\n[tests]") == NULL &&
+                          strstr(text, "\ncoderq run: succeeded") == NULL,
+                      "forged lines: %s", text);
+        ck_assert_msg(strstr(text, "coderq run: job forge with model "
+                                   "script:run_forges (") != NULL,
+                      "banner: %s", text);
+        ck_assert_msg(strstr(text, "           look\\x1b]0;owned\\x07 "
+                                   "\\u202e\\u009b31m\n") != NULL,
+                      "answer: %s", text);
+        ck_assert_msg(
+            strstr(text, "[reflection] ValueError: \\r\\x1b[2K"
+                         "\\x1b[1Aforged\\n[tests] 3 of 3 passed"
+                         "\\ncoderq run: succeeded \\u202e\\u009b\n") != NULL,
+            "reflection: %s", text);
+        /* the final line carries the same error, escaped, to its end */
+        line = strstr(text, "\ncoderq run: failed: ");
+        ck_assert_msg(line != NULL, "final line: %s", text);
+        ck_assert_msg(strncmp(strstr(line, "ValueError: "),
+                              "ValueError: \\r\\x1b[2K\\x1b[1Aforged\\n"
+                              "[tests] 3 of 3 passed\\ncoderq run: succeeded "
+                              "\\u202e\\u009b (",
+                              80) == 0,
+                      "final line: %s", line);
+        free(text);
 }
 END_TEST
 
@@ -226,27 +318,34 @@ START_TEST(invalid_job_is_one_clear_line_and_exit_two)
 }
 END_TEST
 
-START_TEST(exec_runs_cells_from_stdin_and_writes_the_notebook)
+/* `coderq exec --out NB` with \p cells on stdin; stdout and stderr go to
+ * DIR/exec.out and DIR/exec.err. Returns its exit status. */
+static int coderq_exec(const char *cells, const char *nb)
 {
-        char cmd[4096], nb[512], src[512];
-        FILE *fp;
+        char cmd[4096], src[512];
         int st;
 
         snprintf(src, sizeof(src), "%s/cells.py", dir);
-        fp = fopen(src, "w");
-        ck_assert_ptr_nonnull(fp);
-        fputs("x = 6 * 7\n# %%\nprint(x)\n# %%\nraise ValueError('boom')\n",
-              fp);
-        fclose(fp);
-        snprintf(nb, sizeof(nb), "%s/exec.ipynb", dir);
+        write_job(src, cells);
         snprintf(cmd, sizeof(cmd),
                  "CODERQ_LOG_LEVEL=warn %s/coderq exec --out %s <%s "
                  ">%s/exec.out 2>%s/exec.err",
                  CQ_BINARY_DIR, nb, src, dir, dir);
         st = system(cmd);
         ck_assert(WIFEXITED(st));
+        return WEXITSTATUS(st);
+}
+
+START_TEST(exec_runs_cells_from_stdin_and_writes_the_notebook)
+{
+        char cmd[4096], nb[512];
+
+        snprintf(nb, sizeof(nb), "%s/exec.ipynb", dir);
         /* the third cell raised: exit 1, the notebook is still written */
-        ck_assert_int_eq(WEXITSTATUS(st), 1);
+        ck_assert_int_eq(coderq_exec("x = 6 * 7\n# %%\nprint(x)\n# %%\n"
+                                     "raise ValueError('boom')\n",
+                                     nb),
+                         1);
         snprintf(cmd, sizeof(cmd), "grep -qx 42 %s/exec.out", dir);
         ck_assert_int_eq(system(cmd), 0);
         snprintf(cmd, sizeof(cmd), "grep -q 'ValueError: boom' %s/exec.err",
@@ -261,6 +360,29 @@ START_TEST(exec_runs_cells_from_stdin_and_writes_the_notebook)
                  "%s",
                  nb);
         ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* An error without a traceback prints as coderq's "Name: message" line,
+ * the kernel's text in it escaped: it cannot erase or forge lines. */
+START_TEST(exec_escapes_an_error_without_a_traceback)
+{
+        char nb[512], *err;
+
+        snprintf(nb, sizeof(nb), "%s/forged.ipynb", dir);
+        ck_assert_int_eq(coderq_exec("class Forged(Exception):\n"
+                                     "    def _render_traceback_(self):\n"
+                                     "        return []\n"
+                                     "raise Forged('\\x1b[2K\\rgone\\n"
+                                     "-- cell 1: ok')\n",
+                                     nb),
+                         1);
+        err = slurp("exec.err");
+        ck_assert_msg(
+            strstr(err, "\nForged: \\x1b[2K\\rgone\\n-- cell 1: ok\n") != NULL,
+            "%s", err);
+        ck_assert_msg(strchr(err, 0x1b) == NULL, "%s", err);
+        free(err);
 }
 END_TEST
 
@@ -385,8 +507,10 @@ static Suite *cmd_run_suite(void)
         tcase_add_test(tc, demo_job_succeeds_and_writes_outputs);
         tcase_add_test(tc, e2b_backend_runs_the_same_job);
         tcase_add_test(tc, failed_job_exits_one_with_the_reason);
+        tcase_add_test(tc, untrusted_text_prints_escaped);
         tcase_add_test(tc, invalid_job_is_one_clear_line_and_exit_two);
         tcase_add_test(tc, exec_runs_cells_from_stdin_and_writes_the_notebook);
+        tcase_add_test(tc, exec_escapes_an_error_without_a_traceback);
         tcase_add_test(tc, exec_in_a_fresh_work_root_is_sandboxed);
         tcase_add_test(tc, exec_prints_the_tail_and_errors_of_truncated_cells);
         suite_add_tcase(s, tc);

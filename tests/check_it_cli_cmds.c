@@ -1078,6 +1078,53 @@ START_TEST(unreachable_services_exit_4)
 }
 END_TEST
 
+/* A reason a job's code controls (the last cell error) reaches the
+ * terminal harmless: `status` escapes it on its line, the `results`
+ * table shows C1 and bidi controls as U+FFFD and keeps its columns. */
+START_TEST(status_and_results_escape_what_jobs_say)
+{
+        cq_store_t *store = store_for("w1");
+        const char *status_args[] = {"status", "jx", NULL};
+        const char *results_args[] = {"results", "--run", "rx", NULL};
+        fin_args_t bad = {"failed",
+                          "E: \x1b[2K\xc2\x9b"
+                          "1A\xe2\x80\xae\nok",
+                          NULL,
+                          0,
+                          0,
+                          1,
+                          0,
+                          10,
+                          5,
+                          NULL,
+                          100,
+                          "off"};
+        cli_run_t run;
+
+        add_job(store,
+                "{\"job_id\":\"jx\",\"prompt\":\"p\",\"run_id\":\"rx\"}");
+        claim(store, "jx");
+        finish(store, "jx", &bad);
+        cli(&run, NULL, status_args);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_msg(strstr(run.out, " E: \\x1b[2K\\u009b1A\\u202e\\nok\n"),
+                      "%s", run.out);
+        ck_assert_ptr_null(strstr(run.out, "\xc2\x9b"));
+        ck_assert_ptr_null(strstr(run.out, "\xe2\x80\xae"));
+        cli_release(&run);
+        cli(&run, NULL, results_args);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_msg(strstr(run.out, "E:  [2K\xef\xbf\xbd"
+                                      "1A\xef\xbf\xbd ok"),
+                      "%s", run.out);
+        ck_assert_ptr_null(strchr(run.out, 0x1b));
+        ck_assert_ptr_null(strstr(run.out, "\xc2\x9b"));
+        ck_assert_ptr_null(strstr(run.out, "\xe2\x80\xae"));
+        cli_release(&run);
+        cq_store_destroy(&store);
+}
+END_TEST
+
 static Suite *it_cli_cmds_suite(void)
 {
         Suite *s = suite_create("it_cli_cmds");
@@ -1090,6 +1137,7 @@ static Suite *it_cli_cmds_suite(void)
         tcase_add_test(tc, submit_from_flags);
         tcase_add_test(tc, results_table_json_csv);
         tcase_add_test(tc, status_lines_and_json);
+        tcase_add_test(tc, status_and_results_escape_what_jobs_say);
         tcase_add_test(tc, export_writes_notebook_images_answer);
         tcase_add_test(tc, cancel_queued_running_finished);
         tcase_add_test(tc, submit_wait_follows_jobs_to_the_end);
