@@ -321,9 +321,13 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
         }
         printf(" (%ld turns, %ld retries, %ld cells", result.turns,
                result.retries, result.cells);
-        if (result.tests_total >= 0)
+        /* result.json's "tests" is null both when the job has none and
+         * when they never ran (tests_total is then 0) */
+        if (result.tests)
                 printf(", tests %d/%d", result.tests_passed,
                        result.tests_total);
+        else if (result.tests_total >= 0)
+                printf(", tests not run");
         printf(")\ncoderq run: wrote %s/notebook.ipynb, %s/result.json and "
                "%zu image%s in %s/images\n",
                out_dir, out_dir, result.images.n,

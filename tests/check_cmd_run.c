@@ -291,6 +291,26 @@ START_TEST(untrusted_text_prints_escaped)
 }
 END_TEST
 
+/* A job with tests that failed before they ran: "tests not run", as
+ * result.json's "tests": null says, not "tests 0/0". */
+START_TEST(tests_that_never_ran_say_so)
+{
+        json_t *result = run_failing_job(
+            "run_no_tests",
+            "{\"job_id\":\"notests\",\"prompt\":\"f\",\"limits\":{\"max_"
+            "retries\":0},\"tests\":{\"kind\":\"cases\",\"function\":\"f\","
+            "\"cases\":[{\"args\":[1],\"expected\":1}]}}\n");
+        char *text;
+
+        ck_assert(json_is_null(json_object_get(result, "tests")));
+        json_decref(result);
+        text = slurp("stdout.txt");
+        ck_assert_msg(strstr(text, ", tests not run)\n") != NULL, "%s", text);
+        ck_assert_msg(strstr(text, "tests 0/0") == NULL, "%s", text);
+        free(text);
+}
+END_TEST
+
 START_TEST(invalid_job_is_one_clear_line_and_exit_two)
 {
         char job[512], out[512], path[1024], text[1024] = "";
@@ -508,6 +528,7 @@ static Suite *cmd_run_suite(void)
         tcase_add_test(tc, e2b_backend_runs_the_same_job);
         tcase_add_test(tc, failed_job_exits_one_with_the_reason);
         tcase_add_test(tc, untrusted_text_prints_escaped);
+        tcase_add_test(tc, tests_that_never_ran_say_so);
         tcase_add_test(tc, invalid_job_is_one_clear_line_and_exit_two);
         tcase_add_test(tc, exec_runs_cells_from_stdin_and_writes_the_notebook);
         tcase_add_test(tc, exec_escapes_an_error_without_a_traceback);
