@@ -215,7 +215,7 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
         fresh_src_t fresh;
         cq_llm_conf_t conf;
         cq_prices_t *prices = NULL;
-        char *text = NULL, errstr[1024];
+        char *text = NULL, errstr[1024], where[512];
         size_t len = 0;
         long turn = 0;
         int i, rc = CQ_EXIT_FAILED;
@@ -269,7 +269,8 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
         put_untrusted(job.job_id, 0);
         fputs(" with model ", stdout);
         put_untrusted(job.model ? job.model : cq_llm_model(llm), 0);
-        printf(" (%s)\n", cq_backend_describe(backend));
+        cq_backend_describe_job(backend, job.backend, where, sizeof(where));
+        printf(" (%s)\n", where);
         fflush(stdout);
         if (cq_backend_acquire(backend, job.backend,
                                cfg->kernel_startup_timeout_s * 1000, &interp,

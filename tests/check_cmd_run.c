@@ -185,6 +185,19 @@ START_TEST(e2b_backend_runs_the_same_job)
         ck_assert_str_eq(json_string_value(json_object_get(result, "sandbox")),
                          "e2b");
         json_decref(result);
+        /* the banner names the E2B sandbox it ran in, not local kernels */
+        {
+                char *text = slurp("stdout.txt"), want[1024];
+
+                snprintf(want, sizeof(want),
+                         " (an E2B sandbox, template code-interpreter-v1, "
+                         "API %s)\n",
+                         e2b.api_url);
+                ck_assert_msg(strstr(text, want) != NULL, "%s", text);
+                ck_assert_msg(strstr(text, "local kernels") == NULL, "%s",
+                              text);
+                free(text);
+        }
         /* the sandbox was created through the control plane and killed */
         ck_assert_int_ge(cq_fake_e2b_stat(&e2b, "created"), 1);
         ck_assert_int_eq(cq_fake_e2b_stat(&e2b, "live"), 0);

@@ -149,6 +149,15 @@ void cq_backend_housekeep(cq_backend_t *backend)
                             "killed %d stray E2B sandboxes of this worker", n);
 }
 
+/* The backend a job gets: its own "backend" field, else CODERQ_BACKEND,
+ * else local kernels. */
+static const char *backend_name(const cq_backend_t *backend, const char *which)
+{
+        if (which)
+                return which;
+        return backend->cfg->backend ? backend->cfg->backend : "local";
+}
+
 cq_err_t cq_backend_acquire(cq_backend_t *backend,
                             const char *which,
                             int64_t timeout_ms,
@@ -170,8 +179,7 @@ cq_err_t cq_backend_acquire_job(cq_backend_t *backend,
                                 size_t errstr_size)
 {
         *interpp = NULL;
-        if (!which)
-                which = backend->cfg->backend ? backend->cfg->backend : "local";
+        which = backend_name(backend, which);
         if (strcmp(which, "local") == 0) {
                 /* No kernel in time, or one that could not start: the
                  * pool may recover (a busy machine, a passing fault). */
@@ -208,6 +216,34 @@ cq_err_t cq_backend_acquire_job(cq_backend_t *backend,
 const char *cq_backend_describe(const cq_backend_t *backend)
 {
         return backend->describe;
+}
+
+/* \p s, or \p def when it is NULL or empty. */
+static const char *or_default(const char *s, const char *def)
+{
+        return s && *s ? s : def;
+}
+
+void cq_backend_describe_job(const cq_backend_t *backend,
+                             const char *which,
+                             char *out,
+                             size_t size)
+{
+        const cq_config_t *cfg = backend->cfg;
+        const char *api_url = or_default(cfg->e2b_api_url, NULL);
+
+        which = backend_name(backend, which);
+        if (strcmp(which, "e2b") == 0)
+                snprintf(out, size, "an E2B sandbox, template %s, %s %s",
+                         or_default(cfg->e2b_template, "code-interpreter-v1"),
+                         api_url ? "API" : "domain",
+                         api_url ? api_url
+                                 : or_default(cfg->e2b_domain, "e2b.app"));
+        else if (strcmp(which, "local") == 0)
+                snprintf(out, size, "%s", backend->describe);
+        else
+                snprintf(out, size, "backend \"%s\", which is not available",
+                         which);
 }
 
 const char *cq_backend_sandbox_mode(const cq_backend_t *backend,

@@ -88,8 +88,21 @@ int cq_backend_track_e2b(cq_backend_t *backend,
  */
 void cq_backend_housekeep(cq_backend_t *backend);
 
-/** @brief One line on how kernels are confined, for logs. Borrowed. */
+/** @brief One line on how local kernels are confined, for logs. Borrowed. */
 const char *cq_backend_describe(const cq_backend_t *backend);
+
+/**
+ * @brief Where the code of a job whose "backend" field is \p which (NULL:
+ *        CODERQ_BACKEND, else local) runs, for people: local kernels as
+ *        cq_backend_describe() says, or "an E2B sandbox, template T,
+ *        domain D" ("API URL" instead of the domain when E2B_API_URL is
+ *        set). Written to \p out, cut to \p size.
+ * @locality Any thread.
+ */
+void cq_backend_describe_job(const cq_backend_t *backend,
+                             const char *which,
+                             char *out,
+                             size_t size);
 
 /**
  * @brief Where the code of \p interp runs, for a job's result: "e2b" for
