@@ -99,8 +99,10 @@ static const char *const env_packages[] = {"numpy", "pandas", "matplotlib",
 #define ENV_VERSION_MAX 32
 
 /* Packages imported already give their __version__; the others are
- * found by the name of their installed metadata (NAME-VERSION.dist-info
- * or .egg-info) on sys.path: importlib.metadata would cost ~30 ms. */
+ * found by the name of their installed metadata (a NAME-VERSION.dist-info
+ * or .egg-info directory) on sys.path: importlib.metadata would cost
+ * ~30 ms. The working directory ('' or its path on sys.path) is skipped:
+ * it holds the job's files and what its code writes, not installs. */
 static const char env_probe_fmt[] =
     "def _cq_env(marker):\n"
     "    import sys, os, json\n"
@@ -110,17 +112,24 @@ static const char env_probe_fmt[] =
     "        v = getattr(sys.modules.get(name), '__version__', None)\n"
     "        if isinstance(v, str):\n"
     "            pk[name] = v\n"
+    "    try:\n"
+    "        cwd = os.path.realpath(os.getcwd())\n"
+    "    except OSError:\n"
+    "        cwd = None\n"
     "    for d in sys.path if len(pk) < len(want) else ():\n"
     "        try:\n"
-    "            names = os.listdir(d) if d else ()\n"
-    "        except OSError:\n"
+    "            if not d or os.path.realpath(d) == cwd:\n"
+    "                continue\n"
+    "            names = os.listdir(d)\n"
+    "        except (OSError, TypeError, ValueError):\n"
     "            continue\n"
     "        for n in names:\n"
     "            for ext in ('.dist-info', '.egg-info'):\n"
     "                if n.endswith(ext):\n"
     "                    base, _, ver = n[:-len(ext)].partition('-')\n"
     "                    ver = ver.split('-')[0]\n"
-    "                    if base in want and base not in pk and ver:\n"
+    "                    if base in want and base not in pk and ver and \\\n"
+    "                            os.path.isdir(os.path.join(d, n)):\n"
     "                        pk[base] = ver\n"
     "    env = {'python': '%%d.%%d.%%d' %% tuple(sys.version_info[:3]),\n"
     "           'packages': pk}\n"

@@ -1337,6 +1337,38 @@ START_TEST(sandbox_paths_are_e2b_s)
 }
 END_TEST
 
+/* The job's code cannot forge repro.packages: NAME-VERSION.dist-info
+ * dirs its cell makes in its working dir and in the home dir (the default
+ * context's sys.path[0]) are not reported as installed versions. */
+START_TEST(env_ignores_metadata_the_job_made)
+{
+        cq_interp_t *interp = new_interp();
+        cq_cell_result_t res;
+        const json_t *env;
+        const char *numpy, *pandas;
+
+        run(interp,
+            "import os\n"
+            "for d in (os.getcwd(), os.path.expanduser('~')):\n"
+            "    for n in ('numpy-6.6.6.dist-info', "
+            "'pandas-9.9.9.dist-info'):\n"
+            "        os.makedirs(os.path.join(d, n), exist_ok=True)\n",
+            60000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_OK);
+        cq_cell_result_release(&res);
+        env = cq_interp_env(interp);
+        ck_assert_ptr_nonnull(env);
+        numpy = json_string_value(
+            json_object_get(json_object_get(env, "packages"), "numpy"));
+        pandas = json_string_value(
+            json_object_get(json_object_get(env, "packages"), "pandas"));
+        ck_assert_msg(!numpy || strcmp(numpy, "6.6.6") != 0, "numpy %s", numpy);
+        ck_assert_msg(!pandas || strcmp(pandas, "9.9.9") != 0, "pandas %s",
+                      pandas);
+        cq_interp_destroy(&interp);
+}
+END_TEST
+
 START_TEST(no_sandbox_is_left_behind)
 {
         ck_assert_int_eq(cq_fake_e2b_stat(&fake, "live"), 0);
@@ -1376,6 +1408,7 @@ static Suite *e2b_suite(void)
         tcase_add_test(tc, fleet_keeps_sandboxes_alive_and_kills_strays);
         tcase_add_test(tc, timeout_bound_of_the_plan);
         tcase_add_test(tc, double_behaves_like_e2b);
+        tcase_add_test(tc, env_ignores_metadata_the_job_made);
         tcase_add_test(tc, no_sandbox_is_left_behind);
         suite_add_tcase(s, tc);
 

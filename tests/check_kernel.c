@@ -4075,6 +4075,66 @@ START_TEST(env_probe_report_is_checked)
 }
 END_TEST
 
+/* The probe itself, run by /usr/bin/python3 in a temp dir that stands
+ * for a kernel's work dir, on sys.path as ipykernel's launcher puts it
+ * there (and as '.'): a NAME-VERSION.dist-info dir in it (a job's input
+ * file "numpy-6.6.6.dist-info/METADATA" makes one) is not an install,
+ * nor is a metadata file elsewhere; a metadata dir on the path is. */
+START_TEST(env_probe_skips_the_work_dir)
+{
+        char top[] = "/tmp/cq-probe-XXXXXX", path[512], cmd[1024];
+        char out[65536], *probe;
+        const char *numpy, *pandas;
+        const json_t *pk;
+        json_t *outputs, *env;
+        size_t n;
+        FILE *fp;
+
+        ck_assert_ptr_nonnull(mkdtemp(top));
+        snprintf(path, sizeof(path), "%s/work", top);
+        ck_assert_int_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/work/numpy-6.6.6.dist-info", top);
+        ck_assert_int_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/site", top);
+        ck_assert_int_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/site/scipy-1.2.3.dist-info", top);
+        ck_assert_int_eq(mkdir(path, 0700), 0);
+        snprintf(path, sizeof(path), "%s/site/pandas-9.9.9.dist-info", top);
+        ck_assert_int_eq(close(open(path, O_WRONLY | O_CREAT, 0600)), 0);
+        probe = cq_interp_env_probe("coderq-env 00ff ");
+        ck_assert_ptr_nonnull(probe);
+        /* the probe's code through the environment: no file to write */
+        ck_assert_int_eq(setenv("CQ_PROBE", probe, 1), 0);
+        free(probe);
+        snprintf(cmd, sizeof(cmd),
+                 "cd %s/work && /usr/bin/python3 -s -c 'import os, sys; "
+                 "sys.path[0:0] = [os.getcwd(), \".\", sys.argv[1]]; "
+                 "exec(os.environ[\"CQ_PROBE\"])' %s/site",
+                 top, top);
+        fp = popen(cmd, "r");
+        ck_assert_ptr_nonnull(fp);
+        n = fread(out, 1, sizeof(out) - 1, fp);
+        out[n] = '\0';
+        ck_assert_int_eq(pclose(fp), 0);
+        outputs = json_pack("[{s:s, s:s, s:s}]", "output_type", "stream",
+                            "name", "stdout", "text", out);
+        env = cq_interp_env_parse(outputs, "coderq-env 00ff ");
+        ck_assert_msg(env != NULL, "no report in: %s", out);
+        pk = json_object_get(env, "packages");
+        numpy = json_string_value(json_object_get(pk, "numpy"));
+        pandas = json_string_value(json_object_get(pk, "pandas"));
+        ck_assert_msg((!numpy || strcmp(numpy, "6.6.6") != 0) &&
+                          (!pandas || strcmp(pandas, "9.9.9") != 0),
+                      "forged versions reported: %s", out);
+        ck_assert_str_eq(json_string_value(json_object_get(pk, "scipy")),
+                         "1.2.3");
+        json_decref(env);
+        json_decref(outputs);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
+        ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *cq_kernel_suite(void)
 {
         Suite *s = suite_create("kernel");
@@ -4126,6 +4186,10 @@ static Suite *cq_kernel_suite(void)
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, work_dir_removal_is_flat);
         tcase_add_test(tc, input_ownership_follows_no_planted_symlink);
+        suite_add_tcase(s, tc);
+        /* No kernel: CK_RUN_CASE=probe runs it alone. */
+        tc = tcase_create("probe");
+        tcase_add_test(tc, env_probe_skips_the_work_dir);
         suite_add_tcase(s, tc);
         /* The server's prebuilt shell: CK_RUN_CASE=shell runs it alone. */
         tc = tcase_create("shell");

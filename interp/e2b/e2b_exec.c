@@ -386,6 +386,14 @@ cq_err_t e2b_execute(cq_interp_t *interp,
         bool replaced = false;
         char evalue[768];
 
+        /* The environment is probed before the job's first cell: later,
+         * files that cell made in the home dir it shares with the default
+         * context could pass for installed packages. Not counted in the
+         * cell's time; a failure leaves the environment unknown. */
+        if (!e2b->env_probed) {
+                (void)e2b_env(interp);
+                start = cq_now_ms();
+        }
         exec_init(&x, e2b, opts);
         e2b->errbuf[0] = '\0';
         if (!x.col_ok) {
@@ -574,7 +582,8 @@ cq_err_t e2b_restart(cq_interp_t *interp)
 
 /* The environment, from the sandbox's default Python context: the job's
  * code runs in a context of its own, so it cannot change what this one
- * imported. Probed once, on the first call; a failure leaves it unknown. */
+ * imported. Probed once, before the first cell runs (e2b_execute()) or on
+ * the first call; a failure leaves it unknown. */
 const json_t *e2b_env(cq_interp_t *interp)
 {
         cq_e2b_t *e2b = (cq_e2b_t *)interp;
