@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* clifmt.c - text formatting for the CLI: CSV fields, display width of
- * UTF-8, aligned tables, the progress bar and durations. The width table
- * is a small approximation of wcwidth() that does not depend on the
- * locale (main() runs in the C locale). */
+ * UTF-8, untrusted text escaped for a terminal, aligned tables, the
+ * progress bar and durations. The width table is a small approximation
+ * of wcwidth() that does not depend on the locale (main() runs in the C
+ * locale). */
 #include "coderq/clifmt.h"
 
 #include <stdlib.h>

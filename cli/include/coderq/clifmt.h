@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* clifmt.h - pure text formatting for the CLI: CSV fields (RFC 4180),
- * terminal display width of UTF-8 text, aligned tables, the progress bar
- * of `coderq submit --wait` and short durations. Nothing here does I/O
- * except cq_table_print(), so everything is unit-testable. */
+ * terminal display width of UTF-8 text, text others control escaped so
+ * that a terminal obeys nothing in it, aligned tables, the progress bar
+ * of `coderq submit --wait` and short durations. Nothing here does I/O,
+ * so everything is unit-testable. */
 #ifndef CODERQ_CLIFMT_H
 #define CODERQ_CLIFMT_H
 
