@@ -1159,6 +1159,8 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
         bool timed_out = false, cancelled = false, died = false;
         bool kill_it = false, resend = false, shim_dropped = false;
         int64_t idle_wait_ms = kernel->idle_wait_ms;
+        /* the last time iopub gave a message after the reply */
+        int64_t heard_at = 0;
         int aborts = 0;
         cq_err_t err = CQ_OK;
         cq_jmsg_t msg;
@@ -1202,8 +1204,17 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
                 uint64_t dropped = 0;
                 bool pend[2];
 
-                if (got_reply && now - reply_at >= idle_wait_ms)
-                        break; /* idle lost; the reply is authoritative */
+                /* After the reply, the idle status comes behind what iopub
+                 * still holds (the kernel queues outputs faster than they
+                 * are read and parsed: 100 displays of 470 kB outlast
+                 * 4 s under TSan): wait for it while messages keep
+                 * coming, up to 15 times the wait; then the reply is
+                 * authoritative. */
+                if (got_reply &&
+                    (now - (heard_at > reply_at ? heard_at : reply_at) >=
+                         idle_wait_ms ||
+                     now - reply_at >= 15 * idle_wait_ms))
+                        break;
                 if (interrupted_at &&
                     now - interrupted_at >= kernel->interrupt_grace_ms) {
                         kill_it = true;
@@ -1255,6 +1266,8 @@ static cq_err_t run_cell(cq_kernel_t *kernel,
 
                                 if (r == 0)
                                         break;
+                                if (got_reply)
+                                        heard_at = cq_now_ms();
                                 if (r > 0 && msg.parent_id &&
                                     strcmp(msg.parent_id, msg_id) == 0)
                                         handle_iopub(kernel, &col, &msg, res,
