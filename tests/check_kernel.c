@@ -1015,7 +1015,7 @@ START_TEST(every_byte_counts_against_the_cap)
         cq_cell_result_release(&res);
 
         /* displays published faster than the client parses them: the
-         * kernel waits for the client's small queue, nothing is lost */
+         * kernel waits for the client to read, nothing is lost */
         {
                 json_t *list = json_array(), *one;
                 size_t size, shown = 0, i;

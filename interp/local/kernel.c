@@ -36,9 +36,6 @@
  * which JSON may make six times as long. */
 #define WARM_MAX (400u << 10)
 
-/* Messages iopub queues in the client (each within iopub_max bytes). */
-#define IOPUB_HWM 4
-
 /* Run silently in every kernel once it is ready (format: head budget,
  * tail kept per stream, characters per message, drop tag). ipykernel
  * buffers stdout for 0.2 s and publishes it as one message however large,
@@ -47,8 +44,9 @@
  * until each is sent), and report the UTF-8 bytes it dropped as "[TAG N]"
  * where they were, as it goes (a cell that dies has reported most); TAG
  * holds a random nonce, and the client adds N to its own count. And iopub
- * blocks instead of dropping when the client's small queue is full
- * (XPUB_NODROP), so the backlog of a fast publisher stays in the kernel.
+ * blocks instead of dropping when the client does not read (XPUB_NODROP:
+ * the client reads only while a cell waits, zmtp.c), so the backlog of a
+ * fast publisher stays in the kernel.
  * The client still enforces its cap: code can undo this. */
 static const char shim_fmt[] =
     "def _cq_setup(budget, keep, chunk, tag):\n"
