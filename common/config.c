@@ -291,7 +291,8 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_BACKEND", NULL, "backend", CQ_CFG_CHOICE, F(backend), "local", 0,
      0, "local|e2b",
      "interpreter for jobs that do not name one: local (Jupyter kernel) or "
-     "e2b (E2B sandbox)"},
+     "e2b (E2B sandbox); with e2b, a job naming local fails (a job may ask "
+     "for more isolation, never less)"},
     {"E2B_API_KEY", NULL, "e2b-api-key", CQ_CFG_SECRET, F(e2b_api_key), NULL, 0,
      0, NULL, "E2B API key, sent as X-API-KEY (required for e2b)"},
     {"E2B_DOMAIN", NULL, "e2b-domain", CQ_CFG_STRING, F(e2b_domain), "e2b.app",

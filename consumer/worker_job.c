@@ -272,6 +272,69 @@ static const char *job_model(const cq_worker_t *w, const cq_job_t *job)
         return job->model ? job->model : w->cfg->llm_model;
 }
 
+/* The most attempts a notebook's record of them keeps: the first ones
+ * and the latest (the weakest sandbox of all is kept beside them). */
+#define RUNS_MAX 32
+
+/* Note this attempt in the notebook's record of the attempts that ran the
+ * job (metadata.coderq.runs: attempt, worker, sandbox, model), which each
+ * checkpoint stores with the notebook, and return the weakest sandbox any
+ * of them had (also kept, as metadata.coderq.sandbox): what the result
+ * reports, since a job resumed from another worker's checkpoint carries
+ * the cells and outputs of code that ran there. Cells checkpointed
+ * without a record (by a worker before it) count as "unknown", and so
+ * does running out of memory here. */
+static const char *note_run(cq_nb_t *nb,
+                            bool earlier_cells,
+                            const cq_worker_t *w,
+                            const cq_job_t *job,
+                            int attempt,
+                            const char *sandbox)
+{
+        const json_t *meta = json_object_get(
+            json_object_get(cq_nb_json(nb), "metadata"), "coderq");
+        const json_t *old = json_object_get(meta, "runs");
+        const json_t *kept = json_object_get(meta, "sandbox");
+        const char *weakest = sandbox;
+        json_t *runs, *run;
+        size_t i;
+
+        if (earlier_cells && !json_is_array(old))
+                weakest =
+                    cq_backend_weaker_sandbox(weakest, CQ_SANDBOX_MODE_UNKNOWN);
+        if (kept)
+                weakest = cq_backend_weaker_sandbox(
+                    weakest, json_is_string(kept) ? json_string_value(kept)
+                                                  : CQ_SANDBOX_MODE_UNKNOWN);
+        for (i = 0; i < json_array_size(old); i++) {
+                const char *m = json_string_value(
+                    json_object_get(json_array_get(old, i), "sandbox"));
+
+                weakest = cq_backend_weaker_sandbox(
+                    weakest, m ? m : CQ_SANDBOX_MODE_UNKNOWN);
+        }
+        runs = json_is_array(old) ? json_deep_copy(old) : json_array();
+        run = json_pack("{s:i, s:s, s:s, s:s?}", "attempt", attempt, "worker",
+                        w->id, "sandbox", sandbox, "model", job_model(w, job));
+        if (!runs || !run ||
+            (json_array_size(runs) >= RUNS_MAX &&
+             json_array_remove(runs, json_array_size(runs) - 1)))
+                goto oom;
+        if (json_array_append_new(runs, run)) {
+                run = NULL;
+                goto oom;
+        }
+        /* both take their value, failing or not */
+        if (cq_nb_set_meta(nb, "runs", runs) ||
+            cq_nb_set_meta(nb, "sandbox", json_string(weakest)))
+                return CQ_SANDBOX_MODE_UNKNOWN;
+        return weakest;
+oom:
+        json_decref(run);
+        json_decref(runs);
+        return CQ_SANDBOX_MODE_UNKNOWN;
+}
+
 /* The job's usage after each LLM call: limits and the run's budget read
  * it, so it is written like a checkpoint (a failed write stops the job,
  * which goes back to the queue), with the reply the call returned: the
@@ -554,13 +617,18 @@ static void finish_job(slot_t *slot,
                           cq_store_errmsg(slot->store), NULL);
         repro = repro_record(slot, job, res);
         report = json_pack(
-            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:s?, s:i, s:s?, s:o*}",
+            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:s?, s:i, s:s?, s:o*, s:O*}",
             "from_memory", res->from_memory, "memory_source_job",
             res->memory_source_job, "memory_scope",
             res->memory_source_job ? memory_scope(slot->w, job) : NULL, "cells",
             (json_int_t)res->cells, "duration_ms", (json_int_t)res->duration_ms,
             "tests", res->tests, "last_error", res->last_error, "attempt",
-            attempt, "sandbox", sandbox, "repro", repro);
+            attempt, "sandbox", sandbox, "repro", repro, "runs",
+            nb ? json_object_get(
+                     json_object_get(
+                         json_object_get(cq_nb_json(nb), "metadata"), "coderq"),
+                     "runs")
+               : NULL);
         memset(&fin, 0, sizeof(fin));
         fin.job_id = job->job_id;
         fin.status = status;
@@ -850,6 +918,9 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
                 nb = cq_nb_from_json(cp.notebook, errstr, sizeof(errstr));
         if (!nb)
                 nb = cq_nb_new(cq_interp_language_info(interp));
+        if (nb)
+                sandbox = note_run(nb, cp.last_cell_seq > 0, w, &job,
+                                   claim->attempt, sandbox);
         ctx.slot = slot;
         ctx.job = &job;
         ctx.nb = nb;

@@ -781,8 +781,10 @@ static pid_t kserver_of(pid_t worker)
                     ppid != (long)worker)
                         continue;
                 n = proc_read(pid, "cmdline", buf, sizeof(buf));
-                /* argv[1] "-c", then the program, then "3" */
+                /* argv[1] "-s", argv[2] "-c", then the program */
                 arg = buf + strlen(buf) + 1;
+                if (n > 0 && arg < buf + n && strcmp(arg, "-s") == 0)
+                        arg += strlen(arg) + 1;
                 if (n > 0 && arg < buf + n && strcmp(arg, "-c") == 0)
                         found = (pid_t)pid;
         }
@@ -2649,7 +2651,7 @@ START_TEST(default_sandbox_runs_job_code_as_another_uid)
             "CODERQ_SANDBOX=", "CODERQ_SANDBOX_UIDS=", root_env, NULL};
         cq_sandbox_opts_t so = {0};
         cq_sandbox_t *sandbox;
-        worker_t w;
+        worker_t w, a;
         rd_kafka_t *rk;
         long uid = -1, gid = -1;
         bool works;
@@ -2716,6 +2718,45 @@ START_TEST(default_sandbox_runs_job_code_as_another_uid)
                                    "user",
                                    "warn"),
                          0);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+
+        /* A job begun by a worker without the sandbox and finished by one
+         * with it carries outputs of code that ran unsandboxed: its
+         * result reports the weaker mode, and each attempt's. */
+        register_script("slow", slow_steps);
+        start_worker(&a, "wa", "30"); /* CODERQ_SANDBOX=off */
+        rk = kt_producer(brokers);
+        submit(rk, 1, "slow", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        job_id(1, id, sizeof(id));
+        wait_sql("SELECT count(*) FROM cells WHERE job_id = $1", id, 1, 60000,
+                 "a cell of the job run without the sandbox");
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 25000), 0);
+        ck_assert_int_eq(count_status("queued"), 1);
+        child_slots = "1";
+        child_extra = extra;
+        start_worker(&w, "ws2", "30");
+        child_extra = NULL;
+        child_slots = "2";
+        wait_finished_or_dump(2, WAIT_MS);
+        row = job_row(1, "status");
+        ck_assert_str_eq(row, "succeeded");
+        free(row);
+        out = pg_text("SELECT r.report->>'sandbox' || ' ' || "
+                      "(SELECT string_agg(x->>'sandbox', ',' ORDER BY n) "
+                      "FROM jsonb_array_elements(r.report->'runs') "
+                      "WITH ORDINALITY AS t(x, n)) FROM results r "
+                      "WHERE r.job_id = $1",
+                      id);
+        ck_assert_str_eq(out, "off off,bwrap+uid-per-kernel");
+        free(out);
+        /* the exported notebook says the same */
+        out = pg_text("SELECT doc->'metadata'->'coderq'->>'sandbox' "
+                      "FROM notebooks WHERE job_id = $1",
+                      id);
+        ck_assert_str_eq(out, "off");
+        free(out);
         ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
         snprintf(errstr, sizeof(errstr), "rm -rf %s", top);
         ck_assert_int_eq(system(errstr), 0);

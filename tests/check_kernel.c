@@ -31,6 +31,7 @@
 #include "../interp/local/kernel_int.h"
 #include "../interp/local/kserver_int.h"
 #include "coderq/backend.h"
+#include "coderq/buf.h"
 #include "coderq/collect.h"
 #include "coderq/config.h"
 #include "coderq/interp_local.h"
@@ -1260,11 +1261,17 @@ START_TEST(sandbox_confines_the_kernel)
                  "print(tryit(lambda: open('/var/tmp/coderq-escape', 'w')))\n"
                  "print(tryit(lambda: open('/etc/shadow').read()))\n"
                  "print(tryit(lambda: open('inside.txt', 'w').write('x')))\n"
-                 "print('OPENAI_API_KEY' in os.environ, os.getuid())",
+                 "print('OPENAI_API_KEY' in os.environ, os.getuid())\n"
+                 "import resource\n"
+                 "print(resource.getrlimit(resource.RLIMIT_CORE))\n"
+                 "print(tryit(lambda: resource.setrlimit("
+                 "resource.RLIMIT_CORE, (-1, -1))))",
                  port);
+        /* no core files: a crash helper of the host's core_pattern would
+         * write them outside the sandbox, as root */
         snprintf(want, sizeof(want),
                  "ConnectionRefusedError\nOSError\nFileNotFoundError\n"
-                 "PermissionError\nok\nFalse %d\n",
+                 "PermissionError\nok\nFalse %d\n(0, 0)\nValueError\n",
                  geteuid() == 0 ? CQ_SANDBOX_UID : (int)geteuid());
         /* OSError: read-only file system (errno EROFS) */
         {
@@ -2621,6 +2628,66 @@ START_TEST(fork_bomb_stays_in_its_kernel)
 }
 END_TEST
 
+/* A job's "backend" may ask for more isolation than the configuration
+ * (E2B where local kernels are the default), never for less: where an
+ * operator chose E2B, a job naming local kernels fails with the reason,
+ * and no kernel starts. */
+START_TEST(job_cannot_choose_less_isolation)
+{
+        static const char *const set[][2] = {{"CODERQ_BACKEND", "e2b"},
+                                             {"E2B_API_KEY", "e2b_test"},
+                                             {"CODERQ_SANDBOX", "off"}};
+        cq_config_t cfg;
+        cq_backend_t *backend;
+        cq_interp_t *interp = (cq_interp_t *)&interp;
+        char errstr[512], where[384], own_root[300];
+        size_t i;
+
+        snprintf(own_root, sizeof(own_root), "%s-backend", root);
+        ck_assert_int_eq(cq_config_init(&cfg), 0);
+        for (i = 0; i < CQ_ARRAY_SIZE(set); i++)
+                ck_assert_int_eq(cq_config_set(&cfg, set[i][0], set[i][1], NULL,
+                                               errstr, sizeof(errstr)),
+                                 0);
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_WORK_ROOT", own_root, NULL,
+                                       errstr, sizeof(errstr)),
+                         0);
+        backend = cq_backend_new(&cfg, 0, errstr, sizeof(errstr));
+        ck_assert_msg(backend != NULL, "%s", errstr);
+        errstr[0] = '\0';
+        ck_assert_int_eq(cq_backend_acquire(backend, "local", 5000, &interp,
+                                            errstr, sizeof(errstr)),
+                         CQ_ERR_FATAL);
+        ck_assert_ptr_null(interp);
+        ck_assert_msg(strstr(errstr, "the job asks for backend \"local\", "
+                                     "less isolated than this worker's "
+                                     "CODERQ_BACKEND=e2b: refused"),
+                      "%s", errstr);
+        cq_backend_describe_job(backend, "local", where, sizeof(where));
+        ck_assert_str_eq(where,
+                         "backend \"local\", refused: this worker runs jobs "
+                         "on e2b");
+        cq_backend_describe_job(backend, NULL, where, sizeof(where));
+        ck_assert_msg(strncmp(where, "an E2B sandbox", 14) == 0, "%s", where);
+        ck_assert_int_eq(count_kernels(), 0);
+        cq_backend_destroy(&backend);
+
+        /* the other way round is allowed: local configured, E2B asked */
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_BACKEND", "local", NULL,
+                                       errstr, sizeof(errstr)),
+                         0);
+        backend = cq_backend_new(&cfg, 0, errstr, sizeof(errstr));
+        ck_assert_msg(backend != NULL, "%s", errstr);
+        cq_backend_describe_job(backend, "e2b", where, sizeof(where));
+        ck_assert_msg(strncmp(where, "an E2B sandbox", 14) == 0, "%s", where);
+        cq_backend_describe_job(backend, "local", where, sizeof(where));
+        ck_assert_msg(strncmp(where, "local kernels", 13) == 0, "%s", where);
+        cq_backend_destroy(&backend);
+        cq_config_release(&cfg);
+        ck_assert_int_eq(rmdir(own_root), 0); /* no kernel dir was made */
+}
+END_TEST
+
 /* Every command that runs model code sets its process non-dumpable in
  * cq_backend_new(), before any kernel: then code of the same uid cannot
  * read its /proc/PID/environ (where the API keys are). Run as an
@@ -3931,7 +3998,7 @@ END_TEST
 static const char fake_server[] =
     "#!/usr/bin/python3\n"
     "import json, os, socket, sys, time\n"
-    "how = sys.argv[5]\n"
+    "how = sys.argv[6]  # after -s -c PROGRAM SOCK LIFE\n"
     "s = socket.socket(fileno=3)\n"
     "ready = {'ready': True, 'threads': 2 if how == 'threads' else 1, "
     "'pid': os.getpid(), 'import_ms': 1}\n"
@@ -4075,6 +4142,103 @@ START_TEST(env_probe_report_is_checked)
 }
 END_TEST
 
+/* Bytes written to fds 1 and 2 themselves (a subprocess, a C library)
+ * arrive whole: a character split between two of the watcher's reads is
+ * joined, an invalid byte becomes U+FFFD, and the watcher goes on, so a
+ * later write larger than the pipe does not block. */
+START_TEST(fd_output_survives_split_and_invalid_utf8)
+{
+        cq_interp_t *interp = start_local(NULL, 0);
+        const char *cells[] = {
+            /* 1201 bytes in one write: the watcher's reads split a "€" */
+            "import os\nos.write(1, ('\\u20ac' * 400 + '\\n').encode())\n"
+            "os.write(1, b'\\xffx\\n')",
+            "import subprocess\n"
+            "subprocess.run(['sh', '-c', 'echo done; head -c 200000 "
+            "/dev/zero | tr \"\\\\0\" a; echo'], timeout=60)\n",
+            "import time\ntime.sleep(2)"};
+        cq_buf_t all;
+        size_t i, euros = 0, as = 0;
+        const char *p;
+
+        cq_buf_init(&all, SIZE_MAX);
+        for (i = 0; i < CQ_ARRAY_SIZE(cells); i++) {
+                cq_cell_result_t res;
+                char *out;
+
+                run(interp, cells[i], 90000, &res);
+                ck_assert_msg(res.status == CQ_CELL_OK, "cell %zu: status %d",
+                              i, (int)res.status);
+                out = stream_text(&res, "stdout");
+                ck_assert_int_eq(cq_buf_append_str(&all, out), CQ_OK);
+                free(out);
+                cq_cell_result_release(&res);
+        }
+        ck_assert_int_eq(cq_buf_append(&all, "", 1), CQ_OK);
+        for (p = all.data; (p = strstr(p, "\xe2\x82\xac")) != NULL; p += 3)
+                euros++;
+        for (p = all.data; *p; p++)
+                as += *p == 'a';
+        ck_assert_uint_eq(euros, 400);
+        ck_assert_msg(strstr(all.data, "\n\xef\xbf\xbdx\ndone\n"),
+                      "no U+FFFD then 'done': %.200s", all.data);
+        ck_assert_uint_eq(as, 200000);
+        cq_buf_release(&all);
+        cq_interp_destroy(&interp);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+/* Job code can leave files in its work dir that a fresh Python would run
+ * as it starts, were the work dir on its path then: the launcher that
+ * ipykernel's command names, modules of the start-up, site hooks. A
+ * restart (here after the kernel died) runs none of them, the
+ * environment report stays the first start's, and the job still imports
+ * its own modules from the work dir. */
+START_TEST(restart_runs_nothing_the_job_planted)
+{
+        cq_interp_t *interp = start_local(NULL, 0);
+        cq_cell_result_t res;
+        char *before, *after;
+
+        ck_assert_ptr_nonnull(cq_interp_env(interp));
+        before = json_dumps(cq_interp_env(interp), JSON_SORT_KEYS);
+        assert_stdout(
+            interp,
+            "import os\n"
+            "src = ('open(%r, \"w\").close()\\nimport sys\\n'\n"
+            "       'sys.version_info = (6, 6, 6)\\n')\n"
+            "for name in ('ipykernel_launcher', 'sitecustomize',\n"
+            "             'usercustomize', 'traitlets', 'zmq', 'tornado',\n"
+            "             'jupyter_client', 'ipykernel', 'IPython'):\n"
+            "    with open(name + '.py', 'w') as f:\n"
+            "        f.write(src % os.path.abspath('planted-' + name))\n"
+            "os.makedirs('numpy-6.6.6.dist-info', exist_ok=True)\n"
+            "with open('mine.py', 'w') as f:\n"
+            "    f.write('VALUE = 42\\n')\n"
+            "print(len(os.listdir()) >= 11)",
+            "True\n");
+        run(interp, "import os\nos._exit(1)", 30000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_DIED);
+        cq_cell_result_release(&res);
+        assert_stdout(interp,
+                      "import os, sys\n"
+                      "print(sorted(f for f in os.listdir()\n"
+                      "             if f.startswith('planted-')),\n"
+                      "      sys.version_info[0])\n"
+                      "import mine\n"
+                      "print(mine.VALUE)",
+                      "[] 3\n42\n");
+        after = json_dumps(cq_interp_env(interp), JSON_SORT_KEYS);
+        ck_assert_ptr_nonnull(after);
+        ck_assert_str_eq(after, before);
+        free(before);
+        free(after);
+        cq_interp_destroy(&interp);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
 /* The probe itself, run by /usr/bin/python3 in a temp dir that stands
  * for a kernel's work dir, on sys.path as ipykernel's launcher puts it
  * there (and as '.'): a NAME-VERSION.dist-info dir in it (a job's input
@@ -4186,10 +4350,13 @@ static Suite *cq_kernel_suite(void)
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, work_dir_removal_is_flat);
         tcase_add_test(tc, input_ownership_follows_no_planted_symlink);
+        tcase_add_test(tc, job_cannot_choose_less_isolation);
         suite_add_tcase(s, tc);
         /* No kernel: CK_RUN_CASE=probe runs it alone. */
         tc = tcase_create("probe");
         tcase_add_test(tc, env_probe_skips_the_work_dir);
+        tcase_add_test(tc, restart_runs_nothing_the_job_planted);
+        tcase_add_test(tc, fd_output_survives_split_and_invalid_utf8);
         suite_add_tcase(s, tc);
         /* The server's prebuilt shell: CK_RUN_CASE=shell runs it alone. */
         tc = tcase_create("shell");

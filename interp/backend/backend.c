@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* backend.c - the sandbox, the kernel pool and the backend choice: a
- * job's "backend" field, else CODERQ_BACKEND. An E2B sandbox is created
+ * job's "backend" field (never less isolated than CODERQ_BACKEND), else
+ * CODERQ_BACKEND. An E2B sandbox is created
  * per job (a microVM: nothing to pre-start). */
 #include "coderq/backend.h"
 
@@ -149,13 +150,36 @@ void cq_backend_housekeep(cq_backend_t *backend)
                             "killed %d stray E2B sandboxes of this worker", n);
 }
 
-/* The backend a job gets: its own "backend" field, else CODERQ_BACKEND,
- * else local kernels. */
-static const char *backend_name(const cq_backend_t *backend, const char *which)
+/* The configured backend: CODERQ_BACKEND, else local kernels. */
+static const char *configured(const cq_backend_t *backend)
 {
-        if (which)
-                return which;
-        return backend->cfg->backend ? backend->cfg->backend : "local";
+        return backend->cfg->backend && *backend->cfg->backend
+                   ? backend->cfg->backend
+                   : "local";
+}
+
+/* The backend a job gets: its own "backend" field, else the configured
+ * one. A job may ask for more isolation than the configuration gives
+ * (an E2B sandbox where local kernels are the default), never for less:
+ * a job naming local kernels where CODERQ_BACKEND is e2b gets NULL, and
+ * \p errstr says why. The job's content is not the operator's choice. */
+static const char *backend_name(const cq_backend_t *backend,
+                                const char *which,
+                                char *errstr,
+                                size_t errstr_size)
+{
+        const char *cfg = configured(backend);
+
+        if (!which)
+                return cfg;
+        if (strcmp(which, "local") == 0 && strcmp(cfg, "e2b") == 0) {
+                cq_errstr_set(errstr, errstr_size,
+                              "the job asks for backend \"local\", less "
+                              "isolated than this worker's CODERQ_BACKEND=e2b: "
+                              "refused");
+                return NULL;
+        }
+        return which;
 }
 
 cq_err_t cq_backend_acquire(cq_backend_t *backend,
@@ -179,7 +203,9 @@ cq_err_t cq_backend_acquire_job(cq_backend_t *backend,
                                 size_t errstr_size)
 {
         *interpp = NULL;
-        which = backend_name(backend, which);
+        which = backend_name(backend, which, errstr, errstr_size);
+        if (!which)
+                return CQ_ERR_FATAL;
         if (strcmp(which, "local") == 0) {
                 /* No kernel in time, or one that could not start: the
                  * pool may recover (a busy machine, a passing fault). */
@@ -231,19 +257,23 @@ void cq_backend_describe_job(const cq_backend_t *backend,
 {
         const cq_config_t *cfg = backend->cfg;
         const char *api_url = or_default(cfg->e2b_api_url, NULL);
+        const char *name = backend_name(backend, which, NULL, 0);
 
-        which = backend_name(backend, which);
-        if (strcmp(which, "e2b") == 0)
+        if (!name)
+                snprintf(out, size,
+                         "backend \"%s\", refused: this worker runs jobs on %s",
+                         which, configured(backend));
+        else if (strcmp(name, "e2b") == 0)
                 snprintf(out, size, "an E2B sandbox, template %s, %s %s",
                          or_default(cfg->e2b_template, "code-interpreter-v1"),
                          api_url ? "API" : "domain",
                          api_url ? api_url
                                  : or_default(cfg->e2b_domain, "e2b.app"));
-        else if (strcmp(which, "local") == 0)
+        else if (strcmp(name, "local") == 0)
                 snprintf(out, size, "%s", backend->describe);
         else
                 snprintf(out, size, "backend \"%s\", which is not available",
-                         which);
+                         name);
 }
 
 const char *cq_backend_sandbox_mode(const cq_backend_t *backend,
@@ -252,6 +282,37 @@ const char *cq_backend_sandbox_mode(const cq_backend_t *backend,
         if (interp && !cq_local_interp_kernel(interp))
                 return "e2b";
         return cq_sandbox_mode_name(backend->sandbox);
+}
+
+/* How isolated each sandbox mode is, weakest first. */
+static const char *const sandbox_order[] = {
+    CQ_SANDBOX_MODE_OFF, CQ_SANDBOX_MODE_BWRAP, CQ_SANDBOX_MODE_UIDS, "e2b"};
+
+static int sandbox_rank(const char *mode)
+{
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(sandbox_order); i++)
+                if (strcmp(mode, sandbox_order[i]) == 0)
+                        return (int)i;
+        return -1;
+}
+
+const char *cq_backend_weaker_sandbox(const char *a, const char *b)
+{
+        int ra, rb;
+
+        if (!a || !b) {
+                a = a ? a : b;
+                if (!a)
+                        return NULL;
+                b = a;
+        }
+        ra = sandbox_rank(a);
+        rb = sandbox_rank(b);
+        if (ra < 0 || rb < 0)
+                return CQ_SANDBOX_MODE_UNKNOWN;
+        return sandbox_order[ra < rb ? ra : rb];
 }
 
 bool cq_backend_unsandboxed(const cq_backend_t *backend, cq_interp_t *interp)

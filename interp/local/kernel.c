@@ -46,7 +46,17 @@
  * holds a random nonce, and the client adds N to its own count. And iopub
  * blocks instead of dropping when the client does not read (XPUB_NODROP:
  * the client reads only while a cell waits, zmtp.c), so the backlog of a
- * fast publisher stays in the kernel.
+ * fast publisher stays in the kernel. The tail is the client's (half the
+ * cap) per stream: the client trims what two streams' tails add up to.
+ * And what is written to fds 1 and 2 themselves (a subprocess, a C
+ * library) is read by a watcher that decodes UTF-8 across reads and
+ * makes invalid bytes U+FFFD: ipykernel's own decodes each 1000-byte read
+ * strictly, and the first character split between two reads (or any
+ * invalid byte) ended it for good, losing every later byte written there
+ * and blocking the writers once the pipe was full. A kernel forked by the
+ * kernel server has this watcher from the start (kserver.py); a cold one
+ * gets its pipes replaced, so that ipykernel's watcher reads its end and
+ * stops.
  * The client still enforces its cap: code can undo this. */
 static const char shim_fmt[] =
     "def _cq_setup(budget, keep, chunk, tag):\n"
@@ -113,6 +123,7 @@ static const char shim_fmt[] =
     "            send(stream, text)\n"
     "    m.OutStream.write = write\n"
     "    m.OutStream._cq_capped = True\n"
+
     "    ip = get_ipython()\n"
     "    ip.events.register('pre_execute', pre)\n"
     "    ip.events.register('post_execute', post)\n"
@@ -124,6 +135,66 @@ static const char shim_fmt[] =
     "        pass\n"
     "_cq_setup(%zu, %zu, %zu, '" DROP_TAG "%s')\n"
     "del _cq_setup\n";
+
+/* The watcher of fds 1 and 2 (see shim_fmt), run after it. */
+static const char shim_fd[] =
+    "def _cq_fd():\n"
+    "    import ipykernel.iostream as m\n"
+    "    import os, sys, threading, codecs\n"
+    "    def watch(self):\n"
+    "        dec = codecs.getincrementaldecoder('utf-8')('replace')\n"
+    "        while True:\n"
+    "            try:\n"
+    "                b = os.read(self._fid, 65536)\n"
+    "            except InterruptedError:\n"
+    "                continue\n"
+    "            except OSError:\n"
+    "                return\n"
+    "            try:\n"
+    "                t = dec.decode(b, final=not b)\n"
+    "                if t:\n"
+    "                    self.write(t)\n"
+    "            except Exception:\n"
+    "                pass\n"
+    "            if not b or not self._should_watch:\n"
+    "                return\n"
+    "            try:\n"
+    "                os.write(self._original_stdstream_copy, b)\n"
+    "            except OSError:\n"
+    "                pass\n"
+    "    def refit(s, fno):\n"
+    "        old = s._fid\n"
+    "        ino = os.fstat(old).st_ino\n"
+    "        for e in os.listdir('/proc/self/fd'):\n"
+    "            if int(e) not in (old, fno):\n"
+    "                try:\n"
+    "                    if os.readlink('/proc/self/fd/' + e) == "
+    "'pipe:[%d]' % ino:\n"
+    "                        os.close(int(e))\n"
+    "                except OSError:\n"
+    "                    pass\n"
+    "        pr, pw = os.pipe()\n"
+    "        os.dup2(pw, fno)\n"
+    "        os.close(pw)\n"
+    "        s.watch_fd_thread.join(5)\n"
+    "        if not s.watch_fd_thread.is_alive():\n"
+    "            os.close(old)\n"
+    "        s._fid = pr\n"
+    "        s.watch_fd_thread = threading.Thread(target=s._watch_pipe_fd, "
+    "daemon=True)\n"
+    "        s.watch_fd_thread.start()\n"
+    "    if not getattr(m.OutStream._watch_pipe_fd, '_cq_watch', False):\n"
+    "        watch._cq_watch = True\n"
+    "        m.OutStream._watch_pipe_fd = watch\n"
+    "        for s, fno in ((sys.stdout, 1), (sys.stderr, 2)):\n"
+    "            if isinstance(s, m.OutStream) and "
+    "getattr(s, 'watch_fd_thread', None):\n"
+    "                try:\n"
+    "                    refit(s, fno)\n"
+    "                except Exception:\n"
+    "                    pass\n"
+    "_cq_fd()\n"
+    "del _cq_fd\n";
 
 CQ_PRINTF(2, 3)
 void kernel_set_error(cq_kernel_t *kernel, const char *fmt, ...)
@@ -632,8 +703,9 @@ static int build_warmup(cq_kernel_t *kernel, const char *marker, cq_buf_t *line)
         cq_buf_init(&code, 1 << 20);
         if (probe &&
             cq_buf_printf(&code, shim_fmt, half > 2048 ? half - 1024 : half / 2,
-                          half > 2048 ? half / 2 - 512 : half / 4,
+                          half > 2048 ? half - 512 : half / 2,
                           chunk > 256 ? chunk : 256, kernel->nonce) == CQ_OK &&
+            cq_buf_append_str(&code, shim_fd) == CQ_OK &&
             (!kernel->preload ||
              (cq_buf_append_str(&code, "\n") == CQ_OK &&
               cq_buf_append_str(&code, kernel->preload) == CQ_OK)) &&
@@ -661,8 +733,11 @@ static void warm_result(cq_kernel_t *kernel,
                           status, "outputs", dump ? dump : "", NULL);
                 free(dump);
         }
-        json_decref(kernel->env);
-        kernel->env = cq_interp_env_parse(outputs, marker);
+        /* The first start's report stands for the kernel's life: a
+         * restart follows job code, which may have left files that a
+         * fresh Python reads as it starts. */
+        if (!kernel->env)
+                kernel->env = cq_interp_env_parse(outputs, marker);
 }
 
 /* The warm-up as a silent cell, for a kernel that did not run it itself
@@ -1477,6 +1552,7 @@ static void kernel_close(cq_kernel_t **kernelp, bool graceful)
         /* kernel_teardown() waited for the sandbox's pid 1, which outlives
          * every process in it: nothing runs as the uid any more. */
         cq_sandbox_id_release(&kernel->id);
+        json_decref(kernel->env);
         free(kernel->python);
         free(kernel->work_dir);
         free(kernel->preload);

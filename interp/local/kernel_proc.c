@@ -396,7 +396,7 @@ static int fork_spawn(cq_kernel_t *kernel,
 
         memset(&req, 0, sizeof(req));
         req.work_dir = kernel->work_dir;
-        req.argv = cmd + 3; /* after python -m ipykernel_launcher */
+        req.argv = cmd + 5; /* after python -P -s -m ipykernel_launcher */
         req.envp = (const char *const *)envp;
         req.sandbox = kernel->sandbox;
         req.id = &kernel->id;
@@ -539,8 +539,7 @@ void kernel_teardown(cq_kernel_t *kernel)
         unlinkat(kernel->run_fd, "conn.json", 0);
         json_decref(kernel->language_info);
         kernel->language_info = NULL;
-        json_decref(kernel->env);
-        kernel->env = NULL;
+        /* kernel->env stays: the first start's report (warm_result()) */
 }
 
 static char *env_kv(const char *k, const char *v)
@@ -665,7 +664,14 @@ static char **build_env(const cq_kernel_t *kernel)
 
 int kernel_spawn(cq_kernel_t *kernel)
 {
+        /* -P: no work dir on sys.path while Python and ipykernel start,
+         * so a restart after job code ran imports nothing it planted
+         * there (a launcher, a module of the start-up); IPython then adds
+         * '' after the standard library, as it does for every kernel.
+         * -s: no user site dir (a .pth file there runs at start). */
         const char *cmd[] = {kernel->python,
+                             "-P",
+                             "-s",
                              "-m",
                              "ipykernel_launcher",
                              "-f",

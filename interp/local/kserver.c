@@ -439,7 +439,10 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
 {
         char logpath[PATH_MAX + 16], err[300];
         /* execve() does not write through argv */
+        /* -s: no user site dir, as a cold kernel has none (-P would
+         * leave the '' a forked kernel's start removes) */
         char *argv[] = {ks->python,
+                        (char *)(uintptr_t) "-s",
                         (char *)(uintptr_t) "-c",
                         (char *)(uintptr_t)cq_kserver_py,
                         (char *)(uintptr_t) "3",

@@ -23,6 +23,7 @@ for _v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS',
 START_ENV = dict(os.environ)
 IMPORT_ENV = {}
 
+import codecs
 import ctypes
 import errno
 import fcntl
@@ -100,6 +101,9 @@ def confine(req):
     """rlimits, then the kernel's uid: as cq_sandbox_child() does before
     bubblewrap, and bubblewrap's no-new-privileges and empty bounding
     set."""
+    # no core files: a crash helper named by the host's core_pattern
+    # would write them as root, outside the sandbox
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for res, key in ((resource.RLIMIT_AS, 'mem'),
                      (resource.RLIMIT_NPROC, 'nproc'),
                      (resource.RLIMIT_FSIZE, 'fsize')):
@@ -230,7 +234,11 @@ def run_kernel(req, log_fd, parent):
     if req.get('probe'):
         os._exit(0)
     sys.argv = [LAUNCHER] + req['argv']
-    sys.path[0] = req['work_dir']
+    # As a cold kernel's `python -P -m ipykernel_launcher`: no work dir on
+    # the path while the kernel starts (the server's -c put '' first);
+    # IPython adds '' after the standard library in initialize().
+    if sys.path and sys.path[0] == '':
+        del sys.path[0]
     import types
     main = types.ModuleType('__main__')
     main.__file__ = LAUNCHER
@@ -306,6 +314,45 @@ def run_kernel(req, log_fd, parent):
         except Exception:
             pass
     os._exit(code)
+
+
+def watch_pipe_fd(self):
+    """ipykernel's OutStream._watch_pipe_fd, which reads what is written to
+    fds 1 and 2 themselves (a subprocess, a C library), made to decode
+    UTF-8 across reads and to make invalid bytes U+FFFD: ipykernel's own
+    decodes each 1000-byte read strictly, and the first character split
+    between two reads ended it, losing every later byte written there and
+    blocking the writers once the pipe was full. The same as the client's
+    output shim installs in a cold kernel (kernel.c)."""
+    dec = codecs.getincrementaldecoder('utf-8')('replace')
+    while True:
+        try:
+            b = os.read(self._fid, 65536)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        try:
+            t = dec.decode(b, final=not b)
+            if t:
+                self.write(t)
+        except Exception:
+            pass
+        if not b or not self._should_watch:
+            return
+        try:
+            os.write(self._original_stdstream_copy, b)
+        except OSError:
+            pass
+
+
+watch_pipe_fd._cq_watch = True
+
+
+def fit_fd_watcher():
+    """Every kernel's stream watchers run watch_pipe_fd()."""
+    from ipykernel import iostream
+    iostream.OutStream._watch_pipe_fd = watch_pipe_fd
 
 
 def forget_mpl_dirs(mpl):
@@ -1232,8 +1279,7 @@ def run_init(req, log_fd, life_fd):
     pid 1): the kernel's identity, then it reaps until the kernel exits
     and exits with its status."""
     if not req.get('probe'):
-        set_cmdline([sys.executable, '-m', 'ipykernel_launcher'] +
-                    req['argv'])
+        set_cmdline([sys.executable] + LAUNCH + req['argv'])
     # unsandboxed kernels stay in the worker's session (autogroup
     # scheduling weighs them with it), in a group of their own
     os.setpgid(0, 0)
@@ -1365,8 +1411,7 @@ def run_boxed_kernel(req, log_fd, ns_fd):
         if req.get('nice'):
             os.setpriority(os.PRIO_PROCESS, 0, req['nice'])
         if not req.get('probe'):
-            set_cmdline([sys.executable, '-m', 'ipykernel_launcher'] +
-                        req['argv'])
+            set_cmdline([sys.executable] + LAUNCH + req['argv'])
         confine(req)
         run_kernel(req, log_fd, None)
     except BaseException as e:
@@ -1393,7 +1438,7 @@ def spawn_boxed(req, log_fd, life_fd):
         # sources above the targets, so no dup2() below overwrites one
         for fd in (log_fd, life_fd, theirs.fileno()):
             moved.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10))
-        words = ([sys.executable, '-m', 'ipykernel_launcher'] + req['argv']
+        words = ([sys.executable] + LAUNCH + req['argv']
                  if not req.get('probe') else ['coderq-kinit'])
         actions = [(os.POSIX_SPAWN_DUP2, moved[0], 3),
                    (os.POSIX_SPAWN_DUP2, moved[1], 4),
@@ -1581,6 +1626,9 @@ def serve(sock, life_fd):
 
 
 LAUNCHER = 'ipykernel_launcher'
+# a cold kernel's command before its arguments (kernel_proc.c), which a
+# forked kernel's title repeats
+LAUNCH = ['-P', '-s', '-m', 'ipykernel_launcher']
 
 
 def main():
@@ -1639,6 +1687,10 @@ def main():
         LAUNCHER = iu.find_spec('ipykernel_launcher').origin
     except Exception:
         pass
+    try:
+        fit_fd_watcher()
+    except Exception as e:
+        failed.append('the fd watcher: %s' % e)
     try:
         build_shell()
     except Exception as e:

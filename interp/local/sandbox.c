@@ -383,6 +383,11 @@ static int set_limit(int resource, rlim_t value)
 int cq_sandbox_child(const cq_sandbox_t *sandbox, const cq_sandbox_id_t *id)
 {
         if (sandbox) {
+                /* No core files: a crash helper named by the host's
+                 * core_pattern would write them as root, outside the
+                 * sandbox's file system and limits. */
+                if (set_limit(RLIMIT_CORE, 0))
+                        return -1;
                 if (sandbox->mem && set_limit(RLIMIT_AS, (rlim_t)sandbox->mem))
                         return -1;
                 if (sandbox->nproc &&

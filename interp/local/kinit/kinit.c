@@ -458,8 +458,11 @@ static void confine(const settings_t *st)
         } lim[] = {{RLIMIT_AS, st->mem},
                    {RLIMIT_NPROC, st->nproc},
                    {RLIMIT_FSIZE, st->fsize}};
+        const struct rlimit no_core = {0, 0};
         size_t i;
 
+        /* no core files (a crash helper would write them as root) */
+        check(setrlimit(RLIMIT_CORE, &no_core), "set", "the core file limit");
         for (i = 0; i < sizeof(lim) / sizeof(lim[0]); i++) {
                 struct rlimit rl = {(rlim_t)lim[i].v, (rlim_t)lim[i].v};
 

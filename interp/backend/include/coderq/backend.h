@@ -28,17 +28,33 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                              char *errstr,
                              size_t errstr_size);
 
+/** @brief A sandbox mode no build of coderq gives: what
+ *         cq_backend_weaker_sandbox() makes of a name it does not know. */
+#define CQ_SANDBOX_MODE_UNKNOWN "unknown"
+
+/**
+ * @brief The less isolated of two sandbox modes, as
+ *        cq_backend_sandbox_mode() names them: off, then bwrap, then
+ *        bwrap+uid-per-kernel, then e2b. A name it does not know is
+ *        CQ_SANDBOX_MODE_UNKNOWN, below them all; NULL is no mode (the
+ *        other one is returned, or NULL when both are).
+ * @returns A static string, or NULL.
+ */
+const char *cq_backend_weaker_sandbox(const char *a, const char *b);
+
 /**
  * @brief A fresh interpreter for one job.
- * @param which "local", "e2b", or NULL for CODERQ_BACKEND.
+ * @param which "local", "e2b", or NULL for CODERQ_BACKEND: the job's
+ *        field, which may ask for more isolation than CODERQ_BACKEND,
+ *        never for less ("local" where it is e2b is CQ_ERR_FATAL).
  * @param interpp (out) Caller owns the returned value on CQ_OK
  *        (cq_interp_destroy() after the job); NULL otherwise.
  * @returns CQ_OK; CQ_ERR_FATAL when trying again cannot help (an unknown
- *          backend, E2B without E2B_API_KEY, E2B refusing the key with
- *          401/403 or the request with another 4xx); CQ_ERR_RETRIABLE when
- *          it may (no local kernel ready in time or one that could not
- *          start, E2B unreachable or answering 429/5xx, out of memory).
- *          \p errstr says why.
+ *          backend or a less isolated one, E2B without E2B_API_KEY, E2B
+ * refusing the key with 401/403 or the request with another 4xx);
+ * CQ_ERR_RETRIABLE when it may (no local kernel ready in time or one that could
+ * not start, E2B unreachable or answering 429/5xx, out of memory). \p errstr
+ * says why.
  * @locality Any thread; the interpreter then belongs to that thread.
  */
 CQ_NODISCARD cq_err_t cq_backend_acquire(cq_backend_t *backend,

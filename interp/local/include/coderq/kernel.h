@@ -87,9 +87,10 @@ CQ_NODISCARD cq_err_t cq_kernel_restart(cq_kernel_t *kernel);
  *         next restart. */
 const json_t *cq_kernel_language_info(const cq_kernel_t *kernel);
 
-/** @brief What the kernel's Python reported at its last start (see
- *         cq_interp_env()); borrowed, valid until the next restart; NULL
- *         when the report was missing or malformed. */
+/** @brief What the kernel's Python reported at its first start that
+ *         reported (see cq_interp_env()): a restart, after job code ran,
+ *         does not replace it. Borrowed, valid until cq_kernel_destroy();
+ *         NULL when no report was well formed. */
 const json_t *cq_kernel_env(const cq_kernel_t *kernel);
 
 /** @brief The last error; borrowed, valid until the next call. */
