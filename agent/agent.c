@@ -1556,6 +1556,8 @@ static int turn(run_t *run)
                 count_call(run, "unavailable", cq_now_ms() - t0, NULL, -1);
                 if (cancelled(run))
                         fail(run, CQ_AGENT_CANCELLED, "cancelled", "cancelled");
+                else if (remaining_ms(run) <= 0)
+                        (void)must_stop(run); /* the job's time is up */
                 else
                         fail(run, CQ_AGENT_FAILED, "llm",
                              "the LLM stayed unavailable: %s",
@@ -1705,12 +1707,20 @@ put_input_file(run_t *run, cq_interp_t *interp, const cq_job_file_t *file)
         int rc = -1;
 
         if (!data && file->url) {
-                if (cq_fetch_url(file->url, run->opts->file_max, 120,
-                                 run->opts->fetch_allow, &fetched, &len, errstr,
-                                 sizeof(errstr)) != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED, "input",
-                             "could not get input file %s: %s", file->name,
-                             errstr);
+                /* 120 s a file at most, within the job's time; a cancel
+                 * ends it */
+                int64_t until = cq_now_ms() + 120000;
+
+                if (run->deadline_ms < until)
+                        until = run->deadline_ms;
+                if (cq_fetch_url_until(file->url, run->opts->file_max, until,
+                                       run->opts->cancel,
+                                       run->opts->fetch_allow, &fetched, &len,
+                                       errstr, sizeof(errstr)) != CQ_OK) {
+                        if (!must_stop(run))
+                                fail(run, CQ_AGENT_FAILED, "input",
+                                     "could not get input file %s: %s",
+                                     file->name, errstr);
                         return -1;
                 }
                 data = fetched;
@@ -1988,6 +1998,8 @@ cq_err_t cq_agent_run(const cq_job_t *job,
         }
         cq_llm_usage_reset(llm);
         cq_llm_set_cancel(llm, opts->cancel);
+        /* a call, its retries and their waits end with the job's time */
+        cq_llm_set_deadline(llm, run.deadline_ms);
         if (run.tools_tokens < 0 || cq_llm_set_model(llm, job->model) != 0 ||
             cq_llm_set_provider(llm, job->provider) != 0) {
                 if (cq_llm_set_model(llm, NULL) != 0)
@@ -2058,6 +2070,7 @@ done:
                 result->reason_code = "internal";
         cq_llm_reset_sampling(llm);
         cq_llm_set_cancel(llm, NULL);
+        cq_llm_set_deadline(llm, 0);
         if (cq_llm_set_provider(llm, NULL) != 0)
                 cq_log_warn("could not restore the configured provider");
         if (cq_llm_set_model(llm, NULL) != 0)

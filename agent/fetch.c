@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "coderq/buf.h"
+#include "coderq/util.h"
 
 #define MAX_REDIRS 5
 #define ALLOW_MAX  64
@@ -364,6 +365,23 @@ static int url_host(const char *url, char *out, size_t size)
         return rc;
 }
 
+/* A raised cancel flag ends the transfer (curl looks about once a
+ * second while it waits, and at every chunk). */
+static int on_progress(void *opaque,
+                       curl_off_t dltotal,
+                       curl_off_t dlnow,
+                       curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+        const atomic_int *cancel = opaque;
+
+        (void)dltotal;
+        (void)dlnow;
+        (void)ultotal;
+        (void)ulnow;
+        return cancel && atomic_load(cancel) != 0;
+}
+
 cq_err_t cq_fetch_url(const char *url,
                       size_t max,
                       long timeout_s,
@@ -373,6 +391,21 @@ cq_err_t cq_fetch_url(const char *url,
                       char *errstr,
                       size_t errstr_size)
 {
+        return cq_fetch_url_until(
+            url, max, cq_now_ms() + (timeout_s > 0 ? timeout_s : 120) * 1000,
+            NULL, allow, datap, lenp, errstr, errstr_size);
+}
+
+cq_err_t cq_fetch_url_until(const char *url,
+                            size_t max,
+                            int64_t deadline_ms,
+                            const atomic_int *cancel,
+                            const char *allow,
+                            unsigned char **datap,
+                            size_t *lenp,
+                            char *errstr,
+                            size_t errstr_size)
+{
         CURL *curl = NULL;
         CURLcode cc;
         cq_buf_t buf;
@@ -380,6 +413,7 @@ cq_err_t cq_fetch_url(const char *url,
         guard_t guard;
         char cur[URL_MAX], host[HOST_MAX];
         long status = 0;
+        int64_t left;
         int hop;
         cq_err_t err = CQ_ERR_FATAL;
 
@@ -422,8 +456,9 @@ cq_err_t cq_fetch_url(const char *url,
                          (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
         curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
-        curl_easy_setopt(curl, CURLOPT_TIMEOUT,
-                         timeout_s > 0 ? timeout_s : 120L);
+        curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(curl, CURLOPT_XFERINFODATA, (void *)(uintptr_t)cancel);
         curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)max);
         curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(curl, CURLOPT_WRITEDATA, &buf);
@@ -438,8 +473,32 @@ cq_err_t cq_fetch_url(const char *url,
                 guard.host_allowed = allow_host(list, host);
                 guard.refused = false;
                 cq_buf_reset(&buf);
+                /* what is left of the deadline, for each hop */
+                left = deadline_ms - cq_now_ms();
+                if (left <= 0) {
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not fetch file: its deadline "
+                                      "passed");
+                        err = CQ_ERR_RETRIABLE;
+                        goto out;
+                }
+                curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)left);
                 curl_easy_setopt(curl, CURLOPT_URL, cur);
                 cc = curl_easy_perform(curl);
+                if (cc == CURLE_ABORTED_BY_CALLBACK) {
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not fetch file: cancelled");
+                        err = CQ_ERR_RETRIABLE;
+                        goto out;
+                }
+                if (cc == CURLE_OPERATION_TIMEDOUT &&
+                    cq_now_ms() >= deadline_ms) {
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not fetch file: its deadline "
+                                      "passed");
+                        err = CQ_ERR_RETRIABLE;
+                        goto out;
+                }
                 if (cc != CURLE_OK && guard.refused) {
                         cq_errstr_set(
                             errstr, errstr_size,

@@ -81,6 +81,7 @@ struct cq_llm {
         long long seed;
         cq_llm_conf_t conf; /* string fields point at the copies above */
         const atomic_int *cancel;
+        int64_t deadline_ms; /* cq_now_ms() clock; 0: none */
         uint64_t rng;
         int64_t prompt_tokens;
         int64_t completion_tokens;
@@ -671,6 +672,11 @@ void cq_llm_set_cancel(cq_llm_t *llm, const atomic_int *cancel)
         llm->cancel = cancel;
 }
 
+void cq_llm_set_deadline(cq_llm_t *llm, int64_t deadline_ms)
+{
+        llm->deadline_ms = deadline_ms;
+}
+
 void cq_llm_usage(const cq_llm_t *llm,
                   int64_t *prompt_tokensp,
                   int64_t *completion_tokensp)
@@ -823,6 +829,40 @@ char *llm_dup_printf(const char *fmt, ...)
         return s;
 }
 
+int llm_unnul(json_t *obj, const char *key)
+{
+        const json_t *v = json_object_get(obj, key);
+        const char *s;
+        size_t n, i, nul = 0;
+        char *out, *o;
+        int rc;
+
+        if (!json_is_string(v))
+                return 0;
+        s = json_string_value(v);
+        n = json_string_length(v);
+        for (i = 0; i < n; i++)
+                nul += s[i] == '\0';
+        if (!nul)
+                return 0;
+        out = malloc(n + 2 * nul + 1);
+        if (!out)
+                return -1;
+        for (i = 0, o = out; i < n; i++) {
+                if (s[i] == '\0') {
+                        memcpy(o, "\xef\xbf\xbd", 3);
+                        o += 3;
+                } else {
+                        *o++ = s[i];
+                }
+        }
+        *o = '\0';
+        rc =
+            json_object_set_new(obj, key, json_stringn(out, (size_t)(o - out)));
+        free(out);
+        return rc ? -1 : 0;
+}
+
 int llm_parse_code(cq_llm_tool_call_t *call)
 {
         json_t *args = NULL;
@@ -841,7 +881,7 @@ int llm_parse_code(cq_llm_tool_call_t *call)
                 call->error = strdup("the tool call has no arguments");
                 goto done;
         }
-        args = json_loads(call->arguments, 0, &jerr);
+        args = json_loads(call->arguments, JSON_ALLOW_NUL, &jerr);
         if (!args) {
                 call->error = llm_dup_printf("arguments are not valid JSON: %s "
                                              "(at character %d)",
@@ -857,6 +897,12 @@ int llm_parse_code(cq_llm_tool_call_t *call)
                 call->error =
                     strdup(code ? "argument \"code\" is not a string"
                                 : "arguments have no \"code\" string");
+                goto done;
+        }
+        if (strlen(json_string_value(code)) != json_string_length(code)) {
+                call->error = strdup("the code contains the character U+0000 "
+                                     "(NUL), which Python source cannot "
+                                     "hold; write it as '\\0' in a string");
                 goto done;
         }
         call->code = strdup(json_string_value(code));
@@ -937,9 +983,24 @@ int64_t cq_llm_parse_retry_after(const char *value, int64_t now)
 
 /* --- the request ---------------------------------------------------- */
 
+static bool past_deadline(const cq_llm_t *llm)
+{
+        return llm->deadline_ms > 0 && cq_now_ms() >= llm->deadline_ms;
+}
+
+/* The cancel flag, or the deadline: either ends requests and waits. */
 static bool cancelled(const cq_llm_t *llm)
 {
-        return llm->cancel && atomic_load(llm->cancel) != 0;
+        return (llm->cancel && atomic_load(llm->cancel) != 0) ||
+               past_deadline(llm);
+}
+
+/* Why cancelled() stopped a call. */
+static const char *cancel_why(const cq_llm_t *llm)
+{
+        return llm->cancel && atomic_load(llm->cancel) != 0
+                   ? "request cancelled"
+                   : "the caller's deadline passed";
 }
 
 static bool curl_code_transient(CURLcode code)
@@ -1083,7 +1144,7 @@ static enum attempt_kind attempt(cq_llm_t *llm,
         }
         code = perform(llm, &was_cancelled);
         if (was_cancelled) {
-                snprintf(why, why_size, "request cancelled");
+                snprintf(why, why_size, "%s", cancel_why(llm));
                 return ATTEMPT_CANCELLED;
         }
         if (code == CURLE_WRITE_ERROR && llm->too_large) {
@@ -1201,18 +1262,23 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                 attempts = n;
                 if (cancelled(llm)) {
                         kind = ATTEMPT_CANCELLED;
-                        snprintf(why, sizeof(why), "request cancelled");
+                        snprintf(why, sizeof(why), "%s", cancel_why(llm));
                         break;
                 }
                 if (llm->conf.limiter) {
                         int64_t t0 = cq_now_ms(), need = 0;
-                        int lr = llm_limiter_acquire(llm->conf.limiter, key,
-                                                     t0 + budget_ms - waited_ms,
-                                                     llm->cancel, &need);
+                        int64_t until = t0 + budget_ms - waited_ms;
+                        int lr;
+
+                        if (llm->deadline_ms > 0 && llm->deadline_ms < until)
+                                until = llm->deadline_ms;
+                        lr = llm_limiter_acquire(llm->conf.limiter, key, until,
+                                                 llm->cancel, &need);
 
                         if (lr < 0) {
                                 kind = ATTEMPT_CANCELLED;
-                                snprintf(why, sizeof(why), "request cancelled");
+                                snprintf(why, sizeof(why), "%s",
+                                         cancel_why(llm));
                                 break;
                         }
                         if (lr > 0) {
@@ -1283,7 +1349,7 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                 }
                 if (!sleep_ms(llm, delay)) {
                         kind = ATTEMPT_CANCELLED;
-                        snprintf(why, sizeof(why), "request cancelled");
+                        snprintf(why, sizeof(why), "%s", cancel_why(llm));
                         break;
                 }
                 waited_ms += delay;

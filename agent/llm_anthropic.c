@@ -465,7 +465,8 @@ static int parse_reply(const char *body,
                 cq_errstr_set(errstr, errstr_size, "invalid reply: empty body");
                 goto out;
         }
-        root = json_loadb(body, len, 0, &jerr);
+        /* U+0000 is valid JSON: taken, then made U+FFFD in the text */
+        root = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
         if (!root) {
                 cq_errstr_set(errstr, errstr_size,
                               "invalid reply: not valid JSON: %s (at byte %d "
@@ -502,7 +503,7 @@ static int parse_reply(const char *body,
         if (read_blocks(content, reply, &text, errstr, errstr_size) != 0)
                 goto out;
         reply->message = as_message(reply, text);
-        if (!reply->message) {
+        if (!reply->message || llm_unnul(reply->message, "content")) {
                 oom(errstr, errstr_size);
                 goto out;
         }

@@ -56,6 +56,12 @@ char *llm_dup_printf(const char *fmt, ...) CQ_PRINTF(1, 2);
  * Returns -1 only when out of memory. */
 int llm_parse_code(cq_llm_tool_call_t *call);
 
+/* Replace the string at \p obj's \p key, when it holds U+0000 (which a
+ * reply's JSON may carry and C strings cannot), by a copy with U+FFFD in
+ * its place: the reply's text is then whole as a C string. 0, or -1 when
+ * out of memory. */
+int llm_unnul(json_t *obj, const char *key);
+
 /* A non-negative count from usage.<key>, else 0. */
 int64_t llm_usage_value(const json_t *usage, const char *key);
 

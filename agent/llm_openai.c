@@ -166,7 +166,8 @@ static int parse_reply(const char *body,
                 cq_errstr_set(errstr, errstr_size, "invalid reply: empty body");
                 goto out;
         }
-        root = json_loadb(body, len, 0, &jerr);
+        /* U+0000 is valid JSON: taken, then made U+FFFD in the text */
+        root = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
         if (!root) {
                 cq_errstr_set(errstr, errstr_size,
                               "invalid reply: not valid JSON: %s (at byte %d "
@@ -201,6 +202,12 @@ static int parse_reply(const char *body,
                 cq_errstr_set(errstr, errstr_size,
                               "invalid reply: choices[0].message is missing or "
                               "not an object");
+                goto out;
+        }
+        if (llm_unnul(message, "content") ||
+            llm_unnul(message, "reasoning_content") ||
+            llm_unnul(message, "reasoning")) {
+                cq_errstr_set(errstr, errstr_size, "out of memory");
                 goto out;
         }
         reply->message = json_incref(message);

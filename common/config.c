@@ -546,11 +546,19 @@ static int set_entry(cq_config_t *cfg,
 
                 if (!parse_size(value, &v) || v < (size_t)entry->min ||
                     (entry->max > 0 && v > (size_t)entry->max)) {
-                        cq_errstr_set(errstr, errstr_size,
-                                      "invalid value \"%s\" for %s: "
-                                      "expected a size in bytes from %ld "
-                                      "to %ld (suffixes k, M, G)",
-                                      shown, source, entry->min, entry->max);
+                        if (entry->max > 0)
+                                cq_errstr_set(errstr, errstr_size,
+                                              "invalid value \"%s\" for %s: "
+                                              "expected a size in bytes from "
+                                              "%ld to %ld (suffixes k, M, G)",
+                                              shown, source, entry->min,
+                                              entry->max);
+                        else
+                                cq_errstr_set(errstr, errstr_size,
+                                              "invalid value \"%s\" for %s: "
+                                              "expected a size in bytes of at "
+                                              "least %ld (suffixes k, M, G)",
+                                              shown, source, entry->min);
                         return -1;
                 }
                 *(size_t *)p = v;

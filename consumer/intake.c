@@ -611,6 +611,30 @@ static step_t step(cq_intake_t *intake, pending_t *p)
         src.partition = p->msg->partition;
         src.offset = p->msg->offset;
         err = cq_store_upsert_job(intake->store, &job, &src, &created);
+        if (err == CQ_OK && !created) {
+                /* A redelivery is a duplicate; other content under a
+                 * stored job's id would be lost without a word. */
+                bool differs = false;
+
+                err = cq_store_job_differs(intake->store, &job, &differs);
+                if (err == CQ_OK && differs) {
+                        char reason[600];
+
+                        snprintf(reason, sizeof(reason),
+                                 "job_id \"%.200s\" names a job already "
+                                 "stored with other content: a job_id stands "
+                                 "for one job (send a new job_id; coderq "
+                                 "retry queues a job again)",
+                                 job.job_id);
+                        p->error = strdup(reason);
+                        cq_job_release(&job);
+                        if (!p->error) {
+                                backoff(intake);
+                                return STEP_BLOCKED;
+                        }
+                        return step_dlq(intake, p);
+                }
+        }
         cq_job_release(&job);
         if (err == CQ_OK) {
                 set_pg_down(intake, false);
@@ -823,12 +847,12 @@ static bool batch(cq_intake_t *intake, size_t limit)
                 atomic_fetch_add(&intake->batches, 1);
                 atomic_fetch_add(&intake->batched, n);
                 for (i = 0; i < n; i++) {
-                        ps[i]->done = true;
+                        /* one not created is looked at again by step():
+                         * a duplicate, or other content for the DLQ */
                         if (v[i].created) {
+                                ps[i]->done = true;
                                 atomic_fetch_add(&intake->upserted, 1);
                                 backlog_add(intake, 1);
-                        } else {
-                                atomic_fetch_add(&intake->duplicates, 1);
                         }
                 }
         } else if (err == CQ_ERR_RETRIABLE) {

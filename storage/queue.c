@@ -315,6 +315,38 @@ cq_err_t cq_store_upsert_job(cq_store_t *store,
         return err;
 }
 
+static const char SQL_JOB_DIFFERS[] =
+    "SELECT spec <> $2::jsonb FROM jobs WHERE job_id = $1";
+
+cq_err_t
+cq_store_job_differs(cq_store_t *store, const cq_job_t *job, bool *differsp)
+{
+        store_params_t sp;
+        PGresult *res = NULL;
+        char *spec;
+        cq_err_t err;
+
+        *differsp = false;
+        if (!job->job_id || !job->spec) {
+                store_set_error(store, "could not compare job: job_id and "
+                                       "spec are required");
+                return CQ_ERR_FATAL;
+        }
+        spec = store_dump(store, job->spec, NULL);
+        if (!spec)
+                return CQ_ERR_FATAL;
+        sp_init(&sp);
+        sp_text(&sp, job->job_id);
+        sp_text(&sp, spec);
+        err = store_exec(store, "compare job", SQL_JOB_DIFFERS, &sp, 0, true,
+                         &res);
+        if (err == CQ_OK && PQntuples(res) == 1)
+                *differsp = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+        PQclear(res);
+        free(spec);
+        return err;
+}
+
 /* The batch as the JSON array SQL_UPSERT_MANY reads; NULL when out of
  * memory. Absent optional fields are JSON nulls, i.e. SQL NULLs. */
 static json_t *upsert_rows(const cq_job_upsert_t *v, size_t n)

@@ -1114,6 +1114,31 @@ START_TEST(resumed_job_keeps_counting_retries_and_time)
 }
 END_TEST
 
+/* A job's time limit holds during an LLM call: a reply that would come
+ * after it (here 20 s, of a 2 s limit) is not waited for. Before, the
+ * call ran to its own timeout and the late reply was taken. */
+START_TEST(job_time_limit_ends_a_slow_llm_call)
+{
+        fixture_t fx;
+        json_t *reqs;
+
+        use_backend(0);
+        fixture_init(&fx, "slow-llm",
+                     "[{\"delay_ms\":20000,\"content\":\"late answer\"}]");
+        fx.opts.job_timeout_s = 2;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "failed");
+        ck_assert_str_eq(fx.result.reason_code, "job_timeout");
+        ck_assert_msg(strstr(fx.result.reason, "job time limit reached (2 s "),
+                      "%s", fx.result.reason);
+        ck_assert_ptr_null(fx.result.answer);
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        fixture_release(&fx);
+}
+END_TEST
+
 START_TEST(resume_replays_cells_and_does_not_repeat_turns)
 {
         static const char steps[] =
@@ -1654,6 +1679,7 @@ static Suite *agent_suite(void)
             tc, input_files_by_content_and_by_url_reach_the_kernel, 0, 2);
         tcase_add_loop_test(tc, resume_replays_cells_and_does_not_repeat_turns,
                             0, 2);
+        tcase_add_test(tc, job_time_limit_ends_a_slow_llm_call);
         suite_add_tcase(s, tc);
         /* Limits of money and tokens, sampling, what a run used:
          * CK_RUN_CASE=budget runs them alone. */

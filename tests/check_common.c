@@ -246,6 +246,13 @@ START_TEST(config_rejects_invalid_values_by_name)
                                        err, sizeof(err)),
                          0);
         ck_assert_int_eq(cfg.log_level, CQ_LOG_WARN);
+        /* a size below its least, where there is no most: no "to 0" */
+        ck_assert_int_eq(cq_config_set(&cfg, "CODERQ_OUTPUT_MAX", "1000", NULL,
+                                       err, sizeof(err)),
+                         -1);
+        ck_assert_msg(strstr(err, "expected a size in bytes of at least 1024 "
+                                  "(suffixes k, M, G)"),
+                      "%s", err);
         cq_config_release(&cfg);
 }
 END_TEST

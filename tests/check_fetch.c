@@ -13,10 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check_support.h"
 #include "coderq/fetch.h"
+#include "coderq/util.h"
 #include "support/fake_llm.h"
 
 /* The existing cases talk to a loopback server, which needs allowing. */
@@ -105,6 +107,8 @@ typedef struct mini {
         int fd, port;
         pthread_t thread;
         atomic_int stop, requests;
+        int stalled[8]; /* connections of "/stall", held open */
+        size_t nstalled;
 } mini_t;
 
 static void *mini_main(void *arg)
@@ -136,6 +140,17 @@ static void *mini_main(void *arg)
                 atomic_fetch_add(&m->requests, 1);
                 if (sscanf(req, "GET %1023s", path) != 1)
                         path[0] = '\0';
+                if (strcmp(path, "/stall") == 0 &&
+                    m->nstalled < CQ_ARRAY_SIZE(m->stalled)) {
+                        /* a body that never comes: headers, one byte */
+                        static const char head[] =
+                            "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nx";
+
+                        if (write(c, head, sizeof(head) - 1) < 0)
+                                perror("mini server write");
+                        m->stalled[m->nstalled++] = c;
+                        continue;
+                }
                 if (strncmp(path, "/to/", 4) == 0)
                         snprintf(reply, sizeof(reply),
                                  "HTTP/1.1 302 Found\r\nLocation: %s\r\n"
@@ -172,8 +187,12 @@ static void mini_start(mini_t *m, const char *ip)
 
 static void mini_stop(mini_t *m)
 {
+        size_t i;
+
         atomic_store(&m->stop, 1);
         pthread_join(m->thread, NULL);
+        for (i = 0; i < m->nstalled; i++)
+                close(m->stalled[i]);
         close(m->fd);
 }
 
@@ -320,6 +339,51 @@ static bool is_public(const char *ip)
         return cq_fetch_addr_is_public((struct sockaddr *)&sin6);
 }
 
+static void *raise_soon(void *opaque)
+{
+        struct timespec ts = {0, 300 * 1000000L};
+
+        nanosleep(&ts, NULL);
+        atomic_store((atomic_int *)opaque, 1);
+        return NULL;
+}
+
+/* A server that sends headers and then nothing holds a fetch only until
+ * its deadline (a job's time limit), or until the job is cancelled:
+ * without either this one would wait the whole 120 s of the test's
+ * default. */
+START_TEST(deadline_and_cancel_end_a_stalled_fetch)
+{
+        char url[256], err[256] = "";
+        unsigned char *data = NULL;
+        size_t len = 0;
+        atomic_int cancel = 0;
+        pthread_t thread;
+
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/stall", one.port);
+        ck_assert_int_eq(cq_fetch_url_until(url, 1024, cq_now_ms() + 500, NULL,
+                                            LOOPBACK, &data, &len, err,
+                                            sizeof(err)),
+                         CQ_ERR_RETRIABLE);
+        ck_assert_msg(strstr(err, "its deadline passed"), "%s", err);
+        ck_assert_ptr_null(data);
+        /* a deadline already past sends nothing */
+        ck_assert_int_eq(cq_fetch_url_until(url, 1024, cq_now_ms() - 1, NULL,
+                                            LOOPBACK, &data, &len, err,
+                                            sizeof(err)),
+                         CQ_ERR_RETRIABLE);
+        ck_assert_int_eq(atomic_load(&one.requests), 1);
+        ck_assert_int_eq(pthread_create(&thread, NULL, raise_soon, &cancel), 0);
+        ck_assert_int_eq(cq_fetch_url_until(url, 1024, cq_now_ms() + 120000,
+                                            &cancel, LOOPBACK, &data, &len, err,
+                                            sizeof(err)),
+                         CQ_ERR_RETRIABLE);
+        pthread_join(thread, NULL);
+        ck_assert_msg(strstr(err, "cancelled"), "%s", err);
+        ck_assert_ptr_null(data);
+}
+END_TEST
+
 START_TEST(classifies_addresses)
 {
         static const char *const refused[] = {"0.0.0.0",
@@ -377,6 +441,7 @@ static Suite *fetch_suite(void)
         tcase_add_test(ssrf, allowlist_admits_internal_hosts);
         tcase_add_test(ssrf, checks_every_redirect);
         tcase_add_test(ssrf, classifies_addresses);
+        tcase_add_test(ssrf, deadline_and_cancel_end_a_stalled_fetch);
         suite_add_tcase(s, ssrf);
         return s;
 }

@@ -314,7 +314,7 @@ START_TEST(hostile_input_and_offsets)
         size_t badlen[200], n, i;
         kt_msg_t *msgs = NULL;
         int ngood = 0, g = 0, b;
-        char like[200];
+        char like[200], clash[200];
 
         fixture_init(&fx, "it-intake");
         rk = kt_producer(fx.brokers);
@@ -335,6 +335,20 @@ START_TEST(hostile_input_and_offsets)
         }
         produce_good(rk, &fx, "good", 0, true); /* the same message again */
         {
+                /* Other content under good-0's job_id, after it on its
+                 * partition: not a redelivery, so not a duplicate. */
+                char value[256];
+                int vn;
+
+                snprintf(clash, sizeof(clash), "%s-good-0", fx.prefix);
+                vn = snprintf(value, sizeof(value),
+                              "{\"job_id\":\"%s\",\"prompt\":\"something "
+                              "else\"}",
+                              clash);
+                kt_produce(rk, fx.topic, -1, clash, strlen(clash), value,
+                           (size_t)vn, NULL);
+        }
+        {
                 /* A valid job whose key disagrees with its job_id. */
                 char value[256];
                 int vn = snprintf(value, sizeof(value),
@@ -348,10 +362,10 @@ START_TEST(hostile_input_and_offsets)
 
         runner_start(&r, &fx);
         WAIT_STATS(&r, st, 120000,
-                   st.dlq == 201 && st.upserted == (uint64_t)ngood &&
+                   st.dlq == 202 && st.upserted == (uint64_t)ngood &&
                        st.duplicates == 1);
         runner_stop(&r, &st);
-        ck_assert_uint_eq(st.received, 200 + ngood + 2);
+        ck_assert_uint_eq(st.received, 200 + ngood + 3);
         ck_assert_uint_eq(st.stored, st.received);
         /* a burst is upserted in batches, never more than it holds */
         ck_assert_uint_ge(st.batches, 1);
@@ -373,9 +387,16 @@ START_TEST(hostile_input_and_offsets)
                                     like),
                          ngood);
 
+        /* the first content of good-0 stands */
+        ck_assert_int_eq(kt_pg_long(fx.dsn,
+                                    "SELECT count(*) FROM jobs WHERE job_id "
+                                    "= $1 AND prompt = 'compute 0 squared'",
+                                    clash),
+                         1);
+
         /* Every bad message in the DLQ, unchanged, with its reasons. */
-        n = kt_consume(fx.brokers, fx.dlq, 1, 201, 60000, &msgs);
-        ck_assert_uint_eq(n, 201);
+        n = kt_consume(fx.brokers, fx.dlq, 1, 202, 60000, &msgs);
+        ck_assert_uint_eq(n, 202);
         for (i = 0; i < n; i++) {
                 const char *h;
                 int idx;
@@ -391,6 +412,15 @@ START_TEST(hostile_input_and_offsets)
                 ck_assert_ptr_nonnull(h);
                 ck_assert(strtoll(h, &end, 10) >= 0 && *end == '\0');
                 ck_assert_ptr_nonnull(msgs[i].key);
+                if (strcmp(msgs[i].key, clash) == 0) {
+                        ck_assert_ptr_nonnull(
+                            strstr(kt_header(&msgs[i], "error"),
+                                   "names a job already stored with other "
+                                   "content"));
+                        ck_assert_ptr_nonnull(memmem(msgs[i].value, msgs[i].len,
+                                                     "something else", 14));
+                        continue;
+                }
                 if (strcmp(msgs[i].key, "other") == 0) {
                         ck_assert_ptr_nonnull(strstr(
                             kt_header(&msgs[i], "error"), "does not match"));

@@ -675,6 +675,42 @@ static void *raise_later(void *opaque)
         return NULL;
 }
 
+/* The caller's deadline (a job's time limit) ends a call as a cancel
+ * does: the request in flight, and no retry after it. */
+START_TEST(deadline_ends_a_slow_reply)
+{
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+
+        test_conf(&conf, "script:slow");
+        conf.timeout_s = 120; /* longer than the fake's 20 s delay */
+        llm = new_llm(&conf);
+        cq_llm_set_deadline(llm, cq_now_ms() + 300);
+        cq_llm_reply_init(&reply);
+        /* without the deadline this call would succeed after 20 s */
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        ck_assert_msg(
+            strstr(cq_llm_errmsg(llm), "the caller's deadline passed"), "%s",
+            cq_llm_errmsg(llm));
+        ck_assert_int_eq(reply.attempts, 1);
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        /* past it, the next call sends nothing */
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 1);
+        json_decref(reqs);
+        /* cleared, calls go out again */
+        cq_llm_set_deadline(llm, 0);
+        cq_llm_reply_release(&reply);
+        json_decref(history);
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
 START_TEST(cancel_aborts_a_slow_reply)
 {
         cq_llm_conf_t conf;
@@ -1362,7 +1398,7 @@ static const struct {
     {"{\"choices\": [{\"message\": {\"tool_calls\": [{\"id\": \"a\", "
      "\"function\": {\"name\": \"execute_code\", \"arguments\": "
      "\"{\\\"code\\\": \\\"a\\\\u0000b\\\"}\"}}]}}]}",
-     0, "arguments are not valid JSON"},
+     0, "the code contains the character U+0000 (NUL)"},
     {"{\"choices\": [{\"message\": {\"content\": 5, \"tool_calls\": null}, "
      "\"finish_reason\": 3}], \"usage\": {\"prompt_tokens\": \"x\", "
      "\"completion_tokens\": -4}}",
@@ -1409,6 +1445,54 @@ START_TEST(parser_malformed_shapes)
                         ck_assert_int_eq(reply.prompt_tokens, 0);
                         ck_assert_int_eq(reply.completion_tokens, 0);
                 }
+                cq_llm_reply_release(&reply);
+        }
+}
+END_TEST
+
+/* U+0000 is valid JSON: a reply holding it is taken, its text with
+ * U+FFFD in its place (whole as a C string), and code holding it gets
+ * an error the model can act on, in both providers' formats. */
+START_TEST(parser_takes_nul_characters)
+{
+        static const char openai[] =
+            "{\"choices\":[{\"message\":{\"role\":\"assistant\","
+            "\"content\":\"a\\u0000b\",\"tool_calls\":[{\"id\":\"c1\","
+            "\"type\":\"function\",\"function\":{\"name\":"
+            "\"execute_code\",\"arguments\":"
+            "\"{\\\"code\\\": \\\"x = 1\\\\u0000\\\"}\"}}]},"
+            "\"finish_reason\":\"tool_calls\"}]}";
+        static const char anthropic[] =
+            "{\"type\":\"message\",\"role\":\"assistant\",\"content\":"
+            "[{\"type\":\"text\",\"text\":\"a\\u0000b\"},"
+            "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":"
+            "\"execute_code\",\"input\":{\"code\":\"x = 1\\u0000\"}}],"
+            "\"stop_reason\":\"tool_use\"}";
+        const char *bodies[] = {openai, anthropic};
+        cq_llm_provider_t providers[] = {CQ_LLM_OPENAI, CQ_LLM_ANTHROPIC};
+        char errstr[512];
+        size_t i;
+
+        for (i = 0; i < 2; i++) {
+                cq_llm_reply_t reply;
+
+                cq_llm_reply_init(&reply);
+                errstr[0] = '\0';
+                ck_assert_msg(cq_llm_parse_reply_as(
+                                  providers[i], bodies[i], strlen(bodies[i]),
+                                  &reply, errstr, sizeof(errstr)) == 0,
+                              "%zu: %s", i, errstr);
+                ck_assert_str_eq(reply.content, "a\xef\xbf\xbd"
+                                                "b");
+                ck_assert_uint_eq(reply.ncalls, 1);
+                ck_assert_ptr_null(reply.calls[0].code);
+                ck_assert_msg(reply.calls[0].error &&
+                                  strstr(reply.calls[0].error,
+                                         "contains the character U+0000"),
+                              "%zu: %s", i,
+                              reply.calls[0].error ? reply.calls[0].error
+                                                   : "(none)");
+                ck_assert_ptr_null(strstr(reply.calls[0].error, "JSON"));
                 cq_llm_reply_release(&reply);
         }
 }
@@ -2070,6 +2154,7 @@ static Suite *cq_llm_suite(void)
         tcase_add_test(tc, dropped_connection_is_retried);
         tcase_add_test(tc, response_over_cap_is_fatal);
         tcase_add_test(tc, cancel_aborts_a_slow_reply);
+        tcase_add_test(tc, deadline_ends_a_slow_reply);
         tcase_add_test(tc, provider_variations);
         tcase_add_test(tc, connection_refused_is_retriable);
         tcase_add_test(tc, bad_arguments_fail_without_a_request);
@@ -2092,6 +2177,7 @@ static Suite *cq_llm_suite(void)
         tcase_add_test(pure, parser_random_bytes_and_mutations);
         tcase_add_test(pure, parser_malformed_shapes);
         tcase_add_test(pure, parser_huge_and_deep_input);
+        tcase_add_test(pure, parser_takes_nul_characters);
         tcase_add_test(pure, anthropic_golden_replies);
         tcase_add_test(pure, anthropic_parser_mutations_and_huge_input);
         tcase_add_test(pure, anthropic_request_golden);

@@ -6,7 +6,9 @@
 #ifndef CODERQ_FETCH_H
 #define CODERQ_FETCH_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "coderq/common.h"
@@ -37,6 +39,22 @@ CQ_NODISCARD cq_err_t cq_fetch_url(const char *url,
                                    size_t *lenp,
                                    char *errstr,
                                    size_t errstr_size);
+
+/**
+ * @brief cq_fetch_url() that ends by \p deadline_ms (cq_now_ms()'s
+ *        clock, every redirect included: "its deadline passed") or when
+ *        \p cancel rises ("cancelled"), both CQ_ERR_RETRIABLE.
+ * @param cancel Borrowed, may be NULL.
+ */
+CQ_NODISCARD cq_err_t cq_fetch_url_until(const char *url,
+                                         size_t max,
+                                         int64_t deadline_ms,
+                                         const atomic_int *cancel,
+                                         const char *allow,
+                                         unsigned char **datap,
+                                         size_t *lenp,
+                                         char *errstr,
+                                         size_t errstr_size);
 
 /**
  * @brief Is \p sa a public unicast address? False for loopback, private

@@ -253,6 +253,14 @@ const char *cq_llm_model(const cq_llm_t *llm);
 void cq_llm_set_cancel(cq_llm_t *llm, const atomic_int *cancel);
 
 /**
+ * @brief Past \p deadline_ms (cq_now_ms()'s clock), as when the cancel
+ *        flag rises: a request in flight is aborted within about 100 ms,
+ *        backoff and rate-limit waits end by it, and cq_llm_chat() returns
+ *        CQ_ERR_RETRIABLE ("the caller's deadline passed"). 0: none.
+ */
+void cq_llm_set_deadline(cq_llm_t *llm, int64_t deadline_ms);
+
+/**
  * @brief Ask the model for the next assistant message.
  * @param messages Borrowed; a JSON array of Chat Completions messages, sent
  *                 verbatim.

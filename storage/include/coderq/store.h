@@ -109,6 +109,16 @@ CQ_NODISCARD cq_err_t cq_store_upsert_job(cq_store_t *store,
                                           const cq_job_src_t *src,
                                           bool *createdp);
 
+/**
+ * @brief Whether a stored job of \p job's job_id has other content (its
+ *        spec, compared as jsonb) than \p job: a message that is not the
+ *        redelivery of the one that created it. False when none is stored.
+ * @locality The thread that owns \p store.
+ */
+CQ_NODISCARD cq_err_t cq_store_job_differs(cq_store_t *store,
+                                           const cq_job_t *job,
+                                           bool *differsp);
+
 /** @brief One job of a batch upsert. */
 typedef struct cq_job_upsert {
         const cq_job_t *job;     /* borrowed; as for cq_store_upsert_job() */
