@@ -4,19 +4,19 @@
  * also the checkpoint hook, and leaves it in a state a later run can
  * continue from: an assistant message whose tool calls are not all
  * answered is finished first, so a completed LLM turn is never repeated. */
-#include "coderq/agent.h"
+#include "coderq/agent/agent.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/buf.h"
-#include "coderq/fetch.h"
-#include "coderq/log.h"
-#include "coderq/testrun.h"
-#include "coderq/tooltext.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/agent/fetch.h"
+#include "coderq/common/log.h"
+#include "coderq/agent/testrun.h"
+#include "coderq/agent/tooltext.h"
+#include "coderq/common/util.h"
 
 #define KEEP_RECENT_MESSAGES 6   /* never elided */
 #define ELIDE_MIN_CHARS      200 /* shorter tool outputs are not worth it */

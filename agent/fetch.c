@@ -4,7 +4,7 @@
  * each connection is checked on the resolved address curl is about to
  * connect to (which also defeats DNS rebinding), and redirects are
  * followed here, one checked hop at a time, rather than by curl. */
-#include "coderq/fetch.h"
+#include "coderq/agent/fetch.h"
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
@@ -17,8 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "coderq/buf.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/util.h"
 
 #define MAX_REDIRS 5
 #define ALLOW_MAX  64

@@ -5,7 +5,7 @@
  * and the hook into the worker's shared rate limiter. The wire formats
  * live in llm_openai.c and llm_anthropic.c. The API keys are scrubbed
  * from every message this file produces. */
-#include "coderq/llm.h"
+#include "coderq/agent/llm.h"
 
 #include <curl/curl.h>
 #include <ctype.h>
@@ -19,9 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/buf.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 #include "llm_int.h"
 
 #define DEFAULT_CONNECT_TIMEOUT 10

@@ -5,14 +5,14 @@
  * blocks, tool results to tool_result blocks in user messages, same-role
  * neighbours merged) and turns a reply back into a Chat Completions
  * assistant message. The transport is llm.c. */
-#include "coderq/llm.h"
+#include "coderq/agent/llm.h"
 
 #include <stdint.h>
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/buf.h"
+#include "coderq/common/buf.h"
 #include "llm_int.h"
 
 /* The Messages API requires max_tokens. */

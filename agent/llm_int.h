@@ -7,7 +7,7 @@
 
 #include <jansson.h>
 
-#include "coderq/llm.h"
+#include "coderq/agent/llm.h"
 
 /** @brief The part of the configuration a wire format needs. */
 typedef struct llm_req {

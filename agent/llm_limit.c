@@ -4,7 +4,7 @@
  * grows back slowly on success (AIMD), with Retry-After holding every
  * slot of the model. One mutex and one condition variable guard it all;
  * waits are bounded by the caller's deadline and see its cancel flag. */
-#include "coderq/llm.h"
+#include "coderq/agent/llm.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 #include "llm_int.h"
 
 #define MAX_MODELS    256  /* further models go unlimited */

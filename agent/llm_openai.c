@@ -2,7 +2,7 @@
 /* llm_openai.c - the Chat Completions wire format: the history is sent
  * verbatim, and the reply's choices[0].message is kept verbatim. The
  * transport (curl, retries, the limiter) is llm.c. */
-#include "coderq/llm.h"
+#include "coderq/agent/llm.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
  * same notebook: stable ids across rewrites and reproducible golden files.
  * Limits: floats inside application/json outputs are printed with 17
  * significant digits (jansson) where Python prints the shortest form. */
-#include "coderq/notebook.h"
+#include "coderq/agent/notebook.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,8 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "coderq/buf.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/util.h"
 
 #define NB_ID_LEN 8
 

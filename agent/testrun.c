@@ -2,7 +2,7 @@
 /* testrun.c - job tests as one Python cell and the parser of its report.
  * Everything from the job (cases, function name, code) reaches Python as
  * base64, so no quoting of untrusted text into source code is needed. */
-#include "coderq/testrun.h"
+#include "coderq/agent/testrun.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/buf.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/util.h"
 
 #define TESTRUN_CODE_MAX ((size_t)64 << 20)
 

@@ -5,15 +5,15 @@
  * and promised an image placeholder it never sent; here every item is
  * shown in order, bounded head + tail with a visible marker, and images
  * are described by CQ_TOOLTEXT_IMAGE_FORMAT. */
-#include "coderq/tooltext.h"
+#include "coderq/agent/tooltext.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "coderq/buf.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/util.h"
 
 /* Intermediate renderings hold at most what the cell result already holds,
  * a few times over; the cap only guards against arithmetic surprises. */

@@ -18,13 +18,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/agent.h"
-#include "coderq/interp_local.h"
-#include "coderq/job.h"
-#include "coderq/kpool.h"
-#include "coderq/llm.h"
-#include "coderq/log.h"
-#include "coderq/notebook.h"
+#include "coderq/agent/agent.h"
+#include "coderq/local/interp_local.h"
+#include "coderq/common/job.h"
+#include "coderq/local/kpool.h"
+#include "coderq/agent/llm.h"
+#include "coderq/common/log.h"
+#include "coderq/agent/notebook.h"
 
 typedef struct clocks {
         double wall_ms;

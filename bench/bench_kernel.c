@@ -18,10 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/interp_local.h"
-#include "coderq/kpool.h"
-#include "coderq/kserver.h"
-#include "coderq/util.h"
+#include "coderq/local/interp_local.h"
+#include "coderq/local/kpool.h"
+#include "coderq/local/kserver.h"
+#include "coderq/common/util.h"
 
 /* Kernels alive at once while PSS is read: shared pages are divided
  * among the processes that map them, so both sides get the same number. */

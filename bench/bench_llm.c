@@ -19,8 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "coderq/llm.h"
-#include "coderq/util.h"
+#include "coderq/agent/llm.h"
+#include "coderq/common/util.h"
 
 static double now_s(void)
 {

@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/store.h"
-#include "coderq/util.h"
+#include "coderq/storage/store.h"
+#include "coderq/common/util.h"
 
 #define NJOBS 200000
 

@@ -2,18 +2,18 @@
 /* cli.c - command dispatch, global help and version. Configuration is read
  * from the environment, then from flags anywhere on the command line, before
  * a command runs, so every command sees the same validated settings. */
-#include "coderq/cli.h"
+#include "coderq/cli/cli.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "coderq/cmd_cli.h"
-#include "coderq/fetch.h"
-#include "coderq/kafka.h"
-#include "coderq/kprops.h"
-#include "coderq/log.h"
-#include "coderq/prices.h"
+#include "coderq/cli/cmd_cli.h"
+#include "coderq/agent/fetch.h"
+#include "coderq/consumer/kafka.h"
+#include "coderq/common/kprops.h"
+#include "coderq/common/log.h"
+#include "coderq/common/prices.h"
 
 extern char **environ;
 

@@ -3,7 +3,7 @@
  * number parsing, reading input files, opening the store and writing
  * output files, each failure reported as one line on stderr with the exit
  * code it maps to. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "coderq/buf.h"
+#include "coderq/common/buf.h"
 
 int cq_cli_opt(
     int argc, char **argv, int *ip, const char *name, const char **valuep)

@@ -4,7 +4,7 @@
  * progress bar and durations. The width table is a small approximation
  * of wcwidth() that does not depend on the locale (main() runs in the C
  * locale). */
-#include "coderq/clifmt.h"
+#include "coderq/cli/clifmt.h"
 
 #include <stdlib.h>
 #include <string.h>

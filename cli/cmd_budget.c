@@ -3,7 +3,7 @@
  * in USD. Workers hold each LLM call's estimated cost against it
  * (cq_store_budget_reserve()), so a run never spends past it; a job whose
  * next call would cross it fails with reason code "budget". */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <errno.h>
 #include <math.h>

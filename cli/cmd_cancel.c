@@ -2,7 +2,7 @@
 /* cmd_cancel.c - `coderq cancel JOB`: a queued job is cancelled at once;
  * a running one is flagged and its worker stops it at its next turn or
  * cell; a finished one is left alone. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * (PostgreSQL, Kafka, Debian's Python kernel, the sandbox: the very probe
  * a worker runs at start), each bounded by a short timeout so a dead
  * service never hangs the command. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -18,15 +18,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "coderq/kafka.h"
-#include "coderq/kafka_conf.h"
-#include "coderq/kpool.h"
-#include "coderq/kserver.h"
-#include "coderq/log.h"
-#include "coderq/sandbox.h"
-#include "coderq/store.h"
-#include "coderq/util.h"
-#include "coderq/workdir.h"
+#include "coderq/consumer/kafka.h"
+#include "coderq/consumer/kafka_conf.h"
+#include "coderq/local/kpool.h"
+#include "coderq/local/kserver.h"
+#include "coderq/common/log.h"
+#include "coderq/local/sandbox.h"
+#include "coderq/storage/store.h"
+#include "coderq/common/util.h"
+#include "coderq/local/workdir.h"
 
 extern char **environ;
 

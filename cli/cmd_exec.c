@@ -3,19 +3,19 @@
  * in one local kernel (the same backend jobs use, sandbox included) and
  * write the notebook. Cells come from the files, or from stdin, split at
  * lines that start with "# %%". A way to try the backend by hand. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/backend.h"
-#include "coderq/buf.h"
-#include "coderq/cli.h"
-#include "coderq/clifmt.h"
-#include "coderq/collect.h"
-#include "coderq/notebook.h"
+#include "coderq/backend/backend.h"
+#include "coderq/common/buf.h"
+#include "coderq/cli/cli.h"
+#include "coderq/cli/clifmt.h"
+#include "coderq/interp/collect.h"
+#include "coderq/agent/notebook.h"
 
 #define EXEC_SOURCE_MAX ((size_t)64 << 20)
 

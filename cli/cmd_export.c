@@ -3,16 +3,16 @@
  * (written exactly as the notebook builder writes it), its images under
  * safe, unique names, and answer.md with the final answer. Everything
  * comes from one read-only snapshot of PostgreSQL. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/buf.h"
-#include "coderq/clifmt.h"
-#include "coderq/notebook.h"
+#include "coderq/common/buf.h"
+#include "coderq/cli/clifmt.h"
+#include "coderq/agent/notebook.h"
 
 static int
 join(char *out, size_t size, const char *dir, const char *a, const char *b)

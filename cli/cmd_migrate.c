@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_migrate.c - `coderq migrate`: apply the pending schema migrations
  * and say which. Safe to run from several processes at once. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <stdio.h>
 
-#include "coderq/cli.h"
-#include "coderq/store.h"
+#include "coderq/cli/cli.h"
+#include "coderq/storage/store.h"
 
 static void print_applied(void *opaque, const char *name)
 {

@@ -5,15 +5,15 @@
  * job under DIR/jobs/. The pages are rendered by html.c; each job is read
  * from a snapshot of its own, and the index is written last, so it links
  * only to pages that exist. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/html.h"
-#include "coderq/util.h"
+#include "coderq/cli/html.h"
+#include "coderq/common/util.h"
 
 static int write_page(const char *dir,
                       const char *sub,

@@ -5,14 +5,14 @@
  * attempt of each original job is shown unless --all-attempts is given.
  * Without --run it shows the most recent run: the run of the newest job
  * that has a run_id. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/clifmt.h"
-#include "coderq/summary.h"
+#include "coderq/cli/clifmt.h"
+#include "coderq/cli/summary.h"
 
 static cq_err_t render_csv(json_t *rows, cq_buf_t *buf)
 {

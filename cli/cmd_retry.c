@@ -7,13 +7,13 @@
  * depend only on what PostgreSQL holds, so a retry sent twice before the
  * intake stored it is one job (the intake keeps the first). Old results
  * are left as they are. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/job.h"
+#include "coderq/common/job.h"
 
 typedef struct retry_opts {
         const char *run;

@@ -3,7 +3,7 @@
  * loop with the local kernel pool, no Kafka and no PostgreSQL. Progress
  * goes to stdout as it happens; the notebook, the images and a result
  * summary go to DIR. Exit code 0 only when the job succeeded. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -12,13 +12,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "coderq/agent.h"
-#include "coderq/backend.h"
-#include "coderq/cli.h"
-#include "coderq/clifmt.h"
-#include "coderq/log.h"
-#include "coderq/notebook.h"
-#include "coderq/prices.h"
+#include "coderq/agent/agent.h"
+#include "coderq/backend/backend.h"
+#include "coderq/cli/cli.h"
+#include "coderq/cli/clifmt.h"
+#include "coderq/common/log.h"
+#include "coderq/agent/notebook.h"
+#include "coderq/common/prices.h"
 
 static atomic_int run_cancel;
 

@@ -3,13 +3,13 @@
  * state of its completion event as aligned "key: value" lines, or as a
  * JSON object with --json; `coderq status --outbox`: the outbox counts
  * and its failed rows. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/clifmt.h"
+#include "coderq/cli/clifmt.h"
 
 /* One "key: value" line; the value is escaped (cq_fmt_untrusted()) so
  * every key stays on one line and the terminal obeys nothing in it. */

@@ -5,7 +5,7 @@
  * first: by default one invalid line means nothing is sent. With --wait
  * the batch is followed in PostgreSQL (the source of truth) with a
  * progress bar until every job has finished or the timeout passes. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
@@ -16,11 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/clifmt.h"
-#include "coderq/job.h"
-#include "coderq/kafka_conf.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/cli/clifmt.h"
+#include "coderq/common/job.h"
+#include "coderq/consumer/kafka_conf.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 
 /* Delivery of every message must be decided within this time (librdkafka
  * message.timeout.ms); a broker that stays unreachable fails the submit

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_worker.c - `coderq worker`: the daemon. SIGTERM or SIGINT starts a
  * graceful shutdown; a second one exits at once. */
-#include "coderq/cmd_cli.h"
+#include "coderq/cli/cmd_cli.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coderq/log.h"
-#include "coderq/util.h"
-#include "coderq/worker.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
+#include "coderq/worker/worker.h"
 
 static volatile sig_atomic_t worker_signals;
 

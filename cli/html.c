@@ -4,15 +4,15 @@
  * (overview, answer, tests, transcript, notebook, images). Every string
  * from a job goes through cq_html_escape(); the script reads the table
  * from the DOM and never holds job text as code. */
-#include "coderq/html.h"
+#include "coderq/cli/html.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/clifmt.h"
-#include "coderq/util.h"
+#include "coderq/cli/clifmt.h"
+#include "coderq/common/util.h"
 
 /* Nested objects and arrays deeper than this print as compact JSON. */
 #define MAX_DEPTH 4

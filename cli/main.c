@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* main.c - the coderq executable. Process-wide initialisation that must
  * happen before any thread starts lives here and nowhere else. */
-#include "coderq/cli.h"
+#include "coderq/cli/cli.h"
 
 #include <curl/curl.h>
 #include <locale.h>

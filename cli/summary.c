@@ -4,14 +4,14 @@
  * PostgreSQL (coderq_run_summary()); numbers arrive as JSON integers or
  * reals depending on their SQL type, so every figure is read with
  * json_number_value() and a missing or null one prints as "-". */
-#include "coderq/summary.h"
+#include "coderq/cli/summary.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/clifmt.h"
+#include "coderq/cli/clifmt.h"
 
 /* The figures of one group, in table and CSV order. */
 static const char *const figure_keys[] = {"jobs",

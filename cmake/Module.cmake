@@ -1,5 +1,6 @@
 # The rooms (cmake/rooms.txt): each source folder is one static library,
-# whose public headers are the folder's include/coderq/*.h, linked to the
+# whose public headers are include/coderq/<name>/*.h (<name>: the
+# folder's last component), linked to the
 # libraries of exactly the rooms the table lets it call, and privately:
 # a room's sources see the headers of those rooms only, so including a
 # header of any other room does not compile. scripts/rooms.sh checks the
@@ -43,7 +44,15 @@ function(cq_room)
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.c)
   list(REMOVE_ITEM srcs ${CMAKE_CURRENT_SOURCE_DIR}/main.c)
   add_library(${name} STATIC ${srcs})
-  target_include_directories(${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include)
+  # The room's headers alone, as coderq/<name>/: a link to its folder
+  # under include/, in a folder of the build tree that holds nothing else,
+  # so linking a room gives the headers of that room and no other.
+  get_filename_component(hname ${folder} NAME)
+  set(hroot ${PROJECT_BINARY_DIR}/rooms/${hname})
+  file(MAKE_DIRECTORY ${hroot}/coderq)
+  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/include/coderq/${hname}
+       ${hroot}/coderq/${hname} SYMBOLIC)
+  target_include_directories(${name} PUBLIC ${hroot})
   target_link_libraries(${name} PUBLIC ${ARG_PUBLIC_LIBS}
                         PRIVATE ${rooms} ${ARG_LIBS})
   cq_target_warnings(${name})

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* buf.c - capped growable buffer. Growth doubles up to the cap; every size
  * computation is written so that it cannot wrap. */
-#include "coderq/buf.h"
+#include "coderq/common/buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

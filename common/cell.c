@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* cell.c - cell results and the one table of cell status names. */
-#include "coderq/cell.h"
+#include "coderq/common/cell.h"
 
 #include <string.h>
 

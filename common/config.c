@@ -2,7 +2,7 @@
 /* config.c - the settings table and its parsers. Values come from the
  * defaults, then the environment, then flags; the last one wins. Nothing
  * here is global: the table is constant and values live in cq_config_t. */
-#include "coderq/config.h"
+#include "coderq/common/config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "coderq/kprops.h"
+#include "coderq/common/kprops.h"
 
 #define F(field) offsetof(cq_config_t, field)
 

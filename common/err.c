@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* err.c - names of cq_err_t values for logs and messages, and the one
  * helper that fills a caller's errstr. */
-#include "coderq/common.h"
+#include "coderq/common/common.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
 /* gate.c - first come, first served admission (see gate.h). Tickets are
  * handed out in arrival order; the head of the queue gets in once fewer
  * than `width` holders are younger than hold_ms. */
-#include "coderq/gate.h"
+#include "coderq/common/gate.h"
 
 #include <pthread.h>
 #include <stdbool.h>

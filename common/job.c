@@ -16,7 +16,7 @@
  * 1..10^12, max_cost_usd above 0 up to 10^6; priority -1000..1000;
  * temperature 0..2, top_p 0..1, seed any integer; run_attempt 2..1000
  * with retry_of (and only with it); memory.scope follows the id rules. */
-#include "coderq/job.h"
+#include "coderq/common/job.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 
 /* Decoded inline file bytes over all files of one job. */
 #define JOB_FILES_MAX_BYTES ((size_t)64 << 20)

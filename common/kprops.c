@@ -4,7 +4,7 @@
  * names coderq keeps for itself and the names whose values are secrets.
  * The file is untrusted text: its size is capped before it is read, every
  * read below is bounded by its length, and no error quotes a value. */
-#include "coderq/kprops.h"
+#include "coderq/common/kprops.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -3,7 +3,7 @@
  * only process-wide state; both are atomics set once by main(). A line is
  * built in memory and written with one write(2) so threads never interleave
  * within a line; a failed or short write is dropped, never retried forever. */
-#include "coderq/log.h"
+#include "coderq/common/log.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -7,7 +7,7 @@
  * Prometheus requires). A family's series sit in an array published by
  * an atomic count: readers scan it without a lock, the mutex only orders
  * the writers that append. */
-#include "coderq/metrics.h"
+#include "coderq/common/metrics.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * usage. The file is read whole under a size cap, parsed with duplicate
  * keys rejected, and every model entry is checked: a misspelt price key
  * is an error, not a price of 0. */
-#include "coderq/prices.h"
+#include "coderq/common/prices.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -2,7 +2,7 @@
 /* util.c - clocks, ANSI stripping, UTF-8 repair, base64, SHA-256, safe
  * relative paths. The text functions run on untrusted kernel and model
  * output, so every read is bounded by the given length, never by a NUL. */
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 
 #include <openssl/evp.h>
 #include <stdio.h>

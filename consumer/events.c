@@ -5,14 +5,14 @@
  * this process (a small table under a mutex, bounded: the least recently
  * used job is forgotten first), so a consumer can order a job's events
  * and see gaps. */
-#include "coderq/kafka.h"
+#include "coderq/consumer/kafka.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 #include "kafka_int.h"
 
 #define SEQ_TABLE_MAX 4096

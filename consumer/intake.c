@@ -6,7 +6,7 @@
  * queued backlog is over its bound, all assigned partitions are paused
  * (tracked here: 2.0.2 does not clear an application pause on revoke) and
  * the consumer keeps polling. */
-#include "coderq/kafka.h"
+#include "coderq/consumer/kafka.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/job.h"
-#include "coderq/log.h"
-#include "coderq/store.h"
-#include "coderq/util.h"
+#include "coderq/common/job.h"
+#include "coderq/common/log.h"
+#include "coderq/storage/store.h"
+#include "coderq/common/util.h"
 #include "kafka_int.h"
 
 #define FIFO_HIGH               500 /* pause above this many unhandled messages */

@@ -5,14 +5,14 @@
  * (the CODERQ_KAFKA_PROPERTIES file, then CODERQ_KAFKA_PROP_* variables),
  * then what coderq's correctness depends on. Secrets never reach an error
  * or a log line from here. */
-#include "coderq/kafka_conf.h"
+#include "coderq/consumer/kafka_conf.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <sys/syslog.h>
 
-#include "coderq/kprops.h"
-#include "coderq/log.h"
+#include "coderq/common/kprops.h"
+#include "coderq/common/log.h"
 #include "kafka_int.h"
 
 int kafka_conf_set(rd_kafka_conf_t *conf,

@@ -8,8 +8,8 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "coderq/kafka.h"
-#include "coderq/kafka_conf.h"
+#include "coderq/consumer/kafka.h"
+#include "coderq/consumer/kafka_conf.h"
 
 /* Set one property; \p source (may be NULL: coderq itself) names where
  * it came from. On failure "could not set Kafka property K=V (from S):

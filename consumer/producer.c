@@ -3,7 +3,7 @@
  * (DLQ), the relay and the events. A private thread serves delivery
  * reports and replaces the client after a fatal error; tracked messages
  * carry a reference-counted record so callers can wait or walk away. */
-#include "coderq/kafka.h"
+#include "coderq/consumer/kafka.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -12,9 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "coderq/job.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/common/job.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 #include "kafka_int.h"
 
 struct cq_dr {

@@ -13,7 +13,7 @@
  * past its lease, between a delivery and its marking, and when a
  * delivery times out after the broker may have written it (possibly
  * persisted): consumers dedupe on job_id / event_id. */
-#include "coderq/kafka.h"
+#include "coderq/consumer/kafka.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -22,10 +22,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coderq/job.h"
-#include "coderq/log.h"
-#include "coderq/store.h"
-#include "coderq/util.h"
+#include "coderq/common/job.h"
+#include "coderq/common/log.h"
+#include "coderq/storage/store.h"
+#include "coderq/common/util.h"
 #include "kafka_int.h"
 
 /* Margin of a claim over the producer's message timeout: the delivery

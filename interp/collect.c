@@ -3,7 +3,7 @@
  * sends is counted, a head and a tail are kept around one marker that
  * states the bytes dropped. Memory stays within the cap plus what one
  * output in flight weighs; see collect.h. */
-#include "coderq/collect.h"
+#include "coderq/interp/collect.h"
 
 #include <stdio.h>
 #include <stdlib.h>

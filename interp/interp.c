@@ -3,7 +3,7 @@
  * dispatch to the backend's ops, file lists and mime guessing shared by
  * the local and E2B backends (cell results live in common/cell.c, path
  * checks in util.c). */
-#include "coderq/interp.h"
+#include "coderq/interp/interp.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # rooms.sh - check the room map (cmake/rooms.txt) against the sources:
 #   - a source of a room includes coderq headers only of its own room and
-#     of the rooms the table says it may call (a header belongs to the
-#     room whose include/coderq/ holds it), never another folder's
+#     of the rooms the table says it may call (coderq/<name>/x.h is a
+#     header of the room whose folder ends in <name>: include/coderq/
+#     <name>/ holds it), never another folder's
 #     private header by path ("../x/y_int.h"), and libpq only in storage/
 #     (every SQL statement is storage's);
 #   - every .c of a room includes its own header first, proving that the
 #     header stands alone: the room's public header of the same name when
-#     there is one (x.c: coderq/x.h), else another public header of its
-#     room (storage/queue.c: coderq/store.h).
+#     there is one (agent/llm.c: coderq/agent/llm.h), else another public
+#     header of its room;
+#   - every folder under include/coderq/ is a room's.
 # Prints one line per violation; exit status 1 when there is any. Run by
 # scripts/test.sh's lint; needs only bash, awk and grep.
 set -euo pipefail
@@ -16,43 +18,43 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 declare -A calls=() # folder -> " self callee... "
+declare -A room=()  # header folder name -> room folder
 folders=()
+bad=0
 while read -r folder _lib rest; do
         case $folder in '' | '#'*) continue ;; esac
         folders+=("$folder")
         calls[$folder]=" $folder ${rest//-/} "
+        name=${folder##*/}
+        if [ -n "${room[$name]:-}" ]; then
+                echo "rooms: $folder/ and ${room[$name]}/ both end in $name"
+                bad=1
+        fi
+        room[$name]=$folder
 done <cmake/rooms.txt
-
-# The room of each public header, by where it lives.
-declare -A owner=()
-for folder in "${folders[@]}"; do
-        for h in "$folder"/include/coderq/*.h; do
-                [ -e "$h" ] || continue
-                name=${h##*/}
-                if [ -n "${owner[$name]:-}" ]; then
-                        echo "rooms: coderq/$name is in both ${owner[$name]} and $folder"
-                        bad=1
-                fi
-                owner[$name]=$folder
-        done
+for d in include/coderq/*/; do
+        d=${d%/}
+        [ -n "${room[${d##*/}]:-}" ] ||
+                { echo "rooms: $d/ is no room's (cmake/rooms.txt)"; bad=1; }
 done
 
-bad=${bad:-0}
 for folder in "${folders[@]}"; do
-        for f in "$folder"/*.c "$folder"/*.h "$folder"/include/coderq/*.h; do
+        name=${folder##*/}
+        for f in "$folder"/*.c "$folder"/*.h include/coderq/"$name"/*.h; do
                 [ -e "$f" ] || continue
                 first=1
                 while IFS=: read -r line inc; do
                         target=$(sed -E 's/^#include[[:space:]]*[<"]([^">]*)[">].*/\1/' <<<"$inc")
                         case $target in
                         coderq/*)
-                                name=${target#coderq/}
-                                room=${owner[$name]:-}
-                                if [ -z "$room" ]; then
+                                hname=${target#coderq/}
+                                hname=${hname%%/*}
+                                owner=${room[$hname]:-}
+                                if [ -z "$owner" ] || [ ! -e "include/$target" ]; then
                                         echo "$f:$line: includes $target, which no room has"
                                         bad=1
-                                elif [[ ${calls[$folder]} != *" $room "* ]]; then
-                                        echo "$f:$line: includes $target of $room/, which $folder/ may not call (cmake/rooms.txt)"
+                                elif [[ ${calls[$folder]} != *" $owner "* ]]; then
+                                        echo "$f:$line: includes $target of $owner/, which $folder/ may not call (cmake/rooms.txt)"
                                         bad=1
                                 fi
                                 ;;
@@ -72,11 +74,11 @@ for folder in "${folders[@]}"; do
                                 first=0
                                 base=${f##*/}
                                 base=${base%.c}
-                                if [ -e "$folder/include/coderq/$base.h" ]; then
-                                        want="coderq/$base.h"
+                                if [ -e "include/coderq/$name/$base.h" ]; then
+                                        want="coderq/$name/$base.h"
                                         [ "$target" = "$want" ] ||
                                                 { echo "$f:$line: includes $target first, not its own header $want"; bad=1; }
-                                elif [[ $target != coderq/* ]] || [ "${owner[${target#coderq/}]:-}" != "$folder" ]; then
+                                elif [[ $target != coderq/"$name"/* ]]; then
                                         echo "$f:$line: includes $target first, not a public header of $folder/"
                                         bad=1
                                 fi

@@ -3,14 +3,14 @@
  * cells and notebook (the checkpoint a resumed job starts from), and its
  * images (bytea, binary format both ways, deduplicated by SHA-256 within
  * a job). Writes of a running job are guarded by its lease. */
-#include "coderq/store.h"
+#include "coderq/storage/store.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 #include "store_int.h"
 
 /* Idempotent: the caller names the seq, so a write retried after its

@@ -2,7 +2,7 @@
 /* db.c - the store handle: one PGconn, statement parameters, execution
  * with reconnect (bounded exponential backoff) and retry only where a
  * statement is safe to run twice, and the transaction helpers. */
-#include "coderq/store.h"
+#include "coderq/storage/store.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -12,9 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "coderq/buf.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 #include "store_int.h"
 
 #define BACKOFF_FIRST_MS 50

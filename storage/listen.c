@@ -5,7 +5,7 @@
  * nothing to a listener that was disconnected. So a lost connection is
  * reconnected with a bounded backoff and reported as "reconnected", and
  * the caller treats that as "anything may have happened". */
-#include "coderq/store.h"
+#include "coderq/storage/store.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 #include "store_int.h"
 
 #define LISTEN_BACKOFF_FIRST_MS 100

@@ -4,7 +4,7 @@
  * its SHA-256, serialised between processes by an advisory lock. A file
  * changed after it was applied is refused, never re-applied. Files must
  * not contain BEGIN/COMMIT themselves. */
-#include "coderq/store.h"
+#include "coderq/storage/store.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/buf.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/util.h"
 #include "store_int.h"
 
 #ifndef CQ_MIGRATIONS_DIR

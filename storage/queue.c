@@ -4,7 +4,7 @@
  * requeues expired leases, release on shutdown, finishing in one
  * transaction with the outbox row, the outbox itself, and cancel. No lock
  * or transaction is ever held while a job runs: only the lease columns. */
-#include "coderq/store.h"
+#include "coderq/storage/store.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * shows (its overview, message, conversation, cells, notebook, answer,
  * result report and images) from one read-only snapshot. The pages
  * themselves are rendered in cli/html.c. */
-#include "coderq/store.h"
+#include "coderq/storage/store.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
 #include <libpq-fe.h>
 #include <stdint.h>
 
-#include "coderq/store.h"
+#include "coderq/storage/store.h"
 
 #define STORE_MAX_PARAMS 24
 

@@ -11,13 +11,13 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/agent.h"
-#include "coderq/interp_local.h"
-#include "coderq/kpool.h"
-#include "coderq/llm.h"
-#include "coderq/notebook.h"
-#include "coderq/prices.h"
-#include "coderq/util.h"
+#include "coderq/agent/agent.h"
+#include "coderq/local/interp_local.h"
+#include "coderq/local/kpool.h"
+#include "coderq/agent/llm.h"
+#include "coderq/agent/notebook.h"
+#include "coderq/common/prices.h"
+#include "coderq/common/util.h"
 #include "support/fake_e2b.h"
 #include "support/fake_llm.h"
 

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/cli.h"
-#include "coderq/config.h"
+#include "coderq/cli/cli.h"
+#include "coderq/common/config.h"
 #include "support/proc.h"
 
 static const char *coderq_path(void)

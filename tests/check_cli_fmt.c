@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/clifmt.h"
+#include "coderq/cli/clifmt.h"
 
 static char *csv(const char *s)
 {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/collect.h"
+#include "coderq/interp/collect.h"
 
 static json_t *stream(const char *name, const char *text)
 {

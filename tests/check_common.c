@@ -12,13 +12,13 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/cell.h"
-#include "coderq/common.h"
-#include "coderq/config.h"
-#include "coderq/gate.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/cell.h"
+#include "coderq/common/common.h"
+#include "coderq/common/config.h"
+#include "coderq/common/gate.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 
 START_TEST(buf_caps_and_keeps_contents)
 {

@@ -4,7 +4,7 @@
  * lifetime extension, injected faults, and fuzz-style tests of the NDJSON
  * line parser. The double runs for the whole suite; the last test checks
  * that it has no live sandbox left. */
-#include "coderq/e2b.h"
+#include "coderq/e2b/e2b.h"
 
 #include <check.h>
 #include <curl/curl.h>
@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/collect.h"
-#include "coderq/log.h"
+#include "coderq/interp/collect.h"
+#include "coderq/common/log.h"
 #include "support/fake_e2b.h"
 
 static cq_fake_e2b_t fake;

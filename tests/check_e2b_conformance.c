@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 #include "support/fake_e2b.h"
 
 static bool in_path(const char *prog)

@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/fetch.h"
-#include "coderq/util.h"
+#include "coderq/agent/fetch.h"
+#include "coderq/common/util.h"
 #include "support/fake_llm.h"
 
 /* The existing cases talk to a loopback server, which needs allowing. */

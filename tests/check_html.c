@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/html.h"
-#include "coderq/util.h"
+#include "coderq/cli/html.h"
+#include "coderq/common/util.h"
 
 static char *escape(const char *s, size_t len)
 {

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/httpd.h"
+#include "coderq/common/buf.h"
+#include "coderq/worker/httpd.h"
 
 START_TEST(httpd_parse_cases)
 {

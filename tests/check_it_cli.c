@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/cli.h"
-#include "coderq/sandbox.h"
+#include "coderq/cli/cli.h"
+#include "coderq/local/sandbox.h"
 #include "support/proc.h"
 
 START_TEST(doctor_sees_the_services)

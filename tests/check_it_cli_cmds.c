@@ -18,10 +18,10 @@
 
 #include "check_support.h"
 #include "support/pgtest.h"
-#include "coderq/buf.h"
-#include "coderq/notebook.h"
-#include "coderq/store.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/agent/notebook.h"
+#include "coderq/storage/store.h"
+#include "coderq/common/util.h"
 
 static char g_dsn[2048]; /* the test's own database */
 static char g_dbname[64];

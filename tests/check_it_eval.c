@@ -17,8 +17,8 @@
 #include "support/kafka_test.h"
 #include "support/pgtest.h"
 #include "support/proc.h"
-#include "coderq/job.h"
-#include "coderq/store.h"
+#include "coderq/common/job.h"
+#include "coderq/storage/store.h"
 
 static char g_dsn[2048];
 static char g_dbname[64];

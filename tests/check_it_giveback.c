@@ -22,13 +22,13 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/agent.h"
-#include "coderq/config.h"
-#include "coderq/job.h"
-#include "coderq/log.h"
-#include "coderq/store.h"
-#include "coderq/util.h"
-#include "coderq/worker.h"
+#include "coderq/agent/agent.h"
+#include "coderq/common/config.h"
+#include "coderq/common/job.h"
+#include "coderq/common/log.h"
+#include "coderq/storage/store.h"
+#include "coderq/common/util.h"
+#include "coderq/worker/worker.h"
 #include "support/pgtest.h"
 
 /* cq_agent_run()'s parameters (agent/include/coderq/agent.h), for the wrapper

@@ -14,8 +14,8 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include "check_support.h"
-#include "coderq/kafka.h"
-#include "coderq/util.h"
+#include "coderq/consumer/kafka.h"
+#include "coderq/common/util.h"
 #include "support/kafka_test.h"
 
 #define NPARTS               2

@@ -24,7 +24,7 @@
 #include <jansson.h>
 
 #include "check_support.h"
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 #include "support/fake_llm.h"
 #include "support/kafka_test.h"
 #include "support/pgtest.h"

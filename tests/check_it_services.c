@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 #include "support/proc.h"
 
 #define N_MESSAGES       1000

@@ -19,8 +19,8 @@
 #include "check_support.h"
 #include "support/pgproxy.h"
 #include "support/pgtest.h"
-#include "coderq/store.h"
-#include "coderq/util.h"
+#include "coderq/storage/store.h"
+#include "coderq/common/util.h"
 #include "../storage/store_int.h"
 
 static char g_dsn[2048]; /* the test's own database */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/jmsg.h"
+#include "coderq/local/jmsg.h"
 
 static const char *const golden_names[4] = {"header", "parent_header",
                                             "metadata", "content"};

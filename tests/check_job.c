@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/job.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/job.h"
+#include "coderq/common/util.h"
 
 /* The golden cases run with this size cap so one case can exceed it. */
 #define GOLDEN_MAX 4096

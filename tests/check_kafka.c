@@ -13,9 +13,9 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include "check_support.h"
-#include "coderq/config.h"
-#include "coderq/kafka.h"
-#include "coderq/util.h"
+#include "coderq/common/config.h"
+#include "coderq/consumer/kafka.h"
+#include "coderq/common/util.h"
 #include "support/kafka_test.h"
 #include "../consumer/kafka_int.h"
 

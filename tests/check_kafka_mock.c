@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 
 #define TOPIC                "cq-mock"
 #define N_PARTITIONS         2

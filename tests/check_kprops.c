@@ -14,9 +14,9 @@
 #include <librdkafka/rdkafka.h>
 
 #include "check_support.h"
-#include "coderq/config.h"
-#include "coderq/kafka.h"
-#include "coderq/kprops.h"
+#include "coderq/common/config.h"
+#include "coderq/consumer/kafka.h"
+#include "coderq/common/kprops.h"
 #include "support/proc.h"
 #include "../consumer/kafka_int.h"
 

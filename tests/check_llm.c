@@ -16,10 +16,10 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/config.h"
-#include "coderq/llm.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/common/config.h"
+#include "coderq/agent/llm.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 #include "../agent/llm_int.h"
 #include "support/fake_llm.h"
 

@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/llm.h"
-#include "coderq/util.h"
+#include "coderq/agent/llm.h"
+#include "coderq/common/util.h"
 #include "support/fake_llm.h"
 
 #define TEST_KEY "sk-ant-test-0123456789abcdef"

@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/metrics.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/metrics.h"
 
 static char *render(cq_metrics_t *reg)
 {

@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/notebook.h"
+#include "coderq/common/buf.h"
+#include "coderq/agent/notebook.h"
 
 static cq_cell_status_t status_from_name(const char *name)
 {

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/prices.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/prices.h"
 
 /* The models every golden case is asked about. */
 static const char *const probes[] = {"gpt-4o-mini",

@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/job.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/job.h"
+#include "coderq/common/util.h"
 #include "support/proc.h"
 
 #define PYTHON "/usr/bin/python3"

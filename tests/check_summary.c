@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/summary.h"
+#include "coderq/common/buf.h"
+#include "coderq/cli/summary.h"
 
 static const struct {
         const char *file;

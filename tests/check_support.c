@@ -11,8 +11,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "coderq/buf.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/util.h"
 
 /* Tests run in forked children (CK_FORK): the skip count lives in a shared
  * anonymous mapping made before the first fork, so the parent sees it. */

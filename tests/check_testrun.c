@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/testrun.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/agent/testrun.h"
+#include "coderq/common/util.h"
 
 /* Run \p prelude + \p code with /usr/bin/python3; returns its stdout. */
 static char *run_python(const char *prelude, const char *code)

@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/tooltext.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/agent/tooltext.h"
+#include "coderq/common/util.h"
 
 static cq_cell_status_t status_from_name(const char *name)
 {

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../consumer/worker_int.h"
+#include "../worker/worker_int.h"
 #include "check_support.h"
 
 static void slot_init(slot_t *slot, const char *job_id)

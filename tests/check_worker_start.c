@@ -16,10 +16,10 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/config.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
-#include "coderq/worker.h"
+#include "coderq/common/config.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
+#include "coderq/worker/worker.h"
 
 int __real_pthread_create(pthread_t *thr,
                           const pthread_attr_t *attr,

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/zmtp.h"
+#include "coderq/local/zmtp.h"
 
 extern char **environ;
 

@@ -3,21 +3,21 @@
  * job's "backend" field (never less isolated than CODERQ_BACKEND), else
  * CODERQ_BACKEND. An E2B sandbox is created
  * per job (a microVM: nothing to pre-start). */
-#include "coderq/backend.h"
+#include "coderq/backend/backend.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/e2b.h"
-#include "coderq/interp_local.h"
-#include "coderq/kpool.h"
-#include "coderq/kserver.h"
-#include "coderq/log.h"
-#include "coderq/sandbox.h"
-#include "coderq/util.h"
-#include "coderq/workdir.h"
+#include "coderq/e2b/e2b.h"
+#include "coderq/local/interp_local.h"
+#include "coderq/local/kpool.h"
+#include "coderq/local/kserver.h"
+#include "coderq/common/log.h"
+#include "coderq/local/sandbox.h"
+#include "coderq/common/util.h"
+#include "coderq/local/workdir.h"
 
 /* How often housekeeping looks for stray E2B sandboxes of this worker. */
 #define RECONCILE_MS 60000

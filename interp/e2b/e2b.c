@@ -6,7 +6,7 @@
  * in e2b_sandbox.c, files in e2b_files.c, the /execute stream's lines in
  * e2b_ndjson.c and cells in e2b_exec.c. Recovery rules are in e2b.h; the
  * wire facts in docs/protocols/e2b.md. */
-#include "coderq/e2b.h"
+#include "coderq/e2b/e2b.h"
 
 #include <curl/curl.h>
 #include <assert.h>
@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/collect.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/interp/collect.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 #include "e2b_int.h"
 
 /* ---------------------------------------------------------------- errors */

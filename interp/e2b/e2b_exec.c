@@ -3,7 +3,7 @@
  * bounded line, outputs through the collector (collect.c), deadlines,
  * cancel and interrupt, recovery after a broken stream, and the
  * environment probe in the sandbox's default context. */
-#include "coderq/e2b.h"
+#include "coderq/e2b/e2b.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -12,10 +12,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "coderq/buf.h"
-#include "coderq/collect.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/interp/collect.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 #include "e2b_int.h"
 
 enum outcome {

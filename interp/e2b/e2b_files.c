@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* e2b_files.c - files of the sandbox over envd: upload, download, the
  * recursive listing behind the snapshot, and the files a job created. */
-#include "coderq/e2b.h"
+#include "coderq/e2b/e2b.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/buf.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 #include "e2b_int.h"
 
 static char *escape(cq_e2b_t *e2b, const char *s)

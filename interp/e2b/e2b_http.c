@@ -4,7 +4,7 @@
  * (Retry-After and Should-Retry honoured), other 4xx fail at once, a 502
  * from the sandbox proxy means the sandbox is gone. Replies land in a
  * capped buffer. */
-#include "coderq/e2b.h"
+#include "coderq/e2b/e2b.h"
 
 #include <curl/curl.h>
 #include <stdarg.h>
@@ -14,8 +14,8 @@
 #include <strings.h>
 #include <time.h>
 
-#include "coderq/buf.h"
-#include "coderq/log.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/log.h"
 #include "e2b_int.h"
 
 struct body_sink {

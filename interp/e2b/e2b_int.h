@@ -10,8 +10,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "coderq/buf.h"
-#include "coderq/e2b.h"
+#include "coderq/common/buf.h"
+#include "coderq/e2b/e2b.h"
 
 #define HOME_DIR      "/home/user"
 #define ENVD_PORT     49983

@@ -2,14 +2,14 @@
 /* e2b_ndjson.c - one line of the code interpreter's /execute NDJSON
  * stream into an nbformat output, a count or the end: untrusted input,
  * checked field by field (a fuzz target feeds it). */
-#include "coderq/e2b.h"
+#include "coderq/e2b/e2b.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 #include "e2b_int.h"
 
 static const struct {

@@ -3,7 +3,7 @@
  * so that a create whose reply was lost can be found and killed), adopt,
  * extend, kill, list; its kernel context; and starting or replacing the
  * sandbox of a handle with its snapshot and input files. */
-#include "coderq/e2b.h"
+#include "coderq/e2b/e2b.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -12,9 +12,9 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "coderq/buf.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 #include "e2b_int.h"
 
 static bool id_is_safe(const char *s, size_t max)

@@ -4,7 +4,7 @@
  * the files the code creates. Paths inside the work dir are opened one
  * component at a time without following symlinks, since the code running
  * in the kernel controls that tree. */
-#include "coderq/interp_local.h"
+#include "coderq/local/interp_local.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "coderq/log.h"
-#include "coderq/util.h"
-#include "coderq/workdir.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
+#include "coderq/local/workdir.h"
 
 typedef struct snap_entry {
         char *name;

@@ -2,7 +2,7 @@
 /* jmsg.c - Jupyter wire messages: HMAC-SHA256 signing, building, and the
  * authenticate-then-parse path for received frames. Nothing from the kernel
  * reaches the JSON parser before its size and signature were checked. */
-#include "coderq/jmsg.h"
+#include "coderq/local/jmsg.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 
 void cq_jmsg_init(cq_jmsg_t *msg) { memset(msg, 0, sizeof(*msg)); }
 

@@ -6,7 +6,7 @@
  * confinement in sandbox.c. Kernel output is untrusted: messages are
  * bounded in frames and bytes as they are read (zmtp.c; iopub's frames
  * from the output cap), each cell's outputs by output_max (collect.c). */
-#include "coderq/kernel.h"
+#include "coderq/local/kernel.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,12 +22,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/buf.h"
-#include "coderq/collect.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
-#include "coderq/workdir.h"
-#include "coderq/zmtp.h"
+#include "coderq/common/buf.h"
+#include "coderq/interp/collect.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
+#include "coderq/local/workdir.h"
+#include "coderq/local/zmtp.h"
 #include "kernel_int.h"
 
 #define POLL_SLICE_MS 100

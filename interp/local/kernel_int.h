@@ -9,8 +9,8 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
-#include "coderq/kernel.h"
-#include "coderq/zmtp.h"
+#include "coderq/local/kernel.h"
+#include "coderq/local/zmtp.h"
 
 /* A forked kernel's report of the warm-up it ran (kernel.c's
  * read_warm_report()): its name in the run dir, and its path and that of

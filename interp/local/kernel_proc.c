@@ -3,7 +3,7 @@
  * environment it starts with, spawning (cold, sandboxed or not, or forked
  * by the kernel server), signals, renicing, reaping and a teardown that
  * waits until the sandbox's last process is gone. */
-#include "coderq/kernel.h"
+#include "coderq/local/kernel.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,8 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/log.h"
-#include "coderq/util.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
 #include "kernel_int.h"
 #include "kserver_int.h"
 

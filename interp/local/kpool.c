@@ -3,7 +3,7 @@
  * `size` kernels ready or starting (starting ones count toward the
  * limit), each in a new empty work dir; acquire hands one out once. A
  * kernel moves between threads only whole and under the pool mutex. */
-#include "coderq/kpool.h"
+#include "coderq/local/kpool.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -17,11 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/buf.h"
-#include "coderq/interp_local.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
-#include "coderq/workdir.h"
+#include "coderq/common/buf.h"
+#include "coderq/local/interp_local.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
+#include "coderq/local/workdir.h"
 
 /* How long acquire waits for a niced pool before it starts a kernel of
  * its own at the job's priority. */

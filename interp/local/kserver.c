@@ -5,7 +5,7 @@
  * wedges or talks nonsense. Each message is one SOCK_SEQPACKET datagram
  * of JSON of at most CQ_KSERVER_MSG_MAX bytes; descriptors go as
  * SCM_RIGHTS. The design is in docs/protocols/kernel-server.md. */
-#include "coderq/kserver.h"
+#include "coderq/local/kserver.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,11 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/kernel.h"
-#include "coderq/kpool.h"
-#include "coderq/log.h"
-#include "coderq/util.h"
-#include "coderq/workdir.h"
+#include "coderq/local/kernel.h"
+#include "coderq/local/kpool.h"
+#include "coderq/common/log.h"
+#include "coderq/common/util.h"
+#include "coderq/local/workdir.h"
 #include "kserver_int.h"
 
 #define BACKOFF_FIRST_MS 1000

@@ -58,7 +58,7 @@
  *   namespaces at all; the code runs as the worker's user with the
  *   worker's filesystem view and network; only the scrubbed environment
  *   and the rlimits remain. */
-#include "coderq/sandbox.h"
+#include "coderq/local/sandbox.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -76,9 +76,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/kpool.h"
-#include "coderq/util.h"
-#include "coderq/workdir.h"
+#include "coderq/local/kpool.h"
+#include "coderq/common/util.h"
+#include "coderq/local/workdir.h"
 
 /* Exit status of a probe child that could not switch uids. */
 #define PROBE_DROP_FAILED 125

@@ -3,7 +3,7 @@
  * the modes and ownership a uid per kernel needs, removed without
  * following symlinks (the code in a kernel controls what is inside), and
  * swept of the dirs of workers that are gone. */
-#include "coderq/workdir.h"
+#include "coderq/local/workdir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "coderq/log.h"
+#include "coderq/common/log.h"
 
 void cq_work_root_default(char *out, size_t size)
 {

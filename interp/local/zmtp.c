@@ -12,7 +12,7 @@
  * subscription first) only once the peer's READY arrived: libzmq reads a
  * message that arrives before it has sent its own READY as a broken
  * handshake and drops the connection. */
-#include "coderq/zmtp.h"
+#include "coderq/local/zmtp.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,7 +25,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "coderq/buf.h"
+#include "coderq/common/buf.h"
 
 #define GREETING_LEN 64
 #define RBUF_SIZE    (64u << 10)

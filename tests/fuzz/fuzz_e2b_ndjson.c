@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/e2b.h"
-#include "coderq/notebook.h"
+#include "coderq/e2b/e2b.h"
+#include "coderq/agent/notebook.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

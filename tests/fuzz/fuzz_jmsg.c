@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/jmsg.h"
+#include "coderq/local/jmsg.h"
 
 #define SEP     0x1e
 #define KEY     "fbc1e1a2-35c4e9b8d7f6a5b4c3d2e1f0"

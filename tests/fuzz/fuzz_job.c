@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "coderq/job.h"
+#include "coderq/common/job.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

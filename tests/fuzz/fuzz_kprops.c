@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/kprops.h"
+#include "coderq/common/kprops.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "coderq/kserver.h"
+#include "coderq/local/kserver.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "coderq/llm.h"
+#include "coderq/agent/llm.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "coderq/notebook.h"
+#include "coderq/agent/notebook.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coderq/buf.h"
-#include "coderq/testrun.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/agent/testrun.h"
+#include "coderq/common/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

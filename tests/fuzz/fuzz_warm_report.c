@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "../../interp/local/kernel_int.h"
-#include "coderq/interp.h"
+#include "coderq/interp/interp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

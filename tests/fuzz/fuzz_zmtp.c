@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "coderq/zmtp.h"
+#include "coderq/local/zmtp.h"
 
 #define FRAME_MAX 256
 

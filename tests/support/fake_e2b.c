@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/util.h"
 
 #define FAKE_KEY "e2b_0123456789abcdef0123456789abcdef01234567"
 

@@ -15,7 +15,7 @@
 #include <jansson.h>
 #include <sys/types.h>
 
-#include "coderq/e2b.h"
+#include "coderq/e2b/e2b.h"
 
 typedef struct cq_fake_e2b {
         pid_t pid; /* 0 when not running */

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/buf.h"
-#include "coderq/util.h"
+#include "coderq/common/buf.h"
+#include "coderq/common/util.h"
 
 #define START_TIMEOUT_MS 15000
 #define STOP_TIMEOUT_MS  3000

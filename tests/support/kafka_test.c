@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/store.h"
-#include "coderq/util.h"
+#include "coderq/storage/store.h"
+#include "coderq/common/util.h"
 
 void kt_sleep_ms(int ms)
 {

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/util.h"
+#include "coderq/common/util.h"
 #include "support/pgtest.h"
 
 #define MAX_PAIRS 8

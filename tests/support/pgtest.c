@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/store.h"
-#include "coderq/util.h"
+#include "coderq/storage/store.h"
+#include "coderq/common/util.h"
 
 /* The server's DSN as the suite found it: suites point CODERQ_PG_DSN at
  * their own database for the programs they run, and must still reach the

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/* testrun.h - a job's tests (README "Job messages"): turn them into one Python
+ * cell that runs in the job's own kernel or, with "isolation": "fresh", in
+ * a new interpreter after the job's solution (agent.c decides), and read
+ * its report back.
+ *
+ *   {"kind":"cases","function":"f","cases":[{"args":[..],"expected":..}]}
+ *   {"kind":"code","code":"assert f(2) == 4"}
+ *
+ * The cell gets the function's name and the arguments of each case,
+ * never the expected values: it calls the function and reports each
+ * result as plain data (exact None, bool, int, float, str, list and tuple
+ * as a list, dict with str keys; numpy's own arrays of bool, integer,
+ * float or str dtype and its scalar types through tolist()/item();
+ * anything else is reported as not plain, naming its type) on one line
+ * behind a per-run random marker. cq_testrun_parse() reads that line as
+ * untrusted input and compares in C, with numeric tolerance (as
+ * math.isclose, rel 1e-6, abs 1e-9) element-wise; booleans only equal
+ * booleans. Whatever the model's code did to the interpreter, a report
+ * can only claim results, and a wrong one fails. */
+#ifndef CODERQ_TESTRUN_H
+#define CODERQ_TESTRUN_H
+
+#include <jansson.h>
+
+#include "coderq/common/common.h"
+#include "coderq/interp/interp.h"
+#include "coderq/agent/tooltext.h"
+
+/** @brief The outcome of one test run. Release with cq_testrun_release(). */
+typedef struct cq_testrun {
+        int passed;
+        int total;
+        char *error;    /* why the tests could not run at all, or NULL */
+        json_t *report; /* {"passed","total","cases":[{"case","call",
+                           "expected","got"|"error","traceback","ok"}]} */
+} cq_testrun_t;
+
+void cq_testrun_init(cq_testrun_t *tr);
+void cq_testrun_release(cq_testrun_t *tr);
+
+/**
+ * @brief Build the Python cell that runs \p tests (a validated job "tests"
+ *        object, borrowed).
+ * @param marker (out) At least 33 bytes; the report line's marker.
+ * @returns Caller owns the returned value (free()); NULL with \p errstr
+ *          filled on an invalid tests object or out of memory.
+ */
+char *cq_testrun_code(const json_t *tests,
+                      char *marker,
+                      size_t marker_size,
+                      char *errstr,
+                      size_t errstr_size);
+
+/**
+ * @brief Read the report of a finished test cell.
+ * @param tests Borrowed; the same object given to cq_testrun_code().
+ * @param res Borrowed; the cell's result.
+ * @returns 0 with \p tr filled (a cell that raised, timed out or printed no
+ *          report, or whose report is forged or cannot be read, counts as
+ *          every case failed, with the reason in tr->error; an entry that
+ *          cannot be read fails its case), -1 when out of memory.
+ * @remark The cell's output is untrusted (the model's code ran in that
+ *         interpreter): it is parsed strictly and never trusted to judge
+ *         a case.
+ */
+CQ_NODISCARD int cq_testrun_parse(const json_t *tests,
+                                  const char *marker,
+                                  const cq_cell_result_t *res,
+                                  cq_testrun_t *tr);
+
+/**
+ * @brief Fill \p tr (released first) as a test run that could not run:
+ *        every case failed, with \p why (borrowed) as tr->error.
+ * @returns 0, or -1 when out of memory (\p tr left released).
+ */
+CQ_NODISCARD int
+cq_testrun_fail(const json_t *tests, const char *why, cq_testrun_t *tr);
+
+/**
+ * @brief The failed cases of \p tr for cq_tooltext_test_feedback(); when
+ *        the tests could not run, one entry carrying tr->error.
+ * @param out Room for \p max entries; strings are borrowed from \p tr.
+ * @returns How many entries were filled.
+ */
+size_t
+cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out, size_t max);
+
+#endif

@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: MIT */
+/* backend.h - where a job's code runs, chosen per job: the local kernel
+ * pool (sandboxed when bubblewrap works) or E2B. Built once per process
+ * from the configuration; the commands (run, exec, worker) take their
+ * interpreters from here. */
+#ifndef CODERQ_BACKEND_H
+#define CODERQ_BACKEND_H
+
+#include "coderq/common/common.h"
+#include "coderq/common/config.h"
+#include "coderq/interp/interp.h"
+
+typedef struct cq_backend cq_backend_t;
+
+/**
+ * @brief Make the process non-dumpable (cq_sandbox_protect_self()), set
+ *        up the sandbox (creating the work root, then the probe) and a
+ *        pool of \p pool_size ready kernels. Logs the sandbox mode, at
+ *        warn unless each kernel runs sandboxed as a uid of its own.
+ * @param cfg Borrowed; must outlive the backend.
+ * @returns Caller owns the returned value; free with cq_backend_destroy().
+ *          NULL with \p errstr filled (CODERQ_SANDBOX=on without a working
+ *          bubblewrap, out of memory).
+ * @locality Any thread; the handle is then thread-safe.
+ */
+cq_backend_t *cq_backend_new(const cq_config_t *cfg,
+                             size_t pool_size,
+                             char *errstr,
+                             size_t errstr_size);
+
+/** @brief A sandbox mode no build of coderq gives: what
+ *         cq_backend_weaker_sandbox() makes of a name it does not know. */
+#define CQ_SANDBOX_MODE_UNKNOWN "unknown"
+
+/**
+ * @brief The less isolated of two sandbox modes, as
+ *        cq_backend_sandbox_mode() names them: off, then bwrap, then
+ *        bwrap+uid-per-kernel, then e2b. A name it does not know is
+ *        CQ_SANDBOX_MODE_UNKNOWN, below them all; NULL is no mode (the
+ *        other one is returned, or NULL when both are).
+ * @returns A static string, or NULL.
+ */
+const char *cq_backend_weaker_sandbox(const char *a, const char *b);
+
+/**
+ * @brief A fresh interpreter for one job.
+ * @param which "local", "e2b", or NULL for CODERQ_BACKEND: the job's
+ *        field, which may ask for more isolation than CODERQ_BACKEND,
+ *        never for less ("local" where it is e2b is CQ_ERR_FATAL).
+ * @param interpp (out) Caller owns the returned value on CQ_OK
+ *        (cq_interp_destroy() after the job); NULL otherwise.
+ * @returns CQ_OK; CQ_ERR_FATAL when trying again cannot help (an unknown
+ *          backend or a less isolated one, E2B without E2B_API_KEY, E2B
+ * refusing the key with 401/403 or the request with another 4xx);
+ * CQ_ERR_RETRIABLE when it may (no local kernel ready in time or one that could
+ * not start, E2B unreachable or answering 429/5xx, out of memory). \p errstr
+ * says why.
+ * @locality Any thread; the interpreter then belongs to that thread.
+ */
+CQ_NODISCARD cq_err_t cq_backend_acquire(cq_backend_t *backend,
+                                         const char *which,
+                                         int64_t timeout_ms,
+                                         cq_interp_t **interpp,
+                                         char *errstr,
+                                         size_t errstr_size);
+
+/**
+ * @brief cq_backend_acquire() for a job: an E2B sandbox is tagged with
+ *        \p job_id and \p attempt (borrowed) and, once
+ *        cq_backend_track_e2b() ran, kept alive by housekeeping.
+ *        Returns as cq_backend_acquire().
+ * @locality Any thread; the interpreter then belongs to that thread.
+ */
+CQ_NODISCARD cq_err_t cq_backend_acquire_job(cq_backend_t *backend,
+                                             const char *which,
+                                             int64_t timeout_ms,
+                                             const char *job_id,
+                                             int attempt,
+                                             cq_interp_t **interpp,
+                                             char *errstr,
+                                             size_t errstr_size);
+
+/**
+ * @brief Track this worker's E2B sandboxes (when E2B_API_KEY is set):
+ *        tag them with \p worker_id (copied) so that
+ *        cq_backend_housekeep() extends them and kills strays.
+ * @returns 0, or -1 with \p errstr filled.
+ * @locality Before any interpreter is acquired.
+ */
+int cq_backend_track_e2b(cq_backend_t *backend,
+                         const char *worker_id,
+                         char *errstr,
+                         size_t errstr_size);
+
+/**
+ * @brief Start the kernel server again once the backoff after its death
+ *        has passed, and take its ready message, without waiting for
+ *        either (else only a kernel start would, and an idle worker's
+ *        next jobs would start cold). Extend every running E2B sandbox
+ *        once a third of its TTL has passed and, each minute, kill this
+ *        worker's stray sandboxes (when tracking). Call it every few
+ *        seconds.
+ * @locality One housekeeping thread.
+ */
+void cq_backend_housekeep(cq_backend_t *backend);
+
+/** @brief One line on how local kernels are confined, for logs. Borrowed. */
+const char *cq_backend_describe(const cq_backend_t *backend);
+
+/**
+ * @brief Where the code of a job whose "backend" field is \p which (NULL:
+ *        CODERQ_BACKEND, else local) runs, for people: local kernels as
+ *        cq_backend_describe() says, or "an E2B sandbox, template T,
+ *        domain D" ("API URL" instead of the domain when E2B_API_URL is
+ *        set). Written to \p out, cut to \p size.
+ * @locality Any thread.
+ */
+void cq_backend_describe_job(const cq_backend_t *backend,
+                             const char *which,
+                             char *out,
+                             size_t size);
+
+/**
+ * @brief Where the code of \p interp runs, for a job's result: "e2b" for
+ *        an E2B sandbox, else the local sandbox mode ("bwrap+uid-per-
+ *        kernel", "bwrap" or "off"; see sandbox.h). \p interp may be NULL
+ *        (the local mode). Static string.
+ * @locality Any thread.
+ */
+const char *cq_backend_sandbox_mode(const cq_backend_t *backend,
+                                    cq_interp_t *interp);
+
+/**
+ * @brief Whether the code of \p interp runs unconfined, as this process's
+ *        user: cq_backend_sandbox_mode() is "off".
+ * @locality Any thread.
+ */
+bool cq_backend_unsandboxed(const cq_backend_t *backend, cq_interp_t *interp);
+
+/**
+ * @brief Log what the kernel pool and its cell gate did, at info ("kernel
+ *        pool"), for capacity planning: starts a job waited for
+ *        (own_starts) say the pool is too small or refills too slowly;
+ *        long gate waits say CODERQ_CELL_GATE is too low. No-op without a
+ *        pool.
+ * @locality Any thread.
+ */
+void cq_backend_log_pool(cq_backend_t *backend);
+
+/** @brief The kernel pool now, for the metrics. */
+typedef struct cq_backend_pool {
+        size_t size;      /* kernels it keeps ready */
+        size_t ready;     /* ready now */
+        size_t starting;  /* starting now */
+        uint64_t started; /* kernels started so far, the ones a job waited
+                             for included */
+        uint64_t forked;  /* of those, forked by the kernel server */
+        uint64_t failed;  /* starts that failed */
+        /* the kernel server: whether it is on (its probe passed), ready
+         * to fork now, how often it was started again after it died or
+         * failed, and the starts it did not serve (down, restarting or
+         * refused), each of which started its kernel cold instead */
+        bool server, server_up;
+        uint64_t server_restarts, server_refused;
+} cq_backend_pool_t;
+
+/**
+ * @brief Fill \p pool from the kernel pool.
+ * @returns false, \p pool zeroed, without a pool (E2B only).
+ * @locality Any thread.
+ */
+bool cq_backend_pool(cq_backend_t *backend, cq_backend_pool_t *pool);
+
+/** @brief Stop the pool; interpreters must be destroyed first. */
+void cq_backend_destroy(cq_backend_t **backendp);
+
+#endif

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+/* cmd_cli.h - the commands of the coderq executable and the small helpers
+ * they share: option parsing, reading input files and opening the store
+ * with the exit code a failure maps to. Each command lives in
+ * cli/cmd_<name>.c; cli.c's table refers to them. */
+#ifndef CODERQ_CMD_CLI_H
+#define CODERQ_CMD_CLI_H
+
+#include "coderq/cli/cli.h"
+#include "coderq/storage/store.h"
+
+cq_cmd_fn_t cq_cmd_submit;
+cq_cmd_fn_t cq_cmd_status;
+cq_cmd_fn_t cq_cmd_results;
+cq_cmd_fn_t cq_cmd_export;
+cq_cmd_fn_t cq_cmd_cancel;
+cq_cmd_fn_t cq_cmd_migrate;
+cq_cmd_fn_t cq_cmd_doctor;
+cq_cmd_fn_t cq_cmd_run;
+cq_cmd_fn_t cq_cmd_exec;
+cq_cmd_fn_t cq_cmd_worker;
+cq_cmd_fn_t cq_cmd_report;
+cq_cmd_fn_t cq_cmd_retry;
+cq_cmd_fn_t cq_cmd_budget;
+
+/* The usage text of doctor, shared with its tests. */
+extern const char cq_cmd_doctor_usage[];
+
+/**
+ * @brief Read a whole file ("-" is stdin) refusing more than \p max bytes.
+ * @param textp (out) NUL-terminated contents; caller owns it (free()).
+ * @returns 0, or -1 after printing one error line.
+ */
+CQ_NODISCARD int
+cq_cmd_read_file(const char *path, size_t max, char **textp, size_t *lenp);
+
+/**
+ * @brief Match argv[*ip] against the option \p name ("--out"), as
+ *        "--out VALUE" or "--out=VALUE".
+ * @param valuep (out) Borrowed from argv.
+ * @returns 1 when it matched (*ip then points at the last argument used),
+ *          0 when argv[*ip] is another argument, -1 when the value is
+ *          missing (an error line was printed).
+ */
+int cq_cli_opt(
+    int argc, char **argv, int *ip, const char *name, const char **valuep);
+
+/**
+ * @brief Parse a whole decimal number in [min, max] for option \p name.
+ * @returns 0, or -1 after printing an error line.
+ */
+int cq_cli_parse_long(
+    const char *name, const char *text, long min, long max, long *valuep);
+
+/**
+ * @brief Send job messages as `coderq submit` does (the idempotent
+ *        producer, key = job id, the value as given; each delivered id
+ *        printed on stdout), then with \p wait follow them as
+ *        `submit --wait` does (\p timeout_s 0: no limit).
+ * @param ids, values Borrowed; \p n of each, values NUL-terminated and
+ *        already validated.
+ * @returns An exit code, as `coderq submit` returns them.
+ */
+int cq_cli_submit_jobs(const cq_config_t *cfg,
+                       const char *const *ids,
+                       const char *const *values,
+                       size_t n,
+                       bool wait,
+                       long timeout_s);
+
+/** @brief The exit code for a failed store call: 4 when PostgreSQL could
+ *         not be reached, else 1. */
+int cq_cli_store_exit(cq_err_t err);
+
+/**
+ * @brief Connect to PostgreSQL with the configured settings.
+ * @param storep (out) Caller owns the returned value; free with
+ *        cq_store_destroy().
+ * @returns CQ_EXIT_OK, or CQ_EXIT_UNAVAILABLE / CQ_EXIT_CONFIG after
+ *          printing an error line.
+ */
+int cq_cli_store_open(const cq_config_t *cfg, cq_store_t **storep);
+
+/**
+ * @brief Write \p len bytes to \p path (mode 0644) through a temporary
+ *        file and a rename, so a reader never sees half a file.
+ * @returns 0, or -1 after printing an error line.
+ */
+CQ_NODISCARD int
+cq_cli_write_file(const char *path, const void *data, size_t len);
+
+/**
+ * @brief Create directory \p path (mode 0755) unless it is one already.
+ * @returns 0, or -1 after printing an error line.
+ */
+CQ_NODISCARD int cq_cli_make_dir(const char *path);
+
+#endif

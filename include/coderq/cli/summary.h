@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: MIT */
+/* summary.h - the figures of an evaluation run (cq_store_run_figures())
+ * for people and programs: `coderq results --summary` as an aligned table,
+ * JSON or CSV, and the one-line summary under the results table. Pure
+ * formatting, no I/O, so every output has a golden test. */
+#ifndef CODERQ_SUMMARY_H
+#define CODERQ_SUMMARY_H
+
+#include <jansson.h>
+
+#include "coderq/common/buf.h"
+#include "coderq/common/common.h"
+
+typedef enum cq_summary_format {
+        CQ_SUMMARY_TABLE = 0,
+        CQ_SUMMARY_JSON,
+        CQ_SUMMARY_CSV,
+} cq_summary_format_t;
+
+/**
+ * @brief Parse "table", "json" or "csv".
+ * @returns 0, or -1 for another name.
+ */
+CQ_NODISCARD int cq_summary_format_parse(const char *name,
+                                         cq_summary_format_t *formatp);
+
+/**
+ * @brief Append the figures of a run to \p buf.
+ *   - table: a title line (run, which attempts), one row per model and a
+ *     TOTAL row (jobs, ok, failed, cancelled, pending, pass rate, from
+ *     memory, retried, mean turns, tokens, cost, p50/p95/max duration),
+ *     then the failed and cancelled jobs by reason code and model, and the
+ *     run's budget when it has one. A cost with a '*' is a lower bound:
+ *     some jobs' costs are unknown (a footnote says how many).
+ *   - json: the figures document as it is, indented, with a newline.
+ *   - csv: RFC 4180 with CRLF line ends: a header, one line per model and
+ *     one "total" line; columns run_id, attempts, group ("model" or
+ *     "total"), model, every figure, then reason_CODE for each reason code
+ *     the run has (sorted).
+ * @param figures Borrowed; as cq_store_run_figures() returns it.
+ * @returns CQ_OK; CQ_ERR_FATAL when \p figures has no "total" object;
+ *          CQ_ERR_TOO_LARGE when out of memory or over the buffer's cap.
+ */
+CQ_NODISCARD cq_err_t cq_summary_render(const json_t *figures,
+                                        cq_summary_format_t format,
+                                        cq_buf_t *buf);
+
+/**
+ * @brief The line under `coderq results`'s table, from a "total" object:
+ *        "N jobs: N succeeded (N from memory), N failed, N cancelled, N
+ *        pending; N retried; pass rate P; mean T turns, R retries; N
+ *        tokens; cost C; duration p50 D, p95 D\n".
+ */
+CQ_NODISCARD cq_err_t cq_summary_line(const json_t *total, cq_buf_t *buf);
+
+#endif
