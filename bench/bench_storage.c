@@ -14,7 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/storage/store.h"
+#include "coderq/storage/queue.h"
+#include "coderq/storage/migrate.h"
 #include "coderq/common/util.h"
 
 #define NJOBS 200000

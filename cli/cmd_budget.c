@@ -4,6 +4,7 @@
  * (cq_store_budget_reserve()), so a run never spends past it; a job whose
  * next call would cross it fails with reason code "budget". */
 #include "coderq/cli/cmd_cli.h"
+#include "coderq/storage/queries.h"
 
 #include <errno.h>
 #include <math.h>

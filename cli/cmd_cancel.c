@@ -3,6 +3,8 @@
  * a running one is flagged and its worker stops it at its next turn or
  * cell; a finished one is left alone. */
 #include "coderq/cli/cmd_cli.h"
+#include "coderq/storage/queries.h"
+#include "coderq/storage/queue.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -24,7 +24,7 @@
 #include "coderq/local/kserver.h"
 #include "coderq/common/log.h"
 #include "coderq/local/sandbox.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/probe.h"
 #include "coderq/common/util.h"
 #include "coderq/local/workdir.h"
 

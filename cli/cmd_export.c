@@ -4,6 +4,7 @@
  * safe, unique names, and answer.md with the final answer. Everything
  * comes from one read-only snapshot of PostgreSQL. */
 #include "coderq/cli/cmd_cli.h"
+#include "coderq/storage/queries.h"
 
 #include <limits.h>
 #include <stdio.h>

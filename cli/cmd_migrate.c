@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "coderq/cli/cli.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/migrate.h"
 
 static void print_applied(void *opaque, const char *name)
 {

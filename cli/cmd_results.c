@@ -6,6 +6,7 @@
  * Without --run it shows the most recent run: the run of the newest job
  * that has a run_id. */
 #include "coderq/cli/cmd_cli.h"
+#include "coderq/storage/queries.h"
 
 #include <stdio.h>
 #include <stdlib.h>

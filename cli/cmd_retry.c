@@ -8,6 +8,7 @@
  * intake stored it is one job (the intake keeps the first). Old results
  * are left as they are. */
 #include "coderq/cli/cmd_cli.h"
+#include "coderq/storage/queries.h"
 
 #include <stdio.h>
 #include <stdlib.h>

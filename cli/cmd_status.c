@@ -4,6 +4,8 @@
  * JSON object with --json; `coderq status --outbox`: the outbox counts
  * and its failed rows. */
 #include "coderq/cli/cmd_cli.h"
+#include "coderq/storage/outbox.h"
+#include "coderq/storage/queries.h"
 
 #include <stdio.h>
 #include <stdlib.h>

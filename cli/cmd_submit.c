@@ -6,6 +6,7 @@
  * the batch is followed in PostgreSQL (the source of truth) with a
  * progress bar until every job has finished or the timeout passes. */
 #include "coderq/cli/cmd_cli.h"
+#include "coderq/storage/queries.h"
 
 #include <errno.h>
 #include <librdkafka/rdkafka.h>

@@ -16,7 +16,8 @@
 
 #include "coderq/common/job.h"
 #include "coderq/common/log.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/queue.h"
+#include "coderq/storage/probe.h"
 #include "coderq/common/util.h"
 #include "kafka_int.h"
 

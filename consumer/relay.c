@@ -24,7 +24,7 @@
 
 #include "coderq/common/job.h"
 #include "coderq/common/log.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/outbox.h"
 #include "coderq/common/util.h"
 #include "kafka_int.h"
 

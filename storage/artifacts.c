@@ -3,7 +3,7 @@
  * cells and notebook (the checkpoint a resumed job starts from), and its
  * images (bytea, binary format both ways, deduplicated by SHA-256 within
  * a job). Writes of a running job are guarded by its lease. */
-#include "coderq/storage/store.h"
+#include "coderq/storage/artifacts.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
 /* gauges.c - the queue's sizes for the worker's metrics, in one statement
  * that reads only the partial indexes of queued jobs and of pending and
  * failed outbox rows, so it stays cheap however many jobs are done. */
-#include "coderq/storage/store.h"
+#include "coderq/storage/gauges.h"
 
 #include <libpq-fe.h>
 #include <stdio.h>

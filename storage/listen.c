@@ -5,7 +5,7 @@
  * nothing to a listener that was disconnected. So a lost connection is
  * reconnected with a bounded backoff and reported as "reconnected", and
  * the caller treats that as "anything may have happened". */
-#include "coderq/storage/store.h"
+#include "coderq/storage/listen.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -3,7 +3,7 @@
  * answer per scope and model, recalled for a new prompt by pg_trgm
  * similarity (GIN index on the prompt; the % operator uses the threshold
  * set for the lookup) inside one scope only. */
-#include "coderq/storage/store.h"
+#include "coderq/storage/memory.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * its SHA-256, serialised between processes by an advisory lock. A file
  * changed after it was applied is refused, never re-applied. Files must
  * not contain BEGIN/COMMIT themselves. */
-#include "coderq/storage/store.h"
+#include "coderq/storage/migrate.h"
 
 #include <ctype.h>
 #include <dirent.h>

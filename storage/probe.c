@@ -4,7 +4,7 @@
  * costs at most one connect timeout while PostgreSQL is down, and the
  * connection is kept between checks) and coderq doctor's one-shot check
  * of the server. */
-#include "coderq/storage/store.h"
+#include "coderq/storage/probe.h"
 
 #include <libpq-fe.h>
 #include <stdio.h>

@@ -2,7 +2,8 @@
 /* queries.c - the read side for people and the CLI: one job's status,
  * the results, attempts and summary of a run, the latest run, what a
  * retry picks, run budgets, and everything to export a job. */
-#include "coderq/storage/store.h"
+#include "coderq/storage/queries.h"
+#include "coderq/storage/artifacts.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,9 @@
  * shows (its overview, message, conversation, cells, notebook, answer,
  * result report and images) from one read-only snapshot. The pages
  * themselves are rendered in cli/html.c. */
-#include "coderq/storage/store.h"
+#include "coderq/storage/report.h"
+#include "coderq/storage/artifacts.h"
+#include "coderq/storage/queries.h"
 
 #include <stdlib.h>
 #include <string.h>

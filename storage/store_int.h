@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* store_int.h - what the storage modules share: the handle, statement
- * parameters and the execute/transaction helpers of db.c. Not a public
+ * parameters and the execute/transaction helpers of store.c. Not a public
  * header: only the storage sources (and their unit tests) include it. */
 #ifndef CODERQ_STORE_INT_H
 #define CODERQ_STORE_INT_H

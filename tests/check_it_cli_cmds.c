@@ -20,7 +20,9 @@
 #include "support/pgtest.h"
 #include "coderq/common/buf.h"
 #include "coderq/agent/notebook.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/queue.h"
+#include "coderq/storage/artifacts.h"
+#include "coderq/storage/queries.h"
 #include "coderq/common/util.h"
 
 static char g_dsn[2048]; /* the test's own database */

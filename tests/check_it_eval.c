@@ -18,7 +18,8 @@
 #include "support/pgtest.h"
 #include "support/proc.h"
 #include "coderq/common/job.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/queue.h"
+#include "coderq/storage/queries.h"
 
 static char g_dsn[2048];
 static char g_dbname[64];

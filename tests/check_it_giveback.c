@@ -26,7 +26,7 @@
 #include "coderq/common/config.h"
 #include "coderq/common/job.h"
 #include "coderq/common/log.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/queue.h"
 #include "coderq/common/util.h"
 #include "coderq/worker/worker.h"
 #include "support/pgtest.h"

@@ -30,7 +30,8 @@
 #include "coderq/common/buf.h"
 #include "coderq/cli/html.h"
 #include "coderq/agent/notebook.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/queue.h"
+#include "coderq/storage/artifacts.h"
 #include "coderq/common/util.h"
 
 static char g_dsn[2048];

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coderq/storage/migrate.h"
 #include "../storage/store_int.h"
 #include "check_support.h"
 

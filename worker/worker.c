@@ -22,7 +22,8 @@
 #include "coderq/agent/llm.h"
 #include "coderq/common/log.h"
 #include "coderq/common/prices.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/queue.h"
+#include "coderq/storage/listen.h"
 #include "coderq/common/util.h"
 #include "worker_int.h"
 

@@ -16,7 +16,7 @@
 #include "coderq/agent/llm.h"
 #include "coderq/common/metrics.h"
 #include "coderq/common/prices.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/queue.h"
 #include "coderq/worker/worker.h"
 
 typedef struct slot {

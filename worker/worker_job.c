@@ -18,7 +18,10 @@
 #include "coderq/consumer/kafka.h"
 #include "coderq/common/log.h"
 #include "coderq/agent/notebook.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/queue.h"
+#include "coderq/storage/artifacts.h"
+#include "coderq/storage/memory.h"
+#include "coderq/storage/queries.h"
 #include "coderq/common/util.h"
 #include "worker_int.h"
 

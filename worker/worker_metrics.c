@@ -13,6 +13,7 @@
 
 #include "coderq/worker/httpd.h"
 #include "coderq/common/log.h"
+#include "coderq/storage/gauges.h"
 #include "coderq/common/metrics.h"
 #include "coderq/common/util.h"
 #include "worker_int.h"

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/migrate.h"
 #include "coderq/common/util.h"
 
 void kt_sleep_ms(int ms)

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/migrate.h"
 #include "coderq/common/util.h"
 
 /* The server's DSN as the suite found it: suites point CODERQ_PG_DSN at

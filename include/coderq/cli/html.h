@@ -17,7 +17,9 @@
 
 #include "coderq/common/buf.h"
 #include "coderq/common/common.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/artifacts.h"
+#include "coderq/storage/queries.h"
+#include "coderq/storage/report.h"
 
 /** @brief Size of a page name buffer, NUL included. */
 #define CQ_HTML_NAME_MAX 96

@@ -19,7 +19,7 @@
 
 #include "coderq/common/common.h"
 #include "coderq/common/config.h"
-#include "coderq/storage/store.h"
+#include "coderq/storage/outbox.h"
 
 #define CQ_KAFKA_TOPIC_JOBS    "coderq.jobs"
 #define CQ_KAFKA_TOPIC_DLQ     "coderq.jobs.dlq"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* db.c - the store handle: one PGconn, statement parameters, execution
+/* store.c - the store handle: one PGconn, statement parameters, execution
  * with reconnect (bounded exponential backoff) and retry only where a
  * statement is safe to run twice, and the transaction helpers. */
 #include "coderq/storage/store.h"
