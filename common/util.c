@@ -20,6 +20,24 @@ int64_t cq_now_ms(void)
         return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void cq_nap_ms(int64_t ms, const atomic_int *flag)
+{
+        int64_t end = cq_now_ms() + ms;
+
+        while (!(flag && atomic_load(flag))) {
+                int64_t left = end - cq_now_ms();
+                struct timespec ts;
+
+                if (left <= 0)
+                        return;
+                if (left > 50)
+                        left = 50;
+                ts.tv_sec = 0;
+                ts.tv_nsec = (long)left * 1000000L;
+                nanosleep(&ts, NULL);
+        }
+}
+
 int64_t
 cq_backoff_ms(int n, int64_t first_ms, int64_t max_ms, unsigned int *seed)
 {

@@ -37,25 +37,6 @@ void cq_worker_opts_from_config(cq_worker_opts_t *opts, const cq_config_t *cfg)
         opts->shutdown_s = cfg->shutdown_s;
 }
 
-/* Sleep up to \p ms, waking early when *flag is raised. */
-void worker_nap(int64_t ms, const atomic_int *flag)
-{
-        int64_t end = cq_now_ms() + ms;
-
-        while (!(flag && atomic_load(flag))) {
-                int64_t left = end - cq_now_ms();
-                struct timespec ts;
-
-                if (left <= 0)
-                        return;
-                if (left > 50)
-                        left = 50;
-                ts.tv_sec = 0;
-                ts.tv_nsec = (long)left * 1000000L;
-                nanosleep(&ts, NULL);
-        }
-}
-
 /* A store for the calling thread, retrying until it connects or \p stop. */
 static cq_store_t *
 connect_store(cq_worker_t *w, const atomic_int *stop, const char *who)
@@ -71,7 +52,7 @@ connect_store(cq_worker_t *w, const atomic_int *stop, const char *who)
                         return store;
                 cq_log_kv(CQ_LOG_WARN, "could not connect to PostgreSQL",
                           "thread", who, "error", errstr, NULL);
-                worker_nap(backoff, stop);
+                cq_nap_ms(backoff, stop);
                 if (backoff < 5000)
                         backoff *= 2;
         }
@@ -173,7 +154,7 @@ static void *slot_main(void *arg)
                                   "thread", name, "error",
                                   cq_store_errmsg(slot->store), NULL);
                         cq_claim_release(&claim);
-                        worker_nap(1000, &w->stop_claims);
+                        cq_nap_ms(1000, &w->stop_claims);
                         continue;
                 }
                 if (!found) {
@@ -316,7 +297,7 @@ static void *hk_main(void *arg)
                         if (failed && w->relay)
                                 cq_relay_kick(w->relay);
                 }
-                worker_nap(250, &w->stop_hk);
+                cq_nap_ms(250, &w->stop_hk);
         }
 out:
         free(ids);
@@ -635,7 +616,7 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
                 atomic_store(&w->m.watch_relay, w->relay_started);
                 atomic_store(&w->m.running_loop, true);
                 while (*signals == 0 && !(refused = kafka_refused(w)))
-                        worker_nap(200, NULL);
+                        cq_nap_ms(200, NULL);
                 if (refused)
                         cq_log_kv(CQ_LOG_ERROR, "stopping: Kafka refused us",
                                   "error", w->errmsg, NULL);
@@ -652,7 +633,7 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
         wake_slots(w, w->opts.slots); /* idle ones see the stop now */
         deadline = cq_now_ms() + w->opts.shutdown_s * 1000;
         while (any_busy(w) && cq_now_ms() < deadline)
-                worker_nap(100, NULL);
+                cq_nap_ms(100, NULL);
         if (any_busy(w)) {
                 /* Past the deadline: interrupt the cells still running;
                  * the jobs go back to the queue from their last

@@ -99,8 +99,6 @@ struct cq_worker {
 
 /* worker.c */
 
-void worker_nap(int64_t ms, const atomic_int *flag);
-
 /* Interrupt the job \p job_id if \p slot still runs it, its lease lost
  * (\p lost) or its cancel requested (worker.c). Whether it does; for a
  * cancel, only the first time. */

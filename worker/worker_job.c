@@ -70,7 +70,7 @@ static bool write_again(write_retry_t *r, cq_err_t err)
 {
         if (err != CQ_ERR_RETRIABLE || ++r->attempts >= WRITE_ATTEMPTS)
                 return false;
-        worker_nap(r->backoff_ms, NULL);
+        cq_nap_ms(r->backoff_ms, NULL);
         r->backoff_ms *= 2;
         return true;
 }

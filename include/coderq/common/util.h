@@ -7,6 +7,7 @@
 
 #include "coderq/common/common.h"
 
+#include <stdatomic.h>
 #include <time.h>
 
 /** @brief Monotonic milliseconds, for deadlines and durations. */
@@ -17,6 +18,13 @@ int64_t cq_now_ms(void);
  *        pthread_cond_timedwait() (whose default clock that is).
  */
 void cq_abstime_in(struct timespec *ts, int64_t ms);
+
+/**
+ * @brief Sleep up to \p ms, waking within 50 ms when *\p flag (may be
+ *        NULL) is raised: a thread's nap that a shutdown can cut short.
+ * @locality Any thread.
+ */
+void cq_nap_ms(int64_t ms, const atomic_int *flag);
 
 /**
  * @brief The wait before try \p n (1 for the first retry): \p first_ms
