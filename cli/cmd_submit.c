@@ -19,7 +19,7 @@
 
 #include "coderq/cli/clifmt.h"
 #include "coderq/common/job.h"
-#include "coderq/consumer/kafka_conf.h"
+#include "coderq/consumer/kafka.h"
 #include "coderq/common/log.h"
 #include "coderq/common/util.h"
 
@@ -27,17 +27,15 @@
  * message.timeout.ms); a broker that stays unreachable fails the submit
  * with exit 4 after it. */
 #define SUBMIT_DELIVERY_TIMEOUT_MS 30000
-#define SUBMIT_REFUSED_MAX         512 /* the reason Kafka refused us */
 #define SUBMIT_MAX_INVALID_SHOWN   20
 
 typedef struct sub_job {
         char *id;
         char *value; /* the message as sent */
         size_t len;
-        long line;               /* 0 for a job from flags */
-        rd_kafka_resp_err_t err; /* delivery result */
-        bool reported;           /* delivery report received */
-        json_t *row;             /* --wait: last job_overview row, or NULL */
+        long line;   /* 0 for a job from flags */
+        int err;     /* delivery result (rd_kafka_resp_err_t) */
+        json_t *row; /* --wait: last job_overview row, or NULL */
         bool finished;
 } sub_job_t;
 
@@ -368,39 +366,7 @@ out:
 
 /* ------------------------------------------------------------- producer */
 
-static void
-dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *rkmessage, void *opaque)
-{
-        sub_job_t *job = rkmessage->_private;
-
-        (void)rk;
-        (void)opaque;
-        job->err = rkmessage->err;
-        job->reported = true;
-}
-
-/* librdkafka's own log lines would break the one-line error rule. */
-static void
-log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-        (void)rk;
-        cq_log_debug("librdkafka %d %s: %s", level, fac, buf);
-}
-
-/* Served by rd_kafka_poll()/flush() on our thread. An authentication or
- * TLS failure is final: \p opaque (the reason buffer) ends the wait. */
-static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
-{
-        char *refused = opaque;
-
-        (void)rk;
-        cq_log_debug("kafka error %s: %s",
-                     rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
-        if (cq_kafka_err_is_auth(err) && !refused[0])
-                snprintf(refused, SUBMIT_REFUSED_MAX, "%s", reason);
-}
-
-static bool unavailable_err(rd_kafka_resp_err_t err)
+static bool unavailable_err(int err)
 {
         return err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT ||
                err == RD_KAFKA_RESP_ERR__TIMED_OUT ||
@@ -411,100 +377,63 @@ static bool unavailable_err(rd_kafka_resp_err_t err)
 
 static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
 {
-        rd_kafka_conf_t *conf = NULL;
-        rd_kafka_t *rk = NULL;
+        cq_producer_t *prod = NULL;
         cq_kafka_opts_t kopts;
-        char errstr[512], timeout[32], refused[SUBMIT_REFUSED_MAX] = "";
-        const char *topic = cfg->topic_jobs ? cfg->topic_jobs : "coderq.jobs";
-        const char *const defaults[] = {"linger.ms", "5", NULL};
-        const char *const mandatory[] = {"enable.idempotence", "true",
-                                         "message.timeout.ms", timeout, NULL};
+        cq_kafka_msg_t *msgs = NULL;
+        char errstr[512];
         size_t i, failed = 0;
-        int64_t deadline;
         int rc = CQ_EXIT_INTERNAL;
 
+        /* The producer logs the client's warnings for a worker's
+         * operators; a command says what failed in its one line, so they
+         * show only at debug, as before. */
+        if (cq_log_get_level() > CQ_LOG_DEBUG)
+                cq_log_set_level(CQ_LOG_ERROR);
         cq_kafka_opts_from_config(&kopts, cfg);
         kopts.client_id = "coderq-submit";
-        snprintf(timeout, sizeof(timeout), "%d", SUBMIT_DELIVERY_TIMEOUT_MS);
-        conf = cq_kafka_conf_new(&kopts, defaults, mandatory, errstr,
-                                 sizeof(errstr));
-        if (!conf) {
+        kopts.message_timeout_ms = SUBMIT_DELIVERY_TIMEOUT_MS;
+        msgs = calloc(batch->n ? batch->n : 1, sizeof(*msgs));
+        if (!msgs) {
+                cq_cli_error("could not submit: out of memory");
+                goto out;
+        }
+        for (i = 0; i < batch->n; i++) {
+                msgs[i].key = batch->v[i].id;
+                msgs[i].value = batch->v[i].value;
+                msgs[i].len = batch->v[i].len;
+        }
+        prod = cq_producer_new(&kopts, errstr, sizeof(errstr));
+        if (!prod) {
                 cq_cli_error("could not configure the Kafka producer: %s",
                              errstr);
                 rc = CQ_EXIT_CONFIG;
                 goto out;
         }
-        rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
-        rd_kafka_conf_set_log_cb(conf, log_cb);
-        rd_kafka_conf_set_error_cb(conf, error_cb);
-        rd_kafka_conf_set_opaque(conf, refused);
-        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-        if (!rk) {
-                cq_cli_error("could not create the Kafka producer: %s", errstr);
-                rc = CQ_EXIT_CONFIG;
-                goto out;
-        }
-        conf = NULL; /* rd_kafka_t owns it now */
-
-        for (i = 0; i < batch->n; i++) {
-                sub_job_t *job = &batch->v[i];
-                rd_kafka_resp_err_t err;
-
-                for (;;) {
-                        err = rd_kafka_producev(
-                            rk, RD_KAFKA_V_TOPIC(topic),
-                            RD_KAFKA_V_KEY(job->id, strlen(job->id)),
-                            RD_KAFKA_V_VALUE(job->value, job->len),
-                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                            RD_KAFKA_V_OPAQUE(job), RD_KAFKA_V_END);
-                        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || refused[0])
-                                break;
-                        rd_kafka_poll(rk, 100);
-                }
-                if (err) {
-                        job->err = err;
-                        job->reported = true;
-                }
-                rd_kafka_poll(rk, 0);
-        }
-
-        /* Every message gets exactly one delivery report, at the latest
-         * when message.timeout.ms expires; the margin covers the broker's
-         * own request timeout. */
-        deadline = cq_now_ms() + SUBMIT_DELIVERY_TIMEOUT_MS + 15000;
-        while (rd_kafka_outq_len(rk) > 0 && cq_now_ms() < deadline &&
-               !refused[0])
-                rd_kafka_flush(rk, 500);
-        if (refused[0]) {
+        /* The margin past message.timeout.ms covers the broker's own
+         * request timeout. */
+        if (cq_producer_deliver(prod, kopts.topic_jobs, msgs, batch->n,
+                                SUBMIT_DELIVERY_TIMEOUT_MS + 15000, errstr,
+                                sizeof(errstr))) {
                 /* Nothing can be delivered: say why once, not per job. */
-                rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE |
-                                       RD_KAFKA_PURGE_F_INFLIGHT);
-                rd_kafka_poll(rk, 0);
                 cq_cli_error("could not connect to Kafka at %s: %s",
-                             kopts.brokers, refused);
+                             kopts.brokers, errstr);
                 rc = CQ_EXIT_UNAVAILABLE;
                 goto out;
         }
-        if (rd_kafka_outq_len(rk) > 0)
-                rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE |
-                                       RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_poll(rk, 0);
-
         rc = CQ_EXIT_OK;
         for (i = 0; i < batch->n; i++) {
                 sub_job_t *job = &batch->v[i];
 
-                if (job->reported && job->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+                job->err = msgs[i].err;
+                if (job->err == 0) {
                         printf("%s\n", job->id);
                         continue;
                 }
-                if (!job->reported)
-                        job->err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
                 if (failed++ == 0) {
                         cq_cli_error("could not deliver job \"%s\" to topic "
                                      "\"%s\" at %s: %s",
-                                     job->id, topic, kopts.brokers,
-                                     rd_kafka_err2str(job->err));
+                                     job->id, kopts.topic_jobs, kopts.brokers,
+                                     cq_kafka_err_str(job->err));
                         rc = unavailable_err(job->err) ? CQ_EXIT_UNAVAILABLE
                                                        : CQ_EXIT_FAILED;
                 }
@@ -514,10 +443,8 @@ static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
                 cq_cli_error("%zu of %zu jobs were not delivered", failed,
                              batch->n);
 out:
-        if (conf)
-                rd_kafka_conf_destroy(conf);
-        if (rk)
-                rd_kafka_destroy(rk);
+        cq_producer_destroy(&prod);
+        free(msgs);
         return rc;
 }
 

@@ -11,9 +11,63 @@
 #include <string.h>
 #include <sys/syslog.h>
 
+#include "coderq/common/job.h"
 #include "coderq/common/kprops.h"
 #include "coderq/common/log.h"
 #include "kafka_int.h"
+
+void cq_kafka_opts_init(cq_kafka_opts_t *opts)
+{
+        memset(opts, 0, sizeof(*opts));
+        opts->brokers = "127.0.0.1:9092";
+        opts->topic_jobs = CQ_KAFKA_TOPIC_JOBS;
+        opts->topic_dlq = CQ_KAFKA_TOPIC_DLQ;
+        opts->topic_results = CQ_KAFKA_TOPIC_RESULTS;
+        opts->topic_events = CQ_KAFKA_TOPIC_EVENTS;
+        opts->group = CQ_KAFKA_GROUP;
+        opts->job_max = CQ_JOB_DEFAULT_MAX;
+        opts->backlog_max = 1000;
+        opts->backlog_check_ms = 1000;
+        opts->session_timeout_ms = 30000;
+        opts->max_poll_interval_ms = 120000;
+        opts->commit_interval_ms = 1000;
+        opts->message_timeout_ms = 60000;
+        opts->linger_ms = 5;
+        opts->events_linger_ms = 100;
+        opts->pg_reconnect_ms = 500;
+        opts->relay_interval_ms = 200;
+        opts->relay_idle_ms = 5000;
+        opts->relay_batch = 100;
+        opts->event_max_bytes = 256 * 1024;
+        opts->flush_timeout_ms = 10000;
+        opts->events_queue_max = 10000;
+}
+
+void cq_kafka_opts_from_config(cq_kafka_opts_t *opts, const cq_config_t *cfg)
+{
+        cq_kafka_opts_init(opts);
+        if (cfg->kafka_brokers)
+                opts->brokers = cfg->kafka_brokers;
+        opts->client_id = cfg->worker_id;
+        opts->props = cfg->kafka_props;
+        if (cfg->topic_jobs)
+                opts->topic_jobs = cfg->topic_jobs;
+        if (cfg->topic_dlq)
+                opts->topic_dlq = cfg->topic_dlq;
+        if (cfg->topic_results)
+                opts->topic_results = cfg->topic_results;
+        if (cfg->topic_events)
+                opts->topic_events = cfg->topic_events;
+        if (cfg->kafka_group)
+                opts->group = cfg->kafka_group;
+        opts->job_max = cfg->job_max_bytes;
+        opts->backlog_max = cfg->backlog_max;
+        opts->events_queue_max = cfg->events_queue_max;
+        opts->events_linger_ms = (int)cfg->events_linger_ms;
+        opts->relay_interval_ms = (int)cfg->relay_interval_ms;
+        opts->relay_idle_ms = (int)cfg->relay_idle_ms;
+        opts->event_max_bytes = cfg->event_max_bytes;
+}
 
 int kafka_conf_set(rd_kafka_conf_t *conf,
                    const char *key,

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "coderq/common/job.h"
 #include "coderq/common/log.h"
 #include "coderq/common/util.h"
 #include "kafka_int.h"
@@ -42,59 +41,6 @@ struct cq_producer {
         atomic_bool auth_failed; /* an authentication or TLS failure */
         char auth_why[512];      /* its reason; under mtx */
 };
-
-void cq_kafka_opts_init(cq_kafka_opts_t *opts)
-{
-        memset(opts, 0, sizeof(*opts));
-        opts->brokers = "127.0.0.1:9092";
-        opts->topic_jobs = CQ_KAFKA_TOPIC_JOBS;
-        opts->topic_dlq = CQ_KAFKA_TOPIC_DLQ;
-        opts->topic_results = CQ_KAFKA_TOPIC_RESULTS;
-        opts->topic_events = CQ_KAFKA_TOPIC_EVENTS;
-        opts->group = CQ_KAFKA_GROUP;
-        opts->job_max = CQ_JOB_DEFAULT_MAX;
-        opts->backlog_max = 1000;
-        opts->backlog_check_ms = 1000;
-        opts->session_timeout_ms = 30000;
-        opts->max_poll_interval_ms = 120000;
-        opts->commit_interval_ms = 1000;
-        opts->message_timeout_ms = 60000;
-        opts->linger_ms = 5;
-        opts->events_linger_ms = 100;
-        opts->pg_reconnect_ms = 500;
-        opts->relay_interval_ms = 200;
-        opts->relay_idle_ms = 5000;
-        opts->relay_batch = 100;
-        opts->event_max_bytes = 256 * 1024;
-        opts->flush_timeout_ms = 10000;
-        opts->events_queue_max = 10000;
-}
-
-void cq_kafka_opts_from_config(cq_kafka_opts_t *opts, const cq_config_t *cfg)
-{
-        cq_kafka_opts_init(opts);
-        if (cfg->kafka_brokers)
-                opts->brokers = cfg->kafka_brokers;
-        opts->client_id = cfg->worker_id;
-        opts->props = cfg->kafka_props;
-        if (cfg->topic_jobs)
-                opts->topic_jobs = cfg->topic_jobs;
-        if (cfg->topic_dlq)
-                opts->topic_dlq = cfg->topic_dlq;
-        if (cfg->topic_results)
-                opts->topic_results = cfg->topic_results;
-        if (cfg->topic_events)
-                opts->topic_events = cfg->topic_events;
-        if (cfg->kafka_group)
-                opts->group = cfg->kafka_group;
-        opts->job_max = cfg->job_max_bytes;
-        opts->backlog_max = cfg->backlog_max;
-        opts->events_queue_max = cfg->events_queue_max;
-        opts->events_linger_ms = (int)cfg->events_linger_ms;
-        opts->relay_interval_ms = (int)cfg->relay_interval_ms;
-        opts->relay_idle_ms = (int)cfg->relay_idle_ms;
-        opts->event_max_bytes = cfg->event_max_bytes;
-}
 
 /* Called with prod->mtx held. */
 static void dr_unref_locked(cq_producer_t *prod, struct cq_dr *dr)
@@ -457,6 +403,104 @@ rd_kafka_resp_err_t cq_producer_send(cq_producer_t *prod,
                 atomic_fetch_sub(&prod->be_inflight, 1);
         }
         return err;
+}
+
+/* Produce one message of cq_producer_deliver(), waiting while the local
+ * queue is full. */
+static rd_kafka_resp_err_t deliver_one(cq_producer_t *prod,
+                                       const char *topic,
+                                       cq_kafka_msg_t *msg,
+                                       cq_dr_t *dr)
+{
+        rd_kafka_headers_t *hdrs = NULL;
+        rd_kafka_resp_err_t err;
+
+        for (;;) {
+                err = cq_producer_send(prod, topic, msg->key, strlen(msg->key),
+                                       msg->value, msg->len, &hdrs, dr);
+                if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL ||
+                    atomic_load(&prod->auth_failed))
+                        return err;
+                cq_producer_wait(prod, 100, NULL);
+        }
+}
+
+int cq_producer_deliver(cq_producer_t *prod,
+                        const char *topic,
+                        cq_kafka_msg_t *msgs,
+                        size_t n,
+                        int64_t wait_ms,
+                        char *errstr,
+                        size_t errstr_size)
+{
+        cq_dr_t **drs = calloc(n ? n : 1, sizeof(*drs));
+        size_t i, first;
+        int64_t deadline;
+        int rc = -1;
+
+        if (!drs) {
+                cq_errstr_set(errstr, errstr_size,
+                              "could not produce: out of memory");
+                return -1;
+        }
+        for (i = 0; i < n; i++)
+                if (!(drs[i] = cq_dr_new(prod))) {
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not produce: out of memory");
+                        goto out;
+                }
+        for (i = 0; i < n; i++) {
+                msgs[i].err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
+                if (!atomic_load(&prod->auth_failed))
+                        msgs[i].err =
+                            deliver_one(prod, topic, &msgs[i], drs[i]);
+        }
+        /* Reports come mostly in order: wait on the first message still
+         * pending, so the whole wait is one pass over the batch. */
+        deadline = cq_now_ms() + wait_ms;
+        for (first = 0; first < n;) {
+                rd_kafka_resp_err_t err;
+                rd_kafka_msg_status_t status;
+
+                if (cq_dr_done(prod, drs[first], &err, &status)) {
+                        msgs[first].err = err;
+                        cq_dr_put(prod, &drs[first]);
+                        first++;
+                        continue;
+                }
+                if (atomic_load(&prod->auth_failed) || cq_now_ms() >= deadline)
+                        break;
+                cq_producer_wait(prod, 500, NULL);
+        }
+        for (i = first; i < n; i++) {
+                rd_kafka_resp_err_t err;
+                rd_kafka_msg_status_t status;
+
+                if (cq_dr_done(prod, drs[i], &err, &status)) {
+                        msgs[i].err = err;
+                        cq_dr_put(prod, &drs[i]);
+                }
+        }
+        if (cq_producer_auth_failed(prod, errstr, errstr_size)) {
+                for (i = 0; i < n; i++)
+                        if (drs[i])
+                                msgs[i].err = RD_KAFKA_RESP_ERR__AUTHENTICATION;
+        } else {
+                for (i = 0; i < n; i++)
+                        if (drs[i])
+                                msgs[i].err = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT;
+                rc = 0;
+        }
+out:
+        for (i = 0; i < n; i++)
+                cq_dr_put(prod, &drs[i]);
+        free(drs);
+        return rc;
+}
+
+const char *cq_kafka_err_str(int err)
+{
+        return rd_kafka_err2str((rd_kafka_resp_err_t)err);
 }
 
 void cq_producer_wait(cq_producer_t *prod,

@@ -151,6 +151,41 @@ bool cq_producer_auth_failed(cq_producer_t *prod, char *why, size_t why_size);
  *         client. */
 unsigned cq_producer_recreated(cq_producer_t *prod);
 
+/** @brief One message of cq_producer_deliver(). */
+typedef struct cq_kafka_msg {
+        const char *key;   /* borrowed; NUL-terminated */
+        const void *value; /* borrowed */
+        size_t len;
+        int err; /* (out) 0: delivered; else the rd_kafka_resp_err_t that
+                    ended it (cq_kafka_err_str() names it) */
+} cq_kafka_msg_t;
+
+/**
+ * @brief Produce \p n messages to \p topic (each copied) and wait for the
+ *        delivery report of every one: a client's one-shot send, such as
+ *        coderq submit's. A full local queue waits for room. Every
+ *        message gets exactly one report by opts.message_timeout_ms after
+ *        it was produced; \p wait_ms past the last produce (covering the
+ *        broker's own request timeout) ends the wait anyway, and what is
+ *        still unreported then fails with RD_KAFKA_RESP_ERR__MSG_TIMED_OUT.
+ * @returns 0 when every message has its outcome in err; -1 when the broker
+ *          refused the credentials or TLS (cq_kafka_err_is_auth()), with
+ *          librdkafka's reason in \p errstr: nothing more can be
+ *          delivered, the messages not yet reported keep err
+ *          RD_KAFKA_RESP_ERR__AUTHENTICATION.
+ * @locality Any thread; the messages are the caller's until it returns.
+ */
+CQ_NODISCARD int cq_producer_deliver(cq_producer_t *prod,
+                                     const char *topic,
+                                     cq_kafka_msg_t *msgs,
+                                     size_t n,
+                                     int64_t wait_ms,
+                                     char *errstr,
+                                     size_t errstr_size);
+
+/** @brief librdkafka's text for an rd_kafka_resp_err_t. Borrowed; static. */
+const char *cq_kafka_err_str(int err);
+
 /* --------------------------------------------------------------- intake */
 
 typedef struct cq_intake cq_intake_t;
