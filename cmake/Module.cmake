@@ -62,3 +62,23 @@ function(cq_room)
     cq_target_warnings(${ARG_EXECUTABLE})
   endif()
 endfunction()
+
+# cq_embed(target file symbol header): the text of \p file, beside the
+# current CMakeLists.txt, built into \p target at build time as the
+# NUL-terminated const char array \p symbol (cmake/Embed.cmake), which the
+# private header \p header beside the sources declares. Code of another
+# language (Python run in kernels, the report's script and stylesheet)
+# lives in files of that language, linted by its own tools, and reaches
+# the C that runs it only this way.
+function(cq_embed target file symbol header)
+  set(in ${CMAKE_CURRENT_SOURCE_DIR}/${file})
+  set(out ${CMAKE_CURRENT_BINARY_DIR}/${symbol}.c)
+  add_custom_command(
+    OUTPUT ${out}
+    COMMAND ${CMAKE_COMMAND} -DIN=${in} -DOUT=${out} -DNAME=${symbol}
+            -DHEADER=${header} -P ${PROJECT_SOURCE_DIR}/cmake/Embed.cmake
+    DEPENDS ${in} ${PROJECT_SOURCE_DIR}/cmake/Embed.cmake
+    VERBATIM)
+  target_sources(${target} PRIVATE ${out})
+  target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+endfunction()
