@@ -18,6 +18,7 @@
 #include "coderq/common/config.h"
 #include "coderq/common/gate.h"
 #include "coderq/common/log.h"
+#include "coderq/common/pylit.h"
 #include "coderq/common/util.h"
 
 START_TEST(buf_caps_and_keeps_contents)
@@ -672,6 +673,49 @@ START_TEST(gate_stops_counting_long_holders)
 }
 END_TEST
 
+/* Python reads the literal back as exactly the text: quote, backslash
+ * and control characters escaped, UTF-8 as it is; nothing is appended
+ * when the text is not UTF-8 or the literal does not fit. */
+START_TEST(pylit_escapes_what_python_would_read)
+{
+        static const char text[] = "a'b\\c\n\x01\x7f\0\"d\xc3\xa9";
+        cq_buf_t buf;
+
+        cq_buf_init(&buf, 64);
+        ck_assert_int_eq(cq_pylit_append(&buf, "coderq-env 00ff ", 16), CQ_OK);
+        ck_assert_str_eq(buf.data, "'coderq-env 00ff '");
+        cq_buf_reset(&buf);
+        ck_assert_int_eq(cq_pylit_append(&buf, "", 0), CQ_OK);
+        ck_assert_str_eq(buf.data, "''");
+        cq_buf_reset(&buf);
+        ck_assert_int_eq(cq_pylit_append(&buf, text, sizeof(text) - 1), CQ_OK);
+        ck_assert_str_eq(buf.data,
+                         "'a\\'b\\\\c\\x0a\\x01\\x7f\\x00\"d\xc3\xa9'");
+        cq_buf_reset(&buf);
+        ck_assert_int_eq(cq_buf_append_str(&buf, "x="), CQ_OK);
+        ck_assert_int_eq(cq_pylit_append(&buf, "\xff", 1), CQ_ERR_FATAL);
+        ck_assert_int_eq(cq_pylit_append(&buf, "\xed\xa0\x80", 3),
+                         CQ_ERR_FATAL);
+        ck_assert_str_eq(buf.data, "x=");
+        /* 60 letters need 62 bytes, and 2 are used */
+        ck_assert_int_eq(cq_pylit_append(&buf,
+                                         "0123456789012345678901234567890123456"
+                                         "78901234567890123456789",
+                                         60),
+                         CQ_OK);
+        ck_assert_uint_eq(buf.len, 64);
+        cq_buf_reset(&buf);
+        ck_assert_int_eq(cq_buf_append_str(&buf, "x="), CQ_OK);
+        ck_assert_int_eq(cq_pylit_append(&buf,
+                                         "0123456789012345678901234567890123456"
+                                         "7890123456789012345678\n",
+                                         60),
+                         CQ_ERR_TOO_LARGE);
+        ck_assert_str_eq(buf.data, "x=");
+        cq_buf_release(&buf);
+}
+END_TEST
+
 static Suite *common_suite(void)
 {
         Suite *s = suite_create("common");
@@ -688,6 +732,7 @@ static Suite *common_suite(void)
         tcase_add_test(tc, ansi_strip_removes_escapes);
         tcase_add_test(tc, utf8_repair_replaces_bad_sequences);
         tcase_add_test(tc, base64_round_trips_and_rejects_garbage);
+        tcase_add_test(tc, pylit_escapes_what_python_would_read);
         tcase_add_test(tc, sha256_known_vector);
         tcase_add_test(tc, iso8601_has_six_digit_microseconds);
         tcase_add_test(tc, backoff_doubles_caps_and_jitters);
