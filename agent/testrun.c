@@ -12,16 +12,19 @@
 #include <string.h>
 
 #include "coderq/common/buf.h"
+#include "coderq/common/pylit.h"
 #include "coderq/common/util.h"
+#include "testrun_int.h"
 
 #define TESTRUN_CODE_MAX ((size_t)64 << 20)
 
-/* The harness, one Python program for both kinds. It runs by exec() in a
- * namespace of its own whose builtins are the real module, so a variable
- * the model named len, type or print cannot change it, and it leaves no
- * name behind. It reads _ARGS: the user namespace, the kind, the calls
- * (base64 JSON: one list of arguments per case) or the test code (base64),
- * the function name (base64) and the marker.
+/* The harness (testrun_harness.py, built in as cq_testrun_harness_py),
+ * one Python program for both kinds. It runs by exec() in a namespace of
+ * its own whose builtins are the real module, so a variable the model
+ * named len, type or print cannot change it, and it leaves no name
+ * behind. It reads _ARGS: the user namespace, the kind, the calls (base64
+ * JSON: one list of arguments per case) or the test code (base64), the
+ * function name (base64) and the marker.
  *
  * It never sees an expected value: it calls the function once per case
  * and writes what came back, as plain data, into its report; C compares
@@ -51,244 +54,33 @@
  *   {"case":N,"not_plain":"why","type":"T"}
  *   {"case":N,"error":"E","traceback":"TB"}   (traceback optional)
  * and for code tests {"case":0,"ok":true} or {"case":0,"error":...}. */
-static const char harness_0[] =
-    "import sys, json, base64, traceback\n"
-    "_ns, _kind, _data, _fname, _marker = _ARGS\n"
-    "_out = sys.stdout\n"
-    "_type = ().__class__.__class__\n"
-    "_bool = True.__class__\n"
-    "_int = (0).__class__\n"
-    "_float = (0.0).__class__\n"
-    "_str = ''.__class__\n"
-    "_list = [].__class__\n"
-    "_tuple = ().__class__\n"
-    "_dict = {}.__class__\n"
-    "_join = _str.join\n"
-    "_translate = _str.translate\n"
-    "_encode = _str.encode\n"
-    "_int_repr = _int.__repr__\n"
-    "_float_repr = _float.__repr__\n"
-    "_items = _dict.items\n"
-    "_dget = _dict.get\n"
-    "_flags = _type.__dict__['__flags__'].__get__\n"
-    "_module = _type.__dict__['__module__'].__get__\n"
-    "_qualname = _type.__dict__['__qualname__'].__get__\n"
-    "_mro = _type.__dict__['__mro__'].__get__\n"
-    "_INF = _float('inf')\n"
-    "_I64 = 1 << 63\n"
-    "_MAX_DEPTH = 100\n"
-    "_MAX_ITEMS = 1000000\n"
-    "_BASES = (_bool, _int, _float, _str, _list, _tuple, _dict)\n"
-    "_ESC = {0x22: '\\\\\"', 0x5c: '\\\\\\\\'}\n"
-    "_c = 0\n"
-    "while _c < 32:\n"
-    "    _ESC[_c] = '\\\\u%04x' % _c\n"
-    "    _c += 1\n"
-    "def _native(t):\n"
-    "    try:\n"
-    "        return (_type(t) is _type and not _flags(t) & 512 and\n"
-    "                _module(t) == 'numpy')\n"
-    "    except Exception:\n"
-    "        return False\n"
-    "_np_array = None\n"
-    "_np_scalars = ()\n"
-    "_np = _dget(sys.modules, 'numpy')\n"
-    "if _np is not None:\n"
-    "    try:\n"
-    "        _np_array = _np.ndarray\n"
-    "        _np_scalars = tuple([_np.dtype(c).type for c in "
-    "'?bhilqpBHILQPefd'] +\n"
-    "                            [_np.str_])\n"
-    "        if not _native(_np_array) or _qualname(_np_array) != 'ndarray':\n"
-    "            _np_array = None\n"
-    "        for _t in _np_scalars:\n"
-    "            if not _native(_t):\n"
-    "                _np_array = None\n"
-    "        if _np_array is None:\n"
-    "            _np_scalars = ()\n"
-    "    except Exception:\n"
-    "        _np_array = None\n"
-    "        _np_scalars = ()\n"
-    "class _NotPlain(Exception):\n"
-    "    pass\n"
-    "class _Sink:\n"
-    "    def write(self, s):\n"
-    "        pass\n"
-    "    def flush(self):\n"
-    "        pass\n"
-    "    def isatty(self):\n"
-    "        return False\n"
-    "_SINK = _Sink()\n"
-    "def _is(t, types):\n"
-    "    for x in types:\n"
-    "        if x is t:\n"
-    "            return True\n"
-    "    return False\n"
-    "def _describe(t):\n"
-    "    try:\n"
-    "        name = _qualname(t)\n"
-    "        mro = _mro(t)\n"
-    "    except Exception:\n"
-    "        return 'an object of unknown type'\n"
-    "    if _type(name) is not _str:\n"
-    "        return 'an object of unknown type'\n"
-    "    for b in _BASES:\n"
-    "        if b is not t and _is(b, mro):\n"
-    "            return '%s (a subclass of %s)' % (name, _qualname(b))\n"
-    "    return name\n"
-    "def _jstr(prefix, s):\n"
-    "    try:\n"
-    "        _encode(s, 'utf-8')\n"
-    "    except Exception:\n"
-    "        raise _NotPlain('a str that is not valid Unicode (a lone "
-    "surrogate)')\n"
-    "    return '\"' + prefix + _translate(s, _ESC) + '\"'\n"
-    "def _text(s):\n"
-    "    if _type(s) is not _str:\n"
-    "        s = '<text of an unknown type>'\n"
-    "    try:\n"
-    "        _encode(s, 'utf-8')\n"
-    "    except Exception:\n"
-    "        s = _encode(s, 'utf-8', 'backslashreplace').decode('utf-8')\n"
-    "    return '\"' + _translate(s, _ESC) + '\"'\n";
 
-static const char harness_1[] =
-    "def _enc(v, parts, budget, depth):\n"
-    "    t = _type(v)\n"
-    "    budget[0] += 1\n"
-    "    if budget[0] > _MAX_ITEMS:\n"
-    "        raise _NotPlain('more than %d values' % _MAX_ITEMS)\n"
-    "    if v is None:\n"
-    "        parts.append('null')\n"
-    "    elif t is _bool:\n"
-    "        parts.append('true' if v is True else 'false')\n"
-    "    elif t is _int:\n"
-    "        if -_I64 <= v < _I64:\n"
-    "            parts.append(_int_repr(v))\n"
-    "        else:\n"
-    "            try:\n"
-    "                parts.append('\"i' + _int_repr(v) + '\"')\n"
-    "            except ValueError:\n"
-    "                raise _NotPlain('an int too large to write in decimal')\n"
-    "    elif t is _float:\n"
-    "        if v != v:\n"
-    "            parts.append('\"fnan\"')\n"
-    "        elif v == _INF:\n"
-    "            parts.append('\"finf\"')\n"
-    "        elif v == -_INF:\n"
-    "            parts.append('\"f-inf\"')\n"
-    "        else:\n"
-    "            parts.append(_float_repr(v))\n"
-    "    elif t is _str:\n"
-    "        parts.append(_jstr('s', v))\n"
-    "    elif depth >= _MAX_DEPTH:\n"
-    "        raise _NotPlain('values nested deeper than %d levels' % "
-    "_MAX_DEPTH)\n"
-    "    elif t is _list or t is _tuple:\n"
-    "        parts.append('[')\n"
-    "        sep = ''\n"
-    "        for x in v:\n"
-    "            parts.append(sep)\n"
-    "            sep = ','\n"
-    "            _enc(x, parts, budget, depth + 1)\n"
-    "        parts.append(']')\n"
-    "    elif t is _dict:\n"
-    "        parts.append('{')\n"
-    "        sep = ''\n"
-    "        for k, x in _items(v):\n"
-    "            if _type(k) is not _str:\n"
-    "                raise _NotPlain('a dict key of type %s (keys must be "
-    "str)' %\n"
-    "                                _describe(_type(k)))\n"
-    "            if '\\x00' in k:\n"
-    "                raise _NotPlain('a dict key holding a NUL character')\n"
-    "            parts.append(sep)\n"
-    "            sep = ','\n"
-    "            parts.append(_jstr('', k))\n"
-    "            parts.append(':')\n"
-    "            _enc(x, parts, budget, depth + 1)\n"
-    "        parts.append('}')\n"
-    "    elif _np_array is not None and t is _np_array:\n"
-    "        if v.dtype.kind not in 'biufU':\n"
-    "            raise _NotPlain('a numpy array of dtype %s' % v.dtype.str)\n"
-    "        if v.size > _MAX_ITEMS:\n"
-    "            raise _NotPlain('more than %d values' % _MAX_ITEMS)\n"
-    "        _enc(v.tolist(), parts, budget, depth)\n"
-    "    elif _is(t, _np_scalars):\n"
-    "        _enc(v.item(), parts, budget, depth)\n"
-    "    else:\n"
-    "        raise _NotPlain('a value of type %s' % _describe(t))\n"
-    "def _call(f, a):\n"
-    "    so, se = sys.stdout, sys.stderr\n"
-    "    sys.stdout = sys.stderr = _SINK\n"
-    "    try:\n"
-    "        return f(*a)\n"
-    "    finally:\n"
-    "        sys.stdout, sys.stderr = so, se\n"
-    "def _failure(e):\n"
-    "    try:\n"
-    "        msg = str(e)\n"
-    "    except Exception:\n"
-    "        msg = '<the exception could not be shown>'\n"
-    "    if _type(msg) is not _str:\n"
-    "        msg = '<the exception could not be shown>'\n"
-    "    out = '\"error\":' + _text('%s: %s' % (_describe(_type(e)), "
-    "msg[:1000]))\n"
-    "    try:\n"
-    "        out += ',\"traceback\":' + "
-    "_text(traceback.format_exc(limit=5)[-2000:])\n"
-    "    except Exception:\n"
-    "        pass\n"
-    "    return out\n";
+/* The cell: one line that runs the harness, as base64 so that the line
+ * holds no quote or newline of its own, by exec() in a namespace of its
+ * own whose _ARGS are the user namespace and \p args (kind, data,
+ * function name, marker) as Python literals. */
+static cq_err_t
+put_cell(cq_buf_t *buf, const char *b64h, const char *const *args)
+{
+        cq_err_t err;
+        size_t i;
 
-static const char harness_2[] =
-    "def _cases(calls, fname):\n"
-    "    out = []\n"
-    "    fn = _dget(_ns, fname) if _type(_ns) is _dict else None\n"
-    "    n = 0\n"
-    "    for args in calls:\n"
-    "        n += 1\n"
-    "        head = '{\"case\":%d,' % n\n"
-    "        if not callable(fn):\n"
-    "            out.append(head + '\"error\":' +\n"
-    "                       _text('NameError: function %r is not defined' % "
-    "fname) +\n"
-    "                       '}')\n"
-    "            continue\n"
-    "        try:\n"
-    "            got = _call(fn, args)\n"
-    "        except (Exception, SystemExit) as e:\n"
-    "            out.append(head + _failure(e) + '}')\n"
-    "            continue\n"
-    "        parts = []\n"
-    "        try:\n"
-    "            _enc(got, parts, [0], 0)\n"
-    "        except _NotPlain as e:\n"
-    "            out.append(head + '\"not_plain\":' + _text(e.args[0]) + "
-    "',\"type\":' +\n"
-    "                       _text(_describe(_type(got))) + '}')\n"
-    "        else:\n"
-    "            out.append(head + '\"value\":' + _join('', parts) + '}')\n"
-    "    return out\n"
-    "def _code(src):\n"
-    "    try:\n"
-    "        _call(exec, (compile(src, '<tests>', 'exec'), _ns))\n"
-    "    except (Exception, SystemExit) as e:\n"
-    "        return ['{\"case\":0,' + _failure(e) + '}']\n"
-    "    return ['{\"case\":0,\"ok\":true}']\n"
-    "if _kind == 'cases':\n"
-    "    _report = _cases(json.loads(base64.b64decode(_data)),\n"
-    "                     base64.b64decode(_fname).decode())\n"
-    "else:\n"
-    "    _report = _code(base64.b64decode(_data).decode())\n"
-    "_out.write('\\n' + _marker + '{\"cases\":[' + _join(',', _report) + "
-    "']}\\n')\n"
-    "_out.flush()\n";
-
-static const char harness_call[] =
-    "exec(__import__('base64').b64decode('%s').decode(), "
-    "{'__builtins__': __import__('builtins'), "
-    "'_ARGS': (globals(), '%s', '%s', '%s', '%s')})\n";
+        err = cq_buf_append_str(buf, "exec(__import__('base64').b64decode(");
+        if (err == CQ_OK)
+                err = cq_pylit_append(buf, b64h, strlen(b64h));
+        if (err == CQ_OK)
+                err = cq_buf_append_str(
+                    buf, ").decode(), {'__builtins__': __import__('builtins'), "
+                         "'_ARGS': (globals()");
+        for (i = 0; i < 4 && err == CQ_OK; i++) {
+                err = cq_buf_append_str(buf, ", ");
+                if (err == CQ_OK)
+                        err = cq_pylit_append(buf, args[i], strlen(args[i]));
+        }
+        if (err == CQ_OK)
+                err = cq_buf_append_str(buf, ")})\n");
+        return err;
+}
 
 /* Shown values (expected, got, the call's arguments) are cut here, as
  * Python's repr would be by the feedback. */
@@ -363,8 +155,8 @@ char *cq_testrun_code(const json_t *tests,
         const char *kind = json_string_value(json_object_get(tests, "kind"));
         char *json = NULL, *b64h = NULL, *b64a = NULL, *b64b = NULL;
         char *code = NULL;
+        const char *args[4];
         cq_buf_t buf;
-        cq_err_t err;
 
         cq_buf_init(&buf, TESTRUN_CODE_MAX);
         if (make_marker(marker, marker_size) != 0) {
@@ -405,16 +197,15 @@ char *cq_testrun_code(const json_t *tests,
                               "tests \"kind\" must be \"cases\" or \"code\"");
                 goto out;
         }
-        if (cq_buf_append_str(&buf, harness_0) != CQ_OK ||
-            cq_buf_append_str(&buf, harness_1) != CQ_OK ||
-            cq_buf_append_str(&buf, harness_2) != CQ_OK)
-                goto oom;
-        b64h = cq_b64_encode(buf.data, buf.len, NULL);
-        cq_buf_reset(&buf);
+        b64h = cq_b64_encode(cq_testrun_harness_py,
+                             strlen(cq_testrun_harness_py), NULL);
         if (!b64h || !b64a || !b64b)
                 goto oom;
-        err = cq_buf_printf(&buf, harness_call, b64h, kind, b64a, b64b, marker);
-        if (err != CQ_OK) {
+        args[0] = kind;
+        args[1] = b64a;
+        args[2] = b64b;
+        args[3] = marker;
+        if (put_cell(&buf, b64h, args) != CQ_OK) {
                 cq_errstr_set(errstr, errstr_size,
                               "could not build the test cell: "
                               "tests too large");
