@@ -13,6 +13,7 @@
 
 #include "coderq/cli/clifmt.h"
 #include "coderq/common/util.h"
+#include "html_int.h"
 
 /* Nested objects and arrays deeper than this print as compact JSON. */
 #define MAX_DEPTH 4
@@ -345,197 +346,13 @@ static void put_json(out_t *o, const json_t *v, size_t flags, size_t max)
 
 /* ----------------------------------------------------- style and script */
 
-static const char STYLE[] =
-    ":root{--cq-styled:1;--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;"
-    "--bg:#f6f8fa;--card:#fff;--ok:#1a7f37;--bad:#cf222e;--warn:#9a6700;"
-    "--info:#0969da;--code:#f6f8fa}\n"
-    "*{box-sizing:border-box}\n"
-    "body{margin:0;font:14px/1.45 system-ui,-apple-system,\"Segoe UI\","
-    "\"DejaVu Sans\",sans-serif;color:var(--fg);background:var(--bg)}\n"
-    "header{background:#24292f;color:#fff;padding:14px 24px}\n"
-    "header h1{margin:0;font-size:19px;font-weight:600;"
-    "overflow-wrap:anywhere}\n"
-    "header .sub{color:#d1d9e0;font-size:12px;margin-top:3px;"
-    "overflow-wrap:anywhere}\n"
-    "header a{color:#9ecbff}\n"
-    "main{padding:16px 24px;max-width:1500px}\n"
-    "section{background:var(--card);border:1px solid var(--line);"
-    "border-radius:6px;padding:12px 16px;margin:0 0 16px}\n"
-    "h2{font-size:15px;margin:0 0 10px}\n"
-    "h3{font-size:13px;margin:12px 0 6px}\n"
-    "a{color:var(--info)}\n"
-    ".cards{display:flex;flex-wrap:wrap;gap:10px;margin-bottom:10px}\n"
-    ".card{border:1px solid var(--line);border-radius:6px;padding:6px 12px;"
-    "min-width:96px;background:var(--bg)}\n"
-    ".card .v{font-size:18px;font-weight:600;overflow-wrap:anywhere}\n"
-    ".card .k{font-size:11px;color:var(--muted);text-transform:uppercase;"
-    "letter-spacing:.03em}\n"
-    "dl.kv{display:grid;grid-template-columns:max-content 1fr;"
-    "gap:3px 16px;margin:0}\n"
-    "dl.kv dt{color:var(--muted)}\n"
-    "dl.kv dd{margin:0;overflow-wrap:anywhere;min-width:0}\n"
-    "details{margin:6px 0}\n"
-    "summary{cursor:pointer;color:var(--muted)}\n"
-    "table{border-collapse:collapse;width:100%}\n"
-    "th,td{border-bottom:1px solid var(--line);padding:5px 8px;"
-    "text-align:left;vertical-align:top}\n"
-    "td{overflow-wrap:anywhere}\n"
-    "th{background:#eef1f4;position:sticky;top:0;font-weight:600;"
-    "white-space:nowrap}\n"
-    "th button{all:unset;cursor:pointer}\n"
-    "th button:focus-visible{outline:2px solid var(--info)}\n"
-    "th[aria-sort=ascending] button::after{content:\" \\25B2\"}\n"
-    "th[aria-sort=descending] button::after{content:\" \\25BC\"}\n"
-    "td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;"
-    "white-space:nowrap}\n"
-    "tbody tr:hover td{background:#f3f6fa}\n"
-    ".badge{display:inline-block;padding:0 8px;border-radius:10px;"
-    "font-size:12px;font-weight:600;border:1px solid currentColor;"
-    "white-space:nowrap}\n"
-    ".s-succeeded,.pass{color:var(--ok)}\n"
-    ".s-failed,.fail{color:var(--bad)}\n"
-    ".s-cancelled,.s-other{color:var(--muted)}\n"
-    ".s-running,.s-queued{color:var(--warn)}\n"
-    ".muted{color:var(--muted)}\n"
-    ".controls{display:flex;flex-wrap:wrap;gap:8px;align-items:center;"
-    "margin-bottom:10px}\n"
-    "input,select{font:inherit;padding:4px 8px;border:1px solid var(--line);"
-    "border-radius:4px;background:#fff}\n"
-    "input[type=search]{min-width:280px}\n"
-    "pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:4px 0;"
-    "font:12.5px/1.4 ui-monospace,\"DejaVu Sans Mono\",monospace;"
-    "background:var(--code);border:1px solid var(--line);border-radius:4px;"
-    "padding:8px;max-height:40em;overflow:auto}\n"
-    "pre.stderr{background:#fff8c5}\n"
-    "pre.err{background:#ffebe9;color:#82071e}\n"
-    "pre.answer{background:#fff;font-size:13px}\n"
-    ".msg{border-left:4px solid var(--line);padding:2px 0 2px 10px;"
-    "margin:12px 0}\n"
-    ".msg.system{border-color:#8c959f}\n"
-    ".msg.user{border-color:var(--info)}\n"
-    ".msg.assistant{border-color:#8250df}\n"
-    ".msg.tool{border-color:var(--ok)}\n"
-    ".role{font-weight:600;font-size:11px;text-transform:uppercase;"
-    "color:var(--muted);letter-spacing:.04em}\n"
-    ".role .muted{text-transform:none;font-weight:400}\n"
-    ".cell{margin:12px 0}\n"
-    ".prompt{color:var(--muted);font:12px ui-monospace,monospace}\n"
-    "figure{margin:8px 0}\n"
-    "img{max-width:100%;height:auto;border:1px solid var(--line);"
-    "background:#fff}\n"
-    "figcaption{font-size:12px;color:var(--muted)}\n";
-
-/* The index's sorting and filtering. It reads the table from the DOM
- * (cells' text and data-v numbers), compares what the fragment names only
- * to column keys and option values, and writes only text and attributes:
- * no job text is ever code here. data-report="ready" on <html> says it
- * ran and the stylesheet applied (tests read it). */
-static const char SCRIPT[] =
-    "(function () {\n"
-    "  \"use strict\";\n"
-    "  var table = document.getElementById(\"jobs\");\n"
-    "  var q = document.getElementById(\"q\");\n"
-    "  var st = document.getElementById(\"status\");\n"
-    "  var shown = document.getElementById(\"shown\");\n"
-    "  if (!table || !q || !st || !shown) return;\n"
-    "  var body = table.tBodies[0];\n"
-    "  var rows = Array.prototype.slice.call(body.rows);\n"
-    "  var heads = Array.prototype.slice.call(table.tHead.rows[0].cells);\n"
-    "  var sortKey = \"\", sortDir = 1;\n"
-    "  function value(row, col, num) {\n"
-    "    var cell = row.cells[col], v = cell.getAttribute(\"data-v\");\n"
-    "    if (num) {\n"
-    "      var x = v === null ? NaN : parseFloat(v);\n"
-    "      return isNaN(x) ? -Infinity : x;\n"
-    "    }\n"
-    "    return cell.textContent.toLowerCase();\n"
-    "  }\n"
-    "  function sortBy(key, dir) {\n"
-    "    var col = -1, num = false;\n"
-    "    heads.forEach(function (th, i) {\n"
-    "      if (th.getAttribute(\"data-key\") === key) {\n"
-    "        col = i;\n"
-    "        num = th.getAttribute(\"data-type\") === \"num\";\n"
-    "      }\n"
-    "    });\n"
-    "    if (col < 0) return;\n"
-    "    heads.forEach(function (th) { th.removeAttribute(\"aria-sort\"); "
-    "});\n"
-    "    sortKey = key;\n"
-    "    sortDir = dir;\n"
-    "    heads[col].setAttribute(\"aria-sort\", dir > 0 ? \"ascending\" : "
-    "\"descending\");\n"
-    "    var keyed = rows.map(function (r, i) {\n"
-    "      return { r: r, i: i, v: value(r, col, num) };\n"
-    "    });\n"
-    "    keyed.sort(function (a, b) {\n"
-    "      if (a.v < b.v) return -dir;\n"
-    "      if (a.v > b.v) return dir;\n"
-    "      return a.i - b.i;\n"
-    "    });\n"
-    "    keyed.forEach(function (k) { body.appendChild(k.r); });\n"
-    "  }\n"
-    "  function filter() {\n"
-    "    var text = q.value.toLowerCase(), status = st.value, n = 0;\n"
-    "    rows.forEach(function (r) {\n"
-    "      var ok = (!status || r.getAttribute(\"data-status\") === status) "
-    "&&\n"
-    "        (!text || r.textContent.toLowerCase().indexOf(text) >= 0);\n"
-    "      r.hidden = !ok;\n"
-    "      if (ok) n++;\n"
-    "    });\n"
-    "    shown.textContent = String(n);\n"
-    "  }\n"
-    "  function save() {\n"
-    "    var parts = [];\n"
-    "    if (q.value) parts.push(\"q=\" + encodeURIComponent(q.value));\n"
-    "    if (st.value) parts.push(\"status=\" + "
-    "encodeURIComponent(st.value));\n"
-    "    if (sortKey) parts.push(\"sort=\" + encodeURIComponent(sortKey),\n"
-    "                            \"dir=\" + (sortDir > 0 ? \"asc\" : "
-    "\"desc\"));\n"
-    "    try {\n"
-    "      history.replaceState(null, \"\", \"#\" + parts.join(\"&\"));\n"
-    "    } catch (e) { /* some browsers refuse it on file: pages */ }\n"
-    "  }\n"
-    "  function load() {\n"
-    "    var p = Object.create(null);\n"
-    "    location.hash.replace(/^#/, \"\").split(\"&\").forEach(function "
-    "(kv) {\n"
-    "      var i = kv.indexOf(\"=\");\n"
-    "      if (i <= 0) return;\n"
-    "      try {\n"
-    "        p[kv.slice(0, i)] = decodeURIComponent(kv.slice(i + 1));\n"
-    "      } catch (e) { /* a malformed escape: ignore that part */ }\n"
-    "    });\n"
-    "    q.value = typeof p.q === \"string\" ? p.q : \"\";\n"
-    "    st.value = \"\";\n"
-    "    Array.prototype.forEach.call(st.options, function (o) {\n"
-    "      if (o.value === p.status) st.value = o.value;\n"
-    "    });\n"
-    "    if (typeof p.sort === \"string\") sortBy(p.sort, p.dir === "
-    "\"desc\" ? -1 : 1);\n"
-    "    filter();\n"
-    "  }\n"
-    "  heads.forEach(function (th) {\n"
-    "    var b = th.querySelector(\"button\");\n"
-    "    if (!b) return;\n"
-    "    b.addEventListener(\"click\", function () {\n"
-    "      var k = th.getAttribute(\"data-key\");\n"
-    "      sortBy(k, sortKey === k ? -sortDir : 1);\n"
-    "      save();\n"
-    "    });\n"
-    "  });\n"
-    "  q.addEventListener(\"input\", function () { filter(); save(); });\n"
-    "  st.addEventListener(\"change\", function () { filter(); save(); });\n"
-    "  window.addEventListener(\"hashchange\", load);\n"
-    "  load();\n"
-    "  var styled = getComputedStyle(document.documentElement)\n"
-    "    .getPropertyValue(\"--cq-styled\").trim() === \"1\";\n"
-    "  document.documentElement.setAttribute(\"data-report\",\n"
-    "                                        styled ? \"ready\" : "
-    "\"unstyled\");\n"
-    "})();\n";
+/* The stylesheet is report.css and the index's script report.js, both
+ * built in (html_int.h). The script sorts and filters the index. It reads
+ * the table from the DOM (cells' text and data-v numbers), compares what
+ * the fragment names only to column keys and option values, and writes
+ * only text and attributes: no job text is ever code there.
+ * data-report="ready" on <html> says it ran and the stylesheet applied
+ * (tests read it). */
 
 /* 'sha256-<base64>' of \p text for the Content-Security-Policy. */
 static void put_csp_hash(out_t *o, const char *text)
@@ -573,10 +390,10 @@ static void page_start(out_t *o, const char *title, bool script)
                "<meta charset=\"utf-8\">\n"
                "<meta http-equiv=\"Content-Security-Policy\" "
                "content=\"default-src 'none'; img-src data:; style-src ");
-        put_csp_hash(o, STYLE);
+        put_csp_hash(o, cq_html_report_css);
         put(o, "; script-src ");
         if (script)
-                put_csp_hash(o, SCRIPT);
+                put_csp_hash(o, cq_html_report_js);
         else
                 put(o, "'none'");
         put(o, "; base-uri 'none'; form-action 'none'\">\n"
@@ -586,7 +403,7 @@ static void page_start(out_t *o, const char *title, bool script)
                "<link rel=\"icon\" href=\"data:,\">\n<title>");
         esc(o, title);
         put(o, "</title>\n<style>");
-        put(o, STYLE);
+        put(o, cq_html_report_css);
         put(o, "</style>\n</head>\n<body>\n");
 }
 
@@ -595,7 +412,7 @@ static void page_end(out_t *o, bool script)
         put(o, "</main>\n");
         if (script) {
                 put(o, "<script>");
-                put(o, SCRIPT);
+                put(o, cq_html_report_js);
                 put(o, "</script>\n");
         }
         put(o, "</body>\n</html>\n");
