@@ -11,6 +11,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include "coderq/common/buf.h"
+#include "coderq/common/pylit.h"
+#include "interp_int.h"
+
 void cq_files_release(cq_files_t *files)
 {
         size_t i;
@@ -98,49 +102,17 @@ static const char *const env_packages[] = {"numpy", "pandas", "matplotlib",
 
 #define ENV_VERSION_MAX 32
 
-/* Packages imported already give their __version__; the others are
- * found by the name of their installed metadata (a NAME-VERSION.dist-info
- * or .egg-info directory) on sys.path: importlib.metadata would cost
- * ~30 ms. The working directory ('' or its path on sys.path) is skipped:
- * it holds the job's files and what its code writes, not installs. */
-static const char env_probe_fmt[] =
-    "def _cq_env(marker):\n"
-    "    import sys, os, json\n"
-    "    want = ('numpy', 'pandas', 'matplotlib', 'scipy')\n"
-    "    pk = {}\n"
-    "    for name in want:\n"
-    "        v = getattr(sys.modules.get(name), '__version__', None)\n"
-    "        if isinstance(v, str):\n"
-    "            pk[name] = v\n"
-    "    try:\n"
-    "        cwd = os.path.realpath(os.getcwd())\n"
-    "    except OSError:\n"
-    "        cwd = None\n"
-    "    for d in sys.path if len(pk) < len(want) else ():\n"
-    "        try:\n"
-    "            if not d or os.path.realpath(d) == cwd:\n"
-    "                continue\n"
-    "            names = os.listdir(d)\n"
-    "        except (OSError, TypeError, ValueError):\n"
-    "            continue\n"
-    "        for n in names:\n"
-    "            for ext in ('.dist-info', '.egg-info'):\n"
-    "                if n.endswith(ext):\n"
-    "                    base, _, ver = n[:-len(ext)].partition('-')\n"
-    "                    ver = ver.split('-')[0]\n"
-    "                    if base in want and base not in pk and ver and \\\n"
-    "                            os.path.isdir(os.path.join(d, n)):\n"
-    "                        pk[base] = ver\n"
-    "    env = {'python': '%%d.%%d.%%d' %% tuple(sys.version_info[:3]),\n"
-    "           'packages': pk}\n"
-    "    sys.stdout.write('\\n' + marker + json.dumps(env) + '\\n')\n"
-    "    sys.stdout.flush()\n"
-    "_cq_env('%s')\n"
-    "del _cq_env\n";
-
+/* The probe (env_probe.py, built in as cq_interp_env_probe_py) defines
+ * _cq_env(marker); the cell calls it and deletes it, leaving no name in
+ * the job's namespace. Packages imported already give their __version__;
+ * the others are found by the name of their installed metadata (a
+ * NAME-VERSION.dist-info or .egg-info directory) on sys.path:
+ * importlib.metadata would cost ~30 ms. The working directory ('' or its
+ * path on sys.path) is skipped: it holds the job's files and what its
+ * code writes, not installs. */
 char *cq_interp_env_probe(const char *marker)
 {
-        char *code = NULL;
+        cq_buf_t buf;
         size_t i;
 
         for (i = 0; marker[i]; i++)
@@ -149,9 +121,15 @@ char *cq_interp_env_probe(const char *marker)
                       (marker[i] >= '0' && marker[i] <= '9') ||
                       marker[i] == '-' || marker[i] == ' '))
                         return NULL;
-        if (asprintf(&code, env_probe_fmt, marker) < 0)
+        cq_buf_init(&buf, SIZE_MAX);
+        if (cq_buf_append_str(&buf, cq_interp_env_probe_py) != CQ_OK ||
+            cq_buf_append_str(&buf, "_cq_env(") != CQ_OK ||
+            cq_pylit_append(&buf, marker, i) != CQ_OK ||
+            cq_buf_append_str(&buf, ")\ndel _cq_env\n") != CQ_OK) {
+                cq_buf_release(&buf);
                 return NULL;
-        return code;
+        }
+        return cq_buf_take(&buf, NULL);
 }
 
 static bool version_is_safe(const json_t *v)
