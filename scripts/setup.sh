@@ -6,10 +6,11 @@
 # browser test loads its pages headless), openssl (services.sh --secure
 # makes its test CA with it), the Noto CJK fonts (kernels' figures), and
 # python3-jsonschema, python3-confluent-kafka and python3-psycopg (the
-# schemas' checks and the Python example client), prometheus (promtool and
-# the server the metrics test scrapes with); then fetch the pinned Apache
-# Kafka broker jars with Maven into the cache folder. Idempotent: a second
-# run checks and does nothing slow.
+# schemas' checks and the Python example client), python3-pyflakes
+# (test.sh's lint of our Python), prometheus (promtool and the server
+# the metrics test scrapes with); then fetch the pinned Apache Kafka
+# broker jars with Maven into the cache folder. Idempotent: a second run
+# checks and does nothing slow.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -26,6 +27,7 @@ PACKAGES=(
         chromium
         openssl fonts-noto-cjk
         python3-jsonschema python3-confluent-kafka python3-psycopg
+        python3-pyflakes
         prometheus
         hyperfine
 )

@@ -128,18 +128,23 @@ if [ "$fuzz" -eq 1 ]; then
 fi
 
 # Lint: formatting, banned functions and the room map, over our own C
-# sources.
+# sources; pyflakes and node --check over our Python and JavaScript.
 lint_failed=0
+# Our files whose names match the patterns given ('*.c' '*.h').
 list_sources() {
+        local names=() p
+        for p in "$@"; do
+                names+=(${names[0]+-o} -name "$p")
+        done
         if git -C "$CQ_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-                git -C "$CQ_ROOT" ls-files -co --exclude-standard -- '*.c' '*.h'
+                git -C "$CQ_ROOT" ls-files -co --exclude-standard -- "$@"
         else
                 (cd "$CQ_ROOT" && find . \( -path ./build -o -path './build-*' \
                         -o -path ./.cache -o -path ./.run -o -path ./.git \) \
-                        -prune -o \( -name '*.c' -o -name '*.h' \) -print)
+                        -prune -o \( "${names[@]}" \) -print)
         fi | while read -r f; do [ -f "$CQ_ROOT/$f" ] && echo "$f"; done
 }
-mapfile -t sources < <(list_sources)
+mapfile -t sources < <(list_sources '*.c' '*.h')
 cq_say "lint: clang-format, banned functions and rooms on ${#sources[@]} files"
 if ! (cd "$CQ_ROOT" && clang-format --dry-run --Werror "${sources[@]}"); then
         echo "lint: files are not formatted; run clang-format -i on them" >&2
@@ -164,6 +169,39 @@ if (cd "$CQ_ROOT" && grep -n '"SKIP ' tests/*.c | grep -v '^tests/check_support\
         echo "lint: skips above bypass CQ_CHECK_SKIP (tests/check_support.h)" >&2
         lint_failed=1
 fi
+# The Python (the kernel server, the test harness, the environment
+# probe, fakes, bench, examples) and the report's JavaScript. pyflakes
+# cannot be told a finding is meant: one on a line marked "# noqa" (the
+# mark flake8 reads) is.
+mapfile -t py_sources < <(list_sources '*.py')
+mapfile -t js_sources < <(list_sources '*.js')
+cq_say "lint: pyflakes on ${#py_sources[@]} Python files," \
+        "node --check on ${#js_sources[@]} JavaScript files"
+py_findings() {
+        local line f n text
+        { /usr/bin/python3 -m pyflakes "$@" 2>&1 || true; } |
+                while IFS= read -r line; do
+                        f=${line%%:*}
+                        n=${line#*:}
+                        n=${n%%:*}
+                        if [[ $n =~ ^[0-9]+$ ]] && [ -f "$f" ]; then
+                                text=$(sed -n "${n}p" "$f")
+                                [[ $text == *'# noqa'* ]] && continue
+                        fi
+                        echo "$line"
+                done
+}
+if [ ${#py_sources[@]} -gt 0 ] &&
+        (cd "$CQ_ROOT" && py_findings "${py_sources[@]}" | grep .); then
+        echo "lint: pyflakes found the above in Python files" >&2
+        lint_failed=1
+fi
+for f in "${js_sources[@]}"; do
+        if ! node --check "$CQ_ROOT/$f"; then
+                echo "lint: $f is not valid JavaScript (node --check)" >&2
+                lint_failed=1
+        fi
+done
 
 phase_end lint
 
