@@ -77,7 +77,7 @@ static int run_loop(int n,
                          "Compute nothing, several times, then answer.",
                          "model", model);
         if (!spec ||
-            cq_job_from_json(spec, &job, errstr, sizeof(errstr)) != CQ_OK) {
+            cq_job_from_json(spec, 0, &job, errstr, sizeof(errstr)) != CQ_OK) {
                 fprintf(stderr, "bench_agent: bad job: %s\n", errstr);
                 goto out;
         }

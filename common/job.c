@@ -1,21 +1,26 @@
 /* SPDX-License-Identifier: MIT */
-/* job.c - parsing and validation of job messages (README "Job messages").
+/* job.c - parsing and validation of job messages (docs/JOBS.md).
  * Everything here is untrusted input from Kafka or a file: the size cap is
  * checked before parsing, every field is type- and range-checked, and every
- * rejection names the field. Unknown top-level fields are accepted and kept
- * in job->spec (forward compatibility with newer producers); unknown keys
- * inside limits, files[] and tests are rejected, since a misspelt limit that
- * silently does not apply is worse than a bounced job. JSON null counts as
- * "not given" for every optional field.
+ * rejection names the field. A field this version does not know is refused
+ * at the top level and inside limits, files[], tests and memory, with the
+ * nearest known name when it looks misspelt: a misspelt "model" or
+ * "temperature" that silently ran another experiment is worse than a
+ * bounced job. Free-form data has its place, "metadata". Only a spec that
+ * coderq stored itself (CQ_JOB_F_STORED) keeps fields it does not know.
+ * JSON null counts as "not given" for every optional field.
  *
- * Bounds: ids (job_id, parent_job_id, task_id, run_id) are 1-128 printable
- * ASCII bytes without spaces; at most 1000 files and 64 MiB of decoded
- * inline content; URLs at most 2048 bytes; at most 10000 test cases;
- * limits max_turns and max_retries 1..1000, cell_timeout_s and
+ * Bounds: ids (job_id, parent_job_id, task_id, run_id, problem_id) are
+ * 1-128 printable ASCII bytes without spaces; at most 1000 files and 64 MiB
+ * of decoded inline content; URLs at most 2048 bytes; at most 10000 test
+ * cases; limits max_turns and max_retries 1..1000, cell_timeout_s and
  * test_timeout_s 1..86400, job_timeout_s 1..604800, max_tokens_total
  * 1..10^12, max_cost_usd above 0 up to 10^6; priority -1000..1000;
  * temperature 0..2, top_p 0..1, seed any integer; run_attempt 2..1000
- * with retry_of (and only with it); memory.scope follows the id rules. */
+ * with retry_of (and only with it); samples 1..1000; sample_index 0..999
+ * with problem_id; queue 1-64 of [a-z0-9._-]; metadata an object of at
+ * most 64 KiB; tests.case_timeout_s above 0 up to 3600; memory.scope
+ * follows the id rules. */
 #include "coderq/common/job.h"
 
 #include <stdarg.h>
@@ -27,16 +32,21 @@
 #include "coderq/common/util.h"
 
 /* Decoded inline file bytes over all files of one job. */
-#define JOB_FILES_MAX_BYTES ((size_t)64 << 20)
-#define JOB_FILES_MAX_COUNT 1000
-#define JOB_URL_MAX         2048
-#define JOB_CASES_MAX       10000
-#define JOB_IDENT_MAX       128
-#define JOB_PRIORITY_MIN    (-1000)
-#define JOB_PRIORITY_MAX    1000
-#define JOB_TOKENS_MAX      1000000000000LL
-#define JOB_COST_MAX        1e6
-#define JOB_RUN_ATTEMPT_MAX 1000
+#define JOB_FILES_MAX_BYTES  ((size_t)64 << 20)
+#define JOB_FILES_MAX_COUNT  1000
+#define JOB_URL_MAX          2048
+#define JOB_CASES_MAX        10000
+#define JOB_IDENT_MAX        128
+#define JOB_PRIORITY_MIN     (-1000)
+#define JOB_PRIORITY_MAX     1000
+#define JOB_TOKENS_MAX       1000000000000LL
+#define JOB_COST_MAX         1e6
+#define JOB_RUN_ATTEMPT_MAX  1000
+#define JOB_SAMPLES_MAX      1000
+#define JOB_FIELD_NAME_MAX   64
+#define JOB_QUEUE_MAX        64
+#define JOB_METADATA_MAX     ((size_t)64 << 10) /* serialized, bytes */
+#define JOB_CASE_TIMEOUT_MAX 3600.0
 
 void cq_job_init(cq_job_t *job)
 {
@@ -49,6 +59,7 @@ void cq_job_init(cq_job_t *job)
         job->limits.max_tokens_total = -1;
         job->limits.max_cost_usd = -1;
         job->run_attempt = 1;
+        job->sample_index = -1;
         job->memory.recall = true;
         job->memory.remember = true;
 }
@@ -76,6 +87,13 @@ void cq_job_release(cq_job_t *job)
         }
         free(job->files);
         json_decref(job->tests);
+        json_decref(job->visible.spec);
+        json_decref(job->hidden.spec);
+        free(job->reference);
+        free(job->solution);
+        free(job->problem_id);
+        free(job->queue);
+        json_decref(job->metadata);
         json_decref(job->spec);
         cq_job_init(job);
 }
@@ -217,6 +235,56 @@ static int parse_id(const json_t *spec,
         return 0;
 }
 
+/* The edit distance of \p a and \p b (Levenshtein), stopping at 3: only
+ * a near miss is worth a suggestion. */
+static size_t edit_distance(const char *a, const char *b)
+{
+        size_t la = strlen(a), lb = strlen(b), i, j;
+        size_t row[JOB_FIELD_NAME_MAX + 1];
+
+        if (la > JOB_FIELD_NAME_MAX || lb > JOB_FIELD_NAME_MAX)
+                return 3;
+        for (j = 0; j <= lb; j++)
+                row[j] = j;
+        for (i = 1; i <= la; i++) {
+                size_t diag = row[0];
+
+                row[0] = i;
+                for (j = 1; j <= lb; j++) {
+                        size_t up = row[j];
+                        size_t best = diag + (a[i - 1] != b[j - 1]);
+
+                        if (up + 1 < best)
+                                best = up + 1;
+                        if (row[j - 1] + 1 < best)
+                                best = row[j - 1] + 1;
+                        row[j] = best;
+                        diag = up;
+                }
+        }
+        return row[lb] < 3 ? row[lb] : 3;
+}
+
+/* The known name nearest \p key when it is a near miss (at most 2 edits,
+ * and fewer than half its length), else NULL. */
+static const char *nearest_known(const char *key, const char *const *known)
+{
+        const char *best = NULL;
+        size_t best_d = 3, i;
+
+        for (i = 0; known[i]; i++) {
+                size_t d = edit_distance(key, known[i]);
+
+                if (d < best_d && 2 * d < strlen(known[i])) {
+                        best = known[i];
+                        best_d = d;
+                }
+        }
+        return best;
+}
+
+/* Refuse a key of \p obj that is not in \p known, naming it (under
+ * \p prefix, "" at the top level) and the known one it is nearest. */
 static int check_known_keys(const json_t *obj,
                             const char *const *known,
                             const char *prefix,
@@ -232,17 +300,22 @@ static int check_known_keys(const json_t *obj,
         json_object_foreach((json_t *)(uintptr_t)obj, key, value)
         {
                 bool found = false;
+                const char *near;
 
                 (void)value;
                 for (i = 0; known[i]; i++)
                         if (strcmp(key, known[i]) == 0)
                                 found = true;
-                if (!found) {
-                        cq_errstr_set(errstr, errstr_size,
-                                      "unknown field \"%s.%.64s\"", prefix,
-                                      key);
-                        return -1;
-                }
+                if (found)
+                        continue;
+                near = nearest_known(key, known);
+                cq_errstr_set(errstr, errstr_size,
+                              "unknown field \"%s%s%.64s\"%s%s%s%s%s", prefix,
+                              *prefix ? "." : "", key,
+                              near ? "; did you mean \"" : "",
+                              near ? prefix : "", near && *prefix ? "." : "",
+                              near ? near : "", near ? "\"?" : "");
+                return -1;
         }
         return 0;
 }
@@ -565,99 +638,226 @@ parse_files(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
         return 0;
 }
 
-static int parse_cases(const json_t *tests, char *errstr, size_t errstr_size)
+/* The keys a test set may have beside its kind's own; "hidden",
+ * "reference" and "case_timeout_s" only at the top (TOP_ONLY). */
+#define TEST_COMMON_KEYS "kind", "isolation", "judge"
+#define TEST_TOP_KEYS    "hidden", "reference", "case_timeout_s"
+
+static int parse_cases(const json_t *tests,
+                       const char *prefix,
+                       bool top,
+                       char *errstr,
+                       size_t errstr_size)
 {
-        static const char *const known[] = {"kind", "function", "cases",
-                                            "isolation", NULL};
+        static const char *const known_top[] = {TEST_COMMON_KEYS, TEST_TOP_KEYS,
+                                                "function", "cases", NULL};
+        static const char *const known[] = {TEST_COMMON_KEYS, "function",
+                                            "cases", NULL};
         static const char *const case_known[] = {"args", "expected", NULL};
         const json_t *function = json_object_get(tests, "function");
         const json_t *cases = json_object_get(tests, "cases");
         size_t i;
 
-        if (check_known_keys(tests, known, "tests", errstr, errstr_size))
+        if (check_known_keys(tests, top ? known_top : known, prefix, errstr,
+                             errstr_size))
                 return -1;
         if (!json_is_string(function) ||
             strlen(json_string_value(function)) !=
                 json_string_length(function) ||
             !is_python_identifier(json_string_value(function))) {
-                cq_errstr_set(
-                    errstr, errstr_size,
-                    "field \"tests.function\" must be a Python identifier");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s.function\" must be a Python "
+                              "identifier",
+                              prefix);
                 return -1;
         }
         if (!json_is_array(cases) || json_array_size(cases) == 0) {
-                cq_errstr_set(
-                    errstr, errstr_size,
-                    "field \"tests.cases\" must be a non-empty array");
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s.cases\" must be a non-empty array",
+                              prefix);
                 return -1;
         }
         if (json_array_size(cases) > JOB_CASES_MAX) {
-                cq_errstr_set(
-                    errstr, errstr_size,
-                    "field \"tests.cases\" must have at most %d entries",
-                    JOB_CASES_MAX);
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s.cases\" must have at most %d "
+                              "entries",
+                              prefix, JOB_CASES_MAX);
                 return -1;
         }
         for (i = 0; i < json_array_size(cases); i++) {
                 const json_t *tc = json_array_get(cases, i);
-                char prefix[48];
+                char at[64];
 
-                snprintf(prefix, sizeof(prefix), "tests.cases[%zu]", i);
+                snprintf(at, sizeof(at), "%s.cases[%zu]", prefix, i);
                 if (!json_is_object(tc)) {
                         cq_errstr_set(errstr, errstr_size,
-                                      "field \"%s\" must be an object", prefix);
+                                      "field \"%s\" must be an object", at);
                         return -1;
                 }
-                if (check_known_keys(tc, case_known, prefix, errstr,
-                                     errstr_size))
+                if (check_known_keys(tc, case_known, at, errstr, errstr_size))
                         return -1;
                 if (!json_is_array(json_object_get(tc, "args"))) {
                         cq_errstr_set(errstr, errstr_size,
-                                      "field \"%s.args\" must be an array",
-                                      prefix);
+                                      "field \"%s.args\" must be an array", at);
                         return -1;
                 }
                 if (!json_object_get(tc, "expected")) {
                         cq_errstr_set(errstr, errstr_size,
-                                      "field \"%s.expected\" is required",
-                                      prefix);
+                                      "field \"%s.expected\" is required", at);
                         return -1;
                 }
         }
         return 0;
 }
 
-/* tests.isolation: "kernel" (the default) or "fresh". */
-static int parse_isolation(const json_t *tests,
-                           bool *freshp,
+static int parse_code(const json_t *tests,
+                      const char *prefix,
+                      bool top,
+                      char *errstr,
+                      size_t errstr_size)
+{
+        static const char *const known_top[] = {TEST_COMMON_KEYS, TEST_TOP_KEYS,
+                                                "code", "mutates", NULL};
+        static const char *const known[] = {TEST_COMMON_KEYS, "code", "mutates",
+                                            NULL};
+        const json_t *code = json_object_get(tests, "code");
+        const json_t *mutates = json_object_get(tests, "mutates");
+
+        if (check_known_keys(tests, top ? known_top : known, prefix, errstr,
+                             errstr_size))
+                return -1;
+        if (!json_is_string(code) || json_string_length(code) == 0 ||
+            strlen(json_string_value(code)) != json_string_length(code)) {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s.code\" must be a non-empty string",
+                              prefix);
+                return -1;
+        }
+        if (mutates && !json_is_null(mutates) && !json_is_boolean(mutates)) {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s.mutates\" must be true or false",
+                              prefix);
+                return -1;
+        }
+        return 0;
+}
+
+/* One of the string enums of a test set: absent or null gives 0, else
+ * the index of the value in \p values. */
+static int parse_test_enum(const json_t *tests,
+                           const char *key,
+                           const char *prefix,
+                           const char *const *values,
+                           int *outp,
                            char *errstr,
                            size_t errstr_size)
 {
-        const json_t *value = json_object_get(tests, "isolation");
+        const json_t *value = json_object_get(tests, key);
+        int i;
 
+        *outp = 0;
         if (!value || json_is_null(value))
                 return 0;
-        if (json_is_string(value) &&
-            strcmp(json_string_value(value), "kernel") == 0)
-                return 0;
-        if (json_is_string(value) &&
-            strcmp(json_string_value(value), "fresh") == 0) {
-                *freshp = true;
-                return 0;
-        }
-        cq_errstr_set(
-            errstr, errstr_size,
-            "field \"tests.isolation\" must be \"kernel\" or \"fresh\"");
+        for (i = 0; json_is_string(value) && values[i]; i++)
+                if (strcmp(json_string_value(value), values[i]) == 0) {
+                        *outp = i;
+                        return 0;
+                }
+        cq_errstr_set(errstr, errstr_size,
+                      "field \"%s.%s\" must be \"%s\" or \"%s\"", prefix, key,
+                      values[0], values[1]);
         return -1;
+}
+
+/* One test set (the visible one at \p top, or tests.hidden) into \p set:
+ * its kind's fields checked, a private copy without the top-level keys
+ * that are not the tests themselves (hidden tests and the reference
+ * solution must never reach the model with the visible ones). */
+static int parse_test_set(const json_t *tests,
+                          const char *prefix,
+                          bool top,
+                          cq_job_tests_t *set,
+                          char *errstr,
+                          size_t errstr_size)
+{
+        static const char *const isolation[] = {"kernel", "fresh", NULL};
+        static const char *const judge[] = {"separate", "model", NULL};
+        const json_t *kind = json_object_get(tests, "kind");
+        const char *k = json_is_string(kind) ? json_string_value(kind) : "";
+        int fresh, model;
+
+        if (!json_is_object(tests)) {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s\" must be an object", prefix);
+                return -1;
+        }
+        if (strcmp(k, "cases") == 0) {
+                if (parse_cases(tests, prefix, top, errstr, errstr_size))
+                        return -1;
+        } else if (strcmp(k, "code") == 0) {
+                if (parse_code(tests, prefix, top, errstr, errstr_size))
+                        return -1;
+        } else {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"%s.kind\" must be \"cases\" or "
+                              "\"code\"",
+                              prefix);
+                return -1;
+        }
+        if (parse_test_enum(tests, "isolation", prefix, isolation, &fresh,
+                            errstr, errstr_size) ||
+            parse_test_enum(tests, "judge", prefix, judge, &model, errstr,
+                            errstr_size))
+                return -1;
+        set->fresh = fresh == 1;
+        set->judge = model == 1 ? CQ_JUDGE_MODEL : CQ_JUDGE_SEPARATE;
+        set->mutates = json_is_true(json_object_get(tests, "mutates"));
+        set->spec = json_deep_copy(tests);
+        if (!set->spec) {
+                cq_errstr_set(errstr, errstr_size, "out of memory");
+                return -1;
+        }
+        /* absent keys are no error here */
+        (void)json_object_del(set->spec, "hidden");
+        (void)json_object_del(set->spec, "reference");
+        (void)json_object_del(set->spec, "case_timeout_s");
+        return 0;
+}
+
+/* tests.reference and tests.case_timeout_s: how long a case may take. */
+static int parse_case_limits(const json_t *tests,
+                             cq_job_t *job,
+                             char *errstr,
+                             size_t errstr_size)
+{
+        const json_t *ref = json_object_get(tests, "reference");
+
+        if (parse_real(tests, "case_timeout_s", "tests.case_timeout_s", 0, true,
+                       JOB_CASE_TIMEOUT_MAX, &job->case_timeout_s, errstr,
+                       errstr_size))
+                return -1;
+        if (!ref || json_is_null(ref))
+                return 0;
+        if (!json_is_string(ref) || json_string_length(ref) == 0 ||
+            strlen(json_string_value(ref)) != json_string_length(ref)) {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"tests.reference\" must be a non-empty "
+                              "string");
+                return -1;
+        }
+        if (dup_string(ref, &job->reference)) {
+                cq_errstr_set(errstr, errstr_size, "out of memory");
+                return -1;
+        }
+        return 0;
 }
 
 static int
 parse_tests(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
 {
-        static const char *const code_known[] = {"kind", "code", "isolation",
-                                                 NULL};
-        json_t *tests = json_object_get(spec, "tests");
-        const json_t *kind;
+        static const char *const only_hidden[] = {TEST_TOP_KEYS, NULL};
+        const json_t *tests = json_object_get(spec, "tests");
+        const json_t *hidden;
 
         if (!tests || json_is_null(tests))
                 return 0;
@@ -666,34 +866,25 @@ parse_tests(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
                               "field \"tests\" must be an object");
                 return -1;
         }
-        kind = json_object_get(tests, "kind");
-        if (json_is_string(kind) &&
-            strcmp(json_string_value(kind), "cases") == 0) {
-                if (parse_cases(tests, errstr, errstr_size))
-                        return -1;
-        } else if (json_is_string(kind) &&
-                   strcmp(json_string_value(kind), "code") == 0) {
-                const json_t *code = json_object_get(tests, "code");
-
-                if (check_known_keys(tests, code_known, "tests", errstr,
+        hidden = json_object_get(tests, "hidden");
+        if (hidden && json_is_null(hidden))
+                hidden = NULL;
+        /* Hidden tests alone: no visible set, nothing for reflection. */
+        if (!json_object_get(tests, "kind") && hidden) {
+                if (check_known_keys(tests, only_hidden, "tests", errstr,
                                      errstr_size))
                         return -1;
-                if (!json_is_string(code) || json_string_length(code) == 0) {
-                        cq_errstr_set(
-                            errstr, errstr_size,
-                            "field \"tests.code\" must be a non-empty "
-                            "string");
-                        return -1;
-                }
-        } else {
-                cq_errstr_set(
-                    errstr, errstr_size,
-                    "field \"tests.kind\" must be \"cases\" or \"code\"");
+        } else if (parse_test_set(tests, "tests", true, &job->visible, errstr,
+                                  errstr_size)) {
                 return -1;
         }
-        if (parse_isolation(tests, &job->tests_fresh, errstr, errstr_size))
+        if (hidden && parse_test_set(hidden, "tests.hidden", false,
+                                     &job->hidden, errstr, errstr_size))
                 return -1;
-        job->tests = json_incref(tests);
+        if (parse_case_limits(tests, job, errstr, errstr_size))
+                return -1;
+        job->tests = json_incref(job->visible.spec);
+        job->tests_fresh = job->visible.fresh;
         return 0;
 }
 
@@ -760,8 +951,155 @@ static int parse_memory(const json_t *spec,
         return 0;
 }
 
-/* Fill job from spec, which job already owns. */
-static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
+/* Every top-level field of a job message. */
+static const char *const top_known[] = {
+    "version",  "job_id",   "prompt",        "title",
+    "task_id",  "run_id",   "parent_job_id", "backend",
+    "model",    "provider", "system_prompt", "files",
+    "tests",    "limits",   "memory",        "temperature",
+    "top_p",    "seed",     "retry_of",      "run_attempt",
+    "priority", "samples",  "problem_id",    "sample_index",
+    "queue",    "metadata", "solution",      NULL};
+
+/* samples, and problem_id with sample_index (a sample made by a fan-out,
+ * by coderq or by a producer following its rules). */
+static int parse_samples(const json_t *spec,
+                         cq_job_t *job,
+                         char *errstr,
+                         size_t errstr_size)
+{
+        const json_t *samples = json_object_get(spec, "samples");
+        const json_t *index = json_object_get(spec, "sample_index");
+        bool has_index = index && !json_is_null(index);
+
+        if (samples && !json_is_null(samples)) {
+                if (!json_is_integer(samples) ||
+                    json_integer_value(samples) < 1 ||
+                    json_integer_value(samples) > JOB_SAMPLES_MAX) {
+                        cq_errstr_set(errstr, errstr_size,
+                                      "field \"samples\" must be an integer "
+                                      "from 1 to %d",
+                                      JOB_SAMPLES_MAX);
+                        return -1;
+                }
+                job->samples = (long)json_integer_value(samples);
+        }
+        if (parse_id(spec, "problem_id", &job->problem_id, errstr, errstr_size))
+                return -1;
+        if (has_index &&
+            (!json_is_integer(index) || json_integer_value(index) < 0 ||
+             json_integer_value(index) >= JOB_SAMPLES_MAX)) {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"sample_index\" must be an integer "
+                              "from 0 to %d",
+                              JOB_SAMPLES_MAX - 1);
+                return -1;
+        }
+        if (has_index != (job->problem_id != NULL)) {
+                cq_errstr_set(errstr, errstr_size,
+                              "fields \"problem_id\" and \"sample_index\" go "
+                              "together");
+                return -1;
+        }
+        if (job->samples && job->problem_id) {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"samples\": a sample (\"problem_id\") "
+                              "cannot fan out again");
+                return -1;
+        }
+        if (has_index)
+                job->sample_index = (long)json_integer_value(index);
+        return 0;
+}
+
+/* queue (default "default"): lower-case letters, digits, '-', '_', '.'. */
+static int
+parse_queue(const json_t *spec, cq_job_t *job, char *errstr, size_t errstr_size)
+{
+        const json_t *value;
+        const char *s;
+        size_t i, len;
+
+        if (get_opt_string(spec, "queue", "queue", &value, errstr, errstr_size))
+                return -1;
+        s = value ? json_string_value(value) : CQ_JOB_QUEUE_DEFAULT;
+        len = value ? json_string_length(value) : strlen(s);
+        for (i = 0; i < len; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') ||
+                      (s[i] >= '0' && s[i] <= '9') || s[i] == '-' ||
+                      s[i] == '_' || s[i] == '.'))
+                        break;
+        if (len == 0 || len > JOB_QUEUE_MAX || i < len) {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"queue\" must be 1 to %d lower-case "
+                              "letters, digits, '-', '_' or '.'",
+                              JOB_QUEUE_MAX);
+                return -1;
+        }
+        job->queue = strdup(s);
+        if (!job->queue) {
+                cq_errstr_set(errstr, errstr_size, "out of memory");
+                return -1;
+        }
+        return 0;
+}
+
+/* metadata: any JSON object of the producer's, at most JOB_METADATA_MAX
+ * bytes as compact JSON; stored and echoed in the completion event. */
+static int parse_metadata(const json_t *spec,
+                          cq_job_t *job,
+                          char *errstr,
+                          size_t errstr_size)
+{
+        json_t *value = json_object_get(spec, "metadata");
+        size_t size;
+
+        if (!value || json_is_null(value))
+                return 0;
+        if (!json_is_object(value)) {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"metadata\" must be an object");
+                return -1;
+        }
+        size = json_dumpb(value, NULL, 0, JSON_COMPACT);
+        if (size > JOB_METADATA_MAX) {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"metadata\" is %zu bytes as JSON, over "
+                              "the limit of %zu",
+                              size, JOB_METADATA_MAX);
+                return -1;
+        }
+        job->metadata = json_incref(value);
+        return 0;
+}
+
+/* solution: code judged as the final answer, with no LLM call. */
+static int parse_solution(const json_t *spec,
+                          cq_job_t *job,
+                          char *errstr,
+                          size_t errstr_size)
+{
+        const json_t *value = json_object_get(spec, "solution");
+
+        if (!value || json_is_null(value))
+                return 0;
+        if (!json_is_string(value) || json_string_length(value) == 0 ||
+            strlen(json_string_value(value)) != json_string_length(value)) {
+                cq_errstr_set(errstr, errstr_size,
+                              "field \"solution\" must be a non-empty "
+                              "string");
+                return -1;
+        }
+        if (dup_string(value, &job->solution)) {
+                cq_errstr_set(errstr, errstr_size, "out of memory");
+                return -1;
+        }
+        return 0;
+}
+
+/* Fill job from spec, which job already owns; \p flags as
+ * cq_job_from_json()'s. */
+static int fill(cq_job_t *job, unsigned flags, char *errstr, size_t errstr_size)
 {
         const json_t *spec = job->spec;
         const json_t *value;
@@ -771,6 +1109,12 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
                               "job message must be a JSON object");
                 return -1;
         }
+        /* A misspelt field would silently run another experiment: refused
+         * at every door (submit, intake, run), ignored only in a spec
+         * coderq itself stored. */
+        if (!(flags & CQ_JOB_F_STORED) &&
+            check_known_keys(spec, top_known, "", errstr, errstr_size))
+                return -1;
         value = json_object_get(spec, "version");
         if (value && !(json_is_integer(value) &&
                        json_integer_value(value) == CQ_JOB_VERSION)) {
@@ -870,7 +1214,11 @@ static int fill(cq_job_t *job, char *errstr, size_t errstr_size)
             parse_limits(spec, &job->limits, errstr, errstr_size) ||
             parse_memory(spec, &job->memory, errstr, errstr_size) ||
             parse_sampling(spec, &job->sampling, errstr, errstr_size) ||
-            parse_retry(spec, job, errstr, errstr_size))
+            parse_retry(spec, job, errstr, errstr_size) ||
+            parse_samples(spec, job, errstr, errstr_size) ||
+            parse_queue(spec, job, errstr, errstr_size) ||
+            parse_metadata(spec, job, errstr, errstr_size) ||
+            parse_solution(spec, job, errstr, errstr_size))
                 return -1;
 
         value = json_object_get(spec, "priority");
@@ -924,7 +1272,7 @@ cq_err_t cq_job_parse(const char *data,
                 return CQ_ERR_FATAL;
         }
         job->spec = spec; /* job owns it now */
-        if (fill(job, errstr, errstr_size)) {
+        if (fill(job, 0, errstr, errstr_size)) {
                 cq_job_release(job);
                 return CQ_ERR_FATAL;
         }
@@ -932,6 +1280,7 @@ cq_err_t cq_job_parse(const char *data,
 }
 
 cq_err_t cq_job_from_json(const json_t *spec,
+                          unsigned flags,
                           cq_job_t *job,
                           char *errstr,
                           size_t errstr_size)
@@ -947,24 +1296,27 @@ cq_err_t cq_job_from_json(const json_t *spec,
                 cq_errstr_set(errstr, errstr_size, "out of memory");
                 return CQ_ERR_FATAL;
         }
-        if (fill(job, errstr, errstr_size)) {
+        if (fill(job, flags, errstr, errstr_size)) {
                 cq_job_release(job);
                 return CQ_ERR_FATAL;
         }
         return CQ_OK;
 }
 
-int cq_job_retry_id(const char *root, long attempt, char *out, size_t size)
+/* ROOT followed by SUFFIX, or, when that would pass CQ_JOB_ID_MAX, the
+ * start of ROOT, '~' and the first 16 hex digits of ROOT's SHA-256 before
+ * SUFFIX: unique, and the same for the same ROOT. */
+static int
+derived_id(const char *root, const char *suffix, char *out, size_t size)
 {
-        char suffix[16], hex[65];
-        size_t len = strlen(root), slen, keep;
+        char hex[65];
+        size_t len = strlen(root), slen = strlen(suffix), keep;
 
-        if (attempt < 2 || attempt > JOB_RUN_ATTEMPT_MAX ||
-            size < CQ_JOB_ID_MAX + 1 || len == 0)
+        if (size < CQ_JOB_ID_MAX + 1 || len == 0)
                 return -1;
-        slen = (size_t)snprintf(suffix, sizeof(suffix), "~r%ld", attempt);
         if (len + slen <= CQ_JOB_ID_MAX) {
-                snprintf(out, size, "%s%s", root, suffix);
+                memcpy(out, root, len);
+                memcpy(out + len, suffix, slen + 1);
                 return 0;
         }
         /* "~" + 16 hex digits tell long roots with one start apart */
@@ -972,4 +1324,56 @@ int cq_job_retry_id(const char *root, long attempt, char *out, size_t size)
         keep = CQ_JOB_ID_MAX - slen - 17;
         snprintf(out, size, "%.*s~%.16s%s", (int)keep, root, hex, suffix);
         return 0;
+}
+
+int cq_job_retry_id(const char *root, long attempt, char *out, size_t size)
+{
+        char suffix[16];
+
+        if (attempt < 2 || attempt > JOB_RUN_ATTEMPT_MAX)
+                return -1;
+        snprintf(suffix, sizeof(suffix), "~r%ld", attempt);
+        return derived_id(root, suffix, out, size);
+}
+
+int cq_job_sample_id(const char *problem, long index, char *out, size_t size)
+{
+        char suffix[16];
+
+        if (index < 0 || index >= JOB_SAMPLES_MAX)
+                return -1;
+        snprintf(suffix, sizeof(suffix), "~s%ld", index);
+        return derived_id(problem, suffix, out, size);
+}
+
+/* The problem's seed plus \p index, wrapping at 64 bits as unsigned
+ * arithmetic does (a seed near the top still gives every sample its own). */
+static long long sample_seed(const cq_job_t *job, long index)
+{
+        uint64_t seed = (uint64_t)job->sampling.seed + (uint64_t)index;
+
+        return (long long)seed;
+}
+
+json_t *cq_job_sample_spec(const cq_job_t *job, long index)
+{
+        char id[CQ_JOB_ID_MAX + 1];
+        json_t *spec;
+
+        if (cq_job_sample_id(job->job_id, index, id, sizeof(id)))
+                return NULL;
+        spec = json_deep_copy(job->spec);
+        if (!spec)
+                return NULL;
+        (void)json_object_del(spec, "samples"); /* absent: no error */
+        if (json_object_set_new(spec, "job_id", json_string(id)) ||
+            json_object_set_new(spec, "problem_id", json_string(job->job_id)) ||
+            json_object_set_new(spec, "sample_index", json_integer(index)) ||
+            (job->sampling.has_seed &&
+             json_object_set_new(spec, "seed",
+                                 json_integer(sample_seed(job, index))))) {
+                json_decref(spec);
+                return NULL;
+        }
+        return spec;
 }

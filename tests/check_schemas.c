@@ -71,6 +71,9 @@ static void corpus_free(corpus_t *c)
         free(c->v);
 }
 
+/* 65 characters, one more than a queue's name may have. */
+#define Q65 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
 /* A minimal valid job with \p members (JSON members, may be empty). */
 #define JOB(members) "{\"job_id\":\"j1\",\"prompt\":\"p\"" members "}"
 
@@ -107,7 +110,53 @@ static const struct {
      JOB(",\"tests\":{\"kind\":\"code\",\"code\":\"assert 1\","
          "\"isolation\":\"kernel\"}"),
      'o'},
-    {"unknown_top_level_kept", JOB(",\"x\":{\"y\":[1,\"z\",null]}"), 'o'},
+    {"unknown_top_level_refused", JOB(",\"x\":{\"y\":[1,\"z\",null]}"), 'e'},
+    {"misspelt_model_refused", JOB(",\"modle\":\"m\""), 'e'},
+    {"eval_fields",
+     JOB(",\"samples\":1000,\"queue\":\"team-a.1\",\"metadata\":{\"k\":"
+         "[1,{\"v\":null}]},\"solution\":\"def f(): pass\","
+         "\"tests\":{\"kind\":\"code\",\"code\":\"assert f() is None\","
+         "\"judge\":\"separate\",\"mutates\":true,\"reference\":\"x=1\","
+         "\"case_timeout_s\":0.5,\"hidden\":{\"kind\":\"cases\","
+         "\"function\":\"f\",\"cases\":[{\"args\":[],\"expected\":null}],"
+         "\"judge\":\"model\",\"isolation\":\"fresh\"}}"),
+     'o'},
+    {"hidden_only",
+     JOB(",\"tests\":{\"hidden\":{\"kind\":\"code\","
+         "\"code\":\"assert 1\"},\"case_timeout_s\":3}"),
+     'o'},
+    {"sample", JOB(",\"problem_id\":\"p\",\"sample_index\":999"), 'o'},
+    {"samples_zero", JOB(",\"samples\":0"), 'e'},
+    {"samples_over", JOB(",\"samples\":1001"), 'e'},
+    {"sample_index_alone", JOB(",\"sample_index\":0"), 'e'},
+    {"problem_id_alone", JOB(",\"problem_id\":\"p\""), 'e'},
+    {"sample_fans_out",
+     JOB(",\"problem_id\":\"p\",\"sample_index\":0,\"samples\":2"), 'e'},
+    {"queue_upper", JOB(",\"queue\":\"A\""), 'e'},
+    {"queue_long", JOB(",\"queue\":\"" Q65 "\""), 'e'},
+    {"metadata_array", JOB(",\"metadata\":[1]"), 'e'},
+    {"solution_empty", JOB(",\"solution\":\"\""), 'e'},
+    {"judge_unknown",
+     JOB(",\"tests\":{\"kind\":\"code\",\"code\":\"x\","
+         "\"judge\":\"kernel\"}"),
+     'e'},
+    {"cases_mutates",
+     JOB(",\"tests\":{\"kind\":\"cases\",\"function\":"
+         "\"f\",\"cases\":[{\"args\":[],\"expected\":1}],"
+         "\"mutates\":true}"),
+     'e'},
+    {"hidden_nested",
+     JOB(",\"tests\":{\"hidden\":{\"kind\":\"code\",\"code\":\"x\","
+         "\"hidden\":null}}"),
+     'e'},
+    {"hidden_with_reference",
+     JOB(",\"tests\":{\"hidden\":{\"kind\":\"code\",\"code\":\"x\","
+         "\"reference\":\"y\"}}"),
+     'e'},
+    {"case_timeout_zero",
+     JOB(",\"tests\":{\"kind\":\"code\",\"code\":\"x\","
+         "\"case_timeout_s\":0}"),
+     'e'},
     {"base64_unpadded_and_spaced",
      JOB(",\"files\":[{\"name\":\"a\",\"content_b64\":\"YW Jj\\nZA\"}]"), 'o'},
     {"base64_empty", JOB(",\"files\":[{\"name\":\"a\",\"content_b64\":\"\"}]"),

@@ -852,8 +852,8 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         publish(slot, claim->job_id, "job.claimed",
                 json_pack("{s:s, s:i, s:b}", "worker", w->id, "attempt",
                           claim->attempt, "resumed", claim->has_checkpoint));
-        if (cq_job_from_json(claim->spec, &job, errstr, sizeof(errstr)) !=
-            CQ_OK) {
+        if (cq_job_from_json(claim->spec, CQ_JOB_F_STORED, &job, errstr,
+                             sizeof(errstr)) != CQ_OK) {
                 /* The intake validated it; a spec that no longer parses
                  * (an older or newer schema) fails the job, clearly. */
                 cq_job_t bare;

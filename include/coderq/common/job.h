@@ -62,6 +62,29 @@ typedef struct cq_job_memory {
         bool cross_model; /* recall solutions of other models (default off) */
 } cq_job_memory_t;
 
+/** @brief Where a job's test code runs, and so who can bend its verdict. */
+typedef enum cq_judge {
+        /* A judging interpreter of its own: the code under test runs in
+         * the model's interpreter, and what it returns crosses back as
+         * plain data (the default). */
+        CQ_JUDGE_SEPARATE = 0,
+        /* The model's own interpreter ("judge": "model"), for tests that
+         * must read its state: a verdict its code could have bent. */
+        CQ_JUDGE_MODEL,
+} cq_judge_t;
+
+/** @brief One set of tests: the visible ones (reflection sees their
+ *         failures) or the hidden ones (the score, never shown). */
+typedef struct cq_job_tests {
+        json_t *spec; /* the "cases" or "code" object, without the keys
+                         "hidden", "reference" and "case_timeout_s";
+                         NULL when the job has no such set; owned */
+        bool fresh;   /* "isolation": "fresh" (a new interpreter) */
+        cq_judge_t judge;
+        bool mutates; /* code: arguments changed in place are copied back
+                         into the test's objects after each call */
+} cq_job_tests_t;
+
 /** @brief A validated job. Strings are owned; optional ones may be NULL. */
 typedef struct cq_job {
         char *job_id;
@@ -76,8 +99,20 @@ typedef struct cq_job {
         char *system_prompt;
         cq_job_file_t *files;
         size_t nfiles;
-        json_t *tests;    /* validated "cases" or "code" object, or NULL */
-        bool tests_fresh; /* tests.isolation "fresh": a new interpreter */
+        json_t *tests;    /* visible.spec (a reference of its own), or NULL */
+        bool tests_fresh; /* visible.fresh */
+        cq_job_tests_t visible; /* tests (kind "cases" or "code") */
+        cq_job_tests_t hidden;  /* tests.hidden: judged once, on the final
+                                   answer; never shown to the model */
+        double case_timeout_s;  /* tests.case_timeout_s; 0: not given */
+        char *reference;        /* tests.reference: a reference solution
+                                   timed to set case limits; NULL */
+        char *solution;    /* code judged as the answer, with no LLM; NULL */
+        long samples;      /* samples to fan out into; 0: not given */
+        char *problem_id;  /* a sample's problem; NULL when not a sample */
+        long sample_index; /* 0.. for a sample; -1 when not one */
+        char *queue;       /* the queue it waits in; never NULL once parsed */
+        json_t *metadata;  /* the producer's own object, echoed; or NULL */
         cq_job_memory_t memory;
         cq_job_limits_t limits;
         cq_job_sampling_t sampling;
@@ -119,10 +154,43 @@ CQ_NODISCARD cq_err_t cq_job_parse(const char *data,
 CQ_NODISCARD int
 cq_job_retry_id(const char *root, long attempt, char *out, size_t size);
 
-/** @brief As cq_job_parse() for an already parsed document (borrowed). */
+/** @brief How cq_job_from_json() reads a document. */
+enum cq_job_flags {
+        /* A spec coderq stored after validating it (the worker's claim):
+         * top-level fields this version does not know are ignored, so a
+         * job queued by a newer or older coderq still runs. */
+        CQ_JOB_F_STORED = 1 << 0,
+};
+
+/** @brief As cq_job_parse() for an already parsed document (borrowed);
+ *         \p flags from enum cq_job_flags. */
 CQ_NODISCARD cq_err_t cq_job_from_json(const json_t *spec,
+                                       unsigned flags,
                                        cq_job_t *job,
                                        char *errstr,
                                        size_t errstr_size);
+
+/**
+ * @brief The job id of sample \p index (0..999) of problem \p problem:
+ *        "PROBLEM~sN", or, when that would pass CQ_JOB_ID_MAX, shortened
+ *        as cq_job_retry_id() does (the same for the same problem).
+ * @param out At least CQ_JOB_ID_MAX + 1 bytes.
+ * @returns 0, or -1 when \p index is out of range or \p size too small.
+ */
+CQ_NODISCARD int
+cq_job_sample_id(const char *problem, long index, char *out, size_t size);
+
+/**
+ * @brief The spec of sample \p index of the problem \p job (a parsed job
+ *        with samples): its message with "samples" removed, its own job id
+ *        (cq_job_sample_id()), "problem_id" and "sample_index", and, when
+ *        the problem has a seed, seed + index.
+ * @returns Caller owns the returned value (json_decref()); NULL when out
+ *          of memory.
+ */
+json_t *cq_job_sample_spec(const cq_job_t *job, long index);
+
+/** @brief The queue a job names when it names none. */
+#define CQ_JOB_QUEUE_DEFAULT "default"
 
 #endif
