@@ -8,9 +8,11 @@
 # python3-jsonschema, python3-confluent-kafka and python3-psycopg (the
 # schemas' checks and the Python example client), python3-pyflakes
 # (test.sh's lint of our Python), prometheus (promtool and the server
-# the metrics test scrapes with); then fetch the pinned Apache Kafka
-# broker jars with Maven into the cache folder. Idempotent: a second run
-# checks and does nothing slow.
+# the metrics test scrapes with), python3-venv; then fetch the pinned
+# Apache Kafka broker jars with Maven into the cache folder, and install
+# the tests' Python oracles from PyPI (scripts/requirements-tools.txt)
+# into the venv .cache/venv. Idempotent: a second run checks and does
+# nothing slow.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -27,7 +29,7 @@ PACKAGES=(
         chromium
         openssl fonts-noto-cjk
         python3-jsonschema python3-confluent-kafka python3-psycopg
-        python3-pyflakes
+        python3-pyflakes python3-venv
         prometheus
         hyperfine
 )
@@ -79,5 +81,18 @@ if [ ${#missing[@]} -gt 0 ] || [ ! -f "$py_stamp" ]; then
                 cq_die "Debian's python3 lacks jsonschema/confluent_kafka/psycopg"
         mkdir -p "$CQ_CACHE_DIR"
         touch "$py_stamp"
+fi
+# The oracles of the tests, from PyPI (scripts/requirements-tools.txt),
+# in a venv that sees Debian's packages; reinstalled when the pins change.
+venv=$CQ_CACHE_DIR/venv
+req=$CQ_ROOT/scripts/requirements-tools.txt
+if ! cmp -s "$req" "$venv/requirements.txt" 2>/dev/null; then
+        cq_say "installing the test oracles (PyPI) into $venv"
+        rm -rf "$venv"
+        /usr/bin/python3 -m venv --system-site-packages "$venv"
+        "$venv/bin/pip" install -q --disable-pip-version-check \
+                -r "$req" >"$CQ_CACHE_DIR/pip.log" 2>&1 ||
+                cq_die "pip could not install $req; see $CQ_CACHE_DIR/pip.log"
+        cp "$req" "$venv/requirements.txt"
 fi
 cq_say "setup complete"
