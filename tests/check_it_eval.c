@@ -98,7 +98,7 @@ static void craft(const char *run, int n, const crafted_t *c)
             "INSERT INTO jobs (job_id, prompt, run_id, spec, status,"
             " created_at, started_at, finished_at, reason, reason_code,"
             " retry_of, run_attempt, cost_usd, turns, prompt_tokens,"
-            " completion_tokens)"
+            " completion_tokens, verdict)"
             " VALUES ($1, $2, $3, $4::jsonb, $5,"
             " '2025-03-01 10:00:00+00'::timestamptz"
             "  + make_interval(secs => $6::int),"
@@ -108,7 +108,11 @@ static void craft(const char *run, int n, const crafted_t *c)
             "  ::timestamptz + make_interval(secs => GREATEST($7::bigint, 0)"
             "  / 1000.0) END,"
             " CASE WHEN $8::text IS NOT NULL THEN 'some reason' END, $8, $9,"
-            " $10::int, $11::numeric, $12::int, $13::int, $14::int)";
+            " $10::int, $11::numeric, $12::int, $13::int, $14::int,"
+            /* the verdict coderq_finish() derives for such a finish */
+            " CASE $5 WHEN 'succeeded' THEN 'passed' WHEN 'failed' THEN"
+            "  CASE WHEN $8 = 'tests' THEN 'wrong_answer' ELSE 'no_answer'"
+            "  END END)";
         static const char result_sql[] =
             "INSERT INTO results (job_id, status, report) VALUES ($1, $2,"
             " jsonb_build_object('from_memory', $3::boolean, 'repro',"
