@@ -4,6 +4,7 @@
  * a command runs, so every command sees the same validated settings. */
 #include "coderq/cli/cli.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,11 +23,13 @@ static cq_cmd_fn_t cmd_config;
 /* One row per command; commands live in cli/cmd_<name>.c. */
 static const cq_cmd_t commands[] = {
     {"config", "print the effective configuration",
-     "usage: coderq config\n"
+     "usage: coderq config [--markdown]\n"
      "Prints every setting with its current value (secrets as set/unset),\n"
      "then each librdkafka property from CODERQ_KAFKA_PROPERTIES and the\n"
      "CODERQ_KAFKA_PROP_* variables as kafka.NAME=VALUE  (SOURCE), secrets\n"
-     "as (set).\n",
+     "as (set).\n"
+     "--markdown prints the settings table as Markdown instead, values\n"
+     "left out: docs/CONFIGURATION.md is this output.\n",
      cmd_config},
     {"doctor", "check PostgreSQL, Kafka, Python and the sandbox",
      cq_cmd_doctor_usage, cq_cmd_doctor},
@@ -202,9 +205,17 @@ static int cmd_config(const cq_config_t *cfg, int argc, char **argv)
         size_t n, i;
         char value[512];
 
-        (void)argv;
+        if (argc == 2 && strcmp(argv[1], "--markdown") == 0) {
+                cq_config_print_markdown(stdout);
+                if (fflush(stdout) != 0 || ferror(stdout)) {
+                        cq_cli_error("could not write the Markdown table: %s",
+                                     strerror(errno));
+                        return CQ_EXIT_FAILED;
+                }
+                return CQ_EXIT_OK;
+        }
         if (argc > 1) {
-                cq_cli_error("config takes no arguments");
+                cq_cli_error("config takes no arguments except --markdown");
                 return CQ_EXIT_USAGE;
         }
         entries = cq_config_entries(&n);

@@ -28,7 +28,8 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_METRICS_ADDR", NULL, "metrics-addr", CQ_CFG_STRING,
      F(metrics_addr), NULL, 0, 0, NULL,
      "HOST:PORT, :PORT or [V6]:PORT where coderq worker serves /metrics, "
-     "/healthz and /readyz over HTTP (unset: no server)"},
+     "/healthz and /readyz over HTTP (unset: no server; see "
+     "docs/OPERATIONS.md#metrics-and-health)"},
     {"CODERQ_HEALTH_STALL_S", NULL, "health-stall-s", CQ_CFG_INT,
      F(health_stall_s), "120", 5, 3600, NULL,
      "seconds a worker thread may go without a heartbeat before /healthz "
@@ -47,7 +48,8 @@ static const cq_cfg_entry_t entries[] = {
      "tools take) for every Kafka client, e.g. security.protocol, "
      "sasl.mechanism, sasl.username, sasl.password, ssl.ca.location; "
      "CODERQ_KAFKA_PROP_<NAME> variables (SASL_MECHANISM for "
-     "sasl.mechanism) win over it"},
+     "sasl.mechanism) win over it; see "
+     "docs/DEPLOYING.md#kafka-client-properties"},
     {"CODERQ_LLM_PROVIDER", NULL, "llm-provider", CQ_CFG_CHOICE,
      F(llm_provider), "openai", 0, 0, "openai|anthropic",
      "wire format of the LLM API: openai (Chat Completions) or anthropic "
@@ -95,9 +97,11 @@ static const cq_cfg_entry_t entries[] = {
      "as the history nears it"},
     {"CODERQ_PRICES_FILE", NULL, "prices-file", CQ_CFG_STRING, F(prices_file),
      NULL, 0, 0, NULL,
-     "JSON file of token prices per model (USD per million input, output "
-     "and cached-input tokens) that give jobs their cost_usd (unset: every "
-     "cost is unknown)"},
+     "JSON file of token prices per model, USD per million input, output, "
+     "cached-input and cache-write tokens, that give jobs their cost_usd "
+     "(unset: every cost is unknown; see "
+     "docs/EVALUATION.md#cost-and-budgets); read when a command starts, a "
+     "malformed file is a configuration error"},
     {"CODERQ_PYTHON", NULL, "python", CQ_CFG_STRING, F(python),
      "/usr/bin/python3", 0, 0, NULL,
      "Python interpreter with ipykernel that runs local kernels"},
@@ -128,14 +132,17 @@ static const cq_cfg_entry_t entries[] = {
      "forking kernel server: local kernels are forked from one process that "
      "imported CODERQ_KERNEL_PRELOAD once, as confined as cold ones; auto "
      "uses it when its start-up probe passes (else cold starts, logged at "
-     "warn), on refuses to start without it, off starts every kernel cold"},
+     "warn), on refuses to start without it, off starts every kernel cold "
+     "(see docs/internals/BACKENDS.md#the-kernel-server)"},
     {"CODERQ_KERNEL_PRELOAD", NULL, "kernel-preload", CQ_CFG_STRING,
      F(kernel_preload), "numpy,pandas,matplotlib.pyplot,scipy", 0, 0, NULL,
      "comma-separated modules the kernel server imports once for every "
      "kernel it forks (empty: ipykernel only)"},
     {"CODERQ_OUTPUT_MAX", NULL, "output-max", CQ_CFG_SIZE, F(output_max), "1M",
      1024, 0, NULL,
-     "output kept per cell (head and tail around a truncation marker)"},
+     "output kept per cell, every byte counted (head and tail around a "
+     "marker stating the bytes dropped); also bounds one kernel message or "
+     "E2B line to this plus 64 KiB"},
     {"CODERQ_SANDBOX", NULL, "sandbox", CQ_CFG_CHOICE, F(sandbox), "on", 0, 0,
      "on|auto|off",
      "bubblewrap sandbox for local kernels: on refuses to start without it; "
@@ -144,24 +151,28 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_SANDBOX_UIDS", NULL, "sandbox-uids", CQ_CFG_RANGE, F(sandbox_uids),
      "auto", 1000, 2147483646L, NULL, /* CQ_SANDBOX_UIDS_MIN, _MAX */
      "uids of sandboxed kernels, one per kernel so each has its own process "
-     "limit: FIRST-LAST (the worker must be root), auto (100000-100999 when "
-     "root, else the worker's own uid) or off (every kernel as 65534)"},
+     "limit: FIRST-LAST (no uid or gid of an existing account or group; "
+     "the worker must be root), auto (100000-100999 when root, else the "
+     "worker's own uid) or off (every kernel as 65534)"},
     {"CODERQ_SANDBOX_MEM", NULL, "sandbox-mem", CQ_CFG_SIZE, F(sandbox_mem),
      "4G", 0, 0, NULL, "address-space limit (RLIMIT_AS) of a kernel; 0: none"},
     {"CODERQ_SANDBOX_NPROC", NULL, "sandbox-nproc", CQ_CFG_INT,
      F(sandbox_nproc), "512", 0, 1000000, NULL,
-     "process and thread limit (RLIMIT_NPROC) of the kernel uid; 0: none"},
+     "process and thread limit (RLIMIT_NPROC) of the kernel uid (of each "
+     "kernel with a uid per kernel); 0: none"},
     {"CODERQ_SANDBOX_FSIZE", NULL, "sandbox-fsize", CQ_CFG_SIZE,
      F(sandbox_fsize), "1G", 0, 0, NULL,
      "largest file a kernel may write (RLIMIT_FSIZE); 0: none"},
     {"CODERQ_SANDBOX_TMP", NULL, "sandbox-tmp", CQ_CFG_SIZE, F(sandbox_tmp),
      "512M", 0, 0, NULL,
-     "size of a sandboxed kernel's /tmp, a tmpfs of its own (memory, not "
-     "disk); 0: the kernel's default, half of RAM"},
+     "size of a sandboxed kernel's /tmp, a tmpfs of its own (memory, which "
+     "RLIMIT_AS does not count): a write beyond it fails with ENOSPC; 0: "
+     "Linux's default, half of RAM"},
     {"CODERQ_SANDBOX_SHM", NULL, "sandbox-shm", CQ_CFG_SIZE, F(sandbox_shm),
      "64M", 0, 0, NULL,
-     "size of a sandboxed kernel's /dev/shm, a tmpfs of its own; 0: the "
-     "kernel's default, half of RAM"},
+     "size of a sandboxed kernel's /dev/shm (POSIX shared memory, "
+     "multiprocessing's semaphores), a tmpfs of its own; 0: Linux's "
+     "default, half of RAM"},
     {"CODERQ_MIGRATIONS_DIR", NULL, "migrations-dir", CQ_CFG_STRING,
      F(migrations_dir), NULL, 0, 0, NULL,
      "folder of NNNN_name.sql migrations applied by coderq migrate (default: "
@@ -197,7 +208,8 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_MEMORY_SCOPE", NULL, "memory-scope", CQ_CFG_STRING,
      F(memory_scope), NULL, 0, 0, NULL,
      "episodic memory scope of jobs that name none in \"memory\" (unset or "
-     "empty: such jobs neither recall nor are remembered)"},
+     "empty: such jobs neither recall nor are remembered; see "
+     "docs/EVALUATION.md#episodic-memory)"},
     {"CODERQ_PG_RECONNECT_S", NULL, "pg-reconnect-s", CQ_CFG_INT,
      F(pg_reconnect_s), "30", 0, 3600, NULL,
      "seconds to keep trying to reconnect to PostgreSQL before an operation "
@@ -262,16 +274,20 @@ static const cq_cfg_entry_t entries[] = {
      "progress events waiting for Kafka before new ones are dropped"},
     {"CODERQ_EVENTS_LINGER_MS", NULL, "events-linger-ms", CQ_CFG_INT,
      F(events_linger_ms), "100", 0, 5000, NULL,
-     "how long progress events wait to be sent together (linger.ms of "
-     "their own producer, lz4-compressed batches)"},
+     "how long progress events wait to be sent together: linger.ms of the "
+     "progress events' own producer, whose batches are lz4-compressed; "
+     "completion events and the DLQ keep the shared producer's 5 ms"},
     {"CODERQ_RELAY_INTERVAL_MS", NULL, "relay-interval-ms", CQ_CFG_INT,
      F(relay_interval_ms), "200", 10, 60000, NULL,
-     "how often the outbox relay looks for unsent completion events"},
+     "how often the outbox relay looks for unsent completion events while "
+     "it finds some"},
     {"CODERQ_RELAY_IDLE_MS", NULL, "relay-idle-ms", CQ_CFG_INT,
      F(relay_idle_ms), "5000", 10, 600000, NULL,
-     "longest pause between the relay's looks while they find nothing: "
-     "each empty look doubles the pause from CODERQ_RELAY_INTERVAL_MS up "
-     "to this (a finishing job wakes its worker's relay at once)"},
+     "longest pause between the relay's looks: each look that finds "
+     "nothing doubles the pause from CODERQ_RELAY_INTERVAL_MS up to this, "
+     "and one that finds a row sets it back; a job this worker finishes, "
+     "and a job its housekeeping fails, wake its relay at once whatever "
+     "the pause"},
     {"CODERQ_EVENT_MAX_BYTES", NULL, "event-max-bytes", CQ_CFG_SIZE,
      F(event_max_bytes), "256K", 4096, 64L << 20, NULL,
      "largest completion event produced; a larger answer is cut in the "
@@ -816,6 +832,179 @@ void cq_config_print_help(FILE *fp)
                 fprintf(fp, "; default: %s\n",
                         entry->defval ? entry->defval : "unset");
         }
+}
+
+/* A help string as the text of a Markdown table cell: the characters
+ * Markdown or the table would read as syntax escaped, and each mention of
+ * a doc ("docs/EVALUATION.md#episodic-memory") a link relative to docs/,
+ * where the generated file lives. */
+static void md_text(FILE *fp, const char *s)
+{
+        static const char doc_chars[] = "abcdefghijklmnopqrstuvwxyz"
+                                        "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789_./#-";
+
+        while (*s) {
+                if (strncmp(s, "docs/", 5) == 0) {
+                        size_t n = strspn(s, doc_chars);
+
+                        while (n > 5 && s[n - 1] == '.')
+                                n--;
+                        fprintf(fp, "[%.*s](%.*s)", (int)n, s, (int)(n - 5),
+                                s + 5);
+                        s += n;
+                        continue;
+                }
+                switch (*s) {
+                case '|':
+                case '*':
+                case '[':
+                case ']':
+                case '`':
+                case '\\':
+                        fprintf(fp, "\\%c", *s);
+                        break;
+                case '<':
+                        fputs("&lt;", fp);
+                        break;
+                case '>':
+                        fputs("&gt;", fp);
+                        break;
+                default:
+                        fputc(*s, fp);
+                }
+                s++;
+        }
+}
+
+/* 1048576 -> "1M": the largest suffix that divides the size. */
+static void md_size(FILE *fp, long v)
+{
+        static const char suffix[] = "GMK";
+        int i;
+
+        for (i = 0; i < 3; i++) {
+                long unit = 1L << (10 * (3 - i));
+
+                if (v >= unit && v % unit == 0) {
+                        fprintf(fp, "%ld%c", v / unit, suffix[i]);
+                        return;
+                }
+        }
+        fprintf(fp, "%ld", v);
+}
+
+/* The values a setting takes, from its type and bounds. */
+static void md_values(FILE *fp, const cq_cfg_entry_t *entry)
+{
+        const char *p;
+
+        switch (entry->type) {
+        case CQ_CFG_STRING:
+                fputs("text", fp);
+                break;
+        case CQ_CFG_SECRET:
+                fputs("text, secret: shown only as (set)", fp);
+                break;
+        case CQ_CFG_INT:
+                fprintf(fp, "integer, %ld to %ld", entry->min, entry->max);
+                break;
+        case CQ_CFG_BOOL:
+                fputs("`true` or `false` (1/0, yes/no, on/off)", fp);
+                break;
+        case CQ_CFG_SIZE:
+                fputs(entry->max > 0 ? "size, " : "size, at least ", fp);
+                md_size(fp, entry->min);
+                if (entry->max > 0) {
+                        fputs(" to ", fp);
+                        md_size(fp, entry->max);
+                }
+                break;
+        case CQ_CFG_LEVEL:
+                fputs("`debug`, `info`, `warn` or `error`", fp);
+                break;
+        case CQ_CFG_CHOICE:
+                for (p = entry->choices; p;) {
+                        const char *bar = strchr(p, '|');
+                        int n = bar ? (int)(bar - p) : (int)strlen(p);
+
+                        fprintf(fp, "%s`%.*s`", p == entry->choices ? "" : ", ",
+                                n, p);
+                        p = bar ? bar + 1 : NULL;
+                }
+                break;
+        case CQ_CFG_RANGE:
+                fprintf(fp,
+                        "`auto`, `off` or FIRST-LAST, %ld <= FIRST <= LAST "
+                        "<= %ld",
+                        entry->min, entry->max);
+                break;
+        }
+}
+
+/* The prose around the table. Each paragraph is one line of the output:
+ * Markdown joins wrapped lines anyway, and a line per paragraph keeps the
+ * strings here free to break anywhere. */
+static const char md_head[] =
+    "# Configuration\n"
+    "\n"
+    "<!-- Generated from the settings table in common/config.c by `coderq "
+    "config --markdown` (scripts/gen-docs.sh): edit the table, not this "
+    "file. check_cli fails when the two differ. -->\n"
+    "\n"
+    "Every setting is an environment variable and a command-line flag named "
+    "after it (`CODERQ_LOG_LEVEL` <-> `--log-level`, given as "
+    "`--log-level=debug` or `--log-level debug` anywhere on the command "
+    "line); a flag wins over the variable, the variable over the default. "
+    "`coderq --help` lists them with their defaults and `coderq config` "
+    "prints their effective values ([CLI.md](CLI.md#coderq-config)). An "
+    "invalid value stops coderq with exit code 3 and a message naming the "
+    "variable or flag. Sizes take the suffixes K, M and G (powers of 1024). "
+    "A job's own fields win over some of these for that job "
+    "([JOBS.md](JOBS.md#job-fields-and-settings)).\n"
+    "\n"
+    "| variable | flag | values | default | meaning |\n"
+    "| --- | --- | --- | --- | --- |\n";
+
+static const char md_tail[] =
+    "\n"
+    "## Kafka client properties\n"
+    "\n"
+    "`CODERQ_KAFKA_PROP_<NAME>` (no flag; unset by default) sets one "
+    "librdkafka property and wins over the file of "
+    "`CODERQ_KAFKA_PROPERTIES`: NAME is the property upper-cased with `_` "
+    "for `.` (`CODERQ_KAFKA_PROP_SASL_MECHANISM` sets `sasl.mechanism`). "
+    "How the properties combine, and which ones coderq sets itself, is in "
+    "[DEPLOYING.md](DEPLOYING.md#kafka-client-properties).\n"
+    "\n"
+    "## Variables of the scripts\n"
+    "\n"
+    "`scripts/` reads a few more variables, for the local services only: "
+    "see [DEPLOYING.md](DEPLOYING.md#local-services).\n";
+
+void cq_config_print_markdown(FILE *fp)
+{
+        size_t i;
+
+        fputs(md_head, fp);
+        for (i = 0; i < CQ_ARRAY_SIZE(entries); i++) {
+                const cq_cfg_entry_t *entry = &entries[i];
+                char flag[64];
+
+                flag_of(entry->env, flag, sizeof(flag));
+                fprintf(fp, "| `%s`", entry->env);
+                if (entry->alt_env)
+                        fprintf(fp, " (or `%s`)", entry->alt_env);
+                fprintf(fp, " | `--%s` | ", flag);
+                md_values(fp, entry);
+                if (entry->defval)
+                        fprintf(fp, " | `%s` | ", entry->defval);
+                else
+                        fputs(" | unset | ", fp);
+                md_text(fp, entry->help);
+                fputs(" |\n", fp);
+        }
+        fputs(md_tail, fp);
 }
 
 void cq_config_describe(const cq_config_t *cfg,

@@ -205,19 +205,26 @@ START_TEST(doctor_exits_4_when_services_are_unreachable)
 }
 END_TEST
 
+static char *slurp(const char *rel)
+{
+        char *text = NULL;
+        size_t len = 0;
+        FILE *fp = fopen(cq_check_srcpath(rel), "r");
+
+        ck_assert_msg(fp != NULL, "cannot open %s", rel);
+        ck_assert_int_gt(getdelim(&text, &len, '\0', fp), 0);
+        fclose(fp);
+        return text;
+}
+
 /* The README documents every variable, its flag and every command. */
 START_TEST(readme_documents_every_setting_and_command)
 {
         const cq_cfg_entry_t *entries;
         const cq_cmd_t *cmds;
         size_t n, i;
-        char *text = NULL, needle[128];
-        size_t len = 0;
-        FILE *fp = fopen(cq_check_srcpath("README.md"), "r");
+        char *text = slurp("README.md"), needle[128];
 
-        ck_assert_ptr_nonnull(fp);
-        ck_assert_int_gt(getdelim(&text, &len, '\0', fp), 0);
-        fclose(fp);
         entries = cq_config_entries(&n);
         for (i = 0; i < n; i++) {
                 snprintf(needle, sizeof(needle), "`%s`", entries[i].env);
@@ -238,17 +245,37 @@ START_TEST(readme_documents_every_setting_and_command)
 }
 END_TEST
 
-static char *slurp(const char *rel)
+/* docs/CONFIGURATION.md is generated from the settings table: the file
+ * in the tree is exactly what the built coderq prints for it. */
+START_TEST(configuration_doc_is_what_the_table_generates)
 {
-        char *text = NULL;
-        size_t len = 0;
-        FILE *fp = fopen(cq_check_srcpath(rel), "r");
+        cq_check_proc_t proc;
+        char *doc = slurp("docs/CONFIGURATION.md");
 
-        ck_assert_msg(fp != NULL, "cannot open %s", rel);
-        ck_assert_int_gt(getdelim(&text, &len, '\0', fp), 0);
-        fclose(fp);
-        return text;
+        run(&proc, NULL, "config", "--markdown", NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_OK);
+        ck_assert_str_eq(proc.err, "");
+        ck_assert_msg(strncmp(proc.out, "# Configuration\n", 16) == 0, "%s",
+                      proc.out);
+        ck_assert_msg(strcmp(proc.out, doc) == 0,
+                      "docs/CONFIGURATION.md is not what common/config.c "
+                      "generates: run scripts/gen-docs.sh");
+        cq_check_proc_release(&proc);
+        free(doc);
 }
+END_TEST
+
+START_TEST(config_refuses_other_arguments)
+{
+        cq_check_proc_t proc;
+
+        run(&proc, NULL, "config", "--html", NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_USAGE);
+        ck_assert_str_eq(proc.out, "");
+        ck_assert_ptr_nonnull(strstr(proc.err, "--markdown"));
+        cq_check_proc_release(&proc);
+}
+END_TEST
 
 /* The image's worker fails closed: sandbox on unless told otherwise, run
  * as root in the container so each kernel gets a uid of its own (kernels
@@ -305,6 +332,8 @@ static Suite *cli_suite(void)
         tcase_add_test(tc, doctor_rejects_arguments);
         tcase_add_test(tc, docker_files_keep_the_sandbox_on);
         tcase_add_test(tc, readme_documents_every_setting_and_command);
+        tcase_add_test(tc, configuration_doc_is_what_the_table_generates);
+        tcase_add_test(tc, config_refuses_other_arguments);
         suite_add_tcase(s, tc);
         return s;
 }

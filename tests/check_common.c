@@ -284,6 +284,66 @@ START_TEST(config_help_lists_every_variable)
 }
 END_TEST
 
+/* Columns of a Markdown table row: the '|' that are not escaped. */
+static size_t md_columns(const char *line, size_t len)
+{
+        size_t i, bars = 0;
+
+        for (i = 0; i < len; i++) {
+                if (line[i] == '\\')
+                        i++;
+                else if (line[i] == '|')
+                        bars++;
+        }
+        return bars ? bars - 1 : 0;
+}
+
+/* One row per setting, five columns each however the help text reads
+ * (a '|' in it must not open a column), choices and ranges from the
+ * table, and a doc named in the help a link relative to docs/. */
+START_TEST(config_markdown_has_one_row_per_setting)
+{
+        const cq_cfg_entry_t *entries;
+        size_t n, i, rows = 0;
+        char *text = NULL, needle[128];
+        size_t len = 0;
+        const char *line, *end;
+        FILE *fp = open_memstream(&text, &len);
+
+        ck_assert_ptr_nonnull(fp);
+        cq_config_print_markdown(fp);
+        fclose(fp);
+        for (line = text; *line; line = *end ? end + 1 : end) {
+                end = strchr(line, '\n');
+                if (!end)
+                        end = line + strlen(line);
+                if (strncmp(line, "| `", 3) != 0)
+                        continue;
+                rows++;
+                ck_assert_msg(md_columns(line, (size_t)(end - line)) == 5,
+                              "not 5 columns: %.*s", (int)(end - line), line);
+        }
+        entries = cq_config_entries(&n);
+        ck_assert_uint_eq(rows, n);
+        for (i = 0; i < n; i++) {
+                snprintf(needle, sizeof(needle), "| `%s`", entries[i].env);
+                ck_assert_msg(strstr(text, needle), "no row for %s",
+                              entries[i].env);
+        }
+        ck_assert_ptr_nonnull(strstr(
+            text, "| `CODERQ_SANDBOX` | `--sandbox` | `on`, `auto`, `off` | "
+                  "`on` | "));
+        ck_assert_ptr_nonnull(strstr(text, "| integer, 0 to 1024 | `2` |"));
+        ck_assert_ptr_nonnull(strstr(text, "| size, 4K to 64M | `256K` |"));
+        ck_assert_ptr_nonnull(strstr(text, "\\[V6\\]:PORT"));
+        ck_assert_ptr_nonnull(strstr(text,
+                                     "[docs/OPERATIONS.md#metrics-and-health]"
+                                     "(OPERATIONS.md#metrics-and-health))"));
+        ck_assert_ptr_nonnull(strstr(text, "CODERQ_KAFKA_PROP_&lt;NAME&gt;"));
+        free(text);
+}
+END_TEST
+
 START_TEST(ansi_strip_removes_escapes)
 {
         const char in[] = "\x1b[0;31mNameError\x1b[0m: x\x1b]0;title\x07!\x1b";
@@ -760,6 +820,7 @@ static Suite *common_suite(void)
         tcase_add_test(tc, config_defaults_env_and_flags);
         tcase_add_test(tc, config_rejects_invalid_values_by_name);
         tcase_add_test(tc, config_help_lists_every_variable);
+        tcase_add_test(tc, config_markdown_has_one_row_per_setting);
         tcase_add_test(tc, ansi_strip_removes_escapes);
         tcase_add_test(tc, utf8_repair_replaces_bad_sequences);
         tcase_add_test(tc, base64_round_trips_and_rejects_garbage);

@@ -221,6 +221,15 @@ CQ_NODISCARD int cq_config_load_kafka(cq_config_t *cfg,
 void cq_config_print_help(FILE *fp);
 
 /**
+ * @brief Print docs/CONFIGURATION.md to \p fp: every setting as a row of a
+ *        Markdown table (variable, flag, the values it takes, default,
+ *        meaning) with the prose around it. scripts/gen-docs.sh writes the
+ *        file from it; check_cli fails when the committed file differs.
+ * @locality Any thread.
+ */
+void cq_config_print_markdown(FILE *fp);
+
+/**
  * @brief Describe the current value of one setting for logs: secrets are
  *        "(set)" or "(unset)".
  */
