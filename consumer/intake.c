@@ -462,8 +462,9 @@ static char *validate(cq_intake_t *intake,
         err = cq_job_parse(data, msg->len, intake->opts.job_max, job, errstr,
                            sizeof(errstr));
         if (err == CQ_OK) {
-                /* A key, when given, is the job id (docs/ARCHITECTURE.md: key
-                 * = job_id); a disagreeing one means a confused producer. */
+                /* A key, when given, is the job id
+                 * (docs/internals/ARCHITECTURE.md: key = job_id); a disagreeing
+                 * one means a confused producer. */
                 if (msg->key_len > 0 &&
                     (msg->key_len != strlen(job->job_id) ||
                      memcmp(msg->key, job->job_id, msg->key_len) != 0)) {

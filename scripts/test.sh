@@ -160,11 +160,11 @@ if (cd "$CQ_ROOT" && grep -nE \
                 "lengths, strtok_r, strtol, fgets)" >&2
         lint_failed=1
 fi
-# The room map (cmake/rooms.txt, docs/ARCHITECTURE.md): no source includes
-# a header of a room it may not call, each .c its own header first.
+# The room map (cmake/rooms.txt, docs/internals/ARCHITECTURE.md): no source
+# includes a header of a room it may not call, each .c its own header first.
 if ! "$CQ_ROOT/scripts/rooms.sh"; then
         echo "lint: the includes above break the room map (cmake/rooms.txt;" \
-                "see docs/ARCHITECTURE.md, \"Rooms\")" >&2
+                "see docs/internals/ARCHITECTURE.md, \"Rooms\")" >&2
         lint_failed=1
 fi
 # A skip printed by hand shows as passed and CQ_REQUIRE cannot catch it.

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* check_kafka_mock.c - the consumer discipline of
- * docs/protocols/kafka-postgres.md against librdkafka's mock cluster (no broker
- * needed): store offset + 1 after processing, and a checked synchronous commit
- * before close, which fails visibly when the broker rejects the OffsetCommit
- * (close() alone would hide it). */
+ * docs/internals/protocols/kafka-postgres.md against librdkafka's mock cluster
+ * (no broker needed): store offset + 1 after processing, and a checked
+ * synchronous commit before close, which fails visibly when the broker rejects
+ * the OffsetCommit (close() alone would hide it). */
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * reconciles. HTTP and its retries are in e2b_http.c, the sandbox's life
  * in e2b_sandbox.c, files in e2b_files.c, the /execute stream's lines in
  * e2b_ndjson.c and cells in e2b_exec.c. Recovery rules are in e2b.h; the
- * wire facts in docs/protocols/e2b.md. */
+ * wire facts in docs/internals/protocols/e2b.md. */
 #include "coderq/e2b/e2b.h"
 
 #include <curl/curl.h>

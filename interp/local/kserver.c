@@ -4,7 +4,7 @@
  * kernels over a socketpair, restarts it with backoff when it dies,
  * wedges or talks nonsense. Each message is one SOCK_SEQPACKET datagram
  * of JSON of at most CQ_KSERVER_MSG_MAX bytes; descriptors go as
- * SCM_RIGHTS. The design is in docs/protocols/kernel-server.md. */
+ * SCM_RIGHTS. The design is in docs/internals/protocols/kernel-server.md. */
 #include "coderq/local/kserver.h"
 
 #include <errno.h>

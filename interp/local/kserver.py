@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-# kserver.py - the forking kernel server (built into the coderq binary as a
-# C string by interp/local/CMakeLists.txt; see docs/protocols/kernel-server.md).
+# kserver.py - the forking kernel server (built into coderq as a C string
+# by interp/local/CMakeLists.txt; see docs/internals/protocols/kernel-server.md).
 # It imports ipykernel and the configured modules once, single-threaded,
 # and forks a fresh kernel per request; it never runs job code itself.
 # A sandboxed kernel's outer process and pid 1 are a small program of their

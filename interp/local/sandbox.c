@@ -4,7 +4,8 @@
  * works; the lease of per-kernel uids.
  *
  * Kernels forked by the kernel server (kserver.py) are confined to the
- * same effect without bubblewrap; see docs/protocols/kernel-server.md.
+ * same effect without bubblewrap; see
+ * docs/internals/protocols/kernel-server.md.
  *
  * What it does (mode on, the default, or auto when the probe passed):
  * - The kernel runs under `bwrap --unshare-all --die-with-parent

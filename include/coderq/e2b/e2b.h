@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* e2b.h - the E2B interpreter backend: one remote sandbox per handle, made
  * from the code-interpreter template over E2B's HTTP API
- * (docs/protocols/e2b.md), behind the cq_interp_t interface of interp.h.
+ * (docs/internals/protocols/e2b.md), behind the cq_interp_t interface of
+ * interp.h.
  *
  * Lifecycle. cq_e2b_new() creates the sandbox with a short TTL and a kernel
  * context of its own; each cell extends the TTL when a third of it has

@@ -2,7 +2,7 @@
 /* kserver.h - the forking kernel server: one long-lived Python process
  * that has imported ipykernel and the configured modules once and forks a
  * fresh, sandboxed kernel per request, which the kernel client then
- * drives as any other (docs/protocols/kernel-server.md). A kernel it
+ * drives as any other (docs/internals/protocols/kernel-server.md). A kernel it
  * cannot give is started cold by the caller; the server is a speed-up,
  * never a reason for less isolation. */
 #ifndef CODERQ_KSERVER_H

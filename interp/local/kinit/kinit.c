@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* kinit/kinit.c - the outer process and pid 1 of a sandboxed forked kernel: a
  * small program of its own (built into the coderq binary, started by the
- * kernel server from a memfd; see docs/protocols/kernel-server.md) so
+ * kernel server from a memfd; see docs/internals/protocols/kernel-server.md) so
  * that the only copy of the server's Python image a kernel costs is the
  * kernel's. It uses libc alone and links no sanitizer.
  *
