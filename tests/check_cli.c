@@ -217,31 +217,35 @@ static char *slurp(const char *rel)
         return text;
 }
 
-/* The README documents every variable, its flag and every command. */
-START_TEST(readme_documents_every_setting_and_command)
+/* The docs document every variable with its flag, and every command. */
+START_TEST(docs_document_every_setting_and_command)
 {
         const cq_cfg_entry_t *entries;
         const cq_cmd_t *cmds;
         size_t n, i;
-        char *text = slurp("README.md"), needle[128];
+        char *conf = slurp("docs/CONFIGURATION.md"),
+             *cli = slurp("docs/CLI.md");
+        char needle[128];
 
         entries = cq_config_entries(&n);
         for (i = 0; i < n; i++) {
                 snprintf(needle, sizeof(needle), "`%s`", entries[i].env);
-                ck_assert_msg(strstr(text, needle), "README lacks %s",
-                              entries[i].env);
+                ck_assert_msg(strstr(conf, needle),
+                              "docs/CONFIGURATION.md lacks %s", entries[i].env);
                 snprintf(needle, sizeof(needle), "`--%s`", entries[i].flag);
-                ck_assert_msg(strstr(text, needle), "README lacks --%s",
+                ck_assert_msg(strstr(conf, needle),
+                              "docs/CONFIGURATION.md lacks --%s",
                               entries[i].flag);
         }
         cmds = cq_cli_commands(&n);
         for (i = 0; i < n; i++) {
                 snprintf(needle, sizeof(needle), "`coderq %s", cmds[i].name);
-                ck_assert_msg(strstr(text, needle),
-                              "README does not describe coderq %s",
+                ck_assert_msg(strstr(cli, needle),
+                              "docs/CLI.md does not describe coderq %s",
                               cmds[i].name);
         }
-        free(text);
+        free(conf);
+        free(cli);
 }
 END_TEST
 
@@ -331,7 +335,7 @@ static Suite *cli_suite(void)
         tcase_add_test(tc, doctor_exits_4_when_services_are_unreachable);
         tcase_add_test(tc, doctor_rejects_arguments);
         tcase_add_test(tc, docker_files_keep_the_sandbox_on);
-        tcase_add_test(tc, readme_documents_every_setting_and_command);
+        tcase_add_test(tc, docs_document_every_setting_and_command);
         tcase_add_test(tc, configuration_doc_is_what_the_table_generates);
         tcase_add_test(tc, config_refuses_other_arguments);
         suite_add_tcase(s, tc);
