@@ -1,6 +1,6 @@
 # coderq on Debian 12: build with CMake, run with Debian's librdkafka,
 # libpq, libzmq and the Python kernel stack. Configuration comes only from
-# the environment (see README, "Configuration"); docker-compose.yml runs
+# the environment (see docs/CONFIGURATION.md); docker-compose.yml runs
 # `coderq migrate` once and then `coderq worker`.
 #
 # Kernels run sandboxed: the worker runs as root inside the container so
@@ -10,7 +10,8 @@
 # /proc for bubblewrap: see the worker's security_opt in
 # docker-compose.yml, and `docker run ... coderq doctor` to check.
 # fonts-noto-cjk: kernels' figures fall back to Noto Sans CJK for Chinese,
-# Japanese and Korean text (README, "Deploying").
+# Japanese and Korean text
+# (docs/DEPLOYING.md#chinese-japanese-and-korean-text-in-figures).
 FROM debian:12 AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config ca-certificates \

@@ -793,8 +793,8 @@ static void fail(run_t *run,
                  const char *fmt,
                  ...) CQ_PRINTF(4, 5);
 
-/* End the run with \p status; \p code is the kind of reason (README
- * "Reason codes"), a static string. */
+/* End the run with \p status; \p code is the kind of reason
+ * (docs/OPERATIONS.md#reason-codes), a static string. */
 static void fail(run_t *run,
                  cq_agent_status_t status,
                  const char *code,

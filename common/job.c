@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* job.c - parsing and validation of job messages (docs/JOBS.md).
+/* job.c - parsing and validation of job messages (docs/JOBS.md#validation).
  * Everything here is untrusted input from Kafka or a file: the size cap is
  * checked before parsing, every field is type- and range-checked, and every
  * rejection names the field. A field this version does not know is refused

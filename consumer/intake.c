@@ -463,7 +463,7 @@ static char *validate(cq_intake_t *intake,
                            sizeof(errstr));
         if (err == CQ_OK) {
                 /* A key, when given, is the job id
-                 * (docs/internals/ARCHITECTURE.md: key = job_id); a disagreeing
+                 * (docs/JOBS.md#kafka-topics: key = job_id); a disagreeing
                  * one means a confused producer. */
                 if (msg->key_len > 0 &&
                     (msg->key_len != strlen(job->job_id) ||

@@ -132,7 +132,7 @@ cat <<EOF_DONE
 Exported each job's notebook.ipynb, images/ and answer.md under
   $out/
 Worker logs: $work/worker-*.log
-Query the results with SQL: psql "$CODERQ_PG_DSN" (see "Querying results"
-in the README). The services are $([ "$stop" -eq 1 ] && echo "stopped now" || echo "still running: scripts/services.sh stop").
+Query the results with SQL: psql "$CODERQ_PG_DSN" (see
+docs/JOBS.md#querying-results). The services are $([ "$stop" -eq 1 ] && echo "stopped now" || echo "still running: scripts/services.sh stop").
 EOF_DONE
 exit "$rc"

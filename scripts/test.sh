@@ -164,7 +164,7 @@ fi
 # includes a header of a room it may not call, each .c its own header first.
 if ! "$CQ_ROOT/scripts/rooms.sh"; then
         echo "lint: the includes above break the room map (cmake/rooms.txt;" \
-                "see docs/internals/ARCHITECTURE.md, \"Rooms\")" >&2
+                "see docs/internals/ARCHITECTURE.md#rooms)" >&2
         lint_failed=1
 fi
 # A skip printed by hand shows as passed and CQ_REQUIRE cannot catch it.

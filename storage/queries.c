@@ -11,7 +11,7 @@
 #include "store_int.h"
 
 /* What a finished job recorded of how it ran (the "repro" object of its
- * result's report, README "Reproducibility"), as columns. */
+ * result's report, docs/EVALUATION.md#reproducibility), as columns. */
 #define SQL_REPRO_OF(r)                                                        \
         r ".report->'repro'->>'provider' AS provider, " r                      \
           ".report->'repro'->'temperature' AS temperature, " r                 \

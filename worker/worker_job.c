@@ -559,7 +559,7 @@ static void append_codes(json_t *cells, const json_t *cp_cells)
         }
 }
 
-/* What the job ran with, for its result (README "Reproducibility"):
+/* What the job ran with, for its result (docs/EVALUATION.md#reproducibility):
  * the agent's record, or, for a job that never reached the agent, what
  * is known without it. NULL when out of memory. */
 static json_t *repro_record(const slot_t *slot,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* worker_metrics.c - what `coderq worker` serves on CODERQ_METRICS_ADDR:
- * the registry of its metrics (README "Metrics"), the values it mirrors
- * from the intake, relay, events and kernel pool at each scrape, the
+ * the registry of its metrics (docs/OPERATIONS.md#metrics), the values it
+ * mirrors from the intake, relay, events and kernel pool at each scrape, the
  * queue sizes the housekeeping thread reads every QUEUE_EVERY_MS, and the
  * answers of /healthz (every thread's heartbeat is recent) and /readyz
  * (it can take jobs). The HTTP server is httpd.c's; it runs on a thread

@@ -52,7 +52,7 @@ typedef struct cq_agent_observer {
                        const cq_cell_result_t *res,
                        size_t index,
                        const json_t *messages);
-        /** @brief A progress event (README "Kafka topics"):
+        /** @brief A progress event (docs/JOBS.md#kafka-topics):
          *         llm.reply, cell.started, cell.output, cell.finished,
          *         reflection, tests.result. \p data borrowed. */
         void (*on_event)(void *opaque, const char *type, const json_t *data);
@@ -122,8 +122,9 @@ typedef cq_interp_t *(cq_agent_new_interp_t)(void *opaque,
                                              char *errstr,
                                              size_t errstr_size);
 
-/** @brief The loop's metric families (README "Metrics"); borrowed from
- *         the registry. Every member may be NULL: not recorded. */
+/** @brief The loop's metric families (docs/OPERATIONS.md#metrics);
+ *         borrowed from the registry. Every member may be NULL: not
+ *         recorded. */
 typedef struct cq_agent_metrics {
         cq_metric_t *llm_calls;   /* coderq_llm_calls_total{model,outcome} */
         cq_metric_t *llm_seconds; /* coderq_llm_call_duration_seconds{model} */
@@ -216,8 +217,8 @@ typedef struct cq_agent_result {
         cq_agent_status_t status;
         char *reason;            /* why it failed or was cancelled, else NULL */
         const char *reason_code; /* static: the kind of reason, see
-                                    README "Reason codes"; NULL when it
-                                    succeeded */
+                                    docs/OPERATIONS.md#reason-codes; NULL when
+                                    it succeeded */
         char *last_error;        /* the last cell or test error, or NULL */
         char *answer;            /* the final answer text, or NULL */
         long turns; /* LLM calls, including those before a resume */
@@ -241,9 +242,9 @@ typedef struct cq_agent_result {
         int64_t cache_creation_tokens; /* of prompt_tokens, written to it */
         double cost_usd; /* < 0: unknown (a model without a price, or a
                             reply without usage) */
-        /* What the run used (README "Reproducibility"): {"temperature",
-         * "top_p", "seed", "max_tokens" (null: not sent), "model",
-         * "provider", "system_prompt_sha256", "coderq_version",
+        /* What the run used (docs/EVALUATION.md#reproducibility):
+         * {"temperature", "top_p", "seed", "max_tokens" (null: not sent),
+         * "model", "provider", "system_prompt_sha256", "coderq_version",
          * "backend", "python", "packages"}; owned, may be NULL. */
         json_t *repro;
         json_t *history;   /* the conversation; owned */

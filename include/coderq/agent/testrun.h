@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* testrun.h - a job's tests (README "Job messages"): turn them into one Python
+/* testrun.h - a job's tests (docs/JOBS.md#tests): turn them into one Python
  * cell that runs in the job's own kernel or, with "isolation": "fresh", in
  * a new interpreter after the job's solution (agent.c decides), and read
  * its report back.

@@ -7,7 +7,7 @@
 
 #include "coderq/common/config.h"
 
-/* Exit codes, documented in the README. */
+/* Exit codes, documented in docs/CLI.md#exit-codes. */
 enum cq_exit {
         CQ_EXIT_OK = 0,
         CQ_EXIT_FAILED = 1,      /* the job or operation failed */

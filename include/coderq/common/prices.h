@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* prices.h - token prices per model (CODERQ_PRICES_FILE) and what a job's
- * LLM usage costs. The file is JSON (README "Cost and budgets"):
+ * LLM usage costs. The file is JSON (docs/EVALUATION.md#cost-and-budgets):
  *
  *   {"models": {"gpt-4o-mini": {"input": 0.15, "output": 0.60,
  *                               "cached_input": 0.075},

@@ -13,8 +13,9 @@
  * connection (its commit may have landed) is stored once. Retrying the
  * same seq with the same content is CQ_OK; other content at a stored seq
  * is CQ_ERR_FATAL (nothing is overwritten). Strings in documents may hold
- * any character, U+0000 included (stored escaped, see store_int.h and the
- * README "Storage" section); readers here return them unescaped.
+ * any character, U+0000 included (stored escaped, see store_int.h and
+ * docs/JOBS.md#every-character-code-prints-is-kept); readers here return them
+ * unescaped.
  */
 
 /**
