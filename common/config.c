@@ -296,10 +296,20 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_SLOTS", NULL, "slots", CQ_CFG_INT, F(slots), "2", 0, 1024, NULL,
      "jobs a worker runs at once (threads, each with its own connection "
      "and kernel); 0 runs only intake and relay"},
-    {"CODERQ_SHUTDOWN_S", NULL, "shutdown-s", CQ_CFG_INT, F(shutdown_s), "30",
-     1, 3600, NULL,
-     "seconds a stopping worker gives running jobs to reach a checkpoint "
-     "before it interrupts them"},
+    {"CODERQ_DRAIN_S", "CODERQ_SHUTDOWN_S", "drain-s", CQ_CFG_INT, F(drain_s),
+     "30", 1, 3600, NULL,
+     "seconds a worker given SIGTERM or SIGINT has to drain: it stops "
+     "claiming at once, lets running cells that end in time end, "
+     "checkpoints and gives back the rest, flushes its completion events "
+     "and exits 0 within this time; keep it below the grace period of "
+     "whatever stops it (a pod's terminationGracePeriodSeconds). "
+     "CODERQ_SHUTDOWN_S, its former name, is read when it is unset"},
+    {"CODERQ_QUEUES", NULL, "queues", CQ_CFG_STRING, F(queues), "default", 0, 0,
+     NULL,
+     "the named queues this worker claims jobs from, comma-separated "
+     "(a job's \"queue\", \"default\" when it names none); one queue per "
+     "provider, backend or team keeps jobs on the workers set up for them "
+     "(see docs/OPERATIONS.md#queues)"},
     {"CODERQ_POLL_MS", NULL, "poll-ms", CQ_CFG_INT, F(poll_ms), "500", 10,
      60000, NULL,
      "how often an idle worker looks for a runnable job nobody "
@@ -694,8 +704,64 @@ int cq_config_load_env(cq_config_t *cfg, char *errstr, size_t errstr_size)
         return 0;
 }
 
+int cq_config_queues(const char *list,
+                     char names[][CQ_QUEUE_NAME_MAX + 1],
+                     size_t max,
+                     size_t *np,
+                     char *errstr,
+                     size_t errstr_size)
+{
+        const char *p = list ? list : "default";
+        size_t n = 0;
+
+        for (;;) {
+                size_t len = strcspn(p, ","), i;
+
+                for (i = 0; i < len; i++)
+                        if (!((p[i] >= 'a' && p[i] <= 'z') ||
+                              (p[i] >= '0' && p[i] <= '9') || p[i] == '-' ||
+                              p[i] == '_' || p[i] == '.'))
+                                break;
+                if (len == 0 || len > CQ_QUEUE_NAME_MAX || i < len) {
+                        cq_errstr_set(
+                            errstr, errstr_size,
+                            "invalid CODERQ_QUEUES \"%.200s\": each "
+                            "queue is 1 to %d lower-case letters, "
+                            "digits, '-', '_' or '.', comma-separated",
+                            list ? list : "", CQ_QUEUE_NAME_MAX);
+                        return -1;
+                }
+                if (n == max) {
+                        cq_errstr_set(errstr, errstr_size,
+                                      "invalid CODERQ_QUEUES: more than %zu "
+                                      "queues",
+                                      max);
+                        return -1;
+                }
+                memcpy(names[n], p, len);
+                names[n][len] = '\0';
+                for (i = 0; i < n; i++)
+                        if (strcmp(names[i], names[n]) == 0)
+                                break;
+                if (i == n)
+                        n++;
+                p += len;
+                if (*p == '\0')
+                        break;
+                p++;
+        }
+        if (np)
+                *np = n;
+        return 0;
+}
+
 int cq_config_check(const cq_config_t *cfg, char *errstr, size_t errstr_size)
 {
+        char names[CQ_QUEUES_MAX][CQ_QUEUE_NAME_MAX + 1];
+
+        if (cq_config_queues(cfg->queues, names, CQ_QUEUES_MAX, NULL, errstr,
+                             errstr_size))
+                return -1;
         if (cfg->e2b_ttl_s > cfg->e2b_max_timeout_s) {
                 cq_errstr_set(errstr, errstr_size,
                               "invalid CODERQ_E2B_TTL_S %ld: above "

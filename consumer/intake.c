@@ -30,6 +30,10 @@
 #define FINAL_COMMIT_BACKOFF_MS 250
 #define BATCH_MAX               64        /* jobs upserted in one statement */
 #define BATCH_BYTES             (8 << 20) /* and their messages' bytes */
+/* A problem's samples are stored by one statement: at most this many
+ * bytes of message times samples, so one message cannot make the intake
+ * build gigabytes. */
+#define FANOUT_MAX_BYTES ((size_t)64 << 20)
 
 typedef struct pending {
         rd_kafka_message_t *msg;
@@ -480,6 +484,15 @@ static char *validate(cq_intake_t *intake,
                                  "field \"parent_job_id\" must differ from "
                                  "\"job_id\"");
                         cq_job_release(job);
+                } else if (job->samples > 0 &&
+                           msg->len * (size_t)job->samples > FANOUT_MAX_BYTES) {
+                        snprintf(errstr, sizeof(errstr),
+                                 "field \"samples\": %ld samples of a "
+                                 "%zu-byte message are over the %zu MiB a "
+                                 "problem may fan out into",
+                                 job->samples, msg->len,
+                                 FANOUT_MAX_BYTES >> 20);
+                        cq_job_release(job);
                 } else {
                         return NULL;
                 }
@@ -583,6 +596,77 @@ static void backlog_add(cq_intake_t *intake, long n)
                 intake->backlog_over = true;
 }
 
+/* The sample jobs of \p problem (a job with samples), in \p jobs (room
+ * for problem->samples, each initialised here); 0, or -1 when out of
+ * memory (every job released). A sample's spec is the problem's with
+ * its own id, problem_id, sample_index and seed (cq_job_sample_spec()). */
+static int fan_out(const cq_job_t *problem, cq_job_t *jobs)
+{
+        long i;
+
+        for (i = 0; i < problem->samples; i++)
+                cq_job_init(&jobs[i]);
+        for (i = 0; i < problem->samples; i++) {
+                json_t *spec = cq_job_sample_spec(problem, i);
+
+                if (!spec || cq_job_from_json(spec, CQ_JOB_F_STORED, &jobs[i],
+                                              NULL, 0) != CQ_OK) {
+                        json_decref(spec);
+                        while (i-- > 0)
+                                cq_job_release(&jobs[i]);
+                        return -1;
+                }
+                json_decref(spec);
+        }
+        return 0;
+}
+
+/* Store every sample of \p problem in one statement, all or none: a
+ * redelivered problem creates nothing again (its samples' ids are
+ * deterministic). The outcome as cq_store_upsert_jobs()'s; *createdp
+ * counts the samples created, *differsp says whether stored samples
+ * hold other content than this problem's. */
+static cq_err_t upsert_samples(cq_intake_t *intake,
+                               const cq_job_t *problem,
+                               const cq_job_src_t *src,
+                               long *createdp,
+                               bool *differsp)
+{
+        cq_job_t *jobs = calloc((size_t)problem->samples, sizeof(*jobs));
+        cq_job_upsert_t *v = calloc((size_t)problem->samples, sizeof(*v));
+        cq_err_t err = CQ_ERR_RETRIABLE;
+        long i;
+
+        *createdp = 0;
+        *differsp = false;
+        if (!jobs || !v || fan_out(problem, jobs)) {
+                free(jobs);
+                free(v);
+                return CQ_ERR_RETRIABLE; /* out of memory: try again */
+        }
+        for (i = 0; i < problem->samples; i++) {
+                v[i].job = &jobs[i];
+                v[i].src = src;
+        }
+        err = cq_store_upsert_jobs(intake->store, v, (size_t)problem->samples);
+        for (i = 0; err == CQ_OK && i < problem->samples; i++)
+                *createdp += v[i].created;
+        /* None created: a redelivery, unless the stored samples came from
+         * other content, which would be lost without a word. */
+        if (err == CQ_OK && *createdp == 0) {
+                bool differs = false;
+
+                err = cq_store_job_differs(intake->store, &jobs[0], &differs);
+                if (err == CQ_OK && differs)
+                        *differsp = true;
+        }
+        for (i = 0; i < problem->samples; i++)
+                cq_job_release(&jobs[i]);
+        free(jobs);
+        free(v);
+        return err;
+}
+
 /* Handle one message: upsert or DLQ. Its offset is stored later, by
  * drain(), once every message before it is done too. */
 static step_t step(cq_intake_t *intake, pending_t *p)
@@ -612,6 +696,42 @@ static step_t step(cq_intake_t *intake, pending_t *p)
         src.topic = rd_kafka_topic_name(p->msg->rkt);
         src.partition = p->msg->partition;
         src.offset = p->msg->offset;
+        if (job.samples > 0) {
+                long n = 0;
+                bool differs = false;
+
+                err = upsert_samples(intake, &job, &src, &n, &differs);
+                if (err == CQ_OK && differs) {
+                        char reason[600];
+
+                        snprintf(reason, sizeof(reason),
+                                 "job_id \"%.200s\" names a problem whose "
+                                 "samples are already stored with other "
+                                 "content: a job_id stands for one problem",
+                                 job.job_id);
+                        cq_job_release(&job);
+                        p->error = strdup(reason);
+                        if (!p->error) {
+                                backoff(intake);
+                                return STEP_BLOCKED;
+                        }
+                        return step_dlq(intake, p);
+                }
+                cq_job_release(&job);
+                if (err == CQ_OK) {
+                        set_pg_down(intake, false);
+                        recovered(intake);
+                        if (n > 0) {
+                                atomic_fetch_add(&intake->upserted,
+                                                 (uint64_t)n);
+                                backlog_add(intake, n);
+                        } else {
+                                atomic_fetch_add(&intake->duplicates, 1);
+                        }
+                        return STEP_DONE;
+                }
+                goto failed;
+        }
         err = cq_store_upsert_job(intake->store, &job, &src, &created);
         if (err == CQ_OK && !created) {
                 /* A redelivery is a duplicate; other content under a
@@ -649,6 +769,7 @@ static step_t step(cq_intake_t *intake, pending_t *p)
                 }
                 return STEP_DONE;
         }
+failed:
         atomic_fetch_add(&intake->pg_retries, 1);
         if (err == CQ_ERR_RETRIABLE) {
                 set_pg_down(intake, true);
@@ -824,6 +945,11 @@ static bool batch(cq_intake_t *intake, size_t limit)
                         goto out;
                 if (p->error)
                         continue;
+                if (jobs[n].samples > 0) {
+                        /* a statement of its own (step()) */
+                        cq_job_release(&jobs[n]);
+                        continue;
+                }
                 srcs[n].topic = rd_kafka_topic_name(p->msg->rkt);
                 srcs[n].partition = p->msg->partition;
                 srcs[n].offset = p->msg->offset;

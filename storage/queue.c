@@ -16,9 +16,10 @@
 static const char SQL_UPSERT[] =
     "INSERT INTO jobs (job_id, prompt, title, task_id, run_id,"
     " parent_job_id, priority, spec, max_attempts, source_topic,"
-    " source_partition, source_offset, retry_of, run_attempt)"
+    " source_partition, source_offset, retry_of, run_attempt, queue,"
+    " problem_id, sample_index)"
     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12,"
-    " $13, $14)"
+    " $13, $14, COALESCE($15, 'default'), $16, $17)"
     " ON CONFLICT (job_id) DO NOTHING RETURNING 1";
 
 /* The batch form: one JSON array of jobs, rows in array order, each with
@@ -26,15 +27,18 @@ static const char SQL_UPSERT[] =
 static const char SQL_UPSERT_MANY[] =
     "INSERT INTO jobs (job_id, prompt, title, task_id, run_id,"
     " parent_job_id, priority, spec, max_attempts, source_topic,"
-    " source_partition, source_offset, created_at, retry_of, run_attempt)"
+    " source_partition, source_offset, created_at, retry_of, run_attempt,"
+    " queue, problem_id, sample_index)"
     " SELECT r.job_id, r.prompt, r.title, r.task_id, r.run_id,"
     "  r.parent_job_id, r.priority, r.spec, $2, r.source_topic,"
     "  r.source_partition, r.source_offset, clock_timestamp(), r.retry_of,"
-    "  r.run_attempt"
+    "  r.run_attempt, COALESCE(r.queue, 'default'), r.problem_id,"
+    "  r.sample_index"
     " FROM jsonb_to_recordset($1::jsonb) AS r (job_id text, prompt text,"
     "  title text, task_id text, run_id text, parent_job_id text,"
     "  priority int, spec jsonb, source_topic text, source_partition int,"
-    "  source_offset bigint, retry_of text, run_attempt int)"
+    "  source_offset bigint, retry_of text, run_attempt int, queue text,"
+    "  problem_id text, sample_index int)"
     " ON CONFLICT (job_id) DO NOTHING RETURNING job_id";
 
 /* The parent check is inside the locked subquery, so a child becomes
@@ -44,8 +48,8 @@ static const char SQL_UPSERT_MANY[] =
 static const char SQL_CLAIM[] =
     "WITH next AS ("
     " SELECT j.job_id FROM jobs j"
-    " WHERE j.status = 'queued' AND j.run_after <= now()"
-    "  AND j.attempts < j.max_attempts"
+    " WHERE j.status = 'queued' AND j.queue = ANY ($3::text[])"
+    "  AND j.run_after <= now() AND j.attempts < j.max_attempts"
     "  AND (j.parent_job_id IS NULL OR (SELECT p.status FROM jobs p"
     "       WHERE p.job_id = j.parent_job_id) = 'succeeded')"
     " ORDER BY j.priority DESC, j.created_at, j.job_id"
@@ -92,6 +96,9 @@ static const char SQL_REQUEUE[] =
     "  reason_code = CASE WHEN j.cancel_requested THEN 'cancelled'"
     "                WHEN j.attempts >= j.max_attempts THEN 'attempts'"
     "                ELSE j.reason_code END,"
+    /* workers that died with it: never the model's doing */
+    "  verdict = CASE WHEN NOT j.cancel_requested"
+    "            AND j.attempts >= j.max_attempts THEN 'infra_error' END,"
     "  error = format('lease of worker %s expired at %s', j.lease_owner,"
     "                 j.lease_until),"
     "  lease_owner = NULL, lease_until = NULL, run_after = now(),"
@@ -242,6 +249,12 @@ cq_err_t cq_store_upsert_job(cq_store_t *store,
         }
         sp_text(&sp, job->retry_of);
         sp_long(&sp, job->run_attempt > 1 ? job->run_attempt : 1);
+        sp_text(&sp, job->queue);
+        sp_text(&sp, job->problem_id);
+        if (job->problem_id)
+                sp_long(&sp, job->sample_index);
+        else
+                sp_text(&sp, NULL);
         err = store_exec(store, "store job", SQL_UPSERT, &sp, 0, true, &res);
         if (err == CQ_OK && createdp)
                 *createdp = PQntuples(res) == 1;
@@ -293,13 +306,22 @@ static json_t *upsert_rows(const cq_job_upsert_t *v, size_t n)
                 const cq_job_t *job = v[i].job;
                 const cq_job_src_t *src = v[i].src;
                 json_t *row = json_pack(
-                    "{s:s, s:s, s:s?, s:s?, s:s?, s:s?, s:I, s:O, s:s?, s:I}",
+                    "{s:s, s:s, s:s?, s:s?, s:s?, s:s?, s:I, s:O, s:s?, s:I,"
+                    " s:s?, s:s?}",
                     "job_id", job->job_id, "prompt", job->prompt, "title",
                     job->title, "task_id", job->task_id, "run_id", job->run_id,
                     "parent_job_id", job->parent_job_id, "priority",
                     (json_int_t)clamp_int(job->priority), "spec", job->spec,
                     "retry_of", job->retry_of, "run_attempt",
-                    (json_int_t)(job->run_attempt > 1 ? job->run_attempt : 1));
+                    (json_int_t)(job->run_attempt > 1 ? job->run_attempt : 1),
+                    "queue", job->queue, "problem_id", job->problem_id);
+
+                if (row && job->problem_id &&
+                    json_object_set_new(row, "sample_index",
+                                        json_integer(job->sample_index))) {
+                        json_decref(row);
+                        row = NULL;
+                }
 
                 if (row && src && src->topic &&
                     (json_object_set_new(row, "source_topic",
@@ -391,6 +413,7 @@ cq_err_t cq_store_claim(cq_store_t *store, cq_claim_t *claim, bool *foundp)
         sp_init(&sp);
         sp_text(&sp, store->owner);
         sp_long(&sp, store->opts.lease_s);
+        sp_text(&sp, store->queues);
         err = store_exec(store, "claim a job", SQL_CLAIM, &sp, 0, false, &res);
         if (err != CQ_OK || PQntuples(res) == 0)
                 goto out;

@@ -53,6 +53,40 @@ void cq_store_opts_from_config(cq_store_opts_t *opts, const cq_config_t *cfg)
          * so every writer (worker, reaper, coderq cancel) uses this one. */
         if (cfg->topic_results)
                 opts->results_topic = cfg->topic_results;
+        opts->queues = cfg->queues;
+}
+
+/* opts->queues as the text[] literal the claim takes: the names are
+ * checked ([a-z0-9._-]), so they need no quoting. NULL with \p errstr
+ * filled when the list is invalid or out of memory. */
+static char *queues_literal(const char *list, char *errstr, size_t errstr_size)
+{
+        char names[CQ_QUEUES_MAX][CQ_QUEUE_NAME_MAX + 1];
+        size_t n, i, len = 3, at = 0;
+        char *out;
+
+        if (cq_config_queues(list, names, CQ_QUEUES_MAX, &n, errstr,
+                             errstr_size))
+                return NULL;
+        for (i = 0; i < n; i++)
+                len += strlen(names[i]) + 1;
+        out = malloc(len);
+        if (!out) {
+                cq_errstr_set(errstr, errstr_size, "out of memory");
+                return NULL;
+        }
+        out[at++] = '{';
+        for (i = 0; i < n; i++) {
+                size_t nlen = strlen(names[i]);
+
+                if (i)
+                        out[at++] = ',';
+                memcpy(out + at, names[i], nlen);
+                at += nlen;
+        }
+        out[at++] = '}';
+        out[at] = '\0';
+        return out;
 }
 
 void sp_init(store_params_t *sp) { memset(sp, 0, sizeof(*sp)); }
@@ -226,6 +260,9 @@ cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size)
                               "could not create store: out of memory");
                 goto fail;
         }
+        store->queues = queues_literal(opts->queues, errstr, errstr_size);
+        if (!store->queues)
+                goto fail;
         store->opts.dsn = store->dsn;
         store->opts.owner = store->owner;
         store->opts.results_topic = store->topic;
@@ -262,6 +299,7 @@ void cq_store_destroy(cq_store_t **storep)
         free(store->dsn);
         free(store->owner);
         free(store->topic);
+        free(store->queues);
         free(store);
         *storep = NULL;
 }

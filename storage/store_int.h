@@ -26,6 +26,7 @@ struct cq_store {
         char *dsn;
         char *owner;
         char *topic;
+        char *queues; /* opts.queues as a text[] literal: {a,b} */
         bool in_txn;
         unsigned reconnects;
         /* Forgotten on reconnect; prep_off after the server lost them

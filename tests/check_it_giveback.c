@@ -204,7 +204,7 @@ static void run_worker(long n, log_stats_t *stats)
             {"CODERQ_REQUEUE_DELAY_MS", "100"},
             {"CODERQ_LLM_BASE_URL", "http://127.0.0.1:1/v1"},
         };
-        cq_worker_opts_t opts = {.slots = 1, .shutdown_s = 10};
+        cq_worker_opts_t opts = {.slots = 1, .drain_s = 10};
         char errstr[512], logpath[] = "/tmp/cq-giveback-log-XXXXXX", line[4096];
         cq_config_t cfg;
         cq_worker_t *w;

@@ -853,6 +853,86 @@ START_TEST(store_refusal_goes_to_dlq)
 }
 END_TEST
 
+/* A problem with samples is stored as its samples, in one statement:
+ * deterministic ids PROBLEM~sN, each linked to the problem, each with its
+ * own seed; a redelivery creates nothing again, other content under the
+ * problem's id and a misspelt field go to the DLQ with their reasons. */
+START_TEST(samples_fan_out_once)
+{
+        fixture_t fx;
+        runner_t r;
+        cq_intake_stats_t st;
+        rd_kafka_t *rk;
+        kt_msg_t *msgs = NULL;
+        char id[160], value[512], other[512], typo[256], *text;
+        size_t n, i;
+        int vn, on, tn;
+
+        fixture_init(&fx, "it-samples");
+        rk = kt_producer(fx.brokers);
+        snprintf(id, sizeof(id), "%s-P", fx.prefix);
+        vn = snprintf(value, sizeof(value),
+                      "{\"job_id\":\"%s\",\"prompt\":\"p\",\"samples\":5,"
+                      "\"seed\":7,\"queue\":\"qa\",\"metadata\":{\"k\":1}}",
+                      id);
+        on = snprintf(other, sizeof(other),
+                      "{\"job_id\":\"%s\",\"prompt\":\"q\",\"samples\":5}", id);
+        tn = snprintf(typo, sizeof(typo),
+                      "{\"job_id\":\"%s-T\",\"prompt\":\"hi\","
+                      "\"modle\":\"gpt-4o\"}",
+                      fx.prefix);
+        kt_produce(rk, fx.topic, 0, id, strlen(id), value, (size_t)vn, NULL);
+        kt_produce(rk, fx.topic, 0, id, strlen(id), value, (size_t)vn, NULL);
+        kt_produce(rk, fx.topic, 0, id, strlen(id), other, (size_t)on, NULL);
+        kt_produce(rk, fx.topic, 1, NULL, 0, typo, (size_t)tn, NULL);
+        kt_flush(rk);
+        runner_start(&r, &fx);
+        WAIT_STATS(&r, st, 60000,
+                   st.upserted == 5 && st.duplicates == 1 && st.dlq == 2);
+        runner_stop(&r, &st);
+        ck_assert_uint_eq(st.stored, 4);
+        text = kt_pg_text(fx.dsn,
+                          "SELECT string_agg(job_id || ' ' || problem_id || ' '"
+                          " || sample_index || ' ' || (spec->>'seed') || ' ' ||"
+                          " queue || ' ' || (spec ? 'samples'),"
+                          " ',' ORDER BY sample_index)"
+                          " FROM jobs WHERE problem_id = $1",
+                          id);
+        {
+                char want[1024];
+                size_t at = 0;
+
+                for (i = 0; i < 5; i++)
+                        at +=
+                            (size_t)snprintf(want + at, sizeof(want) - at,
+                                             "%s%s~s%zu %s %zu %zu qa false",
+                                             i ? "," : "", id, i, id, i, 7 + i);
+                ck_assert_str_eq(text, want);
+        }
+        free(text);
+        ck_assert_int_eq(
+            kt_pg_long(fx.dsn, "SELECT count(*) FROM jobs WHERE job_id = $1",
+                       id),
+            0);
+        n = kt_consume(fx.brokers, fx.dlq, 1, 2, 60000, &msgs);
+        ck_assert_uint_eq(n, 2);
+        for (i = 0; i < n; i++) {
+                const char *err = kt_header(&msgs[i], "error");
+
+                if (msgs[i].len == (size_t)on)
+                        ck_assert_msg(strstr(err, "samples are already "
+                                                  "stored with other content"),
+                                      "%s", err);
+                else
+                        ck_assert_str_eq(err, "unknown field \"modle\"; did "
+                                              "you mean \"model\"?");
+        }
+        kt_msgs_free(msgs, n);
+        kt_producer_destroy(rk);
+        fixture_release(&fx);
+}
+END_TEST
+
 static Suite *intake_suite(void)
 {
         Suite *s = suite_create("it_intake");
@@ -865,6 +945,7 @@ static Suite *intake_suite(void)
         tcase_add_test(tc, two_intakes_share_and_hand_over);
         tcase_add_test(tc, offsets_wait_for_an_earlier_dlq_delivery);
         tcase_add_test(tc, store_refusal_goes_to_dlq);
+        tcase_add_test(tc, samples_fan_out_once);
         tcase_add_test(tc, shutdown_commit_retries_and_reports);
         suite_add_tcase(s, tc);
         return s;

@@ -357,6 +357,61 @@ START_TEST(claim_order_priority_then_age)
 }
 END_TEST
 
+/* A store claims only jobs of the queues it serves (CODERQ_QUEUES), in
+ * priority and age order among them; jobs naming no queue are in
+ * "default"; a list that is not one is refused. */
+START_TEST(claim_takes_only_its_queues)
+{
+        cq_store_opts_t opts;
+        cq_store_t *plain = store_for("plain", 120), *gpu;
+        char errstr[512];
+        const char *const ids[] = {"d1", "g1", "t1", "g2", "o1"};
+        const char *const queues[] = {NULL, "gpu", "team-a", "gpu", "other"};
+        size_t i;
+        char *s;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(ids); i++) {
+                cq_job_t job;
+                bool created = false;
+
+                job_fill(&job, ids[i], "p", i == 3 ? 5 : 0, NULL, NULL);
+                job.queue = xstrdup(queues[i]);
+                ck_assert_int_eq(
+                    cq_store_upsert_job(plain, &job, NULL, &created), CQ_OK);
+                ck_assert(created);
+                free(job.queue);
+                job.queue = NULL;
+                job_free(&job);
+        }
+        cq_store_opts_init(&opts);
+        opts.dsn = g_dsn;
+        opts.owner = "gpu-worker";
+        opts.queues = "gpu,team-a,gpu";
+        gpu = cq_store_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(gpu != NULL, "%s", errstr);
+        expect_claim(gpu, "g2"); /* priority 5 first */
+        expect_claim(gpu, "g1");
+        expect_claim(gpu, "t1");
+        ck_assert_ptr_null(claim_id(gpu));
+        expect_claim(plain, "d1");
+        ck_assert_ptr_null(claim_id(plain));
+        s = q1("SELECT string_agg(job_id || ':' || queue || ':' || status, ' '"
+               " ORDER BY job_id) FROM jobs",
+               NULL);
+        ck_assert_str_eq(s, "d1:default:running g1:gpu:running "
+                            "g2:gpu:running o1:other:queued "
+                            "t1:team-a:running");
+        free(s);
+        opts.queues = "gpu,GPU";
+        ck_assert_ptr_null(cq_store_new(&opts, errstr, sizeof(errstr)));
+        ck_assert_msg(strstr(errstr, "invalid CODERQ_QUEUES \"gpu,GPU\"") !=
+                          NULL,
+                      "%s", errstr);
+        cq_store_destroy(&gpu);
+        cq_store_destroy(&plain);
+}
+END_TEST
+
 START_TEST(expired_leases_requeued_then_attempt_cap_fails)
 {
         cq_store_t *w1 = store_for("w1", 120), *w2 = store_for("w2", 120);
@@ -439,9 +494,11 @@ START_TEST(expired_leases_requeued_then_attempt_cap_fails)
         free(s);
         ck_assert_ptr_null(claim_id(w1));
         s = q1("SELECT payload->>'status' || ' ' || (payload->>'attempt') ||"
-               " ' ' || (payload->>'worker') FROM outbox WHERE job_id = 'j1'",
+               " ' ' || (payload->>'worker') || ' ' || (payload->>'verdict')"
+               " FROM outbox WHERE job_id = 'j1'",
                NULL);
-        ck_assert_str_eq(s, "failed 2 w2");
+        /* workers that died with it: ours, never the model's */
+        ck_assert_str_eq(s, "failed 2 w2 infra_error");
         free(s);
         ck_assert_int_eq(qn("SELECT count(*) FROM results", NULL), 0);
         cq_store_destroy(&w1);
@@ -2874,6 +2931,7 @@ static Suite *it_store_suite(void)
         tcase_set_timeout(tc, 300);
         tcase_add_test(tc, claim_8_threads_1000_jobs_exactly_once);
         tcase_add_test(tc, claim_order_priority_then_age);
+        tcase_add_test(tc, claim_takes_only_its_queues);
         tcase_add_test(tc, expired_leases_requeued_then_attempt_cap_fails);
         tcase_add_test(tc, release_gives_the_job_back);
         tcase_add_test(tc,

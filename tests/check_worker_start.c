@@ -72,7 +72,7 @@ static const char *const what[] = {"housekeeping", "listener", "job slot"};
  * (i+1)th of them fail. */
 START_TEST(failed_thread_start_fails_the_run)
 {
-        cq_worker_opts_t opts = {.slots = 1, .shutdown_s = 5};
+        cq_worker_opts_t opts = {.slots = 1, .drain_s = 5};
         char errstr[512], logpath[] = "/tmp/cq-worker-start-XXXXXX", want[128];
         cq_config_t cfg;
         cq_worker_t *w;

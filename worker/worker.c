@@ -34,7 +34,7 @@ void cq_worker_opts_from_config(cq_worker_opts_t *opts, const cq_config_t *cfg)
         opts->relay = true;
         opts->events = true;
         opts->slots = cfg->slots;
-        opts->shutdown_s = cfg->shutdown_s;
+        opts->drain_s = cfg->drain_s;
 }
 
 /* A store for the calling thread, retrying until it connects or \p stop. */
@@ -631,7 +631,7 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
         atomic_store(&w->stop_claims, 1);
         atomic_store(&w->stop_jobs, 1);
         wake_slots(w, w->opts.slots); /* idle ones see the stop now */
-        deadline = cq_now_ms() + w->opts.shutdown_s * 1000;
+        deadline = cq_now_ms() + w->opts.drain_s * 1000;
         while (any_busy(w) && cq_now_ms() < deadline)
                 cq_nap_ms(100, NULL);
         if (any_busy(w)) {

@@ -110,7 +110,8 @@ typedef struct cq_config {
         size_t event_max_bytes;
         /* worker */
         long slots;
-        long shutdown_s;
+        long drain_s;
+        char *queues; /* comma-separated queue names (cq_config_queues()) */
         long poll_ms;
         /* interpreter backend */
         char *backend; /* "local" or "e2b" */
@@ -126,6 +127,24 @@ typedef struct cq_config {
         /* job input files fetched by URL */
         char *fetch_allow;
 } cq_config_t;
+
+#define CQ_QUEUES_MAX     64 /* queues one worker serves */
+#define CQ_QUEUE_NAME_MAX 64
+
+/**
+ * @brief Split CODERQ_QUEUES (\p list; NULL: "default") into queue names,
+ *        each 1-64 of [a-z0-9._-], duplicates dropped.
+ * @param names (out) room for \p max names.
+ * @param np (out, may be NULL) how many.
+ * @returns 0, or -1 with \p errstr naming CODERQ_QUEUES.
+ * @locality Any thread.
+ */
+CQ_NODISCARD int cq_config_queues(const char *list,
+                                  char names[][CQ_QUEUE_NAME_MAX + 1],
+                                  size_t max,
+                                  size_t *np,
+                                  char *errstr,
+                                  size_t errstr_size);
 
 /** @brief One row of the settings table; read-only. */
 typedef struct cq_cfg_entry {

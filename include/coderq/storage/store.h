@@ -50,13 +50,16 @@ typedef struct cq_store_opts {
         bool prepare;              /* prepared statements (CODERQ_PG_PREPARE) */
         int parent_wait_s;         /* a missing parent fails its child after
                                       this long (CODERQ_PARENT_WAIT_S) */
+        const char *queues;        /* the queues cq_store_claim() takes jobs
+                                      from, comma-separated (CODERQ_QUEUES;
+                                      NULL: "default") */
 } cq_store_opts_t;
 
 #define CQ_STORE_RESULTS_TOPIC "coderq.results"
 
 /** @brief Defaults: lease 120 s, 3 attempts, notebook 64 MiB, image 32 MiB,
  *         threshold 0.3, reconnect 30 s, owner "coderq", prepared
- *         statements on, parent wait 3600 s. */
+ *         statements on, parent wait 3600 s, queue "default". */
 void cq_store_opts_init(cq_store_opts_t *opts);
 
 /** @brief Fill \p opts from \p cfg (borrowed: it must outlive the store). */

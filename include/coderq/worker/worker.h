@@ -21,7 +21,7 @@ typedef struct cq_worker_opts {
         bool relay;      /* publish completion events */
         bool events;     /* publish progress events */
         long slots;      /* job threads; 0 runs only intake and relay */
-        long shutdown_s; /* deadline to bring jobs to a checkpoint */
+        long drain_s; /* deadline to bring jobs to a checkpoint */
 } cq_worker_opts_t;
 
 void cq_worker_opts_from_config(cq_worker_opts_t *opts, const cq_config_t *cfg);
