@@ -210,9 +210,171 @@ def _code(src):
     except (Exception, SystemExit) as e:
         return ['{"case":0,' + _failure(e) + '}']
     return ['{"case":0,"ok":true}']
+_bytes = b''.__class__
+_complex = (0j).__class__
+_set = set().__class__
+_frozenset = frozenset().__class__
+_b64e = base64.b64encode
+_b64d = base64.b64decode
+def _renc(v, parts, budget, depth):
+    """The judge's tagged form (agent/judge.py): what _enc writes, and
+    bytes "b", tuples, sets, frozensets, dicts of any plain keys and
+    complex numbers as {"t": T, "v": [...]}."""
+    t = _type(v)
+    if (v is None or t is _bool or t is _int or t is _float or
+            t is _str or t is _list):
+        if t is not _list:
+            _enc(v, parts, budget, depth)
+            return
+    budget[0] += 1
+    if budget[0] > _MAX_ITEMS:
+        raise _NotPlain('more than %d values' % _MAX_ITEMS)
+    if depth >= _MAX_DEPTH:
+        raise _NotPlain('values nested deeper than %d levels' % _MAX_DEPTH)
+    if t is _list:
+        parts.append('[')
+        sep = ''
+        for x in v:
+            parts.append(sep)
+            sep = ','
+            _renc(x, parts, budget, depth + 1)
+        parts.append(']')
+    elif t is _bytes:
+        parts.append('"b' + _b64e(v).decode('ascii') + '"')
+    elif t is _complex:
+        parts.append('{"t":"complex","v":[')
+        _enc(v.real, parts, budget, depth + 1)
+        parts.append(',')
+        _enc(v.imag, parts, budget, depth + 1)
+        parts.append(']}')
+    elif t is _tuple or t is _set or t is _frozenset:
+        parts.append('{"t":"%s","v":[' % ('tuple' if t is _tuple else
+                                          'set' if t is _set else
+                                          'frozenset'))
+        sep = ''
+        for x in v:
+            parts.append(sep)
+            sep = ','
+            _renc(x, parts, budget, depth + 1)
+        parts.append(']}')
+    elif t is _dict:
+        parts.append('{"t":"dict","v":[')
+        sep = ''
+        for k, x in _items(v):
+            parts.append(sep + '[')
+            sep = ','
+            _renc(k, parts, budget, depth + 1)
+            parts.append(',')
+            _renc(x, parts, budget, depth + 1)
+            parts.append(']')
+        parts.append(']}')
+    elif _np_array is not None and t is _np_array:
+        if v.dtype.kind not in 'biufcU':
+            raise _NotPlain('a numpy array of dtype %s' % v.dtype.str)
+        if v.size > _MAX_ITEMS:
+            raise _NotPlain('more than %d values' % _MAX_ITEMS)
+        _renc(v.tolist(), parts, budget, depth)
+    elif _is(t, _np_scalars) or (_np_array is not None and
+                                 _native(t) and _qualname(t) in
+                                 ('complex64', 'complex128')):
+        _renc(v.item(), parts, budget, depth)
+    else:
+        raise _NotPlain('a value of type %s' % _describe(t))
+def _rdec(v):
+    """The judge's tagged form as Python values (the call's arguments)."""
+    t = _type(v)
+    if v is None or t is _bool or t is _int or t is _float:
+        return v
+    if t is _str:
+        tag, rest = v[:1], v[1:]
+        if tag == 's':
+            return rest
+        if tag == 'i':
+            return _int(rest)
+        if tag == 'f':
+            return _float(rest)
+        if tag == 'b':
+            return _b64d(rest)
+    elif t is _list:
+        return [_rdec(x) for x in v]
+    elif t is _dict:
+        k, items = v['t'], v['v']
+        if k == 'tuple':
+            return _tuple(_rdec(x) for x in items)
+        if k == 'set':
+            return _set(_rdec(x) for x in items)
+        if k == 'frozenset':
+            return _frozenset(_rdec(x) for x in items)
+        if k == 'dict':
+            return _dict((_rdec(a), _rdec(b)) for a, b in items)
+        if k == 'complex':
+            return _complex(_rdec(items[0]), _rdec(items[1]))
+    raise ValueError('not a tagged value')
+def _one_call(req):
+    """One call of the judge's: the function by name in the user
+    namespace, the arguments by value; the value (and, with mutates, the
+    arguments after the call) as tagged data."""
+    name = req['name']
+    fn = _dget(_ns, name) if _type(_ns) is _dict else None
+    head = '{"case":1,'
+    if not callable(fn):
+        return head + '"raise":{"type":"NameError","message":' + \
+            _text('name %r is not defined' % name) + '}}'
+    args = [_rdec(a) for a in req['args']]
+    kwargs = _dict((k, _rdec(x)) for k, x in req['kwargs'])
+    try:
+        so, se = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = _SINK
+        try:
+            got = fn(*args, **kwargs)
+        finally:
+            sys.stdout, sys.stderr = so, se
+    except (Exception, SystemExit) as e:
+        try:
+            msg = str(e)
+        except Exception:
+            msg = '<the exception could not be shown>'
+        if _type(msg) is not _str:
+            msg = '<the exception could not be shown>'
+        try:
+            tname = _qualname(_type(e))
+        except Exception:
+            tname = 'Exception'
+        if _type(tname) is not _str:
+            tname = 'Exception'
+        return (head + '"raise":{"type":' + _text(tname) + ',"message":' +
+                _text(msg[:1000]) + '}}')
+    parts = []
+    try:
+        _renc(got, parts, [0], 0)
+        if req.get('mutates'):
+            parts.append(',"args":')
+            _renc(args, parts, [0], 0)
+    except _NotPlain as e:
+        return (head + '"not_plain":' + _text(e.args[0]) + ',"type":' +
+                _text(_describe(_type(got))) + '}')
+    return head + '"value":' + _join('', parts) + '}'
+def _lookup(name):
+    head = '{"case":1,'
+    if _type(_ns) is not _dict or name not in _ns:
+        return head + '"missing":true}'
+    v = _dget(_ns, name)
+    if callable(v):
+        return head + '"function":true}'
+    parts = []
+    try:
+        _renc(v, parts, [0], 0)
+    except _NotPlain as e:
+        return (head + '"not_plain":' + _text(e.args[0]) + ',"type":' +
+                _text(_describe(_type(v))) + '}')
+    return head + '"value":' + _join('', parts) + '}'
 if _kind == 'cases':
     _report = _cases(json.loads(base64.b64decode(_data)),
                      base64.b64decode(_fname).decode())
+elif _kind == 'call':
+    _report = [_one_call(json.loads(base64.b64decode(_data)))]
+elif _kind == 'lookup':
+    _report = [_lookup(base64.b64decode(_fname).decode())]
 else:
     _report = _code(base64.b64decode(_data).decode())
 _out.write('\n' + _marker + '{"cases":[' + _join(',', _report) + ']}\n')
