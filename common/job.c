@@ -113,6 +113,11 @@ static bool id_is_valid(const char *s, size_t len)
         return true;
 }
 
+bool cq_job_id_valid(const char *s, size_t len)
+{
+        return s && id_is_valid(s, len);
+}
+
 static bool is_python_identifier(const char *s)
 {
         size_t i;

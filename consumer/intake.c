@@ -40,7 +40,18 @@ typedef struct pending {
         cq_dr_t *dr;     /* DLQ delivery in flight */
         char *error;     /* why it goes to the DLQ, once decided */
         int store_fatal; /* consecutive refusals by PostgreSQL */
-        bool done;       /* upserted or acknowledged by the DLQ */
+        bool done;       /* upserted, or acknowledged by the DLQ (and its
+                            answer, when it has one, by the results topic) */
+        bool dlq_done;   /* the DLQ acknowledged it */
+        /* The "rejected" completion event of a message whose job id can
+         * be read; NULL when it has none (or must not have one: its id
+         * names a stored job). */
+        char *answer;
+        char answer_key[CQ_JOB_ID_MAX + 1];
+        bool answer_made; /* answer decided (made, or none) */
+        bool no_answer;   /* its id belongs to a stored job: no event */
+        cq_dr_t *answer_dr;
+        bool answer_done;
 } pending_t;
 
 struct cq_intake {
@@ -63,7 +74,7 @@ struct cq_intake {
         char errmsg[512];
         /* stats, read from any thread */
         atomic_ullong received, upserted, duplicates, dlq, stored, pg_retries,
-            dlq_retries, pauses, backlog_pauses, batches, batched;
+            dlq_retries, pauses, backlog_pauses, batches, batched, answered;
         atomic_bool st_paused, st_pg_down;
         atomic_long st_backlog;
         atomic_int st_assigned;
@@ -96,7 +107,9 @@ static void pending_release(cq_intake_t *intake, pending_t *p)
         if (p->msg)
                 rd_kafka_message_destroy(p->msg);
         cq_dr_put(intake->prod, &p->dr);
+        cq_dr_put(intake->prod, &p->answer_dr);
         free(p->error);
+        free(p->answer);
         memset(p, 0, sizeof(*p));
 }
 
@@ -330,6 +343,7 @@ void cq_intake_stats(cq_intake_t *intake, cq_intake_stats_t *stats)
         stats->batched = atomic_load(&intake->batched);
         stats->pg_retries = atomic_load(&intake->pg_retries);
         stats->dlq_retries = atomic_load(&intake->dlq_retries);
+        stats->answered = atomic_load(&intake->answered);
         stats->pauses = atomic_load(&intake->pauses);
         stats->backlog_pauses = atomic_load(&intake->backlog_pauses);
         stats->paused = atomic_load(&intake->st_paused);
@@ -526,51 +540,188 @@ static rd_kafka_headers_t *dlq_headers(const pending_t *p)
 
 typedef enum step { STEP_DONE, STEP_WAIT, STEP_BLOCKED } step_t;
 
-/* Send a message to the DLQ, or look at its delivery. */
-static step_t step_dlq(cq_intake_t *intake, pending_t *p)
+/* The outcome of a tracked delivery in flight (*drp non-NULL): STEP_WAIT
+ * until its report, then STEP_DONE (*drp released) or, when it failed,
+ * STEP_BLOCKED with a backoff, so the caller sends it again. */
+static step_t tracked(cq_intake_t *intake, cq_dr_t **drp, const char *what)
 {
         rd_kafka_resp_err_t err;
         rd_kafka_msg_status_t status;
-        rd_kafka_headers_t *hdrs;
 
-        if (p->dr) {
-                if (!cq_dr_done(intake->prod, p->dr, &err, &status))
-                        return STEP_WAIT;
-                cq_dr_put(intake->prod, &p->dr);
-                if (!err) {
-                        atomic_fetch_add(&intake->dlq, 1);
-                        if (intake->dlq_down)
-                                cq_log_info("intake: the DLQ is back");
-                        intake->dlq_down = false;
-                        recovered(intake);
-                        return STEP_DONE;
-                }
-                cq_log_kv(CQ_LOG_WARN, "could not deliver to the DLQ: retrying",
-                          "error", rd_kafka_err2str(err), NULL);
-                atomic_fetch_add(&intake->dlq_retries, 1);
-                intake->dlq_down = true;
+        if (!cq_dr_done(intake->prod, *drp, &err, &status))
+                return STEP_WAIT;
+        cq_dr_put(intake->prod, drp);
+        if (!err) {
+                if (intake->dlq_down)
+                        cq_log_info("intake: the DLQ is back");
+                intake->dlq_down = false;
+                recovered(intake);
+                return STEP_DONE;
+        }
+        cq_log_kv(CQ_LOG_WARN, what, "error", rd_kafka_err2str(err), NULL);
+        atomic_fetch_add(&intake->dlq_retries, 1);
+        intake->dlq_down = true;
+        backoff(intake);
+        return STEP_BLOCKED;
+}
+
+/* Produce one tracked message (*hdrsp taken); STEP_WAIT, or STEP_BLOCKED
+ * with a backoff when the producer refused it. */
+static step_t send_tracked(cq_intake_t *intake,
+                           const char *topic,
+                           const void *key,
+                           size_t keylen,
+                           const void *value,
+                           size_t len,
+                           rd_kafka_headers_t **hdrsp,
+                           cq_dr_t **drp)
+{
+        rd_kafka_resp_err_t err;
+
+        *drp = cq_dr_new(intake->prod);
+        if (!*drp) {
+                if (*hdrsp)
+                        rd_kafka_headers_destroy(*hdrsp);
+                *hdrsp = NULL;
                 backoff(intake);
                 return STEP_BLOCKED;
         }
-        p->dr = cq_dr_new(intake->prod);
-        if (!p->dr) {
-                backoff(intake);
-                return STEP_BLOCKED;
-        }
-        hdrs = dlq_headers(p);
-        err = cq_producer_send(intake->prod, intake->opts.topic_dlq,
-                               p->msg->key, p->msg->key_len, p->msg->payload,
-                               p->msg->len, &hdrs, p->dr);
+        err = cq_producer_send(intake->prod, topic, key, keylen, value, len,
+                               hdrsp, *drp);
         if (err) {
-                cq_dr_put(intake->prod, &p->dr);
-                cq_log_kv(CQ_LOG_WARN, "could not produce to the DLQ: retrying",
-                          "error", rd_kafka_err2str(err), NULL);
+                cq_dr_put(intake->prod, drp);
+                cq_log_kv(CQ_LOG_WARN, "could not produce: retrying", "topic",
+                          topic, "error", rd_kafka_err2str(err), NULL);
                 atomic_fetch_add(&intake->dlq_retries, 1);
                 intake->dlq_down = true;
                 backoff(intake);
                 return STEP_BLOCKED;
         }
         return STEP_WAIT;
+}
+
+/* The job id a refused message names, when it can be read: its "job_id"
+ * when that is a valid id, else its key when that is one. */
+static bool readable_id(const rd_kafka_message_t *msg, char *out, size_t size)
+{
+        json_t *doc = msg->payload ? json_loadb(msg->payload, msg->len,
+                                                JSON_DISABLE_EOF_CHECK, NULL)
+                                   : NULL;
+        const json_t *id = json_object_get(doc, "job_id");
+        bool ok = false;
+
+        if (json_is_string(id) &&
+            cq_job_id_valid(json_string_value(id), json_string_length(id)) &&
+            json_string_length(id) < size) {
+                memcpy(out, json_string_value(id), json_string_length(id) + 1);
+                ok = true;
+        } else if (msg->key_len > 0 && msg->key_len < size &&
+                   cq_job_id_valid(msg->key, msg->key_len)) {
+                memcpy(out, msg->key, msg->key_len);
+                out[msg->key_len] = '\0';
+                ok = true;
+        }
+        json_decref(doc);
+        return ok;
+}
+
+/* The "rejected" completion event of \p p (docs/JOBS.md#completion-events),
+ * so that whoever waits on its job id is answered; p->answer stays NULL
+ * when its id cannot be read or belongs to a stored job. 0, or -1 when
+ * out of memory. */
+static int make_answer(cq_intake_t *intake, pending_t *p)
+{
+        const rd_kafka_message_t *msg = p->msg;
+        json_t *event;
+
+        if (p->answer_made)
+                return 0;
+        if (!p->no_answer &&
+            readable_id(msg, p->answer_key, sizeof(p->answer_key))) {
+                event = json_pack(
+                    "{s:s, s:s, s:s, s:s, s:n, s:s, s:{s:s, s:i, s:I}}",
+                    "job_id", p->answer_key, "status", "rejected", "reason",
+                    p->error, "reason_code", "invalid_job", "verdict", "worker",
+                    intake->opts.client_id ? intake->opts.client_id : "coderq",
+                    "source", "topic", rd_kafka_topic_name(msg->rkt),
+                    "partition", (int)msg->partition, "offset",
+                    (json_int_t)msg->offset);
+                p->answer = event ? json_dumps(event, JSON_COMPACT) : NULL;
+                json_decref(event);
+                if (!p->answer)
+                        return -1;
+        }
+        p->answer_made = true;
+        return 0;
+}
+
+/* A deterministic event id for the answer of the message at \p msg's
+ * place: a redelivered message answers again under the same id. */
+static void answer_event_id(const rd_kafka_message_t *msg, char out[37])
+{
+        char place[512], hex[65];
+
+        snprintf(place, sizeof(place), "rejected:%s:%" PRId32 ":%" PRId64,
+                 rd_kafka_topic_name(msg->rkt), msg->partition, msg->offset);
+        cq_sha256_hex(place, strlen(place), hex);
+        snprintf(out, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12,
+                 hex + 16, hex + 20);
+}
+
+/* Send a message to the DLQ and its answer to the results topic, or look
+ * at their deliveries; done when both are acknowledged. */
+static step_t step_dlq(cq_intake_t *intake, pending_t *p)
+{
+        rd_kafka_headers_t *hdrs;
+        step_t dlq = STEP_DONE, ans = STEP_DONE;
+
+        if (make_answer(intake, p)) {
+                backoff(intake);
+                return STEP_BLOCKED;
+        }
+        if (!p->dlq_done) {
+                if (p->dr) {
+                        dlq = tracked(intake, &p->dr,
+                                      "could not deliver to the DLQ: "
+                                      "retrying");
+                        if (dlq == STEP_DONE) {
+                                p->dlq_done = true;
+                                atomic_fetch_add(&intake->dlq, 1);
+                        }
+                } else {
+                        hdrs = dlq_headers(p);
+                        dlq = send_tracked(intake, intake->opts.topic_dlq,
+                                           p->msg->key, p->msg->key_len,
+                                           p->msg->payload, p->msg->len, &hdrs,
+                                           &p->dr);
+                }
+        }
+        if (p->answer && !p->answer_done) {
+                if (p->answer_dr) {
+                        ans = tracked(intake, &p->answer_dr,
+                                      "could not deliver a rejected job's "
+                                      "event: retrying");
+                        if (ans == STEP_DONE) {
+                                p->answer_done = true;
+                                atomic_fetch_add(&intake->answered, 1);
+                        }
+                } else {
+                        char id[37];
+
+                        answer_event_id(p->msg, id);
+                        hdrs = rd_kafka_headers_new(1);
+                        rd_kafka_header_add(hdrs, "event_id", -1, id, -1);
+                        ans = send_tracked(intake, intake->opts.topic_results,
+                                           p->answer_key, strlen(p->answer_key),
+                                           p->answer, strlen(p->answer), &hdrs,
+                                           &p->answer_dr);
+                }
+        }
+        if (dlq == STEP_BLOCKED || ans == STEP_BLOCKED)
+                return STEP_BLOCKED;
+        if (dlq == STEP_WAIT || ans == STEP_WAIT)
+                return STEP_WAIT;
+        return STEP_DONE;
 }
 
 static bool ensure_store(cq_intake_t *intake)
@@ -710,6 +861,7 @@ static step_t step(cq_intake_t *intake, pending_t *p)
                                  "content: a job_id stands for one problem",
                                  job.job_id);
                         cq_job_release(&job);
+                        p->no_answer = true;
                         p->error = strdup(reason);
                         if (!p->error) {
                                 backoff(intake);
@@ -748,6 +900,9 @@ static step_t step(cq_intake_t *intake, pending_t *p)
                                  "for one job (send a new job_id; coderq "
                                  "retry queues a job again)",
                                  job.job_id);
+                        /* the id is the stored job's: its own event will
+                         * answer it, a "rejected" one must not */
+                        p->no_answer = true;
                         p->error = strdup(reason);
                         cq_job_release(&job);
                         if (!p->error) {

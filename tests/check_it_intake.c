@@ -4,6 +4,7 @@
  * committed to the high watermark, restart from committed offsets,
  * PostgreSQL outages and back-pressure. Needs scripts/services.sh start
  * and its env (CODERQ_PG_DSN, CODERQ_KAFKA_BROKERS, the port variables). */
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +38,7 @@ static void *run_intake(void *arg)
 }
 
 typedef struct fixture {
-        char topic[160], dlq[160], group[160], prefix[96];
+        char topic[160], dlq[160], group[160], results[160], prefix[96];
         const char *dsn, *brokers;
         cq_store_opts_t sopts;
         cq_kafka_opts_t kopts;
@@ -56,6 +57,7 @@ static void fixture_opts(fixture_t *fx)
         fx->kopts.store = &fx->sopts;
         fx->kopts.topic_jobs = fx->topic;
         fx->kopts.topic_dlq = fx->dlq;
+        fx->kopts.topic_results = fx->results;
         fx->kopts.group = fx->group;
         fx->kopts.job_max = 8192;
         fx->kopts.backlog_max = 0;
@@ -76,8 +78,10 @@ static void fixture_init(fixture_t *fx, const char *name)
         snprintf(fx->topic, sizeof(fx->topic), "%s.jobs", fx->prefix);
         snprintf(fx->dlq, sizeof(fx->dlq), "%s.dlq", fx->prefix);
         snprintf(fx->group, sizeof(fx->group), "%s.group", fx->prefix);
+        snprintf(fx->results, sizeof(fx->results), "%s.results", fx->prefix);
         kt_create_topic(fx->brokers, fx->topic, NPARTS);
         kt_create_topic(fx->brokers, fx->dlq, 1);
+        kt_create_topic(fx->brokers, fx->results, 1);
         fixture_opts(fx);
 }
 
@@ -926,6 +930,34 @@ START_TEST(samples_fan_out_once)
                 else
                         ck_assert_str_eq(err, "unknown field \"modle\"; did "
                                               "you mean \"model\"?");
+        }
+        kt_msgs_free(msgs, n);
+        /* Whoever waits for the refused job is answered; the problem's id
+         * belongs to its stored samples, so its refused copy is not. */
+        ck_assert_uint_eq(st.answered, 1);
+        n = kt_consume(fx.brokers, fx.results, 1, 1, 60000, &msgs);
+        ck_assert_uint_eq(n, 1);
+        {
+                char key[200];
+                json_t *ev = json_loadb(msgs[0].value, msgs[0].len, 0, NULL);
+
+                snprintf(key, sizeof(key), "%s-T", fx.prefix);
+                ck_assert_str_eq(msgs[0].key, key);
+                ck_assert_ptr_nonnull(ev);
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(ev, "job_id")), key);
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(ev, "status")),
+                    "rejected");
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(ev, "reason")),
+                    "unknown field \"modle\"; did you mean \"model\"?");
+                ck_assert_int_eq(
+                    json_integer_value(json_object_get(
+                        json_object_get(ev, "source"), "partition")),
+                    1);
+                ck_assert_uint_eq(strlen(kt_header(&msgs[0], "event_id")), 36);
+                json_decref(ev);
         }
         kt_msgs_free(msgs, n);
         kt_producer_destroy(rk);

@@ -181,7 +181,12 @@ def wait_events(conf, topic, ids, timeout):
             key = msg.key().decode() if msg.key() else ""
             if key in ids and key not in events:
                 events[key] = json.loads(msg.value())
-                print(f"event  {key}: {events[key]['status']}", flush=True)
+                ev = events[key]
+                # a message the intake refused is answered too, with its
+                # reason: no need to wait for a job that will never run
+                print(f"event  {key}: {ev['status']}"
+                      + (f" ({ev.get('reason')})"
+                         if ev["status"] == "rejected" else ""), flush=True)
     finally:
         consumer.close()
     return events
@@ -256,8 +261,13 @@ def main(argv):
         print(f"writer.py: no completion event for {', '.join(missing)} "
               f"within {args.timeout:g} s", file=sys.stderr)
         return 1
+    rejected = [i for i in ids if events[i]["status"] == "rejected"]
+    for job_id in rejected:
+        print(f"job    {job_id}: rejected: {events[job_id].get('reason')}",
+              file=sys.stderr)
+    ids = [i for i in ids if i not in rejected]
     summary = read_results(dsn, ids, args.out)
-    ok = True
+    ok = not rejected
     for job_id in ids:
         ev, s = events[job_id], summary[job_id]
         ok = ok and ev["status"] == "succeeded"

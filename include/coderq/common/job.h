@@ -154,6 +154,10 @@ CQ_NODISCARD cq_err_t cq_job_parse(const char *data,
 CQ_NODISCARD int
 cq_job_retry_id(const char *root, long attempt, char *out, size_t size);
 
+/** @brief Whether \p s (\p len bytes) is a valid job id: 1 to
+ *         CQ_JOB_ID_MAX printable ASCII bytes without spaces. */
+bool cq_job_id_valid(const char *s, size_t len);
+
 /** @brief How cq_job_from_json() reads a document. */
 enum cq_job_flags {
         /* A spec coderq stored after validating it (the worker's claim):

@@ -201,6 +201,7 @@ typedef struct cq_intake_stats {
         uint64_t batched;        /* messages upserted in those */
         uint64_t pg_retries;     /* upserts that failed retriably */
         uint64_t dlq_retries;    /* DLQ deliveries that failed (retried) */
+        uint64_t answered;       /* "rejected" completion events delivered */
         uint64_t pauses;         /* times all partitions were paused */
         uint64_t backlog_pauses; /* of which because of the backlog */
         bool paused;             /* partitions paused right now */
