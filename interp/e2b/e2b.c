@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* e2b.c - the E2B interpreter backend's handle: settings, create and
- * destroy, the cq_interp_t operations table, error messages (with the
- * secrets taken out) and the fleet that housekeeping extends and
- * reconciles. HTTP and its retries are in e2b_http.c, the sandbox's life
- * in e2b_sandbox.c, files in e2b_files.c, the /execute stream's lines in
+ * destroy, the cq_interp_t operations table and the fleet that
+ * housekeeping extends and reconciles. Error messages are in e2b_err.c,
+ * HTTP and its retries in e2b_http.c, the sandbox's life in
+ * e2b_sandbox.c, files in e2b_files.c, the /execute stream's lines in
  * e2b_ndjson.c and cells in e2b_exec.c. Recovery rules are in e2b.h; the
  * wire facts in docs/internals/protocols/e2b.md. */
 #include "coderq/e2b/e2b.h"
@@ -11,7 +11,6 @@
 #include <curl/curl.h>
 #include <assert.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,39 +19,6 @@
 #include "coderq/common/log.h"
 #include "coderq/common/util.h"
 #include "e2b_int.h"
-
-/* ---------------------------------------------------------------- errors */
-
-/* Remove every occurrence of \p secret from \p s, in place. */
-static void redact(char *s, const char *secret)
-{
-        size_t n;
-        char *p;
-
-        if (!secret || (n = strlen(secret)) < 4)
-                return;
-        while ((p = strstr(s, secret))) {
-                memcpy(p, "***", 3);
-                memmove(p + 3, p + n, strlen(p + n) + 1);
-        }
-}
-
-void e2b_redact_all(const cq_e2b_t *e2b, char *s)
-{
-        redact(s, e2b->api_key);
-        redact(s, e2b->envd_token);
-        redact(s, e2b->traffic_token);
-}
-
-CQ_PRINTF(2, 3) void e2b_set_error(cq_e2b_t *e2b, const char *fmt, ...)
-{
-        va_list ap;
-
-        va_start(ap, fmt);
-        vsnprintf(e2b->errbuf, sizeof(e2b->errbuf), fmt, ap);
-        va_end(ap);
-        e2b_redact_all(e2b, e2b->errbuf);
-}
 
 static const char *e2b_errmsg(const cq_interp_t *interp)
 {

@@ -118,7 +118,7 @@ struct call {
         char next_token[256]; /* X-Next-Token of the last reply */
 };
 
-/* e2b.c: the handle */
+/* e2b_err.c: error messages */
 
 void e2b_redact_all(const cq_e2b_t *e2b, char *s);
 CQ_PRINTF(2, 3) void e2b_set_error(cq_e2b_t *e2b, const char *fmt, ...);
