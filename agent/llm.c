@@ -17,7 +17,6 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "coderq/common/buf.h"
 #include "coderq/common/log.h"
@@ -82,7 +81,6 @@ struct cq_llm {
         cq_llm_conf_t conf; /* string fields point at the copies above */
         const atomic_int *cancel;
         int64_t deadline_ms; /* cq_now_ms() clock; 0: none */
-        uint64_t rng;
         int64_t prompt_tokens;
         int64_t completion_tokens;
         int64_t cache_read_tokens;
@@ -530,8 +528,6 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
                 llm->conf.backoff_base_ms = DEFAULT_BACKOFF_BASE_MS;
         if (llm->conf.backoff_max_ms <= 0)
                 llm->conf.backoff_max_ms = DEFAULT_BACKOFF_MAX_MS;
-        llm->rng = (uint64_t)cq_now_ms() ^ ((uint64_t)(uintptr_t)llm << 16) ^
-                   ((uint64_t)getpid() << 40) ^ 0x9e3779b97f4a7c15ULL;
 
         llm->curl = curl_easy_init();
         llm->multi = curl_multi_init();
@@ -1180,28 +1176,6 @@ static enum attempt_kind attempt(cq_llm_t *llm,
         return ATTEMPT_FATAL;
 }
 
-static uint64_t next_random(cq_llm_t *llm)
-{
-        /* xorshift64*: enough for jitter, and per handle, so lock-free. */
-        llm->rng ^= llm->rng >> 12;
-        llm->rng ^= llm->rng << 25;
-        llm->rng ^= llm->rng >> 27;
-        return llm->rng * 0x2545f4914f6cdd1dULL;
-}
-
-/* Full jitter: uniform in [0, min(max, base * 2^(attempt-1))]. */
-static int64_t backoff_ms(cq_llm_t *llm, int attempt_no)
-{
-        int64_t ceiling = llm->conf.backoff_base_ms;
-        int i;
-
-        for (i = 1; i < attempt_no && ceiling < llm->conf.backoff_max_ms; i++)
-                ceiling *= 2;
-        if (ceiling > llm->conf.backoff_max_ms)
-                ceiling = llm->conf.backoff_max_ms;
-        return (int64_t)(next_random(llm) % (uint64_t)(ceiling + 1));
-}
-
 /* Sleep \p ms unless the cancel flag rises; returns false if it did. */
 static bool sleep_ms(const cq_llm_t *llm, int64_t ms)
 {
@@ -1329,7 +1303,10 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                         }
                         delay = retry_after_ms;
                 } else {
-                        delay = backoff_ms(llm, n);
+                        /* many slots and workers share one provider */
+                        delay = cq_backoff_ms(n, llm->conf.backoff_base_ms,
+                                              llm->conf.backoff_max_ms,
+                                              CQ_JITTER_FULL);
                         if (delay > budget_ms - waited_ms)
                                 delay = budget_ms - waited_ms;
                 }

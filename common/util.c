@@ -39,23 +39,26 @@ void cq_nap_ms(int64_t ms, const atomic_int *flag)
 }
 
 int64_t
-cq_backoff_ms(int n, int64_t first_ms, int64_t max_ms, unsigned int *seed)
+cq_backoff_ms(int n, int64_t first_ms, int64_t max_ms, cq_jitter_t jitter)
 {
-        int64_t ms = first_ms > 0 ? first_ms : 0;
-        int64_t half;
+        int64_t ceiling = first_ms > 0 ? first_ms : 0;
 
         if (max_ms < 0)
                 max_ms = 0;
-        for (; n > 1 && ms < max_ms && ms <= INT64_MAX / 2; n--)
-                ms *= 2;
-        if (ms > max_ms)
-                ms = max_ms;
-        half = ms / 2;
-        /* rand_r() gives at least 15 bits: two draws cover any wait. */
-        return ms - half +
-               (int64_t)(((uint64_t)rand_r(seed) << 16 ^
-                          (uint64_t)rand_r(seed)) %
-                         (uint64_t)(half + 1));
+        for (; n > 1 && ceiling < max_ms && ceiling <= INT64_MAX / 2; n--)
+                ceiling *= 2;
+        if (ceiling > max_ms)
+                ceiling = max_ms;
+        switch (jitter) {
+        case CQ_JITTER_FULL:
+                return (int64_t)cq_rand_below((uint64_t)ceiling + 1);
+        case CQ_JITTER_EQUAL:
+                return ceiling - ceiling / 2 +
+                       (int64_t)cq_rand_below((uint64_t)(ceiling / 2) + 1);
+        case CQ_JITTER_NONE:
+                break;
+        }
+        return ceiling;
 }
 
 void cq_abstime_in(struct timespec *ts, int64_t ms)

@@ -66,7 +66,7 @@ struct cq_intake {
         rd_kafka_topic_partition_list_t *paused; /* what we paused */
         bool pg_down, dlq_down, backlog_over;
         int64_t retry_at;
-        int backoff_ms;
+        int failures; /* in a row, since the last recovery */
         int64_t next_backlog_check;
         long backlog_est;
         bool ran;
@@ -222,7 +222,6 @@ cq_intake_t *cq_intake_new(const cq_kafka_opts_t *opts,
                 cq_store_opts_init(&intake->store_opts);
         intake->store_opts.reconnect_ms = opts->pg_reconnect_ms;
         intake->prod = prod;
-        intake->backoff_ms = BACKOFF_FIRST_MS;
         atomic_store(&intake->st_backlog, -1);
 
         {
@@ -427,17 +426,17 @@ static void store_offset(cq_intake_t *intake, const rd_kafka_message_t *msg)
                           rd_kafka_err2str(err), NULL);
 }
 
+/* The intake is one thread waiting on its own: no jitter. */
 static void backoff(cq_intake_t *intake)
 {
-        intake->retry_at = cq_now_ms() + intake->backoff_ms;
-        intake->backoff_ms = intake->backoff_ms * 2 > BACKOFF_MAX_MS
-                                 ? BACKOFF_MAX_MS
-                                 : intake->backoff_ms * 2;
+        intake->retry_at =
+            cq_now_ms() + cq_backoff_ms(++intake->failures, BACKOFF_FIRST_MS,
+                                        BACKOFF_MAX_MS, CQ_JITTER_NONE);
 }
 
 static void recovered(cq_intake_t *intake)
 {
-        intake->backoff_ms = BACKOFF_FIRST_MS;
+        intake->failures = 0;
         intake->retry_at = 0;
 }
 

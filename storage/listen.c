@@ -24,7 +24,7 @@ struct cq_listener {
         char *dsn;
         char *channel;
         PGconn *conn;
-        int backoff_ms;
+        int failures; /* in a row, since the last connection */
         int64_t retry_at;
         bool was_down; /* a connection was lost or never made */
         unsigned reconnects;
@@ -48,10 +48,10 @@ static void drop(cq_listener_t *l, const char *why)
                 PQfinish(l->conn);
         l->conn = NULL;
         l->was_down = true;
-        l->retry_at = cq_now_ms() + l->backoff_ms;
-        l->backoff_ms = l->backoff_ms * 2 > LISTEN_BACKOFF_MAX_MS
-                            ? LISTEN_BACKOFF_MAX_MS
-                            : l->backoff_ms * 2;
+        /* one listener a process waits on its own: no jitter */
+        l->retry_at =
+            cq_now_ms() + cq_backoff_ms(++l->failures, LISTEN_BACKOFF_FIRST_MS,
+                                        LISTEN_BACKOFF_MAX_MS, CQ_JITTER_NONE);
 }
 
 /* Connect and LISTEN; false (and the backoff armed) on failure. */
@@ -93,7 +93,7 @@ static bool connect_listen(cq_listener_t *l)
                 drop(l, "could not listen");
                 return false;
         }
-        l->backoff_ms = LISTEN_BACKOFF_FIRST_MS;
+        l->failures = 0;
         l->errmsg[0] = '\0';
         return true;
 }
@@ -115,7 +115,6 @@ cq_listener_t *cq_listener_new(const cq_store_opts_t *opts,
                 cq_listener_destroy(&l);
                 return NULL;
         }
-        l->backoff_ms = LISTEN_BACKOFF_FIRST_MS;
         /* A failure is not fatal: cq_listener_wait() keeps trying. */
         (void)connect_listen(l);
         return l;

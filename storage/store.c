@@ -219,7 +219,8 @@ static void prep_forget(cq_store_t *store)
 static cq_err_t reconnect(cq_store_t *store)
 {
         int64_t deadline = cq_now_ms() + store->opts.reconnect_ms;
-        int delay = BACKOFF_FIRST_MS;
+        int64_t delay;
+        int failures = 0;
 
         store->in_txn = false;
         prep_forget(store); /* a new session has none */
@@ -230,10 +231,12 @@ static cq_err_t reconnect(cq_store_t *store)
                         store->reconnects++;
                         return CQ_OK;
                 }
+                /* the connection is this thread's alone: no jitter */
+                delay = cq_backoff_ms(++failures, BACKOFF_FIRST_MS,
+                                      BACKOFF_MAX_MS, CQ_JITTER_NONE);
                 if (cq_now_ms() + delay > deadline)
                         break;
-                sleep_ms(delay);
-                delay = delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2;
+                sleep_ms((int)delay);
         }
         store_set_error(store, "could not reconnect to PostgreSQL: %s",
                         PQerrorMessage(store->conn));

@@ -454,35 +454,50 @@ END_TEST
 
 START_TEST(backoff_doubles_caps_and_jitters)
 {
-        unsigned int seed = 12345, seed2 = 12345;
         int64_t ms, first = -1;
-        bool varied = false;
+        bool varied = false, low_half = false, high_half = false;
         int i;
 
         for (i = 0; i < 200; i++) {
-                ms = cq_backoff_ms(1, 200, 300000, &seed);
+                ms = cq_backoff_ms(1, 200, 300000, CQ_JITTER_EQUAL);
                 ck_assert_int_ge(ms, 100);
                 ck_assert_int_le(ms, 200);
                 if (first < 0)
                         first = ms;
                 varied = varied || ms != first;
-                ms = cq_backoff_ms(3, 200, 300000, &seed);
+                ms = cq_backoff_ms(3, 200, 300000, CQ_JITTER_EQUAL);
                 ck_assert_int_ge(ms, 400);
                 ck_assert_int_le(ms, 800);
-                ms = cq_backoff_ms(40, 200, 300000, &seed);
+                ms = cq_backoff_ms(40, 200, 300000, CQ_JITTER_EQUAL);
                 ck_assert_int_ge(ms, 150000);
                 ck_assert_int_le(ms, 300000);
-                ms = cq_backoff_ms(1000000, 1, INT64_MAX, &seed);
+                ms = cq_backoff_ms(1000000, 1, INT64_MAX, CQ_JITTER_EQUAL);
                 ck_assert_int_gt(ms, 0);
+                /* full jitter reaches below half the ceiling, as equal
+                 * jitter never does */
+                ms = cq_backoff_ms(3, 200, 300000, CQ_JITTER_FULL);
+                ck_assert_int_ge(ms, 0);
+                ck_assert_int_le(ms, 800);
+                low_half = low_half || ms < 400;
+                high_half = high_half || ms >= 400;
+                ck_assert_int_ge(
+                    cq_backoff_ms(1000000, 1, INT64_MAX, CQ_JITTER_FULL), 0);
         }
         ck_assert(varied);
-        ck_assert_int_eq(cq_backoff_ms(5, 0, 1000, &seed), 0);
-        ck_assert_int_eq(cq_backoff_ms(5, 100, 0, &seed), 0);
-        /* the same seed gives the same waits: the state is the caller's */
-        seed = 7;
-        ms = cq_backoff_ms(2, 1000, 60000, &seed);
-        seed2 = 7;
-        ck_assert_int_eq(cq_backoff_ms(2, 1000, 60000, &seed2), ms);
+        ck_assert(low_half);
+        ck_assert(high_half);
+        /* no jitter: the ceiling itself, doubling up to the cap */
+        ck_assert_int_eq(cq_backoff_ms(1, 100, 2000, CQ_JITTER_NONE), 100);
+        ck_assert_int_eq(cq_backoff_ms(2, 100, 2000, CQ_JITTER_NONE), 200);
+        ck_assert_int_eq(cq_backoff_ms(5, 100, 2000, CQ_JITTER_NONE), 1600);
+        ck_assert_int_eq(cq_backoff_ms(6, 100, 2000, CQ_JITTER_NONE), 2000);
+        ck_assert_int_eq(cq_backoff_ms(0, 100, 2000, CQ_JITTER_NONE), 100);
+        /* the doubling stops before it could overflow */
+        ck_assert_int_gt(cq_backoff_ms(1000000, 3, INT64_MAX, CQ_JITTER_NONE),
+                         INT64_MAX / 2);
+        ck_assert_int_eq(cq_backoff_ms(5, 0, 1000, CQ_JITTER_FULL), 0);
+        ck_assert_int_eq(cq_backoff_ms(5, 100, 0, CQ_JITTER_EQUAL), 0);
+        ck_assert_int_eq(cq_backoff_ms(5, 100, -1, CQ_JITTER_NONE), 0);
 }
 END_TEST
 

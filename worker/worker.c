@@ -37,11 +37,13 @@ void cq_worker_opts_from_config(cq_worker_opts_t *opts, const cq_config_t *cfg)
         opts->drain_s = cfg->drain_s;
 }
 
-/* A store for the calling thread, retrying until it connects or \p stop. */
+/* A store for the calling thread, retrying until it connects or \p stop:
+ * 200 ms apart, doubling to 6.4 s. Each thread waits on its own, so no
+ * jitter. */
 static cq_store_t *
 connect_store(cq_worker_t *w, const atomic_int *stop, const char *who)
 {
-        int64_t backoff = 200;
+        int failures = 0;
 
         while (!atomic_load(stop)) {
                 char errstr[512];
@@ -52,9 +54,8 @@ connect_store(cq_worker_t *w, const atomic_int *stop, const char *who)
                         return store;
                 cq_log_kv(CQ_LOG_WARN, "could not connect to PostgreSQL",
                           "thread", who, "error", errstr, NULL);
-                cq_nap_ms(backoff, stop);
-                if (backoff < 5000)
-                        backoff *= 2;
+                cq_nap_ms(cq_backoff_ms(++failures, 200, 6400, CQ_JITTER_NONE),
+                          stop);
         }
         return NULL;
 }
@@ -133,8 +134,6 @@ static void *slot_main(void *arg)
         bool polled = false; /* whether this claim is the poll's */
 
         snprintf(name, sizeof(name), "slot-%d", slot->index);
-        slot->rng = (unsigned int)cq_now_ms() ^ (unsigned int)getpid() << 10 ^
-                    (unsigned int)slot->index * 2654435761u;
         slot->llm = cq_llm_new(&w->lconf, errstr, sizeof(errstr));
         if (!slot->llm) {
                 cq_log_kv(CQ_LOG_ERROR, "could not create the LLM client",

@@ -32,7 +32,6 @@ typedef struct slot {
         atomic_int lost;        /* ... because the lease is gone */
         cq_store_t *store;
         cq_llm_t *llm;
-        unsigned int rng; /* rand_r() state: jitter of retry waits */
 } slot_t;
 
 /* The metrics and the HTTP server (worker_metrics.c). Everything is NULL

@@ -27,6 +27,7 @@
 
 #define SESSION_DEPTH_MAX 32
 #define WRITE_ATTEMPTS    6
+#define WRITE_BACKOFF_MS  100
 
 typedef struct job_ctx {
         slot_t *slot;
@@ -53,25 +54,21 @@ typedef struct job_ctx {
 /* Bounded retries of a checkpoint write whose failure is transient (the
  * store reconnects underneath; every write is idempotent, so one whose
  * commit landed unseen is not stored twice): up to WRITE_ATTEMPTS, 100 ms
- * apart doubling. */
+ * apart doubling. One slot waits alone: no jitter. */
 typedef struct write_retry {
         int attempts;
-        int64_t backoff_ms;
 } write_retry_t;
 
-static void write_retry_init(write_retry_t *r)
-{
-        r->attempts = 0;
-        r->backoff_ms = 100;
-}
+static void write_retry_init(write_retry_t *r) { r->attempts = 0; }
 
 /* Whether to try again after a write that returned \p err; naps first. */
 static bool write_again(write_retry_t *r, cq_err_t err)
 {
         if (err != CQ_ERR_RETRIABLE || ++r->attempts >= WRITE_ATTEMPTS)
                 return false;
-        cq_nap_ms(r->backoff_ms, NULL);
-        r->backoff_ms *= 2;
+        cq_nap_ms(cq_backoff_ms(r->attempts, WRITE_BACKOFF_MS, INT64_MAX,
+                                CQ_JITTER_NONE),
+                  NULL);
         return true;
 }
 
@@ -759,7 +756,7 @@ static void cannot_run(slot_t *slot,
         if (err == CQ_ERR_RETRIABLE && claim->attempt < claim->max_attempts) {
                 int64_t delay = cq_backoff_ms(
                     claim->attempt, cfg->requeue_delay_ms,
-                    (int64_t)cfg->requeue_delay_max_s * 1000, &slot->rng);
+                    (int64_t)cfg->requeue_delay_max_s * 1000, CQ_JITTER_EQUAL);
                 json_t *fields;
 
                 if (cq_store_retry_later(slot->store, job->job_id, why,

@@ -190,7 +190,7 @@ static void extend_during_cell(cq_e2b_t *e2b)
         if (left < (int64_t)e2b->ttl_s * 1000 / 3 && e2b->aux) {
                 e2b->next_extend_try_ms = now + 1000;
                 if (e2b_set_timeout_on(e2b, e2b->aux, e2b->ttl_s, &status, buf,
-                                       sizeof(buf), &e2b->rng, 1) != CQ_OK)
+                                       sizeof(buf), 1) != CQ_OK)
                         cq_log_warn("e2b: %s", buf);
         }
         pthread_mutex_unlock(&e2b->lock);

@@ -16,6 +16,7 @@
 
 #include "coderq/common/buf.h"
 #include "coderq/common/log.h"
+#include "coderq/common/util.h"
 #include "e2b_int.h"
 
 struct body_sink {
@@ -236,18 +237,13 @@ void e2b_reply_reason(const cq_buf_t *reply, char *out, size_t size)
         json_decref(doc);
 }
 
-void e2b_backoff_sleep(cq_e2b_t *e2b,
-                       unsigned int *rng,
-                       int attempt,
-                       long retry_after_s)
+void e2b_backoff_sleep(cq_e2b_t *e2b, int attempt, long retry_after_s)
 {
-        long ms = (long)e2b->retry_base_ms << (attempt < 16 ? attempt : 16);
+        /* full jitter, so a fleet does not retry in step */
+        long ms = (long)cq_backoff_ms(attempt + 1, e2b->retry_base_ms,
+                                      e2b->retry_max_ms, CQ_JITTER_FULL);
         struct timespec ts;
 
-        if (ms > e2b->retry_max_ms)
-                ms = e2b->retry_max_ms;
-        /* full jitter in [ms/2, ms] so a fleet does not retry in step */
-        ms = ms / 2 + (long)(rand_r(rng) % (unsigned int)(ms / 2 + 1));
         if (retry_after_s > 0) {
                 long ra = retry_after_s * 1000;
 
@@ -331,9 +327,7 @@ cq_err_t e2b_call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
                         cq_log_warn("e2b: %s (attempt %d of %d)", errbuf,
                                     attempt + 1, attempts);
                         if (!last)
-                                e2b_backoff_sleep(
-                                    e2b, call->rng ? call->rng : &e2b->rng,
-                                    attempt, 0);
+                                e2b_backoff_sleep(e2b, attempt, 0);
                         continue;
                 }
                 curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &call->status);
@@ -372,9 +366,7 @@ cq_err_t e2b_call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
                 cq_log_warn("e2b: %s (attempt %d of %d)", errbuf, attempt + 1,
                             attempts);
                 if (!last)
-                        e2b_backoff_sleep(e2b,
-                                          call->rng ? call->rng : &e2b->rng,
-                                          attempt, hdr.retry_after_s);
+                        e2b_backoff_sleep(e2b, attempt, hdr.retry_after_s);
         }
         err = CQ_ERR_RETRIABLE;
 out:

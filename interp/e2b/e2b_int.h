@@ -69,6 +69,7 @@ typedef struct cq_e2b {
         bool lost;       /* a data-plane 502 said the sandbox is gone */
         json_t *env;     /* cq_interp_env(), once probed */
         bool env_probed; /* probed, whatever came of it */
+        /* rand_r() state, for a nonce when getrandom() fails */
         unsigned int rng;
         atomic_int interrupt;
         char errbuf[1024];
@@ -104,11 +105,10 @@ struct call {
         const long *ok;   /* accepted statuses, 0-terminated */
         size_t max_reply; /* 0: e2b->max_body */
         int attempts;     /* 0: e2b->max_attempts */
-        /* Where errors go and the jitter seed, when not the handle's own
-         * (cq_e2b_keepalive() runs beside the owner thread). */
+        /* Where errors go, when not the handle's own (cq_e2b_keepalive()
+         * runs beside the owner thread). */
         char *errbuf;
         size_t errbuf_size;
-        unsigned int *rng;
         /* out */
         long status;
         cq_buf_t reply;
@@ -132,10 +132,7 @@ void e2b_curl_common(CURL *curl, long timeout_ms);
 CQ_PRINTF(3, 4)
 void e2b_call_error(cq_e2b_t *e2b, struct call *call, const char *fmt, ...);
 void e2b_reply_reason(const cq_buf_t *reply, char *out, size_t size);
-void e2b_backoff_sleep(cq_e2b_t *e2b,
-                       unsigned int *rng,
-                       int attempt,
-                       long retry_after_s);
+void e2b_backoff_sleep(cq_e2b_t *e2b, int attempt, long retry_after_s);
 cq_err_t e2b_call_run(cq_e2b_t *e2b, CURL *curl, struct call *call);
 extern const long e2b_ok_201[];
 extern const long e2b_ok_200[];
@@ -156,7 +153,6 @@ cq_err_t e2b_set_timeout_on(cq_e2b_t *e2b,
                             long *statusp,
                             char *errbuf,
                             size_t errbuf_size,
-                            unsigned int *rng,
                             int attempts);
 cq_err_t e2b_maybe_extend(cq_e2b_t *e2b, int64_t cell_timeout_ms);
 cq_err_t

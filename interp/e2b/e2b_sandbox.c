@@ -366,7 +366,7 @@ static cq_err_t create_sandbox(cq_e2b_t *e2b)
                         break;
                 cq_log_warn("e2b: %s (attempt %d of %d)", e2b->errbuf,
                             attempt + 1, e2b->max_attempts);
-                e2b_backoff_sleep(e2b, &e2b->rng, attempt, call.retry_after_s);
+                e2b_backoff_sleep(e2b, attempt, call.retry_after_s);
         }
         pthread_mutex_lock(&e2b->lock);
         e2b->pending[0] = '\0';
@@ -374,15 +374,14 @@ static cq_err_t create_sandbox(cq_e2b_t *e2b)
         return err;
 }
 
-/* Called with e2b->lock held. \p other: from cq_e2b_keepalive(), which
- * must not touch the owner's error buffer or jitter seed. */
+/* Called with e2b->lock held. \p errbuf: from cq_e2b_keepalive(), which
+ * must not touch the owner's error buffer. */
 cq_err_t e2b_set_timeout_on(cq_e2b_t *e2b,
                             CURL *curl,
                             int timeout_s,
                             long *statusp,
                             char *errbuf,
                             size_t errbuf_size,
-                            unsigned int *rng,
                             int attempts)
 {
         struct call call = {0};
@@ -402,7 +401,6 @@ cq_err_t e2b_set_timeout_on(cq_e2b_t *e2b,
         call.ok = e2b_ok_204;
         call.errbuf = errbuf;
         call.errbuf_size = errbuf_size;
-        call.rng = rng;
         call.attempts = attempts;
         if (!e2b->sandbox_id[0]) {
                 e2b_call_error(e2b, &call, "could not %s: no sandbox",
@@ -437,7 +435,7 @@ cq_err_t e2b_maybe_extend(cq_e2b_t *e2b, int64_t cell_timeout_ms)
                 want_ms = (int64_t)e2b->max_timeout_s * 1000;
         pthread_mutex_lock(&e2b->lock);
         err = e2b_set_timeout_on(e2b, e2b->curl, (int)((want_ms + 999) / 1000),
-                                 &status, NULL, 0, NULL, 0);
+                                 &status, NULL, 0, 0);
         pthread_mutex_unlock(&e2b->lock);
         if (status == 404) /* it expired: the caller starts another */
                 e2b->lost = true;
@@ -460,7 +458,6 @@ e2b_keepalive(cq_e2b_t *e2b, int attempts, char *errstr, size_t errstr_size)
         CURL *curl = curl_easy_init();
         char buf[512] = "";
         long status = 0;
-        unsigned int rng = (unsigned int)cq_now_ms();
 
         if (!curl) {
                 cq_errstr_set(errstr, errstr_size,
@@ -478,7 +475,7 @@ e2b_keepalive(cq_e2b_t *e2b, int attempts, char *errstr, size_t errstr_size)
         if (timeout_s > e2b->max_timeout_s)
                 timeout_s = e2b->max_timeout_s;
         err = e2b_set_timeout_on(e2b, curl, timeout_s, &status, buf,
-                                 sizeof(buf), &rng, attempts);
+                                 sizeof(buf), attempts);
         pthread_mutex_unlock(&e2b->lock);
         if (err != CQ_OK && errstr)
                 cq_errstr_set(errstr, errstr_size, "%s", buf);

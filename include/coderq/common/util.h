@@ -26,16 +26,27 @@ void cq_abstime_in(struct timespec *ts, int64_t ms);
  */
 void cq_nap_ms(int64_t ms, const atomic_int *flag);
 
+/** @brief How cq_backoff_ms() spreads a wait below its ceiling. */
+typedef enum cq_jitter {
+        CQ_JITTER_NONE,  /* the ceiling itself: a lone waiter, such as one
+                            thread reconnecting to PostgreSQL */
+        CQ_JITTER_EQUAL, /* uniform in [ceiling / 2, ceiling]: waiters
+                            spread out, and none comes back sooner than
+                            half the ceiling (a requeued job) */
+        CQ_JITTER_FULL,  /* uniform in [0, ceiling], AWS's "full jitter":
+                            the least contention when many clients retry
+                            one server (the LLM, E2B) */
+} cq_jitter_t;
+
 /**
- * @brief The wait before try \p n (1 for the first retry): \p first_ms
- *        doubled n - 1 times and capped at \p max_ms, then jittered over
- *        its upper half, so waiters that failed together spread out.
- * @param seed rand_r() state owned by the calling thread (thread-safe,
- *        unlike rand()).
- * @returns 0 .. max_ms.
+ * @brief The wait before retry \p n (1 for the first) of every retry loop:
+ *        the ceiling min(\p max_ms, \p first_ms * 2^(n - 1)), spread by
+ *        \p jitter. The doubling stops at the cap, so no \p n overflows.
+ * @returns 0 .. max_ms (0 when \p first_ms or \p max_ms is <= 0).
+ * @locality Any thread: the jitter comes from cq_rand64().
  */
 int64_t
-cq_backoff_ms(int n, int64_t first_ms, int64_t max_ms, unsigned int *seed);
+cq_backoff_ms(int n, int64_t first_ms, int64_t max_ms, cq_jitter_t jitter);
 
 /**
  * @brief UTC ISO 8601 with microseconds zero-padded to 6 digits and a 'Z':
