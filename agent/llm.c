@@ -1,26 +1,22 @@
 /* SPDX-License-Identifier: MIT */
-/* llm.c - the LLM transport over libcurl: one easy handle driven through
- * a private multi handle so a cancel flag is seen within 100 ms, a capped
- * reply buffer, bounded retries with full-jitter backoff and Retry-After,
- * and the hook into the worker's shared rate limiter. The wire formats
- * live in llm_openai.c and llm_anthropic.c. The API keys are scrubbed
- * from every message this file produces. */
+/* llm.c - the LLM transport's policy over the HTTP client (http.c, which
+ * owns the capped reply, the cancel flag and deadline, Retry-After and
+ * the API keys' redaction): which failures to retry, bounded in attempts
+ * and in total wait, with full-jitter backoff or the server's
+ * Retry-After, and the hook into the worker's shared rate limiter. The
+ * wire formats live in llm_openai.c and llm_anthropic.c. */
 #include "coderq/agent/llm.h"
 
-#include <curl/curl.h>
-#include <ctype.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
-#include "coderq/common/buf.h"
 #include "coderq/common/log.h"
 #include "coderq/common/util.h"
+#include "coderq/http/http.h"
 #include "llm_int.h"
 
 #define DEFAULT_CONNECT_TIMEOUT 10
@@ -30,10 +26,8 @@
 #define DEFAULT_RESPONSE_MAX    ((size_t)8 * 1024 * 1024)
 #define DEFAULT_BACKOFF_BASE_MS 500
 #define DEFAULT_BACKOFF_MAX_MS  30000
-#define CANCEL_POLL_MS          100
 #define PROVIDER_MSG_MAX        LLM_PROVIDER_MSG_MAX
 #define ANTHROPIC_VERSION       "2023-06-01"
-#define REDACTED                "[redacted]"
 
 const char cq_llm_tool_description[] =
     "Run Python code in a stateful Jupyter kernel (IPython). Variables, "
@@ -64,14 +58,14 @@ struct endpoint {
 };
 
 struct cq_llm {
-        CURL *curl;
-        CURLM *multi;
+        cq_http_t *http;
         struct endpoint ep[2]; /* by cq_llm_provider_t */
         cq_llm_provider_t conf_provider;
         cq_llm_provider_t provider; /* now */
         const char *url_shown;      /* ep[provider].url_shown */
         char *api_key;              /* only for redaction; wiped on destroy */
         char *api_key2;             /* the anthropic key when it differs */
+        const char *secrets[2];     /* both, for the HTTP client */
         char *conf_model;
         char *model_override;      /* NULL: conf_model */
         bool sampling_set;         /* a job's sampling parameters below */
@@ -85,11 +79,7 @@ struct cq_llm {
         int64_t completion_tokens;
         int64_t cache_read_tokens;
         int64_t cache_creation_tokens;
-        /* Per attempt. */
-        cq_buf_t body;
-        bool too_large;
-        int64_t retry_after_ms; /* -1: none */
-        char curl_err[CURL_ERROR_SIZE];
+        cq_http_res_t res; /* the last attempt's */
         char errmsg[1024];
 };
 
@@ -147,32 +137,7 @@ void cq_llm_reply_release(cq_llm_reply_t *reply)
         cq_llm_reply_init(reply);
 }
 
-/* --- redaction and errors ------------------------------------------- */
-
-/* Copy \p in to \p out replacing every occurrence of the key. Keys shorter
- * than 4 bytes are no secret worth mangling every message for. */
-static void redact(const char *key, const char *in, char *out, size_t out_size)
-{
-        size_t klen = key ? strlen(key) : 0;
-        size_t o = 0;
-
-        if (!out_size)
-                return;
-        while (*in && o + 1 < out_size) {
-                if (klen >= 4 && strncmp(in, key, klen) == 0) {
-                        size_t r = strlen(REDACTED);
-
-                        if (r > out_size - 1 - o)
-                                r = out_size - 1 - o;
-                        memcpy(out + o, REDACTED, r);
-                        o += r;
-                        in += klen;
-                        continue;
-                }
-                out[o++] = *in++;
-        }
-        out[o] = '\0';
-}
+/* --- errors -------------------------------------------------------- */
 
 /* Replace each byte that does not start a valid UTF-8 sequence with '?',
  * in place: provider messages are cut at a byte count and error pages may
@@ -201,134 +166,22 @@ static void sanitize_utf8(char *s)
         }
 }
 
-/* Redact both keys. */
-static void redact2(const cq_llm_t *llm, const char *in, char *out, size_t n)
-{
-        char tmp[1024];
-
-        if (!llm->api_key2) {
-                redact(llm->api_key, in, out, n);
-                return;
-        }
-        redact(llm->api_key, in, tmp, sizeof(tmp));
-        redact(llm->api_key2, tmp, out, n);
-}
-
 static void llm_set_error(cq_llm_t *llm, const char *fmt, ...) CQ_PRINTF(2, 3);
 
 static void llm_set_error(cq_llm_t *llm, const char *fmt, ...)
 {
-        char raw[sizeof(llm->errmsg)];
         va_list ap;
 
         va_start(ap, fmt);
-        vsnprintf(raw, sizeof(raw), fmt, ap);
+        vsnprintf(llm->errmsg, sizeof(llm->errmsg), fmt, ap);
         va_end(ap);
-        redact2(llm, raw, llm->errmsg, sizeof(llm->errmsg));
+        cq_http_redact(llm->http, llm->errmsg, sizeof(llm->errmsg));
         sanitize_utf8(llm->errmsg);
 }
 
 const char *cq_llm_errmsg(const cq_llm_t *llm) { return llm->errmsg; }
 
 /* --- lifecycle ------------------------------------------------------ */
-
-static size_t write_cb(char *p, size_t size, size_t n, void *opaque)
-{
-        cq_llm_t *llm = opaque;
-        size_t len = size * n;
-
-        if (cq_buf_append(&llm->body, p, len) != CQ_OK) {
-                /* A short count makes curl fail with CURLE_WRITE_ERROR. */
-                llm->too_large = true;
-                return 0;
-        }
-        return len;
-}
-
-static void trim(const char **sp, size_t *lenp)
-{
-        const char *s = *sp;
-        size_t len = *lenp;
-
-        while (len && isspace((unsigned char)*s)) {
-                s++;
-                len--;
-        }
-        while (len && isspace((unsigned char)s[len - 1]))
-                len--;
-        *sp = s;
-        *lenp = len;
-}
-
-static size_t header_cb(char *p, size_t size, size_t n, void *opaque)
-{
-        cq_llm_t *llm = opaque;
-        size_t len = size * n;
-        const char *colon = memchr(p, ':', len);
-        const char *value;
-        size_t name_len, value_len;
-        char text[128];
-        int64_t ms = -1;
-
-        if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
-                llm->retry_after_ms = -1; /* a new response begins */
-                return len;
-        }
-        if (!colon)
-                return len;
-        name_len = (size_t)(colon - p);
-        value = colon + 1;
-        value_len = len - name_len - 1;
-        trim(&value, &value_len);
-        if (value_len == 0 || value_len >= sizeof(text))
-                return len;
-        memcpy(text, value, value_len);
-        text[value_len] = '\0';
-        if (name_len == 14 && strncasecmp(p, "retry-after-ms", 14) == 0) {
-                char *end;
-                double v;
-
-                errno = 0;
-                v = strtod(text, &end);
-                if (!errno && !*end && v >= 0 && v < 86400e3)
-                        ms = (int64_t)v;
-                /* The finer header wins over Retry-After. */
-                if (ms >= 0)
-                        llm->retry_after_ms = ms;
-        } else if (name_len == 11 && strncasecmp(p, "retry-after", 11) == 0) {
-                ms = cq_llm_parse_retry_after(text, (int64_t)time(NULL));
-                if (ms >= 0 && llm->retry_after_ms < 0)
-                        llm->retry_after_ms = ms;
-        }
-        return len;
-}
-
-/* The URL for messages: credentials in its userinfo or its query (some
- * gateways take "?api-key=") must not reach logs. */
-static char *shown_url(const char *url)
-{
-        const char *host = strstr(url, "://");
-        const char *at, *slash, *query;
-        char *out;
-        size_t scheme_len, rest_len;
-
-        host = host ? host + 3 : url;
-        slash = strchr(host, '/');
-        at = strchr(host, '@');
-        if (at && (!slash || at < slash))
-                host = at + 1;
-        query = strchr(host, '?');
-        scheme_len =
-            (size_t)(strstr(url, "://") ? strstr(url, "://") + 3 - url : 0);
-        rest_len = query ? (size_t)(query - host) : strlen(host);
-        out = malloc(scheme_len + rest_len + 1);
-        if (!out)
-                return NULL;
-        memcpy(out, url, scheme_len);
-        memcpy(out + scheme_len, host, rest_len);
-        out[scheme_len + rest_len] = '\0';
-        return out;
-}
 
 static bool has_control_chars(const char *s)
 {
@@ -393,7 +246,7 @@ static int endpoint_init(struct endpoint *ep,
                 goto out;
         memcpy(ep->url, base, base_len);
         memcpy(ep->url + base_len, path, path_len + 1);
-        ep->url_shown = shown_url(ep->url);
+        ep->url_shown = cq_http_url_shown(ep->url);
         if (!ep->url_shown)
                 goto out;
         if (!add_header(&ep->headers, "Content-Type: application/json") ||
@@ -452,6 +305,7 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
         cq_llm_t *llm = NULL;
         const char *base = conf->base_url;
         const char *akey = anthropic_key(conf);
+        cq_http_conf_t hconf = {0};
         char ua[64];
         bool ok = false;
 
@@ -490,9 +344,7 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
                 goto out;
         llm->conf = *conf;
         llm->conf_provider = llm->provider = conf->provider;
-        cq_buf_init(&llm->body, conf->response_max ? conf->response_max
-                                                   : DEFAULT_RESPONSE_MAX);
-        llm->retry_after_ms = -1;
+        cq_http_res_init(&llm->res);
         llm->conf_model = strdup(conf->model);
         if (!llm->conf_model)
                 goto out;
@@ -528,25 +380,20 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
                 llm->conf.backoff_base_ms = DEFAULT_BACKOFF_BASE_MS;
         if (llm->conf.backoff_max_ms <= 0)
                 llm->conf.backoff_max_ms = DEFAULT_BACKOFF_MAX_MS;
+        if (!llm->conf.response_max)
+                llm->conf.response_max = DEFAULT_RESPONSE_MAX;
 
-        llm->curl = curl_easy_init();
-        llm->multi = curl_multi_init();
-        if (!llm->curl || !llm->multi)
-                goto out;
         snprintf(ua, sizeof(ua), "coderq/%s", CQ_VERSION);
-        if (curl_easy_setopt(llm->curl, CURLOPT_NOSIGNAL, 1L) ||
-            curl_easy_setopt(llm->curl, CURLOPT_USERAGENT, ua) ||
-            curl_easy_setopt(llm->curl, CURLOPT_ACCEPT_ENCODING, "") ||
-            curl_easy_setopt(llm->curl, CURLOPT_CONNECTTIMEOUT,
-                             llm->conf.connect_timeout_s) ||
-            curl_easy_setopt(llm->curl, CURLOPT_TIMEOUT, llm->conf.timeout_s) ||
-            curl_easy_setopt(llm->curl, CURLOPT_WRITEFUNCTION, write_cb) ||
-            curl_easy_setopt(llm->curl, CURLOPT_WRITEDATA, llm) ||
-            curl_easy_setopt(llm->curl, CURLOPT_HEADERFUNCTION, header_cb) ||
-            curl_easy_setopt(llm->curl, CURLOPT_HEADERDATA, llm) ||
-            curl_easy_setopt(llm->curl, CURLOPT_ERRORBUFFER, llm->curl_err) ||
-            curl_easy_setopt(llm->curl, CURLOPT_TCP_KEEPALIVE, 1L) ||
-            curl_easy_setopt(llm->curl, CURLOPT_PROTOCOLS_STR, "http,https"))
+        llm->secrets[0] = llm->api_key;
+        llm->secrets[1] = llm->api_key2;
+        hconf.user_agent = ua;
+        hconf.connect_timeout_ms = llm->conf.connect_timeout_s * 1000;
+        hconf.compressed = true;
+        hconf.tcp_keepalive = true;
+        hconf.secrets = llm->secrets;
+        hconf.nsecrets = CQ_ARRAY_SIZE(llm->secrets);
+        llm->http = cq_http_new(&hconf, NULL, 0);
+        if (!llm->http)
                 goto out;
         ok = true;
 out:
@@ -565,10 +412,7 @@ void cq_llm_destroy(cq_llm_t **llmp)
 
         if (!llm)
                 return;
-        if (llm->multi)
-                curl_multi_cleanup(llm->multi);
-        if (llm->curl)
-                curl_easy_cleanup(llm->curl);
+        cq_http_destroy(&llm->http);
         endpoint_release(&llm->ep[0]);
         endpoint_release(&llm->ep[1]);
         if (llm->api_key) {
@@ -581,7 +425,7 @@ void cq_llm_destroy(cq_llm_t **llmp)
         }
         free(llm->conf_model);
         free(llm->model_override);
-        cq_buf_release(&llm->body);
+        cq_http_res_release(&llm->res);
         free(llm);
         *llmp = NULL;
 }
@@ -944,39 +788,6 @@ const char *llm_provider_message(const json_t *root)
         return NULL;
 }
 
-int64_t cq_llm_parse_retry_after(const char *value, int64_t now)
-{
-        const char *p = value;
-        char *end;
-        double secs;
-        time_t t;
-
-        if (!value)
-                return -1;
-        while (isspace((unsigned char)*p))
-                p++;
-        if (isdigit((unsigned char)*p)) {
-                errno = 0;
-                secs = strtod(p, &end);
-                while (isspace((unsigned char)*end))
-                        end++;
-                if (!errno && !*end && secs >= 0) {
-                        if (secs > 86400.0 * 365)
-                                secs = 86400.0 * 365;
-                        return (int64_t)(secs * 1000.0);
-                }
-                /* Not a number: perhaps a date that starts with one. */
-        }
-        t = curl_getdate(p, NULL);
-        if (t == (time_t)-1)
-                return -1;
-        if ((int64_t)t <= now)
-                return 0;
-        if ((int64_t)t - now > 86400LL * 365)
-                return 86400LL * 365 * 1000;
-        return ((int64_t)t - now) * 1000;
-}
-
 /* --- the request ---------------------------------------------------- */
 
 static bool past_deadline(const cq_llm_t *llm)
@@ -1021,59 +832,18 @@ static bool curl_code_transient(CURLcode code)
         }
 }
 
-/* Run one HTTP attempt with the multi handle, so that the cancel flag is
- * looked at every CANCEL_POLL_MS even while the server is silent. */
-static CURLcode perform(cq_llm_t *llm, bool *was_cancelled)
-{
-        CURLcode result = CURLE_OK;
-        CURLMcode mc;
-        int running = 1, left;
-        CURLMsg *msg;
-
-        *was_cancelled = false;
-        mc = curl_multi_add_handle(llm->multi, llm->curl);
-        if (mc != CURLM_OK)
-                return CURLE_OUT_OF_MEMORY;
-        while (running) {
-                mc = curl_multi_perform(llm->multi, &running);
-                if (mc != CURLM_OK) {
-                        result = CURLE_OUT_OF_MEMORY;
-                        goto out;
-                }
-                if (!running)
-                        break;
-                if (cancelled(llm)) {
-                        *was_cancelled = true;
-                        result = CURLE_ABORTED_BY_CALLBACK;
-                        goto out;
-                }
-                mc = curl_multi_poll(llm->multi, NULL, 0, CANCEL_POLL_MS, NULL);
-                if (mc != CURLM_OK) {
-                        result = CURLE_OUT_OF_MEMORY;
-                        goto out;
-                }
-        }
-        while ((msg = curl_multi_info_read(llm->multi, &left)) != NULL) {
-                if (msg->msg == CURLMSG_DONE && msg->easy_handle == llm->curl)
-                        result = msg->data.result;
-        }
-out:
-        curl_multi_remove_handle(llm->multi, llm->curl);
-        return result;
-}
-
 /* Describe a failed response in \p out: the provider's message, else the
  * start of the body with control bytes replaced. */
-static void describe_body(const cq_llm_t *llm, char *out, size_t out_size)
+static void describe_body(const cq_buf_t *body, char *out, size_t out_size)
 {
         json_t *root = NULL;
         const char *pm = NULL;
         size_t i, n;
 
         out[0] = '\0';
-        if (!llm->body.data || !llm->body.len)
+        if (!body->data || !body->len)
                 return;
-        root = json_loadb(llm->body.data, llm->body.len, 0, NULL);
+        root = json_loadb(body->data, body->len, 0, NULL);
         if (root)
                 pm = llm_provider_message(root);
         if (pm) {
@@ -1092,12 +862,11 @@ static void describe_body(const cq_llm_t *llm, char *out, size_t out_size)
                 else
                         snprintf(out, out_size, "%.*s", PROVIDER_MSG_MAX, pm);
         } else {
-                n = llm->body.len < PROVIDER_MSG_MAX ? llm->body.len
-                                                     : PROVIDER_MSG_MAX;
+                n = body->len < PROVIDER_MSG_MAX ? body->len : PROVIDER_MSG_MAX;
                 if (n >= out_size)
                         n = out_size - 1;
                 for (i = 0; i < n; i++) {
-                        unsigned char c = (unsigned char)llm->body.data[i];
+                        unsigned char c = (unsigned char)body->data[i];
 
                         out[i] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
                 }
@@ -1117,60 +886,56 @@ static enum attempt_kind attempt(cq_llm_t *llm,
                                  int64_t *retry_after_msp,
                                  long *statusp)
 {
-        CURLcode code;
-        long status = 0;
-        bool was_cancelled;
+        cq_http_req_t req = {0};
+        cq_http_res_t *res = &llm->res;
+        long status;
         char detail[PROVIDER_MSG_MAX + 72];
 
-        cq_buf_reset(&llm->body);
-        llm->too_large = false;
-        llm->retry_after_ms = -1;
-        llm->curl_err[0] = '\0';
         *retry_after_msp = -1;
         *statusp = 0;
-        if (curl_easy_setopt(llm->curl, CURLOPT_URL,
-                             llm->ep[llm->provider].url) ||
-            curl_easy_setopt(llm->curl, CURLOPT_HTTPHEADER,
-                             llm->ep[llm->provider].headers) ||
-            curl_easy_setopt(llm->curl, CURLOPT_POSTFIELDS, body) ||
-            curl_easy_setopt(llm->curl, CURLOPT_POSTFIELDSIZE_LARGE,
-                             (curl_off_t)body_len)) {
-                snprintf(why, why_size, "libcurl refused the request body");
-                return ATTEMPT_FATAL;
-        }
-        code = perform(llm, &was_cancelled);
-        if (was_cancelled) {
-                snprintf(why, why_size, "%s", cancel_why(llm));
+        req.method = "POST";
+        req.url = llm->ep[llm->provider].url;
+        req.headers = llm->ep[llm->provider].headers;
+        req.body = body;
+        req.body_len = body_len;
+        req.max = llm->conf.response_max;
+        req.timeout_ms = llm->conf.timeout_s * 1000;
+        req.deadline_ms = llm->deadline_ms;
+        req.cancel = llm->cancel;
+        switch (cq_http_perform(llm->http, &req, res)) {
+        case CQ_HTTP_OK:
+                break;
+        case CQ_HTTP_CANCELLED:
+        case CQ_HTTP_DEADLINE:
+                snprintf(why, why_size, "%s", res->error);
                 return ATTEMPT_CANCELLED;
-        }
-        if (code == CURLE_WRITE_ERROR && llm->too_large) {
+        case CQ_HTTP_TOO_LARGE:
                 snprintf(why, why_size,
                          "reply exceeds the limit of %zu bytes "
                          "(CODERQ_LLM_RESPONSE_MAX)",
-                         llm->body.max);
+                         req.max);
                 return ATTEMPT_TOO_LARGE;
+        case CQ_HTTP_NETWORK:
+        case CQ_HTTP_REFUSED: /* no hook asks for these two */
+        case CQ_HTTP_ABORTED:
+                snprintf(why, why_size, "%s", res->error);
+                return curl_code_transient(res->code) ? ATTEMPT_TRANSIENT
+                                                      : ATTEMPT_FATAL;
         }
-        if (code != CURLE_OK) {
-                snprintf(why, why_size, "%s",
-                         llm->curl_err[0] ? llm->curl_err
-                                          : curl_easy_strerror(code));
-                return curl_code_transient(code) ? ATTEMPT_TRANSIENT
-                                                 : ATTEMPT_FATAL;
-        }
-        curl_easy_getinfo(llm->curl, CURLINFO_RESPONSE_CODE, &status);
+        status = res->status;
         if (status >= 200 && status < 300) {
                 if (provider_of(llm->provider)
-                        ->parse_reply(llm->body.data, llm->body.len, reply, why,
+                        ->parse_reply(res->body.data, res->body.len, reply, why,
                                       why_size) != 0)
                         return ATTEMPT_INVALID;
                 return ATTEMPT_OK;
         }
-        describe_body(llm, detail, sizeof(detail));
+        describe_body(&res->body, detail, sizeof(detail));
         snprintf(why, why_size, "HTTP %ld%s%s", status, detail[0] ? ": " : "",
                  detail);
         *statusp = status;
         if (status == 429 || status == 408 || status >= 500) {
-                *retry_after_msp = llm->retry_after_ms;
+                *retry_after_msp = res->retry_after_ms;
                 return ATTEMPT_TRANSIENT;
         }
         return ATTEMPT_FATAL;
@@ -1310,7 +1075,8 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
                         if (delay > budget_ms - waited_ms)
                                 delay = budget_ms - waited_ms;
                 }
-                redact2(llm, why, shown, sizeof(shown));
+                snprintf(shown, sizeof(shown), "%s", why);
+                cq_http_redact(llm->http, shown, sizeof(shown));
                 sanitize_utf8(shown);
                 {
                         char attempt_text[32], delay_text[32];

@@ -6,7 +6,6 @@
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +19,7 @@
 #include "coderq/agent/fetch.h"
 #include "coderq/common/util.h"
 #include "support/fake_llm.h"
+#include "support/loopback.h"
 
 /* The existing cases talk to a loopback server, which needs allowing. */
 #define LOOPBACK "127.0.0.1"
@@ -116,27 +116,11 @@ static void *mini_main(void *arg)
         mini_t *m = arg;
 
         while (!atomic_load(&m->stop)) {
-                struct pollfd pfd = {m->fd, POLLIN, 0};
                 char req[2048], path[1024], reply[1400];
-                size_t len = 0;
-                int c;
+                int c = cq_loopback_accept(m->fd, 50, req, sizeof(req));
 
-                if (poll(&pfd, 1, 50) <= 0)
-                        continue;
-                c = accept(m->fd, NULL, NULL);
                 if (c < 0)
                         continue;
-                while (len + 1 < sizeof(req)) {
-                        ssize_t n = read(c, req + len, sizeof(req) - 1 - len);
-
-                        if (n <= 0)
-                                break;
-                        len += (size_t)n;
-                        req[len] = '\0';
-                        if (strstr(req, "\r\n\r\n"))
-                                break;
-                }
-                req[len] = '\0';
                 atomic_fetch_add(&m->requests, 1);
                 if (sscanf(req, "GET %1023s", path) != 1)
                         path[0] = '\0';
@@ -170,18 +154,8 @@ static void *mini_main(void *arg)
 
 static void mini_start(mini_t *m, const char *ip)
 {
-        struct sockaddr_in sin = {0};
-        socklen_t slen = sizeof(sin);
-
         memset(m, 0, sizeof(*m));
-        m->fd = socket(AF_INET, SOCK_STREAM, 0);
-        ck_assert_int_ge(m->fd, 0);
-        sin.sin_family = AF_INET;
-        ck_assert_int_eq(inet_pton(AF_INET, ip, &sin.sin_addr), 1);
-        ck_assert_int_eq(bind(m->fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-        ck_assert_int_eq(listen(m->fd, 16), 0);
-        ck_assert_int_eq(getsockname(m->fd, (struct sockaddr *)&sin, &slen), 0);
-        m->port = ntohs(sin.sin_port);
+        m->fd = cq_loopback_listen(ip, &m->port);
         ck_assert_int_eq(pthread_create(&m->thread, NULL, mini_main, m), 0);
 }
 

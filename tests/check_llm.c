@@ -6,13 +6,10 @@
 #include <curl/curl.h>
 #include <dirent.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "check_support.h"
@@ -22,6 +19,7 @@
 #include "coderq/common/util.h"
 #include "../agent/llm_int.h"
 #include "support/fake_llm.h"
+#include "support/loopback.h"
 
 #define TEST_KEY "sk-test-SECRET-4f9a0c1d2e3b5a6978"
 
@@ -665,16 +663,6 @@ START_TEST(response_over_cap_is_fatal)
 }
 END_TEST
 
-static void *raise_later(void *opaque)
-{
-        atomic_int *cancel = opaque;
-        struct timespec ts = {0, 300 * 1000000L};
-
-        nanosleep(&ts, NULL);
-        atomic_store(cancel, 1);
-        return NULL;
-}
-
 /* The caller's deadline (a job's time limit) ends a call as a cancel
  * does: the request in flight, and no retry after it. */
 START_TEST(deadline_ends_a_slow_reply)
@@ -725,8 +713,8 @@ START_TEST(cancel_aborts_a_slow_reply)
         llm = new_llm(&conf);
         cq_llm_set_cancel(llm, &cancel);
         cq_llm_reply_init(&reply);
-        ck_assert_int_eq(pthread_create(&thread, NULL, raise_later, &cancel),
-                         0);
+        ck_assert_int_eq(
+            pthread_create(&thread, NULL, cq_loopback_raise_later, &cancel), 0);
         /* Without the cancel this call would succeed with "too late"
          * after 20 s; the error proves the flag ended it. */
         ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_RETRIABLE);
@@ -786,25 +774,6 @@ START_TEST(provider_variations)
 }
 END_TEST
 
-/* A port nothing listens on: bind an ephemeral one, then close it. */
-static int dead_port(void)
-{
-        struct sockaddr_in sa;
-        socklen_t len = sizeof(sa);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        int port;
-
-        ck_assert_int_ge(fd, 0);
-        memset(&sa, 0, sizeof(sa));
-        sa.sin_family = AF_INET;
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-        ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-        port = ntohs(sa.sin_port);
-        close(fd);
-        return port;
-}
-
 START_TEST(connection_refused_is_retriable)
 {
         cq_llm_conf_t conf;
@@ -813,7 +782,8 @@ START_TEST(connection_refused_is_retriable)
         json_t *history = start_history();
         char url[64];
 
-        snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/", dead_port());
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/",
+                 cq_loopback_dead_port());
         test_conf(&conf, "gpt-4o-mini");
         conf.base_url = url;
         conf.max_attempts = 2;
@@ -1108,29 +1078,6 @@ START_TEST(estimate_tokens_counts_code_and_reasoning)
                       "tool", "tool_call_id", "c1", "content", "abcdef");
         ck_assert_int_eq(cq_llm_estimate_tokens(msgs), 3 + 4 + 1 + 4 + 1 + 2);
         json_decref(msgs);
-}
-END_TEST
-
-START_TEST(retry_after_values)
-{
-        int64_t now = 1764400000; /* 2025-11-29T07:06:40Z */
-
-        ck_assert_int_eq(cq_llm_parse_retry_after("5", now), 5000);
-        ck_assert_int_eq(cq_llm_parse_retry_after(" 2 ", now), 2000);
-        ck_assert_int_eq(cq_llm_parse_retry_after("1.5", now), 1500);
-        ck_assert_int_eq(cq_llm_parse_retry_after("0", now), 0);
-        ck_assert_int_eq(
-            cq_llm_parse_retry_after("Sat, 29 Nov 2025 07:06:50 GMT", now),
-            10000);
-        ck_assert_int_eq(
-            cq_llm_parse_retry_after("Sat, 29 Nov 2025 07:00:00 GMT", now), 0);
-        ck_assert_int_eq(cq_llm_parse_retry_after("99999999999", now),
-                         86400LL * 365 * 1000);
-        ck_assert_int_eq(cq_llm_parse_retry_after("soon", now), -1);
-        ck_assert_int_eq(cq_llm_parse_retry_after("", now), -1);
-        ck_assert_int_eq(cq_llm_parse_retry_after("-3", now), -1);
-        ck_assert_int_eq(cq_llm_parse_retry_after("5s", now), -1);
-        ck_assert_int_eq(cq_llm_parse_retry_after(NULL, now), -1);
 }
 END_TEST
 
@@ -2171,7 +2118,6 @@ static Suite *cq_llm_suite(void)
         tcase_add_test(pure, tools_json_shape);
         tcase_add_test(pure, sampling_in_request_bodies);
         tcase_add_test(pure, estimate_tokens_counts_code_and_reasoning);
-        tcase_add_test(pure, retry_after_values);
         tcase_add_test(pure, settings_rows);
         tcase_add_test(pure, parser_golden_replies);
         tcase_add_test(pure, parser_random_bytes_and_mutations);

@@ -7,10 +7,11 @@
  * checkpoint); the Anthropic format converts it at request time and turns
  * its reply back into a Chat Completions assistant message.
  *
- * One handle per thread: it owns one curl easy handle. The caller keeps the
- * conversation; cq_llm_chat() sends it verbatim and returns the assistant
- * message verbatim, so it can be appended to the history unchanged (with
- * its tool_calls and a provider's reasoning_content).
+ * One handle per thread: it owns one HTTP client (coderq/http/http.h),
+ * so one curl easy handle. The caller keeps the conversation;
+ * cq_llm_chat() sends it verbatim and returns the assistant message
+ * verbatim, so it can be appended to the history unchanged (with its
+ * tool_calls and a provider's reasoning_content).
  *
  * Errors: 429, 529 (Anthropic's "overloaded"), 5xx, 408 and network errors or
  * timeouts are retried with exponential backoff and full jitter (Retry-After
@@ -19,7 +20,8 @@
  * once with the provider's message. A reply larger than the cap fails at once.
  * The API key never appears in an error message or a log line.
  *
- * curl_global_init() must have run (main() does it; tests call it). */
+ * cq_http_global_init() must have run (main() does it; tests call it or
+ * curl_global_init()). */
 #ifndef CODERQ_LLM_H
 #define CODERQ_LLM_H
 
@@ -371,15 +373,5 @@ CQ_NODISCARD int cq_llm_parse_reply_as(cq_llm_provider_t provider,
                                        cq_llm_reply_t *reply,
                                        char *errstr,
                                        size_t errstr_size);
-
-/**
- * @brief Parse a Retry-After header value: delay-seconds (fractions
- *        allowed) or an HTTP-date, relative to \p now (seconds since the
- *        epoch).
- * @returns The delay in ms (0 for a date in the past), or -1 when the
- *          value is neither.
- * @locality Any thread.
- */
-int64_t cq_llm_parse_retry_after(const char *value, int64_t now);
 
 #endif
