@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* fetch.c - a capped HTTP GET for job input files. The worker runs it
- * outside any sandbox, next to PostgreSQL, Kafka and the metrics port, so
- * each connection is checked on the resolved address curl is about to
- * connect to (which also defeats DNS rebinding), and redirects are
- * followed here, one checked hop at a time, rather than by curl. */
+/* fetch.c - a capped HTTP GET for job input files, over the HTTP client
+ * (http.c). The worker runs it outside any sandbox, next to PostgreSQL,
+ * Kafka and the metrics port, so its policy is the address filter: each
+ * connection is checked on the resolved address curl is about to connect
+ * to (which also defeats DNS rebinding), and redirects are followed here,
+ * one checked hop at a time, rather than by curl. */
 #include "coderq/agent/fetch.h"
 
 #include <arpa/inet.h>
-#include <curl/curl.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,10 +15,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include "coderq/common/buf.h"
 #include "coderq/common/util.h"
+#include "coderq/http/http.h"
 
 #define MAX_REDIRS 5
 #define ALLOW_MAX  64
@@ -245,7 +244,7 @@ prefix_match(const unsigned char *a, const unsigned char *net, int prefix)
         return ((a[full] ^ net[full]) & (0xff << (8 - rest)) & 0xff) == 0;
 }
 
-static bool allow_addr(const allowlist_t *list, const struct sockaddr *sa)
+static bool allowed(const allowlist_t *list, const struct sockaddr *sa)
 {
         const unsigned char *v4 = NULL, *v6 = NULL;
         size_t i;
@@ -287,48 +286,16 @@ static bool allow_host(const allowlist_t *list, const char *host)
 typedef struct guard {
         const allowlist_t *allow;
         bool host_allowed; /* this hop's host is on the allowlist */
-        bool refused;
-        char refused_addr[INET6_ADDRSTRLEN];
 } guard_t;
 
-/* curl calls this with each resolved address before connecting, for the
- * first request and every redirect alike. */
-static curl_socket_t
-open_socket(void *opaque, curlsocktype purpose, struct curl_sockaddr *address)
+/* The HTTP client asks this with each resolved address before it
+ * connects, for the first request and every redirect alike. */
+static bool allow_addr(void *opaque, const struct sockaddr *sa)
 {
-        guard_t *guard = opaque;
-        const struct sockaddr *sa = &address->addr;
-        int fd;
+        const guard_t *guard = opaque;
 
-        (void)purpose;
-        if (!guard->host_allowed && !cq_fetch_addr_is_public(sa) &&
-            !allow_addr(guard->allow, sa)) {
-                const void *bytes =
-                    sa->sa_family == AF_INET
-                        ? (const void *)&((const struct sockaddr_in *)sa)
-                              ->sin_addr
-                        : (const void *)&((const struct sockaddr_in6 *)sa)
-                              ->sin6_addr;
-
-                guard->refused = true;
-                if (!inet_ntop(sa->sa_family, bytes, guard->refused_addr,
-                               sizeof(guard->refused_addr)))
-                        snprintf(guard->refused_addr,
-                                 sizeof(guard->refused_addr), "?");
-                return CURL_SOCKET_BAD;
-        }
-        fd = socket(address->family, address->socktype | SOCK_CLOEXEC,
-                    address->protocol);
-        return fd < 0 ? CURL_SOCKET_BAD : fd;
-}
-
-static size_t on_body(char *p, size_t size, size_t n, void *opaque)
-{
-        cq_buf_t *buf = opaque;
-
-        if (cq_buf_append(buf, p, size * n) != CQ_OK)
-                return 0; /* makes curl fail with CURLE_WRITE_ERROR */
-        return size * n;
+        return guard->host_allowed || cq_fetch_addr_is_public(sa) ||
+               allowed(guard->allow, sa);
 }
 
 static bool is_http(const char *url)
@@ -365,23 +332,6 @@ static int url_host(const char *url, char *out, size_t size)
         return rc;
 }
 
-/* A raised cancel flag ends the transfer (curl looks about once a
- * second while it waits, and at every chunk). */
-static int on_progress(void *opaque,
-                       curl_off_t dltotal,
-                       curl_off_t dlnow,
-                       curl_off_t ultotal,
-                       curl_off_t ulnow)
-{
-        const atomic_int *cancel = opaque;
-
-        (void)dltotal;
-        (void)dlnow;
-        (void)ultotal;
-        (void)ulnow;
-        return cancel && atomic_load(cancel) != 0;
-}
-
 cq_err_t cq_fetch_url(const char *url,
                       size_t max,
                       long timeout_s,
@@ -406,18 +356,22 @@ cq_err_t cq_fetch_url_until(const char *url,
                             char *errstr,
                             size_t errstr_size)
 {
-        CURL *curl = NULL;
-        CURLcode cc;
-        cq_buf_t buf;
+        static const cq_http_conf_t conf = {0}; /* no User-Agent, as ever */
+        cq_http_t *http = NULL;
+        cq_http_res_t res;
         allowlist_t *list = NULL;
-        guard_t guard;
+        guard_t guard = {0};
         char cur[URL_MAX], host[HOST_MAX];
-        long status = 0;
-        int64_t left;
+        cq_http_req_t req = {.url = cur,
+                             .max = max,
+                             .deadline_ms = deadline_ms,
+                             .cancel = cancel,
+                             .allow_addr = allow_addr,
+                             .opaque = &guard};
         int hop;
         cq_err_t err = CQ_ERR_FATAL;
 
-        cq_buf_init(&buf, max);
+        cq_http_res_init(&res);
         if (!is_http(url)) {
                 cq_errstr_set(
                     errstr, errstr_size,
@@ -433,105 +387,63 @@ cq_err_t cq_fetch_url_until(const char *url,
         }
         snprintf(cur, sizeof(cur), "%s", url);
         list = malloc(sizeof(*list));
-        curl = curl_easy_init();
-        if (!list || !curl) {
+        http = cq_http_new(&conf, NULL, 0);
+        if (!list || !http) {
                 cq_errstr_set(errstr, errstr_size,
                               "could not fetch file: out of memory");
                 goto out;
         }
         if (allow_parse(allow, list, errstr, errstr_size) != 0)
                 goto out;
-        memset(&guard, 0, sizeof(guard));
         guard.allow = list;
-        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-        /* a proxy would connect on our behalf to whatever it is asked */
-        curl_easy_setopt(curl, CURLOPT_PROXY, "");
-        curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
-        curl_easy_setopt(curl, CURLOPT_OPENSOCKETFUNCTION, open_socket);
-        curl_easy_setopt(curl, CURLOPT_OPENSOCKETDATA, &guard);
-#if LIBCURL_VERSION_NUM >= 0x075500
-        curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-#else
-        curl_easy_setopt(curl, CURLOPT_PROTOCOLS,
-                         (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-#endif
-        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
-        curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(curl, CURLOPT_XFERINFODATA, (void *)(uintptr_t)cancel);
-        curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)max);
-        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(curl, CURLOPT_WRITEDATA, &buf);
         for (hop = 0;; hop++) {
-                char *next = NULL;
-
                 if (url_host(cur, host, sizeof(host)) != 0) {
                         cq_errstr_set(errstr, errstr_size,
                                       "could not fetch file: malformed URL");
                         goto out;
                 }
                 guard.host_allowed = allow_host(list, host);
-                guard.refused = false;
-                cq_buf_reset(&buf);
-                /* what is left of the deadline, for each hop */
-                left = deadline_ms - cq_now_ms();
-                if (left <= 0) {
-                        cq_errstr_set(errstr, errstr_size,
-                                      "could not fetch file: its deadline "
-                                      "passed");
-                        err = CQ_ERR_RETRIABLE;
-                        goto out;
-                }
-                curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)left);
-                curl_easy_setopt(curl, CURLOPT_URL, cur);
-                cc = curl_easy_perform(curl);
-                if (cc == CURLE_ABORTED_BY_CALLBACK) {
+                switch (cq_http_perform(http, &req, &res)) {
+                case CQ_HTTP_OK:
+                        break;
+                case CQ_HTTP_CANCELLED:
                         cq_errstr_set(errstr, errstr_size,
                                       "could not fetch file: cancelled");
                         err = CQ_ERR_RETRIABLE;
                         goto out;
-                }
-                if (cc == CURLE_OPERATION_TIMEDOUT &&
-                    cq_now_ms() >= deadline_ms) {
+                case CQ_HTTP_DEADLINE:
                         cq_errstr_set(errstr, errstr_size,
                                       "could not fetch file: its deadline "
                                       "passed");
                         err = CQ_ERR_RETRIABLE;
                         goto out;
-                }
-                if (cc != CURLE_OK && guard.refused) {
+                case CQ_HTTP_REFUSED:
                         cq_errstr_set(
                             errstr, errstr_size,
                             "could not fetch file: host \"%s\" has the "
                             "non-public address %s (CODERQ_FETCH_ALLOW "
                             "can allow it)",
-                            host, guard.refused_addr);
+                            host, res.refused_addr);
                         err = CQ_ERR_FATAL;
                         goto out;
-                }
-                if (cc == CURLE_WRITE_ERROR || cc == CURLE_FILESIZE_EXCEEDED) {
+                case CQ_HTTP_TOO_LARGE:
                         cq_errstr_set(errstr, errstr_size,
                                       "could not fetch file: larger than %zu "
                                       "bytes",
                                       max);
                         err = CQ_ERR_TOO_LARGE;
                         goto out;
-                }
-                if (cc != CURLE_OK) {
+                case CQ_HTTP_NETWORK:
+                case CQ_HTTP_ABORTED: /* no sink or tick here */
                         cq_errstr_set(errstr, errstr_size,
-                                      "could not fetch file: %s",
-                                      curl_easy_strerror(cc));
-                        err = (cc == CURLE_UNSUPPORTED_PROTOCOL ||
-                               cc == CURLE_URL_MALFORMAT)
+                                      "could not fetch file: %s", res.error);
+                        err = (res.code == CURLE_UNSUPPORTED_PROTOCOL ||
+                               res.code == CURLE_URL_MALFORMAT)
                                   ? CQ_ERR_FATAL
                                   : CQ_ERR_RETRIABLE;
                         goto out;
                 }
-                curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-                if (status < 300 || status > 399 ||
-                    curl_easy_getinfo(curl, CURLINFO_REDIRECT_URL, &next) !=
-                        CURLE_OK ||
-                    !next)
+                if (res.status < 300 || res.status > 399 || !res.redirect_url)
                         break;
                 if (hop == MAX_REDIRS) {
                         cq_errstr_set(errstr, errstr_size,
@@ -540,23 +452,25 @@ cq_err_t cq_fetch_url_until(const char *url,
                                       MAX_REDIRS);
                         goto out;
                 }
-                if (!is_http(next) || strlen(next) >= sizeof(cur)) {
+                if (!is_http(res.redirect_url) ||
+                    strlen(res.redirect_url) >= sizeof(cur)) {
                         cq_errstr_set(errstr, errstr_size,
                                       "could not fetch file: redirect to a "
                                       "non-http(s) or over-long URL");
                         goto out;
                 }
-                /* next points into curl's handle: copy before reuse */
-                memmove(cur, next, strlen(next) + 1);
+                snprintf(cur, sizeof(cur), "%s", res.redirect_url);
         }
-        if (status < 200 || status > 299) {
+        if (res.status < 200 || res.status > 299) {
                 cq_errstr_set(errstr, errstr_size,
-                              "could not fetch file: HTTP status %ld", status);
-                err = (status == 429 || status >= 500) ? CQ_ERR_RETRIABLE
-                                                       : CQ_ERR_FATAL;
+                              "could not fetch file: HTTP status %ld",
+                              res.status);
+                err = (res.status == 429 || res.status >= 500)
+                          ? CQ_ERR_RETRIABLE
+                          : CQ_ERR_FATAL;
                 goto out;
         }
-        *datap = (unsigned char *)cq_buf_take(&buf, lenp);
+        *datap = (unsigned char *)cq_buf_take(&res.body, lenp);
         if (!*datap) {
                 cq_errstr_set(errstr, errstr_size,
                               "could not fetch file: out of "
@@ -566,8 +480,8 @@ cq_err_t cq_fetch_url_until(const char *url,
         }
         err = CQ_OK;
 out:
-        cq_buf_release(&buf);
-        curl_easy_cleanup(curl);
+        cq_http_res_release(&res);
+        cq_http_destroy(&http);
         free(list);
         return err;
 }
