@@ -8,7 +8,6 @@
  * wire facts in docs/internals/protocols/e2b.md. */
 #include "coderq/e2b/e2b.h"
 
-#include <curl/curl.h>
 #include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -33,12 +32,10 @@ static void e2b_destroy(cq_interp_t *interp)
         size_t i;
 
         fleet_leave(e2b);
-        if (e2b->sandbox_id[0] && e2b->curl)
+        if (e2b->sandbox_id[0] && e2b->http)
                 (void)e2b_kill_sandbox(e2b, e2b->sandbox_id);
-        if (e2b->curl)
-                curl_easy_cleanup(e2b->curl);
-        if (e2b->aux)
-                curl_easy_cleanup(e2b->aux);
+        cq_http_destroy(&e2b->http);
+        cq_http_destroy(&e2b->aux);
         for (i = 0; i < e2b->ninputs; i++) {
                 free(e2b->inputs[i].name);
                 free(e2b->inputs[i].data);
@@ -93,7 +90,7 @@ static char *dup_or(const char *s, const char *def)
         return strdup(s && *s ? s : def);
 }
 
-/* A handle with the settings and curl handles, no sandbox yet; NULL with
+/* A handle with the settings and HTTP clients, no sandbox yet; NULL with
  * *errp CQ_ERR_FATAL when the settings can never work, CQ_ERR_RETRIABLE
  * when out of memory. */
 static cq_e2b_t *handle_new(const cq_e2b_opts_t *opts,
@@ -151,8 +148,11 @@ static cq_e2b_t *handle_new(const cq_e2b_opts_t *opts,
             opts->probe_timeout_ms > 0 ? opts->probe_timeout_ms : 15000;
         e2b->rng = (unsigned int)cq_now_ms() ^ (unsigned int)(uintptr_t)e2b;
         atomic_init(&e2b->interrupt, 0);
-        e2b->curl = curl_easy_init();
-        e2b->aux = curl_easy_init();
+        e2b->secrets[0] = e2b->api_key;
+        e2b->secrets[1] = e2b->envd_token;
+        e2b->secrets[2] = e2b->traffic_token;
+        e2b->http = e2b_http_new(e2b);
+        e2b->aux = e2b_http_new(e2b);
         e2b->max_timeout_s =
             opts->max_timeout_s > 0 ? opts->max_timeout_s : 3600;
         if (e2b->ttl_s > e2b->max_timeout_s)
@@ -160,7 +160,7 @@ static cq_e2b_t *handle_new(const cq_e2b_opts_t *opts,
         e2b->tag_attempt = opts->attempt;
         e2b->tag_job = opts->job_id ? strdup(opts->job_id) : NULL;
         e2b->tag_worker = opts->worker_id ? strdup(opts->worker_id) : NULL;
-        if (!e2b->curl || !e2b->aux || (opts->job_id && !e2b->tag_job) ||
+        if (!e2b->http || !e2b->aux || (opts->job_id && !e2b->tag_job) ||
             (opts->worker_id && !e2b->tag_worker))
                 goto oom_free;
         return e2b;

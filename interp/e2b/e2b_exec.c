@@ -5,7 +5,6 @@
  * environment probe in the sandbox's default context. */
 #include "coderq/e2b/e2b.h"
 
-#include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +37,7 @@ struct exec {
         cq_buf_t errbody; /* non-200 reply */
         long status;
         bool end_seen;
-        enum outcome outcome; /* set by the callbacks when they abort */
-        bool aborted;
+        enum outcome outcome; /* set by the hooks when they stop it */
         char why[512];
         int execution_count;
         cq_collect_t col; /* outputs: head, tail, bytes dropped */
@@ -119,22 +117,24 @@ static void skip_done(struct exec *x)
         x->skipped = 0;
 }
 
-static size_t exec_write(char *ptr, size_t size, size_t nmemb, void *ud)
+/* The HTTP client's sink: the stream, line by line. */
+static int exec_write(void *ud, long status, const char *ptr, size_t n)
 {
         struct exec *x = ud;
-        size_t n = size * nmemb, off = 0;
+        size_t off = 0;
 
         if (x->status == 0)
-                curl_easy_getinfo(x->e2b->curl, CURLINFO_RESPONSE_CODE,
-                                  &x->status);
+                x->status = status;
         if (x->status != 200) {
                 size_t room = cq_buf_room(&x->errbody);
+                cq_err_t kept =
+                    cq_buf_append(&x->errbody, ptr, n < room ? n : room);
 
-                /* only the start of an error body is kept for messages */
-                if (cq_buf_append(&x->errbody, ptr, n < room ? n : room) !=
-                    CQ_OK)
-                        return n;
-                return n;
+                /* only the start of an error body is kept for messages
+                 * (out of memory, less of it): the rest is read and
+                 * dropped */
+                (void)kept;
+                return 0;
         }
         while (off < n) {
                 const char *nl = memchr(ptr + off, '\n', n - off);
@@ -165,13 +165,11 @@ static size_t exec_write(char *ptr, size_t size, size_t nmemb, void *ud)
                         skip_done(x);
                         continue;
                 }
-                if (exec_line(x) != 0) {
-                        x->aborted = true;
-                        return 0;
-                }
+                if (exec_line(x) != 0)
+                        return -1;
                 cq_buf_reset(&x->line);
         }
-        return n;
+        return 0;
 }
 
 /* A cell without a deadline (or a longer one than the TTL) must not
@@ -196,28 +194,14 @@ static void extend_during_cell(cq_e2b_t *e2b)
         pthread_mutex_unlock(&e2b->lock);
 }
 
-static int exec_progress(
-    void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+/* The HTTP client's tick, while the stream runs (the client itself
+ * watches the cancel flag and the deadline). */
+static int exec_tick(void *ud)
 {
         struct exec *x = ud;
 
-        (void)dt;
-        (void)dn;
-        (void)ut;
-        (void)un;
-        if (x->opts->cancel && atomic_load(x->opts->cancel)) {
-                x->outcome = OUT_CANCEL;
-                x->aborted = true;
-                return 1;
-        }
         if (atomic_exchange(&x->e2b->interrupt, 0)) {
                 x->outcome = OUT_INTERRUPT;
-                x->aborted = true;
-                return 1;
-        }
-        if (x->deadline_ms > 0 && cq_now_ms() >= x->deadline_ms) {
-                x->outcome = OUT_DEADLINE;
-                x->aborted = true;
                 return 1;
         }
         if (x->slow_at && *x->slow_at && cq_now_ms() >= *x->slow_at) {
@@ -234,10 +218,12 @@ static void exec_run(struct exec *x, const char *code)
         cq_e2b_t *e2b = x->e2b;
         char base[512], url[1024];
         struct curl_slist *headers = NULL;
+        cq_http_req_t hreq = {0};
+        cq_http_res_t res;
         json_t *req = NULL;
         char *body = NULL;
-        CURLcode rc;
 
+        cq_http_res_init(&res);
         req = x->default_context ? json_pack("{s:s}", "code", code)
                                  : json_pack("{s:s, s:s}", "code", code,
                                              "context_id", e2b->context_id);
@@ -253,30 +239,39 @@ static void exec_run(struct exec *x, const char *code)
                 goto out;
         }
         snprintf(url, sizeof(url), "%s/execute", base);
-        e2b_curl_common(e2b->curl, 0);
-        curl_easy_setopt(e2b->curl, CURLOPT_URL, url);
-        curl_easy_setopt(e2b->curl, CURLOPT_HTTPHEADER, headers);
-        curl_easy_setopt(e2b->curl, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(e2b->curl, CURLOPT_POSTFIELDSIZE_LARGE,
-                         (curl_off_t)strlen(body));
-        curl_easy_setopt(e2b->curl, CURLOPT_WRITEFUNCTION, exec_write);
-        curl_easy_setopt(e2b->curl, CURLOPT_WRITEDATA, x);
-        curl_easy_setopt(e2b->curl, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(e2b->curl, CURLOPT_XFERINFOFUNCTION, exec_progress);
-        curl_easy_setopt(e2b->curl, CURLOPT_XFERINFODATA, x);
-        rc = curl_easy_perform(e2b->curl);
-        if (x->aborted)
+        hreq.method = "POST";
+        hreq.url = url;
+        hreq.headers = headers;
+        hreq.body = body;
+        hreq.body_len = strlen(body);
+        hreq.deadline_ms = x->deadline_ms;
+        hreq.cancel = x->opts->cancel;
+        hreq.sink = exec_write;
+        hreq.tick = exec_tick;
+        hreq.opaque = x;
+        switch (cq_http_perform(e2b->http, &hreq, &res)) {
+        case CQ_HTTP_CANCELLED:
+                x->outcome = OUT_CANCEL;
                 goto out;
-        if (rc != CURLE_OK && x->status == 0) {
+        case CQ_HTTP_DEADLINE:
+                x->outcome = OUT_DEADLINE;
+                goto out;
+        case CQ_HTTP_ABORTED: /* the sink or the tick set x->outcome */
+                goto out;
+        case CQ_HTTP_OK:
+        case CQ_HTTP_NETWORK:
+        case CQ_HTTP_TOO_LARGE: /* not with a sink */
+        case CQ_HTTP_REFUSED:   /* nor without an address hook */
+                break;
+        }
+        if (res.outcome != CQ_HTTP_OK && x->status == 0) {
                 snprintf(x->why, sizeof(x->why),
-                         "the /execute request failed: %s",
-                         curl_easy_strerror(rc));
+                         "the /execute request failed: %.400s", res.error);
                 x->outcome = OUT_NETWORK;
                 goto out;
         }
         if (x->status == 0)
-                curl_easy_getinfo(e2b->curl, CURLINFO_RESPONSE_CODE,
-                                  &x->status);
+                x->status = res.status;
         if (x->status != 200) {
                 char reason[256];
 
@@ -294,14 +289,15 @@ static void exec_run(struct exec *x, const char *code)
         if (!x->end_seen) {
                 snprintf(x->why, sizeof(x->why),
                          "the E2B /execute stream ended without "
-                         "end_of_execution (%s)",
-                         rc == CURLE_OK ? "connection closed"
-                                        : curl_easy_strerror(rc));
+                         "end_of_execution (%.400s)",
+                         res.outcome == CQ_HTTP_OK ? "connection closed"
+                                                   : res.error);
                 x->outcome = OUT_TRUNCATED;
                 goto out;
         }
         x->outcome = OUT_END;
 out:
+        cq_http_res_release(&res);
         curl_slist_free_all(headers);
         json_decref(req);
         free(body);

@@ -3,7 +3,6 @@
  * recursive listing behind the snapshot, and the files a job created. */
 #include "coderq/e2b/e2b.h"
 
-#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,15 +11,6 @@
 #include "coderq/common/log.h"
 #include "coderq/common/util.h"
 #include "e2b_int.h"
-
-static char *escape(cq_e2b_t *e2b, const char *s)
-{
-        char *tmp = curl_easy_escape(e2b->curl, s, 0);
-        char *out = tmp ? strdup(tmp) : NULL;
-
-        curl_free(tmp);
-        return out;
-}
 
 cq_err_t
 e2b_upload(cq_e2b_t *e2b, const char *name, const void *data, size_t len)
@@ -33,8 +23,8 @@ e2b_upload(cq_e2b_t *e2b, const char *name, const void *data, size_t len)
         cq_err_t err = CQ_ERR_RETRIABLE;
 
         snprintf(path, sizeof(path), HOME_DIR "/%s", name);
-        q = escape(e2b, path);
-        mime = curl_mime_init(e2b->curl);
+        q = cq_http_escape(e2b->http, path);
+        mime = cq_http_mime_new(e2b->http);
         part = mime ? curl_mime_addpart(mime) : NULL;
         if (!q || !part ||
             e2b_dp_base(e2b, ENVD_PORT, base, sizeof(base)) != 0 ||
@@ -56,7 +46,7 @@ e2b_upload(cq_e2b_t *e2b, const char *name, const void *data, size_t len)
         call.url = url;
         call.mime = mime;
         call.ok = e2b_ok_200;
-        err = e2b_call_run(e2b, e2b->curl, &call);
+        err = e2b_call_run(e2b, e2b->http, &call);
 out:
         cq_buf_release(&call.reply);
         curl_mime_free(mime);
@@ -123,7 +113,7 @@ download(cq_e2b_t *e2b, const char *name, size_t max, cq_buf_t *out)
         cq_err_t err = CQ_ERR_FATAL;
 
         snprintf(path, sizeof(path), HOME_DIR "/%s", name);
-        q = escape(e2b, path);
+        q = cq_http_escape(e2b->http, path);
         if (!q || e2b_dp_base(e2b, ENVD_PORT, base, sizeof(base)) != 0) {
                 e2b_set_error(e2b, "could not read \"%s\": out of memory",
                               name);
@@ -136,7 +126,7 @@ download(cq_e2b_t *e2b, const char *name, size_t max, cq_buf_t *out)
         call.url = url;
         call.ok = ok;
         call.max_reply = max ? max : 1;
-        err = e2b_call_run(e2b, e2b->curl, &call);
+        err = e2b_call_run(e2b, e2b->http, &call);
         if (err == CQ_ERR_TOO_LARGE)
                 e2b_set_error(e2b,
                               "could not read \"%s\": larger than %zu bytes",
@@ -219,7 +209,7 @@ cq_err_t e2b_list_files(cq_e2b_t *e2b, json_t **listp)
         call.body = body;
         call.body_len = sizeof(body) - 1;
         call.ok = e2b_ok_200;
-        err = e2b_call_run(e2b, e2b->curl, &call);
+        err = e2b_call_run(e2b, e2b->http, &call);
         if (err != CQ_OK)
                 goto out;
         err = CQ_ERR_FATAL;

@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* e2b_http.c - one E2B request over libcurl with its retry policy:
- * network errors, 429 and 5xx are retried with capped, jittered backoff
- * (Retry-After and Should-Retry honoured), other 4xx fail at once, a 502
- * from the sandbox proxy means the sandbox is gone. Replies land in a
- * capped buffer. */
+/* e2b_http.c - one E2B request over the HTTP client (http.c, which owns
+ * the capped reply, Retry-After and the secrets' redaction) with E2B's
+ * retry policy: network errors, 429 and 5xx are retried with capped,
+ * fully jittered backoff (Retry-After and Should-Retry honoured), other
+ * 4xx fail at once, a 502 from the sandbox proxy means the sandbox is
+ * gone. E2B's headers are made here. */
 #include "coderq/e2b/e2b.h"
 
-#include <curl/curl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,82 +18,20 @@
 #include "coderq/common/util.h"
 #include "e2b_int.h"
 
-struct body_sink {
-        cq_buf_t *buf;
-        bool overflow;
-};
-
-static size_t sink_write(char *ptr, size_t size, size_t nmemb, void *ud)
-{
-        struct body_sink *sink = ud;
-        size_t n = size * nmemb;
-
-        if (cq_buf_append(sink->buf, ptr, n) != CQ_OK) {
-                sink->overflow = true;
-                return 0;
-        }
-        return n;
-}
-
+/* E2B's own headers of a reply. */
 struct hdr_sink {
-        long retry_after_s;
         int should_retry; /* Should-Retry: -1 absent, 0 false, 1 true */
         char next_token[256];
 };
 
-/* Copy a header's value, trimmed, into \p out. */
-static void header_value(const char *p, size_t n, char *out, size_t size)
+static void on_header(void *opaque, const char *name, const char *value)
 {
-        while (n > 0 && (*p == ' ' || *p == '\t')) {
-                p++;
-                n--;
-        }
-        while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == '\n' ||
-                         p[n - 1] == ' ' || p[n - 1] == '\t'))
-                n--;
-        if (n >= size)
-                n = size - 1;
-        memcpy(out, p, n);
-        out[n] = '\0';
-}
+        struct hdr_sink *hdr = opaque;
 
-static size_t header_cb(char *ptr, size_t size, size_t nmemb, void *ud)
-{
-        struct hdr_sink *hdr = ud;
-        size_t n = size * nmemb;
-        static const char name[] = "retry-after:";
-        static const char should[] = "should-retry:";
-        static const char next[] = "x-next-token:";
-        char tmp[32];
-
-        if (n > sizeof(should) - 1 &&
-            strncasecmp(ptr, should, sizeof(should) - 1) == 0) {
-                header_value(ptr + sizeof(should) - 1, n - (sizeof(should) - 1),
-                             tmp, sizeof(tmp));
-                hdr->should_retry = strcasecmp(tmp, "true") == 0 ? 1 : 0;
-                return n;
-        }
-        if (n > sizeof(next) - 1 &&
-            strncasecmp(ptr, next, sizeof(next) - 1) == 0) {
-                header_value(ptr + sizeof(next) - 1, n - (sizeof(next) - 1),
-                             hdr->next_token, sizeof(hdr->next_token));
-                return n;
-        }
-        if (n > sizeof(name) - 1 &&
-            strncasecmp(ptr, name, sizeof(name) - 1) == 0) {
-                size_t len = n - (sizeof(name) - 1);
-                char *end;
-                long v;
-
-                if (len >= sizeof(tmp))
-                        len = sizeof(tmp) - 1;
-                memcpy(tmp, ptr + sizeof(name) - 1, len);
-                tmp[len] = '\0';
-                v = strtol(tmp, &end, 10);
-                if (end != tmp && v >= 0)
-                        hdr->retry_after_s = v;
-        }
-        return n;
+        if (strcasecmp(name, "should-retry") == 0)
+                hdr->should_retry = strcasecmp(value, "true") == 0 ? 1 : 0;
+        else if (strcasecmp(name, "x-next-token") == 0)
+                snprintf(hdr->next_token, sizeof(hdr->next_token), "%s", value);
 }
 
 int cq_e2b_data_url(const char *sandbox_url,
@@ -179,30 +116,19 @@ e2b_make_headers(cq_e2b_t *e2b, enum plane plane, const char *ctype)
         return h;
 }
 
-void e2b_curl_common(CURL *curl, long timeout_ms)
+/* A client for this handle's requests: E2B speaks HTTP/1.1 (its
+ * /execute stream is a chunked response), and no message may show the
+ * handle's key or tokens. NULL when out of memory. */
+cq_http_t *e2b_http_new(cq_e2b_t *e2b)
 {
-        curl_easy_reset(curl);
-        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(curl, CURLOPT_USERAGENT, USER_AGENT);
-        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_MS);
-        curl_easy_setopt(curl, CURLOPT_HTTP_VERSION,
-                         (long)CURL_HTTP_VERSION_1_1);
-        curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-        if (timeout_ms > 0)
-                curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
-}
+        cq_http_conf_t conf = {0};
 
-CQ_PRINTF(3, 4)
-void e2b_call_error(cq_e2b_t *e2b, struct call *call, const char *fmt, ...)
-{
-        char *buf = call->errbuf ? call->errbuf : e2b->errbuf;
-        size_t size = call->errbuf ? call->errbuf_size : sizeof(e2b->errbuf);
-        va_list ap;
-
-        va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
-        va_end(ap);
-        e2b_redact_all(e2b, buf);
+        conf.user_agent = USER_AGENT;
+        conf.connect_timeout_ms = CONNECT_MS;
+        conf.http1 = true;
+        conf.secrets = e2b->secrets;
+        conf.nsecrets = CQ_ARRAY_SIZE(e2b->secrets);
+        return cq_http_new(&conf, NULL, 0);
 }
 
 static bool status_in(long status, const long *ok)
@@ -237,18 +163,16 @@ void e2b_reply_reason(const cq_buf_t *reply, char *out, size_t size)
         json_decref(doc);
 }
 
-void e2b_backoff_sleep(cq_e2b_t *e2b, int attempt, long retry_after_s)
+void e2b_backoff_sleep(cq_e2b_t *e2b, int attempt, int64_t retry_after_ms)
 {
         /* full jitter, so a fleet does not retry in step */
-        long ms = (long)cq_backoff_ms(attempt + 1, e2b->retry_base_ms,
-                                      e2b->retry_max_ms, CQ_JITTER_FULL);
+        int64_t ms = cq_backoff_ms(attempt + 1, e2b->retry_base_ms,
+                                   e2b->retry_max_ms, CQ_JITTER_FULL);
         struct timespec ts;
 
-        if (retry_after_s > 0) {
-                long ra = retry_after_s * 1000;
-
-                ms = ra > e2b->retry_max_ms ? e2b->retry_max_ms : ra;
-        }
+        if (retry_after_ms > 0)
+                ms = retry_after_ms > e2b->retry_max_ms ? e2b->retry_max_ms
+                                                        : retry_after_ms;
         ts.tv_sec = ms / 1000;
         ts.tv_nsec = (ms % 1000) * 1000000L;
         while (nanosleep(&ts, &ts) != 0)
@@ -262,25 +186,32 @@ void e2b_backoff_sleep(cq_e2b_t *e2b, int attempt, long retry_after_s)
  *          4xx (401/403 at once); CQ_ERR_TOO_LARGE for an over-long reply;
  *          else CQ_ERR_RETRIABLE. The error is in e2b->errbuf.
  */
-cq_err_t e2b_call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
+cq_err_t e2b_call_run(cq_e2b_t *e2b, cq_http_t *http, struct call *call)
 {
         cq_err_t err = CQ_ERR_RETRIABLE;
         struct curl_slist *headers = NULL;
+        cq_http_req_t req = {0};
+        cq_http_res_t res;
         char reason[512];
         int attempt,
             attempts = call->attempts ? call->attempts : e2b->max_attempts;
         const char *errbuf = call->errbuf ? call->errbuf : e2b->errbuf;
 
-        cq_buf_init(&call->reply,
-                    call->max_reply ? call->max_reply : e2b->max_body);
+        cq_http_res_init(&res);
         call->should_retry = -1;
+        req.method = call->method;
+        req.url = call->url;
+        req.body = call->body;
+        req.body_len = call->body_len;
+        req.mime = call->mime;
+        req.max = call->max_reply ? call->max_reply : e2b->max_body;
+        req.timeout_ms = e2b->request_timeout_ms;
+        req.on_header = on_header;
         for (attempt = 0; attempt < attempts; attempt++) {
-                struct body_sink sink = {&call->reply, false};
-                struct hdr_sink hdr = {0, -1, ""};
-                CURLcode rc;
+                struct hdr_sink hdr = {-1, ""};
+                cq_http_outcome_t outcome;
                 bool last = attempt + 1 == attempts;
 
-                cq_buf_reset(&call->reply);
                 curl_slist_free_all(headers);
                 headers = e2b_make_headers(e2b, call->plane, call->ctype);
                 if (!headers) {
@@ -289,53 +220,36 @@ cq_err_t e2b_call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
                         err = CQ_ERR_FATAL;
                         goto out;
                 }
-                e2b_curl_common(curl, e2b->request_timeout_ms);
-                curl_easy_setopt(curl, CURLOPT_URL, call->url);
-                curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-                curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, sink_write);
-                curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
-                curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, header_cb);
-                curl_easy_setopt(curl, CURLOPT_HEADERDATA, &hdr);
-                if (call->mime) {
-                        curl_easy_setopt(curl, CURLOPT_MIMEPOST, call->mime);
-                } else if (strcmp(call->method, "POST") == 0) {
-                        curl_easy_setopt(curl, CURLOPT_POSTFIELDS,
-                                         call->body ? call->body : "");
-                        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
-                                         (curl_off_t)call->body_len);
-                } else if (strcmp(call->method, "GET") != 0) {
-                        curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST,
-                                         call->method);
-                }
-                rc = curl_easy_perform(curl);
-                call->status = 0;
-                call->curl_rc = rc;
+                req.headers = headers;
+                req.opaque = &hdr;
+                outcome = cq_http_perform(http, &req, &res);
+                call->status = outcome == CQ_HTTP_OK ? res.status : 0;
+                call->curl_rc = res.code;
                 call->should_retry = hdr.should_retry;
-                call->retry_after_s = hdr.retry_after_s;
+                call->retry_after_ms = res.retry_after_ms;
                 snprintf(call->next_token, sizeof(call->next_token), "%s",
                          hdr.next_token);
-                if (rc == CURLE_WRITE_ERROR && sink.overflow) {
+                if (outcome == CQ_HTTP_TOO_LARGE) {
                         e2b_call_error(e2b, call,
                                        "could not %s: reply exceeds %zu bytes",
-                                       call->what, call->reply.max);
+                                       call->what, req.max);
                         err = CQ_ERR_TOO_LARGE;
                         goto out;
                 }
-                if (rc != CURLE_OK) {
+                if (outcome != CQ_HTTP_OK) {
                         e2b_call_error(e2b, call, "could not %s: %s",
-                                       call->what, curl_easy_strerror(rc));
+                                       call->what, res.error);
                         cq_log_warn("e2b: %s (attempt %d of %d)", errbuf,
                                     attempt + 1, attempts);
                         if (!last)
-                                e2b_backoff_sleep(e2b, attempt, 0);
+                                e2b_backoff_sleep(e2b, attempt, -1);
                         continue;
                 }
-                curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &call->status);
                 if (status_in(call->status, call->ok)) {
                         err = CQ_OK;
                         goto out;
                 }
-                e2b_reply_reason(&call->reply, reason, sizeof(reason));
+                e2b_reply_reason(&res.body, reason, sizeof(reason));
                 e2b_call_error(e2b, call, "could not %s: HTTP %ld: %s",
                                call->what, call->status, reason);
                 if (call->status == 401 || call->status == 403) {
@@ -366,11 +280,16 @@ cq_err_t e2b_call_run(cq_e2b_t *e2b, CURL *curl, struct call *call)
                 cq_log_warn("e2b: %s (attempt %d of %d)", errbuf, attempt + 1,
                             attempts);
                 if (!last)
-                        e2b_backoff_sleep(e2b, attempt, hdr.retry_after_s);
+                        e2b_backoff_sleep(e2b, attempt, res.retry_after_ms);
         }
         err = CQ_ERR_RETRIABLE;
 out:
         curl_slist_free_all(headers);
+        /* the last reply is the caller's */
+        cq_buf_release(&call->reply);
+        call->reply = res.body;
+        cq_buf_init(&res.body, 0);
+        cq_http_res_release(&res);
         return err;
 }
 

@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* e2b_int.h - what the files of the E2B backend share: the handle, the
- * fleet, one HTTP request (struct call) and the functions one file
- * calls in another. Not a public header. */
+ * fleet, one HTTP request with E2B's retry policy (struct call) and the
+ * functions one file calls in another. Not a public header. */
 #ifndef CODERQ_E2B_INT_H
 #define CODERQ_E2B_INT_H
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
 #include "coderq/common/buf.h"
 #include "coderq/e2b/e2b.h"
+#include "coderq/http/http.h"
 
 #define HOME_DIR      "/home/user"
 #define ENVD_PORT     49983
@@ -60,9 +60,11 @@ typedef struct cq_e2b {
         char context_id[ID_MAX];
         int64_t expires_ms;         /* our view of the TTL end, monotonic */
         int64_t next_extend_try_ms; /* owner thread only */
+        /* what no message may show: api_key, envd_token, traffic_token */
+        const char *secrets[3];
         /* owner thread only */
-        CURL *curl;
-        CURL *aux;        /* lifetime extensions while curl streams a cell */
+        cq_http_t *http;
+        cq_http_t *aux;   /* lifetime extensions while http streams a cell */
         json_t *snapshot; /* {relpath: "size|mtime"} at sandbox start */
         struct input_file *inputs;
         size_t ninputs;
@@ -110,30 +112,29 @@ struct call {
         char *errbuf;
         size_t errbuf_size;
         /* out */
-        long status;
+        long status; /* 0 when no whole reply came */
         cq_buf_t reply;
-        CURLcode curl_rc;     /* of the last attempt */
-        int should_retry;     /* Should-Retry of the last reply, or -1 */
-        long retry_after_s;   /* Retry-After of the last reply, or 0 */
-        char next_token[256]; /* X-Next-Token of the last reply */
+        CURLcode curl_rc;       /* of the last attempt */
+        int should_retry;       /* Should-Retry of the last reply, or -1 */
+        int64_t retry_after_ms; /* Retry-After of the last reply, or -1 */
+        char next_token[256];   /* X-Next-Token of the last reply */
 };
 
 /* e2b_err.c: error messages */
 
-void e2b_redact_all(const cq_e2b_t *e2b, char *s);
 CQ_PRINTF(2, 3) void e2b_set_error(cq_e2b_t *e2b, const char *fmt, ...);
+CQ_PRINTF(3, 4)
+void e2b_call_error(cq_e2b_t *e2b, struct call *call, const char *fmt, ...);
 
 /* e2b_http.c: requests */
 
 int e2b_dp_base(cq_e2b_t *e2b, int port, char *out, size_t size);
 struct curl_slist *
 e2b_make_headers(cq_e2b_t *e2b, enum plane plane, const char *ctype);
-void e2b_curl_common(CURL *curl, long timeout_ms);
-CQ_PRINTF(3, 4)
-void e2b_call_error(cq_e2b_t *e2b, struct call *call, const char *fmt, ...);
+cq_http_t *e2b_http_new(cq_e2b_t *e2b);
 void e2b_reply_reason(const cq_buf_t *reply, char *out, size_t size);
-void e2b_backoff_sleep(cq_e2b_t *e2b, int attempt, long retry_after_s);
-cq_err_t e2b_call_run(cq_e2b_t *e2b, CURL *curl, struct call *call);
+void e2b_backoff_sleep(cq_e2b_t *e2b, int attempt, int64_t retry_after_ms);
+cq_err_t e2b_call_run(cq_e2b_t *e2b, cq_http_t *http, struct call *call);
 extern const long e2b_ok_201[];
 extern const long e2b_ok_200[];
 extern const long e2b_ok_204[];
@@ -148,7 +149,7 @@ cq_err_t e2b_list_tagged(cq_e2b_t *e2b,
                          const char *value,
                          json_t **idsp);
 cq_err_t e2b_set_timeout_on(cq_e2b_t *e2b,
-                            CURL *curl,
+                            cq_http_t *http,
                             int timeout_s,
                             long *statusp,
                             char *errbuf,

@@ -5,7 +5,6 @@
  * sandbox of a handle with its snapshot and input files. */
 #include "coderq/e2b/e2b.h"
 
-#include <curl/curl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +53,7 @@ cq_err_t e2b_kill_sandbox(cq_e2b_t *e2b, const char *id)
         call.ok = e2b_ok_kill;
         call.attempts = e2b->max_attempts > KILL_ATTEMPTS ? KILL_ATTEMPTS
                                                           : e2b->max_attempts;
-        err = e2b_call_run(e2b, e2b->curl, &call);
+        err = e2b_call_run(e2b, e2b->http, &call);
         cq_buf_release(&call.reply);
         if (err != CQ_OK)
                 cq_log_warn("e2b: %s (sandbox %s may live until its TTL ends)",
@@ -140,7 +139,7 @@ cq_err_t e2b_list_tagged(cq_e2b_t *e2b,
         int page;
 
         snprintf(filter, sizeof(filter), "%s=%s", key, value);
-        meta = curl_easy_escape(e2b->curl, filter, 0);
+        meta = cq_http_escape(e2b->http, filter);
         if (!ids || !meta) {
                 e2b_set_error(e2b,
                               "could not list E2B sandboxes: out of memory");
@@ -151,8 +150,8 @@ cq_err_t e2b_list_tagged(cq_e2b_t *e2b,
                 json_t *doc;
                 size_t i;
 
-                curl_free(tok);
-                tok = token[0] ? curl_easy_escape(e2b->curl, token, 0) : NULL;
+                free(tok);
+                tok = token[0] ? cq_http_escape(e2b->http, token) : NULL;
                 snprintf(url, sizeof(url),
                          "%s/v2/sandboxes?metadata=%s&state=running%%2Cpaused"
                          "&limit=100%s%s",
@@ -163,7 +162,7 @@ cq_err_t e2b_list_tagged(cq_e2b_t *e2b,
                 call.method = "GET";
                 call.url = url;
                 call.ok = ok;
-                err = e2b_call_run(e2b, e2b->curl, &call);
+                err = e2b_call_run(e2b, e2b->http, &call);
                 if (err != CQ_OK) {
                         cq_buf_release(&call.reply);
                         goto out;
@@ -201,8 +200,8 @@ cq_err_t e2b_list_tagged(cq_e2b_t *e2b,
         ids = NULL;
         err = CQ_OK;
 out:
-        curl_free(tok);
-        curl_free(meta);
+        free(tok);
+        free(meta);
         json_decref(ids);
         return err;
 }
@@ -319,7 +318,7 @@ static cq_err_t create_sandbox(cq_e2b_t *e2b)
                 call.body_len = strlen(body);
                 call.ok = e2b_ok_201;
                 call.attempts = 1;
-                err = e2b_call_run(e2b, e2b->curl, &call);
+                err = e2b_call_run(e2b, e2b->http, &call);
                 free(body);
                 if (err == CQ_OK) {
                         e2b->lost = false;
@@ -366,7 +365,7 @@ static cq_err_t create_sandbox(cq_e2b_t *e2b)
                         break;
                 cq_log_warn("e2b: %s (attempt %d of %d)", e2b->errbuf,
                             attempt + 1, e2b->max_attempts);
-                e2b_backoff_sleep(e2b, attempt, call.retry_after_s);
+                e2b_backoff_sleep(e2b, attempt, call.retry_after_ms);
         }
         pthread_mutex_lock(&e2b->lock);
         e2b->pending[0] = '\0';
@@ -377,7 +376,7 @@ static cq_err_t create_sandbox(cq_e2b_t *e2b)
 /* Called with e2b->lock held. \p errbuf: from cq_e2b_keepalive(), which
  * must not touch the owner's error buffer. */
 cq_err_t e2b_set_timeout_on(cq_e2b_t *e2b,
-                            CURL *curl,
+                            cq_http_t *http,
                             int timeout_s,
                             long *statusp,
                             char *errbuf,
@@ -408,7 +407,7 @@ cq_err_t e2b_set_timeout_on(cq_e2b_t *e2b,
                 *statusp = 0;
                 return CQ_ERR_RETRIABLE;
         }
-        err = e2b_call_run(e2b, curl, &call);
+        err = e2b_call_run(e2b, http, &call);
         if (err == CQ_OK)
                 e2b->expires_ms = cq_now_ms() + (int64_t)timeout_s * 1000;
         *statusp = call.status;
@@ -434,7 +433,7 @@ cq_err_t e2b_maybe_extend(cq_e2b_t *e2b, int64_t cell_timeout_ms)
         if (want_ms > (int64_t)e2b->max_timeout_s * 1000)
                 want_ms = (int64_t)e2b->max_timeout_s * 1000;
         pthread_mutex_lock(&e2b->lock);
-        err = e2b_set_timeout_on(e2b, e2b->curl, (int)((want_ms + 999) / 1000),
+        err = e2b_set_timeout_on(e2b, e2b->http, (int)((want_ms + 999) / 1000),
                                  &status, NULL, 0, 0);
         pthread_mutex_unlock(&e2b->lock);
         if (status == 404) /* it expired: the caller starts another */
@@ -455,11 +454,11 @@ e2b_keepalive(cq_e2b_t *e2b, int attempts, char *errstr, size_t errstr_size)
         int64_t left_s;
         int timeout_s;
         cq_err_t err;
-        CURL *curl = curl_easy_init();
+        cq_http_t *http = e2b_http_new(e2b);
         char buf[512] = "";
         long status = 0;
 
-        if (!curl) {
+        if (!http) {
                 cq_errstr_set(errstr, errstr_size,
                               "could not extend E2B sandbox lifetime: "
                               "out of memory");
@@ -474,12 +473,12 @@ e2b_keepalive(cq_e2b_t *e2b, int attempts, char *errstr, size_t errstr_size)
         timeout_s = left_s > e2b->ttl_s ? (int)left_s : e2b->ttl_s;
         if (timeout_s > e2b->max_timeout_s)
                 timeout_s = e2b->max_timeout_s;
-        err = e2b_set_timeout_on(e2b, curl, timeout_s, &status, buf,
+        err = e2b_set_timeout_on(e2b, http, timeout_s, &status, buf,
                                  sizeof(buf), attempts);
         pthread_mutex_unlock(&e2b->lock);
         if (err != CQ_OK && errstr)
                 cq_errstr_set(errstr, errstr_size, "%s", buf);
-        curl_easy_cleanup(curl);
+        cq_http_destroy(&http);
         return err;
 }
 
@@ -523,7 +522,7 @@ static cq_err_t create_context(cq_e2b_t *e2b)
         call.body = body;
         call.body_len = sizeof(body) - 1;
         call.ok = e2b_ok_200;
-        err = e2b_call_run(e2b, e2b->curl, &call);
+        err = e2b_call_run(e2b, e2b->http, &call);
         if (err != CQ_OK)
                 goto out;
         doc = json_loadb(call.reply.data ? call.reply.data : "", call.reply.len,
@@ -560,7 +559,7 @@ cq_err_t e2b_restart_context(cq_e2b_t *e2b)
         call.method = "POST";
         call.url = url;
         call.ok = e2b_ok_200;
-        err = e2b_call_run(e2b, e2b->curl, &call);
+        err = e2b_call_run(e2b, e2b->http, &call);
         if (err == CQ_ERR_FATAL && call.status == 404)
                 err = create_context(e2b);
         cq_buf_release(&call.reply);
@@ -587,7 +586,7 @@ bool e2b_sandbox_alive(cq_e2b_t *e2b)
         call.url = url;
         call.ok = ok;
         call.attempts = 2;
-        err = e2b_call_run(e2b, e2b->curl, &call);
+        err = e2b_call_run(e2b, e2b->http, &call);
         cq_buf_release(&call.reply);
         return err == CQ_OK;
 }

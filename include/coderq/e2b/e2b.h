@@ -108,7 +108,7 @@ void cq_e2b_opts_from_config(cq_e2b_opts_t *opts, const cq_config_t *cfg);
  * @returns Caller owns the returned value; free with cq_interp_destroy().
  *          NULL on failure with \p errstr filled ("could not create E2B
  *          sandbox: HTTP 401: ..."); no sandbox is left behind.
- * @remark curl_global_init() must have run.
+ * @remark cq_http_global_init() (or curl_global_init()) must have run.
  * @locality Any thread; the handle then belongs to that thread, except for
  *           cq_interp_interrupt() and cq_e2b_keepalive().
  */
