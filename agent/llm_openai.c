@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* llm_openai.c - the Chat Completions wire format: the history is sent
  * verbatim, and the reply's choices[0].message is kept verbatim. The
- * transport (curl, retries, the limiter) is llm.c. */
+ * transport (retries, the limiter) is llm.c, over the HTTP client. */
 #include "coderq/agent/llm.h"
 
 #include <stdlib.h>
