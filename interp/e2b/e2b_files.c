@@ -12,22 +12,39 @@
 #include "coderq/common/util.h"
 #include "e2b_int.h"
 
+#define PATH_BUF 512 /* a home dir path; job file names are shorter */
+
+/* The envd URL of the file \p name in the home dir into \p url, its path
+ * into \p path (PATH_BUF bytes). 0, or -1 when out of memory. */
+static int
+file_url(cq_e2b_t *e2b, const char *name, char *path, char *url, size_t size)
+{
+        char base[512];
+        char *q;
+
+        snprintf(path, PATH_BUF, HOME_DIR "/%s", name);
+        q = cq_http_escape(e2b->http, path);
+        if (!q || e2b_dp_base(e2b, ENVD_PORT, base, sizeof(base)) != 0) {
+                free(q);
+                return -1;
+        }
+        snprintf(url, size, "%s/files?path=%s", base, q);
+        free(q);
+        return 0;
+}
+
 cq_err_t
 e2b_upload(cq_e2b_t *e2b, const char *name, const void *data, size_t len)
 {
         struct call call = {0};
-        char base[512], url[2048], path[512];
-        char *q = NULL;
+        char url[2048], path[PATH_BUF];
         curl_mime *mime = NULL;
         curl_mimepart *part;
         cq_err_t err = CQ_ERR_RETRIABLE;
 
-        snprintf(path, sizeof(path), HOME_DIR "/%s", name);
-        q = cq_http_escape(e2b->http, path);
         mime = cq_http_mime_new(e2b->http);
         part = mime ? curl_mime_addpart(mime) : NULL;
-        if (!q || !part ||
-            e2b_dp_base(e2b, ENVD_PORT, base, sizeof(base)) != 0 ||
+        if (file_url(e2b, name, path, url, sizeof(url)) != 0 || !part ||
             curl_mime_name(part, "file") != CURLE_OK ||
             curl_mime_filename(part, path) != CURLE_OK ||
             curl_mime_type(part, "application/octet-stream") != CURLE_OK ||
@@ -39,18 +56,13 @@ e2b_upload(cq_e2b_t *e2b, const char *name, const void *data, size_t len)
                 err = CQ_ERR_FATAL;
                 goto out;
         }
-        snprintf(url, sizeof(url), "%s/files?path=%s", base, q);
-        call.what = "e2b_upload a file to E2B sandbox";
-        call.plane = PLANE_ENVD;
-        call.method = "POST";
-        call.url = url;
+        e2b_call_init(&call, "e2b_upload a file to E2B sandbox", PLANE_ENVD,
+                      "POST", url, e2b_ok_200);
         call.mime = mime;
-        call.ok = e2b_ok_200;
         err = e2b_call_run(e2b, e2b->http, &call);
 out:
         cq_buf_release(&call.reply);
         curl_mime_free(mime);
-        free(q);
         return err;
 }
 
@@ -108,23 +120,16 @@ download(cq_e2b_t *e2b, const char *name, size_t max, cq_buf_t *out)
 {
         static const long ok[] = {200, 0};
         struct call call = {0};
-        char base[512], url[2048], path[512];
-        char *q = NULL;
+        char url[2048], path[PATH_BUF];
         cq_err_t err = CQ_ERR_FATAL;
 
-        snprintf(path, sizeof(path), HOME_DIR "/%s", name);
-        q = cq_http_escape(e2b->http, path);
-        if (!q || e2b_dp_base(e2b, ENVD_PORT, base, sizeof(base)) != 0) {
+        if (file_url(e2b, name, path, url, sizeof(url)) != 0) {
                 e2b_set_error(e2b, "could not read \"%s\": out of memory",
                               name);
                 goto out;
         }
-        snprintf(url, sizeof(url), "%s/files?path=%s", base, q);
-        call.what = "read a file from E2B sandbox";
-        call.plane = PLANE_ENVD;
-        call.method = "GET";
-        call.url = url;
-        call.ok = ok;
+        e2b_call_init(&call, "read a file from E2B sandbox", PLANE_ENVD, "GET",
+                      url, ok);
         call.max_reply = max ? max : 1;
         err = e2b_call_run(e2b, e2b->http, &call);
         if (err == CQ_ERR_TOO_LARGE)
@@ -139,7 +144,6 @@ download(cq_e2b_t *e2b, const char *name, size_t max, cq_buf_t *out)
         }
 out:
         cq_buf_release(&call.reply);
-        free(q);
         return err;
 }
 
@@ -201,14 +205,9 @@ cq_err_t e2b_list_files(cq_e2b_t *e2b, json_t **listp)
         if (e2b_dp_base(e2b, ENVD_PORT, base, sizeof(base)) != 0)
                 return CQ_ERR_FATAL;
         snprintf(url, sizeof(url), "%s/filesystem.Filesystem/ListDir", base);
-        call.what = "list files of E2B sandbox";
-        call.plane = PLANE_ENVD;
-        call.method = "POST";
-        call.url = url;
-        call.ctype = "application/json";
-        call.body = body;
-        call.body_len = sizeof(body) - 1;
-        call.ok = e2b_ok_200;
+        e2b_call_init(&call, "list files of E2B sandbox", PLANE_ENVD, "POST",
+                      url, e2b_ok_200);
+        e2b_call_json(&call, body);
         err = e2b_call_run(e2b, e2b->http, &call);
         if (err != CQ_OK)
                 goto out;

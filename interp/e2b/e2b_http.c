@@ -131,6 +131,32 @@ cq_http_t *e2b_http_new(cq_e2b_t *e2b)
         return cq_http_new(&conf, NULL, 0);
 }
 
+/* Set \p call up, from zero, as a \p method of \p url on \p plane that
+ * succeeds with a status of \p ok; every string is borrowed. */
+void e2b_call_init(struct call *call,
+                   const char *what,
+                   enum plane plane,
+                   const char *method,
+                   const char *url,
+                   const long *ok)
+{
+        memset(call, 0, sizeof(*call));
+        call->what = what;
+        call->plane = plane;
+        call->method = method;
+        call->url = url;
+        call->ok = ok;
+}
+
+/* Give \p call, set up by e2b_call_init(), the JSON text \p body
+ * (borrowed). */
+void e2b_call_json(struct call *call, const char *body)
+{
+        call->ctype = "application/json";
+        call->body = body;
+        call->body_len = strlen(body);
+}
+
 static bool status_in(long status, const long *ok)
 {
         for (; *ok; ok++)

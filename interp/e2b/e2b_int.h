@@ -132,6 +132,13 @@ int e2b_dp_base(cq_e2b_t *e2b, int port, char *out, size_t size);
 struct curl_slist *
 e2b_make_headers(cq_e2b_t *e2b, enum plane plane, const char *ctype);
 cq_http_t *e2b_http_new(cq_e2b_t *e2b);
+void e2b_call_init(struct call *call,
+                   const char *what,
+                   enum plane plane,
+                   const char *method,
+                   const char *url,
+                   const long *ok);
+void e2b_call_json(struct call *call, const char *body);
 void e2b_reply_reason(const cq_buf_t *reply, char *out, size_t size);
 void e2b_backoff_sleep(cq_e2b_t *e2b, int attempt, int64_t retry_after_ms);
 cq_err_t e2b_call_run(cq_e2b_t *e2b, cq_http_t *http, struct call *call);

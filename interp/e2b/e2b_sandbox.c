@@ -46,11 +46,8 @@ cq_err_t e2b_kill_sandbox(cq_e2b_t *e2b, const char *id)
         cq_err_t err;
 
         snprintf(url, sizeof(url), "%s/sandboxes/%s", e2b->api_url, id);
-        call.what = "kill E2B sandbox";
-        call.plane = PLANE_API;
-        call.method = "DELETE";
-        call.url = url;
-        call.ok = e2b_ok_kill;
+        e2b_call_init(&call, "kill E2B sandbox", PLANE_API, "DELETE", url,
+                      e2b_ok_kill);
         call.attempts = e2b->max_attempts > KILL_ATTEMPTS ? KILL_ATTEMPTS
                                                           : e2b->max_attempts;
         err = e2b_call_run(e2b, e2b->http, &call);
@@ -59,6 +56,20 @@ cq_err_t e2b_kill_sandbox(cq_e2b_t *e2b, const char *id)
                 cq_log_warn("e2b: %s (sandbox %s may live until its TTL ends)",
                             e2b->errbuf, id);
         return err;
+}
+
+/* Kill the handle's sandbox, which failed to start, and forget it; the
+ * error that made it fail stays the handle's. */
+static void drop_sandbox(cq_e2b_t *e2b)
+{
+        char saved[sizeof(e2b->errbuf)];
+
+        memcpy(saved, e2b->errbuf, sizeof(saved));
+        (void)e2b_kill_sandbox(e2b, e2b->sandbox_id);
+        memcpy(e2b->errbuf, saved, sizeof(saved));
+        pthread_mutex_lock(&e2b->lock);
+        e2b->sandbox_id[0] = '\0';
+        pthread_mutex_unlock(&e2b->lock);
 }
 
 /* Parse the Sandbox body of a 201 and adopt it. */
@@ -157,11 +168,8 @@ cq_err_t e2b_list_tagged(cq_e2b_t *e2b,
                          "&limit=100%s%s",
                          e2b->api_url, meta, tok ? "&nextToken=" : "",
                          tok ? tok : "");
-                call.what = "list E2B sandboxes";
-                call.plane = PLANE_API;
-                call.method = "GET";
-                call.url = url;
-                call.ok = ok;
+                e2b_call_init(&call, "list E2B sandboxes", PLANE_API, "GET",
+                              url, ok);
                 err = e2b_call_run(e2b, e2b->http, &call);
                 if (err != CQ_OK) {
                         cq_buf_release(&call.reply);
@@ -309,14 +317,9 @@ static cq_err_t create_sandbox(cq_e2b_t *e2b)
                 }
                 snprintf(url, sizeof(url), "%s%s", e2b->api_url,
                          e2b->create_path);
-                call.what = "create E2B sandbox";
-                call.plane = PLANE_API;
-                call.method = "POST";
-                call.url = url;
-                call.ctype = "application/json";
-                call.body = body;
-                call.body_len = strlen(body);
-                call.ok = e2b_ok_201;
+                e2b_call_init(&call, "create E2B sandbox", PLANE_API, "POST",
+                              url, e2b_ok_201);
+                e2b_call_json(&call, body);
                 call.attempts = 1;
                 err = e2b_call_run(e2b, e2b->http, &call);
                 free(body);
@@ -325,14 +328,7 @@ static cq_err_t create_sandbox(cq_e2b_t *e2b)
                         err = adopt_sandbox(e2b, &call.reply);
                         cq_buf_release(&call.reply);
                         if (err != CQ_OK && e2b->sandbox_id[0]) {
-                                char saved[sizeof(e2b->errbuf)];
-
-                                memcpy(saved, e2b->errbuf, sizeof(saved));
-                                (void)e2b_kill_sandbox(e2b, e2b->sandbox_id);
-                                memcpy(e2b->errbuf, saved, sizeof(saved));
-                                pthread_mutex_lock(&e2b->lock);
-                                e2b->sandbox_id[0] = '\0';
-                                pthread_mutex_unlock(&e2b->lock);
+                                drop_sandbox(e2b);
                         } else if (err == CQ_OK) {
                                 pthread_mutex_lock(&e2b->lock);
                                 snprintf(e2b->nonce, sizeof(e2b->nonce), "%s",
@@ -390,14 +386,9 @@ cq_err_t e2b_set_timeout_on(cq_e2b_t *e2b,
         snprintf(url, sizeof(url), "%s/sandboxes/%s/timeout", e2b->api_url,
                  e2b->sandbox_id);
         snprintf(body, sizeof(body), "{\"timeout\":%d}", timeout_s);
-        call.what = "extend E2B sandbox lifetime";
-        call.plane = PLANE_API;
-        call.method = "POST";
-        call.url = url;
-        call.ctype = "application/json";
-        call.body = body;
-        call.body_len = strlen(body);
-        call.ok = e2b_ok_204;
+        e2b_call_init(&call, "extend E2B sandbox lifetime", PLANE_API, "POST",
+                      url, e2b_ok_204);
+        e2b_call_json(&call, body);
         call.errbuf = errbuf;
         call.errbuf_size = errbuf_size;
         call.attempts = attempts;
@@ -514,14 +505,9 @@ static cq_err_t create_context(cq_e2b_t *e2b)
                 return CQ_ERR_FATAL;
         }
         snprintf(url, sizeof(url), "%s/contexts", base);
-        call.what = "create kernel context in E2B sandbox";
-        call.plane = PLANE_CI_NOTOKEN;
-        call.method = "POST";
-        call.url = url;
-        call.ctype = "application/json";
-        call.body = body;
-        call.body_len = sizeof(body) - 1;
-        call.ok = e2b_ok_200;
+        e2b_call_init(&call, "create kernel context in E2B sandbox",
+                      PLANE_CI_NOTOKEN, "POST", url, e2b_ok_200);
+        e2b_call_json(&call, body);
         err = e2b_call_run(e2b, e2b->http, &call);
         if (err != CQ_OK)
                 goto out;
@@ -554,11 +540,8 @@ cq_err_t e2b_restart_context(cq_e2b_t *e2b)
                 return CQ_ERR_FATAL;
         snprintf(url, sizeof(url), "%s/contexts/%s/restart", base,
                  e2b->context_id);
-        call.what = "restart kernel context in E2B sandbox";
-        call.plane = PLANE_CI_NOTOKEN;
-        call.method = "POST";
-        call.url = url;
-        call.ok = e2b_ok_200;
+        e2b_call_init(&call, "restart kernel context in E2B sandbox",
+                      PLANE_CI_NOTOKEN, "POST", url, e2b_ok_200);
         err = e2b_call_run(e2b, e2b->http, &call);
         if (err == CQ_ERR_FATAL && call.status == 404)
                 err = create_context(e2b);
@@ -580,11 +563,8 @@ bool e2b_sandbox_alive(cq_e2b_t *e2b)
         if (e2b_dp_base(e2b, ENVD_PORT, base, sizeof(base)) != 0)
                 return false;
         snprintf(url, sizeof(url), "%s/health", base);
-        call.what = "check E2B sandbox health";
-        call.plane = PLANE_ENVD;
-        call.method = "GET";
-        call.url = url;
-        call.ok = ok;
+        e2b_call_init(&call, "check E2B sandbox health", PLANE_ENVD, "GET", url,
+                      ok);
         call.attempts = 2;
         err = e2b_call_run(e2b, e2b->http, &call);
         cq_buf_release(&call.reply);
@@ -619,14 +599,7 @@ cq_err_t e2b_start_sandbox(cq_e2b_t *e2b)
         if (err == CQ_OK)
                 err = e2b_list_files(e2b, &snap);
         if (err != CQ_OK) {
-                char saved[sizeof(e2b->errbuf)];
-
-                memcpy(saved, e2b->errbuf, sizeof(saved));
-                (void)e2b_kill_sandbox(e2b, e2b->sandbox_id);
-                memcpy(e2b->errbuf, saved, sizeof(saved));
-                pthread_mutex_lock(&e2b->lock);
-                e2b->sandbox_id[0] = '\0';
-                pthread_mutex_unlock(&e2b->lock);
+                drop_sandbox(e2b);
                 return err;
         }
         json_decref(e2b->snapshot);
