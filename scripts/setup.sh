@@ -95,4 +95,42 @@ if ! cmp -s "$req" "$venv/requirements.txt" 2>/dev/null; then
                 cq_die "pip could not install $req; see $CQ_CACHE_DIR/pip.log"
         cp "$req" "$venv/requirements.txt"
 fi
+# The Helm chart's checks (tests/check_deploy.py): helm, built from its Go
+# module at a pinned version into the cache folder (Go 1.26 or later:
+# helm 4's go.mod asks for it, and no other toolchain is fetched), and the
+# JSON Schemas of the custom resources it renders, from npm at the
+# versions of scripts/npm-tools/package-lock.json; kubernetes-validate
+# comes with the venv above. Each is redone only when its pin changes, so
+# a second run does nothing and needs no network.
+helm_version=v4.3.2
+helm_bin=$CQ_CACHE_DIR/go/bin/helm
+# `go install` leaves the release's patch level out of `helm version`:
+# the module version it was built from is what go reads back.
+go_bin=$(command -v go || echo /usr/local/go/bin/go)
+helm_built() {
+        [ -x "$go_bin" ] && [ -x "$helm_bin" ] &&
+                "$go_bin" version -m "$helm_bin" 2>/dev/null |
+                awk '$1 == "mod" { print $3 }'
+}
+if [ "$(helm_built)" != "$helm_version" ]; then
+        [ -x "$go_bin" ] ||
+                cq_die "helm $helm_version is built with Go 1.26 or later, which is not installed"
+        cq_say "building helm $helm_version with $("$go_bin" env GOVERSION) into ${helm_bin%/*}"
+        mkdir -p "${helm_bin%/*}"
+        GOBIN=${helm_bin%/*} GOTOOLCHAIN=local \
+                "$go_bin" install "helm.sh/helm/v4/cmd/helm@$helm_version" \
+                >"$CQ_CACHE_DIR/helm-build.log" 2>&1 ||
+                cq_die "could not build helm; see $CQ_CACHE_DIR/helm-build.log"
+fi
+npm_dir=$CQ_CACHE_DIR/npm
+npm_lock=$CQ_ROOT/scripts/npm-tools/package-lock.json
+if ! cmp -s "$npm_lock" "$npm_dir/.tools-lock.json" 2>/dev/null; then
+        cq_say "installing the custom resources' schemas (npm) into $npm_dir"
+        mkdir -p "$npm_dir"
+        cp "$CQ_ROOT/scripts/npm-tools/package.json" "$npm_lock" "$npm_dir/"
+        (cd "$npm_dir" && npm ci --no-audit --no-fund --cache "$npm_dir" \
+                --loglevel=error) >"$CQ_CACHE_DIR/npm-tools.log" 2>&1 ||
+                cq_die "npm could not install scripts/npm-tools; see $CQ_CACHE_DIR/npm-tools.log"
+        cp "$npm_lock" "$npm_dir/.tools-lock.json"
+fi
 cq_say "setup complete"

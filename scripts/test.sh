@@ -12,7 +12,7 @@
 # are no-ops and the builds only recompile what changed.
 #
 # Skips: a suite that cannot run a test here (node and npm absent,
-# bubblewrap not working, no chromium, no prometheus, no oracles venv, not root) exits 77 and CTest
+# bubblewrap not working, no chromium, no prometheus, no oracles venv, no helm, not root) exits 77 and CTest
 # shows it as skipped. This script first finds out what the machine has
 # and exports it as CQ_REQUIRE (e.g. "node,bwrap,chromium,prometheus,root"; a
 # CQ_REQUIRE already set is kept, "all" forbids every skip): a suite that
@@ -107,6 +107,8 @@ if [ -z "${CQ_REQUIRE+set}" ]; then
                 have+=(prometheus)
         # the tests' oracles from PyPI (setup.sh's venv)
         [ -x "$CQ_CACHE_DIR/venv/bin/python" ] && have+=(oracles)
+        # helm, built by setup.sh: check_deploy's chart checks
+        [ -x "$CQ_CACHE_DIR/go/bin/helm" ] && have+=(helm)
         # root: tests that switch kernel uids (a uid per kernel)
         [ "$(id -u)" -eq 0 ] && have+=(root)
         CQ_REQUIRE=$(IFS=,; echo "${have[*]}")
