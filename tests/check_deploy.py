@@ -218,7 +218,8 @@ def expect_common(objects):
           == ["migrate"], "the hook Job does not run coderq migrate")
     one(objects, "PodDisruptionBudget")
     one(objects, "NetworkPolicy")
-    one(objects, "Service")
+    check(one(objects, "Service")["spec"]["publishNotReadyAddresses"],
+          "unready workers would not be scraped")
     return dep, pod, worker, env
 
 
