@@ -29,6 +29,7 @@ cq_services() {
                         CODERQ_KAFKA_PORT="$CQ_KAFKA_PORT" \
                         ${CODERQ_KAFKA_SSL_PORT:+CODERQ_KAFKA_SSL_PORT="$CODERQ_KAFKA_SSL_PORT"} \
                         ${CODERQ_KAFKA_SASL_PORT:+CODERQ_KAFKA_SASL_PORT="$CODERQ_KAFKA_SASL_PORT"} \
+                        ${CODERQ_KAFKA_CLUSTER_PORT:+CODERQ_KAFKA_CLUSTER_PORT="$CODERQ_KAFKA_CLUSTER_PORT"} \
                         ${CODERQ_SERVICES_SECURE:+CODERQ_SERVICES_SECURE="$CODERQ_SERVICES_SECURE"} \
                         CODERQ_RUNTIME_DIR="$CQ_RUN_DIR" \
                         CODERQ_CACHE_DIR="$CQ_CACHE_DIR" \

@@ -14,12 +14,21 @@
 # restart-kafka and restart-pg keep it. env --secure prints the client
 # settings for it.
 #
+# start --cluster adds three KRaft nodes beside the single broker
+# (services/kafka-cluster.sh; kill-broker N, start-broker N and leader
+# TOPIC [PARTITION] act on them). The flag makes start and stop act on the
+# cluster only; plain stop stops everything. env --cluster prints the
+# cluster's bootstrap list in place of the single broker's.
+#
 # Variables: CODERQ_RUNTIME_DIR (default .run), CODERQ_PG_PORT (25432),
 # CODERQ_KAFKA_PORT (29092; the controller listens on the next port),
 # CODERQ_KAFKA_SSL_PORT (CODERQ_KAFKA_PORT + 3) and CODERQ_KAFKA_SASL_PORT
-# (CODERQ_KAFKA_PORT + 4) for the secure listeners.
+# (CODERQ_KAFKA_PORT + 4) for the secure listeners,
+# and CODERQ_KAFKA_CLUSTER_PORT (29111: nodes 1-3 on it and the next two
+# ports, their controllers 10 above).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/services/kafka-cluster.sh"
 
 PG_DIR=$CQ_RUN_DIR/pg
 K_DIR=$CQ_RUN_DIR/kafka
@@ -243,13 +252,84 @@ pid_alive() {
         [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
 
-kafka_pid() {
+# kafka_node_pid DIR: the live broker whose pid DIR/broker.pid holds.
+kafka_node_pid() {
         local pid
-        [ -f "$K_DIR/broker.pid" ] || return 1
-        pid=$(cat "$K_DIR/broker.pid")
+        [ -f "$1/broker.pid" ] || return 1
+        pid=$(cat "$1/broker.pid")
         pid_alive "$pid" || return 1
         grep -q 'kafka.Kafka' "/proc/$pid/cmdline" 2>/dev/null || return 1
         echo "$pid"
+}
+
+kafka_pid() { kafka_node_pid "$K_DIR"; }
+
+# kafka_node_launch DIR: start the broker of DIR/server.properties in the
+# background, its output appended to DIR/broker.log; returns once
+# DIR/broker.pid names it (readiness is the caller's to wait for).
+kafka_node_launch() {
+        local dir=$1 deadline=$((SECONDS + 30))
+        # setsid: the broker must not die with the shell that started it.
+        # setsid forks when it is a process group leader (under job
+        # control), so $! may not be the broker: the shell that becomes
+        # java writes its own pid.
+        rm -f "$dir/broker.pid"
+        setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' bash "$dir/broker.pid" \
+                java -Xms256m -Xmx512m -XX:+UseSerialGC -Djava.awt.headless=true \
+                -Dorg.slf4j.simpleLogger.defaultLogLevel=info \
+                -Dorg.slf4j.simpleLogger.showDateTime=true \
+                -cp "$CQ_KAFKA_LIBS/*" kafka.Kafka "$dir/server.properties" \
+                >>"$dir/broker.log" 2>&1 </dev/null &
+        while [ ! -s "$dir/broker.pid" ] && [ "$SECONDS" -lt "$deadline" ]; do
+                sleep 0.05
+        done
+}
+
+# A fresh cluster id for a format.
+kafka_random_uuid() {
+        java -cp "$CQ_KAFKA_LIBS/*" kafka.tools.StorageTool random-uuid 2>/dev/null |
+                tail -n 1
+}
+
+# kafka_node_format DIR ID [ARG...]: format DIR/data for cluster ID (once;
+# a formatted log is kept).
+kafka_node_format() {
+        local dir=$1 id=$2
+        shift 2
+        [ -f "$dir/data/meta.properties" ] && return 0
+        java -cp "$CQ_KAFKA_LIBS/*" kafka.tools.StorageTool format "$@" \
+                -t "$id" -c "$dir/server.properties" >"$dir/format.log" 2>&1 ||
+                cq_die "could not format Kafka storage; see $dir/format.log"
+}
+
+# kafka_node_stop DIR NAME: TERM the broker of DIR (a controlled shutdown),
+# KILL it after 30 s.
+kafka_node_stop() {
+        local dir=$1 name=$2 pid i
+        pid=$(kafka_node_pid "$dir") || { rm -f "$dir/broker.pid"; return 0; }
+        cq_say "stopping $name"
+        kill -TERM "$pid" 2>/dev/null || true
+        for i in $(seq 1 120); do
+                pid_alive "$pid" || break
+                sleep 0.25
+        done
+        if pid_alive "$pid"; then
+                cq_say "$name did not stop within 30 s; killing it"
+                kafka_node_kill "$dir"
+        fi
+        rm -f "$dir/broker.pid"
+}
+
+# kafka_node_kill DIR: kill -9 the broker of DIR and wait until it is gone.
+kafka_node_kill() {
+        local pid i
+        pid=$(kafka_node_pid "$1") || { rm -f "$1/broker.pid"; return 0; }
+        kill -KILL "$pid" 2>/dev/null || true
+        for i in $(seq 1 50); do
+                pid_alive "$pid" || break
+                sleep 0.1
+        done
+        rm -f "$1/broker.pid"
 }
 
 # Ready means a metadata request answered with our broker in it. A closed
@@ -373,31 +453,13 @@ sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 CONF
         fi
-        local cp="$CQ_KAFKA_LIBS/*"
         if [ ! -f "$K_DIR/data/meta.properties" ]; then
                 cq_say "formatting Kafka storage (KRaft, standalone)"
-                local id
-                id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
-                java -cp "$cp" kafka.tools.StorageTool format --standalone \
-                        -t "$id" -c "$K_DIR/server.properties" >"$K_DIR/format.log" 2>&1 ||
-                        cq_die "could not format Kafka storage; see $K_DIR/format.log"
+                kafka_node_format "$K_DIR" "$(kafka_random_uuid)" --standalone
         fi
         cq_say "starting Kafka $CQ_KAFKA_VERSION on $BROKERS"
-        # setsid: the broker must not die with the shell that started it.
-        # setsid forks when it is a process group leader (under job
-        # control), so $! may not be the broker: the shell that becomes
-        # java writes its own pid.
-        rm -f "$K_DIR/broker.pid"
-        setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' bash "$K_DIR/broker.pid" \
-                java -Xms256m -Xmx512m -XX:+UseSerialGC -Djava.awt.headless=true \
-                -Dorg.slf4j.simpleLogger.defaultLogLevel=info \
-                -Dorg.slf4j.simpleLogger.showDateTime=true \
-                -cp "$cp" kafka.Kafka "$K_DIR/server.properties" \
-                >>"$K_DIR/broker.log" 2>&1 </dev/null &
         local deadline=$((SECONDS + 90))
-        while [ ! -s "$K_DIR/broker.pid" ] && [ "$SECONDS" -lt "$deadline" ]; do
-                sleep 0.05
-        done
+        kafka_node_launch "$K_DIR"
         while [ "$SECONDS" -lt "$deadline" ]; do
                 if kafka_ready; then
                         # not "secure_on && …": its status would be the
@@ -411,25 +473,7 @@ CONF
         cq_die "Kafka did not answer a metadata request in 90 s; see $K_DIR/broker.log"
 }
 
-kafka_stop() {
-        local pid i
-        pid=$(kafka_pid) || { rm -f "$K_DIR/broker.pid"; return 0; }
-        cq_say "stopping Kafka"
-        kill -TERM "$pid" 2>/dev/null || true
-        for i in $(seq 1 120); do
-                pid_alive "$pid" || break
-                sleep 0.25
-        done
-        if pid_alive "$pid"; then
-                cq_say "Kafka did not stop within 30 s; killing it"
-                kill -KILL "$pid" 2>/dev/null || true
-                for i in $(seq 1 20); do
-                        pid_alive "$pid" || break
-                        sleep 0.1
-                done
-        fi
-        rm -f "$K_DIR/broker.pid"
-}
+kafka_stop() { kafka_node_stop "$K_DIR" Kafka; }
 
 status() {
         local rc=0
@@ -446,22 +490,40 @@ status() {
                 echo "kafka: stopped"
                 rc=3
         fi
+        # the replicated services, when they were ever started
+        kc_status
         return $rc
 }
 
 verb=${1:-}
 shift || true
 secure=0
+cluster=0
+args=()
 [ "${CODERQ_SERVICES_SECURE:-0}" = 1 ] && secure=1
 for arg in "$@"; do
         case $arg in
         --secure) secure=1 ;;
-        *)
+        --cluster) cluster=1 ;;
+        -*)
                 echo "$0: unknown option $arg" >&2
                 exit 2
                 ;;
+        *) args+=("$arg") ;;
         esac
 done
+case $verb in
+kill-broker | start-broker | leader) ;;
+*)
+        if [ "${#args[@]}" -gt 0 ]; then
+                echo "$0: $verb takes no argument ${args[0]}" >&2
+                exit 2
+        fi
+        ;;
+esac
+if [ "$secure" -eq 1 ] && [ "$verb" != env ] && [ "$cluster" -eq 1 ]; then
+        cq_die "--secure is for the single broker and PostgreSQL, not --cluster"
+fi
 if [ "$secure" -eq 1 ]; then
         case $verb in
         start | start-pg | start-kafka | restart-pg | restart-kafka)
@@ -476,16 +538,24 @@ fi
 case "$verb" in
 start)
         [ "$(id -u)" -eq 0 ] || cq_die "services.sh start needs root (it runs PostgreSQL as $PG_USER)"
-        pg_start
-        kafka_start
+        # --cluster starts only the cluster, beside the single services,
+        # which stay as they are
+        if [ "$cluster" -eq 0 ]; then
+                pg_start
+                kafka_start
+        fi
+        if [ "$cluster" -eq 1 ]; then kc_start; fi
         status
         ;;
 start-pg) pg_start ;;
 start-kafka) kafka_start ;;
 stop)
-        kafka_stop
-        pg_stop
-        rm -f "$SEC_DIR/enabled"
+        kc_stop
+        if [ "$cluster" -eq 0 ]; then
+                kafka_stop
+                pg_stop
+                rm -f "$SEC_DIR/enabled"
+        fi
         ;;
 stop-pg) pg_stop ;;
 stop-kafka) kafka_stop ;;
@@ -497,11 +567,20 @@ restart-pg)
         pg_stop
         pg_start
         ;;
+kill-broker) kc_kill "${args[0]:-}" ;;
+start-broker) kc_start_node "${args[0]:-}" ;;
+leader) kc_leader "${args[0]:-}" "${args[1]:-0}" ;;
 status) status ;;
 env)
         if [ "$secure" -eq 1 ]; then
-                secure_client_properties
                 echo "export CODERQ_PG_DSN='$DSN?sslmode=verify-full&sslrootcert=$SEC_DIR/ca.pem'"
+        else
+                echo "export CODERQ_PG_DSN='$DSN'"
+        fi
+        if [ "$cluster" -eq 1 ]; then
+                kc_env
+        elif [ "$secure" -eq 1 ]; then
+                secure_client_properties
                 echo "export CODERQ_KAFKA_BROKERS='127.0.0.1:$SASL_PORT'"
                 echo "export CODERQ_KAFKA_PROP_SECURITY_PROTOCOL='SASL_SSL'"
                 echo "export CODERQ_KAFKA_PROP_SASL_MECHANISM='SCRAM-SHA-512'"
@@ -513,7 +592,6 @@ env)
                 echo "# the same Kafka settings as a file: CODERQ_KAFKA_PROPERTIES='$SEC_DIR/client.properties'"
                 echo "# the SSL listener (no SASL): 127.0.0.1:$SSL_PORT; a CA that signed nothing: $SEC_DIR/other-ca.pem"
         else
-                echo "export CODERQ_PG_DSN='$DSN'"
                 echo "export CODERQ_KAFKA_BROKERS='$BROKERS'"
         fi
         # the ports, so that tests restarting a service reach these ones
@@ -521,7 +599,7 @@ env)
         echo "export CODERQ_KAFKA_PORT='$CQ_KAFKA_PORT'"
         ;;
 *)
-        echo "usage: $0 start|stop|status|env [--secure] (also start-pg, start-kafka, stop-pg, stop-kafka, restart-pg, restart-kafka)" >&2
+        echo "usage: $0 start|stop|status|env [--secure | --cluster] (also start-pg, start-kafka, stop-pg, stop-kafka, restart-pg, restart-kafka; kill-broker N, start-broker N, leader TOPIC [PARTITION])" >&2
         exit 2
         ;;
 esac
