@@ -16,19 +16,23 @@
 #
 # start --cluster adds three KRaft nodes beside the single broker
 # (services/kafka-cluster.sh; kill-broker N, start-broker N and leader
-# TOPIC [PARTITION] act on them). The flag makes start and stop act on the
-# cluster only; plain stop stops everything. env --cluster prints the
-# cluster's bootstrap list in place of the single broker's.
+# TOPIC [PARTITION] act on them), start --pg-standby a PostgreSQL primary
+# with a synchronous standby beside the main server
+# (services/pg-pair.sh; pg-failover, pg-rebuild). Either flag makes
+# start and stop act on those only; plain stop stops everything. env
+# with a flag prints that service's settings in place of the single one's.
 #
 # Variables: CODERQ_RUNTIME_DIR (default .run), CODERQ_PG_PORT (25432),
 # CODERQ_KAFKA_PORT (29092; the controller listens on the next port),
 # CODERQ_KAFKA_SSL_PORT (CODERQ_KAFKA_PORT + 3) and CODERQ_KAFKA_SASL_PORT
 # (CODERQ_KAFKA_PORT + 4) for the secure listeners,
-# and CODERQ_KAFKA_CLUSTER_PORT (29111: nodes 1-3 on it and the next two
-# ports, their controllers 10 above).
+# CODERQ_KAFKA_CLUSTER_PORT (29111: nodes 1-3 on it and the next two
+# ports, their controllers 10 above) and CODERQ_PG_PAIR_PORT (25434 and
+# the next port).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/services/kafka-cluster.sh"
+. "$(dirname "$0")/services/pg-pair.sh"
 
 PG_DIR=$CQ_RUN_DIR/pg
 K_DIR=$CQ_RUN_DIR/kafka
@@ -113,23 +117,38 @@ pg_ready() {
         out=$(psql "$DSN" -XAtqc 'select 1' 2>/dev/null) && [ "$out" = 1 ]
 }
 
-# The cluster's files must be reachable by the postgres account; a clone
-# under a private home (0700) is not, so the data then lives in /var/tmp
-# and the runtime folder holds a symlink to it.
+# pg_prepare_dir DIR [SUFFIX]: a folder of PostgreSQL's files (the main
+# cluster's, $PG_DIR, or the pair's), which the postgres account must
+# reach; a clone under a private home (0700) is not reachable, so the data
+# then lives in /var/tmp (coderq-pg-HASH, SUFFIX appended) and the runtime
+# folder holds a symlink to it.
 pg_prepare_dir() {
+        local dir=$1 suffix=${2:-}
         mkdir -p "$CQ_RUN_DIR"
-        if [ -e "$PG_DIR" ]; then
+        if [ -e "$dir" ]; then
                 return
         fi
-        mkdir -p "$PG_DIR"
-        chown "$PG_USER:" "$PG_DIR"
-        if ! pg_as test -w "$PG_DIR"; then
-                rmdir "$PG_DIR"
+        mkdir -p "$dir"
+        chown "$PG_USER:" "$dir"
+        if ! pg_as test -w "$dir"; then
+                rmdir "$dir"
                 local alt
-                alt=/var/tmp/coderq-pg-$(printf '%s' "$CQ_RUN_DIR" | sha256sum | cut -c1-12)
+                alt=/var/tmp/coderq-pg-$(printf '%s' "$CQ_RUN_DIR" | sha256sum | cut -c1-12)$suffix
                 mkdir -p "$alt"
                 chown "$PG_USER:" "$alt"
-                ln -s "$alt" "$PG_DIR"
+                ln -s "$alt" "$dir"
+        fi
+}
+
+# pg_bootstrap PORT: the role and database of coderq on the server at PORT
+# (superuser: migrations create the pg_trgm extension).
+pg_bootstrap() {
+        local admin="postgresql://postgres@127.0.0.1:$1/postgres"
+        if ! psql "$admin" -XAtqc "select 1 from pg_roles where rolname='coderq'" | grep -q 1; then
+                psql "$admin" -Xqc "create role coderq login superuser" >/dev/null
+        fi
+        if ! psql "$admin" -XAtqc "select 1 from pg_database where datname='coderq'" | grep -q 1; then
+                psql "$admin" -Xqc "create database coderq owner coderq" >/dev/null
         fi
 }
 
@@ -176,7 +195,7 @@ pg_start() {
         if ! pg_running && (exec 3<>"/dev/tcp/127.0.0.1/$CQ_PG_PORT") 2>/dev/null; then
                 cq_die "port $CQ_PG_PORT is taken by another process; choose another CODERQ_PG_PORT"
         fi
-        pg_prepare_dir
+        pg_prepare_dir "$PG_DIR"
         if [ ! -f "$PG_DIR/data/PG_VERSION" ]; then
                 cq_say "initialising PostgreSQL cluster in $PG_DIR/data"
                 rm -rf "$PG_DIR/data"
@@ -199,15 +218,7 @@ CONF
         # initialised with another one.
         pg_as "$CQ_PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" \
                 -o "-p $CQ_PG_PORT" -w -t 60 start >/dev/null
-        # Role and database for coderq (superuser: migrations create the
-        # pg_trgm extension).
-        local admin="postgresql://postgres@127.0.0.1:$CQ_PG_PORT/postgres"
-        if ! psql "$admin" -XAtqc "select 1 from pg_roles where rolname='coderq'" | grep -q 1; then
-                psql "$admin" -Xqc "create role coderq login superuser" >/dev/null
-        fi
-        if ! psql "$admin" -XAtqc "select 1 from pg_database where datname='coderq'" | grep -q 1; then
-                psql "$admin" -Xqc "create database coderq owner coderq" >/dev/null
-        fi
+        pg_bootstrap "$CQ_PG_PORT"
         local i
         for i in $(seq 1 100); do
                 if pg_ready; then
@@ -492,6 +503,7 @@ status() {
         fi
         # the replicated services, when they were ever started
         kc_status
+        pp_status
         return $rc
 }
 
@@ -499,12 +511,14 @@ verb=${1:-}
 shift || true
 secure=0
 cluster=0
+pair=0
 args=()
 [ "${CODERQ_SERVICES_SECURE:-0}" = 1 ] && secure=1
 for arg in "$@"; do
         case $arg in
         --secure) secure=1 ;;
         --cluster) cluster=1 ;;
+        --pg-standby) pair=1 ;;
         -*)
                 echo "$0: unknown option $arg" >&2
                 exit 2
@@ -521,8 +535,8 @@ kill-broker | start-broker | leader) ;;
         fi
         ;;
 esac
-if [ "$secure" -eq 1 ] && [ "$verb" != env ] && [ "$cluster" -eq 1 ]; then
-        cq_die "--secure is for the single broker and PostgreSQL, not --cluster"
+if [ "$secure" -eq 1 ] && [ "$verb" != env ] && [ $((cluster + pair)) -gt 0 ]; then
+        cq_die "--secure is for the single broker and PostgreSQL, not --cluster or --pg-standby"
 fi
 if [ "$secure" -eq 1 ]; then
         case $verb in
@@ -538,20 +552,22 @@ fi
 case "$verb" in
 start)
         [ "$(id -u)" -eq 0 ] || cq_die "services.sh start needs root (it runs PostgreSQL as $PG_USER)"
-        # --cluster starts only the cluster, beside the single services,
-        # which stay as they are
-        if [ "$cluster" -eq 0 ]; then
+        # --cluster and --pg-standby start only those, beside the single
+        # services, which stay as they are
+        if [ $((cluster + pair)) -eq 0 ]; then
                 pg_start
                 kafka_start
         fi
         if [ "$cluster" -eq 1 ]; then kc_start; fi
+        if [ "$pair" -eq 1 ]; then pp_start; fi
         status
         ;;
 start-pg) pg_start ;;
 start-kafka) kafka_start ;;
 stop)
-        kc_stop
-        if [ "$cluster" -eq 0 ]; then
+        if [ "$cluster" -eq 1 ] || [ "$pair" -eq 0 ]; then kc_stop; fi
+        if [ "$pair" -eq 1 ] || [ "$cluster" -eq 0 ]; then pp_stop; fi
+        if [ $((cluster + pair)) -eq 0 ]; then
                 kafka_stop
                 pg_stop
                 rm -f "$SEC_DIR/enabled"
@@ -570,9 +586,13 @@ restart-pg)
 kill-broker) kc_kill "${args[0]:-}" ;;
 start-broker) kc_start_node "${args[0]:-}" ;;
 leader) kc_leader "${args[0]:-}" "${args[1]:-0}" ;;
+pg-failover) pp_failover ;;
+pg-rebuild) pp_start rebuild ;;
 status) status ;;
 env)
-        if [ "$secure" -eq 1 ]; then
+        if [ "$pair" -eq 1 ]; then
+                pp_env
+        elif [ "$secure" -eq 1 ]; then
                 echo "export CODERQ_PG_DSN='$DSN?sslmode=verify-full&sslrootcert=$SEC_DIR/ca.pem'"
         else
                 echo "export CODERQ_PG_DSN='$DSN'"
@@ -599,7 +619,7 @@ env)
         echo "export CODERQ_KAFKA_PORT='$CQ_KAFKA_PORT'"
         ;;
 *)
-        echo "usage: $0 start|stop|status|env [--secure | --cluster] (also start-pg, start-kafka, stop-pg, stop-kafka, restart-pg, restart-kafka; kill-broker N, start-broker N, leader TOPIC [PARTITION])" >&2
+        echo "usage: $0 start|stop|status|env [--secure | --cluster | --pg-standby] (also start-pg, start-kafka, stop-pg, stop-kafka, restart-pg, restart-kafka; kill-broker N, start-broker N, leader TOPIC [PARTITION]; pg-failover, pg-rebuild)" >&2
         exit 2
         ;;
 esac
