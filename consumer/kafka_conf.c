@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* kafka_conf.c - the one place an rd_kafka_conf_t is built, for every Kafka
- * client of coderq (the intake consumer, the shared producer, coderq submit
- * and coderq doctor): coderq's defaults, then the operator's properties
- * (the CODERQ_KAFKA_PROPERTIES file, then CODERQ_KAFKA_PROP_* variables),
- * then what coderq's correctness depends on. Secrets never reach an error
- * or a log line from here. */
+ * client of coderq (the intake consumer, the worker's shared and progress
+ * events' producers, coderq submit and coderq doctor): coderq's defaults,
+ * then the operator's properties (the CODERQ_KAFKA_PROPERTIES file, then
+ * CODERQ_KAFKA_PROP_* variables), then what coderq's correctness depends
+ * on (for every producer: idempotence and acks=all). Secrets never reach
+ * an error or a log line from here. */
 #include "coderq/consumer/kafka_conf.h"
 
 #include <stdio.h>
@@ -164,6 +165,27 @@ rd_kafka_conf_t *cq_kafka_conf_new(const cq_kafka_opts_t *opts,
 fail:
         rd_kafka_conf_destroy(conf);
         return NULL;
+}
+
+rd_kafka_conf_t *cq_kafka_producer_conf_new(const cq_kafka_opts_t *opts,
+                                            char *errstr,
+                                            size_t errstr_size)
+{
+        char timeout[32], linger[32];
+        const char *const defaults[] = {
+            "linger.ms", linger, "compression.type",
+            opts->compression ? opts->compression : "none", NULL};
+        /* acks=all explicitly: idempotence would imply it, but the
+         * durability of every produced message must not hang on an
+         * implied setting. */
+        const char *const mandatory[] = {
+            "enable.idempotence", "true",  "acks", "all",
+            "message.timeout.ms", timeout, NULL};
+
+        snprintf(timeout, sizeof(timeout), "%d", opts->message_timeout_ms);
+        snprintf(linger, sizeof(linger), "%d", opts->linger_ms);
+        return cq_kafka_conf_new(opts, defaults, mandatory, errstr,
+                                 errstr_size);
 }
 
 bool cq_kafka_err_is_auth(int err)

@@ -166,17 +166,9 @@ client_new(cq_producer_t *prod, char *errstr, size_t errstr_size)
 {
         rd_kafka_conf_t *conf = NULL;
         rd_kafka_t *rk = NULL;
-        char num[32], linger[32], reason[512];
-        const char *const defaults[] = {
-            "linger.ms", linger, "compression.type",
-            prod->opts.compression ? prod->opts.compression : "none", NULL};
-        const char *const mandatory[] = {"enable.idempotence", "true",
-                                         "message.timeout.ms", num, NULL};
+        char reason[512];
 
-        snprintf(num, sizeof(num), "%d", prod->opts.message_timeout_ms);
-        snprintf(linger, sizeof(linger), "%d", prod->opts.linger_ms);
-        conf = cq_kafka_conf_new(&prod->opts, defaults, mandatory, errstr,
-                                 errstr_size);
+        conf = cq_kafka_producer_conf_new(&prod->opts, errstr, errstr_size);
         if (!conf)
                 goto out;
         rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);

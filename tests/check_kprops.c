@@ -349,7 +349,7 @@ START_TEST(secrets_and_reserved)
 }
 END_TEST
 
-static char *conf_get(rd_kafka_conf_t *conf, const char *key)
+static char *conf_get(const rd_kafka_conf_t *conf, const char *key)
 {
         static char value[512];
         size_t size = sizeof(value);
@@ -389,6 +389,47 @@ START_TEST(conf_precedence)
         ck_assert_str_eq(conf_get(conf, "bootstrap.servers"), "127.0.0.1:1");
         rd_kafka_conf_destroy(conf);
         cq_kprops_destroy(&props);
+}
+END_TEST
+
+/* Every producer coderq makes (the worker's shared one, its progress
+ * events' one with lz4, coderq submit's) writes with acks=all and
+ * idempotence, whatever was set before coderq's own settings. */
+START_TEST(producer_conf_is_durable)
+{
+        static const char *const earlier[] = {"acks", "1", "enable.idempotence",
+                                              "false", NULL};
+        const char *const compression[] = {NULL, "lz4"};
+        char errstr[512];
+        cq_kafka_opts_t opts;
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(compression); i++) {
+                rd_kafka_conf_t *conf;
+                rd_kafka_t *rk;
+
+                cq_kafka_opts_init(&opts);
+                opts.brokers = "127.0.0.1:1";
+                opts.compression = compression[i];
+                opts.linger_ms = 100;
+                opts.message_timeout_ms = 4321;
+                opts.conf = earlier;
+                conf =
+                    cq_kafka_producer_conf_new(&opts, errstr, sizeof(errstr));
+                ck_assert_msg(conf, "%s", errstr);
+                ck_assert_str_eq(conf_get(conf, "acks"), "-1");
+                ck_assert_str_eq(conf_get(conf, "enable.idempotence"), "true");
+                ck_assert_str_eq(conf_get(conf, "message.timeout.ms"), "4321");
+                ck_assert_str_eq(conf_get(conf, "linger.ms"), "100");
+                ck_assert_str_eq(conf_get(conf, "compression.type"),
+                                 compression[i] ? compression[i] : "none");
+                /* librdkafka takes it as it is */
+                rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr,
+                                  sizeof(errstr));
+                ck_assert_msg(rk, "%s", errstr);
+                ck_assert_str_eq(conf_get(rd_kafka_conf(rk), "acks"), "-1");
+                rd_kafka_destroy(rk);
+        }
 }
 END_TEST
 
@@ -506,6 +547,7 @@ static Suite *kprops_suite(void)
         tcase_add_test(tc, env_refusals);
         tcase_add_test(tc, secrets_and_reserved);
         tcase_add_test(tc, conf_precedence);
+        tcase_add_test(tc, producer_conf_is_durable);
         tcase_add_test(tc, conf_errors_hide_secrets);
         tcase_add_test(tc, cli_config_and_refusals);
         suite_add_tcase(s, tc);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* kafka_conf.h - the configuration of a Kafka client, the only way coderq
- * makes one: the worker's intake and producer, coderq submit and coderq
+ * makes one: the worker's intake and producers, coderq submit and coderq
  * doctor. */
 #ifndef CODERQ_KAFKA_CONF_H
 #define CODERQ_KAFKA_CONF_H
@@ -30,5 +30,24 @@ rd_kafka_conf_t *cq_kafka_conf_new(const cq_kafka_opts_t *opts,
                                    const char *const *mandatory,
                                    char *errstr,
                                    size_t errstr_size);
+
+/**
+ * @brief The configuration of every producer coderq makes (the worker's
+ *        shared one, its progress events' one, coderq submit's):
+ *        cq_kafka_conf_new() with linger.ms (opts->linger_ms) and
+ *        compression.type (opts->compression, else none) as defaults,
+ *        and as mandatory settings enable.idempotence=true, acks=all and
+ *        message.timeout.ms (opts->message_timeout_ms). acks=all: a
+ *        write is acknowledged once every in-sync replica has it, and the
+ *        broker refuses it while fewer than the topic's
+ *        min.insync.replicas are in sync; idempotence: the client's own
+ *        retries (a leader that moved, a lost reply) neither duplicate nor
+ *        reorder a partition's messages.
+ * @returns As cq_kafka_conf_new().
+ * @locality Any thread.
+ */
+rd_kafka_conf_t *cq_kafka_producer_conf_new(const cq_kafka_opts_t *opts,
+                                            char *errstr,
+                                            size_t errstr_size);
 
 #endif
