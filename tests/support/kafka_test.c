@@ -56,6 +56,15 @@ static rd_kafka_conf_t *conf_new(const char *brokers)
 
 void kt_create_topic(const char *brokers, const char *topic, int partitions)
 {
+        kt_create_topic_rf(brokers, topic, partitions, 1, 0);
+}
+
+void kt_create_topic_rf(const char *brokers,
+                        const char *topic,
+                        int partitions,
+                        int replicas,
+                        int min_isr)
+{
         rd_kafka_conf_t *conf = conf_new(brokers);
         char errstr[256];
         rd_kafka_t *rk;
@@ -68,9 +77,17 @@ void kt_create_topic(const char *brokers, const char *topic, int partitions)
 
         rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
         ck_assert_msg(rk, "%s", errstr);
-        nt =
-            rd_kafka_NewTopic_new(topic, partitions, 1, errstr, sizeof(errstr));
+        nt = rd_kafka_NewTopic_new(topic, partitions, replicas, errstr,
+                                   sizeof(errstr));
         ck_assert_msg(nt, "%s", errstr);
+        if (min_isr > 0) {
+                char isr[16];
+
+                snprintf(isr, sizeof(isr), "%d", min_isr);
+                ck_assert_int_eq(rd_kafka_NewTopic_set_config(
+                                     nt, "min.insync.replicas", isr),
+                                 0);
+        }
         q = rd_kafka_queue_new(rk);
         rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
         ev = rd_kafka_queue_poll(q, 30000);
@@ -379,6 +396,101 @@ void kt_services(const char *verb)
                               "%s failed", cmd);
                 kt_sleep_ms(3000);
         }
+}
+
+char *kt_services_output(const char *verb)
+{
+        char cmd[4200], *out;
+        size_t len;
+        FILE *fp;
+
+        snprintf(cmd, sizeof(cmd), "%s %s 2>/dev/null",
+                 cq_check_srcpath("scripts/services.sh"), verb);
+        fp = popen(cmd, "r");
+        ck_assert_ptr_nonnull(fp);
+        out = calloc(1, 8192);
+        ck_assert_ptr_nonnull(out);
+        len = fread(out, 1, 8191, fp);
+        ck_assert_msg(pclose(fp) == 0, "%s failed", cmd);
+        while (len > 0 && out[len - 1] == '\n')
+                out[--len] = '\0';
+        return out;
+}
+
+char *kt_services_env(const char *flags, const char *name)
+{
+        char verb[256], head[128], *all, *line, *value = NULL;
+
+        snprintf(verb, sizeof(verb), "env %s", flags);
+        snprintf(head, sizeof(head), "export %s='", name);
+        all = kt_services_output(verb);
+        for (line = all; line && *line && !value;
+             line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+                if (strncmp(line, head, strlen(head)) != 0)
+                        continue;
+                line += strlen(head);
+                value = strndup(line, strcspn(line, "'"));
+                ck_assert_ptr_nonnull(value);
+        }
+        free(all);
+        ck_assert_msg(value, "services.sh %s prints no %s", verb, name);
+        return value;
+}
+
+/* Whether every outbox row of the database \p arg was sent. */
+static bool outbox_sent(void *arg)
+{
+        return kt_pg_long(arg,
+                          "SELECT count(*) FROM outbox WHERE sent_at IS NULL",
+                          NULL) == 0;
+}
+
+long kt_events_once(const char *brokers,
+                    const char *topic,
+                    int nparts,
+                    const char *dsn,
+                    long njobs,
+                    int ms)
+{
+        kt_msg_t *msgs = NULL;
+        size_t n, i, k;
+        long jobs = 0, copies = 0;
+
+        ck_assert_msg(
+            cq_check_wait_until(outbox_sent, (void *)(uintptr_t)dsn, ms),
+            "%ld outbox rows unsent after %d ms",
+            kt_pg_long(dsn,
+                       "SELECT count(*) FROM outbox WHERE sent_at "
+                       "IS NULL",
+                       NULL),
+            ms);
+        n = kt_consume(brokers, topic, nparts,
+                       (size_t)kt_high_sum(brokers, topic, nparts), ms, &msgs);
+        for (i = 0; i < n; i++) {
+                const char *event = kt_header(&msgs[i], "event_id");
+                char *id;
+
+                ck_assert_ptr_nonnull(msgs[i].key);
+                ck_assert_ptr_nonnull(event);
+                id = strdup(event);
+                ck_assert_ptr_nonnull(id);
+                for (k = 0; k < i; k++) {
+                        if (strcmp(msgs[k].key, msgs[i].key) != 0)
+                                continue;
+                        ck_assert_msg(
+                            strcmp(kt_header(&msgs[k], "event_id"), id) == 0,
+                            "job %s has two completion events", msgs[i].key);
+                        break;
+                }
+                free(id);
+                if (k < i)
+                        copies++;
+                else
+                        jobs++;
+        }
+        kt_msgs_free(msgs, n);
+        ck_assert_int_eq(jobs, njobs);
+        return copies;
 }
 
 void kt_migrate(const char *dsn)

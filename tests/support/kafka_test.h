@@ -23,6 +23,15 @@ void kt_unique(const char *prefix, char *out, size_t size);
 /** @brief Create \p topic with \p partitions (already existing is fine). */
 void kt_create_topic(const char *brokers, const char *topic, int partitions);
 
+/** @brief Create \p topic with \p partitions of \p replicas replicas
+ *         each, a write needing \p min_isr of them in sync (0: the
+ *         broker's default); already existing is fine. */
+void kt_create_topic_rf(const char *brokers,
+                        const char *topic,
+                        int partitions,
+                        int replicas,
+                        int min_isr);
+
 /** @brief A plain producer (acks=all). Destroy with kt_producer_destroy(). */
 rd_kafka_t *kt_producer(const char *brokers);
 
@@ -96,6 +105,33 @@ void kt_pg_exec(const char *dsn, const char *sql, const char *param);
 
 /** @brief scripts/services.sh \p verb; asserts exit status 0. */
 void kt_services(const char *verb);
+
+/** @brief What scripts/services.sh \p verb printed on stdout, without
+ *         its last newline; asserts exit status 0. Caller frees. */
+char *kt_services_output(const char *verb);
+
+/** @brief The value of \p name in what `scripts/services.sh env \p flags`
+ *         prints (export NAME='value'); fails the test when it is not
+ *         there. Caller frees. */
+char *kt_services_env(const char *flags, const char *name);
+
+/**
+ * @brief The completion events of \p topic (partitions 0..nparts-1),
+ *        read once every outbox row of \p dsn is sent (waited for up to
+ *        \p ms): asserts that they name \p njobs distinct jobs, each
+ *        with one event_id however often it came. A second copy of an
+ *        event is the same outbox row sent again: the at-least-once rule
+ *        of docs/internals/protocols/kafka-postgres.md (a relay cut off
+ *        between a delivery and its marking, a delivery that timed out
+ *        after the broker may have written it).
+ * @returns How many events were such copies.
+ */
+long kt_events_once(const char *brokers,
+                    const char *topic,
+                    int nparts,
+                    const char *dsn,
+                    long njobs,
+                    int ms);
 
 /** @brief Apply the migrations to \p dsn. */
 void kt_migrate(const char *dsn);

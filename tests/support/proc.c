@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -164,6 +165,24 @@ out:
                 free(sinks[i].data);
         }
         return rc;
+}
+
+pid_t cq_check_proc_spawn(const char *const *argv,
+                          const char *const *env,
+                          const char *log)
+{
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        pid_t pid;
+
+        if (fd < 0)
+                return -1;
+        pid = fork();
+        if (pid == 0) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                child_exec(argv, env, fd, fd);
+        }
+        close(fd);
+        return pid;
 }
 
 void cq_check_proc_release(cq_check_proc_t *proc)

@@ -6,6 +6,7 @@
 #define CODERQ_CHECK_PROC_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Output kept per stream; the rest is read and dropped. */
 #define CQ_CHECK_PROC_MAX_OUTPUT (1024 * 1024)
@@ -43,6 +44,17 @@ int cq_check_coderq(const char *const *args,
                     const char *const *env,
                     int timeout_ms,
                     cq_check_proc_t *proc);
+
+/**
+ * @brief Start \p argv as cq_check_proc_run() would, with \p env, without
+ *        waiting for it: stdin /dev/null, stdout and stderr appended to
+ *        the file \p log, and killed when the test process dies
+ *        (PR_SET_PDEATHSIG). The caller reaps it (waitpid()).
+ * @returns Its pid, or -1 when it could not be started.
+ */
+pid_t cq_check_proc_spawn(const char *const *argv,
+                          const char *const *env,
+                          const char *log);
 
 /** @brief Free the strings of \p proc, not the struct. */
 void cq_check_proc_release(cq_check_proc_t *proc);
