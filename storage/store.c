@@ -194,10 +194,22 @@ static void quiet_notice(void *arg, const char *message)
         (void)message;
 }
 
+/* Settings before the DSN are defaults it may override. connect_timeout:
+ * a host that does not answer at all (its machine died, a partition) is
+ * given up after 5 s and libpq tries the next host of a multi-host DSN,
+ * instead of waiting out the kernel's SYN retries (over two minutes) on
+ * every connect and reconnect. Keepalives: a connection that is idle, or
+ * waits for a long statement's reply, notices such a server within about
+ * a minute, and the handle reconnects to the one that took over. The
+ * listener (listen.c) uses the same values. */
 static PGconn *connect_once(const char *dsn)
 {
-        const char *keys[] = {"dbname", "application_name", NULL};
-        const char *vals[] = {dsn ? dsn : "", "coderq", NULL};
+        const char *keys[] = {"connect_timeout",  "keepalives",
+                              "keepalives_idle",  "keepalives_interval",
+                              "keepalives_count", "dbname",
+                              "application_name", NULL};
+        const char *vals[] = {"5",      "1", "30", "10", "3", dsn ? dsn : "",
+                              "coderq", NULL};
         PGconn *conn = PQconnectdbParams(keys, vals, 1);
 
         if (conn && PQstatus(conn) == CONNECTION_OK)

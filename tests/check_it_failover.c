@@ -9,18 +9,24 @@
  * primary; no job may run in two places at once or repeat more than one
  * LLM turn; every job ends with one completion event. The suite starts
  * and stops the pair; the main server and the broker stay as they are. */
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "check_support.h"
 #include "coderq/common/util.h"
+#include "coderq/storage/listen.h"
 #include "support/fake_llm.h"
 #include "support/itworker.h"
 #include "support/kafka_test.h"
 #include "support/pgtest.h"
+#include "../storage/store_int.h"
 
 #define NJOBS   24
 #define STEPS   4    /* LLM turns of a job */
@@ -312,6 +318,117 @@ START_TEST(primary_dies_mid_run_and_nothing_committed_is_lost)
 }
 END_TEST
 
+/* The suite's DSN with a first host that never answers, on \p port. */
+static void dsn_behind(int port, char *out, size_t size)
+{
+        PQconninfoOption *opts = PQconninfoParse(fleet.dsn, NULL), *o;
+        const char *hosts = NULL, *ports = NULL;
+
+        ck_assert_ptr_nonnull(opts);
+        for (o = opts; o->keyword; o++) {
+                if (strcmp(o->keyword, "host") == 0)
+                        hosts = o->val;
+                else if (strcmp(o->keyword, "port") == 0)
+                        ports = o->val;
+        }
+        ck_assert_ptr_nonnull(hosts);
+        ck_assert_ptr_nonnull(ports);
+        snprintf(out, size,
+                 "host=127.0.0.1,%s port=%d,%s dbname=%s user=coderq "
+                 "target_session_attrs=read-write",
+                 hosts, port, ports, fleet.dbname);
+        PQconninfoFree(opts);
+}
+
+/* The value of the connection option \p key of \p store's connection. */
+static const char *conn_value(const cq_store_t *store, const char *key)
+{
+        static char value[64];
+        PQconninfoOption *opts = PQconninfo(store->conn), *o;
+
+        ck_assert_ptr_nonnull(opts);
+        value[0] = '\0';
+        for (o = opts; o->keyword; o++)
+                if (strcmp(o->keyword, key) == 0 && o->val)
+                        snprintf(value, sizeof(value), "%s", o->val);
+        PQconninfoFree(opts);
+        return value;
+}
+
+/* A host that does not answer at all (its machine died, a partition) is
+ * given up after connect_timeout, and libpq goes on to the next host of
+ * the DSN: when the store connects, when it reconnects, and for the
+ * listener. Without a timeout a connect waits out the kernel's SYN
+ * retries (over two minutes) on such a host. A listening socket whose
+ * backlog of one is full drops every further SYN, as such a host does. */
+START_TEST(unanswering_host_is_passed_over)
+{
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        int hole = socket(AF_INET, SOCK_STREAM, 0);
+        int filler = socket(AF_INET, SOCK_STREAM, 0);
+        char behind[3072], own[3200], errstr[1024], pid[32];
+        cq_store_opts_t opts;
+        cq_store_t *store;
+        cq_listener_t *l;
+        bool reconnected;
+        int64_t t0, took;
+
+        ck_assert_int_ge(hole, 0);
+        ck_assert_int_ge(filler, 0);
+        memset(&sa, 0, sizeof(sa));
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ck_assert_int_eq(bind(hole, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        ck_assert_int_eq(listen(hole, 0), 0);
+        ck_assert_int_eq(getsockname(hole, (struct sockaddr *)&sa, &sl), 0);
+        ck_assert_int_eq(connect(filler, (struct sockaddr *)&sa, sizeof(sa)),
+                         0);
+        dsn_behind(ntohs(sa.sin_port), behind, sizeof(behind));
+
+        cq_store_opts_init(&opts);
+        opts.dsn = behind;
+        t0 = cq_now_ms();
+        store = cq_store_new(&opts, errstr, sizeof(errstr));
+        took = cq_now_ms() - t0;
+        ck_assert_msg(store, "%s", errstr);
+        printf("failover: connected past a silent host in %lld ms\n",
+               (long long)took);
+        ck_assert_msg(took >= 4000 && took < 20000, "connecting took %lld ms",
+                      (long long)took);
+        ck_assert_str_eq(conn_value(store, "connect_timeout"), "5");
+        ck_assert_str_eq(conn_value(store, "keepalives_idle"), "30");
+
+        snprintf(pid, sizeof(pid), "%d", cq_store_backend_pid(store));
+        kt_pg_exec(fleet.dsn, "SELECT pg_terminate_backend($1::int)", pid);
+        t0 = cq_now_ms();
+        ck_assert_int_eq(
+            store_exec(store, "ask", "SELECT 1", NULL, 0, true, NULL), CQ_OK);
+        took = cq_now_ms() - t0;
+        ck_assert_uint_eq(cq_store_reconnects(store), 1);
+        ck_assert_msg(took < 20000, "reconnecting took %lld ms",
+                      (long long)took);
+        cq_store_destroy(&store);
+        /* defaults, not rules: the DSN's own settings win */
+        snprintf(own, sizeof(own), "%s connect_timeout=2 keepalives_idle=7",
+                 behind);
+        opts.dsn = own;
+        store = cq_store_new(&opts, errstr, sizeof(errstr));
+        ck_assert_msg(store, "%s", errstr);
+        ck_assert_str_eq(conn_value(store, "connect_timeout"), "2");
+        ck_assert_str_eq(conn_value(store, "keepalives_idle"), "7");
+        cq_store_destroy(&store);
+
+        l = cq_listener_new(&opts, "coderq_failover_test", errstr,
+                            sizeof(errstr));
+        ck_assert_msg(l, "%s", errstr);
+        ck_assert_int_ge(cq_listener_wait(l, 0, &reconnected), 0);
+        cq_listener_destroy(&l);
+        close(filler);
+        close(hole);
+}
+END_TEST
+
 static Suite *failover_suite(void)
 {
         Suite *s = suite_create("failover");
@@ -321,6 +438,12 @@ static Suite *failover_suite(void)
         tcase_add_checked_fixture(tc, NULL, kill_workers);
         tcase_set_timeout(tc, 600);
         tcase_add_test(tc, primary_dies_mid_run_and_nothing_committed_is_lost);
+        suite_add_tcase(s, tc);
+        /* CK_RUN_CASE=silent: a host that never answers */
+        tc = tcase_create("silent");
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 300);
+        tcase_add_test(tc, unanswering_host_is_passed_over);
         suite_add_tcase(s, tc);
         return s;
 }
