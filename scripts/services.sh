@@ -513,7 +513,6 @@ secure=0
 cluster=0
 pair=0
 args=()
-[ "${CODERQ_SERVICES_SECURE:-0}" = 1 ] && secure=1
 for arg in "$@"; do
         case $arg in
         --secure) secure=1 ;;
@@ -535,8 +534,13 @@ kill-broker | start-broker | leader) ;;
         fi
         ;;
 esac
-if [ "$secure" -eq 1 ] && [ "$verb" != env ] && [ $((cluster + pair)) -gt 0 ]; then
-        cq_die "--secure is for the single broker and PostgreSQL, not --cluster or --pg-standby"
+# Secure mode is the single services' (CODERQ_SERVICES_SECURE too); the
+# cluster and the pair have none.
+if [ $((cluster + pair)) -gt 0 ] && [ "$verb" != env ]; then
+        [ "$secure" -eq 0 ] ||
+                cq_die "--secure is for the single broker and PostgreSQL, not --cluster or --pg-standby"
+elif [ "${CODERQ_SERVICES_SECURE:-0}" = 1 ]; then
+        secure=1
 fi
 if [ "$secure" -eq 1 ]; then
         case $verb in
