@@ -323,6 +323,15 @@ void cq_store_destroy(cq_store_t **storep)
  * rollbacks (serialization, deadlock), insufficient resources, operator
  * intervention (shutdown), lock/statement timeouts, and prepared
  * statements that are not ours (the retry runs unprepared). */
+/* Whether the server refused a write as read-only (SQLSTATE 25006). */
+static bool read_only(const PGresult *res)
+{
+        const char *state =
+            res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+        return state && strcmp(state, "25006") == 0;
+}
+
 static cq_err_t classify(const PGresult *res)
 {
         const char *state =
@@ -331,8 +340,9 @@ static cq_err_t classify(const PGresult *res)
         if (!state)
                 return CQ_ERR_RETRIABLE; /* no server reply at all */
         if (strncmp(state, "08", 2) == 0 || strncmp(state, "40", 2) == 0 ||
-            strncmp(state, "53", 2) == 0 || strncmp(state, "57", 2) == 0 ||
-            strcmp(state, "55P03") == 0 ||
+            /* read_only_sql_transaction: a failover in progress */
+            strcmp(state, "25006") == 0 || strncmp(state, "53", 2) == 0 ||
+            strncmp(state, "57", 2) == 0 || strcmp(state, "55P03") == 0 ||
             /* prepared statements not ours: retried unprepared */
             strcmp(state, "26000") == 0 || strcmp(state, "42P05") == 0)
                 return CQ_ERR_RETRIABLE;
@@ -493,6 +503,23 @@ cq_err_t store_exec(cq_store_t *store,
                 if (!*msg)
                         msg = PQerrorMessage(store->conn);
                 store_set_error(store, "could not %s: %s", what, msg);
+                if (read_only(res)) {
+                        /* A server that no longer takes writes (a primary
+                         * demoted, a standby reached during a failover):
+                         * a new connection looks for the one that does
+                         * (target_session_attrs=read-write). The write was
+                         * refused, so it may run again there; a
+                         * transaction is the caller's to run again. */
+                        PQclear(res);
+                        res = NULL;
+                        if (store->in_txn || reconnect(store) != CQ_OK ||
+                            ++tries > 1) {
+                                if (store->in_txn)
+                                        (void)reconnect(store);
+                                return CQ_ERR_RETRIABLE;
+                        }
+                        continue;
+                }
                 PQclear(res);
                 res = NULL;
                 if (PQstatus(store->conn) == CONNECTION_OK)

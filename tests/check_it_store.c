@@ -412,6 +412,46 @@ START_TEST(claim_takes_only_its_queues)
 }
 END_TEST
 
+/* A server that refuses writes as read-only (SQLSTATE 25006: a demoted
+ * primary, a standby reached during a failover) is a wait, not a job's
+ * end: the write is retriable, and the store's next connection, once the
+ * server takes writes again, stores it. */
+START_TEST(read_only_server_is_retriable)
+{
+        cq_store_t *store;
+        char sql[256];
+        cq_job_t job;
+        bool created = false;
+
+        snprintf(sql, sizeof(sql),
+                 "ALTER DATABASE %s SET default_transaction_read_only = on",
+                 g_dbname);
+        qexec(sql);
+        store = store_for("w", 120);
+        job_fill(&job, "ro-1", "p", 0, NULL, NULL);
+        ck_assert_int_eq(cq_store_upsert_job(store, &job, NULL, &created),
+                         CQ_ERR_RETRIABLE);
+        ck_assert_msg(strstr(cq_store_errmsg(store), "read-only") != NULL, "%s",
+                      cq_store_errmsg(store));
+        {
+                PGconn *conn = cq_pgtest_connect(g_dsn);
+
+                cq_pgtest_exec(conn, "SET default_transaction_read_only = off");
+                snprintf(sql, sizeof(sql),
+                         "ALTER DATABASE %s SET default_transaction_read_only "
+                         "= off",
+                         g_dbname);
+                cq_pgtest_exec(conn, sql);
+                PQfinish(conn);
+        }
+        ck_assert_msg(cq_store_upsert_job(store, &job, NULL, &created) == CQ_OK,
+                      "%s", cq_store_errmsg(store));
+        ck_assert(created);
+        job_free(&job);
+        cq_store_destroy(&store);
+}
+END_TEST
+
 START_TEST(expired_leases_requeued_then_attempt_cap_fails)
 {
         cq_store_t *w1 = store_for("w1", 120), *w2 = store_for("w2", 120);
@@ -2932,6 +2972,7 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, claim_8_threads_1000_jobs_exactly_once);
         tcase_add_test(tc, claim_order_priority_then_age);
         tcase_add_test(tc, claim_takes_only_its_queues);
+        tcase_add_test(tc, read_only_server_is_retriable);
         tcase_add_test(tc, expired_leases_requeued_then_attempt_cap_fails);
         tcase_add_test(tc, release_gives_the_job_back);
         tcase_add_test(tc,
