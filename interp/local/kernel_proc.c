@@ -25,7 +25,6 @@
 #include "coderq/common/log.h"
 #include "coderq/common/util.h"
 #include "kernel_int.h"
-#include "kserver_int.h"
 
 /* The descriptor of the kernel's child on which bubblewrap gets --info-fd. */
 #define INFO_FD 3
@@ -542,29 +541,6 @@ void kernel_teardown(cq_kernel_t *kernel)
         /* kernel->env stays: the first start's report (warm_result()) */
 }
 
-static char *env_kv(const char *k, const char *v)
-{
-        size_t len = strlen(k) + strlen(v) + 2;
-        char *s = malloc(len);
-
-        if (s)
-                snprintf(s, len, "%s=%s", k, v);
-        return s;
-}
-
-/* matplotlib's settings for every kernel, read from MPLCONFIGDIR: text
- * falls back glyph by glyph (matplotlib >= 3.6) from DejaVu Sans, its own
- * font, to Noto Sans CJK (Debian's fonts-noto-cjk, which scripts/setup.sh
- * and the Docker image install), so Chinese, Japanese and Korean labels
- * do not come out as boxes. Debian's matplotlib 3.6 reads the first face
- * of the font collection, named "Noto Sans CJK JP"; its glyphs cover the
- * simplified and traditional Chinese ideographs too. Code may still pick
- * other fonts with rcParams. */
-const char cq_kernel_mpl_rc[] =
-    "# written by coderq for this kernel: CJK text falls back to Noto Sans\n"
-    "# CJK after DejaVu Sans\n"
-    "font.family: DejaVu Sans, Noto Sans CJK JP\n";
-
 /* Write an unsandboxed kernel's MPLCONFIGDIR (run_dir/mpl, its own) and
  * its matplotlibrc, owned by the kernel's uid (a sandboxed kernel's is
  * made on its /tmp: CQ_KERNEL_BOXED_MPLCONFIGDIR). */
@@ -583,9 +559,9 @@ int kernel_write_mpl_rc(cq_kernel_t *kernel)
                   0600);
         if (fd < 0)
                 goto out;
-        while (off < sizeof(cq_kernel_mpl_rc) - 1) {
+        while (off < strlen(cq_kernel_mpl_rc)) {
                 ssize_t n = write(fd, cq_kernel_mpl_rc + off,
-                                  sizeof(cq_kernel_mpl_rc) - 1 - off);
+                                  strlen(cq_kernel_mpl_rc) - off);
 
                 if (n < 0 && errno == EINTR)
                         continue;
@@ -600,55 +576,6 @@ out:
         if (fd >= 0)
                 close(fd);
         return rc;
-}
-
-char **cq_kernel_environ(const char *home,
-                         const char *run_dir,
-                         bool boxed,
-                         pid_t parent)
-{
-        char sub[PATH_MAX + 32], pid[32];
-        char **env = calloc(16, sizeof(*env));
-        size_t n = 0, i;
-
-        if (!env)
-                return NULL;
-        env[n++] = env_kv("PATH", "/usr/local/bin:/usr/bin:/bin");
-        env[n++] = env_kv("HOME", home);
-        env[n++] = env_kv("LANG", "C.UTF-8");
-        env[n++] = env_kv("LC_ALL", "C.UTF-8");
-        env[n++] = env_kv("PYTHONUTF8", "1");
-        env[n++] = env_kv("PYTHONIOENCODING", "utf-8");
-        env[n++] = env_kv("PYTHONDONTWRITEBYTECODE", "1");
-        env[n++] = env_kv("PYDEVD_DISABLE_FILE_VALIDATION", "1");
-        if (boxed) {
-                env[n++] = env_kv("MPLCONFIGDIR", CQ_KERNEL_BOXED_MPLCONFIGDIR);
-                env[n++] = env_kv("IPYTHONDIR", CQ_KERNEL_BOXED_IPYTHONDIR);
-        } else {
-                snprintf(sub, sizeof(sub), "%s/mpl", run_dir);
-                env[n++] = env_kv("MPLCONFIGDIR", sub);
-                snprintf(sub, sizeof(sub), "%s/ipython", run_dir);
-                env[n++] = env_kv("IPYTHONDIR", sub);
-        }
-        snprintf(sub, sizeof(sub), "%s/cache", run_dir);
-        env[n++] = env_kv("XDG_CACHE_HOME", sub);
-        if (parent > 0) {
-                snprintf(pid, sizeof(pid), "%ld", (long)parent);
-                env[n++] = env_kv("JPY_PARENT_PID", pid);
-        }
-        /* bubblewrap sets PWD to the dir it starts the kernel in (its
-         * home), replacing this one in place: last either way, for a
-         * forked kernel as for a cold one */
-        if (boxed)
-                env[n++] = env_kv("PWD", home);
-        env[n] = NULL;
-        for (i = 0; i < n; i++) {
-                if (!env[i]) {
-                        cq_sandbox_argv_free(env);
-                        return NULL;
-                }
-        }
-        return env;
 }
 
 /* In the sandbox the kernel's parent is bubblewrap's pid 1, which
@@ -697,8 +624,8 @@ int kernel_spawn(cq_kernel_t *kernel)
          * pipe holds all of it (far less than its buffer) */
         if (boxed && pipe2(mplrc, O_CLOEXEC) == 0) {
                 if (write(mplrc[1], cq_kernel_mpl_rc,
-                          sizeof(cq_kernel_mpl_rc) - 1) !=
-                    (ssize_t)(sizeof(cq_kernel_mpl_rc) - 1)) {
+                          strlen(cq_kernel_mpl_rc)) !=
+                    (ssize_t)strlen(cq_kernel_mpl_rc)) {
                         close(mplrc[0]);
                         mplrc[0] = -1;
                 }

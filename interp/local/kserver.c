@@ -27,10 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "coderq/local/kernel.h"
-#include "coderq/local/kpool.h"
 #include "coderq/common/log.h"
 #include "coderq/common/util.h"
+#include "coderq/local/kernel_env.h"
 #include "coderq/local/workdir.h"
 #include "kserver_int.h"
 

@@ -8,11 +8,6 @@
 /* NUL-terminated source text, passed to `python3 -c`. */
 extern const char cq_kserver_py[];
 
-/* The matplotlibrc written in every kernel's MPLCONFIGDIR (kernel_proc.c): the
- * server applies it before the fork, so a kernel whose file says the same
- * need not read it again. */
-extern const char cq_kernel_mpl_rc[];
-
 /* The program kinit/kinit.c, the outer process and pid 1 of a sandboxed forked
  * kernel: an executable of cq_kinit_elf_len bytes. */
 extern const unsigned char cq_kinit_elf[];

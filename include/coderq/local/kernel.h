@@ -13,6 +13,7 @@
 #include "coderq/common/common.h"
 #include "coderq/interp/interp.h"
 #include "coderq/local/jmsg.h"
+#include "coderq/local/kernel_env.h"
 #include "coderq/local/kserver.h"
 #include "coderq/local/sandbox.h"
 
@@ -120,40 +121,6 @@ const cq_sandbox_id_t *cq_kernel_sandbox_id(const cq_kernel_t *kernel);
  * @locality The thread that owns \p kernel.
  */
 int cq_kernel_renice(cq_kernel_t *kernel, int nice);
-
-/**
- * @brief A kernel's whole environment, built from scratch: nothing of the
- *        worker's (API keys, database DSN, CODERQ_*) reaches model-written
- *        code. HOME is \p home; the XDG cache dir is under \p run_dir,
- *        and so are matplotlib's and IPython's unless \p boxed (a
- *        sandboxed kernel's: CQ_KERNEL_BOXED_MPLCONFIGDIR and
- *        CQ_KERNEL_BOXED_IPYTHONDIR, and PWD, last, is \p home, as
- *        bubblewrap sets it); JPY_PARENT_PID is \p parent when > 0.
- *        MPLBACKEND stays unset so figures are published inline.
- * @returns Caller owns the returned vector and its strings; free with
- *          cq_sandbox_argv_free(). NULL when out of memory.
- */
-char **cq_kernel_environ(const char *home,
-                         const char *run_dir,
-                         bool boxed,
-                         pid_t parent);
-
-/**
- * @brief IPython's directory (its profile tree) for a sandboxed kernel:
- *        on the sandbox's own /tmp, a tmpfs that goes with the kernel,
- *        so neither the kernel's start-up nor the worker's clean-up pays
- *        for a dozen directories and files on the work root's disk.
- */
-#define CQ_KERNEL_BOXED_IPYTHONDIR "/tmp/ipython"
-
-/**
- * @brief matplotlib's directory for a sandboxed kernel, on its /tmp too:
- *        its matplotlibrc (kernel_proc.c's cq_kernel_mpl_rc) is made there by
- * bubblewrap
- *        (`--file`) or, for a forked kernel, by its pid 1, before the
- *        kernel runs; nothing of it is on the work root's disk.
- */
-#define CQ_KERNEL_BOXED_MPLCONFIGDIR "/tmp/matplotlib"
 
 /** @brief Counters of dropped kernel messages. */
 void cq_kernel_stats(const cq_kernel_t *kernel, cq_jmsg_stats_t *stats);
