@@ -196,16 +196,6 @@ static const char shim_fd[] =
     "_cq_fd()\n"
     "del _cq_fd\n";
 
-CQ_PRINTF(2, 3)
-void kernel_set_error(cq_kernel_t *kernel, const char *fmt, ...)
-{
-        va_list ap;
-
-        va_start(ap, fmt);
-        vsnprintf(kernel->errmsg, sizeof(kernel->errmsg), fmt, ap);
-        va_end(ap);
-}
-
 const char *cq_kernel_errmsg(const cq_kernel_t *kernel)
 {
         return kernel->errmsg;
@@ -307,13 +297,6 @@ static int connect_socket(cq_kernel_t *kernel, cq_zmtp_t *z, int port)
                 kernel_set_error(kernel, "could not connect to %s: %s", name,
                                  cq_zmtp_error(z));
         return rc;
-}
-
-void kernel_close_sockets(cq_kernel_t *kernel)
-{
-        cq_zmtp_destroy(&kernel->shell);
-        cq_zmtp_destroy(&kernel->control);
-        cq_zmtp_destroy(&kernel->iopub);
 }
 
 /* A pollfd for \p z: its descriptor (-1 when it has none, which poll()

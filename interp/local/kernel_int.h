@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* kernel_int.h - what kernel.c (the kernel's messages and execution) and
  * kernel_proc.c (the kernel's processes) share: the handle and the
- * functions one calls in the other. Not a public header. */
+ * functions kernel.c calls in kernel_proc.c, which calls nothing of
+ * kernel.c's. Not a public header. */
 #ifndef CODERQ_KERNEL_INT_H
 #define CODERQ_KERNEL_INT_H
 
@@ -114,11 +115,11 @@ struct cq_kernel {
  * (*ok false), an error. NULL when it is not one. */
 json_t *kernel_warm_outputs(const char *buf, size_t len, bool *ok);
 
+/* kernel_proc.c */
+
 CQ_PRINTF(2, 3)
 void kernel_set_error(cq_kernel_t *kernel, const char *fmt, ...);
 void kernel_close_sockets(cq_kernel_t *kernel);
-
-/* kernel_proc.c */
 
 /* Up to \p max bytes of \p fd into \p buf, until end of file or an
  * error (EINTR retried): how many. */

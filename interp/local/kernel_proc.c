@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,16 @@
 /* How long a blocking reap waits, once a forked kernel's parent exited,
  * for the rest of it to be gone (reap_forked()) */
 #define REAP_WAIT_MS 2000
+
+CQ_PRINTF(2, 3)
+void kernel_set_error(cq_kernel_t *kernel, const char *fmt, ...)
+{
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(kernel->errmsg, sizeof(kernel->errmsg), fmt, ap);
+        va_end(ap);
+}
 
 /* ---- files ---- */
 
@@ -476,6 +487,13 @@ void kernel_read_inner_pid(cq_kernel_t *kernel, bool warn)
                     "sandbox: no pidfd for its pid 1; kernel_teardown will not "
                     "wait for it",
                     "error", strerror(errno), NULL);
+}
+
+void kernel_close_sockets(cq_kernel_t *kernel)
+{
+        cq_zmtp_destroy(&kernel->shell);
+        cq_zmtp_destroy(&kernel->control);
+        cq_zmtp_destroy(&kernel->iopub);
 }
 
 /* SIGKILL the process group and the sandbox, kernel_reap, wait until the
