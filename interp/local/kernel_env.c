@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* kernel_env.c - what a local kernel's process starts with, whether it
  * starts cold (kernel_proc.c) or is forked by the kernel server
- * (kserver.c): its environment, built from scratch, and its
- * matplotlibrc. */
+ * (kserver.c): its environment, built from scratch. Its matplotlibrc is
+ * the file kernel_mpl.rc, built in (kernel_env.h). */
 #include "coderq/local/kernel_env.h"
 
 #include <limits.h>
@@ -21,19 +21,6 @@ static char *env_kv(const char *k, const char *v)
                 snprintf(s, len, "%s=%s", k, v);
         return s;
 }
-
-/* matplotlib's settings for every kernel, read from MPLCONFIGDIR: text
- * falls back glyph by glyph (matplotlib >= 3.6) from DejaVu Sans, its own
- * font, to Noto Sans CJK (Debian's fonts-noto-cjk, which scripts/setup.sh
- * and the Docker image install), so Chinese, Japanese and Korean labels
- * do not come out as boxes. Debian's matplotlib 3.6 reads the first face
- * of the font collection, named "Noto Sans CJK JP"; its glyphs cover the
- * simplified and traditional Chinese ideographs too. Code may still pick
- * other fonts with rcParams. */
-const char cq_kernel_mpl_rc[] =
-    "# written by coderq for this kernel: CJK text falls back to Noto Sans\n"
-    "# CJK after DejaVu Sans\n"
-    "font.family: DejaVu Sans, Noto Sans CJK JP\n";
 
 char **cq_kernel_environ(const char *home,
                          const char *run_dir,

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* kernel_proc.c - the kernel's processes: the connection file and the
- * environment it starts with, spawning (cold, sandboxed or not, or forked
- * by the kernel server), signals, renicing, reaping and a teardown that
- * waits until the sandbox's last process is gone. */
+/* kernel_proc.c - the kernel's processes: the connection file, spawning
+ * (cold, sandboxed or not, or forked by the kernel server) with the
+ * environment of kernel_env.c, signals, renicing, reaping and a teardown
+ * that waits until the sandbox's last process is gone; and the handle's
+ * last error. */
 #include "coderq/local/kernel.h"
 
 #include <errno.h>

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* kernel_env.h - what a local kernel's process starts with, cold or forked
- * by the kernel server: its environment and its matplotlibrc. */
+/* kernel_env.h - what a local kernel's process starts with, cold
+ * (kernel_proc.c) or forked by the kernel server (kserver.c): its
+ * environment and its matplotlibrc. */
 #ifndef CODERQ_KERNEL_ENV_H
 #define CODERQ_KERNEL_ENV_H
 
@@ -34,16 +35,26 @@ char **cq_kernel_environ(const char *home,
 
 /**
  * @brief matplotlib's directory for a sandboxed kernel, on its /tmp too:
- *        its matplotlibrc (kernel_proc.c's cq_kernel_mpl_rc) is made there by
- * bubblewrap
+ *        its matplotlibrc (cq_kernel_mpl_rc) is made there by bubblewrap
  *        (`--file`) or, for a forked kernel, by its pid 1, before the
  *        kernel runs; nothing of it is on the work root's disk.
  */
 #define CQ_KERNEL_BOXED_MPLCONFIGDIR "/tmp/matplotlib"
 
-/* The matplotlibrc written in every kernel's MPLCONFIGDIR (kernel_proc.c): the
- * server applies it before the fork, so a kernel whose file says the same
- * need not read it again. */
+/**
+ * @brief The matplotlibrc written in every kernel's MPLCONFIGDIR, the
+ *        file interp/local/kernel_mpl.rc built in (NUL-terminated): text
+ *        falls back glyph by glyph (matplotlib >= 3.6) from DejaVu Sans,
+ *        its own font, to Noto Sans CJK (Debian's fonts-noto-cjk, which
+ *        scripts/setup.sh and the Docker image install), so Chinese,
+ *        Japanese and Korean labels do not come out as boxes. Debian's
+ *        matplotlib 3.6 reads the first face of the font collection,
+ *        named "Noto Sans CJK JP"; its glyphs cover the simplified and
+ *        traditional Chinese ideographs too. Code may still pick other
+ *        fonts with rcParams. The kernel server applies it before the
+ *        fork, so a kernel whose file says the same need not read it
+ *        again.
+ */
 extern const char cq_kernel_mpl_rc[];
 
 #endif
