@@ -25,176 +25,18 @@
 #include "coderq/common/buf.h"
 #include "coderq/interp/collect.h"
 #include "coderq/common/log.h"
+#include "coderq/common/pylit.h"
 #include "coderq/common/util.h"
 #include "coderq/local/workdir.h"
 #include "coderq/local/zmtp.h"
 #include "kernel_int.h"
+#include "py_int.h"
 
 #define POLL_SLICE_MS 100
 /* The cap of a forked kernel's warm-up report (read_warm_report(); its
  * names in kernel_int.h): the kernel writes at most 64 KiB of stdout,
  * which JSON may make six times as long. */
 #define WARM_MAX (400u << 10)
-
-/* Run silently in every kernel once it is ready (format: head budget,
- * tail kept per stream, characters per message, drop tag). ipykernel
- * buffers stdout for 0.2 s and publishes it as one message however large,
- * which iopub's frame cap would refuse. This makes the kernel itself keep
- * a head and a tail per cell, send small messages (blocking the writer
- * until each is sent), and report the UTF-8 bytes it dropped as "[TAG N]"
- * where they were, as it goes (a cell that dies has reported most); TAG
- * holds a random nonce, and the client adds N to its own count. And iopub
- * blocks instead of dropping when the client does not read (XPUB_NODROP:
- * the client reads only while a cell waits, zmtp.c), so the backlog of a
- * fast publisher stays in the kernel. The tail is the client's (half the
- * cap) per stream: the client trims what two streams' tails add up to.
- * And what is written to fds 1 and 2 themselves (a subprocess, a C
- * library) is read by a watcher that decodes UTF-8 across reads and
- * makes invalid bytes U+FFFD: ipykernel's own decodes each 1000-byte read
- * strictly, and the first character split between two reads (or any
- * invalid byte) ended it for good, losing every later byte written there
- * and blocking the writers once the pipe was full. A kernel forked by the
- * kernel server has this watcher from the start (kserver.py); a cold one
- * gets its pipes replaced, so that ipykernel's watcher reads its end and
- * stops.
- * The client still enforces its cap: code can undo this. */
-static const char shim_fmt[] =
-    "def _cq_setup(budget, keep, chunk, tag):\n"
-    "    import collections\n"
-    "    import ipykernel.iostream as m\n"
-    "    from IPython import get_ipython\n"
-    "    if getattr(m.OutStream, '_cq_capped', False):\n"
-    "        return\n"
-    "    w = m.OutStream.write\n"
-    "    st = {'sent': 0, 'tails': {}}\n"
-    "    def nbytes(s, end):\n"
-    "        return sum(len(s[i:min(i + 65536, end)].encode('utf-8', "
-    "'surrogatepass')) for i in range(0, end, 65536))\n"
-    "    def send(self, s, n=chunk):\n"
-    "        for i in range(0, len(s), n):\n"
-    "            w(self, s[i:i + n])\n"
-    "            try:\n"
-    "                if self._buffer.tell() >= n:\n"
-    "                    self.flush()\n"
-    "            except Exception:\n"
-    "                pass\n"
-    "    def write(self, s):\n"
-    "        if not isinstance(s, str):\n"
-    "            return w(self, s)\n"
-    "        rest = s\n"
-    "        room = budget - st['sent']\n"
-    "        if room > 0:\n"
-    "            st['sent'] += min(room, len(s))\n"
-    "            send(self, s[:room])\n"
-    "            rest = s[room:]\n"
-    "        if rest:\n"
-    "            t = st['tails'].setdefault(self, [collections.deque(), 0, "
-    "0, False])\n"
-    "            t[0].append(rest)\n"
-    "            t[1] += len(rest)\n"
-    "            while len(t[0]) > 1 and t[1] - len(t[0][0]) >= keep:\n"
-    "                k = t[0].popleft()\n"
-    "                t[1] -= len(k)\n"
-    "                t[2] += nbytes(k, len(k))\n"
-    "            if t[1] > keep:\n"
-    "                k = t[0][0]\n"
-    "                cut = min(len(k), t[1] - keep)\n"
-    "                t[0][0] = k[cut:]\n"
-    "                t[1] -= cut\n"
-    "                t[2] += nbytes(k, cut)\n"
-    "            if t[2] >= keep or (t[2] and not t[3]):\n"
-    "                send(self, '[' + tag + ' ' + str(t[2]) + ']')\n"
-    "                t[2] = 0\n"
-    "                t[3] = True\n"
-    "        return len(s)\n"
-    "    def pre(*args):\n"
-    "        st['sent'] = 0\n"
-    "        st['tails'] = {}\n"
-    "    def post(*args):\n"
-    "        tails = st['tails']\n"
-    "        st['tails'] = {}\n"
-    "        for stream, (chunks, n, dropped, _) in tails.items():\n"
-    "            text = ''.join(chunks)\n"
-    "            if n > keep:\n"
-    "                dropped += nbytes(text, n - keep)\n"
-    "                text = text[n - keep:]\n"
-    "            if dropped:\n"
-    "                text = '[' + tag + ' ' + str(dropped) + ']' + text\n"
-    "            send(stream, text)\n"
-    "    m.OutStream.write = write\n"
-    "    m.OutStream._cq_capped = True\n"
-
-    "    ip = get_ipython()\n"
-    "    ip.events.register('pre_execute', pre)\n"
-    "    ip.events.register('post_execute', post)\n"
-    "    try:\n"
-    "        import zmq\n"
-    "        t = ip.kernel.iopub_thread\n"
-    "        t.schedule(lambda: t.socket.setsockopt(zmq.XPUB_NODROP, 1))\n"
-    "    except Exception:\n"
-    "        pass\n"
-    "_cq_setup(%zu, %zu, %zu, '" DROP_TAG "%s')\n"
-    "del _cq_setup\n";
-
-/* The watcher of fds 1 and 2 (see shim_fmt), run after it. */
-static const char shim_fd[] =
-    "def _cq_fd():\n"
-    "    import ipykernel.iostream as m\n"
-    "    import os, sys, threading, codecs\n"
-    "    def watch(self):\n"
-    "        dec = codecs.getincrementaldecoder('utf-8')('replace')\n"
-    "        while True:\n"
-    "            try:\n"
-    "                b = os.read(self._fid, 65536)\n"
-    "            except InterruptedError:\n"
-    "                continue\n"
-    "            except OSError:\n"
-    "                return\n"
-    "            try:\n"
-    "                t = dec.decode(b, final=not b)\n"
-    "                if t:\n"
-    "                    self.write(t)\n"
-    "            except Exception:\n"
-    "                pass\n"
-    "            if not b or not self._should_watch:\n"
-    "                return\n"
-    "            try:\n"
-    "                os.write(self._original_stdstream_copy, b)\n"
-    "            except OSError:\n"
-    "                pass\n"
-    "    def refit(s, fno):\n"
-    "        old = s._fid\n"
-    "        ino = os.fstat(old).st_ino\n"
-    "        for e in os.listdir('/proc/self/fd'):\n"
-    "            if int(e) not in (old, fno):\n"
-    "                try:\n"
-    "                    if os.readlink('/proc/self/fd/' + e) == "
-    "'pipe:[%d]' % ino:\n"
-    "                        os.close(int(e))\n"
-    "                except OSError:\n"
-    "                    pass\n"
-    "        pr, pw = os.pipe()\n"
-    "        os.dup2(pw, fno)\n"
-    "        os.close(pw)\n"
-    "        s.watch_fd_thread.join(5)\n"
-    "        if not s.watch_fd_thread.is_alive():\n"
-    "            os.close(old)\n"
-    "        s._fid = pr\n"
-    "        s.watch_fd_thread = threading.Thread(target=s._watch_pipe_fd, "
-    "daemon=True)\n"
-    "        s.watch_fd_thread.start()\n"
-    "    if not getattr(m.OutStream._watch_pipe_fd, '_cq_watch', False):\n"
-    "        watch._cq_watch = True\n"
-    "        m.OutStream._watch_pipe_fd = watch\n"
-    "        for s, fno in ((sys.stdout, 1), (sys.stderr, 2)):\n"
-    "            if isinstance(s, m.OutStream) and "
-    "getattr(s, 'watch_fd_thread', None):\n"
-    "                try:\n"
-    "                    refit(s, fno)\n"
-    "                except Exception:\n"
-    "                    pass\n"
-    "_cq_fd()\n"
-    "del _cq_fd\n";
 
 const char *cq_kernel_errmsg(const cq_kernel_t *kernel)
 {
@@ -672,7 +514,30 @@ static cq_err_t exec_line(cq_buf_t *out, const cq_buf_t *code)
 
 /* This start's warm-up cell into \p line: the output shim, the pool's
  * preload and the environment probe (reporting after \p marker), as one
- * exec() line. */
+ * exec() line.
+ *
+ * The shim (kernel_shim.py) runs silently in every kernel once it is
+ * ready: _cq_setup() gets the head budget, the tail kept per stream, the
+ * characters per message and the drop tag. ipykernel buffers stdout for
+ * 0.2 s and publishes it as one message however large, which iopub's
+ * frame cap would refuse. This makes the kernel itself keep a head and a
+ * tail per cell, send small messages (blocking the writer until each is
+ * sent), and report the UTF-8 bytes it dropped as "[TAG N]" where they
+ * were, as it goes (a cell that dies has reported most); TAG holds a
+ * random nonce, and the client adds N to its own count. And iopub blocks
+ * instead of dropping when the client does not read (XPUB_NODROP: the
+ * client reads only while a cell waits, zmtp.c), so the backlog of a fast
+ * publisher stays in the kernel. The tail is the client's (half the cap)
+ * per stream: the client trims what two streams' tails add up to. And
+ * what is written to fds 1 and 2 themselves (a subprocess, a C library)
+ * is read by _cq_fd()'s watcher, which decodes UTF-8 across reads and
+ * makes invalid bytes U+FFFD: ipykernel's own decodes each 1000-byte read
+ * strictly, and the first character split between two reads (or any
+ * invalid byte) ended it for good, losing every later byte written there
+ * and blocking the writers once the pipe was full. A kernel forked by the
+ * kernel server has this watcher from the start (kserver.py); a cold one
+ * gets its pipes replaced, so that ipykernel's watcher reads its end and
+ * stops. The client still enforces its cap: code can undo this. */
 static int build_warmup(cq_kernel_t *kernel, const char *marker, cq_buf_t *line)
 {
         size_t half = kernel->output_max / 2;
@@ -680,15 +545,20 @@ static int build_warmup(cq_kernel_t *kernel, const char *marker, cq_buf_t *line)
          * (\u001f), so within iopub's frame cap */
         size_t chunk = kernel->output_max / 16;
         char *probe = cq_interp_env_probe(marker);
+        char tag[sizeof(DROP_TAG) + sizeof(kernel->nonce)];
         cq_buf_t code;
         int rc = -1;
 
+        snprintf(tag, sizeof(tag), DROP_TAG "%s", kernel->nonce);
         cq_buf_init(&code, 1 << 20);
-        if (probe &&
-            cq_buf_printf(&code, shim_fmt, half > 2048 ? half - 1024 : half / 2,
+        if (probe && cq_buf_append_str(&code, cq_kernel_shim_py) == CQ_OK &&
+            cq_buf_printf(&code, "_cq_setup(%zu, %zu, %zu, ",
+                          half > 2048 ? half - 1024 : half / 2,
                           half > 2048 ? half - 512 : half / 2,
-                          chunk > 256 ? chunk : 256, kernel->nonce) == CQ_OK &&
-            cq_buf_append_str(&code, shim_fd) == CQ_OK &&
+                          chunk > 256 ? chunk : 256) == CQ_OK &&
+            cq_pylit_append(&code, tag, strlen(tag)) == CQ_OK &&
+            cq_buf_append_str(&code, ")\ndel _cq_setup\n"
+                                     "_cq_fd()\ndel _cq_fd\n") == CQ_OK &&
             (!kernel->preload ||
              (cq_buf_append_str(&code, "\n") == CQ_OK &&
               cq_buf_append_str(&code, kernel->preload) == CQ_OK)) &&

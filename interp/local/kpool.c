@@ -20,8 +20,10 @@
 #include "coderq/common/buf.h"
 #include "coderq/local/interp_local.h"
 #include "coderq/common/log.h"
+#include "coderq/common/pylit.h"
 #include "coderq/common/util.h"
 #include "coderq/local/workdir.h"
+#include "py_int.h"
 
 /* How long acquire waits for a niced pool before it starts a kernel of
  * its own at the job's priority. */
@@ -332,9 +334,10 @@ static int start_thread(pthread_t *thr,
 }
 
 /* The warm-up that imports \p list (comma-separated module names, as
- * CODERQ_KERNEL_PRELOAD), each failure ignored as in CQ_KPOOL_PRELOAD; ""
- * for an empty list. NULL when out of memory or a name is not a dotted
- * Python identifier (\p errstr says which). */
+ * CODERQ_KERNEL_PRELOAD), each failure ignored as in CQ_KPOOL_PRELOAD:
+ * kpool_preload.py and a call of it with the names as string literals;
+ * "" for an empty list. NULL when out of memory or a name is not a
+ * dotted Python identifier (\p errstr says which). */
 static char *preload_code(const char *list, char *errstr, size_t errstr_size)
 {
         cq_buf_t code;
@@ -359,9 +362,8 @@ static char *preload_code(const char *list, char *errstr, size_t errstr_size)
                         cq_buf_release(&code);
                         return NULL;
                 }
-                if (cq_buf_append_str(&code, code.len ? ", '" : "'") ||
-                    cq_buf_append(&code, p, (size_t)(end - p)) ||
-                    cq_buf_append_str(&code, "'"))
+                if ((code.len && cq_buf_append_str(&code, ", ")) ||
+                    cq_pylit_append(&code, p, (size_t)(end - p)))
                         goto oom;
         }
         if (code.len == 0) {
@@ -369,16 +371,8 @@ static char *preload_code(const char *list, char *errstr, size_t errstr_size)
                 return strdup("");
         }
         out = cq_buf_take(&code, NULL);
-        if (cq_buf_printf(&code,
-                          "def _cq_preload():\n"
-                          "    import importlib\n"
-                          "    for m in (%s,):\n"
-                          "        try:\n"
-                          "            importlib.import_module(m)\n"
-                          "        except Exception:\n"
-                          "            pass\n"
-                          "_cq_preload()\n"
-                          "del _cq_preload\n",
+        if (cq_buf_append_str(&code, cq_kpool_preload_py) ||
+            cq_buf_printf(&code, "_cq_preload((%s,))\ndel _cq_preload\n",
                           out)) {
                 free(out);
                 goto oom;

@@ -80,9 +80,14 @@
 #include "coderq/local/kpool.h"
 #include "coderq/common/util.h"
 #include "coderq/local/workdir.h"
+#include "py_int.h"
 
 /* Exit status of a probe child that could not switch uids. */
 #define PROBE_DROP_FAILED 125
+/* The file the probe's bubblewrap makes on its /tmp (sandbox_probe.py
+ * reads it back), and what it holds */
+#define PROBE_FILE "/tmp/coderq-probe/file"
+#define PROBE_TEXT "probe\n"
 
 struct cq_sandbox {
         bool enabled;
@@ -542,10 +547,8 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
  * that file back) within ten seconds. */
 static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
 {
-        const char *cmd[] = {python, "-c",
-                             "import sys; sys.exit(open('/tmp/coderq-probe/"
-                             "file').read() != 'probe\\n')",
-                             NULL};
+        const char *cmd[] = {python,     "-c",       cq_sandbox_probe_py,
+                             PROBE_FILE, PROBE_TEXT, NULL};
         int file[2] = {-1, -1};
         char tmpl[PATH_MAX], err[256];
         char **argv = NULL;
@@ -575,14 +578,15 @@ static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
                          "could not chown probe dir: %s", strerror(errno));
                 goto out;
         }
-        argv = cq_sandbox_argv(sandbox, tmpl, cmd, -1, 3,
-                               "/tmp/coderq-probe/file");
+        argv = cq_sandbox_argv(sandbox, tmpl, cmd, -1, 3, PROBE_FILE);
         if (!argv) {
                 snprintf(sandbox->reason, sizeof(sandbox->reason),
                          "out of memory");
                 goto out;
         }
-        if (pipe2(file, O_CLOEXEC) != 0 || write(file[1], "probe\n", 6) != 6) {
+        if (pipe2(file, O_CLOEXEC) != 0 ||
+            write(file[1], PROBE_TEXT, sizeof(PROBE_TEXT) - 1) !=
+                (ssize_t)(sizeof(PROBE_TEXT) - 1)) {
                 snprintf(sandbox->reason, sizeof(sandbox->reason),
                          "could not make the probe's pipe: %s",
                          strerror(errno));
