@@ -1031,7 +1031,7 @@ int cq_kernel_interrupt(cq_kernel_t *kernel)
         atomic_store(&kernel->interrupt_req, 1);
         /* In the sandbox the kernel is in bubblewrap's own session, out of
          * reach of our signal: the owner thread sends interrupt_request on
-         * control instead (see run_cell()). */
+         * control instead (see cell_turn()). */
         if (!cq_sandbox_enabled(kernel->sandbox) && pid > 0)
                 return killpg(pid, SIGINT) == 0 ? 0 : -1;
         return 0;
@@ -1070,287 +1070,415 @@ static json_t *execute_content(const char *code, bool silent)
                          1);
 }
 
+/* ---- one cell, as a state machine ---- */
+
+/* Where a cell is in run_cell(). cell_start() sends it and gives the
+ * first state; while it waits for the kernel, a function per state
+ * takes it on each turn (cell_turn(): cell_running(), cell_interrupted()
+ * or cell_replied()), after which the kernel is polled and read
+ * (cell_poll()); cell_finish() makes the result of the state it ends
+ * in. */
+typedef enum cell_state {
+        CELL_RUNNING,     /* no reply yet: its deadline and a cancel apply */
+        CELL_INTERRUPTED, /* timed out or cancelled, interrupted, no reply
+                           * yet: the interrupt's grace applies */
+        CELL_REPLIED,     /* replied: the idle status ends its outputs */
+        CELL_DONE,        /* replied, and idle or waited for long enough */
+        CELL_KILL,        /* hung or broke its connection: replace it */
+        CELL_DIED,        /* the kernel died: replace it */
+        CELL_FAILED,      /* a request could not be sent: no result */
+} cell_state_t;
+
+/* Why a cell was interrupted. */
+typedef enum cell_stop {
+        CELL_STOP_NONE = 0,
+        CELL_STOP_TIMEOUT, /* its deadline passed */
+        CELL_STOP_CANCEL,  /* opts->cancel was set */
+} cell_stop_t;
+
+/* One cell on its way through the states. */
+typedef struct cell {
+        cq_kernel_t *kernel;
+        const char *code;
+        bool silent;
+        const cq_exec_opts_t *opts;
+        cq_cell_result_t *res;
+        cq_collect_t col;
+        char msg_id[64]; /* of the execute_request in flight */
+        /* The execute_reply's content (every message parsed has one),
+         * from CELL_REPLIED on; NULL before. */
+        json_t *reply;
+        int64_t start_ms;
+        int64_t deadline, slow_at; /* 0: none, or passed (slow_at) */
+        int64_t reply_at;
+        int64_t heard_at;       /* iopub's last message after the reply */
+        int64_t interrupted_at; /* 0: not interrupted */
+        cell_stop_t stop;
+        int aborts; /* execute_requests sent again after an abort */
+        /* what iopub told: the idle status, an error output, a report of
+         * bytes the shim dropped */
+        bool idle, saw_error, shim_dropped;
+} cell_t;
+
+/* Send the cell's execute_request; its msg_id goes to c->msg_id. */
+static int cell_send(cell_t *c)
+{
+        json_t *content = execute_content(c->code, c->silent);
+
+        if (!content) {
+                kernel_set_error(c->kernel,
+                                 "could not run cell: out of memory");
+                return -1;
+        }
+        return send_request(c->kernel, c->kernel->shell, "execute_request",
+                            content, c->msg_id);
+}
+
+/* CELL_START: a kernel that died, or closed or broke a connection
+ * between cells, is replaced before it is sent the cell. */
+static cell_state_t cell_start(cell_t *c)
+{
+        const cq_exec_opts_t *opts = c->opts;
+
+        if (!kernel_alive(c->kernel))
+                return CELL_DIED;
+        if (broken(c->kernel))
+                return CELL_KILL;
+        if (cell_send(c))
+                return CELL_FAILED;
+        c->deadline = opts->timeout_ms > 0 ? c->start_ms + opts->timeout_ms : 0;
+        c->slow_at = opts->on_slow
+                         ? c->start_ms + (opts->slow_ms > 0 ? opts->slow_ms : 0)
+                         : 0;
+        return CELL_RUNNING;
+}
+
+/* CELL_RUNNING: its deadline or a cancel interrupts the cell. */
+static cell_state_t cell_running(cell_t *c, int64_t now)
+{
+        bool cancel = c->opts->cancel && atomic_load(c->opts->cancel) != 0;
+
+        if (c->deadline && now >= c->deadline)
+                c->stop = CELL_STOP_TIMEOUT;
+        else if (cancel)
+                c->stop = CELL_STOP_CANCEL;
+        else
+                return CELL_RUNNING;
+        send_interrupt(c->kernel);
+        c->interrupted_at = now;
+        return CELL_INTERRUPTED;
+}
+
+/* Whether an interrupted cell has outlived the interrupt's grace. */
+static bool grace_over(const cell_t *c, int64_t now)
+{
+        return c->interrupted_at &&
+               now - c->interrupted_at >= c->kernel->interrupt_grace_ms;
+}
+
+/* CELL_INTERRUPTED: a cell that does not stop in time is killed. */
+static cell_state_t cell_interrupted(cell_t *c, int64_t now)
+{
+        return grace_over(c, now) ? CELL_KILL : CELL_INTERRUPTED;
+}
+
+/* CELL_REPLIED: the idle status comes behind what iopub still holds (the
+ * kernel queues outputs faster than they are read and parsed: 100
+ * displays of 470 kB outlast 4 s under TSan): wait for it while messages
+ * keep coming, up to 15 times the wait; then the reply is authoritative.
+ * An interrupted cell still has its grace only. */
+static cell_state_t cell_replied(cell_t *c, int64_t now)
+{
+        int64_t idle_wait_ms = c->kernel->idle_wait_ms;
+        int64_t heard = c->heard_at > c->reply_at ? c->heard_at : c->reply_at;
+
+        if (now - heard >= idle_wait_ms ||
+            now - c->reply_at >= 15 * idle_wait_ms)
+                return CELL_DONE;
+        return grace_over(c, now) ? CELL_KILL : CELL_REPLIED;
+}
+
+/* How long the next poll may wait: a slice, less up to the deadline of a
+ * cell not interrupted, less up to the slow callback. */
+static long cell_wait_ms(const cell_t *c, int64_t now)
+{
+        long wait = POLL_SLICE_MS;
+
+        if (c->deadline && !c->interrupted_at && c->deadline - now < wait)
+                wait = (long)(c->deadline - now) > 0 ? (long)(c->deadline - now)
+                                                     : 0;
+        if (c->slow_at && c->slow_at - now < wait)
+                wait = (long)(c->slow_at - now);
+        return wait;
+}
+
+/* Read what iopub holds, at most 256 messages: those of this cell are its
+ * outputs. */
+static void cell_read_iopub(cell_t *c)
+{
+        cq_kernel_t *kernel = c->kernel;
+        uint64_t dropped = 0;
+        cq_jmsg_t msg;
+        int k;
+
+        for (k = 0; k < 256; k++) {
+                int r = recv_msg(kernel, kernel->iopub, &msg, &dropped);
+
+                if (r == 0)
+                        break;
+                if (c->reply)
+                        c->heard_at = cq_now_ms();
+                if (r > 0 && msg.parent_id &&
+                    strcmp(msg.parent_id, c->msg_id) == 0)
+                        handle_iopub(kernel, &c->col, &msg, c->res, &c->idle,
+                                     &c->saw_error, &c->shim_dropped);
+                cq_jmsg_release(&msg);
+        }
+        if (dropped) {
+                /* a message above the frame cap (or of too many frames),
+                 * read to its end and not kept: whose it was is unknown,
+                 * its size is not */
+                cq_collect_dropped(&c->col, dropped, false);
+                cq_log_warn("kernel: an iopub message with a frame of %llu "
+                            "bytes exceeded the cap of %zu; its output was "
+                            "dropped",
+                            (unsigned long long)dropped, kernel->iopub_max);
+        }
+}
+
+/* Read what shell holds, at most 256 messages, for this cell's
+ * execute_reply; true when it was aborted and is to be sent again. */
+static bool cell_read_shell(cell_t *c)
+{
+        cq_kernel_t *kernel = c->kernel;
+        cq_jmsg_t msg;
+        int r, k = 0;
+
+        while (k++ < 256 &&
+               (r = recv_msg(kernel, kernel->shell, &msg, NULL)) != 0) {
+                if (r > 0 && msg.parent_id &&
+                    strcmp(msg.parent_id, c->msg_id) == 0 &&
+                    strcmp(msg.msg_type, "execute_reply") == 0 && !c->reply) {
+                        const char *st = json_string_value(
+                            json_object_get(msg.content, "status"));
+
+                        /* ipykernel keeps aborting for a moment after an
+                         * error (stop_on_error); our one cell in flight
+                         * can only have been caught by that, so send it
+                         * again. */
+                        if (st && !strcmp(st, "aborted") && c->aborts < 20) {
+                                c->aborts++;
+                                cq_jmsg_release(&msg);
+                                return true;
+                        }
+                        c->reply_at = cq_now_ms();
+                        c->reply = json_incref(msg.content);
+                        if (c->res->timing)
+                                json_object_set(
+                                    c->res->timing, "shell.execute_reply",
+                                    json_object_get(msg.header, "date"));
+                }
+                cq_jmsg_release(&msg);
+        }
+        return false;
+}
+
+/* A waiting state's turn with the kernel: poll it, read what came (iopub
+ * first: a reply may not end the cell before the outputs that preceded
+ * it were read), and see whether it still lives. */
+static cell_state_t cell_poll(cell_t *c, cell_state_t state, int64_t now)
+{
+        cq_kernel_t *kernel = c->kernel;
+        struct pollfd items[4];
+        bool pend[2];
+
+        if (poll_kernel(kernel, items, pend, cell_wait_ms(c, now)) != 0) {
+                kernel_set_error(kernel, "could not poll: %s", strerror(errno));
+                return CELL_KILL;
+        }
+        if (poll_done(&items[2], kernel->control, false))
+                drop_control(kernel);
+        if (poll_done(&items[1], kernel->iopub, pend[1]))
+                cell_read_iopub(c);
+        if (poll_done(&items[0], kernel->shell, pend[0]) &&
+            cell_read_shell(c)) {
+                struct timespec ts = {0, 5 * 1000 * 1000};
+
+                nanosleep(&ts, NULL);
+                if (cell_send(c))
+                        return CELL_FAILED;
+        }
+        if ((items[3].revents & POLLIN) ||
+            (kernel->pidfd < 0 && !kernel_alive(kernel))) {
+                kernel_reap(kernel, true);
+                return CELL_DIED;
+        }
+        /* a dying kernel closes its sockets too */
+        if (broken(kernel))
+                return kernel_wait_exit(kernel, 200) ? CELL_DIED : CELL_KILL;
+        if (!c->reply)
+                return state;
+        return c->idle ? CELL_DONE : CELL_REPLIED;
+}
+
+/* One turn of a waiting state (CELL_RUNNING, CELL_INTERRUPTED or
+ * CELL_REPLIED): its clocks, an interrupt asked for from another
+ * thread, the slow callback, then the kernel. */
+static cell_state_t cell_turn(cell_t *c, cell_state_t state)
+{
+        int64_t now = cq_now_ms();
+
+        if (state == CELL_RUNNING)
+                state = cell_running(c, now);
+        else if (state == CELL_INTERRUPTED)
+                state = cell_interrupted(c, now);
+        else
+                state = cell_replied(c, now);
+        if (state == CELL_DONE || state == CELL_KILL)
+                return state;
+        /* in the sandbox cq_kernel_interrupt() cannot signal the kernel:
+         * the thread that owns control sends the request */
+        if (atomic_exchange(&c->kernel->interrupt_req, 0) &&
+            cq_sandbox_enabled(c->kernel->sandbox))
+                send_interrupt(c->kernel);
+        if (c->slow_at && state != CELL_REPLIED && now >= c->slow_at) {
+                c->slow_at = 0;
+                c->opts->on_slow(c->opts->opaque);
+                return state; /* the clock moved on */
+        }
+        return cell_poll(c, state, now);
+}
+
+/* What the reply says of the cell: its execution count, an error. */
+static void cell_reply_status(cell_t *c)
+{
+        const char *st = json_string_value(json_object_get(c->reply, "status"));
+        json_t *n = json_object_get(c->reply, "execution_count");
+
+        if (json_is_integer(n))
+                c->res->execution_count = (int)json_integer_value(n);
+        if (st && strcmp(st, "error") == 0) {
+                c->res->status = CQ_CELL_ERROR;
+                if (!c->saw_error)
+                        add_output(&c->col, error_output(c->reply));
+        } else if (st && strcmp(st, "aborted") == 0) {
+                c->res->status = CQ_CELL_ERROR;
+                add_output(
+                    &c->col,
+                    status_error("Aborted", "the kernel aborted this cell"));
+        }
+}
+
+/* What the way the cell ended says of it: a timeout, a death, a cancel,
+ * a kill; whether the kernel is to be replaced. */
+static bool cell_end_status(cell_t *c, cell_state_t state)
+{
+        cq_cell_result_t *res = c->res;
+
+        if (c->stop == CELL_STOP_TIMEOUT) {
+                char text[200];
+
+                res->status = CQ_CELL_TIMEOUT;
+                snprintf(text, sizeof(text),
+                         "the cell exceeded its %lld ms deadline; the kernel "
+                         "was restarted and its state (variables, imports) "
+                         "is lost",
+                         (long long)c->opts->timeout_ms);
+                add_output(&c->col, status_error("TimeoutError", text));
+                return true;
+        }
+        if (state == CELL_DIED) {
+                res->status = CQ_CELL_DIED;
+                add_output(&c->col,
+                           status_error("DeadKernelError",
+                                        "the kernel died while running the "
+                                        "cell; a fresh kernel was started "
+                                        "and its state (variables, imports) "
+                                        "is lost"));
+                return true;
+        }
+        if (c->stop == CELL_STOP_CANCEL) {
+                res->status = CQ_CELL_CANCELLED;
+                if (state == CELL_KILL)
+                        add_output(&c->col,
+                                   status_error("Cancelled",
+                                                "the cell was cancelled and "
+                                                "did not stop; the kernel "
+                                                "was restarted and its "
+                                                "state is lost"));
+        } else if (state == CELL_KILL && res->status == CQ_CELL_OK) {
+                res->status = CQ_CELL_TIMEOUT;
+        }
+        return state == CELL_KILL;
+}
+
+/* The result of a cell that ended in \p state (CELL_DONE, CELL_KILL or
+ * CELL_DIED), and a fresh kernel when this one is not to be used again. */
+static cq_err_t cell_finish(cell_t *c, cell_state_t state)
+{
+        cq_cell_result_t *res = c->res;
+        cq_err_t err = CQ_OK;
+        bool replace;
+
+        if (c->reply)
+                cell_reply_status(c);
+        replace = cell_end_status(c, state);
+        /* the shim reports the rest of what it dropped when the cell
+         * ends, which a killed kernel never did */
+        if (c->shim_dropped && !c->reply)
+                cq_collect_dropped(&c->col, 0, true);
+        json_decref(res->outputs);
+        res->outputs = cq_collect_finish(&c->col);
+        res->truncated = cq_collect_truncated(&c->col);
+        if (!res->outputs) {
+                kernel_set_error(c->kernel,
+                                 "could not run cell: out of memory");
+                err = CQ_ERR_RETRIABLE;
+        }
+        if (replace) {
+                res->state_lost = true;
+                if (respawn(c->kernel) != CQ_OK)
+                        err = CQ_ERR_RETRIABLE;
+        }
+        return err;
+}
+
 static cq_err_t run_cell(cq_kernel_t *kernel,
                          const char *code,
                          bool silent,
                          const cq_exec_opts_t *opts,
                          cq_cell_result_t *res)
 {
-        cq_collect_t col;
-        char msg_id[64];
-        json_t *content, *reply = NULL;
-        int64_t start_ms = cq_now_ms(), deadline, reply_at = 0, slow_at;
-        int64_t interrupted_at = 0;
-        bool got_reply = false, idle = false, saw_error = false;
-        bool timed_out = false, cancelled = false, died = false;
-        bool kill_it = false, resend = false, shim_dropped = false;
-        int64_t idle_wait_ms = kernel->idle_wait_ms;
-        /* the last time iopub gave a message after the reply */
-        int64_t heard_at = 0;
-        int aborts = 0;
-        cq_err_t err = CQ_OK;
-        cq_jmsg_t msg;
+        cq_err_t err = CQ_ERR_RETRIABLE;
+        cell_state_t state;
+        cell_t c;
 
-        if (cq_collect_init(&col, kernel->output_max,
+        memset(&c, 0, sizeof(c));
+        c.start_ms = cq_now_ms();
+        c.kernel = kernel;
+        c.code = code;
+        c.silent = silent;
+        c.opts = opts;
+        c.res = res;
+        if (cq_collect_init(&c.col, kernel->output_max,
                             silent ? NULL : opts->on_output,
                             opts->opaque) != 0) {
                 kernel_set_error(kernel, "could not run cell: out of memory");
-                err = CQ_ERR_RETRIABLE;
                 goto out;
         }
         json_decref(res->timing);
         res->timing = silent ? NULL : json_object();
         atomic_store(&kernel->interrupt_req, 0);
-        if (!kernel_alive(kernel)) {
-                died = true;
-                goto finish;
-        }
-        /* a connection the kernel closed or broke between cells */
-        if (broken(kernel)) {
-                kill_it = true;
-                goto finish;
-        }
-        content = execute_content(code, silent);
-        if (!content || send_request(kernel, kernel->shell, "execute_request",
-                                     content, msg_id)) {
-                if (!content)
-                        kernel_set_error(kernel,
-                                         "could not run cell: out of memory");
-                err = CQ_ERR_RETRIABLE;
-                goto out;
-        }
-        deadline = opts->timeout_ms > 0 ? start_ms + opts->timeout_ms : 0;
-        slow_at = opts->on_slow
-                      ? start_ms + (opts->slow_ms > 0 ? opts->slow_ms : 0)
-                      : 0;
-        while (!(got_reply && idle)) {
-                struct pollfd items[4];
-                int64_t now = cq_now_ms();
-                long wait = POLL_SLICE_MS;
-                uint64_t dropped = 0;
-                bool pend[2];
-
-                /* After the reply, the idle status comes behind what iopub
-                 * still holds (the kernel queues outputs faster than they
-                 * are read and parsed: 100 displays of 470 kB outlast
-                 * 4 s under TSan): wait for it while messages keep
-                 * coming, up to 15 times the wait; then the reply is
-                 * authoritative. */
-                if (got_reply &&
-                    (now - (heard_at > reply_at ? heard_at : reply_at) >=
-                         idle_wait_ms ||
-                     now - reply_at >= 15 * idle_wait_ms))
-                        break;
-                if (interrupted_at &&
-                    now - interrupted_at >= kernel->interrupt_grace_ms) {
-                        kill_it = true;
-                        break;
-                }
-                if (!interrupted_at && !got_reply) {
-                        bool cancel =
-                            opts->cancel && atomic_load(opts->cancel) != 0;
-
-                        if (deadline && now >= deadline)
-                                timed_out = true;
-                        else if (cancel)
-                                cancelled = true;
-                        if (timed_out || cancelled) {
-                                send_interrupt(kernel);
-                                interrupted_at = now;
-                        }
-                }
-                if (atomic_exchange(&kernel->interrupt_req, 0) &&
-                    cq_sandbox_enabled(kernel->sandbox))
-                        send_interrupt(kernel);
-                if (slow_at && !got_reply && now >= slow_at) {
-                        slow_at = 0;
-                        opts->on_slow(opts->opaque);
-                        continue; /* the clock moved on */
-                }
-                if (deadline && !interrupted_at && deadline - now < wait)
-                        wait = (long)(deadline - now) > 0
-                                   ? (long)(deadline - now)
-                                   : 0;
-                if (slow_at && slow_at - now < wait)
-                        wait = (long)(slow_at - now);
-                if (poll_kernel(kernel, items, pend, wait) != 0) {
-                        kernel_set_error(kernel, "could not poll: %s",
-                                         strerror(errno));
-                        kill_it = true;
-                        break;
-                }
-                if (poll_done(&items[2], kernel->control, false))
-                        drop_control(kernel);
-                /* iopub first: a reply may not end the cell before the
-                 * outputs that preceded it were read. */
-                if (poll_done(&items[1], kernel->iopub, pend[1])) {
-                        int k;
-
-                        for (k = 0; k < 256; k++) {
-                                int r = recv_msg(kernel, kernel->iopub, &msg,
-                                                 &dropped);
-
-                                if (r == 0)
-                                        break;
-                                if (got_reply)
-                                        heard_at = cq_now_ms();
-                                if (r > 0 && msg.parent_id &&
-                                    strcmp(msg.parent_id, msg_id) == 0)
-                                        handle_iopub(kernel, &col, &msg, res,
-                                                     &idle, &saw_error,
-                                                     &shim_dropped);
-                                cq_jmsg_release(&msg);
-                        }
-                }
-                if (dropped) {
-                        /* a message above the frame cap (or of too many
-                         * frames), read to its end and not kept: whose
-                         * it was is unknown, its size is not */
-                        cq_collect_dropped(&col, dropped, false);
-                        cq_log_warn("kernel: an iopub message with a frame "
-                                    "of %llu bytes exceeded the cap of %zu; "
-                                    "its output was dropped",
-                                    (unsigned long long)dropped,
-                                    kernel->iopub_max);
-                }
-                if (poll_done(&items[0], kernel->shell, pend[0])) {
-                        int r, k = 0;
-
-                        while (k++ < 256 && (r = recv_msg(kernel, kernel->shell,
-                                                          &msg, NULL)) != 0) {
-                                if (r > 0 && msg.parent_id &&
-                                    strcmp(msg.parent_id, msg_id) == 0 &&
-                                    strcmp(msg.msg_type, "execute_reply") ==
-                                        0 &&
-                                    !got_reply) {
-                                        const char *st =
-                                            json_string_value(json_object_get(
-                                                msg.content, "status"));
-
-                                        /* ipykernel keeps aborting for a
-                                         * moment after an error
-                                         * (stop_on_error); our one cell in
-                                         * flight can only have been caught
-                                         * by that, so send it again. */
-                                        if (st && !strcmp(st, "aborted") &&
-                                            aborts < 20) {
-                                                aborts++;
-                                                cq_jmsg_release(&msg);
-                                                resend = true;
-                                                break;
-                                        }
-                                        got_reply = true;
-                                        reply_at = cq_now_ms();
-                                        reply = json_incref(msg.content);
-                                        if (res->timing)
-                                                json_object_set(
-                                                    res->timing,
-                                                    "shell.execute_reply",
-                                                    json_object_get(msg.header,
-                                                                    "date"));
-                                }
-                                cq_jmsg_release(&msg);
-                        }
-                }
-                if (resend) {
-                        struct timespec ts = {0, 5 * 1000 * 1000};
-
-                        resend = false;
-                        nanosleep(&ts, NULL);
-                        content = execute_content(code, silent);
-                        if (!content ||
-                            send_request(kernel, kernel->shell,
-                                         "execute_request", content, msg_id)) {
-                                err = CQ_ERR_RETRIABLE;
-                                goto out;
-                        }
-                }
-                if ((items[3].revents & POLLIN) ||
-                    (kernel->pidfd < 0 && !kernel_alive(kernel))) {
-                        kernel_reap(kernel, true);
-                        died = true;
-                        break;
-                }
-                if (broken(kernel)) {
-                        /* a dying kernel closes its sockets too */
-                        if (kernel_wait_exit(kernel, 200)) {
-                                died = true;
-                                break;
-                        }
-                        kill_it = true;
-                        break;
-                }
-        }
-finish:
-        if (reply) {
-                const char *st =
-                    json_string_value(json_object_get(reply, "status"));
-                json_t *n = json_object_get(reply, "execution_count");
-
-                if (json_is_integer(n))
-                        res->execution_count = (int)json_integer_value(n);
-                if (st && strcmp(st, "error") == 0) {
-                        res->status = CQ_CELL_ERROR;
-                        if (!saw_error)
-                                add_output(&col, error_output(reply));
-                } else if (st && strcmp(st, "aborted") == 0) {
-                        res->status = CQ_CELL_ERROR;
-                        add_output(&col, status_error("Aborted",
-                                                      "the kernel aborted this "
-                                                      "cell"));
-                }
-        }
-        if (timed_out) {
-                char text[200];
-
-                res->status = CQ_CELL_TIMEOUT;
-                kill_it = true;
-                snprintf(text, sizeof(text),
-                         "the cell exceeded its %lld ms deadline; the kernel "
-                         "was restarted and its state (variables, imports) "
-                         "is lost",
-                         (long long)opts->timeout_ms);
-                add_output(&col, status_error("TimeoutError", text));
-        } else if (died) {
-                res->status = CQ_CELL_DIED;
-                add_output(&col,
-                           status_error("DeadKernelError",
-                                        "the kernel died while running the "
-                                        "cell; a fresh kernel was started "
-                                        "and its state (variables, imports) "
-                                        "is lost"));
-        } else if (cancelled) {
-                res->status = CQ_CELL_CANCELLED;
-                if (kill_it)
-                        add_output(&col,
-                                   status_error("Cancelled",
-                                                "the cell was cancelled and "
-                                                "did not stop; the kernel "
-                                                "was restarted and its "
-                                                "state is lost"));
-        } else if (kill_it && res->status == CQ_CELL_OK) {
-                res->status = CQ_CELL_TIMEOUT;
-        }
-        /* the shim reports the rest of what it dropped when the cell
-         * ends, which a killed kernel never did */
-        if (shim_dropped && !got_reply)
-                cq_collect_dropped(&col, 0, true);
-        json_decref(res->outputs);
-        res->outputs = cq_collect_finish(&col);
-        res->truncated = cq_collect_truncated(&col);
-        if (!res->outputs) {
-                kernel_set_error(kernel, "could not run cell: out of memory");
-                err = CQ_ERR_RETRIABLE;
-        }
-        if (kill_it || died) {
-                res->state_lost = true;
-                if (respawn(kernel) != CQ_OK)
-                        err = CQ_ERR_RETRIABLE;
-        }
+        state = cell_start(&c);
+        while (state == CELL_RUNNING || state == CELL_INTERRUPTED ||
+               state == CELL_REPLIED)
+                state = cell_turn(&c, state);
+        if (state != CELL_FAILED)
+                err = cell_finish(&c, state);
 out:
-        res->duration_ms = cq_now_ms() - start_ms;
-        json_decref(reply);
-        cq_collect_release(&col);
+        res->duration_ms = cq_now_ms() - c.start_ms;
+        json_decref(c.reply);
+        cq_collect_release(&c.col);
         return err;
 }
 
