@@ -740,22 +740,12 @@ static int connect_bound(cq_kernel_t *kernel, bool connected[3])
         return n;
 }
 
-/* Spawn and wait until the kernel answered kernel_info and published on
- * iopub: iopub is PUB/SUB and drops what was sent before our subscription
- * reached it, so resend kernel_info every 100 ms until iopub speaks. Each
- * socket connects once the kernel has bound it (connect_bound()). */
-static int start(cq_kernel_t *kernel)
+/* A start's new keys, nonce and files, and its warm-up cell into \p warm
+ * with the marker its environment report comes after (\p marker, 64
+ * bytes). -1 with the error set. */
+static int start_prepare(cq_kernel_t *kernel, char *marker, cq_buf_t *warm)
 {
-        char tail[420], marker[64];
-        int64_t deadline, spawned, next_send = 0;
-        bool got_reply = false, got_iopub = false;
-        bool connected[3] = {false, false, false};
-        int nconnected = 0;
-        cq_buf_t warm;
-        cq_jmsg_t msg;
         int port;
-
-        cq_buf_init(&warm, (4 << 20) + 64);
 
         if (random_hex(kernel->key, 16) || random_hex(kernel->session, 16) ||
             random_hex(kernel->nonce, 8)) {
@@ -775,15 +765,177 @@ static int start(cq_kernel_t *kernel)
         }
         /* The environment is reported in the same silent cell, after
          * the preload, before any job code runs. */
-        snprintf(marker, sizeof(marker), "coderq-env %s ", kernel->nonce);
+        snprintf(marker, 64, "coderq-env %s ", kernel->nonce);
         if (unlinkat(kernel->run_fd, WARM_NAME, 0) != 0 && errno != ENOENT) {
                 kernel_set_error(kernel, "could not remove %s: %s",
                                  kernel->warm_path, strerror(errno));
                 return -1;
         }
-        if (build_warmup(kernel, marker, &warm)) {
-                cq_buf_release(&warm);
+        if (build_warmup(kernel, marker, warm)) {
                 kernel_set_error(kernel, "out of memory");
+                return -1;
+        }
+        return 0;
+}
+
+/* A start's wait for the kernel (start_wait()). */
+typedef struct boot {
+        int64_t spawned, deadline;
+        int64_t next_send; /* of the next kernel_info_request */
+        bool connected[3]; /* as start_socket() numbers them */
+        int nconnected;
+        bool got_reply; /* shell answered kernel_info */
+        bool got_iopub; /* iopub published */
+} boot_t;
+
+/* Whether the kernel still may come up: -1 with the error set (and its
+ * log's tail) when its time is up or it exited. */
+static int boot_alive(cq_kernel_t *kernel, const boot_t *b, int64_t now)
+{
+        char tail[420];
+
+        if (now >= b->deadline) {
+                kernel_log_tail(kernel, tail, sizeof(tail));
+                kernel_set_error(kernel, "kernel did not respond in %lld ms%s",
+                                 (long long)kernel->startup_timeout_ms, tail);
+                return -1;
+        }
+        if (!kernel_alive(kernel)) {
+                kernel_log_tail(kernel, tail, sizeof(tail));
+                kernel_set_error(kernel, "kernel exited during startup%s",
+                                 tail);
+                return -1;
+        }
+        return 0;
+}
+
+/* Ask for kernel_info when it is time to. A request waits in the shell
+ * socket for a kernel it is connected to, not for one it is not. */
+static int boot_ask(cq_kernel_t *kernel, boot_t *b, int64_t now)
+{
+        if (!b->connected[0] || now < b->next_send)
+                return 0;
+        if (send_request(kernel, kernel->shell, "kernel_info_request",
+                         json_object(), NULL))
+                return -1;
+        /* Once shell answered, only iopub's subscription is missing: ask
+         * again soon. Before, each request waits queued for the kernel. */
+        b->next_send = now + (b->got_reply ? 20 : 100);
+        return 0;
+}
+
+/* Read what the poll found: control's messages dropped, shell's
+ * kernel_info_reply (its language_info kept), any message of iopub. */
+static void boot_read(cq_kernel_t *kernel,
+                      boot_t *b,
+                      const struct pollfd items[4],
+                      const bool pend[2])
+{
+        cq_jmsg_t msg;
+        int k = 0;
+
+        if (poll_done(&items[2], kernel->control, false))
+                drop_control(kernel);
+        if (poll_done(&items[0], kernel->shell, pend[0])) {
+                while (recv_msg(kernel, kernel->shell, &msg, NULL) != 0) {
+                        if (msg.content &&
+                            strcmp(msg.msg_type, "kernel_info_reply") == 0) {
+                                json_t *li = json_object_get(msg.content,
+                                                             "language_info");
+
+                                if (json_is_object(li) &&
+                                    !kernel->language_info)
+                                        kernel->language_info =
+                                            json_deep_copy(li);
+                                b->got_reply = true;
+                        }
+                        cq_jmsg_release(&msg);
+                }
+        }
+        if (poll_done(&items[1], kernel->iopub, pend[1])) {
+                while (k++ < 256 &&
+                       recv_msg(kernel, kernel->iopub, &msg, NULL) != 0) {
+                        if (msg.content)
+                                b->got_iopub = true;
+                        cq_jmsg_release(&msg);
+                }
+        }
+}
+
+/* Whether a connection to the starting kernel ended or broke the
+ * protocol: said in its error, with the log's tail. */
+static bool boot_broken(cq_kernel_t *kernel)
+{
+        char tail[420];
+
+        if (!cq_zmtp_closed(kernel->shell) && !cq_zmtp_closed(kernel->iopub) &&
+            !cq_zmtp_closed(kernel->control))
+                return false;
+        kernel_log_tail(kernel, tail, sizeof(tail));
+        kernel_set_error(
+            kernel, "the kernel broke its connection: %s%s",
+            *cq_zmtp_error(kernel->shell)   ? cq_zmtp_error(kernel->shell)
+            : *cq_zmtp_error(kernel->iopub) ? cq_zmtp_error(kernel->iopub)
+                                            : cq_zmtp_error(kernel->control),
+            tail);
+        return true;
+}
+
+/* Wait until the spawned kernel answered kernel_info and published on
+ * iopub: iopub is PUB/SUB and drops what was sent before our subscription
+ * reached it, so resend kernel_info every 100 ms until iopub speaks. Each
+ * socket connects once the kernel has bound it (connect_bound()). */
+static int start_wait(cq_kernel_t *kernel)
+{
+        boot_t b;
+
+        memset(&b, 0, sizeof(b));
+        b.spawned = cq_now_ms();
+        b.deadline = b.spawned + kernel->startup_timeout_ms;
+        while (!b.got_reply || !b.got_iopub || b.nconnected < 3) {
+                struct pollfd items[4];
+                int64_t now = cq_now_ms();
+                long wait_ms;
+                bool pend[2];
+
+                if (boot_alive(kernel, &b, now))
+                        return -1;
+                if (b.nconnected < 3) {
+                        b.nconnected = connect_bound(kernel, b.connected);
+                        if (b.nconnected < 0)
+                                return -1;
+                }
+                if (boot_ask(kernel, &b, now))
+                        return -1;
+                /* Until the kernel has bound its sockets, look for their
+                 * files often while a forked kernel would be coming up,
+                 * less often after. */
+                wait_ms = b.nconnected == 3       ? 50
+                          : now - b.spawned < 200 ? 2
+                                                  : 10;
+                if (poll_kernel(kernel, items, pend, wait_ms) != 0) {
+                        kernel_set_error(kernel, "could not poll: %s",
+                                         strerror(errno));
+                        return -1;
+                }
+                boot_read(kernel, &b, items, pend);
+                if (boot_broken(kernel))
+                        return -1;
+        }
+        return 0;
+}
+
+/* Spawn the kernel, wait until it is ready (start_wait()), and have it
+ * run its warm-up: itself before it answered (forked), or as a silent
+ * cell. */
+static int start(cq_kernel_t *kernel)
+{
+        char marker[64];
+        cq_buf_t warm;
+
+        cq_buf_init(&warm, (4 << 20) + 64);
+        if (start_prepare(kernel, marker, &warm)) {
+                cq_buf_release(&warm);
                 return -1;
         }
         kernel->warm_code = warm.data;
@@ -792,103 +944,8 @@ static int start(cq_kernel_t *kernel)
         kernel->iopub = kernel->shell ? new_socket(kernel, CQ_ZMTP_SUB) : NULL;
         kernel->control =
             kernel->iopub ? new_socket(kernel, CQ_ZMTP_DEALER) : NULL;
-        if (!kernel->control)
+        if (!kernel->control || kernel_spawn(kernel) || start_wait(kernel))
                 goto fail;
-        if (kernel_spawn(kernel))
-                goto fail;
-        spawned = cq_now_ms();
-        deadline = spawned + kernel->startup_timeout_ms;
-        while (!got_reply || !got_iopub || nconnected < 3) {
-                struct pollfd items[4];
-                int64_t now = cq_now_ms();
-                long wait_ms;
-                bool pend[2];
-
-                if (now >= deadline) {
-                        kernel_log_tail(kernel, tail, sizeof(tail));
-                        kernel_set_error(
-                            kernel, "kernel did not respond in %lld ms%s",
-                            (long long)kernel->startup_timeout_ms, tail);
-                        goto fail;
-                }
-                if (!kernel_alive(kernel)) {
-                        kernel_log_tail(kernel, tail, sizeof(tail));
-                        kernel_set_error(
-                            kernel, "kernel exited during startup%s", tail);
-                        goto fail;
-                }
-                if (nconnected < 3) {
-                        nconnected = connect_bound(kernel, connected);
-                        if (nconnected < 0)
-                                goto fail;
-                }
-                /* A request waits in the shell socket for a kernel it is
-                 * connected to, not for one it is not. */
-                if (connected[0] && now >= next_send) {
-                        json_t *content = json_object();
-
-                        if (send_request(kernel, kernel->shell,
-                                         "kernel_info_request", content, NULL))
-                                goto fail;
-                        /* Once shell answered, only iopub's
-                         * subscription is missing: ask again soon. Before,
-                         * each request waits queued for the kernel. */
-                        next_send = now + (got_reply ? 20 : 100);
-                }
-                /* Until the kernel has bound its sockets, look for their
-                 * files often while a forked kernel would be coming up,
-                 * less often after. */
-                wait_ms = nconnected == 3 ? 50 : now - spawned < 200 ? 2 : 10;
-                if (poll_kernel(kernel, items, pend, wait_ms) != 0) {
-                        kernel_set_error(kernel, "could not poll: %s",
-                                         strerror(errno));
-                        goto fail;
-                }
-                if (poll_done(&items[2], kernel->control, false))
-                        drop_control(kernel);
-                if (poll_done(&items[0], kernel->shell, pend[0])) {
-                        while (recv_msg(kernel, kernel->shell, &msg, NULL) !=
-                               0) {
-                                if (msg.content &&
-                                    strcmp(msg.msg_type, "kernel_info_reply") ==
-                                        0) {
-                                        json_t *li = json_object_get(
-                                            msg.content, "language_info");
-
-                                        if (json_is_object(li) &&
-                                            !kernel->language_info)
-                                                kernel->language_info =
-                                                    json_deep_copy(li);
-                                        got_reply = true;
-                                }
-                                cq_jmsg_release(&msg);
-                        }
-                }
-                if (poll_done(&items[1], kernel->iopub, pend[1])) {
-                        int k = 0;
-
-                        while (k++ < 256 && recv_msg(kernel, kernel->iopub,
-                                                     &msg, NULL) != 0) {
-                                if (msg.content)
-                                        got_iopub = true;
-                                cq_jmsg_release(&msg);
-                        }
-                }
-                if (cq_zmtp_closed(kernel->shell) ||
-                    cq_zmtp_closed(kernel->iopub) ||
-                    cq_zmtp_closed(kernel->control)) {
-                        kernel_log_tail(kernel, tail, sizeof(tail));
-                        kernel_set_error(
-                            kernel, "the kernel broke its connection: %s%s",
-                            *cq_zmtp_error(kernel->shell)
-                                ? cq_zmtp_error(kernel->shell)
-                            : *cq_zmtp_error(kernel->iopub)
-                                ? cq_zmtp_error(kernel->iopub)
-                                : cq_zmtp_error(kernel->control),
-                            tail);
-                        goto fail;
-                }
-        }
         kernel_read_inner_pid(kernel, true);
         /* What the kernel_info requests left queued; what still comes of
          * them later is told apart by its parent header (run_cell). */
@@ -915,28 +972,11 @@ static cq_err_t respawn(cq_kernel_t *kernel)
         return start(kernel) == 0 ? CQ_OK : CQ_ERR_RETRIABLE;
 }
 
-cq_kernel_t *
-cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
+/* The options of \p opts, copied, with their defaults, and the paths of
+ * the run dir. -1 with the error set. */
+static int kernel_options(cq_kernel_t *kernel, const cq_kernel_opts_t *opts)
 {
-        cq_kernel_t *kernel = calloc(1, sizeof(*kernel));
-        struct stat st;
-
-        if (!kernel) {
-                cq_errstr_set(errstr, errstr_size,
-                              "could not start kernel: out of memory");
-                return NULL;
-        }
-        kernel->pid = -1;
-        kernel->pidfd = -1;
-        kernel->info_fd = -1;
-        kernel->inner_pidfd = -1;
-        kernel->inner_pid = -1;
-        kernel->tmp_fd = -1;
-        kernel->run_fd = -1;
-        kernel->id.lock_fd = -1;
         kernel->nice = opts->nice > 0 && opts->nice < 20 ? opts->nice : 0;
-        atomic_init(&kernel->sig_pid, -1);
-        atomic_init(&kernel->interrupt_req, 0);
         kernel->python =
             strdup(opts->python ? opts->python : "/usr/bin/python3");
         kernel->work_dir = opts->work_dir ? strdup(opts->work_dir) : NULL;
@@ -961,7 +1001,7 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
                 kernel_set_error(kernel, "could not start kernel: %s",
                                  kernel->work_dir ? "out of memory"
                                                   : "no work dir");
-                goto fail;
+                return -1;
         }
         snprintf(kernel->run_dir, sizeof(kernel->run_dir), "%s/%s",
                  kernel->work_dir, CQ_KERNEL_RUN_DIR);
@@ -973,30 +1013,40 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
                                  "could not start kernel: ipc path in \"%s\" "
                                  "is too long for a Unix socket",
                                  kernel->run_dir);
-                goto fail;
+                return -1;
         }
+        return 0;
+}
+
+/* The kernel's uid, and its run dir made, owned by that uid and opened
+ * (run_fd), with an unsandboxed kernel's matplotlibrc. -1 with the error
+ * set. */
+static int make_run_dir(cq_kernel_t *kernel)
+{
+        struct stat st;
+
         /* Its own uid before any of its files exist, for its whole life:
          * a restart keeps it, destroy releases it once nothing runs as
          * it. */
         if (cq_sandbox_id_acquire(kernel->sandbox, &kernel->id, kernel->errmsg,
                                   sizeof(kernel->errmsg)))
-                goto fail;
+                return -1;
         if (cq_sandbox_own(&kernel->id, kernel->work_dir)) {
                 kernel_set_error(kernel, "could not chown \"%s\": %s",
                                  kernel->work_dir, strerror(errno));
-                goto fail;
+                return -1;
         }
         if (mkdir(kernel->run_dir, 0700) && errno != EEXIST) {
                 kernel_set_error(kernel, "could not create \"%s\": %s",
                                  kernel->run_dir, strerror(errno));
-                goto fail;
+                return -1;
         }
         if (lstat(kernel->run_dir, &st) || !S_ISDIR(st.st_mode) ||
             chmod(kernel->run_dir, 0700) ||
             cq_sandbox_own(&kernel->id, kernel->run_dir)) {
                 kernel_set_error(kernel, "could not prepare \"%s\": %s",
                                  kernel->run_dir, strerror(errno));
-                goto fail;
+                return -1;
         }
         /* no code of the kernel has run: this path is still the dir */
         kernel->run_fd = open(kernel->run_dir,
@@ -1004,7 +1054,7 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
         if (kernel->run_fd < 0) {
                 kernel_set_error(kernel, "could not open \"%s\": %s",
                                  kernel->run_dir, strerror(errno));
-                goto fail;
+                return -1;
         }
         /* a sandboxed kernel's is made on its own /tmp */
         if (!cq_sandbox_enabled(kernel->sandbox) &&
@@ -1013,15 +1063,38 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
                                  "could not write the matplotlibrc of \"%s\": "
                                  "%s",
                                  kernel->run_dir, strerror(errno));
-                goto fail;
+                return -1;
         }
-        if (start(kernel))
-                goto fail;
+        return 0;
+}
+
+cq_kernel_t *
+cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
+{
+        cq_kernel_t *kernel = calloc(1, sizeof(*kernel));
+
+        if (!kernel) {
+                cq_errstr_set(errstr, errstr_size,
+                              "could not start kernel: out of memory");
+                return NULL;
+        }
+        kernel->pid = -1;
+        kernel->pidfd = -1;
+        kernel->info_fd = -1;
+        kernel->inner_pidfd = -1;
+        kernel->inner_pid = -1;
+        kernel->tmp_fd = -1;
+        kernel->run_fd = -1;
+        kernel->id.lock_fd = -1;
+        atomic_init(&kernel->sig_pid, -1);
+        atomic_init(&kernel->interrupt_req, 0);
+        if (kernel_options(kernel, opts) || make_run_dir(kernel) ||
+            start(kernel)) {
+                cq_errstr_set(errstr, errstr_size, "%s", kernel->errmsg);
+                cq_kernel_destroy(&kernel);
+                return NULL;
+        }
         return kernel;
-fail:
-        cq_errstr_set(errstr, errstr_size, "%s", kernel->errmsg);
-        cq_kernel_destroy(&kernel);
-        return NULL;
 }
 
 int cq_kernel_interrupt(cq_kernel_t *kernel)
