@@ -608,6 +608,198 @@ static char **build_env(const cq_kernel_t *kernel)
                                  boxed ? 0 : getpid());
 }
 
+/* What a spawn hands the kernel, made before the kernel server is asked
+ * (a forked kernel gets the log and the environment too): -1 or NULL
+ * where there is none. */
+typedef struct spawn {
+        char **argv, **envp;
+        int logfd, nullfd;
+        int info[2];  /* bubblewrap's --info-fd pipe (sandboxed) */
+        int mplrc[2]; /* the matplotlibrc bubblewrap copies (sandboxed) */
+        bool boxed;
+} spawn_t;
+
+/* The log, /dev/null, the command line, the environment and, in the
+ * sandbox, the info pipe and the matplotlibrc's: -1 with the error set
+ * when one is missing. */
+static int
+spawn_prepare(cq_kernel_t *kernel, const char *const *cmd, spawn_t *sp)
+{
+        sp->boxed = cq_sandbox_enabled(kernel->sandbox);
+        sp->logfd = open_log(kernel);
+        sp->nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        sp->argv =
+            cq_sandbox_argv(kernel->sandbox, kernel->work_dir, cmd,
+                            sp->boxed ? INFO_FD : -1, sp->boxed ? MPLRC_FD : -1,
+                            CQ_KERNEL_BOXED_MPLCONFIGDIR "/matplotlibrc");
+        sp->envp = build_env(kernel);
+        if (sp->boxed && pipe2(sp->info, O_CLOEXEC | O_NONBLOCK) != 0)
+                sp->info[0] = sp->info[1] = -1;
+        /* the matplotlibrc bubblewrap copies onto the kernel's /tmp: a
+         * pipe holds all of it (far less than its buffer) */
+        if (sp->boxed && pipe2(sp->mplrc, O_CLOEXEC) == 0) {
+                if (write(sp->mplrc[1], cq_kernel_mpl_rc,
+                          strlen(cq_kernel_mpl_rc)) !=
+                    (ssize_t)strlen(cq_kernel_mpl_rc)) {
+                        close(sp->mplrc[0]);
+                        sp->mplrc[0] = -1;
+                }
+                close(sp->mplrc[1]);
+                sp->mplrc[1] = -1;
+        }
+        if (sp->logfd < 0 || sp->nullfd < 0 || !sp->argv || !sp->envp ||
+            (sp->boxed && (sp->info[0] < 0 || sp->mplrc[0] < 0))) {
+                kernel_set_error(kernel, "could not prepare kernel launch: %s",
+                                 strerror(errno));
+                return -1;
+        }
+        return 0;
+}
+
+static void spawn_release(spawn_t *sp)
+{
+        if (sp->info[0] >= 0)
+                close(sp->info[0]);
+        if (sp->info[1] >= 0)
+                close(sp->info[1]);
+        if (sp->mplrc[0] >= 0)
+                close(sp->mplrc[0]);
+        if (sp->logfd >= 0)
+                close(sp->logfd);
+        if (sp->nullfd >= 0)
+                close(sp->nullfd);
+        cq_sandbox_argv_free(sp->argv);
+        cq_sandbox_argv_free(sp->envp);
+}
+
+/* Ask the kernel server for the kernel, whose sockets and warm-up report
+ * are on its own /tmp when it is sandboxed: 0 when it forked one that can
+ * be reached; else -1, the files back in the run dir for a cold start. */
+static int
+spawn_forked(cq_kernel_t *kernel, const char *const *cmd, const spawn_t *sp)
+{
+        if (sp->boxed) {
+                snprintf(kernel->ipc_kernel, sizeof(kernel->ipc_kernel), "%s",
+                         KERNEL_TMP_IPC);
+                snprintf(kernel->warm_path, sizeof(kernel->warm_path), "%s",
+                         KERNEL_TMP_WARM);
+        }
+        if (kernel_write_conn_file(kernel) == 0 &&
+            fork_spawn(kernel, cmd, sp->envp, sp->logfd) == 0) {
+                if (!sp->boxed || reach_tmp(kernel) == 0)
+                        return 0;
+                cq_log_kv(CQ_LOG_WARN, "kernel: starting cold", "reason",
+                          kernel->errmsg, NULL);
+                drop_forked(kernel);
+        }
+        kernel_files_in_run_dir(kernel);
+        return -1;
+}
+
+/* The descriptors of a cold spawn's child: stdin /dev/null, stdout and
+ * stderr the log, bubblewrap's info pipe as INFO_FD and the
+ * matplotlibrc's as MPLRC_FD, no other. Async-signal-safe. */
+static void child_fds(const spawn_t *sp)
+{
+        int isrc, msrc;
+
+        dup2(sp->nullfd, 0);
+        dup2(sp->logfd, 1);
+        dup2(sp->logfd, 2);
+        /* above their targets first, so that neither dup2() below
+         * overwrites the other's source; a dup2() onto another number
+         * clears O_CLOEXEC */
+        isrc =
+            sp->info[1] >= 0 ? fcntl(sp->info[1], F_DUPFD, MPLRC_FD + 1) : -1;
+        msrc =
+            sp->mplrc[0] >= 0 ? fcntl(sp->mplrc[0], F_DUPFD, MPLRC_FD + 1) : -1;
+        if (isrc >= 0) {
+                dup2(isrc, INFO_FD);
+                /* bubblewrap writes it with blocking semantics */
+                fcntl(INFO_FD, F_SETFL, 0);
+        }
+        if (msrc >= 0)
+                dup2(msrc, MPLRC_FD);
+        syscall(SYS_close_range,
+                msrc >= 0   ? MPLRC_FD + 1U
+                : isrc >= 0 ? INFO_FD + 1U
+                            : 3U,
+                ~0U, 0U);
+}
+
+/* The child of a cold spawn, up to execve() of the kernel (or
+ * bubblewrap): only async-signal-safe calls. */
+_Noreturn static void
+exec_child(cq_kernel_t *kernel, const spawn_t *sp, pid_t parent)
+{
+        sigset_t none;
+        struct sigaction dfl;
+        int tty;
+
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGINT, &dfl, NULL);
+        sigaction(SIGTERM, &dfl, NULL);
+        sigaction(SIGPIPE, &dfl, NULL);
+        sigaction(SIGCHLD, &dfl, NULL);
+        /* A process group of its own (for killpg() and renicing) in the
+         * worker's session, not a session of its own: with autogroup
+         * scheduling every session is weighed as one, and a niced pool
+         * start alone in its session would take as much CPU as all
+         * running jobs together. And no controlling terminal: the code it
+         * runs must not reach the operator's terminal (TIOCSTI, prompts
+         * that stop a background group, sudo's per-terminal timestamp).
+         * TIOCNOTTY from a process that is not the session leader
+         * detaches only itself. */
+        setpgid(0, 0);
+        tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (tty >= 0) {
+                ioctl(tty, TIOCNOTTY);
+                close(tty);
+        }
+        child_fds(sp);
+        if (chdir(kernel->work_dir) != 0)
+                _exit(126);
+        /* Before the uid change: raising niceness is always allowed, and
+         * the kernel's processes inherit it. */
+        if (kernel->nice > 0)
+                setpriority(PRIO_PROCESS, 0, kernel->nice);
+        if (cq_sandbox_child(kernel->sandbox, &kernel->id) != 0)
+                _exit(125);
+        /* After the uid change, which clears the death signal. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+                _exit(124);
+        execve(sp->argv[0], sp->argv, sp->envp);
+        _exit(127);
+}
+
+/* Start the kernel ourselves: fork, and exec it (in bubblewrap when
+ * sandboxed) in a process group of its own. */
+static int spawn_cold(cq_kernel_t *kernel, spawn_t *sp)
+{
+        pid_t parent = getpid();
+
+        if (kernel_write_conn_file(kernel))
+                return -1;
+        kernel->pid = fork();
+        if (kernel->pid < 0) {
+                kernel_set_error(kernel, "could not fork: %s", strerror(errno));
+                return -1;
+        }
+        if (kernel->pid == 0)
+                exec_child(kernel, sp, parent);
+        /* Also here, so that killpg() cannot run before the child's. */
+        (void)setpgid(kernel->pid, kernel->pid);
+        atomic_store(&kernel->sig_pid, (int)kernel->pid);
+        kernel->pidfd = (int)syscall(SYS_pidfd_open, kernel->pid, 0);
+        kernel->info_fd = sp->info[0];
+        sp->info[0] = -1;
+        return 0;
+}
+
 int kernel_spawn(cq_kernel_t *kernel)
 {
         /* -P: no work dir on sys.path while Python and ipykernel start,
@@ -625,161 +817,19 @@ int kernel_spawn(cq_kernel_t *kernel)
                              "--HistoryManager.hist_file=:memory:",
                              "--InteractiveShell.colors=NoColor",
                              NULL};
-        char **argv = NULL, **envp = NULL;
-        pid_t parent = getpid();
-        int logfd = -1, nullfd = -1, rc = -1, info[2] = {-1, -1};
-        int mplrc[2] = {-1, -1};
-        bool boxed = cq_sandbox_enabled(kernel->sandbox);
+        spawn_t sp = {NULL, NULL, -1, -1, {-1, -1}, {-1, -1}, false};
+        int rc = -1;
 
-        logfd = open_log(kernel);
-        nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        argv = cq_sandbox_argv(kernel->sandbox, kernel->work_dir, cmd,
-                               boxed ? INFO_FD : -1, boxed ? MPLRC_FD : -1,
-                               CQ_KERNEL_BOXED_MPLCONFIGDIR "/matplotlibrc");
-        envp = build_env(kernel);
-        if (boxed && pipe2(info, O_CLOEXEC | O_NONBLOCK) != 0)
-                info[0] = info[1] = -1;
-        /* the matplotlibrc bubblewrap copies onto the kernel's /tmp: a
-         * pipe holds all of it (far less than its buffer) */
-        if (boxed && pipe2(mplrc, O_CLOEXEC) == 0) {
-                if (write(mplrc[1], cq_kernel_mpl_rc,
-                          strlen(cq_kernel_mpl_rc)) !=
-                    (ssize_t)strlen(cq_kernel_mpl_rc)) {
-                        close(mplrc[0]);
-                        mplrc[0] = -1;
-                }
-                close(mplrc[1]);
-                mplrc[1] = -1;
+        if (spawn_prepare(kernel, cmd, &sp) == 0) {
+                if (cq_kserver_enabled(kernel->kserver) &&
+                    strcmp(cq_kserver_python(kernel->kserver),
+                           kernel->python) == 0 &&
+                    spawn_forked(kernel, cmd, &sp) == 0)
+                        rc = 0;
+                else
+                        rc = spawn_cold(kernel, &sp);
         }
-        if (logfd < 0 || nullfd < 0 || !argv || !envp ||
-            (boxed && (info[0] < 0 || mplrc[0] < 0))) {
-                kernel_set_error(kernel, "could not prepare kernel launch: %s",
-                                 strerror(errno));
-                goto out;
-        }
-        if (cq_kserver_enabled(kernel->kserver) &&
-            strcmp(cq_kserver_python(kernel->kserver), kernel->python) == 0) {
-                if (boxed) {
-                        snprintf(kernel->ipc_kernel, sizeof(kernel->ipc_kernel),
-                                 "%s", KERNEL_TMP_IPC);
-                        snprintf(kernel->warm_path, sizeof(kernel->warm_path),
-                                 "%s", KERNEL_TMP_WARM);
-                }
-                if (kernel_write_conn_file(kernel) == 0 &&
-                    fork_spawn(kernel, cmd, envp, logfd) == 0) {
-                        if (!boxed || reach_tmp(kernel) == 0) {
-                                rc = 0;
-                                goto out;
-                        }
-                        cq_log_kv(CQ_LOG_WARN, "kernel: starting cold",
-                                  "reason", kernel->errmsg, NULL);
-                        drop_forked(kernel);
-                }
-                kernel_files_in_run_dir(kernel);
-        }
-        if (kernel_write_conn_file(kernel))
-                goto out;
-        kernel->pid = fork();
-        if (kernel->pid < 0) {
-                kernel_set_error(kernel, "could not fork: %s", strerror(errno));
-                goto out;
-        }
-        if (kernel->pid == 0) {
-                sigset_t none;
-                struct sigaction dfl;
-
-                /* Only async-signal-safe calls until execve(). */
-                sigemptyset(&none);
-                sigprocmask(SIG_SETMASK, &none, NULL);
-                memset(&dfl, 0, sizeof(dfl));
-                dfl.sa_handler = SIG_DFL;
-                sigaction(SIGINT, &dfl, NULL);
-                sigaction(SIGTERM, &dfl, NULL);
-                sigaction(SIGPIPE, &dfl, NULL);
-                sigaction(SIGCHLD, &dfl, NULL);
-                /* A process group of its own (for killpg() and renicing)
-                 * in the worker's session, not a session of its own: with
-                 * autogroup scheduling every session is weighed as one,
-                 * and a niced pool start alone in its session would take
-                 * as much CPU as all running jobs together. And no
-                 * controlling terminal: the code it runs must not reach
-                 * the operator's terminal (TIOCSTI, prompts that stop
-                 * a background group, sudo's per-terminal timestamp).
-                 * TIOCNOTTY from a process that is not the session
-                 * leader detaches only itself. */
-                setpgid(0, 0);
-                {
-                        int tty =
-                            open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
-
-                        if (tty >= 0) {
-                                ioctl(tty, TIOCNOTTY);
-                                close(tty);
-                        }
-                }
-                dup2(nullfd, 0);
-                dup2(logfd, 1);
-                dup2(logfd, 2);
-                {
-                        /* above their targets first, so that neither
-                         * dup2() below overwrites the other's source; a
-                         * dup2() onto another number clears O_CLOEXEC */
-                        int isrc = info[1] >= 0
-                                       ? fcntl(info[1], F_DUPFD, MPLRC_FD + 1)
-                                       : -1;
-                        int msrc = mplrc[0] >= 0
-                                       ? fcntl(mplrc[0], F_DUPFD, MPLRC_FD + 1)
-                                       : -1;
-
-                        if (isrc >= 0) {
-                                dup2(isrc, INFO_FD);
-                                /* bubblewrap writes it with blocking
-                                 * semantics */
-                                fcntl(INFO_FD, F_SETFL, 0);
-                        }
-                        if (msrc >= 0)
-                                dup2(msrc, MPLRC_FD);
-                        syscall(SYS_close_range,
-                                msrc >= 0   ? MPLRC_FD + 1U
-                                : isrc >= 0 ? INFO_FD + 1U
-                                            : 3U,
-                                ~0U, 0U);
-                }
-                if (chdir(kernel->work_dir) != 0)
-                        _exit(126);
-                /* Before the uid change: raising niceness is always
-                 * allowed, and the kernel's processes inherit it. */
-                if (kernel->nice > 0)
-                        setpriority(PRIO_PROCESS, 0, kernel->nice);
-                if (cq_sandbox_child(kernel->sandbox, &kernel->id) != 0)
-                        _exit(125);
-                /* After the uid change, which clears the death signal. */
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (getppid() != parent)
-                        _exit(124);
-                execve(argv[0], argv, envp);
-                _exit(127);
-        }
-        /* Also here, so that killpg() cannot run before the child's. */
-        (void)setpgid(kernel->pid, kernel->pid);
-        atomic_store(&kernel->sig_pid, (int)kernel->pid);
-        kernel->pidfd = (int)syscall(SYS_pidfd_open, kernel->pid, 0);
-        kernel->info_fd = info[0];
-        info[0] = -1;
-        rc = 0;
-out:
-        if (info[0] >= 0)
-                close(info[0]);
-        if (info[1] >= 0)
-                close(info[1]);
-        if (mplrc[0] >= 0)
-                close(mplrc[0]);
-        if (logfd >= 0)
-                close(logfd);
-        if (nullfd >= 0)
-                close(nullfd);
-        cq_sandbox_argv_free(argv);
-        cq_sandbox_argv_free(envp);
+        spawn_release(&sp);
         return rc;
 }
 
