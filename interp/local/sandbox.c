@@ -438,6 +438,87 @@ static void add_size(char **argv, size_t *n, size_t size)
         argv[(*n)++] = strdup(num);
 }
 
+/* bubblewrap's options (bwrap_args()) before the tmpfs mounts */
+static const char *const bwrap_head[] = {
+    "--unshare-all", "--die-with-parent",
+    "--new-session", "--ro-bind",
+    "/usr",          "/usr",
+    "--symlink",     "usr/lib",
+    "/lib",          "--symlink",
+    "usr/lib64",     "/lib64",
+    "--symlink",     "usr/bin",
+    "/bin",          "--symlink",
+    "usr/sbin",      "/sbin",
+    "--ro-bind",     "/etc",
+    "/etc",          "--proc",
+    "/proc",         "--dev",
+    "/dev",
+};
+
+/* ... and after the binds: the root and /dev are tmpfs the kernel's uid
+ * owns, read-only once every mount point exists, so that /tmp, /dev/shm
+ * and the work dir are all it can write (bubblewrap does not recurse) */
+static const char *const bwrap_tail[] = {
+    "--remount-ro",
+    "/dev",
+    "--remount-ro",
+    "/",
+};
+
+/* bubblewrap's options, after its path, into \p argv from *\p np on
+ * (cq_sandbox_argv()): \p slash, when set, is the last '/' of a checked
+ * \p file_path that the --file of \p file_fd makes. A string it could
+ * not copy is a NULL in its place. */
+static void bwrap_args(const cq_sandbox_t *sandbox,
+                       const char *work_dir,
+                       int info_fd,
+                       int file_fd,
+                       const char *file_path,
+                       const char *slash,
+                       char **argv,
+                       size_t *np)
+{
+        size_t n = *np, i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(bwrap_head); i++)
+                argv[n++] = strdup(bwrap_head[i]);
+        add_size(argv, &n, sandbox->shm);
+        argv[n++] = strdup("--tmpfs");
+        argv[n++] = strdup("/dev/shm");
+        add_size(argv, &n, sandbox->tmp);
+        argv[n++] = strdup("--tmpfs");
+        argv[n++] = strdup("/tmp");
+        if (slash) {
+                char num[16];
+
+                snprintf(num, sizeof(num), "%d", file_fd);
+                argv[n++] = strdup("--perms");
+                argv[n++] = strdup("0700");
+                argv[n++] = strdup("--dir");
+                argv[n++] = strndup(file_path, (size_t)(slash - file_path));
+                argv[n++] = strdup("--perms");
+                argv[n++] = strdup("0600");
+                argv[n++] = strdup("--file");
+                argv[n++] = strdup(num);
+                argv[n++] = strdup(file_path);
+        }
+        argv[n++] = strdup("--bind");
+        argv[n++] = strdup(work_dir);
+        argv[n++] = strdup(work_dir);
+        for (i = 0; i < CQ_ARRAY_SIZE(bwrap_tail); i++)
+                argv[n++] = strdup(bwrap_tail[i]);
+        argv[n++] = strdup("--chdir");
+        argv[n++] = strdup(work_dir);
+        if (info_fd >= 0) {
+                char num[16];
+
+                snprintf(num, sizeof(num), "%d", info_fd);
+                argv[n++] = strdup("--info-fd");
+                argv[n++] = strdup(num);
+        }
+        *np = n;
+}
+
 char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                        const char *work_dir,
                        const char *const *cmd,
@@ -445,26 +526,6 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                        int file_fd,
                        const char *file_path)
 {
-        static const char *const head[] = {
-            "--unshare-all", "--die-with-parent",
-            "--new-session", "--ro-bind",
-            "/usr",          "/usr",
-            "--symlink",     "usr/lib",
-            "/lib",          "--symlink",
-            "usr/lib64",     "/lib64",
-            "--symlink",     "usr/bin",
-            "/bin",          "--symlink",
-            "usr/sbin",      "/sbin",
-            "--ro-bind",     "/etc",
-            "/etc",          "--proc",
-            "/proc",         "--dev",
-            "/dev",
-        };
-        /* the root and /dev are tmpfs the kernel's uid owns: read-only
-         * once every mount point exists, so that /tmp, /dev/shm and the
-         * work dir are all it can write (bubblewrap does not recurse) */
-        static const char *const tail[] = {"--remount-ro", "/dev",
-                                           "--remount-ro", "/"};
         size_t ncmd = 0, n = 0, i, total;
         const char *slash = NULL;
         char **argv;
@@ -480,50 +541,15 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
                 ncmd++;
         total = ncmd + 1;
         if (cq_sandbox_enabled(sandbox))
-                total += 1 + CQ_ARRAY_SIZE(head) + 2 * 4 + CQ_ARRAY_SIZE(tail) +
-                         5 + 2 + 9;
+                total += 1 + CQ_ARRAY_SIZE(bwrap_head) + 2 * 4 +
+                         CQ_ARRAY_SIZE(bwrap_tail) + 5 + 2 + 9;
         argv = calloc(total, sizeof(*argv));
         if (!argv)
                 return NULL;
         if (cq_sandbox_enabled(sandbox)) {
                 argv[n++] = strdup(sandbox->bwrap);
-                for (i = 0; i < CQ_ARRAY_SIZE(head); i++)
-                        argv[n++] = strdup(head[i]);
-                add_size(argv, &n, sandbox->shm);
-                argv[n++] = strdup("--tmpfs");
-                argv[n++] = strdup("/dev/shm");
-                add_size(argv, &n, sandbox->tmp);
-                argv[n++] = strdup("--tmpfs");
-                argv[n++] = strdup("/tmp");
-                if (slash) {
-                        char num[16];
-
-                        snprintf(num, sizeof(num), "%d", file_fd);
-                        argv[n++] = strdup("--perms");
-                        argv[n++] = strdup("0700");
-                        argv[n++] = strdup("--dir");
-                        argv[n++] =
-                            strndup(file_path, (size_t)(slash - file_path));
-                        argv[n++] = strdup("--perms");
-                        argv[n++] = strdup("0600");
-                        argv[n++] = strdup("--file");
-                        argv[n++] = strdup(num);
-                        argv[n++] = strdup(file_path);
-                }
-                argv[n++] = strdup("--bind");
-                argv[n++] = strdup(work_dir);
-                argv[n++] = strdup(work_dir);
-                for (i = 0; i < CQ_ARRAY_SIZE(tail); i++)
-                        argv[n++] = strdup(tail[i]);
-                argv[n++] = strdup("--chdir");
-                argv[n++] = strdup(work_dir);
-                if (info_fd >= 0) {
-                        char num[16];
-
-                        snprintf(num, sizeof(num), "%d", info_fd);
-                        argv[n++] = strdup("--info-fd");
-                        argv[n++] = strdup(num);
-                }
+                bwrap_args(sandbox, work_dir, info_fd, file_fd, file_path,
+                           slash, argv, &n);
         }
         for (i = 0; i < ncmd; i++)
                 argv[n++] = strdup(cmd[i]);
@@ -541,6 +567,88 @@ char **cq_sandbox_argv(const cq_sandbox_t *sandbox,
         return argv;
 }
 
+/* The probe's child: no output, the file's pipe as fd 3 (bubblewrap's
+ * --file source), the kernels' identity, then bubblewrap. Only
+ * async-signal-safe calls. */
+_Noreturn static void probe_child(const cq_sandbox_t *sandbox,
+                                  const cq_sandbox_id_t *id,
+                                  int file,
+                                  char **argv,
+                                  char *const *envp)
+{
+        int devnull = open("/dev/null", O_RDWR);
+
+        if (devnull >= 0) {
+                dup2(devnull, 0);
+                dup2(devnull, 1);
+                dup2(devnull, 2);
+        }
+        /* dup2() clears O_CLOEXEC: bubblewrap reads it as fd 3 */
+        if (file == 3)
+                fcntl(3, F_SETFD, 0);
+        else
+                dup2(file, 3);
+        if (cq_sandbox_child(sandbox, id) != 0)
+                _exit(PROBE_DROP_FAILED);
+        execve(argv[0], argv, envp);
+        _exit(127);
+}
+
+/* Wait up to ten seconds for the probe's child \p pid: 0 with its exit
+ * \p status, else -1 with the reason set (one that outlived its time
+ * killed). */
+static int probe_wait(cq_sandbox_t *sandbox, pid_t pid, int *status)
+{
+        int64_t deadline = cq_now_ms() + 10000;
+
+        for (;;) {
+                pid_t w = waitpid(pid, status, WNOHANG);
+                struct timespec ts = {0, 10 * 1000 * 1000};
+
+                if (w == pid)
+                        return 0;
+                if (w < 0 && errno != EINTR) {
+                        snprintf(sandbox->reason, sizeof(sandbox->reason),
+                                 "could not wait for the probe: %s",
+                                 strerror(errno));
+                        return -1;
+                }
+                if (cq_now_ms() > deadline) {
+                        kill(pid, SIGKILL);
+                        waitpid(pid, status, 0);
+                        snprintf(sandbox->reason, sizeof(sandbox->reason),
+                                 "bubblewrap probe timed out");
+                        return -1;
+                }
+                nanosleep(&ts, NULL);
+        }
+}
+
+/* What the probe's exit \p status says: 0 when it passed, else -1 with
+ * the reason set. */
+static int probe_verdict(cq_sandbox_t *sandbox,
+                         int status,
+                         const cq_sandbox_id_t *id,
+                         const char *python)
+{
+        if (WIFEXITED(status) && WEXITSTATUS(status) == PROBE_DROP_FAILED) {
+                snprintf(sandbox->reason, sizeof(sandbox->reason),
+                         "bubblewrap probe failed: could not switch to uid "
+                         "%ld or set the rlimits (is the uid mapped in this "
+                         "user namespace? see CODERQ_SANDBOX_UIDS)",
+                         (long)id->uid);
+                return -1;
+        }
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                snprintf(sandbox->reason, sizeof(sandbox->reason),
+                         "bubblewrap probe failed (status %d): %s cannot "
+                         "run %s in a sandbox here",
+                         status, sandbox->bwrap, python);
+                return -1;
+        }
+        return 0;
+}
+
 /* Run the interpreter under bubblewrap as the kernels will, as a kernel
  * uid leased like theirs, in a work dir under \p dir, with a file of its
  * own on its /tmp as a kernel's matplotlibrc; 0 when it exited 0 (it read
@@ -555,9 +663,8 @@ static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
         char path_env[] = "PATH=/usr/bin:/bin";
         char *const envp[] = {path_env, NULL};
         cq_sandbox_id_t id = CQ_SANDBOX_ID_INIT;
-        int64_t deadline;
         pid_t pid = -1;
-        int status = 0, rc = -1, devnull;
+        int status = 0, rc = -1;
         bool made = false;
 
         if (cq_sandbox_id_acquire(sandbox, &id, err, sizeof(err))) {
@@ -600,61 +707,10 @@ static int probe(cq_sandbox_t *sandbox, const char *python, const char *dir)
                          "could not fork: %s", strerror(errno));
                 goto out;
         }
-        if (pid == 0) {
-                devnull = open("/dev/null", O_RDWR);
-                if (devnull >= 0) {
-                        dup2(devnull, 0);
-                        dup2(devnull, 1);
-                        dup2(devnull, 2);
-                }
-                /* dup2() clears O_CLOEXEC: bubblewrap reads it as fd 3 */
-                if (file[0] == 3)
-                        fcntl(3, F_SETFD, 0);
-                else
-                        dup2(file[0], 3);
-                if (cq_sandbox_child(sandbox, &id) != 0)
-                        _exit(PROBE_DROP_FAILED);
-                execve(argv[0], argv, envp);
-                _exit(127);
-        }
-        deadline = cq_now_ms() + 10000;
-        for (;;) {
-                pid_t w = waitpid(pid, &status, WNOHANG);
-                struct timespec ts = {0, 10 * 1000 * 1000};
-
-                if (w == pid)
-                        break;
-                if (w < 0 && errno != EINTR) {
-                        snprintf(sandbox->reason, sizeof(sandbox->reason),
-                                 "could not wait for the probe: %s",
-                                 strerror(errno));
-                        goto out;
-                }
-                if (cq_now_ms() > deadline) {
-                        kill(pid, SIGKILL);
-                        waitpid(pid, &status, 0);
-                        snprintf(sandbox->reason, sizeof(sandbox->reason),
-                                 "bubblewrap probe timed out");
-                        goto out;
-                }
-                nanosleep(&ts, NULL);
-        }
-        if (WIFEXITED(status) && WEXITSTATUS(status) == PROBE_DROP_FAILED) {
-                snprintf(sandbox->reason, sizeof(sandbox->reason),
-                         "bubblewrap probe failed: could not switch to uid "
-                         "%ld or set the rlimits (is the uid mapped in this "
-                         "user namespace? see CODERQ_SANDBOX_UIDS)",
-                         (long)id.uid);
-                goto out;
-        }
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-                snprintf(sandbox->reason, sizeof(sandbox->reason),
-                         "bubblewrap probe failed (status %d): %s cannot "
-                         "run %s in a sandbox here",
-                         status, sandbox->bwrap, python);
-                goto out;
-        }
-        rc = 0;
+        if (pid == 0)
+                probe_child(sandbox, &id, file[0], argv, envp);
+        if (probe_wait(sandbox, pid, &status) == 0)
+                rc = probe_verdict(sandbox, status, &id, python);
 out:
         if (file[0] >= 0)
                 close(file[0]);

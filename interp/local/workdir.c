@@ -26,21 +26,13 @@ void cq_work_root_default(char *out, size_t size)
         snprintf(out, size, "%s/coderq", tmp && *tmp == '/' ? tmp : "/tmp");
 }
 
-int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
+/* The work root \p root, copied into \p path to work in, and its
+ * missing parents. -1 with \p errstr filled. */
+static int
+make_root(const char *root, char *path, char *errstr, size_t errstr_size)
 {
-        char path[PATH_MAX], was[8], now[8];
-        struct stat st;
-        size_t i, len = strlen(root);
-        int fd = -1, rc = -1;
+        size_t i, len = strlen(path);
 
-        if (root[0] != '/' || len >= sizeof(path)) {
-                cq_errstr_set(errstr, errstr_size,
-                              "work root \"%s\" must be an absolute path "
-                              "shorter than %zu bytes",
-                              root, sizeof(path));
-                return -1;
-        }
-        memcpy(path, root, len + 1);
         /* Missing parents as mkdir -p makes them; the root itself 0711:
          * kernel uids must traverse it, not list it. */
         for (i = 1; i < len; i++) {
@@ -70,6 +62,73 @@ int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
                               strerror(errno));
                 return -1;
         }
+        return 0;
+}
+
+/* Keep the existing work root (open as \p fd, \p st its stat) only when
+ * it is safe to work in as root, tightened to 0711. -1 with \p errstr
+ * filled. */
+static int tighten_root(const char *root,
+                        int fd,
+                        const struct stat *st,
+                        char *errstr,
+                        size_t errstr_size)
+{
+        char was[8], now[8];
+
+        /* Work dirs are made and removed in it as root: one that others
+         * own or may write could have them swapped for symlinks. A
+         * directory others may write is shared (/tmp): never chmod it. */
+        if (st->st_uid != geteuid() || (st->st_mode & 022)) {
+                cq_errstr_set(errstr, errstr_size,
+                              "work root \"%s\" must belong to uid %ld and "
+                              "be writable only by it (it is uid %ld, mode "
+                              "%04o)",
+                              root, (long)geteuid(), (long)st->st_uid,
+                              (unsigned)(st->st_mode & 07777));
+                return -1;
+        }
+        /* Ours, but others may list it (or a special bit is set): made
+         * 0711, so that kernel uids can reach their work dirs and not
+         * list the others'. Tighter modes stay. */
+        if (st->st_mode & 07777 & ~(mode_t)0711) {
+                mode_t tight = st->st_mode & 0711;
+
+                if (fchmod(fd, tight) != 0) {
+                        cq_errstr_set(errstr, errstr_size,
+                                      "could not chmod work root \"%s\" "
+                                      "from %04o to %04o: %s",
+                                      root, (unsigned)(st->st_mode & 07777),
+                                      (unsigned)tight, strerror(errno));
+                        return -1;
+                }
+                snprintf(was, sizeof(was), "%04o",
+                         (unsigned)(st->st_mode & 07777));
+                snprintf(now, sizeof(now), "%04o", (unsigned)tight);
+                cq_log_kv(
+                    CQ_LOG_WARN, "work root was looser than 0711; tightened it",
+                    "work_root", root, "mode_was", was, "mode", now, NULL);
+        }
+        return 0;
+}
+
+int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
+{
+        char path[PATH_MAX];
+        struct stat st;
+        size_t len = strlen(root);
+        int fd = -1, rc = -1;
+
+        if (root[0] != '/' || len >= sizeof(path)) {
+                cq_errstr_set(errstr, errstr_size,
+                              "work root \"%s\" must be an absolute path "
+                              "shorter than %zu bytes",
+                              root, sizeof(path));
+                return -1;
+        }
+        memcpy(path, root, len + 1);
+        if (make_root(root, path, errstr, errstr_size))
+                return -1;
         /* Opened without following a symlink, then checked and tightened
          * through the descriptor: the path cannot be swapped between the
          * check and the chmod. */
@@ -94,40 +153,7 @@ int cq_work_root_prepare(const char *root, char *errstr, size_t errstr_size)
                                       root, strerror(e));
                 goto out;
         }
-        /* Work dirs are made and removed in it as root: one that others
-         * own or may write could have them swapped for symlinks. A
-         * directory others may write is shared (/tmp): never chmod it. */
-        if (st.st_uid != geteuid() || (st.st_mode & 022)) {
-                cq_errstr_set(errstr, errstr_size,
-                              "work root \"%s\" must belong to uid %ld and "
-                              "be writable only by it (it is uid %ld, mode "
-                              "%04o)",
-                              root, (long)geteuid(), (long)st.st_uid,
-                              (unsigned)(st.st_mode & 07777));
-                goto out;
-        }
-        /* Ours, but others may list it (or a special bit is set): made
-         * 0711, so that kernel uids can reach their work dirs and not
-         * list the others'. Tighter modes stay. */
-        if (st.st_mode & 07777 & ~(mode_t)0711) {
-                mode_t tight = st.st_mode & 0711;
-
-                if (fchmod(fd, tight) != 0) {
-                        cq_errstr_set(errstr, errstr_size,
-                                      "could not chmod work root \"%s\" "
-                                      "from %04o to %04o: %s",
-                                      root, (unsigned)(st.st_mode & 07777),
-                                      (unsigned)tight, strerror(errno));
-                        goto out;
-                }
-                snprintf(was, sizeof(was), "%04o",
-                         (unsigned)(st.st_mode & 07777));
-                snprintf(now, sizeof(now), "%04o", (unsigned)tight);
-                cq_log_kv(
-                    CQ_LOG_WARN, "work root was looser than 0711; tightened it",
-                    "work_root", root, "mode_was", was, "mode", now, NULL);
-        }
-        rc = 0;
+        rc = tighten_root(root, fd, &st, errstr, errstr_size);
 out:
         if (fd >= 0)
                 close(fd);
