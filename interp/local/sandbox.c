@@ -35,7 +35,7 @@
  *   starts: RLIMIT_AS (memory), RLIMIT_NPROC (processes and threads of
  *   the uid), RLIMIT_FSIZE (largest file written).
  * - In every mode the kernel gets an environment built from scratch
- *   (kernel.c): no OPENAI_API_KEY, E2B_API_KEY, CODERQ_*, PG* or any
+ *   (kernel_env.c): no OPENAI_API_KEY, E2B_API_KEY, CODERQ_*, PG* or any
  *   other variable of the worker; mode off keeps that and the rlimits.
  *   The worker makes itself non-dumpable (cq_sandbox_protect_self()), so
  *   code of its own uid cannot read its /proc/PID/environ either.
