@@ -1277,11 +1277,16 @@ static long cell_wait_ms(const cell_t *c, int64_t now)
 {
         long wait = POLL_SLICE_MS;
 
+        /* Once the reply is in, neither the cell's deadline nor its slow
+         * mark is waited for (the idle wait has bounds of its own): a time
+         * passed would make a wait of 0, a loop that spins, or a negative
+         * one, a poll() that blocks until some descriptor is ready. */
+        if (c->reply)
+                return wait;
         if (c->deadline && !c->interrupted_at && c->deadline - now < wait)
-                wait = (long)(c->deadline - now) > 0 ? (long)(c->deadline - now)
-                                                     : 0;
+                wait = c->deadline > now ? (long)(c->deadline - now) : 0;
         if (c->slow_at && c->slow_at - now < wait)
-                wait = (long)(c->slow_at - now);
+                wait = c->slow_at > now ? (long)(c->slow_at - now) : 0;
         return wait;
 }
 
