@@ -43,9 +43,9 @@ const char *cq_kernel_errmsg(const cq_kernel_t *kernel)
         return kernel->errmsg;
 }
 
-pid_t cq_kernel_pid(const cq_kernel_t *kernel) { return kernel->pid; }
+pid_t cq_kernel_pid(const cq_kernel_t *kernel) { return kernel->proc.pid; }
 
-bool cq_kernel_forked(const cq_kernel_t *kernel) { return kernel->forked; }
+bool cq_kernel_forked(const cq_kernel_t *kernel) { return kernel->proc.forked; }
 
 const char *cq_kernel_work_dir(const cq_kernel_t *kernel)
 {
@@ -162,7 +162,7 @@ poll_kernel(cq_kernel_t *kernel, struct pollfd items[4], bool pend[2], long ms)
         poll_item(&items[0], kernel->shell);
         poll_item(&items[1], kernel->iopub);
         poll_item(&items[2], kernel->control);
-        items[3].fd = kernel->pidfd;
+        items[3].fd = kernel->proc.pidfd;
         items[3].events = POLLIN;
         items[3].revents = 0;
         if (poll(items, 4, pend[0] || pend[1] ? 0 : (int)ms) < 0 &&
@@ -607,7 +607,7 @@ run_warmup(cq_kernel_t *kernel, const cq_buf_t *warm, const char *marker)
             res.status != CQ_CELL_OK) {
                 warm_result(kernel, marker, cq_cell_status_name(res.status),
                             res.outputs);
-                if (!kernel_alive(kernel)) {
+                if (!lproc_alive(&kernel->proc)) {
                         cq_cell_result_release(&res);
                         kernel_set_error(kernel, "kernel died during warm-up");
                         return -1;
@@ -679,7 +679,7 @@ static int read_warm_report(cq_kernel_t *kernel, const char *marker)
                 kernel_set_error(kernel, "out of memory");
                 goto out;
         }
-        len = kernel_read_upto(fd, buf, WARM_MAX);
+        len = lproc_read_upto(fd, buf, WARM_MAX);
         outputs = kernel_warm_outputs(buf, len, &ok);
         if (!outputs) {
                 kernel_set_error(kernel,
@@ -800,7 +800,7 @@ static int boot_alive(cq_kernel_t *kernel, const boot_t *b, int64_t now)
                                  (long long)kernel->startup_timeout_ms, tail);
                 return -1;
         }
-        if (!kernel_alive(kernel)) {
+        if (!lproc_alive(&kernel->proc)) {
                 kernel_log_tail(kernel, tail, sizeof(tail));
                 kernel_set_error(kernel, "kernel exited during startup%s",
                                  tail);
@@ -946,11 +946,12 @@ static int start(cq_kernel_t *kernel)
             kernel->iopub ? new_socket(kernel, CQ_ZMTP_DEALER) : NULL;
         if (!kernel->control || kernel_spawn(kernel) || start_wait(kernel))
                 goto fail;
-        kernel_read_inner_pid(kernel, true);
+        lproc_read_inner_pid(&kernel->proc, true);
         /* What the kernel_info requests left queued; what still comes of
          * them later is told apart by its parent header (run_cell). */
         drain_iopub(kernel);
-        if (kernel->warm_code && kernel->forked && kernel->warm_in_kernel) {
+        if (kernel->warm_code && kernel->proc.forked &&
+            kernel->warm_in_kernel) {
                 if (read_warm_report(kernel, marker))
                         goto fail;
         } else if (run_warmup(kernel, &warm, marker)) {
@@ -1078,15 +1079,10 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
                               "could not start kernel: out of memory");
                 return NULL;
         }
-        kernel->pid = -1;
-        kernel->pidfd = -1;
-        kernel->info_fd = -1;
-        kernel->inner_pidfd = -1;
-        kernel->inner_pid = -1;
+        lproc_init(&kernel->proc, "kernel");
         kernel->tmp_fd = -1;
         kernel->run_fd = -1;
         kernel->id.lock_fd = -1;
-        atomic_init(&kernel->sig_pid, -1);
         atomic_init(&kernel->interrupt_req, 0);
         if (kernel_options(kernel, opts) || make_run_dir(kernel) ||
             start(kernel)) {
@@ -1099,7 +1095,7 @@ cq_kernel_new(const cq_kernel_opts_t *opts, char *errstr, size_t errstr_size)
 
 int cq_kernel_interrupt(cq_kernel_t *kernel)
 {
-        pid_t pid = (pid_t)atomic_load(&kernel->sig_pid);
+        pid_t pid = (pid_t)atomic_load(&kernel->proc.sig_pid);
 
         atomic_store(&kernel->interrupt_req, 1);
         /* In the sandbox the kernel is in bubblewrap's own session, out of
@@ -1114,8 +1110,8 @@ static void send_interrupt(cq_kernel_t *kernel)
 {
         json_t *content;
 
-        if (!cq_sandbox_enabled(kernel->sandbox) && kernel->pid > 0) {
-                killpg(kernel->pid, SIGINT);
+        if (!cq_sandbox_enabled(kernel->sandbox) && kernel->proc.pid > 0) {
+                killpg(kernel->proc.pid, SIGINT);
                 return;
         }
         content = json_object();
@@ -1213,7 +1209,7 @@ static cell_state_t cell_start(cell_t *c)
 {
         const cq_exec_opts_t *opts = c->opts;
 
-        if (!kernel_alive(c->kernel))
+        if (!lproc_alive(&c->kernel->proc))
                 return CELL_DIED;
         if (broken(c->kernel))
                 return CELL_KILL;
@@ -1387,13 +1383,14 @@ static cell_state_t cell_poll(cell_t *c, cell_state_t state, int64_t now)
                         return CELL_FAILED;
         }
         if ((items[3].revents & POLLIN) ||
-            (kernel->pidfd < 0 && !kernel_alive(kernel))) {
-                kernel_reap(kernel, true);
+            (kernel->proc.pidfd < 0 && !lproc_alive(&kernel->proc))) {
+                lproc_reap(&kernel->proc, true);
                 return CELL_DIED;
         }
         /* a dying kernel closes its sockets too */
         if (broken(kernel))
-                return kernel_wait_exit(kernel, 200) ? CELL_DIED : CELL_KILL;
+                return lproc_wait_exit(&kernel->proc, 200) ? CELL_DIED
+                                                           : CELL_KILL;
         if (!c->reply)
                 return state;
         return c->idle ? CELL_DONE : CELL_REPLIED;
@@ -1567,7 +1564,7 @@ cq_err_t cq_kernel_execute(cq_kernel_t *kernel,
 {
         static const cq_exec_opts_t defaults = {0};
 
-        if (kernel->pid <= 0 && respawn(kernel) != CQ_OK)
+        if (kernel->proc.pid <= 0 && respawn(kernel) != CQ_OK)
                 return CQ_ERR_RETRIABLE;
         return run_cell(kernel, code, false, opts ? opts : &defaults, res);
 }
@@ -1581,25 +1578,25 @@ static void kernel_close(cq_kernel_t **kernelp, bool graceful)
         if (!kernel)
                 return;
         *kernelp = NULL;
-        if (graceful && kernel->pid > 0 && kernel->control) {
+        if (graceful && kernel->proc.pid > 0 && kernel->control) {
                 json_t *content = json_pack("{s:b}", "restart", 0);
 
                 if (content &&
                     send_request(kernel, kernel->control, "shutdown_request",
                                  content, NULL) == 0)
-                        kernel_wait_exit(kernel, 500);
+                        lproc_wait_exit(&kernel->proc, 500);
         }
         /* A process's exit (freeing a Python heap) is CPU spent in its
          * own name: a discarded kernel dies at the lowest priority,
          * behind the work of running jobs. */
         if (!graceful) {
                 cq_kernel_kill(kernel); /* once: a no-op when done */
-        } else if (kernel->pid > 0 && !kernel->killed) {
-                if (kernel->forked)
-                        kernel_kill_forked(kernel, SIGTERM);
+        } else if (kernel->proc.pid > 0 && !kernel->proc.killed) {
+                if (kernel->proc.forked)
+                        lproc_kill_forked(&kernel->proc, SIGTERM);
                 else
-                        killpg(kernel->pid, SIGTERM);
-                kernel_wait_exit(kernel, 300);
+                        killpg(kernel->proc.pid, SIGTERM);
+                lproc_wait_exit(&kernel->proc, 300);
         }
         kernel_teardown(kernel);
         /* no link followed: the last component with O_NOFOLLOW, those

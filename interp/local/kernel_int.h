@@ -12,6 +12,7 @@
 
 #include "coderq/local/kernel.h"
 #include "coderq/local/zmtp.h"
+#include "lproc_int.h"
 
 /* A forked kernel's report of the warm-up it ran (kernel.c's
  * read_warm_report()): its name in the run dir, and its path and that of
@@ -66,30 +67,11 @@ struct cq_kernel {
         cq_zmtp_t *shell, *control, *iopub;
         char nonce[17];                       /* of this start's shim */
         char drop_tag[sizeof(DROP_TAG) + 20]; /* "[" DROP_TAG nonce " " */
-        pid_t pid;
-        int pidfd;
-        /* In the sandbox: bubblewrap's info pipe until it is read, then a
-         * pidfd on the sandbox's pid 1 (-1 when unknown). bubblewrap
-         * runs the kernel in a new session, out of reach of killpg(),
-         * and its pid 1 outlives the outer bwrap briefly. */
-        int info_fd;
-        int inner_pidfd;
-        pid_t inner_pid;
-        int nice;    /* of the processes started; 0: inherited */
-        bool killed; /* cq_kernel_kill() ran: only reaping is left */
-        /* Forked by the kernel server: pid is not our child but the
-         * kernel's parent (pid 1 of its namespaces), known by pidfd
-         * alone; the server reaps it. */
+        /* its process, cold or forked by the kernel server (forked:
+         * proc.fork_kernel is the kernel itself; proc.pid its parent) */
+        lproc_t proc;
+        int nice; /* of the processes started; 0: inherited */
         cq_kserver_t *kserver;
-        bool forked;
-        /* Forked and sandboxed: the kernel itself, which the server forked
-         * into pid 1's namespace; it leads a group of its own, outside pid
-         * 1's (0: none). Only meant while pid 1 runs (it dies with it). */
-        pid_t fork_kernel;
-        /* Forked, once its parent exited: the process groups (the
-         * parent's and fork_kernel's; 0: none) that a blocking reap still
-         * empties (reap_forked()) */
-        pid_t fork_groups[2];
         /* While start() runs: its warm-up cell, which a forked kernel runs
          * itself before it answers, reporting to warm_path (its path as
          * the kernel sees it; on its /tmp when tmp_fd is open) */
@@ -100,9 +82,6 @@ struct cq_kernel {
         json_t *env; /* the probe's report at the last start, or NULL */
 
         atomic_int interrupt_req;
-        /* kernel->pid for cq_kernel_interrupt() from other threads; -1
-         * from just before the process is reaped */
-        atomic_int sig_pid;
         cq_jmsg_stats_t stats;
         char errmsg[512];
 };
@@ -121,21 +100,13 @@ CQ_PRINTF(2, 3)
 void kernel_set_error(cq_kernel_t *kernel, const char *fmt, ...);
 void kernel_close_sockets(cq_kernel_t *kernel);
 
-/* Up to \p max bytes of \p fd into \p buf, until end of file or an
- * error (EINTR retried): how many. */
-size_t kernel_read_upto(int fd, char *buf, size_t max);
 void kernel_log_tail(const cq_kernel_t *kernel, char *out, size_t size);
 int kernel_write_conn_file(cq_kernel_t *kernel);
 /* The kernel's files (sockets, warm-up report) in run_dir, as for a cold
  * kernel: ipc_kernel, ipc_client and warm_path; tmp_fd closed. */
 void kernel_files_in_run_dir(cq_kernel_t *kernel);
-void kernel_reap(cq_kernel_t *kernel, bool block);
-bool kernel_alive(cq_kernel_t *kernel);
-void kernel_kill_forked(cq_kernel_t *kernel, int sig);
-void kernel_read_inner_pid(cq_kernel_t *kernel, bool warn);
 void kernel_teardown(cq_kernel_t *kernel);
 int kernel_write_mpl_rc(cq_kernel_t *kernel);
 int kernel_spawn(cq_kernel_t *kernel);
-bool kernel_wait_exit(cq_kernel_t *kernel, int ms);
 
 #endif

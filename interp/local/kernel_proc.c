@@ -1,27 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /* kernel_proc.c - the kernel's processes: the connection file, spawning
  * (cold, sandboxed or not, or forked by the kernel server) with the
- * environment of kernel_env.c, signals, renicing, reaping and a teardown
- * that waits until the sandbox's last process is gone; and the handle's
- * last error. */
+ * environment of kernel_env.c, and the teardown of its files; and the
+ * handle's last error. Signals, renicing, reaping and the wait until the
+ * sandbox's last process is gone are lproc.c's, shared with runners and
+ * judges. */
 #include "coderq/local/kernel.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/ioctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "coderq/common/log.h"
@@ -32,9 +26,6 @@
 #define INFO_FD 3
 /* bubblewrap's --file source of the matplotlibrc (sandboxed kernels) */
 #define MPLRC_FD 4
-/* How long a blocking reap waits, once a forked kernel's parent exited,
- * for the rest of it to be gone (reap_forked()) */
-#define REAP_WAIT_MS 2000
 
 CQ_PRINTF(2, 3)
 void kernel_set_error(cq_kernel_t *kernel, const char *fmt, ...)
@@ -142,160 +133,6 @@ out:
 
 /* ---- process ---- */
 
-/* Whether a process is left in process group \p pgid (EPERM: one of
- * another uid). While one is, no new process can take that id. */
-static bool group_left(pid_t pgid)
-{
-        return pgid > 0 && (kill(-pgid, 0) == 0 || errno == EPERM);
-}
-
-/* Kill what is left in a forked kernel's process groups, after its
- * parent exited; true when nothing is. Safe from signalling strangers:
- * a group id is not reused while a process is left in the group. */
-static bool clear_groups(cq_kernel_t *kernel)
-{
-        bool left = false;
-        size_t i;
-
-        for (i = 0; i < 2; i++) {
-                pid_t pgid = kernel->fork_groups[i];
-
-                if (!group_left(pgid)) {
-                        kernel->fork_groups[i] = 0;
-                        continue;
-                }
-                killpg(pgid, SIGKILL);
-                left = true;
-        }
-        return !left;
-}
-
-/* A forked kernel's parent (the sandbox's pid 1, or an unsandboxed
- * kernel's run_init) exited once its pidfd is readable: blocking, wait
- * for that up to 5 s. A sandbox's pid 1 exits last, but run_init may die
- * of the same SIGKILL before the kernel, its child, has finished
- * exiting, and when the kernel dies by itself a job's subprocess may be
- * left in its group. So once the parent exited, what is left in the
- * kernel's process groups is killed, and a blocking reap waits until the
- * server has reaped the parent (a zombie counts against its uid's
- * process limit and holds its pid) and the groups are empty, looking
- * again after 0.25 ms and twice as long each time (at most 64 ms), for
- * up to REAP_WAIT_MS by the clock. */
-static void reap_forked(cq_kernel_t *kernel, bool block)
-{
-        int64_t until;
-        long pause_us = 250;
-
-        if (block)
-                atomic_store(&kernel->sig_pid, -1);
-        if (kernel->pid > 0) {
-                struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
-                int rc;
-
-                while ((rc = poll(&pfd, 1, block ? 5000 : 0)) < 0 &&
-                       errno == EINTR)
-                        ;
-                if (rc == 0 && block)
-                        cq_log_warn("kernel: forked kernel still alive 5 s "
-                                    "after SIGKILL");
-                if (rc == 0)
-                        return;
-                atomic_store(&kernel->sig_pid, -1);
-                kernel->fork_groups[0] = kernel->pid;
-                kernel->fork_groups[1] = kernel->fork_kernel;
-                kernel->pid = -1;
-                kernel->fork_kernel = 0;
-        }
-        /* what is left is killed; only a blocking reap waits for it */
-        if (clear_groups(kernel) || !block)
-                return;
-        until = cq_now_ms() + REAP_WAIT_MS;
-        for (;;) {
-                bool parent = kernel->pidfd >= 0 &&
-                              syscall(SYS_pidfd_send_signal, kernel->pidfd, 0,
-                                      NULL, 0U) == 0;
-                struct timespec ts = {0, pause_us * 1000};
-
-                if (clear_groups(kernel) && !parent)
-                        break;
-                if (cq_now_ms() >= until) {
-                        cq_log_warn("kernel: forked kernel's processes not "
-                                    "all gone %d ms after its parent exited "
-                                    "(parent %s, groups %d %d left)",
-                                    REAP_WAIT_MS,
-                                    parent ? "unreaped" : "reaped",
-                                    (int)kernel->fork_groups[0],
-                                    (int)kernel->fork_groups[1]);
-                        kernel->fork_groups[0] = kernel->fork_groups[1] = 0;
-                        break;
-                }
-                nanosleep(&ts, NULL);
-                if (pause_us < 64000)
-                        pause_us *= 2;
-        }
-}
-
-void kernel_reap(cq_kernel_t *kernel, bool block)
-{
-        siginfo_t si;
-        int status, rc;
-
-        if (kernel->forked) {
-                if (kernel->pid > 0 || kernel->fork_groups[0] > 0 ||
-                    kernel->fork_groups[1] > 0)
-                        reap_forked(kernel, block);
-                return;
-        }
-        if (kernel->pid <= 0)
-                return;
-        if (block)
-                atomic_store(&kernel->sig_pid, -1);
-        /* Exited: before it is reaped (its zombie holds the id), kill
-         * what a job left in its process group, which it leads. */
-        memset(&si, 0, sizeof(si));
-        while ((rc = waitid(P_PID, (id_t)kernel->pid, &si,
-                            WEXITED | WNOWAIT | (block ? 0 : WNOHANG))) < 0 &&
-               errno == EINTR)
-                ;
-        if (rc < 0 || si.si_pid != kernel->pid)
-                return;
-        killpg(kernel->pid, SIGKILL);
-        /* no interrupt from another thread may signal the pid once it
-         * is free again */
-        atomic_store(&kernel->sig_pid, -1);
-        if (waitpid(kernel->pid, &status, 0) == kernel->pid)
-                kernel->pid = -1;
-}
-
-bool kernel_alive(cq_kernel_t *kernel)
-{
-        kernel_reap(kernel, false);
-        return kernel->pid > 0;
-}
-
-/* Whether a forked kernel's parent is still running: it is not our
- * child, so once it exited its pid may name another process group. */
-static bool forked_alive(const cq_kernel_t *kernel)
-{
-        struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
-
-        return kernel->pid > 0 && kernel->pidfd >= 0 && poll(&pfd, 1, 0) == 0;
-}
-
-/* Signal a forked kernel: its process group (the group of its parent,
- * which leads it, as the kernel and what it starts are in it), then the
- * parent by pidfd: in the sandbox SIGKILL to the namespace's pid 1 ends
- * every process in it, and the kernel dies with its parent either way. */
-void kernel_kill_forked(cq_kernel_t *kernel, int sig)
-{
-        if (!forked_alive(kernel))
-                return;
-        killpg(kernel->pid, sig);
-        if (kernel->fork_kernel > 0)
-                killpg(kernel->fork_kernel, sig);
-        syscall(SYS_pidfd_send_signal, kernel->pidfd, sig, NULL, 0U);
-}
-
 void kernel_files_in_run_dir(cq_kernel_t *kernel)
 {
         if (kernel->tmp_fd >= 0)
@@ -320,12 +157,13 @@ void kernel_files_in_run_dir(cq_kernel_t *kernel)
  * could name another's later, for a restart's connections. */
 static int reach_tmp(cq_kernel_t *kernel)
 {
-        struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
+        struct pollfd pfd = {kernel->proc.pidfd, POLLIN, 0};
         struct stat st, host;
         char path[64];
         int fd;
 
-        snprintf(path, sizeof(path), "/proc/%ld/root/tmp", (long)kernel->pid);
+        snprintf(path, sizeof(path), "/proc/%ld/root/tmp",
+                 (long)kernel->proc.pid);
         fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0) {
                 kernel_set_error(kernel, "could not open %s: %s", path,
@@ -354,17 +192,8 @@ static int reach_tmp(cq_kernel_t *kernel)
 /* Undo a fork_spawn() whose kernel cannot be used: kill, reap, forget. */
 static void drop_forked(cq_kernel_t *kernel)
 {
-        kernel_kill_forked(kernel, SIGKILL);
-        kernel_reap(kernel, true);
-        if (kernel->pidfd >= 0)
-                close(kernel->pidfd);
-        kernel->pidfd = -1;
-        kernel->pid = -1;
-        kernel->forked = false;
+        lproc_kill(&kernel->proc);
         kernel->warm_in_kernel = false;
-        kernel->fork_kernel = 0;
-        kernel->fork_groups[0] = kernel->fork_groups[1] = 0;
-        atomic_store(&kernel->sig_pid, -1);
 }
 
 /* The kernel's log, kernel.log in the run dir, open for appending, as
@@ -427,67 +256,9 @@ static int fork_spawn(cq_kernel_t *kernel,
                           NULL);
                 return -1;
         }
-        kernel->forked = true;
+        lproc_forked_from(&kernel->proc, &child);
         kernel->warm_in_kernel = req.warm != NULL;
-        kernel->pid = child.pid;
-        kernel->pidfd = child.pidfd;
-        kernel->fork_kernel = child.kernel;
-        kernel->fork_groups[0] = kernel->fork_groups[1] = 0;
-        atomic_store(&kernel->sig_pid, (int)child.pid);
         return 0;
-}
-
-size_t kernel_read_upto(int fd, char *buf, size_t max)
-{
-        size_t len = 0;
-
-        while (len < max) {
-                ssize_t r = read(fd, buf + len, max - len);
-
-                if (r > 0)
-                        len += (size_t)r;
-                else if (r < 0 && errno == EINTR)
-                        continue;
-                else
-                        break;
-        }
-        return len;
-}
-
-/* Learn the sandbox's pid 1 from bubblewrap's info pipe ({"child-pid":
- * N}, written before the kernel runs, so complete once it answered) and
- * hold a pidfd on it. Without one, kernel_teardown cannot wait for the
- * sandbox to be gone. */
-void kernel_read_inner_pid(cq_kernel_t *kernel, bool warn)
-{
-        char buf[1024];
-        size_t len;
-        json_t *info;
-        json_int_t child;
-
-        if (kernel->info_fd < 0)
-                return;
-        len = kernel_read_upto(kernel->info_fd, buf, sizeof(buf) - 1);
-        close(kernel->info_fd);
-        kernel->info_fd = -1;
-        info = json_loadb(buf, len, 0, NULL);
-        child = json_integer_value(json_object_get(info, "child-pid"));
-        json_decref(info);
-        if (child <= 1 || child > INT32_MAX) {
-                if (warn)
-                        cq_log_warn("sandbox: no child pid from bubblewrap");
-                return;
-        }
-        /* The pid is kept without a pidfd too (no pidfd_open: old kernel
-         * or seccomp): renicing needs it, only the wait does not. */
-        kernel->inner_pid = (pid_t)child;
-        kernel->inner_pidfd = (int)syscall(SYS_pidfd_open, (pid_t)child, 0);
-        if (kernel->inner_pidfd < 0 && warn)
-                cq_log_kv(
-                    CQ_LOG_WARN,
-                    "sandbox: no pidfd for its pid 1; kernel_teardown will not "
-                    "wait for it",
-                    "error", strerror(errno), NULL);
 }
 
 void kernel_close_sockets(cq_kernel_t *kernel)
@@ -497,57 +268,15 @@ void kernel_close_sockets(cq_kernel_t *kernel)
         cq_zmtp_destroy(&kernel->iopub);
 }
 
-/* SIGKILL the process group and the sandbox, kernel_reap, wait until the
- * sandbox's processes are gone, close sockets, remove the files. */
+/* SIGKILL the process group and the sandbox, reap it, wait until the
+ * sandbox's processes are gone (lproc_kill()), close sockets, remove the
+ * files. */
 void kernel_teardown(cq_kernel_t *kernel)
 {
         char name[16];
         int port;
 
-        /* A start that failed early may not have read it yet. */
-        if (kernel->info_fd >= 0)
-                kernel_read_inner_pid(kernel, false);
-        if (kernel->inner_pidfd >= 0)
-                syscall(SYS_pidfd_send_signal, kernel->inner_pidfd, SIGKILL,
-                        NULL, 0U);
-        if (kernel->pid > 0) {
-                if (kernel->forked) {
-                        kernel_kill_forked(kernel, SIGKILL);
-                } else {
-                        killpg(kernel->pid, SIGKILL);
-                        kill(kernel->pid, SIGKILL);
-                }
-                kernel_reap(kernel, true);
-        } else if (kernel->forked) {
-                kernel_reap(kernel, true); /* what is left in its groups */
-        }
-        kernel->pid = -1;
-        kernel->forked = false;
-        kernel->fork_kernel = 0;
-        kernel->fork_groups[0] = kernel->fork_groups[1] = 0;
-        if (kernel->pidfd >= 0)
-                close(kernel->pidfd);
-        kernel->pidfd = -1;
-        if (kernel->inner_pidfd >= 0) {
-                /* The pid namespace's init exits only after every process
-                 * in it did: readable means the whole sandbox is gone. */
-                struct pollfd pfd = {kernel->inner_pidfd, POLLIN, 0};
-                int64_t until = cq_now_ms() + 5000, left;
-                int rc = 0;
-
-                while ((left = until - cq_now_ms()) > 0 &&
-                       (rc = poll(&pfd, 1, (int)left)) < 0 && errno == EINTR)
-                        ;
-                if (rc == 0)
-                        cq_log_warn("sandbox: processes still alive 5 s "
-                                    "after SIGKILL");
-                close(kernel->inner_pidfd);
-                kernel->inner_pidfd = -1;
-        }
-        kernel->inner_pid = -1;
-        if (kernel->info_fd >= 0)
-                close(kernel->info_fd);
-        kernel->info_fd = -1;
+        lproc_kill(&kernel->proc);
         kernel_close_sockets(kernel);
         kernel_files_in_run_dir(kernel);
         for (port = 1; port <= 5; port++) {
@@ -732,70 +461,28 @@ static void child_fds(const spawn_t *sp)
 _Noreturn static void
 exec_child(cq_kernel_t *kernel, const spawn_t *sp, pid_t parent)
 {
-        sigset_t none;
-        struct sigaction dfl;
-        int tty;
-
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        memset(&dfl, 0, sizeof(dfl));
-        dfl.sa_handler = SIG_DFL;
-        sigaction(SIGINT, &dfl, NULL);
-        sigaction(SIGTERM, &dfl, NULL);
-        sigaction(SIGPIPE, &dfl, NULL);
-        sigaction(SIGCHLD, &dfl, NULL);
-        /* A process group of its own (for killpg() and renicing) in the
-         * worker's session, not a session of its own: with autogroup
-         * scheduling every session is weighed as one, and a niced pool
-         * start alone in its session would take as much CPU as all
-         * running jobs together. And no controlling terminal: the code it
-         * runs must not reach the operator's terminal (TIOCSTI, prompts
-         * that stop a background group, sudo's per-terminal timestamp).
-         * TIOCNOTTY from a process that is not the session leader
-         * detaches only itself. */
-        setpgid(0, 0);
-        tty = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
-        if (tty >= 0) {
-                ioctl(tty, TIOCNOTTY);
-                close(tty);
-        }
+        lproc_child_begin();
         child_fds(sp);
-        if (chdir(kernel->work_dir) != 0)
-                _exit(126);
-        /* Before the uid change: raising niceness is always allowed, and
-         * the kernel's processes inherit it. */
-        if (kernel->nice > 0)
-                setpriority(PRIO_PROCESS, 0, kernel->nice);
-        if (cq_sandbox_child(kernel->sandbox, &kernel->id) != 0)
-                _exit(125);
-        /* After the uid change, which clears the death signal. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-                _exit(124);
-        execve(sp->argv[0], sp->argv, sp->envp);
-        _exit(127);
+        lproc_child_exec(kernel->sandbox, &kernel->id, kernel->work_dir,
+                         kernel->nice, parent, sp->argv, sp->envp);
 }
 
 /* Start the kernel ourselves: fork, and exec it (in bubblewrap when
  * sandboxed) in a process group of its own. */
 static int spawn_cold(cq_kernel_t *kernel, spawn_t *sp)
 {
-        pid_t parent = getpid();
+        pid_t parent = getpid(), pid;
 
         if (kernel_write_conn_file(kernel))
                 return -1;
-        kernel->pid = fork();
-        if (kernel->pid < 0) {
+        pid = lproc_fork(&kernel->proc);
+        if (pid < 0) {
                 kernel_set_error(kernel, "could not fork: %s", strerror(errno));
                 return -1;
         }
-        if (kernel->pid == 0)
+        if (pid == 0)
                 exec_child(kernel, sp, parent);
-        /* Also here, so that killpg() cannot run before the child's. */
-        (void)setpgid(kernel->pid, kernel->pid);
-        atomic_store(&kernel->sig_pid, (int)kernel->pid);
-        kernel->pidfd = (int)syscall(SYS_pidfd_open, kernel->pid, 0);
-        kernel->info_fd = sp->info[0];
+        kernel->proc.info_fd = sp->info[0];
         sp->info[0] = -1;
         return 0;
 }
@@ -833,96 +520,15 @@ int kernel_spawn(cq_kernel_t *kernel)
         return rc;
 }
 
-/* Wait up to \p ms for the process to exit. */
-bool kernel_wait_exit(cq_kernel_t *kernel, int ms)
-{
-        int64_t until = cq_now_ms() + ms;
-
-        while (kernel_alive(kernel)) {
-                struct pollfd pfd = {kernel->pidfd, POLLIN, 0};
-                int64_t left = until - cq_now_ms();
-
-                if (left <= 0)
-                        return false;
-                if (kernel->pidfd >= 0)
-                        poll(&pfd, 1, (int)(left < 20 ? left : 20));
-                else {
-                        struct timespec ts = {0, 10 * 1000 * 1000};
-
-                        nanosleep(&ts, NULL);
-                }
-        }
-        return true;
-}
-
 int cq_kernel_renice(cq_kernel_t *kernel, int nice)
 {
-        int rc = 0;
-
         kernel->nice = nice;
-        /* setpgid() made the kernel (or the outer bwrap) a group leader;
-         * bubblewrap's --new-session made its pid 1 a session leader,
-         * whose group holds the Python kernel. */
-        if (kernel->forked)
-                return forked_alive(kernel) &&
-                               setpriority(PRIO_PGRP, (id_t)kernel->pid,
-                                           nice) == 0 &&
-                               (kernel->fork_kernel <= 0 ||
-                                setpriority(PRIO_PGRP,
-                                            (id_t)kernel->fork_kernel,
-                                            nice) == 0)
-                           ? 0
-                           : -1;
-        if (kernel->pid > 0 &&
-            setpriority(PRIO_PGRP, (id_t)kernel->pid, nice) != 0)
-                rc = -1;
-        if (rc == 0 && kernel->inner_pid > 0 &&
-            setpriority(PRIO_PGRP, (id_t)kernel->inner_pid, nice) != 0)
-                rc = -1;
-        /* Sandboxed without a known pid 1, the Python kernel's group is
-         * out of reach: say so rather than leave it niced silently. */
-        if (rc == 0 && kernel->pid > 0 && kernel->inner_pid <= 0 &&
-            cq_sandbox_enabled(kernel->sandbox)) {
-                errno = ESRCH;
-                rc = -1;
-        }
-        return rc;
-}
-
-/* Whether the sandbox's pid 1 is known and still running: it is not our
- * child, so once it exited its pid may name another process group. */
-static bool inner_alive(const cq_kernel_t *kernel)
-{
-        struct pollfd pfd;
-
-        if (kernel->inner_pid <= 0 || kernel->inner_pidfd < 0)
-                return false;
-        pfd.fd = kernel->inner_pidfd;
-        pfd.events = POLLIN;
-        pfd.revents = 0;
-        return poll(&pfd, 1, 0) == 0;
+        return lproc_renice(&kernel->proc, cq_sandbox_enabled(kernel->sandbox),
+                            nice);
 }
 
 void cq_kernel_kill(cq_kernel_t *kernel)
 {
-        if (!kernel || kernel->pid <= 0 || kernel->killed)
-                return;
-        if (kernel->forked) {
-                if (forked_alive(kernel))
-                        (void)setpriority(PRIO_PGRP, (id_t)kernel->pid, 19);
-                kernel_kill_forked(kernel, SIGKILL);
-                kernel->killed = true;
-                return;
-        }
-        /* Lowest priority first: its exit is CPU spent in its name.
-         * Raising niceness is always allowed. Our child's pid (and so
-         * its group) stays ours until we kernel_reap it. */
-        (void)setpriority(PRIO_PGRP, (id_t)kernel->pid, 19);
-        if (inner_alive(kernel)) {
-                (void)setpriority(PRIO_PGRP, (id_t)kernel->inner_pid, 19);
-                syscall(SYS_pidfd_send_signal, kernel->inner_pidfd, SIGKILL,
-                        NULL, 0U);
-        }
-        killpg(kernel->pid, SIGKILL);
-        kernel->killed = true;
+        if (kernel)
+                lproc_kill_low(&kernel->proc);
 }
