@@ -40,6 +40,7 @@
 #include "coderq/common/log.h"
 #include "coderq/common/util.h"
 #include "coderq/local/workdir.h"
+#include "support/cells.h"
 
 /* Work root of this run, set before the test processes fork. */
 static char root[256];
@@ -172,44 +173,12 @@ static bool autogroup_of(pid_t pid, char *out, size_t size)
 /* CQ_CHECK_KSERVER=on (ctest's check_kernel_forked) runs the suite with
  * every kernel forked by a kernel server, and each start asserts it was
  * (which needs root, as the server's sandbox does); otherwise kernels
- * start cold. */
-static bool forked_mode(void)
-{
-        const char *v = getenv("CQ_CHECK_KSERVER");
+ * start cold (support/cells.h). */
+static bool forked_mode(void) { return cq_check_forked_mode(); }
 
-        return v && strcmp(v, "on") == 0;
-}
-
-static cq_kserver_t *kservers[2]; /* unsandboxed, sandboxed */
-
-static void kservers_stop(void)
-{
-        cq_kserver_destroy(&kservers[0]);
-        cq_kserver_destroy(&kservers[1]);
-}
-
-/* A kernel server of \p sandbox's kind, started by the first kernel of
- * the test (each test is a process of its own) and stopped at its exit;
- * NULL when kernels start cold. */
 static cq_kserver_t *test_kserver(const cq_sandbox_t *sandbox)
 {
-        cq_kserver_t **ksp = &kservers[cq_sandbox_enabled(sandbox)];
-        cq_kserver_opts_t ko;
-        char errstr[700] = "";
-
-        if (!forked_mode())
-                return NULL;
-        if (!*ksp) {
-                memset(&ko, 0, sizeof(ko));
-                ko.mode = CQ_KSERVER_ON;
-                ko.work_root = root;
-                ko.sandbox = sandbox;
-                if (!kservers[0] && !kservers[1])
-                        atexit(kservers_stop);
-                *ksp = cq_kserver_new(&ko, errstr, sizeof(errstr));
-                ck_assert_msg(*ksp != NULL, "%s", errstr);
-        }
-        return *ksp;
+        return cq_check_kserver(sandbox, root, NULL);
 }
 
 /* A start of the suite's mode happened in that mode. */
@@ -247,74 +216,29 @@ static cq_interp_t *start_local(const cq_sandbox_t *sandbox, size_t out_max)
         return interp;
 }
 
+/* The shared helpers (support/cells.h) by this suite's names. */
 static void run(cq_interp_t *interp,
                 const char *code,
                 int64_t timeout_ms,
                 cq_cell_result_t *res)
 {
-        cq_exec_opts_t opts = {0};
-
-        opts.timeout_ms = timeout_ms;
-        cq_cell_result_init(res);
-        ck_assert_int_eq(cq_interp_execute(interp, code, &opts, res), CQ_OK);
-        ck_assert_ptr_nonnull(res->outputs);
+        cq_check_cell(interp, code, timeout_ms, res);
 }
 
-/* Text of all streams called \p name, joined (caller frees). */
 static char *stream_text(const cq_cell_result_t *res, const char *name)
 {
-        size_t i, len = 0;
-        json_t *v;
-        char *out = calloc(1, 1);
-
-        json_array_foreach(res->outputs, i, v)
-        {
-                const char *type =
-                    json_string_value(json_object_get(v, "output_type"));
-                json_t *text = json_object_get(v, "text");
-                char *grown;
-
-                if (strcmp(type, "stream") ||
-                    strcmp(json_string_value(json_object_get(v, "name")), name))
-                        continue;
-                grown = realloc(out, len + json_string_length(text) + 1);
-                ck_assert_ptr_nonnull(grown);
-                out = grown;
-                memcpy(out + len, json_string_value(text),
-                       json_string_length(text));
-                len += json_string_length(text);
-                out[len] = '\0';
-        }
-        return out;
+        return cq_check_stream_text(res, name);
 }
 
 static const json_t *find_output(const cq_cell_result_t *res, const char *type)
 {
-        size_t i;
-        json_t *v;
-
-        json_array_foreach(res->outputs, i, v)
-        {
-                if (!strcmp(
-                        json_string_value(json_object_get(v, "output_type")),
-                        type))
-                        return v;
-        }
-        return NULL;
+        return cq_check_find_output(res, type);
 }
 
 static void
 assert_stdout(cq_interp_t *interp, const char *code, const char *want)
 {
-        cq_cell_result_t res;
-        char *text;
-
-        run(interp, code, 30000, &res);
-        text = stream_text(&res, "stdout");
-        ck_assert_msg(strcmp(text, want) == 0,
-                      "cell %s: stdout \"%s\", want \"%s\"", code, text, want);
-        free(text);
-        cq_cell_result_release(&res);
+        cq_check_stdout(interp, code, want);
 }
 
 static int ncallbacks;
@@ -639,34 +563,13 @@ START_TEST(fifo_in_work_dir_does_not_block)
 }
 END_TEST
 
-/* A cell that marks, in its work dir, that it runs, then sleeps: the
- * thread acting on it (raise its cancel flag, or interrupt it) waits for
- * the mark, so what it acts on is a running cell. */
-#define MARKED_SLEEP "open('running.mark', 'w').close()\ntime.sleep(30)"
-
-typedef struct running_cell {
-        char mark[PATH_MAX];
-        atomic_int *cancel; /* raised when set, else interp interrupted */
-        cq_interp_t *interp;
-        bool ran;      /* the mark appeared */
-        int interrupt; /* cq_interp_interrupt()'s result */
-} running_cell_t;
-
-static bool mark_exists(void *arg)
-{
-        return access(((const running_cell_t *)arg)->mark, F_OK) == 0;
-}
+/* The shared running cell (support/cells.h) by this suite's names. */
+#define MARKED_SLEEP CQ_CHECK_MARKED_SLEEP
+typedef cq_check_running_t running_cell_t;
 
 static void *act_when_running(void *arg)
 {
-        running_cell_t *cell = arg;
-
-        cell->ran = cq_check_wait_until(mark_exists, cell, 30000);
-        if (cell->cancel)
-                atomic_store(cell->cancel, 1);
-        else
-                cell->interrupt = cq_interp_interrupt(cell->interp);
-        return NULL;
+        return cq_check_act_when_running(arg);
 }
 
 static void cancel_and_interrupt(cq_interp_t *interp)
@@ -1902,7 +1805,7 @@ static int tty_probe(void)
                 rc = 17;
         cq_cell_result_release(&res);
         cq_interp_destroy(&interp);
-        kservers_stop(); /* _exit() runs no atexit() */
+        cq_check_kservers_stop(); /* _exit() runs no atexit() */
         /* closing the master hangs up our own terminal */
         signal(SIGHUP, SIG_IGN);
         close(slave);
