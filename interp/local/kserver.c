@@ -202,11 +202,14 @@ out:
         return rc;
 }
 
-/* Send \p text with \p fd (or none when < 0) as one datagram. */
-static int send_msg(int sock, const char *text, int fd)
+/* The most descriptors a request carries: a runner's or a judge's 0-3. */
+#define REQ_FDS_MAX 4
+
+/* Send \p text with the \p nfds descriptors \p fds as one datagram. */
+static int send_msg(int sock, const char *text, const int *fds, int nfds)
 {
         union {
-                char buf[CMSG_SPACE(sizeof(int))];
+                char buf[CMSG_SPACE(REQ_FDS_MAX * sizeof(int))];
                 struct cmsghdr align;
         } u;
         struct iovec iov;
@@ -219,17 +222,17 @@ static int send_msg(int sock, const char *text, int fd)
         memset(&mh, 0, sizeof(mh));
         mh.msg_iov = &iov;
         mh.msg_iovlen = 1;
-        if (fd >= 0) {
+        if (nfds > 0 && nfds <= REQ_FDS_MAX) {
                 struct cmsghdr *c;
 
                 memset(&u, 0, sizeof(u));
                 mh.msg_control = u.buf;
-                mh.msg_controllen = sizeof(u.buf);
+                mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
                 c = CMSG_FIRSTHDR(&mh);
                 c->cmsg_level = SOL_SOCKET;
                 c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(sizeof(int));
-                memcpy(CMSG_DATA(c), &fd, sizeof(int));
+                c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+                memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
         }
         do
                 n = sendmsg(sock, &mh, MSG_NOSIGNAL);
@@ -625,7 +628,8 @@ static void server_failed(cq_kserver_t *ks, const char *why)
 
 /* ---- requests ---- */
 
-static char *build_request(const char *op, const cq_kserver_req_t *req)
+static char *
+build_request(const char *op, const cq_kserver_req_t *req, const char *program)
 {
         json_t *msg = NULL, *argv, *env;
         size_t mem = 0, fsize = 0, tmp = 0, shm = 0, i;
@@ -658,6 +662,11 @@ static char *build_request(const char *op, const cq_kserver_req_t *req)
                 json_decref(msg);
                 msg = NULL;
         }
+        if (msg && program &&
+            json_object_set_new(msg, "program", json_string(program))) {
+                json_decref(msg);
+                msg = NULL;
+        }
         if (msg && req->warm && req->warm_out &&
             (json_object_set_new(msg, "warm", json_string(req->warm)) ||
              json_object_set_new(msg, "warm_out",
@@ -681,6 +690,9 @@ static char *build_request(const char *op, const cq_kserver_req_t *req)
 static int transact(cq_kserver_t *ks,
                     const char *op,
                     const cq_kserver_req_t *req,
+                    const char *program,
+                    const int *req_fds,
+                    int req_nfds,
                     int64_t reply_ms,
                     cq_kserver_reply_t *reply,
                     int *fds,
@@ -688,7 +700,7 @@ static int transact(cq_kserver_t *ks,
                     size_t errstr_size)
 {
         char buf[CQ_KSERVER_MSG_MAX + 1], err[300], why[420];
-        char *text = build_request(op, req);
+        char *text = build_request(op, req, program);
         bool probe = strcmp(op, "probe") == 0;
         int nfds = 0, i;
         ssize_t n;
@@ -701,7 +713,7 @@ static int transact(cq_kserver_t *ks,
                               CQ_KSERVER_MSG_MAX, CQ_KSERVER_MPLRC_MAX);
                 return -1;
         }
-        if (send_msg(ks->sock, text, req->log_fd) != 0) {
+        if (send_msg(ks->sock, text, req_fds, req_nfds) != 0) {
                 snprintf(why, sizeof(why), "could not send: %s",
                          strerror(errno));
                 goto failed;
@@ -777,14 +789,22 @@ static int ensure_ready(cq_kserver_t *ks, char *errstr, size_t errstr_size)
         return 0;
 }
 
-int cq_kserver_spawn(cq_kserver_t *ks,
-                     const cq_kserver_req_t *req,
-                     cq_kserver_child_t *child,
-                     char *errstr,
-                     size_t errstr_size)
+/* One child of \p op ("spawn": a kernel, its log in \p req; "runner",
+ * "judge": \p program with \p req_fds as its 0-3). Only kernels count in
+ * the stats. */
+static int fork_child(cq_kserver_t *ks,
+                      const char *op,
+                      const cq_kserver_req_t *req,
+                      const char *program,
+                      const int *req_fds,
+                      int req_nfds,
+                      cq_kserver_child_t *child,
+                      char *errstr,
+                      size_t errstr_size)
 {
         cq_kserver_reply_t reply;
         int fds[2] = {-1, -1}, rc = -1;
+        bool kernel = strcmp(op, "spawn") == 0;
 
         child->pid = -1;
         child->pidfd = -1;
@@ -796,8 +816,8 @@ int cq_kserver_spawn(cq_kserver_t *ks,
         }
         pthread_mutex_lock(&ks->lock);
         if (ensure_ready(ks, errstr, errstr_size) ||
-            transact(ks, "spawn", req, ks->reply_ms, &reply, fds, errstr,
-                     errstr_size))
+            transact(ks, op, req, program, req_fds, req_nfds, ks->reply_ms,
+                     &reply, fds, errstr, errstr_size))
                 goto out;
         if (!reply.ok) {
                 cq_errstr_set(errstr, errstr_size,
@@ -813,14 +833,37 @@ int cq_kserver_spawn(cq_kserver_t *ks,
         child->pid = reply.pid;
         child->pidfd = fds[0];
         child->kernel = reply.kernel;
-        ks->stats.forked++;
+        ks->stats.forked += kernel;
         ks->backoff_ms = BACKOFF_FIRST_MS;
         rc = 0;
 out:
         if (rc)
-                ks->stats.refused++;
+                ks->stats.refused += kernel;
         pthread_mutex_unlock(&ks->lock);
         return rc;
+}
+
+int cq_kserver_spawn(cq_kserver_t *ks,
+                     const cq_kserver_req_t *req,
+                     cq_kserver_child_t *child,
+                     char *errstr,
+                     size_t errstr_size)
+{
+        return fork_child(ks, "spawn", req, NULL, &req->log_fd, 1, child,
+                          errstr, errstr_size);
+}
+
+int cq_kserver_run(cq_kserver_t *ks,
+                   const char *op,
+                   const cq_kserver_req_t *req,
+                   const char *program,
+                   const int fds[4],
+                   cq_kserver_child_t *child,
+                   char *errstr,
+                   size_t errstr_size)
+{
+        return fork_child(ks, op, req, program, fds, 4, child, errstr,
+                          errstr_size);
 }
 
 /* The probe: one child confined as a kernel of \p sandbox would be, as a
@@ -863,8 +906,8 @@ static int probe(cq_kserver_t *ks,
         req.sandbox = sandbox;
         req.id = &id;
         req.log_fd = logfd;
-        if (transact(ks, "probe", &req, PROBE_TIMEOUT_MS, &reply, fds, err,
-                     sizeof(err))) {
+        if (transact(ks, "probe", &req, NULL, &logfd, 1, PROBE_TIMEOUT_MS,
+                     &reply, fds, err, sizeof(err))) {
                 cq_errstr_set(errstr, errstr_size, "probe: %s", err);
                 goto out;
         }

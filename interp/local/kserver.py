@@ -2,7 +2,9 @@
 # kserver.py - the forking kernel server (built into coderq as a C string
 # by interp/local/CMakeLists.txt; see docs/internals/protocols/kernel-server.md).
 # It imports ipykernel and the configured modules once, single-threaded,
-# and forks a fresh kernel per request; it never runs job code itself.
+# and forks a fresh kernel per request, or a runner or a judging
+# interpreter (a program of coderq's own, which the request carries); it
+# never runs job code itself.
 # A sandboxed kernel's outer process and pid 1 are a small program of their
 # own (kinit/kinit.c) that this server runs; it forks the kernel into pid 1's
 # namespaces.
@@ -201,9 +203,10 @@ def life_gone(life_fd):
     return bool(p.poll(0))
 
 
-def run_kernel(req, log_fd, parent):
-    """The kernel process: what `python -m ipykernel_launcher -f CONN`
-    would be, forked instead of started."""
+def child_begin(req, parent):
+    """The first steps of a forked child (a kernel, a runner, a judge) in
+    its confinement: the signals and death of a fresh process, dumpable
+    again, cwd its work dir."""
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -217,41 +220,59 @@ def run_kernel(req, log_fd, parent):
     # execve() a kernel is.
     prctl(PR_SET_DUMPABLE, 1)
     os.chdir(req['work_dir'])
-    null = os.open('/dev/null', os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    close_from(3)
+
+
+def child_environ(req):
+    """The request's environment, and what the imports the server made for
+    the child set, as they set it (after the environment execve() gave;
+    absent from /proc/PID/environ)."""
     os.environ.clear()
     for kv in req['env']:
         k, _, v = kv.partition('=')
         os.environ[k] = v
     set_environ(req['env'])
-    # what the imports the server made for it set, as they set it (after
-    # the environment execve() gave; absent from /proc/PID/environ)
     for k, v in IMPORT_ENV.items():
         os.environ.setdefault(k, v)
-    if req.get('probe'):
-        os._exit(0)
-    sys.argv = [LAUNCHER] + req['argv']
-    # As a cold kernel's `python -P -m ipykernel_launcher`: no work dir on
-    # the path while the kernel starts (the server's -c put '' first);
-    # IPython adds '' after the standard library in initialize().
+
+
+def child_main(argv0, args, file=None):
+    """sys.argv, sys.path without the work dir (the server's -c put ''
+    first; a cold child runs with -P), a fresh __main__, and the random
+    state a fresh process draws: random and numpy reseeded from the OS,
+    and multiprocessing's authentication key (random when it is imported,
+    which the preload may have done) its own. Returns __main__."""
+    sys.argv = [argv0] + args
     if sys.path and sys.path[0] == '':
         del sys.path[0]
-    import types
     main = types.ModuleType('__main__')
-    main.__file__ = LAUNCHER
+    if file is not None:
+        main.__file__ = file
     sys.modules['__main__'] = main
     import random
     random.seed()
     if 'numpy' in sys.modules:
         sys.modules['numpy'].random.seed()
-    # multiprocessing's authentication key, random when it is imported
-    # (the preload may have): a kernel's own, as a cold one's is
     mp = sys.modules.get('multiprocessing.process')
     if mp is not None:
         mp.current_process().authkey = os.urandom(32)
+    return main
+
+
+def run_kernel(req, log_fd, parent):
+    """The kernel process: what `python -m ipykernel_launcher -f CONN`
+    would be, forked instead of started."""
+    child_begin(req, parent)
+    null = os.open('/dev/null', os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    close_from(3)
+    child_environ(req)
+    if req.get('probe'):
+        os._exit(0)
+    # As a cold kernel's `python -P -m ipykernel_launcher`: IPython adds ''
+    # after the standard library in initialize().
+    child_main(LAUNCHER, req['argv'], LAUNCHER)
     # What importing matplotlib in a fresh kernel reads: the kernel's own
     # MPLCONFIGDIR/matplotlibrc (the CJK font fallback). The server
     # imported matplotlib before this kernel's settings existed, and
@@ -306,6 +327,12 @@ def run_kernel(req, log_fd, parent):
         code = e.code if isinstance(e.code, int) else 0
     finally:
         restore_traits(traits)
+    child_exit(code)
+
+
+def child_exit(code):
+    """What an interpreter does as it ends: the atexit functions, stdout
+    and stderr flushed; then the exit, with no other clean-up."""
     import atexit
     atexit._run_exitfuncs()
     for f in (sys.stdout, sys.stderr):
@@ -314,6 +341,91 @@ def run_kernel(req, log_fd, parent):
         except Exception:
             pass
     os._exit(code)
+
+
+# What the server forks besides kernels: a runner (interp/local/runner.py)
+# or a judging interpreter (agent/judge.py), each the program its request
+# names, compiled here once (compiling runs none of it) and run in the
+# child only, as `python -c PROGRAM ARGS` would run it.
+PROGRAM_OPS = ('runner', 'judge')
+PROGRAMS = {}
+
+
+def compiled(op, text):
+    """The code of the program of the latest request of \p op."""
+    if not isinstance(text, str) or '\0' in text:
+        raise Fail('%s: no program' % op)
+    held = PROGRAMS.get(op)
+    if held is None or held[0] != text:
+        held = (text, compile(text, '<string>', 'exec'))
+        PROGRAMS[op] = held
+    return held[1]
+
+
+# The server's own standard streams, kept: a child that dropped them
+# would close fds 0-2 when they are collected, which are its own there.
+SERVER_STDIO = []
+
+
+def run_program(req, fds, parent):
+    """A runner or a judging interpreter: what `python -c PROGRAM ARGS`
+    would be, forked instead of started, with fds as its 0-3 (for a
+    runner: /dev/null, the pipes of its cells' stdout and stderr, its
+    control socket; for a judge: its requests, /dev/null twice, its
+    answers)."""
+    child_begin(req, parent)
+    for f in (sys.stdout, sys.stderr):
+        f.flush()
+    SERVER_STDIO.extend((sys.stdin, sys.stdout, sys.stderr, sys.__stdin__,
+                         sys.__stdout__, sys.__stderr__))
+    # sources above the targets, so no dup2() below overwrites one
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in fds]
+    for target, fd in enumerate(moved):
+        os.dup2(fd, target)
+    close_from(len(fds))
+    child_environ(req)
+    main = child_main('-c', req['argv'])
+    sys.stdin = sys.__stdin__ = open(0, 'r', encoding='utf-8',
+                                     closefd=False)
+    sys.stdout = sys.__stdout__ = open(1, 'w', encoding='utf-8',
+                                       closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, 'w', encoding='utf-8',
+                                       errors='backslashreplace',
+                                       closefd=False, buffering=1)
+    code = 0
+    try:
+        exec(req['_code'], main.__dict__)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else e.code is not None
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        code = 1
+    child_exit(code & 0xff)
+
+
+def run_child(req, fds, parent):
+    """The child a request asked for, in its confinement: a kernel (its log
+    the one fd) or a program."""
+    if req['op'] in PROGRAM_OPS:
+        run_program(req, fds, parent)
+    run_kernel(req, fds[0], parent)
+
+
+def log_of(req, fds):
+    """Where a child's start reports its failure: a kernel's log, a
+    program's stderr."""
+    return fds[2] if req['op'] in PROGRAM_OPS else fds[0]
+
+
+def title(req):
+    """What ps shows of a child and its parent: the command a cold one
+    runs (a program's text shown by its name); None for a probe."""
+    if req.get('probe'):
+        return None
+    if req['op'] in PROGRAM_OPS:
+        return [sys.executable, '-c', 'coderq-' + req['op']] + req['argv']
+    return [sys.executable] + LAUNCH + req['argv']
 
 
 def watch_pipe_fd(self):
@@ -1274,12 +1386,12 @@ def set_cmdline(words):
         ctypes.memmove(start, title + b'\0' * (room - len(title)), room)
 
 
-def run_init(req, log_fd, life_fd):
-    """The parent of an unsandboxed kernel (a sandboxed one's is kinit/kinit.c's
-    pid 1): the kernel's identity, then it reaps until the kernel exits
-    and exits with its status."""
-    if not req.get('probe'):
-        set_cmdline([sys.executable] + LAUNCH + req['argv'])
+def run_init(req, fds, life_fd):
+    """The parent of an unsandboxed child (a sandboxed one's is
+    kinit/kinit.c's pid 1): the child's identity, then it reaps until the
+    child exits and exits with its status."""
+    if title(req):
+        set_cmdline(title(req))
     # unsandboxed kernels stay in the worker's session (autogroup
     # scheduling weighs them with it), in a group of their own
     os.setpgid(0, 0)
@@ -1293,8 +1405,9 @@ def run_init(req, log_fd, life_fd):
     kid = os.fork()
     if kid == 0:
         os.close(life_fd)
-        run_kernel(req, log_fd, me)
-    os.close(log_fd)
+        run_child(req, fds, me)
+    for fd in fds:
+        os.close(fd)
     while True:
         try:
             pid, status = os.wait()
@@ -1306,15 +1419,15 @@ def run_init(req, log_fd, life_fd):
             os._exit(os.waitstatus_to_exitcode(status) & 0xff)
 
 
-def run_outer(req, log_fd, pid_w, life_fd, server):
-    """An unsandboxed kernel's outer process (kinit/kinit.c's is a sandboxed
-    one's): fork the kernel's parent, say its pid, then wait for it to
+def run_outer(req, fds, pid_w, life_fd, server):
+    """An unsandboxed child's outer process (kinit/kinit.c's is a sandboxed
+    one's): fork the child's parent, say its pid, then wait for it to
     exit (without reaping it: the server, a subreaper, does, so its pid
     stays ours until the client holds a pidfd), or kill it when the
     worker is gone."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    close_from(3, (log_fd, pid_w, life_fd))
+    close_from(3, tuple(fds) + (pid_w, life_fd))
     if os.getppid() != server:
         os._exit(1)
     os.setpgid(0, 0)
@@ -1324,11 +1437,12 @@ def run_outer(req, log_fd, pid_w, life_fd, server):
     if kid == 0:
         os.close(pid_w)
         try:
-            run_init(req, log_fd, life_fd)
+            run_init(req, fds, life_fd)
         except BaseException as e:
-            child_failed(log_fd, e)
+            child_failed(log_of(req, fds), e)
         os._exit(126)
-    os.close(log_fd)
+    for fd in fds:
+        os.close(fd)
     os.write(pid_w, struct.pack('i', kid))
     os.close(pid_w)
     kfd = os.pidfd_open(kid)
@@ -1394,15 +1508,16 @@ def child_failed(log_fd, e):
     os._exit(126)
 
 
-def run_boxed_kernel(req, log_fd, ns_fd):
-    """The kernel of a sandboxed fork, forked by the server into pid 1's
-    pid namespace: it enters pid 1's other namespaces (and so its root),
-    makes a session of its own and takes the kernel's identity, as pid 1
-    did for itself; then it is the kernel."""
+def run_boxed_child(req, fds, ns_fd):
+    """The child of a sandboxed fork (a kernel, a runner, a judge), forked
+    by the server into pid 1's pid namespace: it enters pid 1's other
+    namespaces (and so its root), makes a session of its own and takes
+    the child's identity, as pid 1 did for itself; then it is the
+    child."""
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        close_from(3, (log_fd, ns_fd))
+        close_from(3, tuple(fds) + (ns_fd,))
         setns(ns_fd, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
               CLONE_NEWUTS | CLONE_NEWCGROUP, "the kernel's namespaces")
         os.close(ns_fd)
@@ -1410,21 +1525,21 @@ def run_boxed_kernel(req, log_fd, ns_fd):
         os.setsid()
         if req.get('nice'):
             os.setpriority(os.PRIO_PROCESS, 0, req['nice'])
-        if not req.get('probe'):
-            set_cmdline([sys.executable] + LAUNCH + req['argv'])
+        if title(req):
+            set_cmdline(title(req))
         confine(req)
-        run_kernel(req, log_fd, None)
+        run_child(req, fds, None)
     except BaseException as e:
-        child_failed(log_fd, e)
+        child_failed(log_of(req, fds), e)
     os._exit(126)
 
 
-def spawn_boxed(req, log_fd, life_fd):
-    """A sandboxed kernel whose outer process and pid 1 are kinit/kinit.c's
-    program (run from its memfd, no copy of this process), and whose
-    kernel this process forks into pid 1's pid namespace: the only fork
-    of the server's image a kernel costs. Returns what spawn() does, and
-    the kernel's pid."""
+def spawn_boxed(req, fds, life_fd):
+    """A sandboxed child whose outer process and pid 1 are kinit/kinit.c's
+    program (run from its memfd, no copy of this process), and which this
+    process forks into pid 1's pid namespace: the only fork of the
+    server's image a kernel (or a runner, or a judge) costs. Returns what
+    spawn() does, and the child's pid."""
     n = threads()
     if n != 1:
         raise Fail('the kernel server has %d threads, not 1' % n)
@@ -1436,10 +1551,9 @@ def spawn_boxed(req, log_fd, life_fd):
     outer = None
     try:
         # sources above the targets, so no dup2() below overwrites one
-        for fd in (log_fd, life_fd, theirs.fileno()):
+        for fd in (log_of(req, fds), life_fd, theirs.fileno()):
             moved.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10))
-        words = ([sys.executable] + LAUNCH + req['argv']
-                 if not req.get('probe') else ['coderq-kinit'])
+        words = title(req) or ['coderq-kinit']
         actions = [(os.POSIX_SPAWN_DUP2, moved[0], 3),
                    (os.POSIX_SPAWN_DUP2, moved[1], 4),
                    (os.POSIX_SPAWN_DUP2, moved[2], 5)]
@@ -1469,7 +1583,7 @@ def spawn_boxed(req, log_fd, life_fd):
                 back_to_own_pidns()
         if kid == 0:
             ours.close()
-            run_boxed_kernel(req, log_fd, held[1])
+            run_boxed_child(req, fds, held[1])
         held.append(os.pidfd_open(kid))
         socket.send_fds(ours, [b'kernel'], [held[2]])
         os.close(held.pop())
@@ -1495,7 +1609,7 @@ def back_to_own_pidns():
         os._exit(70)
 
 
-def spawn(req, log_fd, life_fd, server):
+def spawn(req, fds, life_fd, server):
     n = threads()
     if n != 1:
         raise Fail('the kernel server has %d threads, not 1' % n)
@@ -1506,9 +1620,9 @@ def spawn(req, log_fd, life_fd, server):
     if outer == 0:
         try:
             os.close(r)
-            run_outer(req, log_fd, w, life_fd, server)
+            run_outer(req, fds, w, life_fd, server)
         except BaseException as e:
-            child_failed(log_fd, e)
+            child_failed(log_of(req, fds), e)
         os._exit(126)
     os.close(w)
     try:
@@ -1584,18 +1698,21 @@ def serve(sock, life_fd):
             op = req.get('op')
             if op == 'ping':
                 send(sock, {'ok': True, 'threads': threads()})
-            elif op in ('spawn', 'probe'):
-                if len(fds) != 1:
+            elif op in ('spawn', 'probe') + PROGRAM_OPS:
+                if op in PROGRAM_OPS:
+                    if len(fds) != 4:
+                        raise Fail('%s takes four fds (its 0-3)' % op)
+                    req['_code'] = compiled(op, req.get('program'))
+                elif len(fds) != 1:
                     raise Fail('spawn takes one fd (the log)')
                 if op == 'probe':
                     req['probe'] = True
                 kernel = None
                 if req.get('sandbox'):
                     outer, kid, ofd, kfd, kernel = spawn_boxed(
-                        req, fds[0], life_fd)
+                        req, fds, life_fd)
                 else:
-                    outer, kid, ofd, kfd = spawn(req, fds[0], life_fd,
-                                                 server)
+                    outer, kid, ofd, kfd = spawn(req, fds, life_fd, server)
                 if op == 'probe':
                     status = 0
                     if kernel is not None:

@@ -139,6 +139,32 @@ CQ_NODISCARD int cq_kserver_spawn(cq_kserver_t *ks,
                                   size_t errstr_size);
 
 /**
+ * @brief Fork a runner or a judging interpreter instead of a kernel:
+ *        \p program, run as `python -c PROGRAM ARGS` would run it
+ *        (req->argv its arguments), with \p fds as its descriptors 0-3,
+ *        in req's work dir and confined exactly as a kernel of req's
+ *        sandbox (namespaces, filesystem, uid, rlimits, the keyring
+ *        filter, req's environment). req->log_fd, warm and mplrc are not
+ *        used: what goes wrong in its start is written to fds[2]. Fails,
+ *        restarts and backs off as cq_kserver_spawn(); the caller then
+ *        starts it cold. Not counted in the kernel stats.
+ * @param op "runner" or "judge": the server keeps each one's program
+ *        compiled (compiling runs none of it).
+ * @param program Borrowed; it and req must fit CQ_KSERVER_MSG_MAX.
+ * @param child (out) On 0; the caller owns child->pidfd.
+ * @returns 0, or -1 with \p errstr filled (no process left behind).
+ * @locality Any thread.
+ */
+CQ_NODISCARD int cq_kserver_run(cq_kserver_t *ks,
+                                const char *op,
+                                const cq_kserver_req_t *req,
+                                const char *program,
+                                const int fds[4],
+                                cq_kserver_child_t *child,
+                                char *errstr,
+                                size_t errstr_size);
+
+/**
  * @brief Wait until the server is ready, starting it again when its
  *        restart is due (a spawn would otherwise do that lazily).
  * @returns 0, or -1 when it is off or not ready within \p timeout_ms (0:
