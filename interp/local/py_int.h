@@ -16,6 +16,10 @@ extern const char cq_kernel_shim_py[];
  * warm-up (kpool.c's preload_code()). */
 extern const char cq_kpool_preload_py[];
 
+/* runner.py: the light interpreter's program, run with `-c` and, as its
+ * arguments, its start's marker and the output cap (runner.c). */
+extern const char cq_runner_py[];
+
 /* sandbox_probe.py: the sandbox probe, run with `-c` and, as its
  * arguments, the path of the file it reads and what that must hold
  * (sandbox.c's probe()). */

@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "coderq/common/common.h"
+#include "coderq/interp/interp.h"
 
 /* Bounds of one plain value (the model's harness keeps to the same). */
 #define CQ_JUDGE_DEPTH_MAX  101
@@ -67,13 +68,13 @@ typedef struct cq_judge_candidate {
         void *opaque;
 } cq_judge_candidate_t;
 
-/** @brief The judging interpreter's process, as its starter made it. */
-typedef struct cq_judge_proc {
-        int to_fd;   /* its stdin: requests */
-        int from_fd; /* its protocol descriptor: answers */
-        /* Kill, reap and clean up; frees \p proc. */
-        void (*destroy)(struct cq_judge_proc *proc);
-} cq_judge_proc_t;
+/** @brief The judging interpreter's process, as its starter made it:
+ *         to_fd its stdin (requests), from_fd its protocol descriptor
+ *         (answers); destroy kills, reaps and cleans up, and frees it.
+ *         The interpreters' helper process (interp.h), so that a
+ *         backend's starter (cq_backend_judge_start()) is a
+ *         cq_judge_start_fn. */
+typedef cq_interp_proc_t cq_judge_proc_t;
 
 /**
  * @brief Start a judging interpreter running \p program (agent/judge.py

@@ -210,6 +210,20 @@ char *cq_interp_env_probe(const char *marker);
  */
 json_t *cq_interp_env_parse(const json_t *outputs, const char *marker);
 
+/**
+ * @brief A helper process that speaks a line protocol over two
+ *        descriptors, such as the judging interpreter (agent/judge.h's
+ *        cq_judge_proc_t is this type): requests go to its to_fd, its
+ *        answers come from from_fd, our ends of its pipes; destroy kills
+ *        and reaps it, removes what it was given (a work dir), closes
+ *        both and frees \p proc.
+ */
+typedef struct cq_interp_proc {
+        int to_fd;
+        int from_fd;
+        void (*destroy)(struct cq_interp_proc *proc);
+} cq_interp_proc_t;
+
 /** @brief The backend's name ("local", "e2b"). */
 const char *cq_interp_backend(const cq_interp_t *interp);
 
