@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,9 @@
 
 #include "check_support.h"
 #include "coderq/agent/judge.h"
+#include "coderq/backend/backend.h"
+#include "coderq/common/config.h"
+#include "coderq/common/job.h"
 #include "coderq/common/util.h"
 #include "coderq/interp/collect.h"
 #include "coderq/local/judgeproc.h"
@@ -842,6 +846,142 @@ START_TEST(judge_is_sandboxed)
 }
 END_TEST
 
+/* ------------------------------------------------------ the backend */
+
+/* A configuration of CODERQ_BACKEND \p backend under root, in the
+ * suite's mode (the kernel server on, or off). */
+static void backend_config(cq_config_t *cfg, const char *backend)
+{
+        const char *const set[][2] = {
+            {"CODERQ_BACKEND", backend},
+            {"E2B_API_KEY", "e2b_test"},
+            {"CODERQ_SANDBOX", "auto"},
+            {"CODERQ_WORK_ROOT", root},
+            {"CODERQ_KERNEL_SERVER", cq_check_forked_mode() ? "on" : "off"},
+            {"CODERQ_KERNEL_PRELOAD", TEST_PRELOAD}};
+        char errstr[512];
+        size_t i;
+
+        mkdir(root, 0711);
+        ck_assert_int_eq(cq_config_init(cfg), 0);
+        for (i = 0; i < CQ_ARRAY_SIZE(set); i++)
+                ck_assert_msg(cq_config_set(cfg, set[i][0], set[i][1], NULL,
+                                            errstr, sizeof(errstr)) == 0,
+                              "%s", errstr);
+}
+
+/* The job \p json, parsed into \p job. */
+static void parse_job(const char *json, cq_job_t *job)
+{
+        char errstr[512];
+
+        cq_job_init(job);
+        ck_assert_msg(cq_job_parse(json, strlen(json), 0, job, errstr,
+                                   sizeof(errstr)) == CQ_OK,
+                      "%s", errstr);
+}
+
+/* A local job with a solution gets a runner, confined as the kernels
+ * are; one with input files, or whose solution speaks IPython, a kernel;
+ * so does one with no solution. */
+START_TEST(backend_runs_solutions_in_runners)
+{
+        static const char *const kernel_jobs[] = {
+            "{\"job_id\": \"k1\", \"prompt\": \"p\"}",
+            "{\"job_id\": \"k2\", \"prompt\": \"p\", \"solution\": \"x = 1\", "
+            "\"files\": [{\"name\": \"a.csv\", \"content_b64\": \"YQ==\"}]}",
+            "{\"job_id\": \"k3\", \"prompt\": \"p\", \"solution\": "
+            "\"x = 1\\n  %timeit x\"}",
+            "{\"job_id\": \"k4\", \"prompt\": \"p\", \"solution\": "
+            "\"!ls\\nx = 1\"}",
+        };
+        cq_config_t cfg;
+        cq_backend_t *backend;
+        cq_interp_t *interp = NULL, *other = NULL;
+        char errstr[700];
+        cq_job_t job;
+        size_t i;
+
+        backend_config(&cfg, "local");
+        backend = cq_backend_new(&cfg, 0, errstr, sizeof(errstr));
+        ck_assert_msg(backend != NULL, "%s", errstr);
+        for (i = 0; i < CQ_ARRAY_SIZE(kernel_jobs); i++) {
+                parse_job(kernel_jobs[i], &job);
+                ck_assert_msg(!cq_backend_job_runner(backend, &job),
+                              "a runner for %s", kernel_jobs[i]);
+                cq_job_release(&job);
+        }
+        parse_job("{\"job_id\": \"r1\", \"prompt\": \"p\", \"solution\": "
+                  "\"def add(a, b):\\n    return a + b\\n\"}",
+                  &job);
+        ck_assert(cq_backend_job_runner(backend, &job));
+        ck_assert_int_eq(cq_backend_acquire_for(backend, &job, 1, 60000,
+                                                &interp, errstr,
+                                                sizeof(errstr)),
+                         CQ_OK);
+        ck_assert_msg(cq_runner_is(interp), "not a runner");
+        ck_assert(cq_runner_forked(interp) == cq_check_forked_mode());
+        ck_assert_str_eq(cq_backend_sandbox_mode(backend, interp),
+                         cq_backend_sandbox_mode(backend, NULL));
+        cq_check_stdout(interp, job.solution, "");
+        cq_check_stdout(interp, "print(add(1, 2))", "3\n");
+        /* the first runner's environment report is every runner's */
+        ck_assert_int_eq(cq_backend_acquire_for(backend, &job, 1, 60000, &other,
+                                                errstr, sizeof(errstr)),
+                         CQ_OK);
+        ck_assert_ptr_nonnull(cq_interp_env(interp));
+        ck_assert(json_equal((json_t *)(uintptr_t)cq_interp_env(interp),
+                             (json_t *)(uintptr_t)cq_interp_env(other)));
+        cq_interp_destroy(&other);
+        cq_interp_destroy(&interp);
+        cq_job_release(&job);
+        /* a solution the job sends to E2B is E2B's */
+        parse_job("{\"job_id\": \"e1\", \"prompt\": \"p\", \"backend\": "
+                  "\"e2b\", \"solution\": \"x = 1\"}",
+                  &job);
+        ck_assert(!cq_backend_job_runner(backend, &job));
+        cq_job_release(&job);
+        cq_backend_destroy(&backend);
+        cq_config_release(&cfg);
+}
+END_TEST
+
+/* With CODERQ_BACKEND=e2b no local kernel is started (no pool), and the
+ * judge still runs here, through the backend's starter. */
+START_TEST(backend_e2b_judges_locally_without_kernels)
+{
+        cq_judge_candidate_t cand = {play_call, play_lookup, NULL};
+        cq_judge_limits_t limits = {0};
+        cq_backend_pool_t pool;
+        cq_judge_start_fn *start = cq_backend_judge_start;
+        cq_judge_proc_t *proc;
+        cq_judge_result_t jr;
+        cq_backend_t *backend;
+        cq_config_t cfg;
+        char errstr[700];
+
+        backend_config(&cfg, "e2b");
+        backend = cq_backend_new(&cfg, 1, errstr, sizeof(errstr));
+        ck_assert_msg(backend != NULL, "%s", errstr);
+        ck_assert(!cq_backend_pool(backend, &pool));
+        proc = start(backend, cq_judge_program(), errstr, sizeof(errstr));
+        ck_assert_msg(proc != NULL, "%s", errstr);
+        /* no kernel server without a pool: the judge starts cold */
+        ck_assert(!cq_judgeproc_forked(proc));
+        limits.deadline_ms = cq_now_ms() + 60000;
+        limits.call_ms = 1000;
+        ck_assert_int_eq(cq_judge_run(proc, "assert add(20, 22) == 42", false,
+                                      &cand, &limits, &jr),
+                         0);
+        ck_assert_msg(jr.ok && !jr.fault, "fault %s", jr.fault);
+        ck_assert_int_eq(jr.calls, 1);
+        cq_judge_result_release(&jr);
+        proc->destroy(proc);
+        cq_backend_destroy(&backend);
+        cq_config_release(&cfg);
+}
+END_TEST
+
 static Suite *cq_runner_suite(void)
 {
         Suite *s = suite_create("runner");
@@ -863,6 +1003,11 @@ static Suite *cq_runner_suite(void)
         tcase_add_test(tc, judge_round_trip);
         tcase_add_test(tc, judge_is_killed_on_destroy);
         tcase_add_test(tc, judge_is_sandboxed);
+        suite_add_tcase(s, tc);
+        tc = tcase_create("backend");
+        tcase_set_timeout(tc, 240);
+        tcase_add_test(tc, backend_runs_solutions_in_runners);
+        tcase_add_test(tc, backend_e2b_judges_locally_without_kernels);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -1,20 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /* backend.c - the sandbox, the kernel pool and the backend choice: a
  * job's "backend" field (never less isolated than CODERQ_BACKEND), else
- * CODERQ_BACKEND. An E2B sandbox is created
- * per job (a microVM: nothing to pre-start). */
+ * CODERQ_BACKEND; a runner for a local job judged with no LLM; the
+ * judging interpreters, always local. An E2B sandbox is created per job
+ * (a microVM: nothing to pre-start), and with CODERQ_BACKEND=e2b no
+ * local kernel is started. */
 #include "coderq/backend/backend.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coderq/e2b/e2b.h"
 #include "coderq/local/interp_local.h"
+#include "coderq/local/judgeproc.h"
 #include "coderq/local/kpool.h"
 #include "coderq/local/kserver.h"
 #include "coderq/common/log.h"
+#include "coderq/local/runner.h"
 #include "coderq/local/sandbox.h"
 #include "coderq/common/util.h"
 #include "coderq/local/workdir.h"
@@ -25,13 +30,46 @@
 struct cq_backend {
         const cq_config_t *cfg;
         cq_sandbox_t *sandbox;
-        cq_kpool_t *pool;
+        cq_kpool_t *pool; /* NULL with CODERQ_BACKEND=e2b */
         size_t pool_size;
         cq_e2b_fleet_t *fleet; /* NULL: not tracked (no E2B, or no id) */
         char worker_id[192];
         int64_t next_reconcile; /* housekeeping thread only */
         char describe[384];
+        /* What the first runner reported of its Python, which every
+         * runner of this python shares (NULL: none reported yet). */
+        pthread_mutex_t lock; /* guards runner_env */
+        json_t *runner_env;
 };
+
+/* The configured backend: CODERQ_BACKEND, else local kernels. */
+static const char *configured(const cq_backend_t *backend)
+{
+        return backend->cfg->backend && *backend->cfg->backend
+                   ? backend->cfg->backend
+                   : "local";
+}
+
+/* Say once how judging interpreters run: in the local sandbox, or, where
+ * it is off, as plain processes, at warn. */
+static void log_judges(const cq_backend_t *backend)
+{
+        bool boxed = cq_sandbox_enabled(backend->sandbox);
+        cq_kserver_t *ks = cq_kpool_kserver(backend->pool);
+
+        cq_log_kv(boxed ? CQ_LOG_INFO : CQ_LOG_WARN, "judging interpreters",
+                  "mode", cq_sandbox_mode_name(backend->sandbox), "detail",
+                  !boxed ? "UNSANDBOXED: plain processes as the worker's user, "
+                           "with the rlimits and a scrubbed environment"
+                  : cq_sandbox_uid_per_kernel(backend->sandbox)
+                      ? "sandboxed with bubblewrap as kernels are, a uid per "
+                        "process"
+                      : "sandboxed with bubblewrap as kernels are",
+                  "start",
+                  cq_kserver_enabled(ks) ? "forked by the kernel server"
+                                         : "cold",
+                  NULL);
+}
 
 cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                              size_t pool_size,
@@ -49,6 +87,7 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                 return NULL;
         }
         backend->cfg = cfg;
+        pthread_mutex_init(&backend->lock, NULL);
         /* Before any kernel exists: code of our uid (a kernel with the
          * sandbox off, or sharing our uid) must not read our environment
          * (API keys, the database DSN) from /proc, nor ptrace us. */
@@ -96,12 +135,17 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                 cq_log_json(CQ_LOG_INFO, NULL,
                             "removed %d work dirs of workers that are gone",
                             swept);
-        cq_kpool_opts_from_config(&po, cfg, backend->sandbox);
-        po.size = pool_size;
-        backend->pool_size = pool_size;
-        backend->pool = cq_kpool_new(&po, errstr, errstr_size);
-        if (!backend->pool)
-                goto fail;
+        /* E2B's jobs never run in a local kernel: no pool, no kernel
+         * server (judges then start cold) */
+        if (strcmp(configured(backend), "e2b") != 0) {
+                cq_kpool_opts_from_config(&po, cfg, backend->sandbox);
+                po.size = pool_size;
+                backend->pool_size = pool_size;
+                backend->pool = cq_kpool_new(&po, errstr, errstr_size);
+                if (!backend->pool)
+                        goto fail;
+        }
+        log_judges(backend);
         return backend;
 fail:
         cq_backend_destroy(&backend);
@@ -148,14 +192,6 @@ void cq_backend_housekeep(cq_backend_t *backend)
         else if (n > 0)
                 cq_log_json(CQ_LOG_INFO, NULL,
                             "killed %d stray E2B sandboxes of this worker", n);
-}
-
-/* The configured backend: CODERQ_BACKEND, else local kernels. */
-static const char *configured(const cq_backend_t *backend)
-{
-        return backend->cfg->backend && *backend->cfg->backend
-                   ? backend->cfg->backend
-                   : "local";
 }
 
 /* The backend a job gets: its own "backend" field, else the configured
@@ -239,6 +275,99 @@ cq_err_t cq_backend_acquire_job(cq_backend_t *backend,
         return CQ_ERR_FATAL;
 }
 
+/* Whether a line of \p code is in IPython's own syntax: its first
+ * character that is not blank is '%' (a magic) or '!' (a shell escape),
+ * which no Python line starts with (a string's continuation line may:
+ * then a kernel runs it, which only costs time). */
+static bool ipython_syntax(const char *code)
+{
+        const char *p = code;
+
+        while (*p) {
+                p += strspn(p, " \t");
+                if (*p == '%' || *p == '!')
+                        return true;
+                p += strcspn(p, "\n");
+                if (*p)
+                        p++;
+        }
+        return false;
+}
+
+bool cq_backend_job_runner(const cq_backend_t *backend, const cq_job_t *job)
+{
+        const char *which = backend_name(backend, job->backend, NULL, 0);
+
+        return which && strcmp(which, "local") == 0 && job->solution &&
+               job->nfiles == 0 && !ipython_syntax(job->solution);
+}
+
+/* A runner confined as the local kernels are, forked by the pool's
+ * kernel server when it can; every runner after the first that reported
+ * its environment reports the same (one python, one set of packages). */
+static cq_interp_t *
+start_runner(cq_backend_t *backend, char *errstr, size_t errstr_size)
+{
+        const cq_config_t *cfg = backend->cfg;
+        cq_runner_opts_t ro;
+        cq_interp_t *interp;
+        json_t *env;
+
+        pthread_mutex_lock(&backend->lock);
+        env = json_deep_copy(backend->runner_env);
+        pthread_mutex_unlock(&backend->lock);
+        memset(&ro, 0, sizeof(ro));
+        ro.python = cfg->python;
+        ro.sandbox = backend->sandbox;
+        ro.kserver = cq_kpool_kserver(backend->pool);
+        ro.work_root = cfg->work_root;
+        ro.output_max = cfg->output_max;
+        ro.start_timeout_ms = cfg->kernel_startup_timeout_s * 1000;
+        ro.env = env;
+        interp = cq_runner_new(&ro, errstr, errstr_size);
+        json_decref(env);
+        if (interp && !env && cq_interp_env(interp)) {
+                pthread_mutex_lock(&backend->lock);
+                if (!backend->runner_env)
+                        backend->runner_env =
+                            json_deep_copy(cq_interp_env(interp));
+                pthread_mutex_unlock(&backend->lock);
+        }
+        return interp;
+}
+
+cq_err_t cq_backend_acquire_for(cq_backend_t *backend,
+                                const cq_job_t *job,
+                                int attempt,
+                                int64_t timeout_ms,
+                                cq_interp_t **interpp,
+                                char *errstr,
+                                size_t errstr_size)
+{
+        if (!cq_backend_job_runner(backend, job))
+                return cq_backend_acquire_job(backend, job->backend, timeout_ms,
+                                              job->job_id, attempt, interpp,
+                                              errstr, errstr_size);
+        *interpp = start_runner(backend, errstr, errstr_size);
+        return *interpp ? CQ_OK : CQ_ERR_RETRIABLE;
+}
+
+cq_interp_proc_t *cq_backend_judge_start(void *opaque,
+                                         const char *program,
+                                         char *errstr,
+                                         size_t errstr_size)
+{
+        cq_backend_t *backend = opaque;
+        cq_judgeproc_opts_t jo;
+
+        memset(&jo, 0, sizeof(jo));
+        jo.python = backend->cfg->python;
+        jo.sandbox = backend->sandbox;
+        jo.kserver = cq_kpool_kserver(backend->pool);
+        jo.work_root = backend->cfg->work_root;
+        return cq_judgeproc_start(&jo, program, errstr, errstr_size);
+}
+
 const char *cq_backend_describe(const cq_backend_t *backend)
 {
         return backend->describe;
@@ -279,7 +408,7 @@ void cq_backend_describe_job(const cq_backend_t *backend,
 const char *cq_backend_sandbox_mode(const cq_backend_t *backend,
                                     cq_interp_t *interp)
 {
-        if (interp && !cq_local_interp_kernel(interp))
+        if (interp && !cq_local_interp_kernel(interp) && !cq_runner_is(interp))
                 return "e2b";
         return cq_sandbox_mode_name(backend->sandbox);
 }
@@ -378,5 +507,7 @@ void cq_backend_destroy(cq_backend_t **backendp)
         cq_kpool_destroy(&backend->pool);
         cq_e2b_fleet_destroy(&backend->fleet);
         cq_sandbox_destroy(&backend->sandbox);
+        json_decref(backend->runner_env);
+        pthread_mutex_destroy(&backend->lock);
         free(backend);
 }

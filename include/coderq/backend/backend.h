@@ -1,22 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /* backend.h - where a job's code runs, chosen per job: the local kernel
- * pool (sandboxed when bubblewrap works) or E2B. Built once per process
- * from the configuration; the commands (run, exec, worker) take their
+ * pool (sandboxed when bubblewrap works), a runner for a job judged with
+ * no LLM (runner.h), or E2B; and where a job's tests are judged (a
+ * judging interpreter, always local). Built once per process from the
+ * configuration; the commands (run, exec, worker) take their
  * interpreters from here. */
 #ifndef CODERQ_BACKEND_H
 #define CODERQ_BACKEND_H
 
 #include "coderq/common/common.h"
 #include "coderq/common/config.h"
+#include "coderq/common/job.h"
 #include "coderq/interp/interp.h"
 
 typedef struct cq_backend cq_backend_t;
 
 /**
  * @brief Make the process non-dumpable (cq_sandbox_protect_self()), set
- *        up the sandbox (creating the work root, then the probe) and a
- *        pool of \p pool_size ready kernels. Logs the sandbox mode, at
- *        warn unless each kernel runs sandboxed as a uid of its own.
+ *        up the sandbox (creating the work root, then the probe) and,
+ *        unless CODERQ_BACKEND is e2b (whose jobs need no local kernel),
+ *        a pool of \p pool_size ready kernels. Logs the sandbox mode, at
+ *        warn unless each kernel runs sandboxed as a uid of its own, and
+ *        how judging interpreters run.
  * @param cfg Borrowed; must outlive the backend.
  * @returns Caller owns the returned value; free with cq_backend_destroy().
  *          NULL with \p errstr filled (CODERQ_SANDBOX=on without a working
@@ -81,6 +86,53 @@ CQ_NODISCARD cq_err_t cq_backend_acquire_job(cq_backend_t *backend,
                                              size_t errstr_size);
 
 /**
+ * @brief Whether \p job runs in a runner rather than a kernel: it runs
+ *        locally (its "backend" field, else CODERQ_BACKEND), it is judged
+ *        with no LLM (it has a "solution"), and it asks for nothing only
+ *        a kernel gives: no input files (data work whose figures a
+ *        notebook shows) and no line of its solution in IPython's own
+ *        syntax (a magic or a shell escape: its first character that is
+ *        not blank is '%' or '!').
+ * @locality Any thread.
+ */
+bool cq_backend_job_runner(const cq_backend_t *backend, const cq_job_t *job);
+
+/**
+ * @brief cq_backend_acquire_job() for \p job (borrowed): its "backend"
+ *        field and id; a runner (see cq_backend_job_runner()) where it
+ *        needs no kernel. Returns as cq_backend_acquire(); a runner that
+ *        could not start is CQ_ERR_RETRIABLE.
+ * @locality Any thread; the interpreter then belongs to that thread.
+ */
+CQ_NODISCARD cq_err_t cq_backend_acquire_for(cq_backend_t *backend,
+                                             const cq_job_t *job,
+                                             int attempt,
+                                             int64_t timeout_ms,
+                                             cq_interp_t **interpp,
+                                             char *errstr,
+                                             size_t errstr_size);
+
+/**
+ * @brief Start a judging interpreter running \p program (agent/judge.h:
+ *        a cq_judge_start_fn, \p backend its opaque). It runs locally
+ *        whatever CODERQ_BACKEND says (it runs a job's test code, never
+ *        the model's): confined as a local kernel (the sandbox, a uid of
+ *        the kernels' range, the scrubbed environment, the rlimits, a
+ *        fresh work dir), forked by the kernel server when there is one;
+ *        where the sandbox is off, a plain process with the rlimits and
+ *        the scrubbed environment. cq_backend_new() logged which.
+ * @param backend A cq_backend_t.
+ * @returns Caller owns the returned value (its destroy kills it, waits
+ *          until its sandbox is gone and removes its work dir); NULL with
+ *          \p errstr filled.
+ * @locality Any thread; the process dies when that thread exits.
+ */
+cq_interp_proc_t *cq_backend_judge_start(void *backend,
+                                         const char *program,
+                                         char *errstr,
+                                         size_t errstr_size);
+
+/**
  * @brief Track this worker's E2B sandboxes (when E2B_API_KEY is set):
  *        tag them with \p worker_id (copied) so that
  *        cq_backend_housekeep() extends them and kills strays.
@@ -122,9 +174,10 @@ void cq_backend_describe_job(const cq_backend_t *backend,
 
 /**
  * @brief Where the code of \p interp runs, for a job's result: "e2b" for
- *        an E2B sandbox, else the local sandbox mode ("bwrap+uid-per-
- *        kernel", "bwrap" or "off"; see sandbox.h). \p interp may be NULL
- *        (the local mode). Static string.
+ *        an E2B sandbox, else the local sandbox mode of its kernel or
+ *        runner ("bwrap+uid-per-kernel", "bwrap" or "off"; see
+ *        sandbox.h). \p interp may be NULL (the local mode). Static
+ *        string.
  * @locality Any thread.
  */
 const char *cq_backend_sandbox_mode(const cq_backend_t *backend,
@@ -166,7 +219,7 @@ typedef struct cq_backend_pool {
 
 /**
  * @brief Fill \p pool from the kernel pool.
- * @returns false, \p pool zeroed, without a pool (E2B only).
+ * @returns false, \p pool zeroed, without a pool (CODERQ_BACKEND=e2b).
  * @locality Any thread.
  */
 bool cq_backend_pool(cq_backend_t *backend, cq_backend_pool_t *pool);
