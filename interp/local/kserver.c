@@ -55,6 +55,7 @@ struct cq_kserver {
         char dir[PATH_MAX]; /* the current server's own dir */
         /* read-only after cq_kserver_new() */
         bool enabled;
+        bool light; /* runners and judges only (cq_kserver_opts_t) */
         char *python, *preload, *work_root;
         int64_t start_ms, reply_ms;
         /* The life pipe: its write end lives as long as this handle (and
@@ -453,6 +454,8 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
                         (char *)(uintptr_t)cq_kernel_mpl_rc,
                         ks->kinit_fd >= 0 ? (char *)(uintptr_t) "5"
                                           : (char *)(uintptr_t) "-1",
+                        ks->light ? (char *)(uintptr_t) "light"
+                                  : (char *)(uintptr_t) "kernels",
                         NULL};
         char **envp = NULL;
         int sv[2] = {-1, -1}, logfd = -1, nullfd = -1, rc = -1;
@@ -955,8 +958,10 @@ cq_kserver_new(const cq_kserver_opts_t *opts, char *errstr, size_t errstr_size)
         ks->reply_ms =
             opts->reply_timeout_ms > 0 ? opts->reply_timeout_ms : 10000;
         ks->python = strdup(opts->python ? opts->python : "/usr/bin/python3");
-        ks->preload =
-            strdup(opts->preload ? opts->preload : CQ_KSERVER_PRELOAD_DEFAULT);
+        ks->light = opts->light;
+        ks->preload = strdup(opts->preload ? opts->preload
+                             : opts->light ? CQ_KSERVER_LIGHT_PRELOAD
+                                           : CQ_KSERVER_PRELOAD_DEFAULT);
         ks->work_root = opts->work_root ? strdup(opts->work_root) : NULL;
         if (!ks->python || !ks->preload ||
             (opts->work_root && !ks->work_root)) {
@@ -984,7 +989,10 @@ cq_kserver_new(const cq_kserver_opts_t *opts, char *errstr, size_t errstr_size)
                 if (opts->mode == CQ_KSERVER_ON)
                         goto fail;
                 cq_log_kv(CQ_LOG_WARN,
-                          "kernel server off: every kernel starts cold",
+                          ks->light ? "runner server off: every runner and "
+                                      "judge starts cold"
+                                    : "kernel server off: every kernel "
+                                      "starts cold",
                           "reason", ks->reason, NULL);
                 return ks;
         }
@@ -995,7 +1003,10 @@ cq_kserver_new(const cq_kserver_opts_t *opts, char *errstr, size_t errstr_size)
                 snprintf(ms, sizeof(ms), "%lld",
                          (long long)ks->stats.import_ms);
                 cq_log_kv(CQ_LOG_INFO,
-                          "kernel server ready: kernels are forked from it",
+                          ks->light ? "runner server ready: runners and "
+                                      "judges are forked from it"
+                                    : "kernel server ready: kernels are "
+                                      "forked from it",
                           "preload", ks->preload, "import_ms", ms, NULL);
         }
         return ks;

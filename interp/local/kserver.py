@@ -9,7 +9,8 @@
 # own (kinit/kinit.c) that this server runs; it forks the kernel into pid 1's
 # namespaces.
 # argv: SOCK_FD LIFE_FD PRELOAD (comma-separated modules) MPLRC (the text of
-# every kernel's matplotlibrc) KINIT_FD (kinit/kinit.c's program, or -1). One
+# every kernel's matplotlibrc) KINIT_FD (kinit/kinit.c's program, or -1)
+# KIND ("kernels", or "light": a server for runners and judges only). One
 # request, one reply, each one SOCK_SEQPACKET datagram of JSON; fds go as
 # SCM_RIGHTS.
 import os
@@ -1699,6 +1700,9 @@ def serve(sock, life_fd):
             if op == 'ping':
                 send(sock, {'ok': True, 'threads': threads()})
             elif op in ('spawn', 'probe') + PROGRAM_OPS:
+                if op == 'spawn' and LIGHT:
+                    raise Fail('a server for runners and judges forks no '
+                               'kernel')
                 if op in PROGRAM_OPS:
                     if len(fds) != 4:
                         raise Fail('%s takes four fds (its 0-3)' % op)
@@ -1748,45 +1752,32 @@ LAUNCHER = 'ipykernel_launcher'
 LAUNCH = ['-P', '-s', '-m', 'ipykernel_launcher']
 
 
-def main():
+# What ipykernel_launcher imports, and what a kernel imports while it
+# starts, paid once in a server for kernels.
+KERNEL_IMPORTS = [
+    'ipykernel.kernelapp', 'ipykernel.ipkernel', 'ipykernel.zmqshell',
+    'ipykernel.iostream', 'ipykernel.heartbeat', 'ipykernel.control',
+    'ipykernel.parentpoller', 'ipykernel.eventloops', 'ipykernel.comm',
+    'ipykernel.displayhook', 'ipykernel.compiler', 'ipykernel.kernelbase',
+    'ipykernel.debugger', 'ipykernel.jsonutil', 'IPython.core.completer',
+    'IPython.core.interactiveshell', 'IPython.core.history',
+    'IPython.core.magics', 'IPython.core.profiledir', 'IPython.core.shellapp',
+    'IPython.extensions.storemagic', 'jupyter_client.session',
+    'jupyter_client.connect', 'jupyter_core.paths', 'tornado.ioloop',
+    'tornado.queues', 'zmq.eventloop.zmqstream', 'asyncio', 'sqlite3', 'jedi',
+    'faulthandler']
+# What the programs import (runner.py, agent/judge.py), paid once in a
+# server for runners and judges.
+PROGRAM_IMPORTS = ['ast', 'base64', 'linecache', 'traceback']
+# A server for runners and judges only (argv's sixth): it imports none of
+# a kernel's modules, so that forking it copies little.
+LIGHT = False
+
+
+def prepare_kernels(mpl_rc, failed):
+    """Once, after the imports: what every kernel would otherwise do as it
+    starts (docs/internals/protocols/kernel-server.md)."""
     global LAUNCHER
-    sock_fd, life_fd = int(sys.argv[1]), int(sys.argv[2])
-    preload = [m for m in sys.argv[3].split(',') if m] if len(sys.argv) > 3 \
-        else []
-    mpl_rc = sys.argv[4] if len(sys.argv) > 4 else None
-    global KINIT_FD, OWN_PIDNS
-    KINIT_FD = int(sys.argv[5]) if len(sys.argv) > 5 else -1
-    if KINIT_FD >= 0:
-        os.set_inheritable(KINIT_FD, False)
-        OWN_PIDNS = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    prctl(PR_SET_CHILD_SUBREAPER, 1)
-    prctl(PR_SET_DUMPABLE, 0)
-    t0 = time.monotonic()
-    # What ipykernel_launcher imports, and what a kernel imports while it
-    # starts, paid once here.
-    base = ['ipykernel.kernelapp', 'ipykernel.ipkernel', 'ipykernel.zmqshell',
-            'ipykernel.iostream', 'ipykernel.heartbeat', 'ipykernel.control',
-            'ipykernel.parentpoller', 'ipykernel.eventloops',
-            'ipykernel.comm', 'ipykernel.displayhook',
-            'ipykernel.compiler', 'ipykernel.kernelbase',
-            'ipykernel.debugger', 'ipykernel.jsonutil',
-            'IPython.core.completer', 'IPython.core.interactiveshell',
-            'IPython.core.history', 'IPython.core.magics',
-            'IPython.core.profiledir', 'IPython.core.shellapp',
-            'IPython.extensions.storemagic', 'jupyter_client.session',
-            'jupyter_client.connect', 'jupyter_core.paths', 'tornado.ioloop',
-            'tornado.queues', 'zmq.eventloop.zmqstream', 'asyncio',
-            'sqlite3', 'jedi', 'faulthandler']
-    failed = []
-    for m in base + preload:
-        try:
-            importlib.import_module(m)
-        except Exception as e:
-            failed.append('%s: %s' % (m, e))
-    # debugpy's PYDEVD_USE_FRAME_EVAL=NO (ipykernel.debugger imports it)
-    IMPORT_ENV.update((k, v) for k, v in os.environ.items()
-                      if START_ENV.get(k) != v)
     if 'matplotlib' in sys.modules:
         try:
             # the font list, which a fresh MPLCONFIGDIR would make every
@@ -1804,34 +1795,17 @@ def main():
         LAUNCHER = iu.find_spec('ipykernel_launcher').origin
     except Exception:
         pass
-    try:
-        fit_fd_watcher()
-    except Exception as e:
-        failed.append('the fd watcher: %s' % e)
-    try:
-        build_shell()
-    except Exception as e:
-        failed.append('the shell: %s' % e)
-    try:
-        preload_extensions(SHELL)
-    except Exception as e:
-        failed.append('the extensions: %s' % e)
-    try:
-        cache_cli()
-    except Exception as e:
-        failed.append('the command line: %s' % e)
-    try:
-        build_app()
-    except Exception as e:
-        failed.append('the application: %s' % e)
-    try:
-        warm_caches()
-    except Exception as e:
-        failed.append('the caches: %s' % e)
-    try:
-        fast_murmur()
-    except Exception as e:
-        failed.append('the cell hash: %s' % e)
+    for what, step in (('the fd watcher', fit_fd_watcher),
+                       ('the shell', build_shell),
+                       ('the extensions', lambda: preload_extensions(SHELL)),
+                       ('the command line', cache_cli),
+                       ('the application', build_app),
+                       ('the caches', warm_caches),
+                       ('the cell hash', fast_murmur)):
+        try:
+            step()
+        except Exception as e:
+            failed.append('%s: %s' % (what, e))
     if threads() != 1:
         failed.append('the shell: it started a thread')
     try:
@@ -1839,6 +1813,35 @@ def main():
         cache_instance_inits()
     except Exception as e:
         failed.append('the traits: %s' % e)
+
+
+def main():
+    global KINIT_FD, OWN_PIDNS, LIGHT
+    sock_fd, life_fd = int(sys.argv[1]), int(sys.argv[2])
+    preload = [m for m in sys.argv[3].split(',') if m] if len(sys.argv) > 3 \
+        else []
+    mpl_rc = sys.argv[4] if len(sys.argv) > 4 else None
+    KINIT_FD = int(sys.argv[5]) if len(sys.argv) > 5 else -1
+    LIGHT = len(sys.argv) > 6 and sys.argv[6] == 'light'
+    if KINIT_FD >= 0:
+        os.set_inheritable(KINIT_FD, False)
+        OWN_PIDNS = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_DUMPABLE, 0)
+    t0 = time.monotonic()
+    base = PROGRAM_IMPORTS if LIGHT else KERNEL_IMPORTS
+    failed = []
+    for m in base + preload:
+        try:
+            importlib.import_module(m)
+        except Exception as e:
+            failed.append('%s: %s' % (m, e))
+    # debugpy's PYDEVD_USE_FRAME_EVAL=NO (ipykernel.debugger imports it)
+    IMPORT_ENV.update((k, v) for k, v in os.environ.items()
+                      if START_ENV.get(k) != v)
+    if not LIGHT:
+        prepare_kernels(mpl_rc, failed)
     try:
         warm_abc_answers()  # after the last import
     except Exception as e:

@@ -33,7 +33,17 @@ typedef struct cq_kserver_opts {
         const cq_sandbox_t *sandbox; /* borrowed: what the probe confines */
         int64_t start_timeout_ms;    /* server ready; <= 0: 60 s */
         int64_t reply_timeout_ms;    /* one request; <= 0: 10 s */
+        /* A server for runners and judges only (cq_kserver_run()): it
+         * imports no kernel's modules (preload NULL: the standard
+         * library's that solutions use most, CQ_KSERVER_LIGHT_PRELOAD),
+         * so that a fork copies little; it refuses kernels. */
+        bool light;
 } cq_kserver_opts_t;
+
+/* Imports of a light server when its preload is NULL: what judged
+ * solutions import most (HumanEval's prompts import typing). */
+#define CQ_KSERVER_LIGHT_PRELOAD                                               \
+        "typing,math,re,collections,itertools,functools,heapq,bisect,string"
 
 /** @brief "auto", "on", "off" -> mode. @returns 0, or -1 when unknown. */
 CQ_NODISCARD int cq_kserver_mode_parse(const char *s, cq_kserver_mode_t *mp);
