@@ -31,6 +31,7 @@
 #include "coderq/common/util.h"
 #include "coderq/interp/collect.h"
 #include "coderq/local/judgeproc.h"
+#include "coderq/local/kpool.h"
 #include "coderq/local/runner.h"
 #include "coderq/local/sandbox.h"
 #include "coderq/local/workdir.h"
@@ -598,6 +599,69 @@ START_TEST(sandbox_confines_the_runner)
 }
 END_TEST
 
+/* Whether the pool \p arg's reaper has torn down a used interpreter. */
+static bool reaped_one(void *arg)
+{
+        cq_kpool_stats_t st;
+
+        cq_kpool_stats(arg, &st);
+        return st.discarded >= 1;
+}
+
+/* A server for runners and judges only forks them, not kernels; and a
+ * pool's reaper tears a runner down behind its destroy. */
+START_TEST(light_server_and_deferred_teardown)
+{
+        static const char *const no_args[] = {NULL};
+        cq_kserver_opts_t ko;
+        cq_kserver_t *ks;
+        cq_kserver_req_t req;
+        cq_kserver_child_t child;
+        cq_kpool_opts_t po;
+        cq_kpool_t *pool;
+        cq_local_hooks_t hooks;
+        cq_runner_opts_t ro;
+        cq_interp_t *interp;
+        char errstr[700], dir[PATH_MAX];
+
+        mkdir(root, 0711);
+        memset(&ko, 0, sizeof(ko));
+        ko.mode = CQ_KSERVER_ON;
+        ko.work_root = root;
+        ko.light = true;
+        ks = cq_kserver_new(&ko, errstr, sizeof(errstr));
+        ck_assert_msg(ks != NULL, "%s", errstr);
+        memset(&req, 0, sizeof(req));
+        req.work_dir = root;
+        req.argv = no_args;
+        req.envp = no_args;
+        req.log_fd = 2;
+        ck_assert_int_ne(
+            cq_kserver_spawn(ks, &req, &child, errstr, sizeof(errstr)), 0);
+        ck_assert_msg(strstr(errstr, "forks no kernel"), "%s", errstr);
+        memset(&po, 0, sizeof(po));
+        po.local.work_root = root;
+        pool = cq_kpool_new(&po, errstr, sizeof(errstr));
+        ck_assert_msg(pool != NULL, "%s", errstr);
+        cq_kpool_hooks(pool, &hooks);
+        memset(&ro, 0, sizeof(ro));
+        ro.work_root = root;
+        ro.kserver = ks;
+        ro.hooks = &hooks;
+        interp = cq_runner_new(&ro, errstr, sizeof(errstr));
+        ck_assert_msg(interp != NULL, "%s", errstr);
+        ck_assert(cq_runner_forked(interp));
+        cq_check_stdout(interp, "import typing\nprint('light')", "light\n");
+        snprintf(dir, sizeof(dir), "%s", cq_runner_work_dir(interp));
+        cq_interp_destroy(&interp);
+        ck_assert_msg(cq_check_wait_until(reaped_one, pool, 30000),
+                      "the reaper did not tear the runner down");
+        ck_assert_int_ne(access(dir, F_OK), 0);
+        cq_kpool_destroy(&pool);
+        cq_kserver_destroy(&ks);
+}
+END_TEST
+
 /* The reply parser, on what the code could write there. */
 START_TEST(reply_parser)
 {
@@ -996,6 +1060,7 @@ static Suite *cq_runner_suite(void)
         tcase_add_test(tc, forged_replies_touch_only_their_cell);
         tcase_add_test(tc, files_in_and_out);
         tcase_add_test(tc, sandbox_confines_the_runner);
+        tcase_add_test(tc, light_server_and_deferred_teardown);
         tcase_add_test(tc, reply_parser);
         suite_add_tcase(s, tc);
         tc = tcase_create("judge");

@@ -24,21 +24,44 @@ typedef struct judgeproc {
         cq_interp_proc_t base; /* first: cq_interp_proc_t * casts to this */
         pyproc_t pp;
         char *python, *work_root, *program;
+        cq_local_hooks_t hooks; /* all NULL until it started */
 } judgeproc_t;
 
-static void judgeproc_destroy(cq_interp_proc_t *base)
+/* Close our ends of its pipes. */
+static void close_pipes(judgeproc_t *j)
 {
-        judgeproc_t *j = (judgeproc_t *)base;
-
-        pyproc_release(&j->pp);
         if (j->base.to_fd >= 0)
                 close(j->base.to_fd);
         if (j->base.from_fd >= 0)
                 close(j->base.from_fd);
+        j->base.to_fd = j->base.from_fd = -1;
+}
+
+static void judgeproc_teardown(void *arg)
+{
+        judgeproc_t *j = arg;
+
+        pyproc_release(&j->pp);
+        close_pipes(j);
         free(j->python);
         free(j->work_root);
         free(j->program);
         free(j);
+}
+
+/* The judge dies now; with a defer hook, the rest is done behind the
+ * caller's back. */
+static void judgeproc_destroy(cq_interp_proc_t *base)
+{
+        judgeproc_t *j = (judgeproc_t *)base;
+
+        if (j->hooks.defer) {
+                lproc_kill_low(&j->pp.proc);
+                close_pipes(j);
+                if (j->hooks.defer(j->hooks.opaque, judgeproc_teardown, j) == 0)
+                        return;
+        }
+        judgeproc_teardown(j);
 }
 
 bool cq_judgeproc_forked(const cq_interp_proc_t *proc)
@@ -116,6 +139,8 @@ cq_interp_proc_t *cq_judgeproc_start(const cq_judgeproc_opts_t *opts,
         j->base.to_fd = req[1];
         j->base.from_fd = ans[0];
         req[1] = ans[0] = -1;
+        if (opts->hooks)
+                j->hooks = *opts->hooks;
         proc = &j->base;
         j = NULL;
 out:

@@ -483,13 +483,20 @@ oom:
         return NULL;
 }
 
+void cq_kpool_hooks(cq_kpool_t *pool, cq_local_hooks_t *hooks)
+{
+        hooks->defer = defer;
+        hooks->opaque = pool;
+        hooks->gate = pool->gate;
+}
+
 /* A pool kernel as an interpreter that takes turns at the pool's gate. */
 static cq_interp_t *
 wrap(cq_kpool_t *pool, cq_kernel_t **kernelp, char *errstr, size_t errstr_size)
 {
-        cq_local_hooks_t hooks = {
-            .defer = defer, .opaque = pool, .gate = pool->gate};
+        cq_local_hooks_t hooks;
 
+        cq_kpool_hooks(pool, &hooks);
         return cq_local_interp_wrap(kernelp, pool->local.kernel.sandbox, true,
                                     &hooks, errstr, errstr_size);
 }

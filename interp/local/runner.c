@@ -92,6 +92,7 @@ typedef struct runner {
         bool lost;
         json_t *env;
         cq_workfiles_t *files;
+        cq_local_hooks_t hooks; /* all NULL until it started */
         atomic_int interrupt_req;
         char errmsg[512];
 } runner_t;
@@ -975,9 +976,9 @@ static const json_t *runner_env(cq_interp_t *interp)
         return ((runner_t *)interp)->env;
 }
 
-static void runner_destroy(cq_interp_t *interp)
+static void runner_teardown(void *arg)
 {
-        runner_t *r = (runner_t *)interp;
+        runner_t *r = arg;
 
         runner_stop(r, NULL);
         /* its sandbox is gone: the uid goes back, the work dir away */
@@ -988,6 +989,25 @@ static void runner_destroy(cq_interp_t *interp)
         free(r->python);
         free(r->work_root);
         free(r);
+}
+
+/* The runner dies now; with a defer hook, it is reaped and its dir
+ * removed behind the caller's back, as a pool kernel is (reaping its
+ * processes and removing the dir cost CPU and wall time after the job). */
+static void runner_destroy(cq_interp_t *interp)
+{
+        runner_t *r = (runner_t *)interp;
+
+        if (r->hooks.defer) {
+                lproc_kill_low(&r->pp.proc);
+                /* ours, which nothing reads any more */
+                close_fd(&r->ctl);
+                close_fd(&r->streams[0].fd);
+                close_fd(&r->streams[1].fd);
+                if (r->hooks.defer(r->hooks.opaque, runner_teardown, r) == 0)
+                        return;
+        }
+        runner_teardown(r);
 }
 
 static const cq_interp_ops_t runner_ops = {
@@ -1089,5 +1109,8 @@ cq_runner_new(const cq_runner_opts_t *opts, char *errstr, size_t errstr_size)
         }
         if (!r->env)
                 probe_env(r);
+        /* only now: a failed start is torn down here, not deferred */
+        if (opts->hooks)
+                r->hooks = *opts->hooks;
         return &r->base;
 }

@@ -11,6 +11,7 @@
 
 #include "coderq/common/common.h"
 #include "coderq/interp/interp.h"
+#include "coderq/local/interp_local.h"
 #include "coderq/local/kserver.h"
 #include "coderq/local/sandbox.h"
 
@@ -19,6 +20,9 @@ typedef struct cq_judgeproc_opts {
         const cq_sandbox_t *sandbox; /* borrowed; NULL: no sandbox/rlimits */
         cq_kserver_t *kserver;       /* borrowed; NULL: always cold */
         const char *work_root;       /* NULL: $TMPDIR/coderq or /tmp/coderq */
+        /* NULL, or hooks whose defer takes destroy's reaping and clean-up
+         * off the destroying thread (cq_kpool_hooks()); copied */
+        const cq_local_hooks_t *hooks;
 } cq_judgeproc_opts_t;
 
 /**
@@ -28,7 +32,8 @@ typedef struct cq_judgeproc_opts {
  * @returns Caller owns the returned value: to_fd and from_fd are ours,
  *          non-blocking; its destroy kills it, waits until its sandbox is
  *          gone, gives its uid back, removes its work dir, closes both and
- *          frees it. NULL with \p errstr filled (nothing left behind).
+ *          frees it (or has opts->hooks' defer do all but the kill). NULL
+ *          with \p errstr filled (nothing left behind).
  * @locality Any thread; the process dies when that thread exits
  *           (PR_SET_PDEATHSIG is per thread) or with the worker.
  */

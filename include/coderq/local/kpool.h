@@ -120,6 +120,18 @@ cq_interp_t *cq_kpool_acquire(cq_kpool_t *pool,
                               char *errstr,
                               size_t errstr_size);
 
+/**
+ * @brief The hooks the pool gives the interpreters of its kernels
+ *        (interp_local.h): its reaper thread as their teardown's defer,
+ *        and its cell gate; for other interpreters of the pool's worker
+ *        (runners, judges) whose teardown is to leave the caller's path
+ *        too.
+ * @param hooks (out) Valid until cq_kpool_destroy(), which waits for
+ *        every teardown handed to the reaper.
+ * @locality Any thread.
+ */
+void cq_kpool_hooks(cq_kpool_t *pool, cq_local_hooks_t *hooks);
+
 /** @brief The pool's kernel server; NULL when it has none. Borrowed,
  *         valid until cq_kpool_destroy(). @locality Any thread. */
 cq_kserver_t *cq_kpool_kserver(cq_kpool_t *pool);

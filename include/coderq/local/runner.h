@@ -16,6 +16,7 @@
 
 #include "coderq/common/common.h"
 #include "coderq/interp/interp.h"
+#include "coderq/local/interp_local.h"
 #include "coderq/local/kserver.h"
 #include "coderq/local/sandbox.h"
 
@@ -33,6 +34,10 @@ typedef struct cq_runner_opts {
          * python, when known: borrowed, referenced. NULL: the runner
          * reports its own, probed at its start before any job code. */
         const json_t *env;
+        /* NULL, or hooks whose defer takes a destroy's reaping and
+         * clean-up off the destroying thread (the kernel pool's reaper,
+         * cq_kpool_hooks()); copied. Its gate is not used. */
+        const cq_local_hooks_t *hooks;
 } cq_runner_opts_t;
 
 /**
@@ -41,8 +46,9 @@ typedef struct cq_runner_opts {
  * @param opts Borrowed; strings copied.
  * @returns Caller owns the returned value; free with cq_interp_destroy()
  *          (which kills it, waits until its sandbox is gone, gives its uid
- *          back and removes its work dir). NULL with \p errstr filled (no
- *          process or dir left behind).
+ *          back and removes its work dir, or has opts->hooks' defer do all
+ *          but the kill). NULL with \p errstr filled (no process or dir
+ *          left behind).
  * @locality Any thread; the runner then belongs to that thread. It dies
  *           when that thread exits (PR_SET_PDEATHSIG is per thread).
  */
