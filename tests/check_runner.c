@@ -1030,8 +1030,8 @@ START_TEST(backend_e2b_judges_locally_without_kernels)
         ck_assert(!cq_backend_pool(backend, &pool));
         proc = start(backend, cq_judge_program(), errstr, sizeof(errstr));
         ck_assert_msg(proc != NULL, "%s", errstr);
-        /* no kernel server without a pool: the judge starts cold */
-        ck_assert(!cq_judgeproc_forked(proc));
+        /* a server of its own forks judges, kernels or not */
+        ck_assert(cq_judgeproc_forked(proc) == cq_check_forked_mode());
         limits.deadline_ms = cq_now_ms() + 60000;
         limits.call_ms = 1000;
         ck_assert_int_eq(cq_judge_run(proc, "assert add(20, 22) == 42", false,

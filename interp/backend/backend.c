@@ -31,6 +31,10 @@ struct cq_backend {
         const cq_config_t *cfg;
         cq_sandbox_t *sandbox;
         cq_kpool_t *pool; /* NULL with CODERQ_BACKEND=e2b */
+        /* The server runners and judges are forked from: one of their
+         * own, which imports no kernel's modules, so that a fork copies
+         * little (CODERQ_KERNEL_SERVER; NULL when off). */
+        cq_kserver_t *light;
         size_t pool_size;
         cq_e2b_fleet_t *fleet; /* NULL: not tracked (no E2B, or no id) */
         char worker_id[192];
@@ -55,7 +59,7 @@ static const char *configured(const cq_backend_t *backend)
 static void log_judges(const cq_backend_t *backend)
 {
         bool boxed = cq_sandbox_enabled(backend->sandbox);
-        cq_kserver_t *ks = cq_kpool_kserver(backend->pool);
+        cq_kserver_t *ks = backend->light;
 
         cq_log_kv(boxed ? CQ_LOG_INFO : CQ_LOG_WARN, "judging interpreters",
                   "mode", cq_sandbox_mode_name(backend->sandbox), "detail",
@@ -69,6 +73,23 @@ static void log_judges(const cq_backend_t *backend)
                   cq_kserver_enabled(ks) ? "forked by the kernel server"
                                          : "cold",
                   NULL);
+}
+
+/* The server for runners and judges, in CODERQ_KERNEL_SERVER's mode
+ * (auto: off, and said, when its probe fails; on: the backend fails with
+ * it), with the imports of its own. -1 with \p errstr filled. */
+static int start_light(cq_backend_t *backend, char *errstr, size_t errstr_size)
+{
+        cq_kserver_opts_t ko;
+
+        /* the configuration accepts only auto, on and off */
+        if (cq_kserver_opts_from_config(&ko, backend->cfg, backend->sandbox) ||
+            ko.mode == CQ_KSERVER_OFF)
+                return 0;
+        ko.light = true;
+        ko.preload = NULL;
+        backend->light = cq_kserver_new(&ko, errstr, errstr_size);
+        return backend->light ? 0 : -1;
 }
 
 cq_backend_t *cq_backend_new(const cq_config_t *cfg,
@@ -136,7 +157,7 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                             "removed %d work dirs of workers that are gone",
                             swept);
         /* E2B's jobs never run in a local kernel: no pool, no kernel
-         * server (judges then start cold) */
+         * server */
         if (strcmp(configured(backend), "e2b") != 0) {
                 cq_kpool_opts_from_config(&po, cfg, backend->sandbox);
                 po.size = pool_size;
@@ -145,6 +166,8 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                 if (!backend->pool)
                         goto fail;
         }
+        if (start_light(backend, errstr, errstr_size))
+                goto fail;
         log_judges(backend);
         return backend;
 fail:
@@ -179,6 +202,7 @@ void cq_backend_housekeep(cq_backend_t *backend)
         /* down, not yet due or still importing: -1, and nothing waited */
         if (backend->pool)
                 (void)cq_kserver_wait(cq_kpool_kserver(backend->pool), 0);
+        (void)cq_kserver_wait(backend->light, 0);
         if (!backend->fleet)
                 return;
         (void)cq_e2b_fleet_keepalive(backend->fleet, false);
@@ -309,6 +333,7 @@ static cq_interp_t *
 start_runner(cq_backend_t *backend, char *errstr, size_t errstr_size)
 {
         const cq_config_t *cfg = backend->cfg;
+        cq_local_hooks_t hooks;
         cq_runner_opts_t ro;
         cq_interp_t *interp;
         json_t *env;
@@ -319,11 +344,16 @@ start_runner(cq_backend_t *backend, char *errstr, size_t errstr_size)
         memset(&ro, 0, sizeof(ro));
         ro.python = cfg->python;
         ro.sandbox = backend->sandbox;
-        ro.kserver = cq_kpool_kserver(backend->pool);
+        ro.kserver = backend->light;
         ro.work_root = cfg->work_root;
         ro.output_max = cfg->output_max;
         ro.start_timeout_ms = cfg->kernel_startup_timeout_s * 1000;
         ro.env = env;
+        /* torn down on the pool's reaper thread, as its kernels are */
+        if (backend->pool) {
+                cq_kpool_hooks(backend->pool, &hooks);
+                ro.hooks = &hooks;
+        }
         interp = cq_runner_new(&ro, errstr, errstr_size);
         json_decref(env);
         if (interp && !env && cq_interp_env(interp)) {
@@ -359,12 +389,17 @@ cq_interp_proc_t *cq_backend_judge_start(void *opaque,
 {
         cq_backend_t *backend = opaque;
         cq_judgeproc_opts_t jo;
+        cq_local_hooks_t hooks;
 
         memset(&jo, 0, sizeof(jo));
         jo.python = backend->cfg->python;
         jo.sandbox = backend->sandbox;
-        jo.kserver = cq_kpool_kserver(backend->pool);
+        jo.kserver = backend->light;
         jo.work_root = backend->cfg->work_root;
+        if (backend->pool) {
+                cq_kpool_hooks(backend->pool, &hooks);
+                jo.hooks = &hooks;
+        }
         return cq_judgeproc_start(&jo, program, errstr, errstr_size);
 }
 
@@ -505,6 +540,7 @@ void cq_backend_destroy(cq_backend_t **backendp)
                 return;
         *backendp = NULL;
         cq_kpool_destroy(&backend->pool);
+        cq_kserver_destroy(&backend->light);
         cq_e2b_fleet_destroy(&backend->fleet);
         cq_sandbox_destroy(&backend->sandbox);
         json_decref(backend->runner_env);
