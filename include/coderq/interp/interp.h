@@ -119,7 +119,9 @@ CQ_NODISCARD cq_err_t cq_interp_put_file(cq_interp_t *interp,
  *         recovered, and res->state_lost says whether the variables
  *         survived: a local kernel is always replaced (true); an E2B
  *         context survives a timeout whose interrupt worked (false), while
- *         a lost sandbox is replaced (true).
+ *         a lost sandbox is replaced (true). A runner (local/runner.h) is
+ *         not replaced: its later cells are CQ_CELL_DIED (state_lost)
+ *         until cq_interp_restart().
  * @locality The thread that owns \p interp.
  */
 CQ_NODISCARD cq_err_t cq_interp_execute(cq_interp_t *interp,
@@ -184,7 +186,8 @@ const json_t *cq_interp_env(cq_interp_t *interp);
  *        ({"name": "python", "version": "3.11.2", ...}), for a notebook's
  *        metadata.
  * @returns Borrowed, valid until the interpreter is restarted or
- *          destroyed; NULL when the backend does not know it (E2B).
+ *          destroyed; NULL when the backend does not know it (E2B, a
+ *          runner).
  * @locality The thread that owns \p interp.
  */
 const json_t *cq_interp_language_info(cq_interp_t *interp);
