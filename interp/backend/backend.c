@@ -9,9 +9,11 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coderq/e2b/e2b.h"
 #include "coderq/local/interp_local.h"
@@ -26,15 +28,21 @@
 
 /* How often housekeeping looks for stray E2B sandboxes of this worker. */
 #define RECONCILE_MS 60000
+/* Runner servers at most: one serves one start at a time (the sandbox's
+ * pid 1 builds its filesystem meanwhile), so starts from several slots
+ * queue at one; one per CPU, up to this. */
+#define LIGHT_MAX 4
 
 struct cq_backend {
         const cq_config_t *cfg;
         cq_sandbox_t *sandbox;
         cq_kpool_t *pool; /* NULL with CODERQ_BACKEND=e2b */
-        /* The server runners and judges are forked from: one of their
-         * own, which imports no kernel's modules, so that a fork copies
-         * little (CODERQ_KERNEL_SERVER; NULL when off). */
-        cq_kserver_t *light;
+        /* The servers runners and judges are forked from, taken in turn:
+         * their own, which import no kernel's modules, so that a fork
+         * copies little (CODERQ_KERNEL_SERVER; none when off). */
+        cq_kserver_t *light[LIGHT_MAX];
+        size_t nlight;
+        atomic_uint next_light;
         size_t pool_size;
         cq_e2b_fleet_t *fleet; /* NULL: not tracked (no E2B, or no id) */
         char worker_id[192];
@@ -59,7 +67,7 @@ static const char *configured(const cq_backend_t *backend)
 static void log_judges(const cq_backend_t *backend)
 {
         bool boxed = cq_sandbox_enabled(backend->sandbox);
-        cq_kserver_t *ks = backend->light;
+        cq_kserver_t *ks = backend->light[0];
 
         cq_log_kv(boxed ? CQ_LOG_INFO : CQ_LOG_WARN, "judging interpreters",
                   "mode", cq_sandbox_mode_name(backend->sandbox), "detail",
@@ -70,16 +78,19 @@ static void log_judges(const cq_backend_t *backend)
                         "process"
                       : "sandboxed with bubblewrap as kernels are",
                   "start",
-                  cq_kserver_enabled(ks) ? "forked by the kernel server"
+                  cq_kserver_enabled(ks) ? "forked by the runner servers"
                                          : "cold",
                   NULL);
 }
 
-/* The server for runners and judges, in CODERQ_KERNEL_SERVER's mode
- * (auto: off, and said, when its probe fails; on: the backend fails with
- * it), with the imports of its own. -1 with \p errstr filled. */
+/* The servers for runners and judges, one per CPU up to LIGHT_MAX, in
+ * CODERQ_KERNEL_SERVER's mode (auto: off, and said, when the first's
+ * probe fails; on: the backend fails with it), with the imports of their
+ * own. -1 with \p errstr filled. */
 static int start_light(cq_backend_t *backend, char *errstr, size_t errstr_size)
 {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        size_t n = cpus > 1 ? (size_t)cpus : 1;
         cq_kserver_opts_t ko;
 
         /* the configuration accepts only auto, on and off */
@@ -88,8 +99,30 @@ static int start_light(cq_backend_t *backend, char *errstr, size_t errstr_size)
                 return 0;
         ko.light = true;
         ko.preload = NULL;
-        backend->light = cq_kserver_new(&ko, errstr, errstr_size);
-        return backend->light ? 0 : -1;
+        for (backend->nlight = 0;
+             backend->nlight < n && backend->nlight < LIGHT_MAX;
+             backend->nlight++) {
+                cq_kserver_t *ks = cq_kserver_new(&ko, errstr, errstr_size);
+
+                if (!ks)
+                        return -1;
+                backend->light[backend->nlight] = ks;
+                /* one that could not work here: none would */
+                if (!cq_kserver_enabled(ks)) {
+                        backend->nlight++;
+                        break;
+                }
+        }
+        return 0;
+}
+
+/* The runner server whose turn it is; NULL when there is none. */
+static cq_kserver_t *light_server(cq_backend_t *backend)
+{
+        if (backend->nlight == 0)
+                return NULL;
+        return backend->light[atomic_fetch_add(&backend->next_light, 1) %
+                              backend->nlight];
 }
 
 cq_backend_t *cq_backend_new(const cq_config_t *cfg,
@@ -109,6 +142,7 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
         }
         backend->cfg = cfg;
         pthread_mutex_init(&backend->lock, NULL);
+        atomic_init(&backend->next_light, 0);
         /* Before any kernel exists: code of our uid (a kernel with the
          * sandbox off, or sharing our uid) must not read our environment
          * (API keys, the database DSN) from /proc, nor ptrace us. */
@@ -195,6 +229,7 @@ int cq_backend_track_e2b(cq_backend_t *backend,
 void cq_backend_housekeep(cq_backend_t *backend)
 {
         char errstr[512];
+        size_t i;
         int n;
 
         if (!backend)
@@ -202,7 +237,8 @@ void cq_backend_housekeep(cq_backend_t *backend)
         /* down, not yet due or still importing: -1, and nothing waited */
         if (backend->pool)
                 (void)cq_kserver_wait(cq_kpool_kserver(backend->pool), 0);
-        (void)cq_kserver_wait(backend->light, 0);
+        for (i = 0; i < backend->nlight; i++)
+                (void)cq_kserver_wait(backend->light[i], 0);
         if (!backend->fleet)
                 return;
         (void)cq_e2b_fleet_keepalive(backend->fleet, false);
@@ -344,7 +380,7 @@ start_runner(cq_backend_t *backend, char *errstr, size_t errstr_size)
         memset(&ro, 0, sizeof(ro));
         ro.python = cfg->python;
         ro.sandbox = backend->sandbox;
-        ro.kserver = backend->light;
+        ro.kserver = light_server(backend);
         ro.work_root = cfg->work_root;
         ro.output_max = cfg->output_max;
         ro.start_timeout_ms = cfg->kernel_startup_timeout_s * 1000;
@@ -394,7 +430,7 @@ cq_interp_proc_t *cq_backend_judge_start(void *opaque,
         memset(&jo, 0, sizeof(jo));
         jo.python = backend->cfg->python;
         jo.sandbox = backend->sandbox;
-        jo.kserver = backend->light;
+        jo.kserver = light_server(backend);
         jo.work_root = backend->cfg->work_root;
         if (backend->pool) {
                 cq_kpool_hooks(backend->pool, &hooks);
@@ -501,6 +537,7 @@ bool cq_backend_pool(cq_backend_t *backend, cq_backend_pool_t *pool)
         pool->started = st.started + st.own_starts;
         pool->forked = st.forked;
         pool->failed = st.failed;
+        pool->discarding = st.discarding;
         ks = cq_kpool_kserver(backend->pool);
         if (cq_kserver_enabled(ks)) {
                 cq_kserver_stats(ks, &kst);
@@ -535,12 +572,14 @@ void cq_backend_log_pool(cq_backend_t *backend)
 void cq_backend_destroy(cq_backend_t **backendp)
 {
         cq_backend_t *backend = *backendp;
+        size_t i;
 
         if (!backend)
                 return;
         *backendp = NULL;
         cq_kpool_destroy(&backend->pool);
-        cq_kserver_destroy(&backend->light);
+        for (i = 0; i < backend->nlight; i++)
+                cq_kserver_destroy(&backend->light[i]);
         cq_e2b_fleet_destroy(&backend->fleet);
         cq_sandbox_destroy(&backend->sandbox);
         json_decref(backend->runner_env);

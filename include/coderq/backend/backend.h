@@ -209,6 +209,9 @@ typedef struct cq_backend_pool {
                              for included */
         uint64_t forked;  /* of those, forked by the kernel server */
         uint64_t failed;  /* starts that failed */
+        /* used kernels, runners and judges the reaper has yet to tear
+         * down */
+        size_t discarding;
         /* the kernel server: whether it is on (its probe passed), ready
          * to fork now, how often it was started again after it died or
          * failed, and the starts it did not serve (down, restarting or
