@@ -25,6 +25,7 @@
 #include "coderq/agent/llm.h"
 #include "coderq/common/log.h"
 #include "coderq/agent/notebook.h"
+#include "benchstat.h"
 
 typedef struct clocks {
         double wall_ms;
@@ -177,19 +178,6 @@ out:
         return rc;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-
-        return x < y ? -1 : x > y;
-}
-
-static double median(double *v, size_t n)
-{
-        qsort(v, n, sizeof(*v), cmp_double);
-        return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 int main(int argc, char **argv)
 {
         cq_llm_conf_t conf;
@@ -268,8 +256,8 @@ int main(int argc, char **argv)
         ll = llm_t.wall_ms / (double)turns;
         lk = kern.wall_ms / (double)turns;
         over = lt - ll - lk;
-        over_med = median(ov, (size_t)jobs);
-        over_cpu = median(ov_cpu, (size_t)jobs);
+        over_med = cq_bench_median(ov, (size_t)jobs);
+        over_cpu = cq_bench_median(ov_cpu, (size_t)jobs);
         printf("jobs=%ld turns=%ld cells=%ld (per job: %ld LLM calls, %ld "
                "cells)\n",
                jobs, turns, cells, turns / jobs, cells / jobs);

@@ -34,6 +34,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchstat.h"
+
 /* Where a job's time goes, from the checkpoint rows (each message is
  * committed on its own, so its created_at is when the loop got it):
  * claim to first message (interpreter, memory lookup), an LLM call (the
@@ -95,13 +97,6 @@ static void sleep_ms(long ms)
         struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
 
         nanosleep(&ts, NULL);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-
-        return x < y ? -1 : x > y;
 }
 
 static double pct(const double *sorted, size_t n, double p)
@@ -989,7 +984,7 @@ int main(int argc, char **argv)
         commits = pg_value(b.dsn, SQL_COMMITS) - commits0;
         for (i = 0; i < b.jobs; i++)
                 lat[i] = done[i] - sub[i];
-        qsort(lat, (size_t)b.jobs, sizeof(double), cmp_double);
+        qsort(lat, (size_t)b.jobs, sizeof(double), cq_bench_cmp_double);
         wall_s = (t_last - t_first) / 1e3;
         jps = (double)b.jobs / wall_s;
         ideal = b.latency_ms > 0

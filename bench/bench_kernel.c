@@ -22,31 +22,11 @@
 #include "coderq/local/kpool.h"
 #include "coderq/local/kserver.h"
 #include "coderq/common/util.h"
+#include "benchstat.h"
 
 /* Kernels alive at once while PSS is read: shared pages are divided
  * among the processes that map them, so both sides get the same number. */
 #define PSS_KERNELS 8
-
-static double now_ms(void)
-{
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-
-        return x < y ? -1 : x > y;
-}
-
-static double median(double *v, size_t n)
-{
-        qsort(v, n, sizeof(*v), cmp_double);
-        return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static int run_pass(cq_interp_t *interp)
 {
@@ -355,9 +335,9 @@ fork_vs_cold(const char *root, size_t starts, size_t colds, fork_figures_t *f)
         lopts.kernel.startup_timeout_ms = 120000;
         for (i = 0; i < colds; i++) {
                 before = self_cpu_ms(RUSAGE_SELF);
-                t = now_ms();
+                t = cq_bench_now_ms();
                 interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
-                cold_ms[i] = now_ms() - t;
+                cold_ms[i] = cq_bench_now_ms() - t;
                 if (!interp) {
                         fprintf(stderr, "bench_kernel: %s\n", errstr);
                         goto out;
@@ -373,9 +353,9 @@ fork_vs_cold(const char *root, size_t starts, size_t colds, fork_figures_t *f)
         for (i = 0; i < starts; i++) {
                 server_before = proc_cpu_ms(cq_kserver_pid(ks));
                 before = self_cpu_ms(RUSAGE_SELF);
-                t = now_ms();
+                t = cq_bench_now_ms();
                 interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
-                fork_ms[i] = now_ms() - t;
+                fork_ms[i] = cq_bench_now_ms() - t;
                 if (!interp ||
                     !cq_kernel_forked(cq_local_interp_kernel(interp))) {
                         fprintf(stderr, "bench_kernel: no forked kernel: %s\n",
@@ -407,14 +387,14 @@ fork_vs_cold(const char *root, size_t starts, size_t colds, fork_figures_t *f)
         lopts.kernel.kserver = NULL;
         if (idle_pss(&lopts, &f->cold_pss_kb, &f->cold_priv_kb))
                 goto out;
-        f->fork_ms = median(fork_ms, starts);
-        f->cold_ms = median(cold_ms, colds);
-        f->cpu_ms = median(cpu, starts);
-        f->cpu_client = median(by, starts);
-        f->cpu_server = median(by + starts, starts);
-        f->cpu_kernel = median(by + 2 * starts, starts);
-        f->cpu_rest = median(by + 3 * starts, starts);
-        f->faults_kernel = median(by + 4 * starts, starts);
+        f->fork_ms = cq_bench_median(fork_ms, starts);
+        f->cold_ms = cq_bench_median(cold_ms, colds);
+        f->cpu_ms = cq_bench_median(cpu, starts);
+        f->cpu_client = cq_bench_median(by, starts);
+        f->cpu_server = cq_bench_median(by + starts, starts);
+        f->cpu_kernel = cq_bench_median(by + 2 * starts, starts);
+        f->cpu_rest = cq_bench_median(by + 3 * starts, starts);
+        f->faults_kernel = cq_bench_median(by + 4 * starts, starts);
         rc = 0;
 out:
         cq_kserver_destroy(&ks);
@@ -469,15 +449,15 @@ int main(int argc, char **argv)
         for (i = 0; i < 10; i++)
                 run_pass(interp);
         for (i = 0; i < cells; i++) {
-                t = now_ms();
+                t = cq_bench_now_ms();
                 if (run_pass(interp)) {
                         fprintf(stderr, "bench_kernel: cell failed\n");
                         return 1;
                 }
-                rtt[i] = now_ms() - t;
+                rtt[i] = cq_bench_now_ms() - t;
         }
         cq_interp_destroy(&interp);
-        rtt_med = median(rtt, cells);
+        rtt_med = cq_bench_median(rtt, cells);
         printf("coderq: pass round trip median %.3f ms over %zu cells\n",
                rtt_med, cells);
         fflush(stdout);
@@ -504,9 +484,9 @@ int main(int argc, char **argv)
 
         /* cold starts vs pool acquires */
         for (i = 0; i < starts; i++) {
-                t = now_ms();
+                t = cq_bench_now_ms();
                 interp = cq_local_interp_new(&lopts, errstr, sizeof(errstr));
-                cold[i] = now_ms() - t;
+                cold[i] = cq_bench_now_ms() - t;
                 if (!interp) {
                         fprintf(stderr, "bench_kernel: %s\n", errstr);
                         return 1;
@@ -523,9 +503,9 @@ int main(int argc, char **argv)
         }
         for (i = 0; i < starts; i++) {
                 wait_ready(pool);
-                t = now_ms();
+                t = cq_bench_now_ms();
                 interp = cq_kpool_acquire(pool, 60000, errstr, sizeof(errstr));
-                acq[i] = now_ms() - t;
+                acq[i] = cq_bench_now_ms() - t;
                 if (!interp) {
                         fprintf(stderr, "bench_kernel: %s\n", errstr);
                         return 1;
@@ -537,8 +517,8 @@ int main(int argc, char **argv)
                 cq_interp_destroy(&interp);
         }
         cq_kpool_destroy(&pool);
-        cold_med = median(cold, starts);
-        acq_med = median(acq, starts);
+        cold_med = cq_bench_median(cold, starts);
+        acq_med = cq_bench_median(acq, starts);
         printf("cold kernel start median %.1f ms, pool acquire median %.3f "
                "ms (%zu each)\n",
                cold_med, acq_med, starts);

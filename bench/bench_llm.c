@@ -21,6 +21,7 @@
 
 #include "coderq/agent/llm.h"
 #include "coderq/common/util.h"
+#include "benchstat.h"
 
 static double now_s(void)
 {
@@ -28,13 +29,6 @@ static double now_s(void)
 
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-        double x = *(const double *)a, y = *(const double *)b;
-
-        return x < y ? -1 : x > y;
 }
 
 /* system, user, then 11 turns of assistant tool call + tool result. */
@@ -209,7 +203,7 @@ int main(int argc, char **argv)
                 t[i] = (now_s() - t0) * 1e3;
                 total += t[i];
         }
-        qsort(t, (size_t)n, sizeof(*t), cmp_double);
+        qsort(t, (size_t)n, sizeof(*t), cq_bench_cmp_double);
 
         fp = fopen(argv[3], "rb");
         if (!fp)
