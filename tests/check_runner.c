@@ -259,6 +259,11 @@ END_TEST
 /* A cancel interrupts the cell and keeps the runner; one that the code
  * ignores kills it after the grace. An interrupt from another thread is
  * the cell's KeyboardInterrupt. */
+/* The interrupt's grace of the runners that cancel_and_interrupt_in()
+ * runs: long enough for a busy machine (or valgrind) to answer a SIGINT
+ * within it, which it waits out once, for a cell that ignores it. */
+#define CANCEL_GRACE_MS 3000
+
 static void cancel_and_interrupt_in(cq_interp_t *interp)
 {
         cq_exec_opts_t opts = {0};
@@ -317,7 +322,7 @@ static void cancel_and_interrupt_in(cq_interp_t *interp)
 
 START_TEST(cancel_and_interrupt)
 {
-        cq_interp_t *interp = start_runner(NULL, 0, 500);
+        cq_interp_t *interp = start_runner(NULL, 0, CANCEL_GRACE_MS);
 
         cancel_and_interrupt_in(interp);
         destroy_runner(&interp);
@@ -583,7 +588,7 @@ START_TEST(sandbox_confines_the_runner)
         close(lfd);
         destroy_runner(&interp);
         /* cancels, interrupts and timeouts work through the sandbox too */
-        interp = start_runner(sandbox, 0, 500);
+        interp = start_runner(sandbox, 0, CANCEL_GRACE_MS);
         cancel_and_interrupt_in(interp);
         ck_assert_int_eq(cq_interp_restart(interp), CQ_OK);
         {

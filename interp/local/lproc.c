@@ -461,13 +461,32 @@ int lproc_renice(lproc_t *p, bool boxed, int nice)
         return rc;
 }
 
+/* Whether our cold child is still running (not exited; it is not reaped
+ * before it did). */
+static bool child_running(const lproc_t *p)
+{
+        siginfo_t si;
+
+        memset(&si, 0, sizeof(si));
+        return p->pid > 0 &&
+               waitid(P_PID, (id_t)p->pid, &si, WEXITED | WNOHANG | WNOWAIT) ==
+                   0 &&
+               si.si_pid == 0;
+}
+
 pid_t lproc_group(const lproc_t *p)
 {
         if (p->forked)
                 return lproc_forked_alive(p)
                            ? (p->fork_kernel > 0 ? p->fork_kernel : p->pid)
                            : 0;
+        /* Without a pidfd on pid 1 (no pidfd_open: an old kernel,
+         * seccomp, valgrind), bubblewrap still running says pid 1 does:
+         * it exits as soon as its pid 1 has. */
         if (p->inner_pid > 0)
-                return inner_alive(p) ? p->inner_pid : 0;
+                return inner_alive(p) ||
+                               (p->inner_pidfd < 0 && child_running(p))
+                           ? p->inner_pid
+                           : 0;
         return p->pid > 0 ? p->pid : 0;
 }
