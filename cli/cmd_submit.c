@@ -13,8 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "coderq/cli/clifmt.h"
@@ -273,18 +271,9 @@ out:
 static int new_job_id(char out[37])
 {
         unsigned char b[16];
-        size_t got = 0;
 
-        while (got < sizeof(b)) {
-                ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
-
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -1;
-                }
-                got += (size_t)n;
-        }
+        if (cq_cli_random(b, sizeof(b)))
+                return -1;
         b[6] = (unsigned char)((b[6] & 0x0F) | 0x40);
         b[8] = (unsigned char)((b[8] & 0x3F) | 0x80);
         snprintf(out, 37,
@@ -375,7 +364,8 @@ static bool unavailable_err(int err)
                err == RD_KAFKA_RESP_ERR__RESOLVE;
 }
 
-static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
+static int
+produce_all(const cq_config_t *cfg, sub_batch_t *batch, bool print_ids)
 {
         cq_producer_t *prod = NULL;
         cq_kafka_opts_t kopts;
@@ -426,7 +416,8 @@ static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
 
                 job->err = msgs[i].err;
                 if (job->err == 0) {
-                        printf("%s\n", job->id);
+                        if (print_ids)
+                                printf("%s\n", job->id);
                         continue;
                 }
                 if (failed++ == 0) {
@@ -484,14 +475,6 @@ static void count_progress(const sub_batch_t *batch, cq_progress_t *progress)
                 else
                         progress->queued++;
         }
-}
-
-static void sleep_ms(long ms)
-{
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-                ;
 }
 
 static void tests_text(const json_t *row, char *out, size_t size)
@@ -569,9 +552,9 @@ static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
 {
         cq_store_t *store = NULL;
         cq_progress_t progress;
-        char line[256], last[256] = "";
-        bool tty = isatty(STDERR_FILENO) == 1, timed_out = false;
-        int64_t start = cq_now_ms(), last_print = 0;
+        cq_cli_progress_t shown;
+        bool timed_out = false;
+        int64_t start = cq_now_ms();
         long interval = 250;
         size_t i, done;
         int rc;
@@ -582,6 +565,7 @@ static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
                              "cannot be followed without PostgreSQL");
                 return rc;
         }
+        cq_cli_progress_init(&shown);
         for (;;) {
                 for (i = 0; i < batch->n; i++) {
                         sub_job_t *job = &batch->v[i];
@@ -594,8 +578,7 @@ static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
                         if (err == CQ_ERR_RETRIABLE)
                                 break; /* PostgreSQL is away: next round */
                         if (err != CQ_OK) {
-                                if (tty)
-                                        fputc('\n', stderr);
+                                cq_cli_progress_end(&shown);
                                 cq_cli_error("%s", cq_store_errmsg(store));
                                 rc = CQ_EXIT_FAILED;
                                 goto out;
@@ -608,30 +591,20 @@ static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
                         }
                 }
                 count_progress(batch, &progress);
-                cq_fmt_progress(line, sizeof(line), &progress, 24);
+                cq_cli_progress_show(&shown, &progress);
                 done =
                     progress.succeeded + progress.failed + progress.cancelled;
-                if (tty) {
-                        fprintf(stderr, "\r%s\033[K", line);
-                        fflush(stderr);
-                } else if (strcmp(line, last) != 0 ||
-                           cq_now_ms() - last_print >= 30000) {
-                        fprintf(stderr, "%s\n", line);
-                        last_print = cq_now_ms();
-                        snprintf(last, sizeof(last), "%s", line);
-                }
                 if (done == batch->n)
                         break;
                 if (timeout_s > 0 && cq_now_ms() - start >= timeout_s * 1000) {
                         timed_out = true;
                         break;
                 }
-                sleep_ms(interval);
+                cq_cli_sleep_ms(interval);
                 if (interval < 1000)
                         interval *= 2;
         }
-        if (tty)
-                fputc('\n', stderr);
+        cq_cli_progress_end(&shown);
         if (print_summary(batch)) {
                 rc = CQ_EXIT_INTERNAL;
                 goto out;
@@ -729,6 +702,62 @@ static int parse_args(int argc, char **argv, sub_opts_t *opts)
         return 0;
 }
 
+/* A batch of copies of \p ids and \p values. */
+static int batch_copy(const char *const *ids,
+                      const char *const *values,
+                      size_t n,
+                      sub_batch_t *batch)
+{
+        size_t i;
+
+        memset(batch, 0, sizeof(*batch));
+        for (i = 0; i < n; i++) {
+                char *id = strdup(ids[i]), *value = strdup(values[i]);
+
+                if (!id || !value ||
+                    batch_add(batch, id, value, strlen(value), 0)) {
+                        if (!id || !value) {
+                                free(id);
+                                free(value);
+                        }
+                        cq_cli_error("could not send the jobs: out of "
+                                     "memory");
+                        batch_release(batch);
+                        return CQ_EXIT_INTERNAL;
+                }
+        }
+        return CQ_EXIT_OK;
+}
+
+/* Copies of \p ids and \p values sent, then with \p wait followed. */
+static int send_copies(const cq_config_t *cfg,
+                       const char *const *ids,
+                       const char *const *values,
+                       size_t n,
+                       bool print_ids,
+                       bool wait,
+                       long timeout_s)
+{
+        sub_batch_t batch;
+        int rc = batch_copy(ids, values, n, &batch);
+
+        if (rc == CQ_EXIT_OK)
+                rc = produce_all(cfg, &batch, print_ids);
+        if (rc == CQ_EXIT_OK && wait)
+                rc = wait_all(cfg, &batch, timeout_s);
+        batch_release(&batch);
+        return rc;
+}
+
+int cq_cli_send_jobs(const cq_config_t *cfg,
+                     const char *const *ids,
+                     const char *const *values,
+                     size_t n,
+                     bool print_ids)
+{
+        return send_copies(cfg, ids, values, n, print_ids, false, 0);
+}
+
 int cq_cli_submit_jobs(const cq_config_t *cfg,
                        const char *const *ids,
                        const char *const *values,
@@ -736,31 +765,7 @@ int cq_cli_submit_jobs(const cq_config_t *cfg,
                        bool wait,
                        long timeout_s)
 {
-        sub_batch_t batch;
-        size_t i;
-        int rc;
-
-        memset(&batch, 0, sizeof(batch));
-        for (i = 0; i < n; i++) {
-                char *id = strdup(ids[i]), *value = strdup(values[i]);
-
-                if (!id || !value ||
-                    batch_add(&batch, id, value, strlen(value), 0)) {
-                        if (!id || !value) {
-                                free(id);
-                                free(value);
-                        }
-                        cq_cli_error("could not send the jobs: out of "
-                                     "memory");
-                        batch_release(&batch);
-                        return CQ_EXIT_INTERNAL;
-                }
-        }
-        rc = produce_all(cfg, &batch);
-        if (rc == CQ_EXIT_OK && wait)
-                rc = wait_all(cfg, &batch, timeout_s);
-        batch_release(&batch);
-        return rc;
+        return send_copies(cfg, ids, values, n, true, wait, timeout_s);
 }
 
 int cq_cmd_submit(const cq_config_t *cfg, int argc, char **argv)
@@ -775,7 +780,7 @@ int cq_cmd_submit(const cq_config_t *cfg, int argc, char **argv)
         rc = opts.file ? read_jobs(&opts, &batch)
                        : job_from_flags(&opts, &batch);
         if (rc == CQ_EXIT_OK)
-                rc = produce_all(cfg, &batch);
+                rc = produce_all(cfg, &batch, true);
         if (rc == CQ_EXIT_OK && opts.wait)
                 rc = wait_all(cfg, &batch, opts.timeout_s);
         batch_release(&batch);
