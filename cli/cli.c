@@ -86,7 +86,9 @@ static const cq_cmd_t commands[] = {
      "row and CRLF line ends.\n"
      "--summary prints the run's figures instead: counts by status and by\n"
      "reason code, pass rate, from memory, retried, turns, tokens, cost,\n"
-     "duration p50/p95/max, one row per model and a total.\n"
+     "duration p50/p95/max, one row per model and a total; then problems,\n"
+     "scored samples, pass@1/10/100, pass^1/10/100, infra errors and\n"
+     "verdicts.\n"
      "Exit: 0 ok; 2 usage; 4 PostgreSQL unreachable; 5 no such run.\n",
      cq_cmd_results},
     {"retry", "queue chosen jobs of a run again, linked to their originals",

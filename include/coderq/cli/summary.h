@@ -28,15 +28,20 @@ CQ_NODISCARD int cq_summary_format_parse(const char *name,
  * @brief Append the figures of a run to \p buf.
  *   - table: a title line (run, which attempts), one row per model and a
  *     TOTAL row (jobs, ok, failed, cancelled, pending, pass rate, from
- *     memory, retried, mean turns, tokens, cost, p50/p95/max duration),
- *     then the failed and cancelled jobs by reason code and model, and the
- *     run's budget when it has one. A cost with a '*' is a lower bound:
- *     some jobs' costs are unknown (a footnote says how many).
+ *     memory, retried, mean turns, tokens, cost, p50/p95/max duration);
+ *     when the run has scored samples, their problems, samples, fewest
+ *     samples of a problem, pass@1/10/100, pass^1/10/100 (each "-" where
+ *     the SQL gave none), infra errors and bendable verdicts by model,
+ *     with footnotes on what those leave out; the finished jobs by verdict
+ *     and model; the failed and cancelled jobs by reason code and model;
+ *     and the run's budget when it has one. A cost with a '*' is a lower
+ *     bound: some jobs' costs are unknown (a footnote says how many).
  *   - json: the figures document as it is, indented, with a newline.
  *   - csv: RFC 4180 with CRLF line ends: a header, one line per model and
  *     one "total" line; columns run_id, attempts, group ("model" or
- *     "total"), model, every figure, then reason_CODE for each reason code
- *     the run has (sorted).
+ *     "total"), model, every figure (those of 0006, then problems ...
+ *     hidden_total), then verdict_V for each verdict the run has (in the
+ *     schema's order) and reason_CODE for each reason code (sorted).
  * @param figures Borrowed; as cq_store_run_figures() returns it.
  * @returns CQ_OK; CQ_ERR_FATAL when \p figures has no "total" object;
  *          CQ_ERR_TOO_LARGE when out of memory or over the buffer's cap.
