@@ -617,13 +617,15 @@ static void finish_job(slot_t *slot,
                           cq_store_errmsg(slot->store), NULL);
         repro = repro_record(slot, job, res);
         report = json_pack(
-            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:s?, s:i, s:s?, s:o*, s:O*}",
+            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:O*, s:s?, s:i, s:s?, s:o*,"
+            " s:O*}",
             "from_memory", res->from_memory, "memory_source_job",
             res->memory_source_job, "memory_scope",
             res->memory_source_job ? memory_scope(slot->w, job) : NULL, "cells",
             (json_int_t)res->cells, "duration_ms", (json_int_t)res->duration_ms,
-            "tests", res->tests, "last_error", res->last_error, "attempt",
-            attempt, "sandbox", sandbox, "repro", repro, "runs",
+            "tests", res->tests, "hidden", res->hidden, "last_error",
+            res->last_error, "attempt", attempt, "sandbox", sandbox, "repro",
+            repro, "runs",
             nb ? json_object_get(
                      json_object_get(
                          json_object_get(cq_nb_json(nb), "metadata"), "coderq"),
@@ -646,6 +648,10 @@ static void finish_job(slot_t *slot,
         fin.cost_usd = res->cost_usd;
         fin.notebook = nb ? cq_nb_json(nb) : NULL;
         fin.report = report;
+        fin.verdict = res->verdict;
+        fin.judge = res->judge;
+        fin.hidden_passed = res->hidden_passed;
+        fin.hidden_total = res->hidden_total;
         write_retry_init(&retry);
         do {
                 err = cq_store_finish(slot->store, &fin, &lost);
