@@ -543,6 +543,13 @@ START_TEST(files_up_and_created_files_down)
         ck_assert_int_eq(res.status, CQ_CELL_OK);
         ck_assert_str_eq(stream_text(&res, "stdout"), "3\nnested\n");
         cq_cell_result_release(&res);
+        /* envd refuses to write over a directory */
+        ck_assert_int_eq(cq_interp_put_file(interp, "out", "x", 1),
+                         CQ_ERR_FATAL);
+        ck_assert_msg(strstr(cq_interp_errmsg(interp),
+                             "could not upload \"out\" to E2B sandbox: HTTP "
+                             "400: path is a directory") != NULL,
+                      "%s", cq_interp_errmsg(interp));
 
         ck_assert_int_eq(cq_interp_created_files(interp, true, &files), CQ_OK);
         ck_assert_uint_eq(files.n, 2);
