@@ -538,7 +538,8 @@ START_TEST(files_up_and_created_files_down)
             "os.makedirs('out/plots', exist_ok=True)\n"
             "open('out/plots/fig.png', 'wb').write(b'\\x89PNG fake')\n"
             "open('result.txt', 'w').write('done')\n"
-            "open('.hidden', 'w').write('no')\n",
+            "open('.hidden', 'w').write('no')\n"
+            "os.symlink('result.txt', 'link.txt')\n",
             30000, &res);
         ck_assert_int_eq(res.status, CQ_CELL_OK);
         ck_assert_str_eq(stream_text(&res, "stdout"), "3\nnested\n");

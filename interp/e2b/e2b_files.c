@@ -189,7 +189,8 @@ static bool rel_is_reported(const char *rel)
         }
 }
 
-/* ListDir HOME recursively into {relpath: "size|mtime"} (files only). */
+/* ListDir HOME recursively into {relpath: "size|mtime"} (regular files
+ * only). */
 cq_err_t e2b_list_files(cq_e2b_t *e2b, json_t **listp)
 {
         static const char body[] = "{\"path\":\"" HOME_DIR "\",\"depth\":32}";
@@ -238,7 +239,10 @@ cq_err_t e2b_list_files(cq_e2b_t *e2b, json_t **listp)
                     json_string_value(json_object_get(entry, "modifiedTime"));
                 char sig[128];
 
-                if (!type || !path || strcmp(type, "FILE_TYPE_FILE") != 0)
+                /* envd gives a symlink its target's type: files only, as
+                 * the local backend reports them, not links to them */
+                if (!type || !path || strcmp(type, "FILE_TYPE_FILE") != 0 ||
+                    json_object_get(entry, "symlinkTarget"))
                         continue;
                 if (strncmp(path, HOME_DIR "/", sizeof(HOME_DIR)) != 0)
                         continue;
