@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/* memory.c - episodic memory in the loop: a remembered solution run
+ * against the job's tests before any LLM call, and the job's own solution
+ * as the text memory keeps. Looking up and storing are the caller's
+ * (cq_agent_memory_t, the worker). */
+#include "coderq/agent/agent.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "coderq/common/buf.h"
+#include "agent_int.h"
+
+#define MEMORY_CODE_MAX ((size_t)4 << 20) /* kept in memory */
+
+void cq_agent_recall_release(cq_agent_recall_t *recall)
+{
+        free(recall->code);
+        free(recall->source_job);
+        free(recall->scope);
+        free(recall->model);
+        memset(recall, 0, sizeof(*recall));
+}
+
+/* The solution as one text with "# %%" between cells, for memory; NULL
+ * when over MEMORY_CODE_MAX or empty. */
+char *solution_text(const run_t *run)
+{
+        cq_buf_t buf;
+        size_t i;
+        json_t *cell;
+
+        if (run->solution_over || json_array_size(run->solution) == 0)
+                return NULL;
+        cq_buf_init(&buf, MEMORY_CODE_MAX);
+        json_array_foreach(run->solution, i, cell)
+        {
+                if ((i > 0 && cq_buf_append_str(&buf, "\n\n# %%\n") != CQ_OK) ||
+                    cq_buf_append_str(&buf, json_string_value(cell)) != CQ_OK) {
+                        cq_buf_release(&buf);
+                        return NULL;
+                }
+        }
+        return cq_buf_take(&buf, NULL);
+}
+
+/* A remembered solution run against the tests before any LLM call.
+ * Returns 1 when it passed (done), 0 otherwise, with \p triedp saying so
+ * for the task message. */
+int try_memory(run_t *run, const cq_agent_recall_t *recall, char **triedp)
+{
+        cq_cell_result_t res;
+        int rc = 0;
+
+        cq_cell_result_init(&res);
+        if (run->nb) {
+                char *note = NULL;
+
+                set_str(&note,
+                        "**From episodic memory** (scope `%s`): the solution "
+                        "of job `%s` (model `%s`, similarity %.2f) runs "
+                        "against the job's tests before any LLM call.",
+                        recall->scope ? recall->scope : "?",
+                        recall->source_job ? recall->source_job : "unknown",
+                        recall->model ? recall->model : "unknown",
+                        recall->similarity);
+                if (!note || cq_nb_add_markdown(run->nb, note) != 0)
+                        run->oom = true;
+                free(note);
+        }
+        if (run_cell(run, recall->code, &res, false) == CQ_OK &&
+            res.status == CQ_CELL_OK && !run->aborted) {
+                long retries = run->result->retries;
+                int t;
+
+                run->trying_memory = true;
+                t = run_tests(run);
+                run->trying_memory = false;
+                run->result->retries = retries; /* not the model's failure */
+                if (t == 1) {
+                        rc = 1;
+                        run->result->from_memory = true;
+                        run->result->status = CQ_AGENT_SUCCEEDED;
+                        set_str(&run->result->answer,
+                                "Solved from episodic memory with no LLM "
+                                "call: the remembered solution of job %s "
+                                "(scope %s, similarity %.2f) passed the job's "
+                                "tests (%d of %d).",
+                                recall->source_job ? recall->source_job
+                                                   : "unknown",
+                                recall->scope ? recall->scope : "?",
+                                recall->similarity, run->result->tests_passed,
+                                run->result->tests_total);
+                } else if (t == 0) {
+                        set_str(triedp,
+                                " It was run in this kernel before you "
+                                "started and did not pass the tests (%d of %d "
+                                "passed), so what it defines is already "
+                                "there.",
+                                run->result->tests_passed,
+                                run->result->tests_total);
+                }
+        } else if (!run->aborted) {
+                set_str(triedp, " It was run in this kernel before you "
+                                "started and failed.");
+        }
+        cq_cell_result_release(&res);
+        return rc;
+}
