@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* agent.c - the reflection loop. One run owns a history (JSON array of Chat
- * Completions messages), appends to it only through append(), which is
+ * Completions messages), appends to it only through agent_append(), which is
  * also the checkpoint hook, and leaves it in a state a later run can
  * continue from: an assistant message whose tool calls are not all
  * answered is finished first, so a completed LLM turn is never repeated. */
@@ -20,7 +20,7 @@
 #define ELIDE_MIN_CHARS      200 /* shorter tool outputs are not worth it */
 #define EVENT_TEXT_MAX       4096
 /* A reply with calls waits this long for its cell (and the cell's tool
- * message) to be checkpointed with it in one statement (hold()). */
+ * message) to be checkpointed with it in one statement (agent_hold()). */
 #define HOLD_REPLY_MS 250
 
 const char *cq_agent_status_name(cq_agent_status_t status)
@@ -87,7 +87,7 @@ void cq_agent_result_release(cq_agent_result_t *result)
         cq_agent_result_init(result);
 }
 
-void set_str(char **dst, const char *fmt, ...)
+void agent_set_str(char **dst, const char *fmt, ...)
 {
         va_list ap;
         char *s = NULL;
@@ -100,18 +100,18 @@ void set_str(char **dst, const char *fmt, ...)
         *dst = s;
 }
 
-void refuse(run_t *run)
+void agent_refuse(run_t *run)
 {
         run->refused = true;
         run->aborted = true;
 }
 
-bool cancelled(const run_t *run)
+bool agent_cancelled(const run_t *run)
 {
         return run->opts->cancel && atomic_load(run->opts->cancel) != 0;
 }
 
-void event(run_t *run, const char *type, json_t *data)
+void agent_event(run_t *run, const char *type, json_t *data)
 {
         if (data && run->obs && run->obs->on_event)
                 run->obs->on_event(run->obs->opaque, type, data);
@@ -159,16 +159,16 @@ static void on_output(void *opaque, const json_t *output)
                 }
                 data = json_pack("{s:s, s:o}", "kind", type, "mimes", sizes);
         }
-        event(run, "cell.output", data);
+        agent_event(run, "cell.output", data);
 }
 
-int64_t remaining_ms(const run_t *run)
+int64_t agent_remaining_ms(const run_t *run)
 {
         return run->deadline_ms - cq_now_ms();
 }
 
 /* A cell that succeeded becomes part of the job's solution. */
-void add_solution_cell(run_t *run, const char *code)
+void agent_add_solution_cell(run_t *run, const char *code)
 {
         size_t len = strlen(code);
         json_t *cell;
@@ -188,12 +188,14 @@ void add_solution_cell(run_t *run, const char *code)
 }
 
 /* Run one cell and record it everywhere; with \p deferred the caller
- * reports it (append_turn(), with the tool message that answers it). */
-cq_err_t
-run_cell(run_t *run, const char *code, cq_cell_result_t *res, bool deferred)
+ * reports it (agent_append_turn(), with the tool message that answers it). */
+cq_err_t agent_run_cell(run_t *run,
+                        const char *code,
+                        cq_cell_result_t *res,
+                        bool deferred)
 {
         cq_exec_opts_t xo = {0};
-        int64_t left = remaining_ms(run);
+        int64_t left = agent_remaining_ms(run);
         cq_err_t err;
 
         xo.timeout_ms = run->cell_timeout_s * 1000;
@@ -203,10 +205,10 @@ run_cell(run_t *run, const char *code, cq_cell_result_t *res, bool deferred)
         xo.opaque = run;
         xo.cancel = run->opts->cancel;
         if (run->holding) {
-                xo.on_slow = flush_held;
+                xo.on_slow = agent_flush_held;
                 xo.slow_ms = HOLD_REPLY_MS;
         }
-        event(run, "cell.started", json_pack("{s:s}", "code", code));
+        agent_event(run, "cell.started", json_pack("{s:s}", "code", code));
         err = cq_interp_execute(run->interp, code, &xo, res);
         if (err != CQ_OK)
                 return err;
@@ -217,36 +219,36 @@ run_cell(run_t *run, const char *code, cq_cell_result_t *res, bool deferred)
                         run->opts->metrics->cells,
                         (const char *[]){cq_cell_status_name(res->status)}),
                     (double)res->duration_ms / 1000.0);
-        event(run, "cell.finished",
-              json_pack("{s:s, s:I, s:i}", "status",
-                        cq_cell_status_name(res->status), "duration_ms",
-                        (json_int_t)res->duration_ms, "execution_count",
-                        res->execution_count));
+        agent_event(run, "cell.finished",
+                    json_pack("{s:s, s:I, s:i}", "status",
+                              cq_cell_status_name(res->status), "duration_ms",
+                              (json_int_t)res->duration_ms, "execution_count",
+                              res->execution_count));
         if (run->nb && cq_nb_add_code(run->nb, code, res) != 0)
                 run->oom = true;
-        collect_output_images(run, res);
+        agent_collect_output_images(run, res);
         if (res->status == CQ_CELL_OK)
-                add_solution_cell(run, code);
+                agent_add_solution_cell(run, code);
         if (!deferred)
-                report_cell(run, code, res);
+                agent_report_cell(run, code, res);
         return CQ_OK;
 }
 
 /* "NameError: name 'x' is not defined" for a failed cell. */
-void cell_error_summary(const cq_cell_result_t *res, char **dst)
+void agent_cell_error_summary(const cq_cell_result_t *res, char **dst)
 {
         size_t i;
         json_t *output;
 
-        set_str(dst, "the cell ended with status %s",
-                cq_cell_status_name(res->status));
+        agent_set_str(dst, "the cell ended with status %s",
+                      cq_cell_status_name(res->status));
         json_array_foreach(res->outputs, i, output)
         {
                 const char *type =
                     json_string_value(json_object_get(output, "output_type"));
 
                 if (type && strcmp(type, "error") == 0)
-                        set_str(
+                        agent_set_str(
                             dst, "%s: %s",
                             json_string_value(json_object_get(output, "ename")),
                             json_string_value(
@@ -256,11 +258,11 @@ void cell_error_summary(const cq_cell_result_t *res, char **dst)
 
 /* End the run with \p status; \p code is the kind of reason
  * (docs/OPERATIONS.md#reason-codes), a static string. */
-void fail(run_t *run,
-          cq_agent_status_t status,
-          const char *code,
-          const char *fmt,
-          ...)
+void agent_fail(run_t *run,
+                cq_agent_status_t status,
+                const char *code,
+                const char *fmt,
+                ...)
 {
         va_list ap;
         char *s = NULL;
@@ -276,7 +278,7 @@ void fail(run_t *run,
 }
 
 /* Whether the run must stop now; sets the result when it must. */
-bool must_stop(run_t *run)
+bool agent_must_stop(run_t *run)
 {
         if (run->opts->stop && atomic_load(run->opts->stop) != 0)
                 run->aborted = true;
@@ -285,20 +287,20 @@ bool must_stop(run_t *run)
                 return true;
         }
         if (run->oom) {
-                fail(run, CQ_AGENT_FAILED, "internal", "out of memory");
+                agent_fail(run, CQ_AGENT_FAILED, "internal", "out of memory");
                 return true;
         }
-        if (cancelled(run)) {
-                fail(run, CQ_AGENT_CANCELLED, "cancelled", "cancelled");
+        if (agent_cancelled(run)) {
+                agent_fail(run, CQ_AGENT_CANCELLED, "cancelled", "cancelled");
                 return true;
         }
-        if (remaining_ms(run) <= 0) {
-                fail(run, CQ_AGENT_FAILED, "job_timeout",
-                     "job time limit reached (%ld s of running time, "
-                     "earlier attempts included); last error: %s",
-                     run->job_timeout_s,
-                     run->result->last_error ? run->result->last_error
-                                             : "none");
+        if (agent_remaining_ms(run) <= 0) {
+                agent_fail(run, CQ_AGENT_FAILED, "job_timeout",
+                           "job time limit reached (%ld s of running time, "
+                           "earlier attempts included); last error: %s",
+                           run->job_timeout_s,
+                           run->result->last_error ? run->result->last_error
+                                                   : "none");
                 return true;
         }
         return false;
@@ -309,12 +311,12 @@ static bool over_retries(run_t *run)
         if (run->result->retries <= run->max_retries)
                 return false;
         /* "tests" when the failed test run was the one too many */
-        fail(run, CQ_AGENT_FAILED,
-             run->tests_failed_last ? "tests" : "max_retries",
-             "retry limit reached: %ld failed cells or test runs "
-             "(max_retries %ld); last error: %s",
-             run->result->retries, run->max_retries,
-             run->result->last_error ? run->result->last_error : "none");
+        agent_fail(run, CQ_AGENT_FAILED,
+                   run->tests_failed_last ? "tests" : "max_retries",
+                   "retry limit reached: %ld failed cells or test runs "
+                   "(max_retries %ld); last error: %s",
+                   run->result->retries, run->max_retries,
+                   run->result->last_error ? run->result->last_error : "none");
         return true;
 }
 
@@ -334,31 +336,32 @@ static int answer_call(run_t *run,
         cq_cell_result_init(&res);
         if (!call->code) {
                 /* Unknown tool or unusable arguments: a failed attempt. */
-                set_str(&text,
-                        "Error: %s. Call execute_code with a JSON object "
-                        "holding one string field \"code\".",
-                        call->error ? call->error : "no code given");
-                set_str(&run->result->last_error, "%s",
-                        call->error ? call->error : "no code given");
-                set_str(reflectionp,
-                        "The tool call could not run: %s. Call the "
-                        "execute_code tool again with arguments "
-                        "{\"code\": \"<Python source>\"}.",
-                        call->error ? call->error : "no code given");
+                agent_set_str(&text,
+                              "Error: %s. Call execute_code with a JSON object "
+                              "holding one string field \"code\".",
+                              call->error ? call->error : "no code given");
+                agent_set_str(&run->result->last_error, "%s",
+                              call->error ? call->error : "no code given");
+                agent_set_str(reflectionp,
+                              "The tool call could not run: %s. Call the "
+                              "execute_code tool again with arguments "
+                              "{\"code\": \"<Python source>\"}.",
+                              call->error ? call->error : "no code given");
                 *failedp = true;
         } else {
-                cq_err_t err = run_cell(run, call->code, &res, true);
+                cq_err_t err = agent_run_cell(run, call->code, &res, true);
 
                 ran = err == CQ_OK;
                 if (err != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED, "interpreter",
-                             "the interpreter failed: %s",
-                             cq_interp_errmsg(run->interp));
+                        agent_fail(run, CQ_AGENT_FAILED, "interpreter",
+                                   "the interpreter failed: %s",
+                                   cq_interp_errmsg(run->interp));
                         goto out;
                 }
                 text = cq_tooltext_format(&res, &run->topts, NULL);
                 if (res.status != CQ_CELL_OK) {
-                        cell_error_summary(&res, &run->result->last_error);
+                        agent_cell_error_summary(&res,
+                                                 &run->result->last_error);
                         free(*reflectionp);
                         *reflectionp = cq_tooltext_reflection(
                             &res, call->code, &run->topts, NULL);
@@ -379,13 +382,14 @@ static int answer_call(run_t *run,
         }
         /* The cell and the tool message that answers it: one checkpoint */
         ran = false;
-        if (append_turn(run, call->code ? call->code : NULL,
-                        call->code ? &res : NULL, one_message(msg)) != 0)
+        if (agent_append_turn(run, call->code ? call->code : NULL,
+                              call->code ? &res : NULL,
+                              agent_one_message(msg)) != 0)
                 goto out;
         rc = 0;
 out:
         if (ran) /* its tool message could not be made: the cell alone */
-                report_cell(run, call->code, &res);
+                agent_report_cell(run, call->code, &res);
         free(text);
         cq_cell_result_release(&res);
         return rc;
@@ -419,19 +423,21 @@ answer_calls(run_t *run, const cq_llm_reply_t *reply, const json_t *answered)
                 if (id_in(answered, reply->calls[i].id))
                         continue;
                 /* Stopping here leaves calls unanswered; a resumed run
-                 * answers them first (finish_open_turn()). */
-                if (must_stop(run))
+                 * answers them first (agent_finish_open_turn()). */
+                if (agent_must_stop(run))
                         goto out;
                 if (answer_call(run, &reply->calls[i], &failed, &reflection) !=
                     0)
                         goto out;
                 if (failed)
-                        count_retry(run, false);
+                        agent_count_retry(run, false);
         }
         if (reflection) {
-                event(run, "reflection",
-                      json_pack("{s:s?}", "error", run->result->last_error));
-                if (append(run, text_message("user", reflection)) != 0)
+                agent_event(
+                    run, "reflection",
+                    json_pack("{s:s?}", "error", run->result->last_error));
+                if (agent_append(run, agent_text_message("user", reflection)) !=
+                    0)
                         goto out;
         }
         rc = 0;
@@ -492,7 +498,9 @@ static json_t *answered_ids(const json_t *history, size_t from)
 /* Handle the assistant message at \p index: answer its open calls, or
  * treat it as the final answer. Returns 1 when the job is done (result
  * set), 0 to go on with the next LLM call, -1 to stop. */
-int handle_assistant(run_t *run, size_t index, const cq_llm_reply_t *reply)
+int agent_handle_assistant(run_t *run,
+                           size_t index,
+                           const cq_llm_reply_t *reply)
 {
         json_t *answered;
         int rc;
@@ -510,10 +518,10 @@ int handle_assistant(run_t *run, size_t index, const cq_llm_reply_t *reply)
                 return over_retries(run) ? -1 : 0;
         }
         /* A final answer. */
-        set_str(&run->result->answer, "%s",
-                reply->content ? reply->content : "");
+        agent_set_str(&run->result->answer, "%s",
+                      reply->content ? reply->content : "");
         if (run->job->tests) {
-                rc = run_tests(run);
+                rc = agent_run_tests(run);
                 if (rc < 0)
                         return -1;
                 if (rc == 0)
@@ -526,7 +534,8 @@ int handle_assistant(run_t *run, size_t index, const cq_llm_reply_t *reply)
         return 1;
 }
 
-/* One LLM call and what follows from it. Returns as handle_assistant(). */
+/* One LLM call and what follows from it. Returns as agent_handle_assistant().
+ */
 static int turn(run_t *run)
 {
         cq_llm_reply_t reply;
@@ -537,16 +546,16 @@ static int turn(run_t *run)
         size_t i;
 
         if (run->result->turns >= run->max_turns) {
-                fail(run, CQ_AGENT_FAILED, "max_turns",
-                     "turn limit reached: %ld LLM calls (max_turns %ld); "
-                     "last error: %s",
-                     run->result->turns, run->max_turns,
-                     run->result->last_error ? run->result->last_error
-                                             : "none");
+                agent_fail(run, CQ_AGENT_FAILED, "max_turns",
+                           "turn limit reached: %ld LLM calls (max_turns %ld); "
+                           "last error: %s",
+                           run->result->turns, run->max_turns,
+                           run->result->last_error ? run->result->last_error
+                                                   : "none");
                 return -1;
         }
         elide_context(run);
-        if (!within_budget(run))
+        if (!agent_within_budget(run))
                 return -1;
         estimate = cq_llm_estimate_tokens(run->history) + run->tools_tokens;
         cq_llm_reply_init(&reply);
@@ -560,25 +569,28 @@ static int turn(run_t *run)
                         estimate += cq_llm_estimate_tokens(one);
                         json_decref(one);
                 }
-                account(run, &reply, estimate, cq_now_ms() - t0);
+                agent_account(run, &reply, estimate, cq_now_ms() - t0);
                 if (run->aborted)
                         goto out;
                 break;
         case CQ_ERR_RETRIABLE:
-                count_call(run, "unavailable", cq_now_ms() - t0, NULL, -1);
-                if (cancelled(run))
-                        fail(run, CQ_AGENT_CANCELLED, "cancelled", "cancelled");
-                else if (remaining_ms(run) <= 0)
-                        (void)must_stop(run); /* the job's time is up */
+                agent_count_call(run, "unavailable", cq_now_ms() - t0, NULL,
+                                 -1);
+                if (agent_cancelled(run))
+                        agent_fail(run, CQ_AGENT_CANCELLED, "cancelled",
+                                   "cancelled");
+                else if (agent_remaining_ms(run) <= 0)
+                        (void)agent_must_stop(run); /* the job's time is up */
                 else
-                        fail(run, CQ_AGENT_FAILED, "llm",
-                             "the LLM stayed unavailable: %s",
-                             cq_llm_errmsg(run->llm));
+                        agent_fail(run, CQ_AGENT_FAILED, "llm",
+                                   "the LLM stayed unavailable: %s",
+                                   cq_llm_errmsg(run->llm));
                 goto out;
         default:
-                count_call(run, "error", cq_now_ms() - t0, NULL, -1);
-                fail(run, CQ_AGENT_FAILED, "llm", "the LLM request failed: %s",
-                     cq_llm_errmsg(run->llm));
+                agent_count_call(run, "error", cq_now_ms() - t0, NULL, -1);
+                agent_fail(run, CQ_AGENT_FAILED, "llm",
+                           "the LLM request failed: %s",
+                           cq_llm_errmsg(run->llm));
                 goto out;
         }
         codes = json_array();
@@ -587,13 +599,14 @@ static int turn(run_t *run)
                                       reply.calls[i].code
                                           ? json_string(reply.calls[i].code)
                                           : json_null());
-        event(run, "llm.reply",
-              json_pack("{s:s?, s:o*}", "text", reply.content, "code", codes));
+        agent_event(
+            run, "llm.reply",
+            json_pack("{s:s?, s:o*}", "text", reply.content, "code", codes));
         index = json_array_size(run->history);
-        if ((reply.ncalls > 0 ? hold : append)(run,
-                                               json_incref(reply.message)) != 0)
+        if ((reply.ncalls > 0 ? agent_hold : agent_append)(
+                run, json_incref(reply.message)) != 0)
                 goto out;
-        rc = handle_assistant(run, index, &reply);
+        rc = agent_handle_assistant(run, index, &reply);
 out:
         cq_llm_reply_release(&reply);
         return rc;
@@ -710,7 +723,7 @@ cq_err_t cq_agent_run(const cq_job_t *job,
         result->status = CQ_AGENT_FAILED;
         if (job->tests)
                 result->tests_total = 0;
-        run.tools_tokens = tools_tokens();
+        run.tools_tokens = agent_tools_tokens();
         if (start) {
                 run.used = start->usage_done;
                 run.cost_usd = start->cost_done_usd;
@@ -743,40 +756,40 @@ cq_err_t cq_agent_run(const cq_job_t *job,
                 result->retries = start->retries_done;
         }
         if (run.bad_sampling) {
-                fail(&run, CQ_AGENT_FAILED, "invalid_job",
-                     "field \"seed\": provider %s takes no seed (the "
-                     "Messages API has none)",
-                     cq_llm_provider_name(cq_llm_provider(llm)));
+                agent_fail(&run, CQ_AGENT_FAILED, "invalid_job",
+                           "field \"seed\": provider %s takes no seed (the "
+                           "Messages API has none)",
+                           cq_llm_provider_name(cq_llm_provider(llm)));
                 goto done;
         }
         /* A job resumed past its time limit fails before replaying its
          * cells. */
-        if (must_stop(&run))
+        if (agent_must_stop(&run))
                 goto done;
-        if (begin(&run, start, mem, &hint) != 0)
+        if (agent_begin(&run, start, mem, &hint) != 0)
                 goto done;
         if (result->from_memory)
                 goto done;
         if (start && start->continue_job) {
-                rc = finish_open_turn(&run);
+                rc = agent_finish_open_turn(&run);
                 if (rc != 0)
                         goto done;
         }
         for (;;) {
-                if (must_stop(&run))
+                if (agent_must_stop(&run))
                         break;
                 rc = turn(&run);
                 if (rc != 0)
                         break;
         }
 done:
-        flush_held(&run); /* a reply whose calls were not all answered */
+        agent_flush_held(&run); /* a reply whose calls were not all answered */
         if (run.aborted)
                 result->status = CQ_AGENT_ABORTED;
         else if (run.oom && result->status == CQ_AGENT_SUCCEEDED)
-                fail(&run, CQ_AGENT_FAILED, "internal", "out of memory");
+                agent_fail(&run, CQ_AGENT_FAILED, "internal", "out of memory");
         if (result->status != CQ_AGENT_ABORTED)
-                collect_created_images(&run);
+                agent_collect_created_images(&run);
         result->prompt_tokens = run.used.prompt_tokens;
         result->completion_tokens = run.used.completion_tokens;
         result->cache_read_tokens = run.used.cache_read_tokens;
@@ -796,7 +809,7 @@ done:
                 cq_log_warn("could not restore the configured provider");
         if (cq_llm_set_model(llm, NULL) != 0)
                 cq_log_warn("could not restore the configured model");
-        result->solution = solution_text(&run);
+        result->solution = agent_solution_text(&run);
         result->history = run.history;
         result->duration_ms = cq_now_ms() - t0;
         json_decref(run.solution);

@@ -49,7 +49,7 @@ typedef struct run {
         bool bad_sampling; /* the provider cannot send the job's seed */
         int64_t tools_tokens;
         /* The reply at history[held] is not checkpointed yet: it goes with
-         * the turn that answers it (hold()). */
+         * the turn that answers it (agent_hold()). */
         bool holding;
         size_t held;
         /* An observer refused a checkpoint (failed write, lost lease): no
@@ -61,128 +61,138 @@ typedef struct run {
 /* agent.c */
 
 /* Replace *\p dst by a new formatted string (NULL when out of memory). */
-void set_str(char **dst, const char *fmt, ...) CQ_PRINTF(2, 3);
+void agent_set_str(char **dst, const char *fmt, ...) CQ_PRINTF(2, 3);
 /* The observer refused a checkpoint: the run aborts and writes no other. */
-void refuse(run_t *run);
+void agent_refuse(run_t *run);
 /* Whether the job's cancel flag rose. */
-bool cancelled(const run_t *run);
+bool agent_cancelled(const run_t *run);
 /* Send the event \p type with \p data (takes ownership; NULL: none). */
-void event(run_t *run, const char *type, json_t *data);
+void agent_event(run_t *run, const char *type, json_t *data);
 /* Milliseconds left of the job's time; <= 0 once it is up. */
-int64_t remaining_ms(const run_t *run);
+int64_t agent_remaining_ms(const run_t *run);
 /* A cell that succeeded becomes part of the job's solution. */
-void add_solution_cell(run_t *run, const char *code);
+void agent_add_solution_cell(run_t *run, const char *code);
 /* Run one cell and record it everywhere; with \p deferred the caller
- * reports it (append_turn(), with the tool message that answers it).
+ * reports it (agent_append_turn(), with the tool message that answers it).
  * CQ_OK, or the interpreter's error (cq_interp_errmsg()). */
-cq_err_t
-run_cell(run_t *run, const char *code, cq_cell_result_t *res, bool deferred);
+cq_err_t agent_run_cell(run_t *run,
+                        const char *code,
+                        cq_cell_result_t *res,
+                        bool deferred);
 /* "NameError: name 'x' is not defined" for a failed cell, into *\p dst. */
-void cell_error_summary(const cq_cell_result_t *res, char **dst);
+void agent_cell_error_summary(const cq_cell_result_t *res, char **dst);
 /* End the run with \p status; \p code is the kind of reason
  * (docs/OPERATIONS.md#reason-codes), a static string. */
-void fail(run_t *run,
-          cq_agent_status_t status,
-          const char *code,
-          const char *fmt,
-          ...) CQ_PRINTF(4, 5);
+void agent_fail(run_t *run,
+                cq_agent_status_t status,
+                const char *code,
+                const char *fmt,
+                ...) CQ_PRINTF(4, 5);
 /* Whether the run must stop now; sets the result when it must. */
-bool must_stop(run_t *run);
+bool agent_must_stop(run_t *run);
 /* Handle the assistant message at \p index: answer its open calls, or
  * treat it as the final answer. Returns 1 when the job is done (result
  * set), 0 to go on with the next LLM call, -1 to stop. */
-int handle_assistant(run_t *run, size_t index, const cq_llm_reply_t *reply);
+int agent_handle_assistant(run_t *run,
+                           size_t index,
+                           const cq_llm_reply_t *reply);
 
 /* checkpoint.c */
 
 /* One more failed cell or test run (\p from_tests: a test run), recorded
  * by the observer so that max_retries holds over the whole job. */
-void count_retry(run_t *run, bool from_tests);
+void agent_count_retry(run_t *run, bool from_tests);
 /* Append \p msg (takes ownership) to the history and checkpoint it (with
  * a held reply before it, if any). 0, or -1 when the run must stop. */
-int append(run_t *run, json_t *msg);
-/* As append(), but a reply with calls waits for the turn that answers
+int agent_append(run_t *run, json_t *msg);
+/* As agent_append(), but a reply with calls waits for the turn that answers
  * it to be checkpointed with it. */
-int hold(run_t *run, json_t *msg);
+int agent_hold(run_t *run, json_t *msg);
 /* Checkpoint the held reply alone, if any. Also a cq_exec_opts_t on_slow
  * callback (\p opaque: the run). */
-void flush_held(void *opaque);
+void agent_flush_held(void *opaque);
 /* Report a cell that just ran (on_cell). */
-void report_cell(run_t *run, const char *code, const cq_cell_result_t *res);
+void agent_report_cell(run_t *run,
+                       const char *code,
+                       const cq_cell_result_t *res);
 /* Append the messages of \p msgs (takes ownership; an array) to the
  * history and checkpoint them with the cell \p code (NULL: none) that
  * came before them. 0, or -1 when the run must stop. */
-int append_turn(run_t *run,
-                const char *code,
-                const cq_cell_result_t *res,
-                json_t *msgs);
+int agent_append_turn(run_t *run,
+                      const char *code,
+                      const cq_cell_result_t *res,
+                      json_t *msgs);
 /* A new array of \p msg (taken; NULL gives NULL). */
-json_t *one_message(json_t *msg);
+json_t *agent_one_message(json_t *msg);
 /* A new message {"role", "content"}; NULL when out of memory. */
-json_t *text_message(const char *role, const char *content);
+json_t *agent_text_message(const char *role, const char *content);
 
 /* opening.c */
 
 /* Write one input file into \p interp's work dir, fetching it first when
  * the job gives a URL. 0, or -1 with the result set. */
-int put_input_file(run_t *run, cq_interp_t *interp, const cq_job_file_t *file);
+int agent_put_input_file(run_t *run,
+                         cq_interp_t *interp,
+                         const cq_job_file_t *file);
 /* Start a new conversation, or continue a saved one. Returns 0, or -1
  * when the run must stop. \p hint is filled from \p mem. */
-int begin(run_t *run,
-          const cq_agent_start_t *start,
-          const cq_agent_memory_t *mem,
-          cq_agent_recall_t *hint);
+int agent_begin(run_t *run,
+                const cq_agent_start_t *start,
+                const cq_agent_memory_t *mem,
+                cq_agent_recall_t *hint);
 
 /* resume.c */
 
 /* Replay saved cells into the fresh kernel; they are not reported. 0, or
  * -1 when the run must stop. */
-int replay(run_t *run, const json_t *cells);
+int agent_replay(run_t *run, const json_t *cells);
 /* If the history ends inside a turn, finish it. Returns as
- * handle_assistant(), 0 when there is none. */
-int finish_open_turn(run_t *run);
+ * agent_handle_assistant(), 0 when there is none. */
+int agent_finish_open_turn(run_t *run);
 
 /* answer_tests.c */
 
 /* The job's tests, after a final answer. Returns 1 when they passed, 0 when
  * they failed (feedback appended), -1 when the run must stop. */
-int run_tests(run_t *run);
+int agent_run_tests(run_t *run);
 
 /* budget.c */
 
 /* Tokens the tools schema adds to each request; -1 when out of memory. */
-int64_t tools_tokens(void);
+int64_t agent_tools_tokens(void);
 /* Whether the next LLM call may go; when it may not, the result says why
  * (reason code "budget") or the run aborts. */
-bool within_budget(run_t *run);
+bool agent_within_budget(run_t *run);
 /* Count one LLM call in the metrics: its \p outcome and duration, and on
  * success (\p call non-NULL) its tokens and \p cost (< 0: unknown). */
-void count_call(run_t *run,
-                const char *outcome,
-                int64_t ms,
-                const cq_usage_t *call,
-                double cost);
+void agent_count_call(run_t *run,
+                      const char *outcome,
+                      int64_t ms,
+                      const cq_usage_t *call,
+                      double cost);
 /* Count a call's usage and cost into the job's and report them. */
-void account(run_t *run,
-             const cq_llm_reply_t *reply,
-             int64_t estimate,
-             int64_t ms);
+void agent_account(run_t *run,
+                   const cq_llm_reply_t *reply,
+                   int64_t estimate,
+                   int64_t ms);
 
 /* images.c */
 
 /* Images a cell showed, as files named cell<N>-<K>.<ext>. */
-void collect_output_images(run_t *run, const cq_cell_result_t *res);
+void agent_collect_output_images(run_t *run, const cq_cell_result_t *res);
 /* Image files the code saved anywhere under the work dir. */
-void collect_created_images(run_t *run);
+void agent_collect_created_images(run_t *run);
 
 /* memory.c */
 
 /* The solution as one text with "# %%" between cells, for memory; NULL
  * when over MEMORY_CODE_MAX or empty. Caller owns the returned value. */
-char *solution_text(const run_t *run);
+char *agent_solution_text(const run_t *run);
 /* A remembered solution run against the tests before any LLM call.
  * Returns 1 when it passed (done), 0 otherwise, with \p triedp saying so
  * for the task message. */
-int try_memory(run_t *run, const cq_agent_recall_t *recall, char **triedp);
+int agent_try_memory(run_t *run,
+                     const cq_agent_recall_t *recall,
+                     char **triedp);
 
 #endif

@@ -15,7 +15,7 @@
 /* The deadline of one test run: the test timeout, within the job's. */
 static int64_t test_timeout_ms(const run_t *run)
 {
-        int64_t ms = run->test_timeout_s * 1000, left = remaining_ms(run);
+        int64_t ms = run->test_timeout_s * 1000, left = agent_remaining_ms(run);
 
         if (left < ms)
                 ms = left > 1000 ? left : 1000;
@@ -76,9 +76,10 @@ static int fresh_tests(run_t *run,
         int rc = -1;
 
         if (!run->opts->new_interp) {
-                fail(run, CQ_AGENT_FAILED, "interpreter",
-                     "tests.isolation \"fresh\" is not available here: no "
-                     "way to start a new interpreter");
+                agent_fail(
+                    run, CQ_AGENT_FAILED, "interpreter",
+                    "tests.isolation \"fresh\" is not available here: no "
+                    "way to start a new interpreter");
                 return -1;
         }
         if (run->solution_over) {
@@ -93,19 +94,20 @@ static int fresh_tests(run_t *run,
             run->opts->new_interp(run->opts->new_interp_opaque,
                                   run->job->backend, errstr, sizeof(errstr));
         if (!fresh) {
-                fail(run, CQ_AGENT_FAILED, "interpreter",
-                     "could not start a fresh interpreter for the tests: %s",
-                     errstr);
+                agent_fail(
+                    run, CQ_AGENT_FAILED, "interpreter",
+                    "could not start a fresh interpreter for the tests: %s",
+                    errstr);
                 return -1;
         }
         for (i = 0; i < run->job->nfiles; i++)
-                if (put_input_file(run, fresh, &run->job->files[i]) != 0)
+                if (agent_put_input_file(run, fresh, &run->job->files[i]) != 0)
                         goto out;
         for (i = 0; i < n; i++) {
                 cq_cell_result_t cell;
                 cq_exec_opts_t xo = {0};
                 char *summary = NULL;
-                int64_t left = remaining_ms(run);
+                int64_t left = agent_remaining_ms(run);
 
                 cq_cell_result_init(&cell);
                 xo.timeout_ms = run->cell_timeout_s * 1000;
@@ -116,14 +118,15 @@ static int fresh_tests(run_t *run,
                         fresh,
                         json_string_value(json_array_get(run->solution, i)),
                         &xo, &cell) != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED, "interpreter",
-                             "the fresh interpreter for the tests failed: %s",
-                             cq_interp_errmsg(fresh));
+                        agent_fail(
+                            run, CQ_AGENT_FAILED, "interpreter",
+                            "the fresh interpreter for the tests failed: %s",
+                            cq_interp_errmsg(fresh));
                         cq_cell_result_release(&cell);
                         goto out;
                 }
                 if (cell.status != CQ_CELL_OK && !note[0]) {
-                        cell_error_summary(&cell, &summary);
+                        agent_cell_error_summary(&cell, &summary);
                         snprintf(note, size,
                                  "in a fresh interpreter, cell %zu of the "
                                  "solution's %zu failed (%s): the tests run "
@@ -134,7 +137,7 @@ static int fresh_tests(run_t *run,
                         free(summary);
                 }
                 cq_cell_result_release(&cell);
-                if (cancelled(run))
+                if (agent_cancelled(run))
                         goto out;
         }
         {
@@ -143,9 +146,10 @@ static int fresh_tests(run_t *run,
                 xo.timeout_ms = test_timeout_ms(run);
                 xo.cancel = run->opts->cancel;
                 if (cq_interp_execute(fresh, code, &xo, res) != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED, "interpreter",
-                             "the fresh interpreter for the tests failed: %s",
-                             cq_interp_errmsg(fresh));
+                        agent_fail(
+                            run, CQ_AGENT_FAILED, "interpreter",
+                            "the fresh interpreter for the tests failed: %s",
+                            cq_interp_errmsg(fresh));
                         goto out;
                 }
         }
@@ -157,7 +161,7 @@ out:
 
 /* The job's tests, after a final answer. Returns 1 when they passed, 0 when
  * they failed (feedback appended), -1 when the run must stop. */
-int run_tests(run_t *run)
+int agent_run_tests(run_t *run)
 {
         char marker[40], errstr[256], why[1024] = "", note[1024] = "";
         char *code;
@@ -170,8 +174,8 @@ int run_tests(run_t *run)
         code = cq_testrun_code(run->job->tests, marker, sizeof(marker), errstr,
                                sizeof(errstr));
         if (!code) {
-                fail(run, CQ_AGENT_FAILED, "interpreter",
-                     "could not run the tests: %s", errstr);
+                agent_fail(run, CQ_AGENT_FAILED, "interpreter",
+                           "could not run the tests: %s", errstr);
                 return -1;
         }
         cq_cell_result_init(&res);
@@ -191,9 +195,9 @@ int run_tests(run_t *run)
                 xo.timeout_ms = test_timeout_ms(run);
                 xo.cancel = run->opts->cancel;
                 if (cq_interp_execute(run->interp, code, &xo, &res) != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED, "interpreter",
-                             "the interpreter failed: %s",
-                             cq_interp_errmsg(run->interp));
+                        agent_fail(run, CQ_AGENT_FAILED, "interpreter",
+                                   "the interpreter failed: %s",
+                                   cq_interp_errmsg(run->interp));
                         goto out;
                 }
         }
@@ -217,9 +221,10 @@ int run_tests(run_t *run)
         run->result->tests_total = tr.total;
         json_decref(run->result->tests);
         run->result->tests = json_incref(tr.report);
-        event(run, "tests.result",
-              json_pack("{s:i, s:i, s:s, s:s?}", "passed", tr.passed, "total",
-                        tr.total, "isolation", isolation, "error", tr.error));
+        agent_event(run, "tests.result",
+                    json_pack("{s:i, s:i, s:s, s:s?}", "passed", tr.passed,
+                              "total", tr.total, "isolation", isolation,
+                              "error", tr.error));
         if (run->nb) {
                 char line[1400];
 
@@ -234,12 +239,13 @@ int run_tests(run_t *run)
                 rc = 1;
                 goto out;
         }
-        count_retry(run, true);
+        agent_count_retry(run, true);
         if (tr.error)
-                set_str(&run->result->last_error, "%s", tr.error);
+                agent_set_str(&run->result->last_error, "%s", tr.error);
         else
-                set_str(&run->result->last_error, "%d of %d tests passed%s%s",
-                        tr.passed, tr.total, note[0] ? "; " : "", note);
+                agent_set_str(&run->result->last_error,
+                              "%d of %d tests passed%s%s", tr.passed, tr.total,
+                              note[0] ? "; " : "", note);
         {
                 cq_test_failure_t failures[16];
                 size_t n =
@@ -253,11 +259,12 @@ int run_tests(run_t *run)
                 if (text && note[0]) {
                         char *both = NULL;
 
-                        set_str(&both, "%s\n\nNote: %s.", text, note);
+                        agent_set_str(&both, "%s\n\nNote: %s.", text, note);
                         free(text);
                         text = both;
                 }
-                if (!text || append(run, text_message("user", text)) != 0) {
+                if (!text ||
+                    agent_append(run, agent_text_message("user", text)) != 0) {
                         if (!text)
                                 run->oom = true;
                         free(text);

@@ -81,7 +81,7 @@ int cq_agent_metrics_add(cq_agent_metrics_t *am,
 /* Tokens the request adds to the messages: the tools schema, one token
  * per 3 bytes as cq_llm_estimate_tokens() counts text. -1 when out of
  * memory. */
-int64_t tools_tokens(void)
+int64_t agent_tools_tokens(void)
 {
         json_t *tools = cq_llm_tools_json();
         char *text = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
@@ -98,7 +98,7 @@ int64_t tools_tokens(void)
  * estimate is the most the call may use: the prompt as
  * cq_llm_estimate_tokens() counts the history (plus the tools schema),
  * all at the uncached input price, and a reply of max_tokens. */
-bool within_budget(run_t *run)
+bool agent_within_budget(run_t *run)
 {
         const cq_job_limits_t *lim = &run->job->limits;
         int64_t prompt =
@@ -114,14 +114,15 @@ bool within_budget(run_t *run)
                           : 0;
         if (lim->max_tokens_total > 0 &&
             run->limit_tokens + prompt + out > lim->max_tokens_total) {
-                fail(run, CQ_AGENT_FAILED, "budget",
-                     "token budget: the next LLM call could use up to %lld "
-                     "tokens (about %lld prompt and at most %lld output), "
-                     "which would cross limits.max_tokens_total %lld (%lld "
-                     "used so far)",
-                     (long long)(prompt + out), (long long)prompt,
-                     (long long)out, lim->max_tokens_total,
-                     (long long)run->limit_tokens);
+                agent_fail(
+                    run, CQ_AGENT_FAILED, "budget",
+                    "token budget: the next LLM call could use up to %lld "
+                    "tokens (about %lld prompt and at most %lld output), "
+                    "which would cross limits.max_tokens_total %lld (%lld "
+                    "used so far)",
+                    (long long)(prompt + out), (long long)prompt,
+                    (long long)out, lim->max_tokens_total,
+                    (long long)run->limit_tokens);
                 return false;
         }
         estimate = run->price_known && run->cost_usd >= 0
@@ -129,30 +130,33 @@ bool within_budget(run_t *run)
                        : -1;
         if (lim->max_cost_usd > 0) {
                 if (!run->price_known) {
-                        fail(run, CQ_AGENT_FAILED, "budget",
-                             "cost budget: limits.max_cost_usd is set but "
-                             "model %s has no price (%s), so the cost of a "
-                             "call cannot be bounded",
-                             cq_llm_model(run->llm),
-                             run->opts->prices ? "not in CODERQ_PRICES_FILE"
-                                               : "CODERQ_PRICES_FILE is unset");
+                        agent_fail(
+                            run, CQ_AGENT_FAILED, "budget",
+                            "cost budget: limits.max_cost_usd is set but "
+                            "model %s has no price (%s), so the cost of a "
+                            "call cannot be bounded",
+                            cq_llm_model(run->llm),
+                            run->opts->prices ? "not in CODERQ_PRICES_FILE"
+                                              : "CODERQ_PRICES_FILE is unset");
                         return false;
                 }
                 if (run->cost_usd < 0) {
-                        fail(run, CQ_AGENT_FAILED, "budget",
-                             "cost budget: the cost so far is unknown (an "
-                             "LLM reply reported no usage), so "
-                             "limits.max_cost_usd cannot be kept");
+                        agent_fail(
+                            run, CQ_AGENT_FAILED, "budget",
+                            "cost budget: the cost so far is unknown (an "
+                            "LLM reply reported no usage), so "
+                            "limits.max_cost_usd cannot be kept");
                         return false;
                 }
                 if (run->cost_usd + estimate > lim->max_cost_usd) {
-                        fail(run, CQ_AGENT_FAILED, "budget",
-                             "cost budget: the next LLM call could cost up "
-                             "to $%.6f (about %lld prompt and at most %lld "
-                             "output tokens), which would cross "
-                             "limits.max_cost_usd $%g ($%.6f spent so far)",
-                             estimate, (long long)prompt, (long long)out,
-                             lim->max_cost_usd, run->cost_usd);
+                        agent_fail(
+                            run, CQ_AGENT_FAILED, "budget",
+                            "cost budget: the next LLM call could cost up "
+                            "to $%.6f (about %lld prompt and at most %lld "
+                            "output tokens), which would cross "
+                            "limits.max_cost_usd $%g ($%.6f spent so far)",
+                            estimate, (long long)prompt, (long long)out,
+                            lim->max_cost_usd, run->cost_usd);
                         return false;
                 }
         }
@@ -161,12 +165,12 @@ bool within_budget(run_t *run)
         why[0] = '\0';
         r = run->obs->reserve(run->obs->opaque, estimate, why, sizeof(why));
         if (r < 0) {
-                refuse(run);
+                agent_refuse(run);
                 return false;
         }
         if (r > 0) {
-                fail(run, CQ_AGENT_FAILED, "budget", "run budget: %s",
-                     why[0] ? why : "the run's budget would be crossed");
+                agent_fail(run, CQ_AGENT_FAILED, "budget", "run budget: %s",
+                           why[0] ? why : "the run's budget would be crossed");
                 return false;
         }
         return true;
@@ -174,11 +178,11 @@ bool within_budget(run_t *run)
 
 /* Count one LLM call: its outcome and duration, and on success its
  * tokens and (when known) cost. */
-void count_call(run_t *run,
-                const char *outcome,
-                int64_t ms,
-                const cq_usage_t *call,
-                double cost)
+void agent_count_call(run_t *run,
+                      const char *outcome,
+                      int64_t ms,
+                      const cq_usage_t *call,
+                      double cost)
 {
         const cq_agent_metrics_t *am = run->opts->metrics;
         const char *model = cq_llm_model(run->llm);
@@ -212,10 +216,10 @@ void count_call(run_t *run,
 }
 
 /* Count a call's usage and cost into the job's and report them. */
-void account(run_t *run,
-             const cq_llm_reply_t *reply,
-             int64_t estimate,
-             int64_t ms)
+void agent_account(run_t *run,
+                   const cq_llm_reply_t *reply,
+                   int64_t estimate,
+                   int64_t ms)
 {
         cq_usage_t call;
         double cost = -1;
@@ -239,7 +243,7 @@ void account(run_t *run,
                 run->cost_usd = -1;
         else if (run->cost_usd >= 0)
                 run->cost_usd += cost;
-        count_call(run, "ok", ms, &call, cost);
+        agent_count_call(run, "ok", ms, &call, cost);
         if (run->obs && run->obs->on_usage &&
             run->obs->on_usage(run->obs->opaque, &run->used, run->cost_usd) !=
                 0)

@@ -13,7 +13,7 @@
 #include "agent_int.h"
 
 /* Images a cell showed, as files named cell<N>-<K>.<ext>. */
-void collect_output_images(run_t *run, const cq_cell_result_t *res)
+void agent_collect_output_images(run_t *run, const cq_cell_result_t *res)
 {
         static const struct {
                 const char *mime, *ext;
@@ -80,7 +80,7 @@ void collect_output_images(run_t *run, const cq_cell_result_t *res)
 }
 
 /* Image files the code saved anywhere under the work dir. */
-void collect_created_images(run_t *run)
+void agent_collect_created_images(run_t *run)
 {
         cq_files_t created = {0};
         cq_files_t *images = &run->result->images;

@@ -24,7 +24,7 @@ void cq_agent_recall_release(cq_agent_recall_t *recall)
 
 /* The solution as one text with "# %%" between cells, for memory; NULL
  * when over MEMORY_CODE_MAX or empty. */
-char *solution_text(const run_t *run)
+char *agent_solution_text(const run_t *run)
 {
         cq_buf_t buf;
         size_t i;
@@ -47,7 +47,7 @@ char *solution_text(const run_t *run)
 /* A remembered solution run against the tests before any LLM call.
  * Returns 1 when it passed (done), 0 otherwise, with \p triedp saying so
  * for the task message. */
-int try_memory(run_t *run, const cq_agent_recall_t *recall, char **triedp)
+int agent_try_memory(run_t *run, const cq_agent_recall_t *recall, char **triedp)
 {
         cq_cell_result_t res;
         int rc = 0;
@@ -56,53 +56,55 @@ int try_memory(run_t *run, const cq_agent_recall_t *recall, char **triedp)
         if (run->nb) {
                 char *note = NULL;
 
-                set_str(&note,
-                        "**From episodic memory** (scope `%s`): the solution "
-                        "of job `%s` (model `%s`, similarity %.2f) runs "
-                        "against the job's tests before any LLM call.",
-                        recall->scope ? recall->scope : "?",
-                        recall->source_job ? recall->source_job : "unknown",
-                        recall->model ? recall->model : "unknown",
-                        recall->similarity);
+                agent_set_str(
+                    &note,
+                    "**From episodic memory** (scope `%s`): the solution "
+                    "of job `%s` (model `%s`, similarity %.2f) runs "
+                    "against the job's tests before any LLM call.",
+                    recall->scope ? recall->scope : "?",
+                    recall->source_job ? recall->source_job : "unknown",
+                    recall->model ? recall->model : "unknown",
+                    recall->similarity);
                 if (!note || cq_nb_add_markdown(run->nb, note) != 0)
                         run->oom = true;
                 free(note);
         }
-        if (run_cell(run, recall->code, &res, false) == CQ_OK &&
+        if (agent_run_cell(run, recall->code, &res, false) == CQ_OK &&
             res.status == CQ_CELL_OK && !run->aborted) {
                 long retries = run->result->retries;
                 int t;
 
                 run->trying_memory = true;
-                t = run_tests(run);
+                t = agent_run_tests(run);
                 run->trying_memory = false;
                 run->result->retries = retries; /* not the model's failure */
                 if (t == 1) {
                         rc = 1;
                         run->result->from_memory = true;
                         run->result->status = CQ_AGENT_SUCCEEDED;
-                        set_str(&run->result->answer,
-                                "Solved from episodic memory with no LLM "
-                                "call: the remembered solution of job %s "
-                                "(scope %s, similarity %.2f) passed the job's "
-                                "tests (%d of %d).",
-                                recall->source_job ? recall->source_job
-                                                   : "unknown",
-                                recall->scope ? recall->scope : "?",
-                                recall->similarity, run->result->tests_passed,
-                                run->result->tests_total);
+                        agent_set_str(
+                            &run->result->answer,
+                            "Solved from episodic memory with no LLM "
+                            "call: the remembered solution of job %s "
+                            "(scope %s, similarity %.2f) passed the job's "
+                            "tests (%d of %d).",
+                            recall->source_job ? recall->source_job : "unknown",
+                            recall->scope ? recall->scope : "?",
+                            recall->similarity, run->result->tests_passed,
+                            run->result->tests_total);
                 } else if (t == 0) {
-                        set_str(triedp,
-                                " It was run in this kernel before you "
-                                "started and did not pass the tests (%d of %d "
-                                "passed), so what it defines is already "
-                                "there.",
-                                run->result->tests_passed,
-                                run->result->tests_total);
+                        agent_set_str(
+                            triedp,
+                            " It was run in this kernel before you "
+                            "started and did not pass the tests (%d of %d "
+                            "passed), so what it defines is already "
+                            "there.",
+                            run->result->tests_passed,
+                            run->result->tests_total);
                 }
         } else if (!run->aborted) {
-                set_str(triedp, " It was run in this kernel before you "
-                                "started and failed.");
+                agent_set_str(triedp, " It was run in this kernel before you "
+                                      "started and failed.");
         }
         cq_cell_result_release(&res);
         return rc;

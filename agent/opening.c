@@ -117,7 +117,9 @@ static char *task_message(const cq_job_t *job,
         return cq_buf_take(&buf, NULL);
 }
 
-int put_input_file(run_t *run, cq_interp_t *interp, const cq_job_file_t *file)
+int agent_put_input_file(run_t *run,
+                         cq_interp_t *interp,
+                         const cq_job_file_t *file)
 {
         unsigned char *fetched = NULL;
         const unsigned char *data = file->data;
@@ -136,19 +138,19 @@ int put_input_file(run_t *run, cq_interp_t *interp, const cq_job_file_t *file)
                                        run->opts->cancel,
                                        run->opts->fetch_allow, &fetched, &len,
                                        errstr, sizeof(errstr)) != CQ_OK) {
-                        if (!must_stop(run))
-                                fail(run, CQ_AGENT_FAILED, "input",
-                                     "could not get input file %s: %s",
-                                     file->name, errstr);
+                        if (!agent_must_stop(run))
+                                agent_fail(run, CQ_AGENT_FAILED, "input",
+                                           "could not get input file %s: %s",
+                                           file->name, errstr);
                         return -1;
                 }
                 data = fetched;
         }
         if (cq_interp_put_file(interp, file->name,
                                data ? (const void *)data : "", len) != CQ_OK) {
-                fail(run, CQ_AGENT_FAILED, "input",
-                     "could not write input file %s: %s", file->name,
-                     cq_interp_errmsg(interp));
+                agent_fail(run, CQ_AGENT_FAILED, "input",
+                           "could not write input file %s: %s", file->name,
+                           cq_interp_errmsg(interp));
                 goto out;
         }
         rc = 0;
@@ -159,10 +161,10 @@ out:
 
 /* Start a new conversation, or continue a saved one. Returns 0, or -1
  * when the run must stop. */
-int begin(run_t *run,
-          const cq_agent_start_t *start,
-          const cq_agent_memory_t *mem,
-          cq_agent_recall_t *hint)
+int agent_begin(run_t *run,
+                const cq_agent_start_t *start,
+                const cq_agent_memory_t *mem,
+                cq_agent_recall_t *hint)
 {
         const cq_job_t *job = run->job;
         char *files = NULL, *task = NULL, *tried = NULL;
@@ -171,7 +173,7 @@ int begin(run_t *run,
         int rc = -1;
 
         for (i = 0; i < job->nfiles; i++)
-                if (put_input_file(run, run->interp, &job->files[i]) != 0)
+                if (agent_put_input_file(run, run->interp, &job->files[i]) != 0)
                         return -1;
         if (start && start->history) {
                 size_t n = json_array_size(start->history);
@@ -188,11 +190,11 @@ int begin(run_t *run,
                                         run->oom = true;
                                         return -1;
                                 }
-                        } else if (append(run, msg) != 0) {
+                        } else if (agent_append(run, msg) != 0) {
                                 return -1;
                         }
                 }
-                if (replay(run, start->cells) != 0)
+                if (agent_replay(run, start->cells) != 0)
                         return -1;
                 if (start->continue_job) {
                         run->result->turns = start->turns_done;
@@ -208,7 +210,7 @@ int begin(run_t *run,
                         run->oom = true;
                         return -1;
                 }
-                rc = append(run, text_message("user", task));
+                rc = agent_append(run, agent_text_message("user", task));
                 free(task);
                 return rc;
         }
@@ -230,21 +232,21 @@ int begin(run_t *run,
                 goto oom;
         /* The start's messages are one checkpoint; a remembered solution
          * tried first runs after the first two are stored. */
-        opening = one_message(text_message(
+        opening = agent_one_message(agent_text_message(
             "system", job->system_prompt ? job->system_prompt
                                          : (run->opts->system_prompt
                                                 ? run->opts->system_prompt
                                                 : default_system_prompt)));
-        if (!opening ||
-            json_array_append_new(opening, text_message("user", files)) != 0)
+        if (!opening || json_array_append_new(
+                            opening, agent_text_message("user", files)) != 0)
                 goto oom;
         if (hint->code && job->tests) {
                 json_t *first = opening;
 
                 opening = NULL;
-                if (append_turn(run, NULL, NULL, first) != 0)
+                if (agent_append_turn(run, NULL, NULL, first) != 0)
                         goto out;
-                if (try_memory(run, hint, &tried) == 1) {
+                if (agent_try_memory(run, hint, &tried) == 1) {
                         rc = 0;
                         goto out;
                 }
@@ -256,10 +258,10 @@ int begin(run_t *run,
                 goto oom;
         if (!opening)
                 opening = json_array();
-        if (!opening ||
-            json_array_append_new(opening, text_message("user", task)) != 0)
+        if (!opening || json_array_append_new(
+                            opening, agent_text_message("user", task)) != 0)
                 goto oom;
-        rc = append_turn(run, NULL, NULL, opening);
+        rc = agent_append_turn(run, NULL, NULL, opening);
         opening = NULL;
         goto out;
 oom:

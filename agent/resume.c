@@ -28,7 +28,7 @@ static int reply_from_message(const json_t *msg, cq_llm_reply_t *reply)
 }
 
 /* Replay saved cells into the fresh kernel; they are not reported. */
-int replay(run_t *run, const json_t *cells)
+int agent_replay(run_t *run, const json_t *cells)
 {
         size_t i;
         json_t *cell;
@@ -53,15 +53,15 @@ int replay(run_t *run, const json_t *cells)
                                   "job_id", run->job->job_id, "status",
                                   cq_cell_status_name(res.status), NULL);
                 if (err == CQ_OK && res.status == CQ_CELL_OK)
-                        add_solution_cell(run, json_string_value(cell));
+                        agent_add_solution_cell(run, json_string_value(cell));
                 cq_cell_result_release(&res);
                 if (err != CQ_OK) {
-                        fail(run, CQ_AGENT_FAILED, "interpreter",
-                             "could not replay the session: %s",
-                             cq_interp_errmsg(run->interp));
+                        agent_fail(run, CQ_AGENT_FAILED, "interpreter",
+                                   "could not replay the session: %s",
+                                   cq_interp_errmsg(run->interp));
                         return -1;
                 }
-                if (cancelled(run))
+                if (agent_cancelled(run))
                         return -1;
         }
         return 0;
@@ -69,7 +69,7 @@ int replay(run_t *run, const json_t *cells)
 
 /* If the history ends inside a turn (a reply whose calls are not all
  * answered, or a final answer whose tests did not run), finish it. */
-int finish_open_turn(run_t *run)
+int agent_finish_open_turn(run_t *run)
 {
         size_t n = json_array_size(run->history), i;
         cq_llm_reply_t reply;
@@ -92,7 +92,7 @@ int finish_open_turn(run_t *run)
                 cq_llm_reply_release(&reply);
                 return 0; /* unreadable: ask the model again */
         }
-        rc = handle_assistant(run, i - 1, &reply);
+        rc = agent_handle_assistant(run, i - 1, &reply);
         cq_llm_reply_release(&reply);
         return rc;
 }
