@@ -670,6 +670,141 @@ static json_t *repro_of(const run_t *run)
         return repro;
 }
 
+/* The run's limits (the job's, else the options') and deadline, and how
+ * much of a cell's output the model sees. */
+static void set_limits(run_t *run, const cq_agent_start_t *start, int64_t t0)
+{
+        const cq_job_limits_t *lim = &run->job->limits;
+        const cq_agent_opts_t *opts = run->opts;
+
+        run->max_turns = pick(lim->max_turns, opts->max_turns);
+        run->max_retries =
+            lim->max_retries >= 0 ? lim->max_retries : opts->max_retries;
+        run->cell_timeout_s = pick(lim->cell_timeout_s, opts->cell_timeout_s);
+        run->job_timeout_s = pick(lim->job_timeout_s, opts->job_timeout_s);
+        run->test_timeout_s =
+            pick(lim->test_timeout_s, opts->test_timeout_s > 0
+                                          ? opts->test_timeout_s
+                                          : run->cell_timeout_s);
+        /* The time earlier attempts ran counts: the limit is the job's. */
+        run->deadline_ms =
+            t0 + run->job_timeout_s * 1000 -
+            (start && start->elapsed_ms > 0 ? start->elapsed_ms : 0);
+        cq_tooltext_opts_init(&run->topts);
+        run->topts.item_head = run->topts.item_tail = opts->tool_item_max / 2;
+        run->topts.total_head = run->topts.total_tail =
+            opts->tool_total_max / 2;
+}
+
+/* Set the LLM client up for the job: its cancel flag and deadline, the
+ * job's model, provider and sampling, and the usage of earlier attempts
+ * (\p start). -1 when the tools schema cannot be measured or the job's
+ * model or provider cannot be set (the configured model is restored). */
+static int set_llm(run_t *run, const cq_agent_start_t *start)
+{
+        const cq_job_t *job = run->job;
+        cq_llm_t *llm = run->llm;
+
+        run->tools_tokens = agent_tools_tokens();
+        if (start) {
+                run->used = start->usage_done;
+                run->cost_usd = start->cost_done_usd;
+                run->limit_tokens =
+                    run->used.prompt_tokens + run->used.completion_tokens;
+        }
+        cq_llm_usage_reset(llm);
+        cq_llm_set_cancel(llm, run->opts->cancel);
+        /* a call, its retries and their waits end with the job's time */
+        cq_llm_set_deadline(llm, run->deadline_ms);
+        if (run->tools_tokens < 0 || cq_llm_set_model(llm, job->model) != 0 ||
+            cq_llm_set_provider(llm, job->provider) != 0) {
+                if (cq_llm_set_model(llm, NULL) != 0)
+                        cq_log_warn("could not restore the configured model");
+                return -1;
+        }
+        run->price_known =
+            cq_prices_find(run->opts->prices, cq_llm_model(llm), &run->price);
+        run->bad_sampling =
+            cq_llm_set_sampling(
+                llm,
+                job->sampling.has_temperature ? job->sampling.temperature : -1,
+                job->sampling.has_top_p ? job->sampling.top_p : -1,
+                job->sampling.has_seed ? &job->sampling.seed : NULL) != 0;
+        return 0;
+}
+
+/* The conversation, from its start (or where a saved one ended) to the
+ * turn that ends the run; the result says how it ended. */
+static void converse(run_t *run,
+                     const cq_agent_start_t *start,
+                     const cq_agent_memory_t *mem,
+                     cq_agent_recall_t *hint)
+{
+        if (run->bad_sampling) {
+                agent_fail(run, CQ_AGENT_FAILED, "invalid_job",
+                           "field \"seed\": provider %s takes no seed (the "
+                           "Messages API has none)",
+                           cq_llm_provider_name(cq_llm_provider(run->llm)));
+                return;
+        }
+        /* A job resumed past its time limit fails before replaying its
+         * cells. */
+        if (agent_must_stop(run))
+                return;
+        if (agent_begin(run, start, mem, hint) != 0)
+                return;
+        if (run->result->from_memory)
+                return;
+        if (start && start->continue_job && agent_finish_open_turn(run) != 0)
+                return;
+        for (;;) {
+                if (agent_must_stop(run))
+                        return;
+                if (turn(run) != 0)
+                        return;
+        }
+}
+
+/* The result of a run that ended: its final status and reason code, the
+ * images, usage and cost, and what it ran with. */
+static void conclude(run_t *run)
+{
+        cq_agent_result_t *result = run->result;
+
+        agent_flush_held(run); /* a reply whose calls were not all answered */
+        if (run->aborted)
+                result->status = CQ_AGENT_ABORTED;
+        else if (run->oom && result->status == CQ_AGENT_SUCCEEDED)
+                agent_fail(run, CQ_AGENT_FAILED, "internal", "out of memory");
+        if (result->status != CQ_AGENT_ABORTED)
+                agent_collect_created_images(run);
+        result->prompt_tokens = run->used.prompt_tokens;
+        result->completion_tokens = run->used.completion_tokens;
+        result->cache_read_tokens = run->used.cache_read_tokens;
+        result->cache_creation_tokens = run->used.cache_creation_tokens;
+        result->cost_usd = run->cost_usd;
+        /* an aborted run records nothing: no need to ask an E2B sandbox */
+        if (result->status != CQ_AGENT_ABORTED)
+                result->repro = repro_of(run);
+        if (result->status == CQ_AGENT_SUCCEEDED)
+                result->reason_code = NULL;
+        else if (!result->reason_code)
+                result->reason_code = "internal";
+}
+
+/* Give the LLM client back its configured model, provider and sampling,
+ * without the job's cancel flag and deadline. */
+static void restore_llm(cq_llm_t *llm)
+{
+        cq_llm_reset_sampling(llm);
+        cq_llm_set_cancel(llm, NULL);
+        cq_llm_set_deadline(llm, 0);
+        if (cq_llm_set_provider(llm, NULL) != 0)
+                cq_log_warn("could not restore the configured provider");
+        if (cq_llm_set_model(llm, NULL) != 0)
+                cq_log_warn("could not restore the configured model");
+}
+
 cq_err_t cq_agent_run(const cq_job_t *job,
                       cq_interp_t *interp,
                       cq_llm_t *llm,
@@ -683,7 +818,6 @@ cq_err_t cq_agent_run(const cq_job_t *job,
         run_t run;
         cq_agent_recall_t hint;
         int64_t t0 = cq_now_ms();
-        int rc = 0;
 
         memset(&run, 0, sizeof(run));
         memset(&hint, 0, sizeof(hint));
@@ -695,124 +829,31 @@ cq_err_t cq_agent_run(const cq_job_t *job,
         run.obs = obs;
         run.nb = nb;
         run.result = result;
-        run.max_turns = pick(job->limits.max_turns, opts->max_turns);
-        run.max_retries = job->limits.max_retries >= 0 ? job->limits.max_retries
-                                                       : opts->max_retries;
-        run.cell_timeout_s =
-            pick(job->limits.cell_timeout_s, opts->cell_timeout_s);
-        run.job_timeout_s =
-            pick(job->limits.job_timeout_s, opts->job_timeout_s);
-        run.test_timeout_s =
-            pick(job->limits.test_timeout_s, opts->test_timeout_s > 0
-                                                 ? opts->test_timeout_s
-                                                 : run.cell_timeout_s);
-        /* The time earlier attempts ran counts: the limit is the job's. */
-        run.deadline_ms =
-            t0 + run.job_timeout_s * 1000 -
-            (start && start->elapsed_ms > 0 ? start->elapsed_ms : 0);
-        cq_tooltext_opts_init(&run.topts);
-        run.topts.item_head = run.topts.item_tail = opts->tool_item_max / 2;
-        run.topts.total_head = run.topts.total_tail = opts->tool_total_max / 2;
+        set_limits(&run, start, t0);
         run.solution = json_array();
         run.history = json_array();
-        if (!run.history || !run.solution) {
-                json_decref(run.history);
-                json_decref(run.solution);
-                return CQ_ERR_FATAL;
-        }
+        if (!run.history || !run.solution)
+                goto fatal;
         result->status = CQ_AGENT_FAILED;
         if (job->tests)
                 result->tests_total = 0;
-        run.tools_tokens = agent_tools_tokens();
-        if (start) {
-                run.used = start->usage_done;
-                run.cost_usd = start->cost_done_usd;
-                run.limit_tokens =
-                    run.used.prompt_tokens + run.used.completion_tokens;
-        }
-        cq_llm_usage_reset(llm);
-        cq_llm_set_cancel(llm, opts->cancel);
-        /* a call, its retries and their waits end with the job's time */
-        cq_llm_set_deadline(llm, run.deadline_ms);
-        if (run.tools_tokens < 0 || cq_llm_set_model(llm, job->model) != 0 ||
-            cq_llm_set_provider(llm, job->provider) != 0) {
-                if (cq_llm_set_model(llm, NULL) != 0)
-                        cq_log_warn("could not restore the configured model");
-                json_decref(run.history);
-                json_decref(run.solution);
-                return CQ_ERR_FATAL;
-        }
-        run.price_known =
-            cq_prices_find(opts->prices, cq_llm_model(llm), &run.price);
-        run.bad_sampling =
-            cq_llm_set_sampling(
-                llm,
-                job->sampling.has_temperature ? job->sampling.temperature : -1,
-                job->sampling.has_top_p ? job->sampling.top_p : -1,
-                job->sampling.has_seed ? &job->sampling.seed : NULL) != 0;
-
+        if (set_llm(&run, start) != 0)
+                goto fatal;
         if (start && start->history && start->continue_job) {
                 result->turns = start->turns_done;
                 result->retries = start->retries_done;
         }
-        if (run.bad_sampling) {
-                agent_fail(&run, CQ_AGENT_FAILED, "invalid_job",
-                           "field \"seed\": provider %s takes no seed (the "
-                           "Messages API has none)",
-                           cq_llm_provider_name(cq_llm_provider(llm)));
-                goto done;
-        }
-        /* A job resumed past its time limit fails before replaying its
-         * cells. */
-        if (agent_must_stop(&run))
-                goto done;
-        if (agent_begin(&run, start, mem, &hint) != 0)
-                goto done;
-        if (result->from_memory)
-                goto done;
-        if (start && start->continue_job) {
-                rc = agent_finish_open_turn(&run);
-                if (rc != 0)
-                        goto done;
-        }
-        for (;;) {
-                if (agent_must_stop(&run))
-                        break;
-                rc = turn(&run);
-                if (rc != 0)
-                        break;
-        }
-done:
-        agent_flush_held(&run); /* a reply whose calls were not all answered */
-        if (run.aborted)
-                result->status = CQ_AGENT_ABORTED;
-        else if (run.oom && result->status == CQ_AGENT_SUCCEEDED)
-                agent_fail(&run, CQ_AGENT_FAILED, "internal", "out of memory");
-        if (result->status != CQ_AGENT_ABORTED)
-                agent_collect_created_images(&run);
-        result->prompt_tokens = run.used.prompt_tokens;
-        result->completion_tokens = run.used.completion_tokens;
-        result->cache_read_tokens = run.used.cache_read_tokens;
-        result->cache_creation_tokens = run.used.cache_creation_tokens;
-        result->cost_usd = run.cost_usd;
-        /* an aborted run records nothing: no need to ask an E2B sandbox */
-        if (result->status != CQ_AGENT_ABORTED)
-                result->repro = repro_of(&run);
-        if (result->status == CQ_AGENT_SUCCEEDED)
-                result->reason_code = NULL;
-        else if (!result->reason_code)
-                result->reason_code = "internal";
-        cq_llm_reset_sampling(llm);
-        cq_llm_set_cancel(llm, NULL);
-        cq_llm_set_deadline(llm, 0);
-        if (cq_llm_set_provider(llm, NULL) != 0)
-                cq_log_warn("could not restore the configured provider");
-        if (cq_llm_set_model(llm, NULL) != 0)
-                cq_log_warn("could not restore the configured model");
+        converse(&run, start, mem, &hint);
+        conclude(&run);
+        restore_llm(llm);
         result->solution = agent_solution_text(&run);
         result->history = run.history;
         result->duration_ms = cq_now_ms() - t0;
         json_decref(run.solution);
         cq_agent_recall_release(&hint);
         return CQ_OK;
+fatal:
+        json_decref(run.history);
+        json_decref(run.solution);
+        return CQ_ERR_FATAL;
 }
