@@ -320,6 +320,56 @@ static bool over_retries(run_t *run)
         return true;
 }
 
+/* A tool call with no code to run (unknown tool or unusable arguments):
+ * a failed attempt. Its tool message's text in *\p textp. */
+static void bad_call(run_t *run,
+                     const cq_llm_tool_call_t *call,
+                     char **textp,
+                     char **reflectionp)
+{
+        agent_set_str(textp,
+                      "Error: %s. Call execute_code with a JSON object "
+                      "holding one string field \"code\".",
+                      call->error ? call->error : "no code given");
+        agent_set_str(&run->result->last_error, "%s",
+                      call->error ? call->error : "no code given");
+        agent_set_str(reflectionp,
+                      "The tool call could not run: %s. Call the "
+                      "execute_code tool again with arguments "
+                      "{\"code\": \"<Python source>\"}.",
+                      call->error ? call->error : "no code given");
+}
+
+/* Run the code of \p call into \p res, not reported yet; its tool
+ * message's text in *\p textp. A failed cell is a failed attempt, with
+ * its reflection prompt. 0, or -1 when the interpreter failed (result
+ * set). */
+static int call_cell(run_t *run,
+                     const cq_llm_tool_call_t *call,
+                     cq_cell_result_t *res,
+                     char **textp,
+                     bool *failedp,
+                     char **reflectionp)
+{
+        if (agent_run_cell(run, call->code, res, true) != CQ_OK) {
+                agent_fail(run, CQ_AGENT_FAILED, "interpreter",
+                           "the interpreter failed: %s",
+                           cq_interp_errmsg(run->interp));
+                return -1;
+        }
+        *textp = cq_tooltext_format(res, &run->topts, NULL);
+        if (res->status != CQ_CELL_OK) {
+                agent_cell_error_summary(res, &run->result->last_error);
+                free(*reflectionp);
+                *reflectionp =
+                    cq_tooltext_reflection(res, call->code, &run->topts, NULL);
+                if (!*reflectionp)
+                        run->oom = true;
+                *failedp = true;
+        }
+        return 0;
+}
+
 /* Answer one tool call: run its code, or explain why it could not run.
  * On failure *reflectionp gets the reflection prompt (the last one wins). */
 static int answer_call(run_t *run,
@@ -335,40 +385,13 @@ static int answer_call(run_t *run,
 
         cq_cell_result_init(&res);
         if (!call->code) {
-                /* Unknown tool or unusable arguments: a failed attempt. */
-                agent_set_str(&text,
-                              "Error: %s. Call execute_code with a JSON object "
-                              "holding one string field \"code\".",
-                              call->error ? call->error : "no code given");
-                agent_set_str(&run->result->last_error, "%s",
-                              call->error ? call->error : "no code given");
-                agent_set_str(reflectionp,
-                              "The tool call could not run: %s. Call the "
-                              "execute_code tool again with arguments "
-                              "{\"code\": \"<Python source>\"}.",
-                              call->error ? call->error : "no code given");
+                bad_call(run, call, &text, reflectionp);
                 *failedp = true;
         } else {
-                cq_err_t err = agent_run_cell(run, call->code, &res, true);
-
-                ran = err == CQ_OK;
-                if (err != CQ_OK) {
-                        agent_fail(run, CQ_AGENT_FAILED, "interpreter",
-                                   "the interpreter failed: %s",
-                                   cq_interp_errmsg(run->interp));
+                if (call_cell(run, call, &res, &text, failedp, reflectionp) !=
+                    0)
                         goto out;
-                }
-                text = cq_tooltext_format(&res, &run->topts, NULL);
-                if (res.status != CQ_CELL_OK) {
-                        agent_cell_error_summary(&res,
-                                                 &run->result->last_error);
-                        free(*reflectionp);
-                        *reflectionp = cq_tooltext_reflection(
-                            &res, call->code, &run->topts, NULL);
-                        if (!*reflectionp)
-                                run->oom = true;
-                        *failedp = true;
-                }
+                ran = true;
         }
         if (!text) {
                 run->oom = true;
@@ -534,45 +557,40 @@ int agent_handle_assistant(run_t *run,
         return 1;
 }
 
-/* One LLM call and what follows from it. Returns as agent_handle_assistant().
- */
-static int turn(run_t *run)
+/* Whether the run made its last LLM call; fails the run when it did. */
+static bool over_turns(run_t *run)
 {
-        cq_llm_reply_t reply;
-        size_t index;
-        int64_t estimate, t0;
-        int rc = -1;
-        json_t *codes;
-        size_t i;
+        if (run->result->turns < run->max_turns)
+                return false;
+        agent_fail(run, CQ_AGENT_FAILED, "max_turns",
+                   "turn limit reached: %ld LLM calls (max_turns %ld); "
+                   "last error: %s",
+                   run->result->turns, run->max_turns,
+                   run->result->last_error ? run->result->last_error : "none");
+        return true;
+}
 
-        if (run->result->turns >= run->max_turns) {
-                agent_fail(run, CQ_AGENT_FAILED, "max_turns",
-                           "turn limit reached: %ld LLM calls (max_turns %ld); "
-                           "last error: %s",
-                           run->result->turns, run->max_turns,
-                           run->result->last_error ? run->result->last_error
-                                                   : "none");
-                return -1;
-        }
-        elide_context(run);
-        if (!agent_within_budget(run))
-                return -1;
-        estimate = cq_llm_estimate_tokens(run->history) + run->tools_tokens;
-        cq_llm_reply_init(&reply);
+/* Call the LLM with the history and count the call into the job's usage.
+ * 0 with \p reply filled; -1 when the run must stop (result set, or
+ * aborted by the usage observer). */
+static int call_llm(run_t *run, cq_llm_reply_t *reply)
+{
+        int64_t estimate =
+            cq_llm_estimate_tokens(run->history) + run->tools_tokens;
+        int64_t t0;
+
         run->result->turns++;
         t0 = cq_now_ms();
-        switch (cq_llm_chat(run->llm, run->history, &reply)) {
+        switch (cq_llm_chat(run->llm, run->history, reply)) {
         case CQ_OK:
-                if (!reply.has_usage) {
-                        json_t *one = json_pack("[O]", reply.message);
+                if (!reply->has_usage) {
+                        json_t *one = json_pack("[O]", reply->message);
 
                         estimate += cq_llm_estimate_tokens(one);
                         json_decref(one);
                 }
-                agent_account(run, &reply, estimate, cq_now_ms() - t0);
-                if (run->aborted)
-                        goto out;
-                break;
+                agent_account(run, reply, estimate, cq_now_ms() - t0);
+                return run->aborted ? -1 : 0;
         case CQ_ERR_RETRIABLE:
                 agent_count_call(run, "unavailable", cq_now_ms() - t0, NULL,
                                  -1);
@@ -585,23 +603,50 @@ static int turn(run_t *run)
                         agent_fail(run, CQ_AGENT_FAILED, "llm",
                                    "the LLM stayed unavailable: %s",
                                    cq_llm_errmsg(run->llm));
-                goto out;
+                return -1;
         default:
                 agent_count_call(run, "error", cq_now_ms() - t0, NULL, -1);
                 agent_fail(run, CQ_AGENT_FAILED, "llm",
                            "the LLM request failed: %s",
                            cq_llm_errmsg(run->llm));
-                goto out;
+                return -1;
         }
-        codes = json_array();
-        for (i = 0; codes && i < reply.ncalls; i++)
+}
+
+/* The "llm.reply" event: the reply's text and the code of each call
+ * (null for a call without). */
+static void reply_event(run_t *run, const cq_llm_reply_t *reply)
+{
+        json_t *codes = json_array();
+        size_t i;
+
+        for (i = 0; codes && i < reply->ncalls; i++)
                 json_array_append_new(codes,
-                                      reply.calls[i].code
-                                          ? json_string(reply.calls[i].code)
+                                      reply->calls[i].code
+                                          ? json_string(reply->calls[i].code)
                                           : json_null());
         agent_event(
             run, "llm.reply",
-            json_pack("{s:s?, s:o*}", "text", reply.content, "code", codes));
+            json_pack("{s:s?, s:o*}", "text", reply->content, "code", codes));
+}
+
+/* One LLM call and what follows from it. Returns as
+ * agent_handle_assistant(). */
+static int turn(run_t *run)
+{
+        cq_llm_reply_t reply;
+        size_t index;
+        int rc = -1;
+
+        if (over_turns(run))
+                return -1;
+        elide_context(run);
+        if (!agent_within_budget(run))
+                return -1;
+        cq_llm_reply_init(&reply);
+        if (call_llm(run, &reply) != 0)
+                goto out;
+        reply_event(run, &reply);
         index = json_array_size(run->history);
         if ((reply.ncalls > 0 ? agent_hold : agent_append)(
                 run, json_incref(reply.message)) != 0)
