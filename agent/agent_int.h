@@ -129,11 +129,9 @@ json_t *agent_text_message(const char *role, const char *content);
 
 /* opening.c */
 
-/* Write one input file into \p interp's work dir, fetching it first when
- * the job gives a URL. 0, or -1 with the result set. */
-int agent_put_input_file(run_t *run,
-                         cq_interp_t *interp,
-                         const cq_job_file_t *file);
+/* Write the job's input files into \p interp's work dir, fetching those
+ * the job gives by URL. 0, or -1 when the run must stop (result set). */
+int agent_put_input_files(run_t *run, cq_interp_t *interp);
 /* Start a new conversation, or continue a saved one. Returns 0, or -1
  * when the run must stop. \p hint is filled from \p mem. */
 int agent_begin(run_t *run,
@@ -143,9 +141,11 @@ int agent_begin(run_t *run,
 
 /* resume.c */
 
-/* Replay saved cells into the fresh kernel; they are not reported. 0, or
+/* Take up the saved conversation of \p start: its messages, checkpointed
+ * again for a session (so that it resumes on its own), then its cells
+ * replayed; for a resumed job, the turns and retries it had used. 0, or
  * -1 when the run must stop. */
-int agent_replay(run_t *run, const json_t *cells);
+int agent_take_up(run_t *run, const cq_agent_start_t *start);
 /* If the history ends inside a turn, finish it. Returns as
  * agent_handle_assistant(), 0 when there is none. */
 int agent_finish_open_turn(run_t *run);
@@ -185,6 +185,12 @@ void agent_collect_created_images(run_t *run);
 
 /* memory.c */
 
+/* Look up a remembered solution of a problem like the job's in \p mem
+ * (NULL: none) into \p hint; a failed lookup is logged and the run goes
+ * on without. */
+void agent_recall(run_t *run,
+                  const cq_agent_memory_t *mem,
+                  cq_agent_recall_t *hint);
 /* The solution as one text with "# %%" between cells, for memory; NULL
  * when over MEMORY_CODE_MAX or empty. Caller owns the returned value. */
 char *agent_solution_text(const run_t *run);

@@ -182,16 +182,13 @@ static int replay_solution(run_t *run, cq_interp_t *fresh, trial_t *trial)
 static int fresh_tests(run_t *run, trial_t *trial)
 {
         cq_interp_t *fresh = NULL;
-        size_t i;
         int rc = new_fresh(run, trial, &fresh);
 
         if (rc != 0)
                 return rc;
         rc = -1;
-        for (i = 0; i < run->job->nfiles; i++)
-                if (agent_put_input_file(run, fresh, &run->job->files[i]) != 0)
-                        goto out;
-        if (replay_solution(run, fresh, trial) != 0)
+        if (agent_put_input_files(run, fresh) != 0 ||
+            replay_solution(run, fresh, trial) != 0)
                 goto out;
         if (exec_test_cell(run, fresh, trial->code, &trial->res) != CQ_OK) {
                 agent_fail(run, CQ_AGENT_FAILED, "interpreter",

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "coderq/common/buf.h"
+#include "coderq/common/log.h"
 #include "agent_int.h"
 
 #define MEMORY_CODE_MAX ((size_t)4 << 20) /* kept in memory */
@@ -20,6 +21,24 @@ void cq_agent_recall_release(cq_agent_recall_t *recall)
         free(recall->scope);
         free(recall->model);
         memset(recall, 0, sizeof(*recall));
+}
+
+/* The remembered solution the job may start from, if any. */
+void agent_recall(run_t *run,
+                  const cq_agent_memory_t *mem,
+                  cq_agent_recall_t *hint)
+{
+        if (mem && mem->lookup &&
+            mem->lookup(mem->opaque, run->job->prompt, hint) != 0) {
+                cq_log_kv(CQ_LOG_WARN, "memory lookup failed; going on",
+                          "job_id", run->job->job_id, NULL);
+                cq_agent_recall_release(hint);
+        }
+        if (hint->code) {
+                free(run->result->memory_source_job);
+                run->result->memory_source_job =
+                    hint->source_job ? strdup(hint->source_job) : NULL;
+        }
 }
 
 /* The solution as one text with "# %%" between cells, for memory; NULL

@@ -117,9 +117,10 @@ static char *task_message(const cq_job_t *job,
         return cq_buf_take(&buf, NULL);
 }
 
-int agent_put_input_file(run_t *run,
-                         cq_interp_t *interp,
-                         const cq_job_file_t *file)
+/* Write one input file into \p interp's work dir, fetching it first when
+ * the job gives a URL. */
+static int
+put_input_file(run_t *run, cq_interp_t *interp, const cq_job_file_t *file)
 {
         unsigned char *fetched = NULL;
         const unsigned char *data = file->data;
@@ -159,86 +160,79 @@ out:
         return rc;
 }
 
-/* Start a new conversation, or continue a saved one. Returns 0, or -1
- * when the run must stop. */
-int agent_begin(run_t *run,
-                const cq_agent_start_t *start,
-                const cq_agent_memory_t *mem,
-                cq_agent_recall_t *hint)
+/* Every input file of the job, in its order. */
+int agent_put_input_files(run_t *run, cq_interp_t *interp)
+{
+        size_t i;
+
+        for (i = 0; i < run->job->nfiles; i++)
+                if (put_input_file(run, interp, &run->job->files[i]) != 0)
+                        return -1;
+        return 0;
+}
+
+/* A session: the parent's conversation (taken up), then this task. */
+static int open_session(run_t *run)
 {
         const cq_job_t *job = run->job;
-        char *files = NULL, *task = NULL, *tried = NULL;
-        json_t *opening = NULL; /* the start's messages, one checkpoint */
-        size_t i;
-        int rc = -1;
+        char *task;
+        int rc;
 
-        for (i = 0; i < job->nfiles; i++)
-                if (agent_put_input_file(run, run->interp, &job->files[i]) != 0)
-                        return -1;
-        if (start && start->history) {
-                size_t n = json_array_size(start->history);
-
-                /* A session's copy of the parent's conversation is
-                 * checkpointed too, so the job resumes on its own. */
-                for (i = 0; i < n; i++) {
-                        json_t *msg =
-                            json_deep_copy(json_array_get(start->history, i));
-
-                        if (start->continue_job) {
-                                if (json_array_append_new(run->history, msg) !=
-                                    0) {
-                                        run->oom = true;
-                                        return -1;
-                                }
-                        } else if (agent_append(run, msg) != 0) {
-                                return -1;
-                        }
-                }
-                if (agent_replay(run, start->cells) != 0)
-                        return -1;
-                if (start->continue_job) {
-                        run->result->turns = start->turns_done;
-                        run->result->retries = start->retries_done;
-                        return 0;
-                }
-                /* A session: the parent's conversation, then this task. */
-                if (run->nb && job->title &&
-                    cq_nb_add_heading(run->nb, job->title) != 0)
-                        run->oom = true;
-                task = task_message(job, NULL, NULL);
-                if (!task) {
-                        run->oom = true;
-                        return -1;
-                }
-                rc = agent_append(run, agent_text_message("user", task));
-                free(task);
-                return rc;
-        }
-        if (run->nb && job->title && cq_nb_add_heading(run->nb, job->title))
+        if (run->nb && job->title &&
+            cq_nb_add_heading(run->nb, job->title) != 0)
                 run->oom = true;
-        if (mem && mem->lookup &&
-            mem->lookup(mem->opaque, job->prompt, hint) != 0) {
-                cq_log_kv(CQ_LOG_WARN, "memory lookup failed; going on",
-                          "job_id", job->job_id, NULL);
-                cq_agent_recall_release(hint);
+        task = task_message(job, NULL, NULL);
+        if (!task) {
+                run->oom = true;
+                return -1;
         }
-        if (hint->code) {
-                free(run->result->memory_source_job);
-                run->result->memory_source_job =
-                    hint->source_job ? strdup(hint->source_job) : NULL;
-        }
-        files = files_message(job);
+        rc = agent_append(run, agent_text_message("user", task));
+        free(task);
+        return rc;
+}
+
+/* The first two messages of a new conversation, the system prompt and
+ * the list of input files, in a new array; NULL when out of memory. */
+static json_t *first_messages(const run_t *run)
+{
+        const cq_job_t *job = run->job;
+        char *files = files_message(job);
+        json_t *opening;
+
         if (!files)
-                goto oom;
-        /* The start's messages are one checkpoint; a remembered solution
-         * tried first runs after the first two are stored. */
+                return NULL;
         opening = agent_one_message(agent_text_message(
             "system", job->system_prompt ? job->system_prompt
                                          : (run->opts->system_prompt
                                                 ? run->opts->system_prompt
                                                 : default_system_prompt)));
-        if (!opening || json_array_append_new(
-                            opening, agent_text_message("user", files)) != 0)
+        if (opening && json_array_append_new(
+                           opening, agent_text_message("user", files)) != 0) {
+                json_decref(opening);
+                opening = NULL;
+        }
+        free(files);
+        return opening;
+}
+
+/* A new conversation: the system prompt, the files and the task, with a
+ * remembered solution (\p hint, from \p mem) tried first when the job has
+ * tests. 0, or -1 when the run must stop. */
+static int
+open_new(run_t *run, const cq_agent_memory_t *mem, cq_agent_recall_t *hint)
+{
+        const cq_job_t *job = run->job;
+        char *task = NULL, *tried = NULL;
+        json_t *opening; /* the start's messages, one checkpoint */
+        int rc = -1;
+
+        if (run->nb && job->title && cq_nb_add_heading(run->nb, job->title))
+                run->oom = true;
+        agent_recall(run, mem, hint);
+        /* The start's messages are one checkpoint; a remembered solution
+         * tried first runs after the first two are stored. */
+        opening = first_messages(run);
+        if (!opening)
                 goto oom;
         if (hint->code && job->tests) {
                 json_t *first = opening;
@@ -268,8 +262,25 @@ oom:
         run->oom = true;
 out:
         json_decref(opening);
-        free(files);
         free(task);
         free(tried);
         return rc;
+}
+
+/* Start a new conversation, or continue a saved one. Returns 0, or -1
+ * when the run must stop. */
+int agent_begin(run_t *run,
+                const cq_agent_start_t *start,
+                const cq_agent_memory_t *mem,
+                cq_agent_recall_t *hint)
+{
+        if (agent_put_input_files(run, run->interp) != 0)
+                return -1;
+        if (!start || !start->history)
+                return open_new(run, mem, hint);
+        if (agent_take_up(run, start) != 0)
+                return -1;
+        if (start->continue_job)
+                return 0;
+        return open_session(run);
 }

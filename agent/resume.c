@@ -28,7 +28,7 @@ static int reply_from_message(const json_t *msg, cq_llm_reply_t *reply)
 }
 
 /* Replay saved cells into the fresh kernel; they are not reported. */
-int agent_replay(run_t *run, const json_t *cells)
+static int replay(run_t *run, const json_t *cells)
 {
         size_t i;
         json_t *cell;
@@ -63,6 +63,35 @@ int agent_replay(run_t *run, const json_t *cells)
                 }
                 if (agent_cancelled(run))
                         return -1;
+        }
+        return 0;
+}
+
+/* Continue the conversation \p start saved: a resumed job's or, for a
+ * session, its parent's. */
+int agent_take_up(run_t *run, const cq_agent_start_t *start)
+{
+        size_t n = json_array_size(start->history), i;
+
+        /* A session's copy of the parent's conversation is
+         * checkpointed too, so the job resumes on its own. */
+        for (i = 0; i < n; i++) {
+                json_t *msg = json_deep_copy(json_array_get(start->history, i));
+
+                if (start->continue_job) {
+                        if (json_array_append_new(run->history, msg) != 0) {
+                                run->oom = true;
+                                return -1;
+                        }
+                } else if (agent_append(run, msg) != 0) {
+                        return -1;
+                }
+        }
+        if (replay(run, start->cells) != 0)
+                return -1;
+        if (start->continue_job) {
+                run->result->turns = start->turns_done;
+                run->result->retries = start->retries_done;
         }
         return 0;
 }
