@@ -12,15 +12,73 @@
 #include "coderq/common/util.h"
 #include "agent_int.h"
 
+/* The kinds of image a cell's output may hold. */
+typedef struct image_kind {
+        const char *mime, *ext;
+        bool base64;
+} image_kind_t;
+
+static const image_kind_t kinds[] = {{"image/png", "png", true},
+                                     {"image/jpeg", "jpg", true},
+                                     {"image/svg+xml", "svg", false}};
+
+/* The bytes of the image \p value of \p kind, in *\p lenp; NULL when it
+ * cannot be decoded or out of memory. */
+static unsigned char *
+image_bytes(const image_kind_t *kind, const json_t *value, size_t *lenp)
+{
+        unsigned char *bytes;
+
+        if (kind->base64)
+                return cq_b64_decode(json_string_value(value),
+                                     json_string_length(value), lenp);
+        *lenp = json_string_length(value);
+        bytes = malloc(*lenp + 1);
+        if (bytes)
+                memcpy(bytes, json_string_value(value), *lenp);
+        return bytes;
+}
+
+/* Add \p bytes (takes ownership, even on failure) to the result's images
+ * as the next image of the last cell. -1 when out of memory (run->oom
+ * set). */
+static int add_image(run_t *run,
+                     const image_kind_t *kind,
+                     unsigned char *bytes,
+                     size_t len)
+{
+        cq_files_t *images = &run->result->images;
+        cq_file_t *v, *file;
+        char name[64];
+
+        v = realloc(images->v, (images->n + 1) * sizeof(*images->v));
+        if (!v) {
+                free(bytes);
+                run->oom = true;
+                return -1;
+        }
+        images->v = v;
+        snprintf(name, sizeof(name), "cell%ld-%ld.%s", run->result->cells,
+                 ++run->image_seq, kind->ext);
+        file = &images->v[images->n];
+        file->name = strdup(name);
+        file->mime = strdup(kind->mime);
+        file->data = bytes;
+        file->len = len;
+        if (!file->name || !file->mime) {
+                free(file->name);
+                free(file->mime);
+                free(bytes);
+                run->oom = true;
+                return -1;
+        }
+        images->n++;
+        return 0;
+}
+
 /* Images a cell showed, as files named cell<N>-<K>.<ext>. */
 void agent_collect_output_images(run_t *run, const cq_cell_result_t *res)
 {
-        static const struct {
-                const char *mime, *ext;
-                bool base64;
-        } kinds[] = {{"image/png", "png", true},
-                     {"image/jpeg", "jpg", true},
-                     {"image/svg+xml", "svg", false}};
         size_t i, k;
         json_t *output;
 
@@ -30,51 +88,16 @@ void agent_collect_output_images(run_t *run, const cq_cell_result_t *res)
 
                 for (k = 0; data && k < CQ_ARRAY_SIZE(kinds); k++) {
                         json_t *value = json_object_get(data, kinds[k].mime);
-                        cq_files_t *images = &run->result->images;
-                        cq_file_t *v, *file;
                         unsigned char *bytes;
                         size_t len;
-                        char name[64];
 
                         if (!json_is_string(value))
                                 continue;
-                        if (kinds[k].base64) {
-                                bytes = cq_b64_decode(json_string_value(value),
-                                                      json_string_length(value),
-                                                      &len);
-                        } else {
-                                len = json_string_length(value);
-                                bytes = malloc(len + 1);
-                                if (bytes)
-                                        memcpy(bytes, json_string_value(value),
-                                               len);
-                        }
+                        bytes = image_bytes(&kinds[k], value, &len);
                         if (!bytes)
                                 continue; /* undecodable: leave it be */
-                        v = realloc(images->v,
-                                    (images->n + 1) * sizeof(*images->v));
-                        if (!v) {
-                                free(bytes);
-                                run->oom = true;
+                        if (add_image(run, &kinds[k], bytes, len) != 0)
                                 return;
-                        }
-                        images->v = v;
-                        snprintf(name, sizeof(name), "cell%ld-%ld.%s",
-                                 run->result->cells, ++run->image_seq,
-                                 kinds[k].ext);
-                        file = &images->v[images->n];
-                        file->name = strdup(name);
-                        file->mime = strdup(kinds[k].mime);
-                        file->data = bytes;
-                        file->len = len;
-                        if (!file->name || !file->mime) {
-                                free(file->name);
-                                free(file->mime);
-                                free(bytes);
-                                run->oom = true;
-                                return;
-                        }
-                        images->n++;
                 }
         }
 }
