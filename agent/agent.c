@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* agent.c - the reflection loop. One run owns a history (JSON array of Chat
- * Completions messages), appends to it only through agent_append(), which is
- * also the checkpoint hook, and leaves it in a state a later run can
- * continue from: an assistant message whose tool calls are not all
- * answered is finished first, so a completed LLM turn is never repeated. */
+/* agent.c - the reflection loop: cq_agent_run() and its turns, each an
+ * LLM call whose tool calls run as cells, until a final answer (passing
+ * the job's tests, when it has some) or a limit ends the run. The history
+ * grows only through checkpoint.c, so that a later run can continue it;
+ * the loop's other concerns have the files agent_int.h names. */
 #include "coderq/agent/agent.h"
 
 #include <stdarg.h>
