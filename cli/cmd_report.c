@@ -2,9 +2,9 @@
 /* cmd_report.c - `coderq report --run R --out DIR`: a static site of one
  * run that opens from file:// and loads nothing: DIR/index.html (the
  * summary and a sortable, filterable table of the jobs) and one page per
- * job under DIR/jobs/. The pages are rendered by html.c; each job is read
- * from a snapshot of its own, and the index is written last, so it links
- * only to pages that exist. */
+ * job under DIR/jobs/. The pages are rendered by html_index.c and
+ * html_job.c; each job is read from a snapshot of its own, and the index
+ * is written last, so it links only to pages that exist. */
 #include "coderq/cli/cmd_cli.h"
 
 #include <limits.h>

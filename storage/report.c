@@ -2,7 +2,7 @@
 /* report.c - the reads behind `coderq report`: everything one job's page
  * shows (its overview, message, conversation, cells, notebook, answer,
  * result report and images) from one read-only snapshot. The pages
- * themselves are rendered in cli/html.c. */
+ * themselves are rendered in cli/html_job.c. */
 #include "coderq/storage/report.h"
 #include "coderq/storage/artifacts.h"
 #include "coderq/storage/queries.h"

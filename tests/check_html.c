@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* check_html.c - the run report's HTML (cli/html.c): escaping of
+/* check_html.c - the run report's HTML (cli/html*.c): escaping of
  * hostile and malformed text (fixed cases and random bytes, whose output
  * must be valid UTF-8 with no raw markup and decode back to the input),
  * page names, and the index and job pages rendered from crafted JSON:
