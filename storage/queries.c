@@ -495,12 +495,9 @@ cq_err_t cq_store_export(cq_store_t *store,
 
         *foundp = false;
         /* One snapshot for all three reads. */
-        err = store_exec(store, "export a job",
-                         "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-                         NULL, 0, true, NULL);
+        err = store_begin_snapshot(store, "export a job");
         if (err != CQ_OK)
                 return err;
-        store->in_txn = true;
         err = cq_store_job_status(store, job_id, &exp->status);
         if (err != CQ_OK || !exp->status)
                 goto out;
