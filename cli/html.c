@@ -268,10 +268,11 @@ void html_put_json(html_out_t *o, const json_t *v, size_t flags, size_t max)
 /* ----------------------------------------------------- style and script */
 
 /* The stylesheet is report.css and the index's script report.js, both
- * built in (html_int.h). The script sorts and filters the index. It reads
- * the table from the DOM (cells' text and data-v numbers), compares what
- * the fragment names only to column keys and option values, and writes
- * only text and attributes: no job text is ever code there.
+ * built in (html_int.h). The script sorts and filters the index's table
+ * and shows the columns chosen. It reads the table from the DOM (cells'
+ * text, data-s text and data-v numbers), compares what the fragment
+ * names only to column keys and option values, and writes only text and
+ * attributes (hidden, aria-sort): no job text is ever code there.
  * data-report="ready" on <html> says it ran and the stylesheet applied
  * (tests read it). */
 
@@ -349,20 +350,24 @@ static bool ends_with(const char *s, const char *tail)
 const char *const html_statuses[5] = {"succeeded", "failed", "cancelled",
                                       "running", "queued"};
 
-/* The class of a status badge: only known statuses name a class. */
-static const char *status_class(const char *status)
+/* The class a code names: itself when \p known (n of them) has it, so
+ * that only known codes name classes, else \p other. */
+static const char *
+code_class(const char *const *known, size_t n, const char *s, const char *other)
 {
         size_t i;
 
-        for (i = 0; status && i < CQ_ARRAY_SIZE(html_statuses); i++)
-                if (strcmp(status, html_statuses[i]) == 0)
-                        return html_statuses[i];
-        return "other";
+        for (i = 0; s && i < n; i++)
+                if (strcmp(s, known[i]) == 0)
+                        return known[i];
+        return other;
 }
 
 void html_put_status(html_out_t *o, const char *status)
 {
-        html_putf(o, "<span class=\"badge s-%s\">", status_class(status));
+        html_putf(o, "<span class=\"badge s-%s\">",
+                  code_class(html_statuses, CQ_ARRAY_SIZE(html_statuses),
+                             status, "other"));
         html_esc(o, status ? status : "unknown");
         html_put(o, "</span>");
 }
@@ -372,8 +377,80 @@ void html_put_none(html_out_t *o)
         html_put(o, "<span class=\"muted\">-</span>");
 }
 
+const char *const html_verdicts[8] = {
+    "passed",       "wrong_answer", "runtime_error", "timeout",
+    "syntax_error", "no_answer",    "stuck",         "infra_error"};
+
+const char *html_verdict_class(const char *verdict)
+{
+        return code_class(html_verdicts, CQ_ARRAY_SIZE(html_verdicts), verdict,
+                          "none");
+}
+
+void html_put_verdict(html_out_t *o, const json_t *row)
+{
+        const char *verdict =
+            json_string_value(json_object_get(row, "verdict"));
+        const char *code =
+            json_string_value(json_object_get(row, "reason_code"));
+        const json_t *reason = json_object_get(row, "reason");
+
+        if (!verdict && !code) {
+                html_put_none(o);
+                return;
+        }
+        html_putf(o, "<span class=\"verdict v-%s\"",
+                  html_verdict_class(verdict));
+        if (json_is_string(reason)) {
+                html_put(o, " title=\"");
+                html_esc_json(o, reason);
+                html_put(o, "\"");
+        }
+        html_put(o, ">");
+        html_esc(o, verdict ? verdict : code);
+        html_put(o, "</span>");
+}
+
+/* The bytes of the character at p[0]: a valid UTF-8 sequence, else one
+ * (an invalid byte prints as one U+FFFD). */
+static size_t char_len(const unsigned char *p, size_t avail)
+{
+        size_t n = p[0] >= 0x80 ? utf8_len(p, avail) : 1;
+
+        return n ? n : 1;
+}
+
+void html_put_short(html_out_t *o, const char *s, size_t max)
+{
+        const unsigned char *p = (const unsigned char *)s;
+        size_t len, i, n = 0, k = 0, head = 0, tail = 0, keep;
+
+        if (!s)
+                return;
+        len = strlen(s);
+        for (i = 0; i < len; i += char_len(p + i, len - i))
+                n++;
+        if (n <= max || max < 4) {
+                html_escn(o, s, len);
+                return;
+        }
+        /* a third of the end: it tells retries (~r2) and samples (~s3)
+         * of one id apart */
+        keep = (max - 1) / 3;
+        for (i = 0; i < len; i += char_len(p + i, len - i), k++) {
+                if (k == max - 1 - keep)
+                        head = i;
+                if (k == n - keep)
+                        tail = i;
+        }
+        html_escn(o, s, head);
+        html_put(o, "\xe2\x80\xa6"); /* U+2026 HORIZONTAL ELLIPSIS */
+        html_escn(o, s + tail, len - tail);
+}
+
 /* A number named \p key for people: durations (keys ending in _ms),
- * rates (0..1, as percentages), costs, percentages, plain numbers. */
+ * rates (0..1, as percentages: _rate, pass@k and pass^k), costs,
+ * percentages, plain numbers. */
 static void put_number(html_out_t *o, const char *key, const json_t *v)
 {
         double x = json_number_value(v);
@@ -383,7 +460,9 @@ static void put_number(html_out_t *o, const char *key, const json_t *v)
         if (ends_with(key, "_ms")) {
                 cq_fmt_duration(text, sizeof(text), (long long)x);
                 html_esc(o, text);
-        } else if (ends_with(key, "_rate")) {
+        } else if (ends_with(key, "_rate") ||
+                   strncmp(key, "pass_at_", 8) == 0 ||
+                   strncmp(key, "pass_hat_", 9) == 0) {
                 html_putf(o, "%.1f%%", x * 100.0);
         } else if (ends_with(key, "_pct")) {
                 html_putf(o, "%.1f%%", x);
@@ -508,11 +587,15 @@ void html_put_value(html_out_t *o, const char *key, const json_t *v, int depth)
                 html_put(o, "no");
         } else if (json_is_number(v)) {
                 put_number(o, key, v);
+        } else if (json_is_string(v) && strcmp(key, "status") == 0) {
+                html_put_status(o, json_string_value(v));
+        } else if (json_is_string(v) && strcmp(key, "verdict") == 0) {
+                html_putf(o, "<span class=\"verdict v-%s\">",
+                          html_verdict_class(json_string_value(v)));
+                html_esc_json(o, v);
+                html_put(o, "</span>");
         } else if (json_is_string(v)) {
-                if (strcmp(key, "status") == 0)
-                        html_put_status(o, json_string_value(v));
-                else
-                        html_esc_json(o, v);
+                html_esc_json(o, v);
         } else if (depth >= HTML_MAX_DEPTH) {
                 html_put(o, "<code>");
                 html_put_json(o, v, JSON_COMPACT, 4096);

@@ -57,6 +57,17 @@ void html_page_end(html_out_t *o, bool script);
 void html_put_status(html_out_t *o, const char *status);
 /* "-", muted: no value. */
 void html_put_none(html_out_t *o);
+/* The verdicts a finished job can have (migrations/0007_evaluation.sql),
+ * in the order the report lists them, and the class of one: itself when
+ * known, else "none". Each has a colour in report.css (.v-<verdict>). */
+extern const char *const html_verdicts[8];
+const char *html_verdict_class(const char *verdict);
+/* A row's or a job's verdict, else its reason code, coloured, with the
+ * reason when it has one on hover; "-" without either. */
+void html_put_verdict(html_out_t *o, const json_t *row);
+/* \p s escaped, at most \p max characters: a longer one keeps its start
+ * and its end around U+2026. */
+void html_put_short(html_out_t *o, const char *s, size_t max);
 /* A key for people: '_' as a space. */
 void html_put_label(html_out_t *o, const char *key);
 /* Any JSON value named \p key, for people: numbers by their key's suffix

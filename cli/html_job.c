@@ -562,6 +562,7 @@ static void put_overview(html_out_t *o, const json_t *status)
         static const char *const labels[] = {"turns", "retries", "tokens",
                                              "cost", "duration"};
         const json_t *reason = json_object_get(status, "reason");
+        const json_t *model = json_object_get(status, "model");
         size_t i;
 
         html_put(
@@ -569,11 +570,25 @@ static void put_overview(html_out_t *o, const json_t *status)
                "<div class=\"cards\">\n<div class=\"card\"><div class=\"v\">");
         html_put_status(o,
                         json_string_value(json_object_get(status, "status")));
-        html_put(o, "</div><div class=\"k\">status</div></div>\n"
-                    "<div class=\"card\"><div class=\"v\">");
+        html_put(o, "</div><div class=\"k\">status</div></div>\n");
+        if (json_is_string(json_object_get(status, "verdict"))) {
+                html_put(o, "<div class=\"card\"><div class=\"v\">");
+                html_put_verdict(o, status);
+                html_put(o, "</div><div class=\"k\">verdict</div></div>\n");
+        }
+        html_put(o, "<div class=\"card\"><div class=\"v\">");
         html_put_tests(o, json_object_get(status, "tests_passed"),
                        json_object_get(status, "tests_total"));
         html_put(o, "</div><div class=\"k\">tests</div></div>\n");
+        if (json_is_integer(json_object_get(status, "hidden_total"))) {
+                html_put(o, "<div class=\"card\"><div class=\"v\">");
+                html_put_tests(o, json_object_get(status, "hidden_passed"),
+                               json_object_get(status, "hidden_total"));
+                html_put(o, "</div><div class=\"k\">hidden tests</div>"
+                            "</div>\n");
+        }
+        if (json_is_string(model))
+                html_put_card(o, "model", "model", model);
         for (i = 0; i < CQ_ARRAY_SIZE(plain); i++) {
                 json_t *v = json_object_get(status, plain[i]);
 
@@ -593,10 +608,96 @@ static void put_overview(html_out_t *o, const json_t *status)
         html_put(o, "</details>\n</section>\n");
 }
 
+/* The attempts of the job's original job, each linking to its page (the
+ * pages are side by side) but this one. */
+static void
+put_attempts(html_out_t *o, const char *job_id, const cq_html_attempts_t *att)
+{
+        size_t i;
+
+        if (!att || att->n < 2)
+                return;
+        html_putf(o,
+                  "<section id=\"attempts\">\n<h2>Attempts</h2>\n"
+                  "<p class=\"muted\">The original job and its %zu "
+                  "retries, each a job of its own; the index counts the "
+                  "latest.</p>\n<table class=\"attempts\">\n<thead><tr>"
+                  "<th class=\"num\">attempt</th><th>job</th><th>status</th>"
+                  "<th>verdict</th><th class=\"num\">tests</th>"
+                  "<th class=\"num\">duration</th><th>created</th></tr>"
+                  "</thead>\n<tbody>\n",
+                  att->n - 1);
+        for (i = att->first; i < att->first + att->n; i++) {
+                const json_t *row = json_array_get(att->rows, i);
+                const json_t *id = json_object_get(row, "job_id");
+                bool self = json_is_string(id) &&
+                            strcmp(json_string_value(id), job_id) == 0;
+
+                html_put(o, self ? "<tr class=\"self\"><td class=\"num\">"
+                                 : "<tr><td class=\"num\">");
+                html_put_value(o, "run_attempt",
+                               json_object_get(row, "run_attempt"),
+                               HTML_MAX_DEPTH);
+                html_put(o, "</td><td>");
+                if (self) {
+                        html_put(o, "<code>");
+                        html_esc_json(o, id);
+                        html_put(o, "</code> (this page)");
+                } else {
+                        html_put(o, "<a href=\"");
+                        html_esc(o, att->names[i]);
+                        html_put(o, "\"><code>");
+                        html_esc_json(o, id);
+                        html_put(o, "</code></a>");
+                }
+                html_put(o, "</td><td>");
+                html_put_status(
+                    o, json_string_value(json_object_get(row, "status")));
+                html_put(o, "</td><td>");
+                html_put_verdict(o, row);
+                html_put(o, "</td><td class=\"num\">");
+                html_put_tests(o, json_object_get(row, "tests_passed"),
+                               json_object_get(row, "tests_total"));
+                html_put(o, "</td><td class=\"num\">");
+                html_put_value(o, "duration_ms",
+                               json_object_get(row, "duration_ms"),
+                               HTML_MAX_DEPTH);
+                html_put(o, "</td><td>");
+                html_put_value(o, "created_at",
+                               json_object_get(row, "created_at"),
+                               HTML_MAX_DEPTH);
+                html_put(o, "</td></tr>\n");
+        }
+        html_put(o, "</tbody>\n</table>\n</section>\n");
+}
+
+/* Where the job stands: its problem and sample, its attempt. */
+static void
+put_place(html_out_t *o, const json_t *status, const cq_html_attempts_t *att)
+{
+        const json_t *problem = json_object_get(status, "problem_id");
+        const json_t *index = json_object_get(status, "sample_index");
+        const json_t *attempt = json_object_get(status, "run_attempt");
+
+        if (json_is_string(problem) && json_is_integer(index)) {
+                html_put(o, " &middot; sample ");
+                html_put_value(o, "sample_index", index, HTML_MAX_DEPTH);
+                html_put(o, " of problem <code>");
+                html_esc_json(o, problem);
+                html_put(o, "</code>");
+        }
+        if (att && att->n > 1 && json_is_integer(attempt))
+                html_putf(o,
+                          " &middot; <a href=\"#attempts\">attempt "
+                          "%" JSON_INTEGER_FORMAT " of %zu</a>",
+                          json_integer_value(attempt), att->n);
+}
+
 cq_err_t cq_html_job(cq_buf_t *buf,
                      const cq_html_meta_t *meta,
                      const json_t *doc,
-                     const cq_images_t *images)
+                     const cq_images_t *images,
+                     const cq_html_attempts_t *attempts)
 {
         static const char *const report_skip[] = {"tests", NULL};
         html_out_t o = {buf, CQ_OK};
@@ -624,12 +725,15 @@ cq_err_t cq_html_job(cq_buf_t *buf,
         html_esc(&o, title && *title ? title : job_id);
         html_put(&o, "</h1><div class=\"sub\">job <code>");
         html_esc(&o, job_id);
-        html_put(&o, "</code> &middot; <a href=\"../index.html\">run ");
+        html_put(&o, "</code>");
+        put_place(&o, status, attempts);
+        html_put(&o, " &middot; <a href=\"../index.html\">run ");
         html_esc(&o, meta->run_id);
         html_put(&o, "</a> &middot; report written ");
         html_esc(&o, meta->generated_at);
         html_put(&o, "</div></header>\n<main>\n");
         put_overview(&o, status);
+        put_attempts(&o, job_id, attempts);
 
         html_put(&o, "<section id=\"answer\">\n<h2>Answer</h2>\n");
         if (json_is_string(answer) && json_string_length(answer) > 0) {
