@@ -65,6 +65,7 @@ void cq_agent_opts_from_config(cq_agent_opts_t *opts, const cq_config_t *cfg)
         opts->tool_total_max = cfg->tool_total_max;
         opts->file_max = cfg->artifact_max;
         opts->fetch_allow = cfg->fetch_allow;
+        opts->case_time_factor = (double)cfg->case_time_factor;
 }
 
 void cq_agent_result_init(cq_agent_result_t *result)
@@ -81,6 +82,7 @@ void cq_agent_result_release(cq_agent_result_t *result)
         free(result->solution);
         free(result->memory_source_job);
         json_decref(result->tests);
+        json_decref(result->hidden);
         json_decref(result->repro);
         json_decref(result->history);
         cq_files_release(&result->images);
@@ -226,9 +228,12 @@ cq_err_t agent_run_cell(run_t *run,
                               res->execution_count));
         if (run->nb && cq_nb_add_code(run->nb, code, res) != 0)
                 run->oom = true;
+        run->cells_since_tests++;
         agent_collect_output_images(run, res);
-        if (res->status == CQ_CELL_OK)
+        if (res->status == CQ_CELL_OK) {
                 agent_add_solution_cell(run, code);
+                run->fail_sig[0] = '\0';
+        }
         if (!deferred)
                 agent_report_cell(run, code, res);
         return CQ_OK;
@@ -340,6 +345,30 @@ static void bad_call(run_t *run,
                       call->error ? call->error : "no code given");
 }
 
+/* Whether the cell \p code that just failed is the one that failed last,
+ * with the same error: the model is stuck, and another turn would spend
+ * tokens on the same failure. A cell that succeeds forgets it. */
+static bool stuck_on_cell(run_t *run, const char *code)
+{
+        const char *error = run->result->last_error;
+        size_t len = strlen(code);
+        char *both = malloc(len + (error ? strlen(error) : 0) + 2);
+        char sig[65];
+        bool same;
+
+        if (!both)
+                return false;
+        memcpy(both, code, len);
+        both[len] = '\0';
+        snprintf(both + len, strlen(error ? error : "") + 2, "\n%s",
+                 error ? error : "");
+        cq_sha256_hex(both, strlen(both), sig);
+        free(both);
+        same = strcmp(sig, run->fail_sig) == 0;
+        memcpy(run->fail_sig, sig, sizeof(sig));
+        return same;
+}
+
 /* Run the code of \p call into \p res, not reported yet; its tool
  * message's text in *\p textp. A failed cell is a failed attempt, with
  * its reflection prompt. 0, or -1 when the interpreter failed (result
@@ -360,6 +389,17 @@ static int call_cell(run_t *run,
         *textp = cq_tooltext_format(res, &run->topts, NULL);
         if (res->status != CQ_CELL_OK) {
                 agent_cell_error_summary(res, &run->result->last_error);
+                if (stuck_on_cell(run, call->code)) {
+                        run->stuck = true;
+                        agent_fail(run, CQ_AGENT_FAILED, "stuck",
+                                   "the same code failed with the same error "
+                                   "twice in a row: %s",
+                                   run->result->last_error
+                                       ? run->result->last_error
+                                       : "no detail");
+                        *failedp = true;
+                        return 0;
+                }
                 free(*reflectionp);
                 *reflectionp =
                     cq_tooltext_reflection(res, call->code, &run->topts, NULL);
@@ -454,6 +494,8 @@ answer_calls(run_t *run, const cq_llm_reply_t *reply, const json_t *answered)
                         goto out;
                 if (failed)
                         agent_count_retry(run, false);
+                if (run->stuck)
+                        goto out; /* its turn is kept; the run ends */
         }
         if (reflection) {
                 agent_event(
@@ -778,6 +820,73 @@ static int set_llm(run_t *run, const cq_agent_start_t *start)
         return 0;
 }
 
+/* The verdict of a solution that did not run to its end. */
+static const char *solution_verdict(const cq_cell_result_t *cell)
+{
+        size_t i;
+        const json_t *output;
+
+        if (cell->status == CQ_CELL_TIMEOUT)
+                return "timeout";
+        json_array_foreach(cell->outputs, i, output)
+        {
+                const char *ename =
+                    json_string_value(json_object_get(output, "ename"));
+
+                if (ename && (strcmp(ename, "SyntaxError") == 0 ||
+                              strcmp(ename, "IndentationError") == 0 ||
+                              strcmp(ename, "TabError") == 0))
+                        return "syntax_error";
+        }
+        return "runtime_error";
+}
+
+/* A job judged with no LLM: its solution is the answer. The solution as
+ * one cell, then the tests, with no feedback and no second try. */
+static void judge_solution(run_t *run)
+{
+        cq_cell_result_t cell;
+        int rc;
+
+        cq_cell_result_init(&cell);
+        if (run->job->nfiles > 0 &&
+            agent_put_input_files(run, run->interp) != 0)
+                goto out;
+        if (agent_run_cell(run, run->job->solution, &cell, false) != CQ_OK) {
+                agent_fail(run, CQ_AGENT_FAILED, "interpreter",
+                           "the interpreter failed: %s",
+                           cq_interp_errmsg(run->interp));
+                goto out;
+        }
+        if (agent_must_stop(run))
+                goto out;
+        if (cell.status != CQ_CELL_OK) {
+                agent_cell_error_summary(&cell, &run->result->last_error);
+                run->solution_verdict = solution_verdict(&cell);
+                agent_fail(run, CQ_AGENT_FAILED, "tests",
+                           "the solution did not run: %s",
+                           run->result->last_error ? run->result->last_error
+                                                   : "no detail");
+                goto out;
+        }
+        run->answered = true;
+        if (run->job->tests) {
+                rc = agent_run_tests(run);
+                if (rc < 0)
+                        goto out;
+                if (rc == 0) {
+                        agent_fail(run, CQ_AGENT_FAILED, "tests", "%s",
+                                   run->result->last_error
+                                       ? run->result->last_error
+                                       : "the tests failed");
+                        goto out;
+                }
+        }
+        run->result->status = CQ_AGENT_SUCCEEDED;
+out:
+        cq_cell_result_release(&cell);
+}
+
 /* The conversation, from its start (or where a saved one ended) to the
  * turn that ends the run; the result says how it ended. */
 static void converse(run_t *run,
@@ -796,6 +905,10 @@ static void converse(run_t *run,
          * cells. */
         if (agent_must_stop(run))
                 return;
+        if (run->job->solution) {
+                judge_solution(run);
+                return;
+        }
         if (agent_begin(run, start, mem, hint) != 0)
                 return;
         if (run->result->from_memory)
@@ -810,6 +923,69 @@ static void converse(run_t *run,
         }
 }
 
+/* Whether \p code (a reason code) is a fault of ours or of a service:
+ * never the model's doing. */
+static bool infra_code(const char *code)
+{
+        static const char *const codes[] = {
+            "llm",   "interpreter", "judge",       "internal",
+            "input", "storage",     "invalid_job", "attempts"};
+        size_t i;
+
+        for (i = 0; code && i < CQ_ARRAY_SIZE(codes); i++)
+                if (strcmp(code, codes[i]) == 0)
+                        return true;
+        return false;
+}
+
+/* The run's verdict (docs/EVALUATION.md#verdicts): ours when the run
+ * failed for a reason not the model's; else the hidden tests' when they
+ * ran; else what the run shows. */
+static void decide_verdict(run_t *run)
+{
+        cq_agent_result_t *result = run->result;
+
+        result->verdict = NULL;
+        result->judge =
+            run->hidden_verdict ? run->hidden_judge : run->test_judge;
+        if (result->status == CQ_AGENT_ABORTED ||
+            result->status == CQ_AGENT_CANCELLED)
+                return;
+        if (result->status == CQ_AGENT_FAILED &&
+            infra_code(result->reason_code))
+                result->verdict = "infra_error";
+        else if (result->status == CQ_AGENT_FAILED && result->reason_code &&
+                 strcmp(result->reason_code, "stuck") == 0)
+                result->verdict = "stuck";
+        else if (run->hidden_verdict)
+                result->verdict = run->hidden_verdict;
+        else if (result->status == CQ_AGENT_SUCCEEDED)
+                result->verdict = "passed";
+        else if (run->solution_verdict)
+                result->verdict = run->solution_verdict;
+        else if (run->answered && run->test_verdict)
+                result->verdict = run->test_verdict;
+        else
+                result->verdict = "no_answer";
+}
+
+/* The hidden tests, once, on the answer the run ended with: unless it
+ * ended without one, was stopped or cancelled, or failed for a reason of
+ * ours (it will be tried again). */
+static void hidden_tests(run_t *run)
+{
+        const cq_agent_result_t *result = run->result;
+
+        if (!run->job->hidden.spec || !run->answered || run->aborted ||
+            run->oom || result->status == CQ_AGENT_ABORTED ||
+            result->status == CQ_AGENT_CANCELLED ||
+            (result->status == CQ_AGENT_FAILED &&
+             infra_code(result->reason_code)))
+                return;
+        if (agent_run_hidden_tests(run) != 0 && run->oom)
+                agent_fail(run, CQ_AGENT_FAILED, "internal", "out of memory");
+}
+
 /* The result of a run that ended: its final status and reason code, the
  * images, usage and cost, and what it ran with. */
 static void conclude(run_t *run)
@@ -821,6 +997,7 @@ static void conclude(run_t *run)
                 result->status = CQ_AGENT_ABORTED;
         else if (run->oom && result->status == CQ_AGENT_SUCCEEDED)
                 agent_fail(run, CQ_AGENT_FAILED, "internal", "out of memory");
+        hidden_tests(run);
         if (result->status != CQ_AGENT_ABORTED)
                 agent_collect_created_images(run);
         result->prompt_tokens = run->used.prompt_tokens;
@@ -835,6 +1012,7 @@ static void conclude(run_t *run)
                 result->reason_code = NULL;
         else if (!result->reason_code)
                 result->reason_code = "internal";
+        decide_verdict(run);
 }
 
 /* Give the LLM client back its configured model, provider and sampling,
@@ -874,6 +1052,11 @@ cq_err_t cq_agent_run(const cq_job_t *job,
         run.obs = obs;
         run.nb = nb;
         run.result = result;
+        run.visible = job->visible;
+        if (!run.visible.spec && job->tests) {
+                run.visible.spec = job->tests;
+                run.visible.fresh = job->tests_fresh;
+        }
         set_limits(&run, start, t0);
         run.solution = json_array();
         run.history = json_array();
@@ -895,6 +1078,7 @@ cq_err_t cq_agent_run(const cq_job_t *job,
         result->history = run.history;
         result->duration_ms = cq_now_ms() - t0;
         json_decref(run.solution);
+        free(run.ref_ms);
         cq_agent_recall_release(&hint);
         return CQ_OK;
 fatal:

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* agent_int.h - what the files of the reflection loop share: the state of
  * one run and the functions one calls in another. agent.c runs the turns;
- * checkpoint.c, opening.c, resume.c, answer_tests.c, budget.c, images.c
- * and memory.c hold one concern each. Not a public header. */
+ * checkpoint.c, opening.c, resume.c, answer_tests.c, judging.c,
+ * budget.c, images.c and memory.c hold one concern each. Not a public header.
+ */
 #ifndef CODERQ_AGENT_INT_H
 #define CODERQ_AGENT_INT_H
 
@@ -11,6 +12,8 @@
 #include <stdint.h>
 
 #include "coderq/agent/agent.h"
+#include "coderq/agent/judge.h"
+#include "coderq/agent/testrun.h"
 #include "coderq/agent/tooltext.h"
 
 #define SOLUTION_MAX ((size_t)64 << 20) /* fresh tests need it all */
@@ -56,6 +59,29 @@ typedef struct run {
          * other is written, or the stored conversation would have a gap. A
          * stop (opts->stop) aborts without it: what ran is still kept. */
         bool refused;
+        /* The visible tests: job->visible, or a job built by hand with
+         * only job->tests (and job->tests_fresh) set. */
+        cq_job_tests_t visible;
+        /* Judging: whether a final answer was tested, the verdict of the
+         * last visible test run, the judge that ran it, and of the
+         * solution's own cell (a job with a solution). */
+        bool answered;
+        const char *test_verdict;
+        const char *test_judge;
+        const char *solution_verdict;
+        const char *hidden_verdict;
+        const char *hidden_judge;
+        /* The reference solution's time per case or call (calibration),
+         * once measured. */
+        bool calibrated;
+        int64_t *ref_ms;
+        size_t nref_ms;
+        /* stuck: the last failed cell's code and error, and the last
+         * failed tests' feedback with no cell since */
+        char fail_sig[65];
+        bool stuck; /* it failed "stuck": the turn in hand ends the run */
+        char tests_sig[65];
+        long cells_since_tests;
 } run_t;
 
 /* agent.c */
@@ -155,6 +181,45 @@ int agent_finish_open_turn(run_t *run);
 /* The job's tests, after a final answer. Returns 1 when they passed, 0 when
  * they failed (feedback appended), -1 when the run must stop. */
 int agent_run_tests(run_t *run);
+
+/* The hidden tests, once, on the answer the run ended with. 0, or -1
+ * when out of memory. */
+int agent_run_hidden_tests(run_t *run);
+
+/* judging.c */
+
+/* The verdict of a harness test run (\p res: its cell, or NULL). */
+const char *agent_harness_verdict(const cq_testrun_t *tr,
+                                  const cq_cell_result_t *res);
+/* Whether the job's cases have limits of their own (case_timeout_s or a
+ * reference), so each runs in a cell of its own. */
+bool agent_case_limits(const run_t *run);
+/* Case (or call) \p i's limit within a test run of \p run_ms. */
+int64_t agent_case_limit_ms(const run_t *run, size_t i, int64_t run_ms);
+/* Time the reference solution on \p set once (run->ref_ms). 0; 1 when
+ * the run must stop (result set); -1 when out of memory. */
+int agent_calibrate(run_t *run, const cq_job_tests_t *set, int64_t run_ms);
+/* "code" tests \p set in the judging interpreter against the code in
+ * \p interp, within \p run_ms: \p tr filled as the harness fills it,
+ * *\p verdictp set, and the judge's own result in \p jrp (may be NULL).
+ * 0; 1 when the run must stop (result set: the judge failed, ours); -1
+ * when out of memory. */
+int agent_judge_code(run_t *run,
+                     const cq_job_tests_t *set,
+                     cq_interp_t *interp,
+                     int64_t run_ms,
+                     cq_testrun_t *tr,
+                     const char **verdictp,
+                     cq_judge_result_t *jrp);
+/* "cases" tests \p set one cell per case, each within its limit; with
+ * \p timesp, each case's time (caller frees). Returns as
+ * agent_judge_code(). */
+int agent_cases_each(run_t *run,
+                     const cq_job_tests_t *set,
+                     cq_interp_t *interp,
+                     int64_t run_ms,
+                     cq_testrun_t *tr,
+                     int64_t **timesp);
 
 /* budget.c */
 

@@ -1,8 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* answer_tests.c - the job's tests, run on a final answer: in the job's
- * kernel or, for tests.isolation "fresh", in a new interpreter after the
- * solution's cells; their report and notebook line, and the feedback the
- * model gets when they fail. The test code and its report are testrun.c's. */
+/* answer_tests.c - the job's tests, run on a final answer: the visible
+ * ones after each final answer, with feedback for the model when they
+ * fail, and the hidden ones once, on the answer the run ended with, never
+ * shown to the model. Where the code under test runs: the job's kernel or,
+ * for tests.isolation "fresh", a new interpreter after the solution's
+ * cells. How a set is judged: "code" tests in the judging interpreter
+ * (judging.c), unless "judge": "model"; "cases" one cell per case when
+ * cases have limits of their own (judging.c), else in one harness cell
+ * (testrun.c). Their report, notebook line and verdict. */
 #include "coderq/agent/agent.h"
 
 #include <stdio.h>
@@ -11,6 +16,7 @@
 
 #include "coderq/agent/testrun.h"
 #include "coderq/agent/tooltext.h"
+#include "coderq/common/util.h"
 #include "agent_int.h"
 
 /* The deadline of one test run: the test timeout, within the job's. */
@@ -59,10 +65,14 @@ static void explain_cell_end(const run_t *run,
         }
 }
 
-/* One run of the job's tests on a final answer. */
+/* One run of a test set on a final answer. */
 typedef struct trial {
+        const cq_job_tests_t *set; /* job->visible or job->hidden */
+        bool hidden;
         bool fresh;           /* tests.isolation "fresh" */
-        char *code;           /* the test cell */
+        const char *verdict;  /* of this run, once it ran */
+        const char *judge;    /* "separate" or "model" */
+        char *code;           /* the test cell (a harness run) */
         char marker[40];      /* of the report line in its output */
         cq_cell_result_t res; /* the test cell's */
         cq_testrun_t tr;      /* its report */
@@ -70,19 +80,6 @@ typedef struct trial {
         char note[1024]; /* the first solution cell that failed in the
                             fresh interpreter, or "" */
 } trial_t;
-
-/* Run the test cell \p code in \p interp, within the test timeout. */
-static cq_err_t exec_test_cell(const run_t *run,
-                               cq_interp_t *interp,
-                               const char *code,
-                               cq_cell_result_t *res)
-{
-        cq_exec_opts_t xo = {0};
-
-        xo.timeout_ms = test_timeout_ms(run);
-        xo.cancel = run->opts->cancel;
-        return cq_interp_execute(interp, code, &xo, res);
-}
 
 /* A new interpreter for tests.isolation "fresh" in *\p freshp. Returns 0;
  * 1 when the solution cannot be replayed there (trial->why says why); -1
@@ -175,100 +172,154 @@ static int replay_solution(run_t *run, cq_interp_t *fresh, trial_t *trial)
         return 0;
 }
 
-/* The solution, then the test cell, in a new interpreter, into
- * trial->res. Returns 0; 1 when the tests could not run through the
- * solution's fault (trial->why says how); -1 when the run must stop
- * (result set). */
-static int fresh_tests(run_t *run, trial_t *trial)
+/* The limit of one test run: the test timeout, within the job's time
+ * (the hidden tests run after it with their own). */
+static int64_t run_limit_ms(const run_t *run, const trial_t *trial)
+{
+        return trial->hidden ? run->test_timeout_s * 1000
+                             : test_timeout_ms(run);
+}
+
+/* The set's test code as one harness cell in \p interp, into trial->tr.
+ * 0, or -1 when the run must stop. */
+static int harness_tests(run_t *run, trial_t *trial, cq_interp_t *interp)
+{
+        char errstr[256];
+        cq_exec_opts_t xo = {0};
+
+        trial->code =
+            cq_testrun_code(trial->set->spec, trial->marker,
+                            sizeof(trial->marker), errstr, sizeof(errstr));
+        if (!trial->code) {
+                agent_fail(run, CQ_AGENT_FAILED, "internal",
+                           "could not run the tests: %s", errstr);
+                return -1;
+        }
+        xo.timeout_ms = run_limit_ms(run, trial);
+        xo.cancel = run->opts->cancel;
+        if (cq_interp_execute(interp, trial->code, &xo, &trial->res) != CQ_OK) {
+                agent_fail(run, CQ_AGENT_FAILED, "interpreter",
+                           "the interpreter failed: %s",
+                           cq_interp_errmsg(interp));
+                return -1;
+        }
+        explain_cell_end(run, &trial->res, trial->fresh, trial->why,
+                         sizeof(trial->why));
+        if ((trial->why[0]
+                 ? cq_testrun_fail(trial->set->spec, trial->why, &trial->tr)
+                 : cq_testrun_parse(trial->set->spec, trial->marker,
+                                    &trial->res, &trial->tr)) != 0) {
+                run->oom = true;
+                return -1;
+        }
+        trial->verdict = agent_harness_verdict(&trial->tr, &trial->res);
+        return 0;
+}
+
+/* Judge the set against the code in \p interp, as the set says. 0, or
+ * -1 when the run must stop. */
+static int judge_set(run_t *run, trial_t *trial, cq_interp_t *interp)
+{
+        const char *kind =
+            json_string_value(json_object_get(trial->set->spec, "kind"));
+        bool code = kind && strcmp(kind, "code") == 0;
+        int64_t run_ms = run_limit_ms(run, trial);
+
+        trial->judge =
+            code && trial->set->judge == CQ_JUDGE_MODEL ? "model" : "separate";
+        if (agent_case_limits(run) &&
+            agent_calibrate(run, trial->set, run_ms) != 0)
+                return -1;
+        if (code && trial->set->judge == CQ_JUDGE_SEPARATE)
+                return agent_judge_code(run, trial->set, interp, run_ms,
+                                        &trial->tr, &trial->verdict, NULL)
+                           ? -1
+                           : 0;
+        if (!code && agent_case_limits(run)) {
+                if (agent_cases_each(run, trial->set, interp, run_ms,
+                                     &trial->tr, NULL) != 0)
+                        return -1;
+                trial->verdict = agent_harness_verdict(&trial->tr, NULL);
+                return 0;
+        }
+        return harness_tests(run, trial, interp);
+}
+
+/* Run the trial's tests where tests.isolation says, into trial->tr and
+ * trial->verdict. 0, or -1 when the run must stop. */
+static int exec_tests(run_t *run, trial_t *trial)
 {
         cq_interp_t *fresh = NULL;
-        int rc = new_fresh(run, trial, &fresh);
+        int rc = -1, f;
 
-        if (rc != 0)
-                return rc;
-        rc = -1;
-        if (agent_put_input_files(run, fresh) != 0 ||
-            replay_solution(run, fresh, trial) != 0)
-                goto out;
-        if (exec_test_cell(run, fresh, trial->code, &trial->res) != CQ_OK) {
-                agent_fail(run, CQ_AGENT_FAILED, "interpreter",
-                           "the fresh interpreter for the tests failed: %s",
-                           cq_interp_errmsg(fresh));
-                goto out;
+        if (!trial->fresh)
+                return judge_set(run, trial, run->interp);
+        f = new_fresh(run, trial, &fresh);
+        if (f < 0)
+                return -1;
+        if (f == 1) {
+                /* the solution cannot be replayed: the tests fail */
+                if (cq_testrun_fail(trial->set->spec, trial->why, &trial->tr) !=
+                    0) {
+                        run->oom = true;
+                        return -1;
+                }
+                trial->verdict = "wrong_answer";
+                trial->judge = "separate";
+                return 0;
         }
-        rc = 0;
-out:
+        if (agent_put_input_files(run, fresh) == 0 &&
+            replay_solution(run, fresh, trial) == 0)
+                rc = judge_set(run, trial, fresh);
         cq_interp_destroy(&fresh);
         return rc;
 }
 
-/* Run the trial's test cell where tests.isolation says and read its
- * report into trial->tr. 0, or -1 when the run must stop. */
-static int exec_tests(run_t *run, trial_t *trial)
-{
-        if (trial->fresh) {
-                int f = fresh_tests(run, trial);
-
-                if (f < 0)
-                        return -1;
-                if (f == 1 && cq_testrun_fail(run->job->tests, trial->why,
-                                              &trial->tr) != 0) {
-                        run->oom = true;
-                        return -1;
-                }
-        } else if (exec_test_cell(run, run->interp, trial->code, &trial->res) !=
-                   CQ_OK) {
-                agent_fail(run, CQ_AGENT_FAILED, "interpreter",
-                           "the interpreter failed: %s",
-                           cq_interp_errmsg(run->interp));
-                return -1;
-        }
-        if (!trial->why[0]) {
-                explain_cell_end(run, &trial->res, trial->fresh, trial->why,
-                                 sizeof(trial->why));
-                if ((trial->why[0]
-                         ? cq_testrun_fail(run->job->tests, trial->why,
-                                           &trial->tr)
-                         : cq_testrun_parse(run->job->tests, trial->marker,
-                                            &trial->res, &trial->tr)) != 0) {
-                        run->oom = true;
-                        return -1;
-                }
-        }
-        return 0;
-}
-
-/* Keep the trial's report: in the result, as the "tests.result" event and
- * in the notebook. 0, or -1 when out of memory. */
+/* Keep the trial's report: in the result, as an event and in the
+ * notebook. The hidden tests' report goes where only people look: the
+ * result's "hidden", never the history. 0, or -1 when out of memory. */
 static int record_tests(run_t *run, const trial_t *trial)
 {
         const cq_testrun_t *tr = &trial->tr;
         const char *isolation = trial->fresh ? "fresh" : "kernel";
+        cq_agent_result_t *res = run->result;
 
         if (json_object_set_new(tr->report, "isolation",
                                 json_string(isolation)) != 0 ||
+            json_object_set_new(tr->report, "judge",
+                                json_string(trial->judge)) != 0 ||
+            json_object_set_new(tr->report, "verdict",
+                                json_string(trial->verdict)) != 0 ||
             (trial->note[0] &&
              json_object_set_new(tr->report, "solution_error",
                                  json_string(trial->note)) != 0)) {
                 run->oom = true;
                 return -1;
         }
-        run->result->tests_passed = tr->passed;
-        run->result->tests_total = tr->total;
-        json_decref(run->result->tests);
-        run->result->tests = json_incref(tr->report);
-        agent_event(run, "tests.result",
-                    json_pack("{s:i, s:i, s:s, s:s?}", "passed", tr->passed,
-                              "total", tr->total, "isolation", isolation,
-                              "error", tr->error));
+        if (trial->hidden) {
+                res->hidden_passed = tr->passed;
+                res->hidden_total = tr->total;
+                json_decref(res->hidden);
+                res->hidden = json_incref(tr->report);
+        } else {
+                res->tests_passed = tr->passed;
+                res->tests_total = tr->total;
+                json_decref(res->tests);
+                res->tests = json_incref(tr->report);
+        }
+        agent_event(run, trial->hidden ? "tests.hidden" : "tests.result",
+                    json_pack("{s:i, s:i, s:s, s:s, s:s?}", "passed",
+                              tr->passed, "total", tr->total, "isolation",
+                              isolation, "verdict", trial->verdict, "error",
+                              trial->hidden ? NULL : tr->error));
         if (run->nb) {
                 char line[1400];
 
-                snprintf(line, sizeof(line),
-                         "**Tests%s: %d of %d passed.**%s%s",
+                snprintf(line, sizeof(line), "**%s%s: %d of %d passed.**%s%s",
+                         trial->hidden ? "Hidden tests" : "Tests",
                          trial->fresh ? " (fresh interpreter)" : "", tr->passed,
-                         tr->total, tr->error ? " " : "",
-                         tr->error ? tr->error : "");
+                         tr->total, tr->error && !trial->hidden ? " " : "",
+                         tr->error && !trial->hidden ? tr->error : "");
                 if (cq_nb_add_markdown(run->nb, line) != 0)
                         run->oom = true;
         }
@@ -283,7 +334,7 @@ static char *feedback(const run_t *run, const trial_t *trial)
         size_t n =
             cq_testrun_failures(&trial->tr, failures, CQ_ARRAY_SIZE(failures));
         char *text = cq_tooltext_test_feedback(
-            json_string_value(json_object_get(run->job->tests, "function")),
+            json_string_value(json_object_get(trial->set->spec, "function")),
             (size_t)trial->tr.passed, (size_t)trial->tr.total, failures, n,
             &run->topts, NULL);
 
@@ -323,37 +374,92 @@ static int tests_failed(run_t *run, const trial_t *trial)
         return 0;
 }
 
+/* Whether the model gave the same answer twice in a row: the tests
+ * failed with the same feedback and no cell ran in between. */
+static bool stuck_on(run_t *run, const char *feedback_text)
+{
+        char sig[65];
+        bool same;
+
+        cq_sha256_hex(feedback_text, strlen(feedback_text), sig);
+        same = run->cells_since_tests == 0 && strcmp(sig, run->tests_sig) == 0;
+        memcpy(run->tests_sig, sig, sizeof(sig));
+        run->cells_since_tests = 0;
+        return same;
+}
+
+/* Run \p set (hidden or not) on the answer into \p trial. 0, or -1 when
+ * the run must stop. */
+static int
+run_set(run_t *run, const cq_job_tests_t *set, bool hidden, trial_t *trial)
+{
+        memset(trial, 0, sizeof(*trial));
+        trial->set = set;
+        trial->hidden = hidden;
+        trial->fresh = set->fresh;
+        cq_cell_result_init(&trial->res);
+        cq_testrun_init(&trial->tr);
+        if (exec_tests(run, trial) != 0 || record_tests(run, trial) != 0)
+                return -1;
+        return 0;
+}
+
+static void trial_release(trial_t *trial)
+{
+        cq_testrun_release(&trial->tr);
+        cq_cell_result_release(&trial->res);
+        free(trial->code);
+}
+
 /* The job's tests, after a final answer. Returns 1 when they passed, 0 when
- * they failed (feedback appended), -1 when the run must stop. */
+ * they failed (feedback appended, unless the job has no model to tell),
+ * -1 when the run must stop. */
 int agent_run_tests(run_t *run)
 {
         trial_t trial;
-        char errstr[256];
         int rc = -1;
 
-        memset(&trial, 0, sizeof(trial));
-        trial.fresh = run->job->tests_fresh;
-        trial.code =
-            cq_testrun_code(run->job->tests, trial.marker, sizeof(trial.marker),
-                            errstr, sizeof(errstr));
-        if (!trial.code) {
-                agent_fail(run, CQ_AGENT_FAILED, "interpreter",
-                           "could not run the tests: %s", errstr);
-                return -1;
-        }
-        cq_cell_result_init(&trial.res);
-        cq_testrun_init(&trial.tr);
-        if (exec_tests(run, &trial) != 0 || record_tests(run, &trial) != 0)
+        run->answered = true;
+        if (run_set(run, &run->visible, false, &trial) != 0)
                 goto out;
-        if (trial.tr.passed == trial.tr.total &&
-            trial.res.status == CQ_CELL_OK && !trial.tr.error) {
+        run->test_verdict = trial.verdict;
+        run->test_judge = trial.judge;
+        if (strcmp(trial.verdict, "passed") == 0) {
                 rc = 1;
                 goto out;
         }
+        if (run->job->solution) {
+                /* judged with no LLM: nobody to give feedback to */
+                agent_count_retry(run, true);
+                rc = 0;
+                goto out;
+        }
         rc = tests_failed(run, &trial);
+        if (rc == 0 && run->result->last_error &&
+            stuck_on(run, run->result->last_error)) {
+                agent_fail(run, CQ_AGENT_FAILED, "stuck",
+                           "the same answer failed the same tests twice in a "
+                           "row: %s",
+                           run->result->last_error);
+                rc = -1;
+        }
 out:
-        cq_testrun_release(&trial.tr);
-        cq_cell_result_release(&trial.res);
-        free(trial.code);
+        trial_release(&trial);
+        return rc;
+}
+
+int agent_run_hidden_tests(run_t *run)
+{
+        trial_t trial;
+        int rc;
+
+        if (!run->job->hidden.spec || !run->answered)
+                return 0;
+        rc = run_set(run, &run->job->hidden, true, &trial);
+        if (rc == 0) {
+                run->hidden_verdict = trial.verdict;
+                run->hidden_judge = trial.judge;
+        }
+        trial_release(&trial);
         return rc;
 }

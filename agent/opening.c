@@ -95,10 +95,18 @@ static char *task_message(const cq_job_t *job,
                     "`%s` before giving your final answer.",
                     json_string_value(json_object_get(job->tests, "function")),
                     json_string_value(json_object_get(job->tests, "function")));
-        else if (err == CQ_OK && kind)
+        else if (err == CQ_OK && kind && job->visible.judge == CQ_JUDGE_MODEL)
                 err = cq_buf_append_str(
                     &buf, "\n\nYour work will be checked by test code run in "
                           "this kernel after your final answer.");
+        else if (err == CQ_OK && kind)
+                err = cq_buf_append_str(
+                    &buf, "\n\nYour work will be checked after your final "
+                          "answer by test code that calls the functions and "
+                          "reads the values you define in this kernel, with "
+                          "plain data (numbers, strings, lists, tuples, dicts, "
+                          "sets, bytes), so define them before answering and "
+                          "return plain values.");
         if (err == CQ_OK && hint && hint->code)
                 err = cq_buf_printf(
                     &buf,

@@ -805,6 +805,25 @@ static void cannot_run(slot_t *slot,
         cq_agent_result_release(&res);
 }
 
+/* Whether a run that failed did so by a fault another try can mend: the
+ * LLM down past its retries, an interpreter or the judge lost, storage,
+ * our own. (An invalid job or input is not: the same again fails the
+ * same; it keeps its infra_error verdict and is not tried again.) */
+static bool retry_infra(const cq_agent_result_t *res)
+{
+        static const char *const codes[] = {"llm", "interpreter", "judge",
+                                            "internal", "storage"};
+        size_t i;
+
+        if (res->status != CQ_AGENT_FAILED || !res->verdict ||
+            strcmp(res->verdict, "infra_error") != 0 || !res->reason_code)
+                return false;
+        for (i = 0; i < CQ_ARRAY_SIZE(codes); i++)
+                if (strcmp(res->reason_code, codes[i]) == 0)
+                        return true;
+        return false;
+}
+
 static long count_role(const json_t *history, const char *role)
 {
         size_t i;
@@ -1001,6 +1020,14 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         if (res.status == CQ_AGENT_CANCELLED) {
                 free(res.reason);
                 res.reason = strdup("cancelled by request");
+        }
+        if (retry_infra(&res) && claim->attempt < claim->max_attempts) {
+                /* Ours, not the model's (docs/EVALUATION.md#verdicts):
+                 * tried again from its checkpoint while attempts last. */
+                cannot_run(slot, claim, &job, CQ_ERR_RETRIABLE, res.reason_code,
+                           "%s",
+                           res.reason ? res.reason : "infrastructure error");
+                goto out;
         }
         finish_job(slot, &job, claim->attempt, sandbox, nb, &res);
 out:
