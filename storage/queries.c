@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* queries.c - the read side for people and the CLI: one job's status,
- * the results, attempts and summary of a run, the latest run, what a
- * retry picks, run budgets, and everything to export a job. */
+ * the results, attempts and summary of a run, the latest run, the depth
+ * of the queues, what a retry picks, run budgets, and everything to
+ * export a job. */
 #include "coderq/storage/queries.h"
 #include "coderq/storage/artifacts.h"
 
@@ -176,6 +177,25 @@ static const char SQL_JOBS_PROGRESS[] =
     " 'cancelled', count(*) FILTER (WHERE status = 'cancelled'))::text"
     " FROM jobs WHERE job_id = ANY ($1::text[])";
 
+/* Queue depth rows of the view queue_depth \p d for the queues \p q, by
+ * name; a queue without queued or running jobs reads 0. */
+#define SQL_DEPTH_ROWS(q, d)                                                   \
+        "COALESCE(json_agg(json_build_object('queue', " q ".queue,"            \
+        " 'queued', COALESCE(" d ".queued, 0),"                                \
+        " 'waiting', COALESCE(" d ".waiting, 0),"                              \
+        " 'running', COALESCE(" d ".running, 0)) ORDER BY " q ".queue),"       \
+        " '[]')::text"
+
+static const char SQL_QUEUE_DEPTH[] =
+    "SELECT " SQL_DEPTH_ROWS("d", "d") " FROM queue_depth d";
+
+/* The queues the jobs of run $1 wait or waited in, with every job of
+ * those queues, the run's or not. */
+static const char SQL_RUN_QUEUES[] = "SELECT " SQL_DEPTH_ROWS(
+    "q", "d") " FROM (SELECT DISTINCT j.queue"
+              " FROM jobs j WHERE j.run_id = $1) q"
+              " LEFT JOIN queue_depth d ON d.queue = q.queue";
+
 static const char SQL_EXPORT[] =
     "SELECT (SELECT n.doc::text FROM notebooks n WHERE n.job_id = $1),"
     " (SELECT r.answer FROM results r WHERE r.job_id = $1)";
@@ -277,6 +297,28 @@ cq_err_t cq_store_run_figures(cq_store_t *store,
         json_array_foreach(models, i, row) json_object_del(row, "is_total");
         json_object_del(json_object_get(*docp, "total"), "is_total");
         return CQ_OK;
+}
+
+cq_err_t
+cq_store_queue_depth(cq_store_t *store, const char *run_id, json_t **rowsp)
+{
+        store_params_t sp;
+        cq_err_t err;
+
+        sp_init(&sp);
+        if (run_id)
+                sp_text(&sp, run_id);
+        err = query_json_sp(store, "read the depth of the queues",
+                            run_id ? SQL_RUN_QUEUES : SQL_QUEUE_DEPTH, &sp,
+                            rowsp);
+        if (err == CQ_OK && !json_is_array(*rowsp)) {
+                store_set_error(store, "could not read the depth of the "
+                                       "queues: no reply");
+                json_decref(*rowsp);
+                *rowsp = NULL;
+                err = CQ_ERR_FATAL;
+        }
+        return err;
 }
 
 cq_err_t cq_store_latest_run(cq_store_t *store, char **runp)

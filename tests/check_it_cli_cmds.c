@@ -889,6 +889,133 @@ START_TEST(status_lines_and_json)
 }
 END_TEST
 
+static bool ends_with(const char *s, const char *end)
+{
+        size_t n = strlen(s), k = strlen(end);
+
+        return n >= k && strcmp(s + n - k, end) == 0;
+}
+
+/* The depth of the queues: every queue in `coderq status` (no job, or
+ * --queue-depth) as a table or JSON, the queues of a run's jobs in
+ * `coderq results --summary` as a table, JSON or CSV columns. */
+START_TEST(queue_depth_in_status_and_summary)
+{
+        cq_store_t *store = store_for("w1");
+        const char *status[] = {"status", NULL};
+        const char *depth_json[] = {"status", "--queue-depth", "--json", NULL};
+        const char *bad[][4] = {{"status", "--queue-depth", "d1", NULL},
+                                {"status", "--queue-depth", "--outbox", NULL}};
+        const char *table_args[] = {"results", "--run", "r5", "--summary",
+                                    NULL};
+        const char *json_args[] = {"results",   "--run",         "r5",
+                                   "--summary", "--format=json", NULL};
+        const char *csv_args[] = {"results",  "--run", "r5", "--summary",
+                                  "--format", "csv",   NULL};
+        json_t *got, *want;
+        cli_run_t run;
+        size_t i;
+
+        cli(&run, NULL, status);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_str_eq(run.out, "no queue holds a queued or running job\n");
+        cli_release(&run);
+        cli(&run, NULL, depth_json);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_str_eq(run.out, "[]\n");
+        cli_release(&run);
+
+        /* run r5: d1 running and d2 queued in default, g1 queued and g2
+         * held back in gpu; x1, of no run, queued in other-team */
+        add_job(store, "{\"job_id\":\"d1\",\"prompt\":\"p\",\"run_id\":"
+                       "\"r5\"}");
+        add_job(store, "{\"job_id\":\"d2\",\"prompt\":\"p\",\"run_id\":"
+                       "\"r5\"}");
+        add_job(store, "{\"job_id\":\"g1\",\"prompt\":\"p\",\"run_id\":"
+                       "\"r5\",\"queue\":\"gpu\"}");
+        add_job(store, "{\"job_id\":\"g2\",\"prompt\":\"p\",\"run_id\":"
+                       "\"r5\",\"queue\":\"gpu\"}");
+        add_job(store, "{\"job_id\":\"x1\",\"prompt\":\"p\",\"queue\":"
+                       "\"other-team\"}");
+        claim(store, "d1");
+        qexec("UPDATE jobs SET run_after = now() + interval '1 hour'"
+              " WHERE job_id = $1",
+              "g2");
+
+        cli(&run, NULL, status);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_str_eq(run.out, "QUEUE       QUEUED  WAITING  RUNNING\n"
+                                  "default          1        0        1\n"
+                                  "gpu              1        1        0\n"
+                                  "other-team       1        0        0\n");
+        cli_release(&run);
+        want = json_pack("[{s:s, s:i, s:i, s:i}, {s:s, s:i, s:i, s:i},"
+                         " {s:s, s:i, s:i, s:i}]",
+                         "queue", "default", "queued", 1, "waiting", 0,
+                         "running", 1, "queue", "gpu", "queued", 1, "waiting",
+                         1, "running", 0, "queue", "other-team", "queued", 1,
+                         "waiting", 0, "running", 0);
+        cli(&run, NULL, depth_json);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        got = json_loads(run.out, 0, NULL);
+        ck_assert_msg(json_equal(got, want), "%s", run.out);
+        /* the keys in the documented order */
+        ck_assert_ptr_nonnull(strstr(run.out, "\"queue\": \"gpu\",\n    "
+                                              "\"queued\": 1,\n    "
+                                              "\"waiting\": 1,\n    "
+                                              "\"running\": 0\n"));
+        json_decref(got);
+        cli_release(&run);
+        for (i = 0; i < CQ_ARRAY_SIZE(bad); i++) {
+                cli(&run, NULL, bad[i]);
+                ck_assert_int_eq(run.code, 2);
+                ck_assert_str_eq(run.out, "");
+                ck_assert_str_eq(run.err, "coderq: status takes one of a job "
+                                          "id, --outbox and --queue-depth\n");
+                cli_release(&run);
+        }
+
+        /* the summary: the run's queues only (other-team is not one),
+         * last */
+        cli(&run, NULL, table_args);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_msg(ends_with(run.out, "\n\nthe queues of the run's jobs, "
+                                         "with every job they hold:\n"
+                                         "QUEUE    QUEUED  WAITING  RUNNING\n"
+                                         "default       1        0        1\n"
+                                         "gpu           1        1        "
+                                         "0\n"),
+                      "%s", run.out);
+        cli_release(&run);
+        cli(&run, NULL, json_args);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        got = json_loads(run.out, 0, NULL);
+        ck_assert_int_eq(json_array_remove(want, 2), 0);
+        ck_assert_msg(json_equal(json_object_get(got, "queues"), want), "%s",
+                      run.out);
+        ck_assert_double_eq(json_number_value(json_object_get(
+                                json_object_get(got, "total"), "jobs")),
+                            4);
+        json_decref(got);
+        cli_release(&run);
+        cli(&run, NULL, csv_args);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_msg(strstr(run.out, ",hidden_total,queue_default_queued,"
+                                      "queue_default_waiting,"
+                                      "queue_default_running,"
+                                      "queue_gpu_queued,queue_gpu_waiting,"
+                                      "queue_gpu_running\r\nr5,latest,model,,"
+                                      "4,"),
+                      "%s", run.out);
+        ck_assert_msg(strstr(run.out, ",1,0,1,1,1,0\r\nr5,latest,total,,4,"),
+                      "%s", run.out);
+        ck_assert_msg(ends_with(run.out, ",1,0,1,1,1,0\r\n"), "%s", run.out);
+        cli_release(&run);
+        json_decref(want);
+        cq_store_destroy(&store);
+}
+END_TEST
+
 START_TEST(export_writes_notebook_images_answer)
 {
         cq_store_t *store = store_for("w1");
@@ -1239,6 +1366,7 @@ static Suite *it_cli_cmds_suite(void)
         tcase_add_test(tc, results_table_json_csv);
         tcase_add_test(tc, status_lines_and_json);
         tcase_add_test(tc, status_and_results_escape_what_jobs_say);
+        tcase_add_test(tc, queue_depth_in_status_and_summary);
         tcase_add_test(tc, export_writes_notebook_images_answer);
         tcase_add_test(tc, cancel_queued_running_finished);
         tcase_add_test(tc, submit_wait_follows_jobs_to_the_end);

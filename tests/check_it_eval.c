@@ -421,11 +421,16 @@ START_TEST(results_show_the_latest_attempt)
         ck_assert_msg(
             strncmp(proc.out, "run_id,attempts,group,model,jobs,", 33) == 0,
             "%s", proc.out);
-        ck_assert_msg(strstr(proc.out, ",reason_cancelled,reason_max_turns\r\n"
+        /* then the depth of its jobs' queue, the same on every line */
+        ck_assert_msg(strstr(proc.out, ",reason_cancelled,reason_max_turns,"
+                                       "queue_default_queued,"
+                                       "queue_default_waiting,"
+                                       "queue_default_running\r\n"
                                        "r1,latest,model,m1,3,2,1,0,0,0,0,"),
                       "%s", proc.out);
         ck_assert_msg(strstr(proc.out, "\r\nr1,latest,total,,7,3,1,1,2,0,2,"),
                       "%s", proc.out);
+        ck_assert_msg(strstr(proc.out, ",1,1,1,2,0,0\r\n"), "%s", proc.out);
         ck_assert_uint_eq(cq_check_count_lines(proc.out), 5);
         cq_check_proc_release(&proc);
         run_cli(table_args, &proc);

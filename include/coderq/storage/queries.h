@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* queries.h - what the command line reads and sets: a job's status,
- * a run's results, attempts, summary and figures, retries, run budgets
- * and exports.
+ * a run's results, attempts, summary and figures, the depth of the
+ * queues, retries, run budgets and exports.
  * Errors and threads as store.h says. */
 #ifndef CODERQ_STORAGE_QUERIES_H
 #define CODERQ_STORAGE_QUERIES_H
@@ -75,6 +75,21 @@ CQ_NODISCARD cq_err_t cq_store_run_figures(cq_store_t *store,
                                            const char *run_id,
                                            bool all_attempts,
                                            json_t **docp);
+
+/**
+ * @brief The depth of the named queues, from the view queue_depth:
+ *        *\p rowsp = [{"queue", "queued" (a worker could claim them now),
+ *        "waiting" (queued, held back: a parent not done, a retry's
+ *        delay), "running"}, ...] by queue name.
+ * @param run_id NULL: every queue with queued or running jobs; else the
+ *        queues the jobs of that run are in, each with every job it holds
+ *        (the run's or not; 0s when it holds none queued or running), and
+ *        none for a run without jobs.
+ * @returns Caller owns *\p rowsp (json_decref).
+ */
+CQ_NODISCARD cq_err_t cq_store_queue_depth(cq_store_t *store,
+                                           const char *run_id,
+                                           json_t **rowsp);
 
 /**
  * @brief The run of the most recently created job that has a run_id.
