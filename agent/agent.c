@@ -280,6 +280,12 @@ void agent_fail(run_t *run,
         run->result->reason = s;
         run->result->reason_code = code;
         run->result->status = status;
+        /* an interpreter, the judge or our own side lost: another try may
+         * not meet it (the LLM's outages say so where they happen) */
+        run->result->transient =
+            status == CQ_AGENT_FAILED &&
+            (strcmp(code, "interpreter") == 0 || strcmp(code, "judge") == 0 ||
+             strcmp(code, "internal") == 0 || strcmp(code, "storage") == 0);
 }
 
 /* Whether the run must stop now; sets the result when it must. */
@@ -641,10 +647,12 @@ static int call_llm(run_t *run, cq_llm_reply_t *reply)
                                    "cancelled");
                 else if (agent_remaining_ms(run) <= 0)
                         (void)agent_must_stop(run); /* the job's time is up */
-                else
+                else {
                         agent_fail(run, CQ_AGENT_FAILED, "llm",
                                    "the LLM stayed unavailable: %s",
                                    cq_llm_errmsg(run->llm));
+                        run->result->transient = true;
+                }
                 return -1;
         default:
                 agent_count_call(run, "error", cq_now_ms() - t0, NULL, -1);

@@ -805,23 +805,15 @@ static void cannot_run(slot_t *slot,
         cq_agent_result_release(&res);
 }
 
-/* Whether a run that failed did so by a fault another try can mend: the
- * LLM down past its retries, an interpreter or the judge lost, storage,
- * our own. (An invalid job or input is not: the same again fails the
- * same; it keeps its infra_error verdict and is not tried again.) */
+/* Whether a run that failed did so by a fault of ours another try may
+ * mend (the agent says which): the LLM down past its retries, an
+ * interpreter or the judge lost, storage, our own. A refused request or
+ * an invalid job or input fails the same way again: it keeps its
+ * infra_error verdict and is not tried again. */
 static bool retry_infra(const cq_agent_result_t *res)
 {
-        static const char *const codes[] = {"llm", "interpreter", "judge",
-                                            "internal", "storage"};
-        size_t i;
-
-        if (res->status != CQ_AGENT_FAILED || !res->verdict ||
-            strcmp(res->verdict, "infra_error") != 0 || !res->reason_code)
-                return false;
-        for (i = 0; i < CQ_ARRAY_SIZE(codes); i++)
-                if (strcmp(res->reason_code, codes[i]) == 0)
-                        return true;
-        return false;
+        return res->status == CQ_AGENT_FAILED && res->transient &&
+               res->verdict && strcmp(res->verdict, "infra_error") == 0;
 }
 
 static long count_role(const json_t *history, const char *role)

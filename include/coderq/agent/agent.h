@@ -266,6 +266,10 @@ typedef struct cq_agent_result {
         int hidden_passed; /* the hidden tests' counts; hidden_total 0 */
         int hidden_total;  /* when the job has none, or they did not run */
         json_t *hidden;    /* their report, or NULL; owned */
+        /* It failed by a fault another try may mend (the LLM unavailable,
+         * an interpreter or the judge lost, our own): the caller may run
+         * it again from its checkpoint. */
+        bool transient;
 } cq_agent_result_t;
 
 void cq_agent_result_init(cq_agent_result_t *result);
