@@ -16,7 +16,7 @@ FROM debian:12 AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config ca-certificates \
         librdkafka-dev libcurl4-openssl-dev libjansson-dev libpq-dev \
-        libzmq3-dev libssl-dev check libsubunit-dev \
+        libzmq3-dev libssl-dev check libsubunit-dev zlib1g-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -588,6 +588,7 @@ static int64_t limit_of(const cq_judge_limits_t *limits, size_t call)
 static int do_call(cq_judge_proc_t *proc,
                    const cq_judge_candidate_t *cand,
                    const cq_judge_limits_t *limits,
+                   bool mutates,
                    json_t *req,
                    cq_judge_result_t *jr,
                    const char **whyp)
@@ -602,6 +603,10 @@ static int do_call(cq_judge_proc_t *proc,
                 *whyp = "the judge made a call of no known form";
                 return 1;
         }
+        /* the arguments come back only when the test says they change */
+        if (json_object_set_new(req, "mutates", json_boolean(mutates)) ||
+            json_object_del(req, "op"))
+                return -1;
         if (limit > left)
                 limit = left > 0 ? left : 1;
         if (cand->call(cand->opaque, req, limit, &answer, &elapsed) != 0) {
@@ -722,7 +727,7 @@ int cq_judge_run(cq_judge_proc_t *proc,
                 }
                 op = json_string_value(json_object_get(msg, "op"));
                 if (op && strcmp(op, "call") == 0)
-                        r = do_call(proc, cand, limits, msg, jr, &why);
+                        r = do_call(proc, cand, limits, mutates, msg, jr, &why);
                 else if (op && strcmp(op, "lookup") == 0)
                         r = do_lookup(proc, cand, limits, msg, &why);
                 else if (op && strcmp(op, "done") == 0) {

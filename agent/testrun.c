@@ -966,3 +966,127 @@ cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out, size_t max)
         }
         return n;
 }
+
+/* --------------------------------------------------- the judge's calls */
+
+char *cq_testrun_judge_code(const char *kind,
+                            const json_t *request,
+                            char *marker,
+                            size_t marker_size,
+                            char *errstr,
+                            size_t errstr_size)
+{
+        const char *name = json_string_value(json_object_get(request, "name"));
+        char *json = NULL, *b64h = NULL, *b64a = NULL, *b64b = NULL;
+        char *code = NULL;
+        const char *args[4];
+        cq_buf_t buf;
+
+        cq_buf_init(&buf, TESTRUN_CODE_MAX);
+        if (make_marker(marker, marker_size) != 0) {
+                cq_errstr_set(errstr, errstr_size,
+                              "could not make a report marker");
+                return NULL;
+        }
+        if (!name || (strcmp(kind, "call") != 0 && strcmp(kind, "lookup"))) {
+                cq_errstr_set(errstr, errstr_size,
+                              "a judge request needs a kind and a name");
+                return NULL;
+        }
+        json = json_dumps(request, JSON_COMPACT);
+        b64h = cq_b64_encode(cq_testrun_harness_py,
+                             strlen(cq_testrun_harness_py), NULL);
+        b64a = json ? cq_b64_encode(json, strlen(json), NULL) : NULL;
+        b64b = cq_b64_encode(name, strlen(name), NULL);
+        if (!b64h || !b64a || !b64b) {
+                cq_errstr_set(errstr, errstr_size, "out of memory");
+                goto out;
+        }
+        args[0] = kind;
+        args[1] = b64a;
+        args[2] = b64b;
+        args[3] = marker;
+        if (put_cell(&buf, b64h, args) != CQ_OK) {
+                cq_errstr_set(errstr, errstr_size,
+                              "could not build the call: too large");
+                goto out;
+        }
+        code = cq_buf_take(&buf, NULL);
+        if (!code)
+                cq_errstr_set(errstr, errstr_size, "out of memory");
+out:
+        free(json);
+        free(b64h);
+        free(b64a);
+        free(b64b);
+        cq_buf_release(&buf);
+        return code;
+}
+
+static json_t *judge_fail(const char *kind, const char *why)
+{
+        return json_pack("{s:s, s:s, s:s}", "op", "fail", "kind", kind, "why",
+                         why);
+}
+
+int cq_testrun_judge_answer(const char *kind,
+                            const char *marker,
+                            const cq_cell_result_t *res,
+                            json_t **answerp)
+{
+        char why[512];
+        json_t *report = NULL, *entry, *x;
+        const json_t *cases;
+
+        *answerp = NULL;
+        switch (res->status) {
+        case CQ_CELL_TIMEOUT:
+                *answerp = judge_fail("timeout", "the call ran past its limit");
+                return *answerp ? 0 : -1;
+        case CQ_CELL_DIED:
+        case CQ_CELL_CANCELLED:
+                *answerp = judge_fail("died", "the interpreter of the code "
+                                              "under test was lost during "
+                                              "the call");
+                return *answerp ? 0 : -1;
+        default:
+                break;
+        }
+        report = find_report(res, marker, why, sizeof(why));
+        cases = json_object_get(report, "cases");
+        entry = json_array_size(cases) == 1 ? json_array_get(cases, 0) : NULL;
+        if (!report || !entry || !json_is_object(entry)) {
+                if (!why[0])
+                        snprintf(why, sizeof(why),
+                                 "the call left no report: the code under "
+                                 "test ended it");
+                *answerp = judge_fail("not_plain", why);
+        } else if ((x = json_object_get(entry, "value")) != NULL) {
+                *answerp =
+                    strcmp(kind, "lookup") == 0
+                        ? json_pack("{s:s, s:O}", "op", "value", "value", x)
+                        : json_pack("{s:s, s:O, s:O?}", "op", "return", "value",
+                                    x, "args", json_object_get(entry, "args"));
+        } else if ((x = json_object_get(entry, "raise")) != NULL &&
+                   json_is_string(json_object_get(x, "type")) &&
+                   json_is_string(json_object_get(x, "message"))) {
+                *answerp = json_pack("{s:s, s:O, s:O}", "op", "raise", "type",
+                                     json_object_get(x, "type"), "message",
+                                     json_object_get(x, "message"));
+        } else if (json_is_string(json_object_get(entry, "not_plain"))) {
+                snprintf(
+                    why, sizeof(why), "the result is not plain data: %.200s",
+                    json_string_value(json_object_get(entry, "not_plain")));
+                *answerp = judge_fail("not_plain", why);
+        } else if (json_is_true(json_object_get(entry, "function"))) {
+                *answerp = json_pack("{s:s}", "op", "function");
+        } else if (json_is_true(json_object_get(entry, "missing"))) {
+                *answerp = json_pack("{s:s}", "op", "missing");
+        } else {
+                *answerp = judge_fail("not_plain", "the call's report is "
+                                                   "not in the harness's "
+                                                   "form");
+        }
+        json_decref(report);
+        return *answerp ? 0 : -1;
+}

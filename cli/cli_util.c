@@ -1,19 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /* cli_util.c - what the user-facing commands share: option matching,
- * number parsing, reading input files, opening the store and writing
- * output files, each failure reported as one line on stderr with the exit
- * code it maps to. */
+ * number parsing, reading input files, opening the store, writing output
+ * files, run ids and the progress line of a wait, each failure reported
+ * as one line on stderr with the exit code it maps to. */
 #include "coderq/cli/cmd_cli.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "coderq/common/buf.h"
+#include "coderq/common/util.h"
 
 int cq_cli_opt(
     int argc, char **argv, int *ip, const char *name, const char **valuep)
@@ -54,6 +58,99 @@ int cq_cli_parse_long(
         }
         *valuep = v;
         return 0;
+}
+
+int cq_cli_parse_double(
+    const char *name, const char *text, double min, double max, double *valuep)
+{
+        char *end = NULL;
+        double v;
+
+        errno = 0;
+        v = strtod(text, &end);
+        if (errno != 0 || end == text || *end != '\0' || !isfinite(v) ||
+            v < min || v > max) {
+                cq_cli_error("invalid value \"%s\" for %s: expected a number "
+                             "from %g to %g",
+                             text, name, min, max);
+                return -1;
+        }
+        *valuep = v;
+        return 0;
+}
+
+int cq_cli_random(void *buf, size_t n)
+{
+        unsigned char *b = buf;
+        size_t got = 0;
+
+        while (got < n) {
+                ssize_t r = getrandom(b + got, n - got, 0);
+
+                if (r < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -1;
+                }
+                got += (size_t)r;
+        }
+        return 0;
+}
+
+int cq_cli_new_run_id(const char *prefix, char *out, size_t size)
+{
+        unsigned char b[3];
+        time_t now = time(NULL);
+        struct tm tm;
+        char stamp[32];
+
+        if (cq_cli_random(b, sizeof(b)) || !gmtime_r(&now, &tm) ||
+            strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm) == 0) {
+                cq_cli_error("could not make a run id: %s", strerror(errno));
+                return -1;
+        }
+        snprintf(out, size, "%s-%s-%02x%02x%02x", prefix, stamp, b[0], b[1],
+                 b[2]);
+        return 0;
+}
+
+void cq_cli_sleep_ms(long ms)
+{
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                ;
+}
+
+void cq_cli_progress_init(cq_cli_progress_t *out)
+{
+        memset(out, 0, sizeof(*out));
+        out->tty = isatty(STDERR_FILENO) == 1;
+}
+
+void cq_cli_progress_show(cq_cli_progress_t *out, const cq_progress_t *progress)
+{
+        char line[256];
+
+        cq_fmt_progress(line, sizeof(line), progress, 24);
+        if (out->tty) {
+                fprintf(stderr, "\r%s\033[K", line);
+                fflush(stderr);
+                out->shown = true;
+        } else if (strcmp(line, out->last) != 0 ||
+                   cq_now_ms() - out->last_print >= 30000) {
+                /* plain lines in a log: each change, and every 30 s */
+                fprintf(stderr, "%s\n", line);
+                out->last_print = cq_now_ms();
+                snprintf(out->last, sizeof(out->last), "%s", line);
+        }
+}
+
+void cq_cli_progress_end(cq_cli_progress_t *out)
+{
+        if (out->tty && out->shown)
+                fputc('\n', stderr);
+        out->shown = false;
 }
 
 int cq_cli_store_exit(cq_err_t err)

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_report.c - `coderq report --run R --out DIR`: a static site of one
  * run that opens from file:// and loads nothing: DIR/index.html (the
- * summary and a sortable, filterable table of the jobs) and one page per
- * job under DIR/jobs/. The pages are rendered by html.c; each job is read
- * from a snapshot of its own, and the index is written last, so it links
- * only to pages that exist. */
+ * run's figures, its models, a table of its jobs and a grid of its
+ * samples) and one page per attempt of each job under DIR/jobs/. The
+ * pages are rendered by html_index.c and html_job.c; the index's rows and
+ * figures are read from one snapshot, each job from a snapshot of its
+ * own, and the index is written last, so it links only to pages that
+ * exist. */
 #include "coderq/cli/cmd_cli.h"
 
 #include <limits.h>
@@ -46,14 +48,16 @@ static const char **row_ids(const json_t *rows)
         return ids;
 }
 
-/* Write each job's page; returns an exit code. */
+/* Write the page of each attempt of \p rows; returns an exit code. */
 static int write_jobs(cq_store_t *store,
                       const cq_html_meta_t *meta,
                       const char *dir,
+                      const json_t *rows,
                       const char *const *ids,
-                      size_t n,
                       const char (*names)[CQ_HTML_NAME_MAX])
 {
+        cq_html_attempts_t att;
+        size_t n = json_array_size(rows);
         cq_report_job_t rj;
         cq_buf_t page;
         size_t i;
@@ -76,8 +80,9 @@ static int write_jobs(cq_store_t *store,
                         rj.doc = json_pack("{s:{s:s, s:s}}", "status", "job_id",
                                            ids[i], "status", "deleted");
                 cq_buf_reset(&page);
-                if (!rj.doc ||
-                    cq_html_job(&page, meta, rj.doc, &rj.images) != CQ_OK) {
+                cq_html_attempts(rows, names, i, &att);
+                if (!rj.doc || cq_html_job(&page, meta, rj.doc, &rj.images,
+                                           &att) != CQ_OK) {
                         rc = CQ_EXIT_INTERNAL;
                         cq_cli_error("could not render the page of job "
                                      "\"%s\": out of memory",
@@ -99,7 +104,7 @@ int cq_cmd_report(const cq_config_t *cfg, int argc, char **argv)
 {
         const char *run = NULL, *dir = NULL;
         cq_store_t *store = NULL;
-        json_t *rows = NULL, *sum = NULL;
+        json_t *rows = NULL, *figures = NULL;
         const char **ids = NULL;
         char(*names)[CQ_HTML_NAME_MAX] = NULL;
         char now[64], path[PATH_MAX];
@@ -129,9 +134,7 @@ int cq_cmd_report(const cq_config_t *cfg, int argc, char **argv)
         rc = cq_cli_store_open(cfg, &store);
         if (rc != CQ_EXIT_OK)
                 goto out;
-        err = cq_store_run_results(store, run, &rows);
-        if (err == CQ_OK)
-                err = cq_store_run_summary(store, run, &sum);
+        err = cq_store_report_run(store, run, &rows, &figures);
         if (err != CQ_OK) {
                 cq_cli_error("%s", cq_store_errmsg(store));
                 rc = cq_cli_store_exit(err);
@@ -162,11 +165,11 @@ int cq_cmd_report(const cq_config_t *cfg, int argc, char **argv)
         meta.run_id = run;
         meta.generated_at = now;
         meta.version = CQ_VERSION;
-        rc = write_jobs(store, &meta, dir, ids, n,
+        rc = write_jobs(store, &meta, dir, rows, ids,
                         (const char(*)[CQ_HTML_NAME_MAX])names);
         if (rc != CQ_EXIT_OK)
                 goto out;
-        if (cq_html_index(&page, &meta, sum, rows,
+        if (cq_html_index(&page, &meta, figures, rows,
                           (const char(*)[CQ_HTML_NAME_MAX])names) != CQ_OK) {
                 rc = CQ_EXIT_INTERNAL;
                 cq_cli_error("could not render the index: out of memory");
@@ -183,7 +186,7 @@ out:
         free(ids);
         cq_buf_release(&page);
         json_decref(rows);
-        json_decref(sum);
+        json_decref(figures);
         cq_store_destroy(&store);
         return rc;
 }

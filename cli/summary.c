@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* summary.c - the figures of an evaluation run as a table, JSON or CSV,
- * and the one-line summary of `coderq results`. The figures come from
- * PostgreSQL (coderq_run_summary()); numbers arrive as JSON integers or
- * reals depending on their SQL type, so every figure is read with
+ * the one-line summary of `coderq results`, and the depth of the queues
+ * as a table. The figures come from
+ * PostgreSQL (coderq_run_summary()), pass@k and pass^k included: nothing
+ * is computed here but their formatting. Numbers arrive as JSON integers
+ * or reals depending on their SQL type, so every figure is read with
  * json_number_value() and a missing or null one prints as "-". */
 #include "coderq/cli/summary.h"
 
@@ -39,7 +41,34 @@ static const char *const figure_keys[] = {"jobs",
                                           "cost_unknown",
                                           "p50_duration_ms",
                                           "p95_duration_ms",
-                                          "max_duration_ms"};
+                                          "max_duration_ms",
+                                          "problems",
+                                          "samples",
+                                          "min_samples",
+                                          "pass_at_1",
+                                          "pass_at_10",
+                                          "pass_at_100",
+                                          "pass_hat_1",
+                                          "pass_hat_10",
+                                          "pass_hat_100",
+                                          "infra_errors",
+                                          "bendable",
+                                          "hidden_passed",
+                                          "hidden_total"};
+
+/* The verdicts of migrations/0007_evaluation.sql, in the order they are
+ * shown: passed first, ours (infra_error) last. */
+static const char *const verdict_order[] = {
+    "passed",       "wrong_answer", "runtime_error", "timeout",
+    "syntax_error", "no_answer",    "stuck",         "infra_error"};
+
+/* pass@k and pass^k columns of the table: key and header */
+static const char *const passk_keys[] = {"pass_at_1",   "pass_at_10",
+                                         "pass_at_100", "pass_hat_1",
+                                         "pass_hat_10", "pass_hat_100"};
+
+/* What the depth of a queue counts, in table and CSV order. */
+static const char *const queue_keys[] = {"queued", "waiting", "running"};
 
 int cq_summary_format_parse(const char *name, cq_summary_format_t *formatp)
 {
@@ -100,12 +129,18 @@ static void cost_text(const json_t *g, char *out, size_t n)
         }
 }
 
-static void rate_text(const json_t *g, char *out, size_t n)
+/* A share as a percentage, "-" when absent. */
+static void percent_text(const json_t *g, const char *key, char *out, size_t n)
 {
-        if (has_num(g, "pass_rate"))
-                snprintf(out, n, "%.1f%%", num(g, "pass_rate") * 100.0);
+        if (has_num(g, key))
+                snprintf(out, n, "%.1f%%", num(g, key) * 100.0);
         else
                 snprintf(out, n, "-");
+}
+
+static void rate_text(const json_t *g, char *out, size_t n)
+{
+        percent_text(g, "pass_rate", out, n);
 }
 
 static void dur_text(const json_t *g, const char *key, char *out, size_t n)
@@ -129,24 +164,57 @@ static int cmp_str(const void *a, const void *b)
         return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static const char **sorted_codes(const json_t *reasons, size_t *np)
+/* Verdicts in verdict_order, any other after them by name. */
+static size_t verdict_rank(const char *v)
+{
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(verdict_order); i++)
+                if (strcmp(v, verdict_order[i]) == 0)
+                        return i;
+        return CQ_ARRAY_SIZE(verdict_order);
+}
+
+static int cmp_verdict(const void *a, const void *b)
+{
+        const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+        size_t rx = verdict_rank(x), ry = verdict_rank(y);
+
+        if (rx != ry)
+                return rx < ry ? -1 : 1;
+        return strcmp(x, y);
+}
+
+static const char **ordered_keys(const json_t *obj,
+                                 int (*cmp)(const void *, const void *),
+                                 size_t *np)
 {
         const char **v;
         const char *key;
         json_t *value;
         size_t n = 0;
 
-        v = calloc(json_object_size(reasons) + 1, sizeof(*v));
+        v = calloc(json_object_size(obj) + 1, sizeof(*v));
         if (!v)
                 return NULL;
-        json_object_foreach((json_t *)(uintptr_t)reasons, key, value)
+        json_object_foreach((json_t *)(uintptr_t)obj, key, value)
         {
                 (void)value;
                 v[n++] = key;
         }
-        qsort(v, n, sizeof(*v), cmp_str);
+        qsort(v, n, sizeof(*v), cmp);
         *np = n;
         return v;
+}
+
+static const char **sorted_codes(const json_t *reasons, size_t *np)
+{
+        return ordered_keys(reasons, cmp_str, np);
+}
+
+static const char **sorted_verdicts(const json_t *verdicts, size_t *np)
+{
+        return ordered_keys(verdicts, cmp_verdict, np);
 }
 
 static cq_err_t
@@ -192,12 +260,18 @@ add_group_row(cq_table_t *table, const json_t *g, const char *label)
         return cq_table_add(table, cells) ? CQ_ERR_TOO_LARGE : CQ_OK;
 }
 
-/* Failed and cancelled jobs by reason code: one row per code, one column
- * per model and the total. */
-static cq_err_t
-render_reasons(const json_t *models, const json_t *total, cq_buf_t *buf)
+/* Counts by code (the object \p key of each group: reasons, verdicts)
+ * under \p title: one row per code (\p order's), one column per model and
+ * the total, headed \p first. Nothing when the total has none. */
+static cq_err_t render_counts(const json_t *models,
+                              const json_t *total,
+                              const char *key,
+                              const char *title,
+                              const char *first,
+                              const char **(*order)(const json_t *, size_t *),
+                              cq_buf_t *buf)
 {
-        const json_t *reasons = json_object_get(total, "reasons");
+        const json_t *reasons = json_object_get(total, key);
         size_t ncodes = 0, nmodels = json_array_size(models), ncols, i, k;
         const char **codes = NULL, **headers = NULL, **cells = NULL;
         char(*texts)[32] = NULL;
@@ -207,7 +281,7 @@ render_reasons(const json_t *models, const json_t *total, cq_buf_t *buf)
 
         if (json_object_size(reasons) == 0)
                 return CQ_OK;
-        codes = sorted_codes(reasons, &ncodes);
+        codes = order(reasons, &ncodes);
         ncols = nmodels + 2;
         headers = calloc(ncols, sizeof(*headers));
         cells = calloc(ncols, sizeof(*cells));
@@ -215,7 +289,7 @@ render_reasons(const json_t *models, const json_t *total, cq_buf_t *buf)
         texts = calloc(ncols, sizeof(*texts));
         if (!codes || !headers || !cells || !align || !texts)
                 goto out;
-        headers[0] = "REASON";
+        headers[0] = first;
         align[0] = CQ_TABLE_LEFT;
         for (k = 0; k < nmodels; k++) {
                 headers[k + 1] = model_label(json_array_get(models, k));
@@ -229,8 +303,8 @@ render_reasons(const json_t *models, const json_t *total, cq_buf_t *buf)
         for (i = 0; i < ncodes; i++) {
                 cells[0] = codes[i];
                 for (k = 0; k < nmodels; k++) {
-                        const json_t *r = json_object_get(
-                            json_array_get(models, k), "reasons");
+                        const json_t *r =
+                            json_object_get(json_array_get(models, k), key);
 
                         snprintf(texts[k + 1], sizeof(texts[k + 1]), "%.0f",
                                  num(r, codes[i]));
@@ -242,8 +316,7 @@ render_reasons(const json_t *models, const json_t *total, cq_buf_t *buf)
                 if (cq_table_add(table, cells))
                         goto out;
         }
-        if (cq_buf_append_str(
-                buf, "\nfailed and cancelled jobs by reason:\n") != CQ_OK)
+        if (cq_buf_printf(buf, "\n%s:\n", title) != CQ_OK)
                 goto out;
         err = cq_table_render(table, buf);
 out:
@@ -254,6 +327,99 @@ out:
         free(align);
         free(texts);
         return err;
+}
+
+static cq_err_t
+add_passk_row(cq_table_t *table, const json_t *g, const char *label)
+{
+        char texts[11][32];
+        const char *cells[12];
+        size_t i;
+
+        cells[0] = label;
+        count_text(g, "problems", texts[0], sizeof(texts[0]));
+        count_text(g, "samples", texts[1], sizeof(texts[1]));
+        count_text(g, "min_samples", texts[2], sizeof(texts[2]));
+        for (i = 0; i < CQ_ARRAY_SIZE(passk_keys); i++)
+                percent_text(g, passk_keys[i], texts[3 + i], sizeof(texts[0]));
+        count_text(g, "infra_errors", texts[9], sizeof(texts[9]));
+        count_text(g, "bendable", texts[10], sizeof(texts[10]));
+        for (i = 0; i < 11; i++)
+                cells[i + 1] = texts[i];
+        return cq_table_add(table, cells) ? CQ_ERR_TOO_LARGE : CQ_OK;
+}
+
+/* One footnote of the pass@k table, when \p key of the total is not 0. */
+static cq_err_t passk_note(cq_buf_t *buf,
+                           const json_t *total,
+                           const char *key,
+                           const char *label,
+                           const char *rest)
+{
+        if (num(total, key) <= 0)
+                return CQ_OK;
+        return cq_buf_printf(buf, "%s%.0f %s\n", label, num(total, key), rest);
+}
+
+/* pass@k and pass^k of the scored samples by model, when the run has
+ * any, with what they leave out and what could have bent them. */
+static cq_err_t
+render_passk(const json_t *models, const json_t *total, cq_buf_t *buf)
+{
+        static const char *const headers[] = {
+            "MODEL",   "PROBLEMS", "SAMPLES",  "MIN",
+            "PASS@1",  "PASS@10",  "PASS@100", "PASS^1",
+            "PASS^10", "PASS^100", "INFRA",    "BENDABLE"};
+        int align[CQ_ARRAY_SIZE(headers)];
+        cq_table_t *table;
+        const json_t *g;
+        size_t i;
+        cq_err_t err = CQ_ERR_TOO_LARGE;
+
+        if (num(total, "problems") <= 0)
+                return CQ_OK;
+        for (i = 0; i < CQ_ARRAY_SIZE(headers); i++)
+                align[i] = i ? CQ_TABLE_RIGHT : CQ_TABLE_LEFT;
+        table = cq_table_new(CQ_ARRAY_SIZE(headers), headers, align, 48);
+        if (!table)
+                return CQ_ERR_TOO_LARGE;
+        json_array_foreach(models, i, g)
+        {
+                if (add_passk_row(table, g, model_label(g)) != CQ_OK)
+                        goto out;
+        }
+        if (add_passk_row(table, total, "TOTAL") != CQ_OK ||
+            cq_buf_append_str(buf, "\npass@k and pass^k over the scored "
+                                   "samples (MIN: the fewest of one "
+                                   "problem; a k shows where MIN >= k):\n") !=
+                CQ_OK ||
+            cq_table_render(table, buf) != CQ_OK ||
+            passk_note(buf, total, "infra_errors", "INFRA: ",
+                       "infra errors (ours, not the model's), left out of "
+                       "every score") != CQ_OK ||
+            passk_note(buf, total, "bendable", "BENDABLE: ",
+                       "scored verdicts came from test code run in the "
+                       "model's own interpreter (judge \"model\"), which its "
+                       "code could bend") != CQ_OK ||
+            passk_note(buf, total, "from_memory", "MEMORY: ",
+                       "jobs finished from memory, with a remembered "
+                       "solution and no LLM call") != CQ_OK)
+                goto out;
+        err = CQ_OK;
+out:
+        cq_table_destroy(&table);
+        return err;
+}
+
+/* The queues of the run's jobs, when the figures name them. */
+static cq_err_t render_queues(const json_t *queues, cq_buf_t *buf)
+{
+        if (json_array_size(queues) == 0)
+                return CQ_OK;
+        if (cq_buf_append_str(buf, "\nthe queues of the run's jobs, with "
+                                   "every job they hold:\n") != CQ_OK)
+                return CQ_ERR_TOO_LARGE;
+        return cq_summary_queues(queues, buf);
 }
 
 static cq_err_t render_table(const json_t *figures, cq_buf_t *buf)
@@ -304,7 +470,12 @@ static cq_err_t render_table(const json_t *figures, cq_buf_t *buf)
                           num(total, "cost_unknown"),
                           num(total, "cost_unknown") == 1 ? "" : "s") != CQ_OK)
                 goto out;
-        if (render_reasons(models, total, buf) != CQ_OK)
+        if (render_passk(models, total, buf) != CQ_OK ||
+            render_counts(models, total, "verdicts", "finished jobs by verdict",
+                          "VERDICT", sorted_verdicts, buf) != CQ_OK ||
+            render_counts(models, total, "reasons",
+                          "failed and cancelled jobs by reason", "REASON",
+                          sorted_codes, buf) != CQ_OK)
                 goto out;
         if (has_num(figures, "budget_usd")) {
                 double b = num(figures, "budget_usd");
@@ -320,6 +491,8 @@ static cq_err_t render_table(const json_t *figures, cq_buf_t *buf)
                     CQ_OK)
                         goto out;
         }
+        if (render_queues(json_object_get(figures, "queues"), buf) != CQ_OK)
+                goto out;
         err = CQ_OK;
 out:
         cq_table_destroy(&table);
@@ -339,14 +512,52 @@ static cq_err_t csv_value(cq_buf_t *buf, const json_t *value)
         return err;
 }
 
+/* ",N" for each code of \p codes in the object \p key of \p g (0 when
+ * absent). */
+static cq_err_t csv_counts(cq_buf_t *buf,
+                           const json_t *g,
+                           const char *key,
+                           const char *const *codes,
+                           size_t ncodes)
+{
+        const json_t *counts = json_object_get(g, key);
+        size_t i;
+
+        for (i = 0; i < ncodes; i++)
+                if (cq_buf_printf(buf, ",%.0f", num(counts, codes[i])) != CQ_OK)
+                        return CQ_ERR_TOO_LARGE;
+        return CQ_OK;
+}
+
+/* ",N" for each figure of each queue: the same on every line, as the
+ * queues are not the model's. */
+static cq_err_t csv_queues(cq_buf_t *buf, const json_t *queues)
+{
+        const json_t *q;
+        size_t i, k;
+
+        json_array_foreach(queues, i, q)
+        {
+                for (k = 0; k < CQ_ARRAY_SIZE(queue_keys); k++)
+                        if (cq_buf_printf(buf, ",%.0f",
+                                          num(q, queue_keys[k])) != CQ_OK)
+                                return CQ_ERR_TOO_LARGE;
+        }
+        return CQ_OK;
+}
+
+/* Columns are the same for every line: the codes of the total. */
+typedef struct csv_codes {
+        const char **verdicts, **reasons;
+        size_t nverdicts, nreasons;
+} csv_codes_t;
+
 static cq_err_t csv_row(cq_buf_t *buf,
                         const json_t *figures,
                         const char *group,
                         const json_t *g,
-                        const char *const *codes,
-                        size_t ncodes)
+                        const csv_codes_t *codes)
 {
-        const json_t *reasons = json_object_get(g, "reasons");
         size_t i;
 
         if (cq_fmt_csv_field(buf, json_string_value(json_object_get(
@@ -361,45 +572,92 @@ static cq_err_t csv_row(cq_buf_t *buf,
                 if (cq_buf_append(buf, ",", 1) != CQ_OK ||
                     csv_value(buf, json_object_get(g, figure_keys[i])) != CQ_OK)
                         return CQ_ERR_TOO_LARGE;
-        for (i = 0; i < ncodes; i++)
-                if (cq_buf_printf(buf, ",%.0f", num(reasons, codes[i])) !=
-                    CQ_OK)
-                        return CQ_ERR_TOO_LARGE;
+        if (csv_counts(buf, g, "verdicts", codes->verdicts, codes->nverdicts) !=
+                CQ_OK ||
+            csv_counts(buf, g, "reasons", codes->reasons, codes->nreasons) !=
+                CQ_OK ||
+            csv_queues(buf, json_object_get(figures, "queues")) != CQ_OK)
+                return CQ_ERR_TOO_LARGE;
         return cq_buf_append(buf, "\r\n", 2) == CQ_OK ? CQ_OK
                                                       : CQ_ERR_TOO_LARGE;
+}
+
+/* ",PREFIXcode" for each code */
+static cq_err_t csv_code_headers(cq_buf_t *buf,
+                                 const char *prefix,
+                                 const char *const *codes,
+                                 size_t ncodes)
+{
+        size_t i;
+
+        for (i = 0; i < ncodes; i++)
+                if (cq_buf_printf(buf, ",%s", prefix) != CQ_OK ||
+                    cq_fmt_csv_field(buf, codes[i]) != CQ_OK)
+                        return CQ_ERR_TOO_LARGE;
+        return CQ_OK;
+}
+
+/* ",queue_Q_queued,queue_Q_waiting,queue_Q_running" for each queue Q */
+static cq_err_t csv_queue_headers(cq_buf_t *buf, const json_t *queues)
+{
+        const json_t *q;
+        size_t i, k;
+
+        json_array_foreach(queues, i, q)
+        {
+                const char *name =
+                    json_string_value(json_object_get(q, "queue"));
+                char header[128];
+
+                for (k = 0; k < CQ_ARRAY_SIZE(queue_keys); k++) {
+                        snprintf(header, sizeof(header), "queue_%s_%s",
+                                 name ? name : "", queue_keys[k]);
+                        if (cq_buf_append(buf, ",", 1) != CQ_OK ||
+                            cq_fmt_csv_field(buf, header) != CQ_OK)
+                                return CQ_ERR_TOO_LARGE;
+                }
+        }
+        return CQ_OK;
 }
 
 static cq_err_t render_csv(const json_t *figures, cq_buf_t *buf)
 {
         const json_t *models = json_object_get(figures, "models");
         const json_t *total = json_object_get(figures, "total");
-        const char **codes;
+        csv_codes_t codes;
         const json_t *g;
-        size_t ncodes = 0, i;
+        size_t i;
         cq_err_t err = CQ_ERR_TOO_LARGE;
 
-        codes = sorted_codes(json_object_get(total, "reasons"), &ncodes);
-        if (!codes)
-                return CQ_ERR_TOO_LARGE;
+        memset(&codes, 0, sizeof(codes));
+        codes.verdicts = sorted_verdicts(json_object_get(total, "verdicts"),
+                                         &codes.nverdicts);
+        codes.reasons =
+            sorted_codes(json_object_get(total, "reasons"), &codes.nreasons);
+        if (!codes.verdicts || !codes.reasons)
+                goto out;
         if (cq_buf_append_str(buf, "run_id,attempts,group,model") != CQ_OK)
                 goto out;
         for (i = 0; i < CQ_ARRAY_SIZE(figure_keys); i++)
                 if (cq_buf_printf(buf, ",%s", figure_keys[i]) != CQ_OK)
                         goto out;
-        for (i = 0; i < ncodes; i++)
-                if (cq_buf_append(buf, ",reason_", 8) != CQ_OK ||
-                    cq_fmt_csv_field(buf, codes[i]) != CQ_OK)
-                        goto out;
-        if (cq_buf_append(buf, "\r\n", 2) != CQ_OK)
+        if (csv_code_headers(buf, "verdict_", codes.verdicts,
+                             codes.nverdicts) != CQ_OK ||
+            csv_code_headers(buf, "reason_", codes.reasons, codes.nreasons) !=
+                CQ_OK ||
+            csv_queue_headers(buf, json_object_get(figures, "queues")) !=
+                CQ_OK ||
+            cq_buf_append(buf, "\r\n", 2) != CQ_OK)
                 goto out;
         json_array_foreach(models, i, g)
         {
-                if (csv_row(buf, figures, "model", g, codes, ncodes) != CQ_OK)
+                if (csv_row(buf, figures, "model", g, &codes) != CQ_OK)
                         goto out;
         }
-        err = csv_row(buf, figures, "total", total, codes, ncodes);
+        err = csv_row(buf, figures, "total", total, &codes);
 out:
-        free(codes);
+        free(codes.verdicts);
+        free(codes.reasons);
         return err;
 }
 
@@ -430,6 +688,45 @@ cq_err_t cq_summary_render(const json_t *figures,
         default:
                 return render_table(figures, buf);
         }
+}
+
+cq_err_t cq_summary_queues(const json_t *queues, cq_buf_t *buf)
+{
+        static const char *const headers[] = {"QUEUE", "QUEUED", "WAITING",
+                                              "RUNNING"};
+        static const int align[] = {CQ_TABLE_LEFT, CQ_TABLE_RIGHT,
+                                    CQ_TABLE_RIGHT, CQ_TABLE_RIGHT};
+        cq_table_t *table;
+        const json_t *q;
+        size_t i, k;
+        cq_err_t err = CQ_ERR_TOO_LARGE;
+
+        if (json_array_size(queues) == 0)
+                return cq_buf_append_str(buf, "no queue holds a queued or "
+                                              "running job\n") == CQ_OK
+                           ? CQ_OK
+                           : CQ_ERR_TOO_LARGE;
+        table = cq_table_new(CQ_ARRAY_SIZE(headers), headers, align, 0);
+        if (!table)
+                return CQ_ERR_TOO_LARGE;
+        json_array_foreach(queues, i, q)
+        {
+                char texts[CQ_ARRAY_SIZE(queue_keys)][32];
+                const char *cells[CQ_ARRAY_SIZE(headers)];
+
+                cells[0] = json_string_value(json_object_get(q, "queue"));
+                for (k = 0; k < CQ_ARRAY_SIZE(queue_keys); k++) {
+                        count_text(q, queue_keys[k], texts[k],
+                                   sizeof(texts[k]));
+                        cells[k + 1] = texts[k];
+                }
+                if (cq_table_add(table, cells))
+                        goto out;
+        }
+        err = cq_table_render(table, buf);
+out:
+        cq_table_destroy(&table);
+        return err;
 }
 
 cq_err_t cq_summary_line(const json_t *total, cq_buf_t *buf)

@@ -237,6 +237,12 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_JOB_TIMEOUT_S", NULL, "job-timeout-s", CQ_CFG_INT,
      F(job_timeout_s), "1800", 1, 604800, NULL,
      "seconds a job may run in all (limits.job_timeout_s wins)"},
+    {"CODERQ_CASE_TIME_FACTOR", NULL, "case-time-factor", CQ_CFG_INT,
+     F(case_time_factor), "4", 1, 1000, NULL,
+     "with a reference solution (tests.reference), each test case may take "
+     "this many times what the reference took in the same kind of "
+     "interpreter, and at least tests.case_timeout_s (1 s when not given), "
+     "as EvalPlus calibrates its limits"},
     {"CODERQ_SYSTEM_PROMPT", NULL, "system-prompt", CQ_CFG_STRING,
      F(system_prompt), NULL, 0, 0, NULL,
      "system prompt of the agent (a job's system_prompt wins; default: the "

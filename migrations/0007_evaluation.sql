@@ -173,14 +173,24 @@ CREATE FUNCTION coderq_finish(p_job_id text, p_owner text, p_status text,
                               p_hidden_passed integer,
                               p_hidden_total integer)
 RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    -- the caller's verdict, else what the status and the reason code say
+    -- (as the back-fill above); none for a cancelled job
+    v_verdict text := CASE
+        WHEN p_status = 'cancelled' THEN NULL
+        WHEN p_verdict IS NOT NULL THEN p_verdict
+        WHEN p_status = 'succeeded' THEN 'passed'
+        WHEN p_reason_code = 'tests' THEN 'wrong_answer'
+        WHEN p_reason_code IN ('llm', 'attempts', 'input', 'internal')
+            THEN 'infra_error'
+        ELSE 'no_answer' END;
 BEGIN
     UPDATE jobs SET status = p_status, lease_owner = NULL,
            lease_until = NULL, finished_at = now(), finished_by = p_owner,
            updated_at = now(), reason = p_reason,
            reason_code = CASE WHEN p_status = 'succeeded' THEN NULL
                               ELSE COALESCE(p_reason_code, 'other') END,
-           verdict = CASE WHEN p_status = 'cancelled' THEN NULL
-                          ELSE p_verdict END,
+           verdict = v_verdict,
            turns = p_turns, retries = p_retries,
            prompt_tokens = p_prompt_tokens,
            completion_tokens = p_completion_tokens,
@@ -199,9 +209,7 @@ BEGIN
     INSERT INTO results (job_id, status, answer, tests_passed, tests_total,
                          report, verdict, judge, hidden_passed, hidden_total)
     VALUES (p_job_id, p_status, p_answer, p_tests_passed, p_tests_total,
-            p_report,
-            CASE WHEN p_status = 'cancelled' THEN NULL ELSE p_verdict END,
-            p_judge, p_hidden_passed, p_hidden_total);
+            p_report, v_verdict, p_judge, p_hidden_passed, p_hidden_total);
     IF p_notebook IS NOT NULL THEN
         INSERT INTO notebooks (job_id, doc, bytes, ncells)
         VALUES (p_job_id, p_notebook, p_notebook_bytes,
@@ -219,7 +227,7 @@ END
 $$;
 
 -- The signature of 0006, for workers not yet upgraded: the verdict from
--- the status and the reason code, as the back-fill above derives it.
+-- the status and the reason code (a NULL verdict).
 CREATE OR REPLACE FUNCTION coderq_finish(p_job_id text, p_owner text,
                                          p_status text, p_reason text,
                                          p_reason_code text,
@@ -240,15 +248,7 @@ RETURNS text LANGUAGE sql AS $$
                          p_completion_tokens, p_cache_read_tokens,
                          p_cache_creation_tokens, p_cost_usd, p_answer,
                          p_tests_passed, p_tests_total, p_report, p_notebook,
-                         p_notebook_bytes, p_topic,
-                         CASE WHEN p_status = 'succeeded' THEN 'passed'
-                              WHEN p_reason_code = 'tests'
-                                  THEN 'wrong_answer'
-                              WHEN p_reason_code IN ('llm', 'attempts',
-                                                     'input', 'internal')
-                                  THEN 'infra_error'
-                              ELSE 'no_answer' END,
-                         NULL, NULL, NULL)
+                         p_notebook_bytes, p_topic, NULL, NULL, NULL, NULL)
 $$;
 
 CREATE OR REPLACE VIEW job_overview AS

@@ -20,7 +20,7 @@ PACKAGES=(
         build-essential cmake pkg-config clang-format valgrind
         clang libclang-rt-14-dev
         librdkafka-dev libcurl4-openssl-dev libjansson-dev libpq-dev
-        check libsubunit-dev libssl-dev
+        check libsubunit-dev libssl-dev zlib1g-dev
         postgresql postgresql-contrib
         openjdk-17-jre-headless maven
         python3-ipykernel python3-jupyter-client python3-zmq python3-numpy

@@ -12,8 +12,9 @@
 # are no-ops and the builds only recompile what changed.
 #
 # Skips: a suite that cannot run a test here (node and npm absent,
-# bubblewrap not working, no chromium, no prometheus, no oracles venv, no helm, not root) exits 77 and CTest
-# shows it as skipped. This script first finds out what the machine has
+# bubblewrap not working, no chromium, no prometheus, no oracles venv or
+# no E2B SDK in it, no helm, not root) exits 77 and CTest shows it as
+# skipped. This script first finds out what the machine has
 # and exports it as CQ_REQUIRE (e.g. "node,bwrap,chromium,prometheus,root"; a
 # CQ_REQUIRE already set is kept, "all" forbids every skip): a suite that
 # would skip for a prerequisite named there fails instead, so a skip is
@@ -107,6 +108,9 @@ if [ -z "${CQ_REQUIRE+set}" ]; then
                 have+=(prometheus)
         # the tests' oracles from PyPI (setup.sh's venv)
         [ -x "$CQ_CACHE_DIR/venv/bin/python" ] && have+=(oracles)
+        # the official E2B Python SDK in that venv (check_e2b_sdk)
+        "$CQ_CACHE_DIR/venv/bin/python" -c 'import e2b_code_interpreter' \
+                >/dev/null 2>&1 && have+=(e2b-sdk)
         # helm, built by setup.sh: check_deploy's chart checks
         [ -x "$CQ_CACHE_DIR/go/bin/helm" ] && have+=(helm)
         # root: tests that switch kernel uids (a uid per kernel)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* queries.c - the read side for people and the CLI: one job's status,
- * the results, attempts and summary of a run, the latest run, what a
- * retry picks, run budgets, and everything to export a job. */
+ * the results, attempts and summary of a run, the latest run, the depth
+ * of the queues, what a retry picks, run budgets, and everything to
+ * export a job. */
 #include "coderq/storage/queries.h"
 #include "coderq/storage/artifacts.h"
 
@@ -130,6 +131,71 @@ static const char SQL_RUN_BUDGET[] =
     " 'cost_unknown', count(*) FILTER (WHERE j.cost_usd IS NULL),"
     " 'jobs', count(*))::text FROM jobs j WHERE j.run_id = $1";
 
+/* What an evaluation reads of each sample (docs/EVALUATION.md): its
+ * verdict, its test report and the code judged, its message's solution or
+ * else the code of its cells that succeeded, in the order they ran. */
+#define SQL_SAMPLE_ROW(j, r)                                                   \
+        "json_build_object('job_id', " j ".job_id, 'status', " j ".status,"    \
+        " 'verdict', " j ".verdict, 'reason', COALESCE(" j ".reason, " j       \
+        ".error), 'problem_id', " j ".problem_id, 'sample_index', " j          \
+        ".sample_index, 'task_id', " j ".spec->'metadata'->'task_id',"         \
+        " 'prompt', " j ".spec->>'prompt', 'code', COALESCE(" j                \
+        ".spec->>'solution', (SELECT string_agg(c.code, E'\\n\\n'"             \
+        " ORDER BY c.seq) FROM cells c WHERE c.job_id = " j ".job_id"          \
+        " AND c.status = 'ok')), 'tests', " r ".report->'tests')"
+
+static const char SQL_SAMPLES[] = "SELECT COALESCE(json_agg(" SQL_SAMPLE_ROW(
+    "j", "r") "), '[]')::text"
+              " FROM jobs j LEFT JOIN results r ON r.job_id = j.job_id"
+              " WHERE j.job_id = ANY ($1::text[])";
+
+/* The latest attempt of each original job of run $1, by problem (in the
+ * order the problems first appear), sample index and original. */
+static const char SQL_RUN_SAMPLES[] =
+    "WITH a AS (SELECT j.job_id, COALESCE(j.retry_of, j.job_id) AS root,"
+    "  j.run_attempt = max(j.run_attempt) OVER w AS latest,"
+    "  min(j.created_at) OVER w AS root_created"
+    " FROM jobs j WHERE j.run_id = $1"
+    " WINDOW w AS (PARTITION BY COALESCE(j.retry_of, j.job_id))),"
+    " b AS (SELECT j.*, a.root,"
+    "  min(a.root_created) OVER (PARTITION BY COALESCE(j.problem_id,"
+    "   a.root)) AS problem_created"
+    " FROM a JOIN jobs j ON j.job_id = a.job_id WHERE a.latest)"
+    " SELECT COALESCE(json_agg(" SQL_SAMPLE_ROW(
+        "b", "r") " ORDER BY"
+                  "  b.problem_created, COALESCE(b.problem_id, b.root), "
+                  "b.sample_index,"
+                  "  b.root), '[]')::text"
+                  " FROM b LEFT JOIN results r ON r.job_id = b.job_id";
+
+/* Jobs of $1 by status; ids not stored yet are not counted. */
+static const char SQL_JOBS_PROGRESS[] =
+    "SELECT json_build_object("
+    " 'running', count(*) FILTER (WHERE status = 'running'),"
+    " 'succeeded', count(*) FILTER (WHERE status = 'succeeded'),"
+    " 'failed', count(*) FILTER (WHERE status = 'failed'),"
+    " 'cancelled', count(*) FILTER (WHERE status = 'cancelled'))::text"
+    " FROM jobs WHERE job_id = ANY ($1::text[])";
+
+/* Queue depth rows of the view queue_depth \p d for the queues \p q, by
+ * name; a queue without queued or running jobs reads 0. */
+#define SQL_DEPTH_ROWS(q, d)                                                   \
+        "COALESCE(json_agg(json_build_object('queue', " q ".queue,"            \
+        " 'queued', COALESCE(" d ".queued, 0),"                                \
+        " 'waiting', COALESCE(" d ".waiting, 0),"                              \
+        " 'running', COALESCE(" d ".running, 0)) ORDER BY " q ".queue),"       \
+        " '[]')::text"
+
+static const char SQL_QUEUE_DEPTH[] =
+    "SELECT " SQL_DEPTH_ROWS("d", "d") " FROM queue_depth d";
+
+/* The queues the jobs of run $1 wait or waited in, with every job of
+ * those queues, the run's or not. */
+static const char SQL_RUN_QUEUES[] = "SELECT " SQL_DEPTH_ROWS(
+    "q", "d") " FROM (SELECT DISTINCT j.queue"
+              " FROM jobs j WHERE j.run_id = $1) q"
+              " LEFT JOIN queue_depth d ON d.queue = q.queue";
+
 static const char SQL_EXPORT[] =
     "SELECT (SELECT n.doc::text FROM notebooks n WHERE n.job_id = $1),"
     " (SELECT r.answer FROM results r WHERE r.job_id = $1)";
@@ -233,6 +299,28 @@ cq_err_t cq_store_run_figures(cq_store_t *store,
         return CQ_OK;
 }
 
+cq_err_t
+cq_store_queue_depth(cq_store_t *store, const char *run_id, json_t **rowsp)
+{
+        store_params_t sp;
+        cq_err_t err;
+
+        sp_init(&sp);
+        if (run_id)
+                sp_text(&sp, run_id);
+        err = query_json_sp(store, "read the depth of the queues",
+                            run_id ? SQL_RUN_QUEUES : SQL_QUEUE_DEPTH, &sp,
+                            rowsp);
+        if (err == CQ_OK && !json_is_array(*rowsp)) {
+                store_set_error(store, "could not read the depth of the "
+                                       "queues: no reply");
+                json_decref(*rowsp);
+                *rowsp = NULL;
+                err = CQ_ERR_FATAL;
+        }
+        return err;
+}
+
 cq_err_t cq_store_latest_run(cq_store_t *store, char **runp)
 {
         PGresult *res = NULL;
@@ -290,27 +378,99 @@ cq_err_t cq_store_retry_select(cq_store_t *store,
         return err;
 }
 
-cq_err_t cq_store_jobs_exist(cq_store_t *store,
-                             const char *const *job_ids,
-                             size_t n,
-                             json_t **foundp)
+/* query_json_sp() of \p sql with the text[] of \p job_ids as $1, which
+ * always has a reply. */
+static cq_err_t query_ids(cq_store_t *store,
+                          const char *what,
+                          const char *sql,
+                          const char *const *job_ids,
+                          size_t n,
+                          json_t **docp)
 {
         store_params_t sp;
         char *ids;
         cq_err_t err;
 
-        *foundp = NULL;
+        *docp = NULL;
         ids = store_text_array(store, job_ids, n);
         if (!ids)
                 return CQ_ERR_FATAL;
         sp_init(&sp);
         sp_text(&sp, ids);
-        err = query_json_sp(store, "look up jobs", SQL_JOBS_EXIST, &sp, foundp);
+        err = query_json_sp(store, what, sql, &sp, docp);
         free(ids);
-        if (err == CQ_OK && !*foundp) {
-                store_set_error(store, "could not look up jobs: no reply");
+        if (err == CQ_OK && !*docp) {
+                store_set_error(store, "could not %s: no reply", what);
                 err = CQ_ERR_FATAL;
         }
+        return err;
+}
+
+cq_err_t cq_store_jobs_exist(cq_store_t *store,
+                             const char *const *job_ids,
+                             size_t n,
+                             json_t **foundp)
+{
+        return query_ids(store, "look up jobs", SQL_JOBS_EXIST, job_ids, n,
+                         foundp);
+}
+
+cq_err_t cq_store_jobs_progress(cq_store_t *store,
+                                const char *const *job_ids,
+                                size_t n,
+                                json_t **countsp)
+{
+        return query_ids(store, "follow jobs", SQL_JOBS_PROGRESS, job_ids, n,
+                         countsp);
+}
+
+/* The test reports of \p rows as the worker wrote them: the escape of
+ * U+0000 that jsonb needs undone. */
+static cq_err_t decode_tests(cq_store_t *store, json_t *rows, const char *what)
+{
+        json_t *row, *tests;
+        size_t i;
+
+        json_array_foreach(rows, i, row)
+        {
+                tests = json_object_get(row, "tests");
+                if (!tests || json_is_null(tests))
+                        continue;
+                if (json_object_set_new(row, "tests",
+                                        store_doc_decode(tests)) != 0) {
+                        store_set_error(store, "could not %s: out of memory",
+                                        what);
+                        return CQ_ERR_FATAL;
+                }
+        }
+        return CQ_OK;
+}
+
+cq_err_t cq_store_samples(cq_store_t *store,
+                          const char *const *job_ids,
+                          size_t n,
+                          json_t **rowsp)
+{
+        cq_err_t err = query_ids(store, "read the samples", SQL_SAMPLES,
+                                 job_ids, n, rowsp);
+
+        if (err == CQ_OK)
+                err = decode_tests(store, *rowsp, "read the samples");
+        return err;
+}
+
+cq_err_t
+cq_store_run_samples(cq_store_t *store, const char *run_id, json_t **rowsp)
+{
+        static const char what[] = "read the samples of a run";
+        cq_err_t err = query_json(store, what, SQL_RUN_SAMPLES, run_id, rowsp);
+
+        if (err == CQ_OK && !*rowsp) {
+                store_set_error(store, "could not %s: no reply", what);
+                err = CQ_ERR_FATAL;
+        }
+        if (err == CQ_OK)
+                err = decode_tests(store, *rowsp, what);
         return err;
 }
 
@@ -377,12 +537,9 @@ cq_err_t cq_store_export(cq_store_t *store,
 
         *foundp = false;
         /* One snapshot for all three reads. */
-        err = store_exec(store, "export a job",
-                         "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-                         NULL, 0, true, NULL);
+        err = store_begin_snapshot(store, "export a job");
         if (err != CQ_OK)
                 return err;
-        store->in_txn = true;
         err = cq_store_job_status(store, job_id, &exp->status);
         if (err != CQ_OK || !exp->status)
                 goto out;

@@ -162,10 +162,11 @@ static const char SQL_NOTEBOOK[] =
     " ON CONFLICT (job_id) DO UPDATE SET doc = EXCLUDED.doc,"
     " bytes = EXCLUDED.bytes, ncells = EXCLUDED.ncells, updated_at = now()";
 
-/* One statement: see coderq_finish() in migrations/0001_schema.sql. */
+/* One statement: see coderq_finish() in migrations/0007_evaluation.sql. */
 static const char SQL_FINISH[] =
     "SELECT coderq_finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
-    " $12::numeric, $13, $14, $15, $16::jsonb, $17::jsonb, $18, $19)";
+    " $12::numeric, $13, $14, $15, $16::jsonb, $17::jsonb, $18, $19, $20,"
+    " $21, $22, $23)";
 
 /* After each LLM call: the job's usage so far, its cost (NULL: unknown),
  * and the run budget it held for the call released. */
@@ -861,6 +862,15 @@ cq_err_t cq_store_finish(cq_store_t *store, const cq_finish_t *fin, bool *lostp)
         sp_text(&sp, nb);
         sp_long(&sp, (long long)nblen);
         sp_text(&sp, store->topic);
+        sp_text(&sp, fin->verdict);
+        sp_text(&sp, fin->judge);
+        if (fin->hidden_total > 0 && fin->hidden_passed >= 0) {
+                sp_long(&sp, fin->hidden_passed);
+                sp_long(&sp, fin->hidden_total);
+        } else {
+                sp_text(&sp, NULL);
+                sp_text(&sp, NULL);
+        }
         /* Retry-safe: a second run after a lost reply answers 'done'. */
         err = store_exec(store, "finish a job", SQL_FINISH, &sp, 0, true, &res);
         if (err != CQ_OK)

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* report.c - the reads behind `coderq report`: everything one job's page
- * shows (its overview, message, conversation, cells, notebook, answer,
- * result report and images) from one read-only snapshot. The pages
- * themselves are rendered in cli/html.c. */
+/* report.c - the reads behind `coderq report`: a run's attempts and
+ * figures for its index, and everything one job's page shows (its
+ * overview, message, conversation, cells, notebook, answer, result report
+ * and images), each from one read-only snapshot. The pages themselves are
+ * rendered in cli/html_index.c and cli/html_job.c. */
 #include "coderq/storage/report.h"
 #include "coderq/storage/artifacts.h"
 #include "coderq/storage/queries.h"
@@ -29,6 +30,22 @@ static const char SQL_REPORT_JOB[] =
     " (SELECT r.answer FROM results r WHERE r.job_id = $1),"
     " (SELECT r.report::text FROM results r WHERE r.job_id = $1),"
     " (SELECT j.spec::text FROM jobs j WHERE j.job_id = $1)";
+
+/* The fields of the evaluation of each job of run $1 (not among the rows
+ * of cq_store_run_attempts()), by job id. */
+static const char SQL_REPORT_RUN[] =
+    "SELECT COALESCE(json_object_agg(j.job_id, json_build_object("
+    "  'verdict', j.verdict, 'judge', r.judge,"
+    "  'hidden_passed', r.hidden_passed, 'hidden_total', r.hidden_total,"
+    "  'problem_id', j.problem_id, 'sample_index', j.sample_index,"
+    "  'queue', j.queue)), '{}')::text"
+    " FROM jobs j LEFT JOIN results r ON r.job_id = j.job_id"
+    " WHERE j.run_id = $1";
+
+/* The keys SQL_REPORT_RUN adds to each row, in their order. */
+static const char *const EVAL_KEYS[] = {
+    "verdict",    "judge",        "hidden_passed", "hidden_total",
+    "problem_id", "sample_index", "queue"};
 
 void cq_report_job_init(cq_report_job_t *rj)
 {
@@ -142,12 +159,9 @@ cq_err_t cq_store_report_job(cq_store_t *store,
                 return CQ_ERR_FATAL;
         }
         /* One snapshot: the page never mixes two states of the job. */
-        err = store_exec(store, "read a job for the report",
-                         "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
-                         NULL, 0, true, NULL);
+        err = store_begin_snapshot(store, "read a job for the report");
         if (err != CQ_OK)
                 goto out;
-        store->in_txn = true;
         err = read_doc(store, job_id, rj->doc, foundp);
         if (err == CQ_OK && *foundp)
                 err = cq_store_get_images(store, job_id, &rj->images);
@@ -159,5 +173,86 @@ out:
                 *foundp = false;
         if (!*foundp)
                 cq_report_job_release(rj);
+        return err;
+}
+
+/* Append EVAL_KEYS to each row of \p rows from \p eval (by job id; a job
+ * it lacks gets nulls), so that every row keeps the same keys in the same
+ * order. Returns 0, or -1 when out of memory. */
+static int add_eval(json_t *rows, const json_t *eval)
+{
+        json_t *row;
+        size_t i, k;
+
+        json_array_foreach(rows, i, row)
+        {
+                const json_t *e = json_object_get(
+                    eval, json_string_value(json_object_get(row, "job_id")));
+
+                for (k = 0; k < CQ_ARRAY_SIZE(EVAL_KEYS); k++) {
+                        json_t *v = json_object_get(e, EVAL_KEYS[k]);
+
+                        if (json_object_set_new(row, EVAL_KEYS[k],
+                                                v ? json_incref(v)
+                                                  : json_null()) != 0)
+                                return -1;
+                }
+        }
+        return 0;
+}
+
+cq_err_t cq_store_report_run(cq_store_t *store,
+                             const char *run_id,
+                             json_t **rowsp,
+                             json_t **figuresp)
+{
+        static const char what[] = "read a run for the report";
+        store_params_t sp;
+        PGresult *res = NULL;
+        json_t *rows = NULL, *figures = NULL, *eval = NULL;
+        cq_err_t err;
+
+        *rowsp = NULL;
+        *figuresp = NULL;
+        /* One snapshot: the figures count the rows the table shows. */
+        err = store_begin_snapshot(store, what);
+        if (err != CQ_OK)
+                return err;
+        err = cq_store_run_attempts(store, run_id, &rows);
+        if (err == CQ_OK)
+                err = cq_store_run_figures(store, run_id, false, &figures);
+        if (err != CQ_OK)
+                goto out;
+        sp_init(&sp);
+        sp_text(&sp, run_id);
+        err = store_exec(store, what, SQL_REPORT_RUN, &sp, 0, false, &res);
+        if (err != CQ_OK)
+                goto out;
+        err = CQ_ERR_FATAL;
+        eval = store_json_value(store, res, 0, 0, what);
+        if (!eval)
+                goto out;
+        if (!rows) {
+                store_set_error(store, "could not %s \"%s\": no reply", what,
+                                run_id);
+                goto out;
+        }
+        if (add_eval(rows, eval) != 0) {
+                store_set_error(store, "could not %s \"%s\": out of memory",
+                                what, run_id);
+                goto out;
+        }
+        err = store_commit(store, what);
+        if (err != CQ_OK)
+                goto out;
+        *rowsp = rows;
+        *figuresp = figures;
+        rows = figures = NULL;
+out:
+        store_rollback(store);
+        PQclear(res);
+        json_decref(eval);
+        json_decref(rows);
+        json_decref(figures);
         return err;
 }

@@ -555,6 +555,17 @@ cq_err_t store_begin(cq_store_t *store, const char *what)
         return err;
 }
 
+cq_err_t store_begin_snapshot(cq_store_t *store, const char *what)
+{
+        cq_err_t err = store_exec(
+            store, what, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            NULL, 0, true, NULL);
+
+        if (err == CQ_OK)
+                store->in_txn = true;
+        return err;
+}
+
 cq_err_t store_commit(cq_store_t *store, const char *what)
 {
         cq_err_t err = store_exec(store, what, "COMMIT", NULL, 0, false, NULL);

@@ -72,6 +72,9 @@ CQ_NODISCARD cq_err_t store_exec(cq_store_t *store,
                                  PGresult **resp);
 
 CQ_NODISCARD cq_err_t store_begin(cq_store_t *store, const char *what);
+/* BEGIN a read-only transaction that sees one snapshot: every read until
+ * store_commit() sees the database as it was at its first. */
+CQ_NODISCARD cq_err_t store_begin_snapshot(cq_store_t *store, const char *what);
 CQ_NODISCARD cq_err_t store_commit(cq_store_t *store, const char *what);
 /* Roll back when a transaction is open; a broken connection is fine. */
 void store_rollback(cq_store_t *store);

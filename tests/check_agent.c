@@ -375,10 +375,13 @@ START_TEST(tests_never_pass_fails)
         fixture_t fx;
 
         use_backend(_i);
+        /* a new try each time: the retry limit ends it */
         fixture_init(&fx, "tests_never",
                      "[{\"tool_calls\":[{\"code\":\"def sq(x):\\n"
                      "    return 0\"}]},"
                      "{\"content\":\"done\"},"
+                     "{\"tool_calls\":[{\"code\":\"def sq(x):\\n"
+                     "    return 1\"}]},"
                      "{\"content\":\"still done\"},"
                      "{\"content\":\"really done\"}]");
         set_tests(&fx);
@@ -390,6 +393,22 @@ START_TEST(tests_never_pass_fails)
         ck_assert_msg(strstr(fx.result.reason, "0 of 2 tests passed"), "%s",
                       fx.result.reason);
         ck_assert_int_eq(fx.result.tests_passed, 0);
+        ck_assert_str_eq(fx.result.reason_code, "tests");
+        ck_assert_str_eq(fx.result.verdict, "wrong_answer");
+        fixture_release(&fx);
+        /* the same answer again, with nothing changed: stuck, stopped */
+        fixture_init(&fx, "tests_same",
+                     "[{\"tool_calls\":[{\"code\":\"def sq(x):\\n"
+                     "    return 0\"}]},"
+                     "{\"content\":\"done\"},"
+                     "{\"content\":\"still done\"},"
+                     "{\"content\":\"really done\"}]");
+        set_tests(&fx);
+        fx.job.limits.max_retries = 5;
+        fixture_run(&fx, NULL, NULL, NULL);
+        ck_assert_str_eq(fx.result.reason_code, "stuck");
+        ck_assert_str_eq(fx.result.verdict, "stuck");
+        ck_assert_int_eq(fx.result.turns, 3);
         fixture_release(&fx);
 }
 END_TEST

@@ -538,11 +538,19 @@ START_TEST(files_up_and_created_files_down)
             "os.makedirs('out/plots', exist_ok=True)\n"
             "open('out/plots/fig.png', 'wb').write(b'\\x89PNG fake')\n"
             "open('result.txt', 'w').write('done')\n"
-            "open('.hidden', 'w').write('no')\n",
+            "open('.hidden', 'w').write('no')\n"
+            "os.symlink('result.txt', 'link.txt')\n",
             30000, &res);
         ck_assert_int_eq(res.status, CQ_CELL_OK);
         ck_assert_str_eq(stream_text(&res, "stdout"), "3\nnested\n");
         cq_cell_result_release(&res);
+        /* envd refuses to write over a directory */
+        ck_assert_int_eq(cq_interp_put_file(interp, "out", "x", 1),
+                         CQ_ERR_FATAL);
+        ck_assert_msg(strstr(cq_interp_errmsg(interp),
+                             "could not upload \"out\" to E2B sandbox: HTTP "
+                             "400: path is a directory") != NULL,
+                      "%s", cq_interp_errmsg(interp));
 
         ck_assert_int_eq(cq_interp_created_files(interp, true, &files), CQ_OK);
         ck_assert_uint_eq(files.n, 2);
@@ -750,7 +758,7 @@ START_TEST(long_cell_outlives_the_ttl)
         cq_interp_t *interp;
         cq_cell_result_t res;
         char err[256], before[64], after[64];
-        long extended;
+        long extended, connects;
 
         cq_fake_e2b_opts(&fake, &opts);
         opts.ttl_s = 12;
@@ -758,6 +766,7 @@ START_TEST(long_cell_outlives_the_ttl)
         ck_assert_msg(interp != NULL, "%s", err);
         cq_e2b_sandbox_id(interp, before, sizeof(before));
         extended = cq_fake_e2b_stat(&fake, "set_timeout");
+        connects = cq_fake_e2b_stat(&fake, "connect");
         /* no deadline: only extensions during the cell keep it alive */
         run(interp, "import time\ntime.sleep(16)\nprint('survived')", 0, &res);
         ck_assert_int_eq(res.status, CQ_CELL_OK);
@@ -769,6 +778,9 @@ START_TEST(long_cell_outlives_the_ttl)
         /* surviving 16 s on a 12 s TTL needs an extension during the cell
          * (one before it gives at most 12 s from its start) */
         ck_assert_int_ge(cq_fake_e2b_stat(&fake, "set_timeout"), extended + 1);
+        /* by its own timeout calls: E2B's connect only ever lengthens a
+         * life, by a default the client does not choose */
+        ck_assert_int_eq(cq_fake_e2b_stat(&fake, "connect"), connects);
         cq_interp_destroy(&interp);
 }
 END_TEST

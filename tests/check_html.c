@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* check_html.c - the run report's HTML (cli/html.c): escaping of
+/* check_html.c - the run report's HTML (cli/html*.c): escaping of
  * hostile and malformed text (fixed cases and random bytes, whose output
  * must be valid UTF-8 with no raw markup and decode back to the input),
  * page names, and the index and job pages rendered from crafted JSON:
@@ -297,22 +297,22 @@ static size_t count(const char *hay, const char *needle)
 
 static const cq_html_meta_t META = {"run-<1>", "2025-12-01T00:00:00Z", "9.9"};
 
-static char *index_page(const json_t *summary, const json_t *rows)
+static char *index_page(const json_t *figures, const json_t *rows)
 {
-        const char *ids[8];
-        char names[8][CQ_HTML_NAME_MAX];
+        const char *ids[16];
+        char names[16][CQ_HTML_NAME_MAX];
         cq_buf_t buf;
         size_t i;
         char *page;
 
-        ck_assert_uint_le(json_array_size(rows), 8);
+        ck_assert_uint_le(json_array_size(rows), 16);
         for (i = 0; i < json_array_size(rows); i++)
                 ids[i] = json_string_value(
                     json_object_get(json_array_get(rows, i), "job_id"));
         ck_assert_int_eq(cq_html_page_names(ids, json_array_size(rows), names),
                          0);
         cq_buf_init(&buf, 1 << 22);
-        ck_assert_int_eq(cq_html_index(&buf, &META, summary, rows,
+        ck_assert_int_eq(cq_html_index(&buf, &META, figures, rows,
                                        (const char(*)[CQ_HTML_NAME_MAX])names),
                          CQ_OK);
         page = cq_buf_take(&buf, NULL);
@@ -339,13 +339,46 @@ START_TEST(index_shows_known_and_new_fields)
             "memory_source_job", "<j1>", "cost_usd", "model", "retry_of",
             "j0\"><script>", "sandbox");
         json_t *summary = json_pack(
-            "{s:s, s:i, s:i, s:f, s:f, s:{s:i, s:s}, s:[{s:s, s:i}, {s:s, "
-            "s:i}], s:n}",
-            "run_id", "run-<1>", "jobs", 2, "succeeded", 1, "pass_rate", 0.5,
+            "{s:s, s:s, s:n, s:[], s:{s:i, s:i, s:f, s:f, s:{s:i, s:s}, "
+            "s:[{s:s, s:i}, {s:s, s:i}], s:n}}",
+            "run_id", "run-<1>", "attempts", "latest", "budget_usd", "models",
+            "total", "jobs", 2, "succeeded", 1, "pass_rate", 0.5,
             "p50_duration_ms", 1500.0, "by_status", "failed", 1, "<x>", "<y>",
             "by_model", "model", "<m1>", "jobs", 1, "model", "m2", "jobs", 1,
             "cost_usd");
-        char *page = index_page(summary, rows), *style, *script, *csp;
+        static const char want_head[] =
+            "<th data-key=\"job_id\" data-type=\"text\"><button "
+            "type=\"button\">job</button></th>"
+            "<th data-key=\"title\" data-type=\"text\"><button "
+            "type=\"button\">title</button></th>"
+            "<th data-key=\"model\" data-type=\"text\"><button "
+            "type=\"button\">model</button></th>"
+            "<th data-key=\"status\" data-type=\"text\"><button "
+            "type=\"button\">status</button></th>"
+            "<th data-key=\"verdict\" data-type=\"text\"><button "
+            "type=\"button\">verdict</button></th>"
+            "<th data-key=\"tests_passed\" data-type=\"num\" "
+            "class=\"num\"><button type=\"button\">tests</button></th>"
+            "<th data-key=\"turns\" data-type=\"num\" class=\"num\">"
+            "<button type=\"button\">turns</button></th>"
+            "<th data-key=\"cost_usd\" data-type=\"num\" class=\"num\">"
+            "<button type=\"button\">cost</button></th>"
+            "<th data-key=\"duration_ms\" data-type=\"num\" "
+            "class=\"num\"><button type=\"button\">duration</button></th>"
+            "<th hidden ";
+        char *page, *style, *script, *csp, *head;
+        char key[8];
+        size_t i;
+
+        /* fields only the second row has, more than any cap would keep */
+        json_object_set_new(json_array_get(rows, 1), "late_field",
+                            json_string("late <x>"));
+        for (i = 0; i < 20; i++) {
+                snprintf(key, sizeof(key), "k%02zu", i);
+                json_object_set_new(json_array_get(rows, 1), key,
+                                    json_integer((json_int_t)i));
+        }
+        page = index_page(summary, rows);
         char want[128];
 
         /* the policy lists the page's own style and script by hash */
@@ -360,6 +393,30 @@ START_TEST(index_shows_known_and_new_fields)
         csp_hash(script, strlen(script), want, sizeof(want));
         ck_assert_msg(strstr(csp, want) != NULL, "%s lacks %s", csp, want);
         ck_assert_uint_eq(count(page, "<script"), 1);
+
+        /* the default columns, shown in their order; every other column
+         * hidden until chosen */
+        head =
+            between(page, "<table id=\"jobs\">\n<thead><tr>", "</tr></thead>");
+        ck_assert_msg(strncmp(head, want_head, strlen(want_head)) == 0, "%s",
+                      head);
+        ck_assert_uint_eq(count(head, "<th data-key="), 9);
+        /* every other field, the ones only a later row has too: a column
+         * and a box in the chooser */
+        ck_assert_uint_eq(count(head, "<th hidden data-key="),
+                          count(page, "<input type=\"checkbox\"") - 9);
+        ck_assert_ptr_nonnull(
+            strstr(head, "<th hidden data-key=\"late_field\""));
+        ck_assert_ptr_nonnull(strstr(head, "<th hidden data-key=\"k19\" "
+                                           "data-type=\"num\""));
+        ck_assert_ptr_nonnull(
+            strstr(page, "<input type=\"checkbox\" value=\"late_field\">"));
+        ck_assert_ptr_nonnull(strstr(page, "<td hidden><span class=\"clip\">"
+                                           "late &lt;x&gt;</span></td>"));
+        ck_assert_ptr_nonnull(strstr(page, "<input type=\"checkbox\" "
+                                           "value=\"job_id\" checked "
+                                           "disabled> job</label>"));
+        free(head);
 
         /* known columns, cost (some row has one), model; the unknown key
          * retry_of as a column of its own; sandbox too */
@@ -391,6 +448,7 @@ START_TEST(index_shows_known_and_new_fields)
         ck_assert_ptr_nonnull(strstr(page, "50.0%"));
         ck_assert_ptr_nonnull(strstr(page, "1.5s"));
         ck_assert_ptr_nonnull(strstr(page, "<dt>by status</dt>"));
+        ck_assert_ptr_nonnull(strstr(page, "<dt>attempts</dt><dd>latest"));
         ck_assert_ptr_nonnull(strstr(page, "<dt>&lt;x&gt;</dt><dd>&lt;y&gt;"));
         ck_assert_ptr_nonnull(strstr(page, "<td>&lt;m1&gt;</td>"));
         ck_assert_ptr_nonnull(strstr(page, "<h1>Run run-&lt;1&gt;</h1>"));
@@ -400,32 +458,280 @@ START_TEST(index_shows_known_and_new_fields)
         free(script);
         free(page);
 
-        /* optional columns with no value anywhere are left out */
+        /* columns other than the default ones with no value anywhere are
+         * left out; the default ones stay */
         json_object_set_new(json_array_get(rows, 0), "cost_usd", json_null());
         json_object_set_new(json_array_get(rows, 0), "model", json_null());
         json_object_set_new(json_array_get(rows, 1), "retry_of", json_null());
+        json_object_set_new(json_array_get(rows, 1), "late_field", json_null());
         page = index_page(NULL, rows);
-        ck_assert_ptr_null(strstr(page, "data-key=\"cost_usd\""));
-        ck_assert_ptr_null(strstr(page, "data-key=\"model\""));
+        ck_assert_ptr_nonnull(strstr(page, "<th data-key=\"cost_usd\""));
+        ck_assert_ptr_nonnull(strstr(page, "<th data-key=\"model\""));
         ck_assert_ptr_null(strstr(page, "data-key=\"retry_of\""));
-        ck_assert_ptr_nonnull(strstr(page, "No summary."));
+        ck_assert_ptr_null(strstr(page, "data-key=\"late_field\""));
+        ck_assert_ptr_null(strstr(page, "value=\"late_field\""));
+        ck_assert_ptr_nonnull(strstr(page, "No figures."));
+        ck_assert_ptr_null(strstr(page, "id=\"models\""));
+        ck_assert_ptr_null(strstr(page, "id=\"samples\""));
         free(page);
         json_decref(rows);
         json_decref(summary);
 }
 END_TEST
 
-static char *job_page(const json_t *doc, const cq_images_t *images)
+static char *job_page(const json_t *doc,
+                      const cq_images_t *images,
+                      const cq_html_attempts_t *attempts)
 {
         cq_buf_t buf;
         char *page;
 
         cq_buf_init(&buf, 1 << 22);
-        ck_assert_int_eq(cq_html_job(&buf, &META, doc, images), CQ_OK);
+        ck_assert_int_eq(cq_html_job(&buf, &META, doc, images, attempts),
+                         CQ_OK);
         page = cq_buf_take(&buf, NULL);
         ck_assert_ptr_nonnull(page);
         return page;
 }
+
+/* A row of cq_store_report_run() with the keys the index reads. */
+static json_t *row_of(const char *id,
+                      const char *retry_of,
+                      int attempt,
+                      bool latest,
+                      const char *model,
+                      const char *verdict,
+                      const char *problem,
+                      int sample)
+{
+        json_t *row = json_pack(
+            "{s:s, s:s, s:s, s:n, s:i, s:i, s:b, s:s, s:s, s:i, s:i}", "job_id",
+            id, "title", "t", "status",
+            verdict && strcmp(verdict, "passed") == 0 ? "succeeded" : "failed",
+            "reason_code", "turns", 1, "run_attempt", attempt, "latest", latest,
+            "model", model, "verdict", verdict ? verdict : "", "tests_passed",
+            1, "tests_total", 2);
+
+        ck_assert_ptr_nonnull(row);
+        json_object_set_new(row, "retry_of",
+                            retry_of ? json_string(retry_of) : json_null());
+        if (!verdict)
+                json_object_set_new(row, "verdict", json_null());
+        json_object_set_new(row, "problem_id",
+                            problem ? json_string(problem) : json_null());
+        json_object_set_new(row, "sample_index",
+                            problem ? json_integer(sample) : json_null());
+        return row;
+}
+
+START_TEST(index_compares_models_and_draws_samples)
+{
+        /* 40 characters: shortened to 18 + U+2026 + 9 */
+        static const char long_id[] =
+            "0123456789abcdefghij0123456789abcdefghij";
+        json_t *rows = json_array(), *figures;
+        char *page, *cell;
+
+        /* a job tried twice: the earlier attempt has no row */
+        json_array_append_new(rows, row_of(long_id, NULL, 1, false, "m-a",
+                                           "wrong_answer", NULL, 0));
+        json_array_append_new(rows, row_of("retry-2", long_id, 2, true, "m-a",
+                                           "passed", NULL, 0));
+        /* problem P: three samples of m-a, one missing index; two of m-b */
+        json_array_append_new(
+            rows, row_of("P~s0", NULL, 1, true, "m-a", "passed", "P", 0));
+        json_array_append_new(
+            rows, row_of("P~s1", NULL, 1, true, "m-a", "timeout", "P", 1));
+        json_array_append_new(
+            rows, row_of("P~s3", NULL, 1, true, "m-a", "infra_error", "P", 3));
+        json_array_append_new(
+            rows, row_of("Q~s0", NULL, 1, true, "m-b", NULL, "P", 0));
+        json_array_append_new(
+            rows, row_of("Q~s1", NULL, 1, true, "m-b", "<odd>", "P", 1));
+        figures = json_pack(
+            "{s:[{s:s, s:i, s:f, s:f, s:n, s:{s:i, s:i}, s:{s:i}, s:i, "
+            "s:f, s:i, s:f, s:f}, {s:s, s:i, s:n, s:n, s:n, s:{}, s:{}, s:i, "
+            "s:f, s:i, s:n, s:n}], s:{s:n, s:i, s:f, s:f, s:i, s:i}}",
+            "models", "model", "m-a", "jobs", 4, "pass_rate", 0.5, "pass_at_1",
+            0.25, "pass_at_10", "verdicts", "passed", 2, "<v>", 1, "reasons",
+            "<tests>", 1, "total_tokens", 1234, "cost_usd", 0.5, "cost_unknown",
+            2, "p50_duration_ms", 1500.0, "p95_duration_ms", 61000.0, "model",
+            "m-b", "jobs", 2, "pass_rate", "pass_at_1", "pass_at_10",
+            "verdicts", "reasons", "total_tokens", 0, "cost_usd", 0.0,
+            "cost_unknown", 0, "p50_duration_ms", "p95_duration_ms", "total",
+            "model", "jobs", 6, "pass_rate", 0.4, "pass_at_1", 0.25, "problems",
+            2, "samples", 5);
+        ck_assert_ptr_nonnull(figures);
+        page = index_page(figures, rows);
+
+        /* the figures: pass@1 and the samples, for a run that has them */
+        ck_assert_ptr_nonnull(strstr(page, "<div class=\"v\">25.0%</div><div "
+                                           "class=\"k\">pass@1</div>"));
+        ck_assert_ptr_nonnull(strstr(page, "<div class=\"k\">samples</div>"));
+        /* the models side by side, and in all; pass@10 known for none */
+        ck_assert_ptr_nonnull(strstr(page, "<th class=\"num\">pass@1</th>"));
+        ck_assert_ptr_null(strstr(page, "<th class=\"num\">pass@10</th>"));
+        ck_assert_ptr_nonnull(strstr(
+            page, "<tr><td><span class=\"clip\">m-a</span></td><td "
+                  "class=\"num\">4</td><td class=\"num "
+                  "rate\">50.0%</td><td class=\"num\">25.0%</td><td "
+                  "class=\"counts verdicts\"><span "
+                  "class=\"chip v-passed\">passed <span class=\"n\">2</span>"
+                  "</span><span class=\"chip\">&lt;v&gt; <span "
+                  "class=\"n\">1</span></span></td><td class=\"counts\"><span "
+                  "class=\"chip\">"
+                  "&lt;tests&gt; <span class=\"n\">1</span></span></td>"
+                  "<td class=\"num\">1234</td><td class=\"num\">$0.5000 "
+                  "<span class=\"muted\" title=\"and 2 jobs of unknown "
+                  "cost\">+?</span></td><td class=\"num\">1.5s</td>"));
+        ck_assert_ptr_nonnull(strstr(page, "<tr class=\"total\"><td>all "
+                                           "models</td>"));
+        ck_assert_ptr_nonnull(strstr(page, "All figures by model"));
+
+        /* the table: the latest attempt only, with its count; a long id
+         * shortened, whole in its title */
+        ck_assert_uint_eq(count(page, "<tr data-status="), 6);
+        ck_assert_ptr_null(strstr(page, "data-id=\"0123456789abcdefghij"));
+        cell =
+            between(page, "<tr data-status=\"succeeded\" data-id=\"retry-2\">",
+                    "</td>");
+        ck_assert_ptr_nonnull(strstr(cell, "&times;2</span>"));
+        free(cell);
+        ck_assert_ptr_nonnull(strstr(page, "<td data-s=\"retry-2\">"));
+        ck_assert_ptr_nonnull(strstr(page, "<span class=\"verdict v-timeout\">"
+                                           "timeout</span>"));
+        ck_assert_ptr_nonnull(
+            strstr(page, "<span class=\"verdict v-none\">&lt;odd&gt;</span>"));
+
+        /* the grid: two rows (one problem, two models), four columns, an
+         * empty cell for the missing index, a square per sample */
+        cell = between(page, "<section id=\"samples\">", "</section>");
+        ck_assert_uint_eq(count(cell, "<th class=\"ix\">"), 4);
+        ck_assert_uint_eq(count(cell, "<a class=\"sq "), 5);
+        ck_assert_ptr_nonnull(strstr(cell, "<th>model</th>"));
+        ck_assert_ptr_nonnull(strstr(cell, "<td class=\"num\">1/2</td>"));
+        ck_assert_ptr_nonnull(
+            strstr(cell, "title=\"P~s1: timeout\"></a></td><td></td><td><a "
+                         "class=\"sq v-infra_error\" href=\"jobs/job-P_s3-"));
+        ck_assert_ptr_nonnull(strstr(cell, "title=\"Q~s0: failed\"></a>"));
+        ck_assert_ptr_nonnull(strstr(cell, "<td class=\"num\">0/1</td>"));
+        ck_assert_ptr_nonnull(strstr(cell, "v-none\" href=\"jobs/job-Q_s1-"));
+        ck_assert_uint_eq(count(cell, "<span class=\"key\">"), 9);
+        free(cell);
+        free(page);
+
+        /* a shortened id: its start and end around U+2026, whole in its
+         * title and its link */
+        json_object_set_new(json_array_get(rows, 0), "latest", json_true());
+        json_object_set_new(json_array_get(rows, 1), "retry_of",
+                            json_string("other"));
+        page = index_page(NULL, rows);
+        ck_assert_ptr_nonnull(
+            strstr(page, "title=\"0123456789abcdefghij0123456789abcdefghij\">"
+                         "0123456789abcdefgh\xe2\x80\xa6"
+                         "bcdefghij</a></td>"));
+        ck_assert_ptr_nonnull(strstr(page, "<a href=\"jobs/job-0123456789"));
+        ck_assert_ptr_null(strstr(page, "&times;"));
+        free(page);
+
+        /* cut at characters, not bytes: 30 two-byte letters and an
+         * invalid byte (one U+FFFD) keep 18 and 9 of them */
+        {
+                char id[80], want[160];
+                size_t k, o = 0;
+
+                for (k = 0; k < 30; k++) {
+                        id[o++] = (char)0xc3;
+                        id[o++] = (char)0xa9;
+                }
+                id[o++] = (char)0xff;
+                id[o] = '\0';
+                json_object_set_new(json_array_get(rows, 0), "job_id",
+                                    json_string_nocheck(id));
+                page = index_page(NULL, rows);
+                ck_assert(cq_utf8_valid(page, strlen(page)));
+                o = 0;
+                o += (size_t)snprintf(want, sizeof(want), "\">");
+                for (k = 0; k < 18; k++)
+                        o += (size_t)snprintf(want + o, sizeof(want) - o,
+                                              "\xc3\xa9");
+                o += (size_t)snprintf(want + o, sizeof(want) - o,
+                                      "\xe2\x80\xa6");
+                for (k = 0; k < 8; k++)
+                        o += (size_t)snprintf(want + o, sizeof(want) - o,
+                                              "\xc3\xa9");
+                snprintf(want + o, sizeof(want) - o, "\xef\xbf\xbd</a>");
+                ck_assert_msg(strstr(page, want) != NULL, "%s", want);
+                free(page);
+        }
+        json_decref(rows);
+        json_decref(figures);
+}
+END_TEST
+
+START_TEST(attempts_link_both_ways)
+{
+        json_t *rows = json_array(), *doc;
+        const char *ids[4] = {"other", "orig", "orig~r2", "orig~r3"};
+        char names[4][CQ_HTML_NAME_MAX], *page, *want;
+        cq_html_attempts_t att;
+        size_t i;
+
+        json_array_append_new(
+            rows, row_of("other", NULL, 1, true, "m", "passed", NULL, 0));
+        json_array_append_new(
+            rows, row_of("orig", NULL, 1, false, "m", "wrong_answer", NULL, 0));
+        json_array_append_new(
+            rows, row_of("orig~r2", "orig", 2, false, "m", "timeout", NULL, 0));
+        json_array_append_new(
+            rows, row_of("orig~r3", "orig", 3, true, "m", "passed", NULL, 0));
+        ck_assert_int_eq(cq_html_page_names(ids, 4, names), 0);
+        for (i = 1; i < 4; i++) {
+                cq_html_attempts(rows, (const char(*)[CQ_HTML_NAME_MAX])names,
+                                 i, &att);
+                ck_assert_uint_eq(att.first, 1);
+                ck_assert_uint_eq(att.n, 3);
+        }
+        cq_html_attempts(rows, (const char(*)[CQ_HTML_NAME_MAX])names, 0, &att);
+        ck_assert_uint_eq(att.first, 0);
+        ck_assert_uint_eq(att.n, 1);
+
+        /* the retry in the middle links to the original and the last
+         * retry, not to itself */
+        cq_html_attempts(rows, (const char(*)[CQ_HTML_NAME_MAX])names, 2, &att);
+        doc = json_pack("{s:{s:s, s:s, s:i, s:s}}", "status", "job_id",
+                        "orig~r2", "retry_of", "orig", "run_attempt", 2,
+                        "verdict", "timeout");
+        page = job_page(doc, NULL, &att);
+        ck_assert_ptr_nonnull(strstr(page, "<a href=\"#attempts\">attempt 2 "
+                                           "of 3</a>"));
+        ck_assert_ptr_nonnull(strstr(page, "<section id=\"attempts\">"));
+        ck_assert_uint_eq(count(page, "<a href=\"job-"), 2);
+        want = malloc(CQ_HTML_NAME_MAX + 64);
+        ck_assert_ptr_nonnull(want);
+        snprintf(want, CQ_HTML_NAME_MAX + 64,
+                 "<a href=\"%s\"><code>orig</code>", names[1]);
+        ck_assert_ptr_nonnull(strstr(page, want));
+        snprintf(want, CQ_HTML_NAME_MAX + 64,
+                 "<a href=\"%s\"><code>orig~r3</code>", names[3]);
+        ck_assert_ptr_nonnull(strstr(page, want));
+        ck_assert_ptr_nonnull(strstr(page, "<tr class=\"self\"><td "
+                                           "class=\"num\">2</td><td><code>"
+                                           "orig~r2</code> (this page)"));
+        ck_assert_ptr_nonnull(strstr(page, "<div class=\"v\"><span "
+                                           "class=\"verdict v-timeout\">"));
+        free(page);
+        /* a job tried once lists no attempts */
+        cq_html_attempts(rows, (const char(*)[CQ_HTML_NAME_MAX])names, 0, &att);
+        page = job_page(doc, NULL, &att);
+        ck_assert_ptr_null(strstr(page, "id=\"attempts\""));
+        ck_assert_ptr_null(strstr(page, "<a href=\"job-"));
+        free(page);
+        free(want);
+        json_decref(doc);
+        json_decref(rows);
+}
+END_TEST
 
 START_TEST(job_page_draws_only_what_is_safe)
 {
@@ -489,7 +795,7 @@ START_TEST(job_page_draws_only_what_is_safe)
         img[2].data = (unsigned char *)(uintptr_t) "GIF89a";
         img[2].len = 6;
 
-        page = job_page(doc, &images);
+        page = job_page(doc, &images, NULL);
         ck_assert_uint_eq(count(page, "<script"), 0);
         ck_assert_ptr_nonnull(strstr(page, "script-src 'none'"));
         ck_assert_ptr_null(strstr(page, "<svg"));
@@ -534,14 +840,14 @@ START_TEST(job_page_draws_only_what_is_safe)
 
         /* a job with nothing but an id, or nothing at all */
         doc = json_pack("{s:{s:s}}", "status", "job_id", "bare");
-        page = job_page(doc, NULL);
+        page = job_page(doc, NULL, NULL);
         ck_assert_ptr_nonnull(strstr(page, "No messages."));
         ck_assert_ptr_nonnull(strstr(page, "No cells."));
         ck_assert_ptr_nonnull(strstr(page, "No final answer."));
         free(page);
         json_decref(doc);
         doc = json_object();
-        page = job_page(doc, NULL);
+        page = job_page(doc, NULL, NULL);
         ck_assert_ptr_nonnull(strstr(page, "</html>\n"));
         free(page);
         json_decref(doc);
@@ -562,6 +868,8 @@ static Suite *html_suite(void)
         tcase_add_test(tc, page_names_are_safe_and_unique);
         tcase_add_test(tc, index_shows_known_and_new_fields);
         tcase_add_test(tc, job_page_draws_only_what_is_safe);
+        tcase_add_test(tc, index_compares_models_and_draws_samples);
+        tcase_add_test(tc, attempts_link_both_ways);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -384,7 +384,7 @@ START_TEST(submit_jsonl_messages_arrive_unchanged)
         cli(&run, NULL, args);
         ck_assert_msg(run.code == 0, "exit %d: %s", run.code, run.err);
         ck_assert_str_eq(run.out, "s1\ns2\ns3\n");
-        ck_assert_str_eq(run.err, "");
+        ck_assert_str_eq(run.err, "read 3 jobs as JSON Lines\n");
         cli_release(&run);
 
         topic_read(msgs, 3);
@@ -407,6 +407,7 @@ START_TEST(submit_jsonl_messages_arrive_unchanged)
                 cli(&run, tmp_path("one.jsonl"), args2);
                 ck_assert_msg(run.code == 0, "%s", run.err);
                 ck_assert_str_eq(run.out, "s4\n");
+                ck_assert_str_eq(run.err, "read 1 job as JSON Lines\n");
                 cli_release(&run);
                 ck_assert_int_eq(topic_count(), 4);
         }
@@ -467,6 +468,103 @@ START_TEST(submit_invalid_line_sends_nothing)
                               run.err);
                 cli_release(&run);
         }
+}
+END_TEST
+
+/* A JSON array of jobs and one pretty-printed job (what coderq run
+ * reads) are read as such, each job sent on one line with its strings and
+ * numbers as written; a file of none of the three forms says where it
+ * stops being one and what the forms are, and sends nothing. */
+START_TEST(submit_reads_an_array_or_one_pretty_job)
+{
+        const char *array = "[\n"
+                            "  {\"job_id\": \"a1\", \"prompt\": \"add  "
+                            "two\", \"temperature\": 0.10},\n"
+                            "  {\n"
+                            "    \"job_id\": \"a2\",\n"
+                            "    \"prompt\": \"say \\\"hi\\\"\\n\"\n"
+                            "  }\n"
+                            "]\n";
+        const char *pretty = "{\n"
+                             "  \"job_id\": \"o1\",\n"
+                             "  \"prompt\": \"p\",\n"
+                             "  \"limits\": {\n"
+                             "    \"max_turns\": 3\n"
+                             "  }\n"
+                             "}\n";
+        /* what `jq . jobs.jsonl` makes of two lines */
+        const char *two = "{\n  \"job_id\": \"t1\",\n  \"prompt\": \"p\"\n}\n"
+                          "{\n  \"job_id\": \"t2\",\n  \"prompt\": \"p\"\n}\n";
+        const char *bad_item = "[{\"job_id\": \"b1\", \"prompt\": \"p\"},\n"
+                               " {\"job_id\": \"b2\", \"promt\": \"p\"}]";
+        const char *args[] = {"submit", tmp_path("array.json"), NULL};
+        const char *obj_args[] = {"submit", tmp_path("job.json"), NULL};
+        const char *two_args[] = {"submit", tmp_path("two.json"), NULL};
+        const char *bad_args[] = {"submit", tmp_path("bad.json"), NULL};
+        const char *skip_args[] = {"submit", "--skip-invalid",
+                                   tmp_path("bad.json"), NULL};
+        kmsg_t msgs[4];
+        cli_run_t run;
+        char want[512];
+
+        cq_check_spit(tmp_path("array.json"), array, strlen(array));
+        cq_check_spit(tmp_path("job.json"), pretty, strlen(pretty));
+        cq_check_spit(tmp_path("two.json"), two, strlen(two));
+        cq_check_spit(tmp_path("bad.json"), bad_item, strlen(bad_item));
+
+        cli(&run, NULL, args);
+        ck_assert_msg(run.code == 0, "exit %d: %s", run.code, run.err);
+        ck_assert_str_eq(run.out, "a1\na2\n");
+        ck_assert_str_eq(run.err, "read 2 jobs as a JSON array\n");
+        cli_release(&run);
+        cli(&run, NULL, obj_args);
+        ck_assert_msg(run.code == 0, "exit %d: %s", run.code, run.err);
+        ck_assert_str_eq(run.out, "o1\n");
+        ck_assert_str_eq(run.err, "read 1 job (one JSON object)\n");
+        cli_release(&run);
+        topic_read(msgs, 3);
+        ck_assert_str_eq(msgs[0].key, "a1");
+        ck_assert_str_eq(msgs[0].value, "{\"job_id\":\"a1\",\"prompt\":\"add  "
+                                        "two\",\"temperature\":0.10}");
+        ck_assert_str_eq(msgs[1].key, "a2");
+        ck_assert_str_eq(msgs[1].value, "{\"job_id\":\"a2\",\"prompt\":\"say "
+                                        "\\\"hi\\\"\\n\"}");
+        ck_assert_str_eq(msgs[2].key, "o1");
+        ck_assert_str_eq(msgs[2].value, "{\"job_id\":\"o1\",\"prompt\":\"p\","
+                                        "\"limits\":{\"max_turns\":3}}");
+        kmsgs_free(msgs, 3);
+
+        /* none of the three: one line, where and what is accepted */
+        cli(&run, NULL, two_args);
+        ck_assert_int_eq(run.code, 1);
+        ck_assert_str_eq(run.out, "");
+        snprintf(want, sizeof(want),
+                 "coderq: %s line 5 column 1: end of file expected near "
+                 "'{'; a jobs file is JSON Lines (a job per line), a JSON "
+                 "array of jobs, or one job as one JSON object\n",
+                 tmp_path("two.json"));
+        ck_assert_str_eq(run.err, want);
+        cli_release(&run);
+
+        /* an invalid item: named by its line and place, nothing sent */
+        cli(&run, NULL, bad_args);
+        ck_assert_int_eq(run.code, 1);
+        ck_assert_str_eq(run.out, "");
+        ck_assert_msg(strstr(run.err, "read 2 jobs as a JSON array\n") ==
+                          run.err,
+                      "%s", run.err);
+        snprintf(want, sizeof(want), "coderq: %s line 2, item 2: unknown ",
+                 tmp_path("bad.json"));
+        ck_assert_msg(strstr(run.err, want), "%s", run.err);
+        ck_assert_msg(strstr(run.err, "nothing sent: 1 invalid item in "), "%s",
+                      run.err);
+        cli_release(&run);
+        ck_assert_int_eq(topic_count(), 3);
+        cli(&run, NULL, skip_args);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_str_eq(run.out, "b1\n");
+        cli_release(&run);
+        ck_assert_int_eq(topic_count(), 4);
 }
 END_TEST
 
@@ -787,6 +885,133 @@ START_TEST(status_lines_and_json)
         ck_assert_str_eq(run.out, "");
         ck_assert_str_eq(run.err, "coderq: no job \"nope\"\n");
         cli_release(&run);
+        cq_store_destroy(&store);
+}
+END_TEST
+
+static bool ends_with(const char *s, const char *end)
+{
+        size_t n = strlen(s), k = strlen(end);
+
+        return n >= k && strcmp(s + n - k, end) == 0;
+}
+
+/* The depth of the queues: every queue in `coderq status` (no job, or
+ * --queue-depth) as a table or JSON, the queues of a run's jobs in
+ * `coderq results --summary` as a table, JSON or CSV columns. */
+START_TEST(queue_depth_in_status_and_summary)
+{
+        cq_store_t *store = store_for("w1");
+        const char *status[] = {"status", NULL};
+        const char *depth_json[] = {"status", "--queue-depth", "--json", NULL};
+        const char *bad[][4] = {{"status", "--queue-depth", "d1", NULL},
+                                {"status", "--queue-depth", "--outbox", NULL}};
+        const char *table_args[] = {"results", "--run", "r5", "--summary",
+                                    NULL};
+        const char *json_args[] = {"results",   "--run",         "r5",
+                                   "--summary", "--format=json", NULL};
+        const char *csv_args[] = {"results",  "--run", "r5", "--summary",
+                                  "--format", "csv",   NULL};
+        json_t *got, *want;
+        cli_run_t run;
+        size_t i;
+
+        cli(&run, NULL, status);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_str_eq(run.out, "no queue holds a queued or running job\n");
+        cli_release(&run);
+        cli(&run, NULL, depth_json);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_str_eq(run.out, "[]\n");
+        cli_release(&run);
+
+        /* run r5: d1 running and d2 queued in default, g1 queued and g2
+         * held back in gpu; x1, of no run, queued in other-team */
+        add_job(store, "{\"job_id\":\"d1\",\"prompt\":\"p\",\"run_id\":"
+                       "\"r5\"}");
+        add_job(store, "{\"job_id\":\"d2\",\"prompt\":\"p\",\"run_id\":"
+                       "\"r5\"}");
+        add_job(store, "{\"job_id\":\"g1\",\"prompt\":\"p\",\"run_id\":"
+                       "\"r5\",\"queue\":\"gpu\"}");
+        add_job(store, "{\"job_id\":\"g2\",\"prompt\":\"p\",\"run_id\":"
+                       "\"r5\",\"queue\":\"gpu\"}");
+        add_job(store, "{\"job_id\":\"x1\",\"prompt\":\"p\",\"queue\":"
+                       "\"other-team\"}");
+        claim(store, "d1");
+        qexec("UPDATE jobs SET run_after = now() + interval '1 hour'"
+              " WHERE job_id = $1",
+              "g2");
+
+        cli(&run, NULL, status);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_str_eq(run.out, "QUEUE       QUEUED  WAITING  RUNNING\n"
+                                  "default          1        0        1\n"
+                                  "gpu              1        1        0\n"
+                                  "other-team       1        0        0\n");
+        cli_release(&run);
+        want = json_pack("[{s:s, s:i, s:i, s:i}, {s:s, s:i, s:i, s:i},"
+                         " {s:s, s:i, s:i, s:i}]",
+                         "queue", "default", "queued", 1, "waiting", 0,
+                         "running", 1, "queue", "gpu", "queued", 1, "waiting",
+                         1, "running", 0, "queue", "other-team", "queued", 1,
+                         "waiting", 0, "running", 0);
+        cli(&run, NULL, depth_json);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        got = json_loads(run.out, 0, NULL);
+        ck_assert_msg(json_equal(got, want), "%s", run.out);
+        /* the keys in the documented order */
+        ck_assert_ptr_nonnull(strstr(run.out, "\"queue\": \"gpu\",\n    "
+                                              "\"queued\": 1,\n    "
+                                              "\"waiting\": 1,\n    "
+                                              "\"running\": 0\n"));
+        json_decref(got);
+        cli_release(&run);
+        for (i = 0; i < CQ_ARRAY_SIZE(bad); i++) {
+                cli(&run, NULL, bad[i]);
+                ck_assert_int_eq(run.code, 2);
+                ck_assert_str_eq(run.out, "");
+                ck_assert_str_eq(run.err, "coderq: status takes one of a job "
+                                          "id, --outbox and --queue-depth\n");
+                cli_release(&run);
+        }
+
+        /* the summary: the run's queues only (other-team is not one),
+         * last */
+        cli(&run, NULL, table_args);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_msg(ends_with(run.out, "\n\nthe queues of the run's jobs, "
+                                         "with every job they hold:\n"
+                                         "QUEUE    QUEUED  WAITING  RUNNING\n"
+                                         "default       1        0        1\n"
+                                         "gpu           1        1        "
+                                         "0\n"),
+                      "%s", run.out);
+        cli_release(&run);
+        cli(&run, NULL, json_args);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        got = json_loads(run.out, 0, NULL);
+        ck_assert_int_eq(json_array_remove(want, 2), 0);
+        ck_assert_msg(json_equal(json_object_get(got, "queues"), want), "%s",
+                      run.out);
+        ck_assert_double_eq(json_number_value(json_object_get(
+                                json_object_get(got, "total"), "jobs")),
+                            4);
+        json_decref(got);
+        cli_release(&run);
+        cli(&run, NULL, csv_args);
+        ck_assert_msg(run.code == 0, "%s", run.err);
+        ck_assert_msg(strstr(run.out, ",hidden_total,queue_default_queued,"
+                                      "queue_default_waiting,"
+                                      "queue_default_running,"
+                                      "queue_gpu_queued,queue_gpu_waiting,"
+                                      "queue_gpu_running\r\nr5,latest,model,,"
+                                      "4,"),
+                      "%s", run.out);
+        ck_assert_msg(strstr(run.out, ",1,0,1,1,1,0\r\nr5,latest,total,,4,"),
+                      "%s", run.out);
+        ck_assert_msg(ends_with(run.out, ",1,0,1,1,1,0\r\n"), "%s", run.out);
+        cli_release(&run);
+        json_decref(want);
         cq_store_destroy(&store);
 }
 END_TEST
@@ -1136,10 +1361,12 @@ static Suite *it_cli_cmds_suite(void)
         tcase_set_timeout(tc, 180);
         tcase_add_test(tc, submit_jsonl_messages_arrive_unchanged);
         tcase_add_test(tc, submit_invalid_line_sends_nothing);
+        tcase_add_test(tc, submit_reads_an_array_or_one_pretty_job);
         tcase_add_test(tc, submit_from_flags);
         tcase_add_test(tc, results_table_json_csv);
         tcase_add_test(tc, status_lines_and_json);
         tcase_add_test(tc, status_and_results_escape_what_jobs_say);
+        tcase_add_test(tc, queue_depth_in_status_and_summary);
         tcase_add_test(tc, export_writes_notebook_images_answer);
         tcase_add_test(tc, cancel_queued_running_finished);
         tcase_add_test(tc, submit_wait_follows_jobs_to_the_end);

@@ -52,21 +52,8 @@ static cq_store_t *store_for(const char *owner)
 /* `coderq ARGS...` with this test's database and topic. */
 static void run_cli(const char *const *args, cq_check_proc_t *proc)
 {
-        char dsn[2100], topic[200], brokers[300];
-        const char *env[8];
-
-        snprintf(dsn, sizeof(dsn), "CODERQ_PG_DSN=%s", g_dsn);
-        snprintf(topic, sizeof(topic), "CODERQ_TOPIC_JOBS=%s", g_topic);
-        snprintf(brokers, sizeof(brokers), "CODERQ_KAFKA_BROKERS=%s",
-                 cq_check_env("CODERQ_KAFKA_BROKERS"));
-        env[0] = dsn;
-        env[1] = topic;
-        env[2] = brokers;
-        env[3] = "CODERQ_LOG_LEVEL=error";
-        env[4] = "CODERQ_PRICES_FILE";
-        env[5] = NULL;
-
-        ck_assert_int_eq(cq_check_coderq(args, env, 120000, proc), 0);
+        ck_assert_int_eq(cq_check_coderq_at(g_dsn, g_topic, args, 120000, proc),
+                         0);
 }
 
 /* One crafted job: its row as a finished (or queued) job would have it,
@@ -434,11 +421,16 @@ START_TEST(results_show_the_latest_attempt)
         ck_assert_msg(
             strncmp(proc.out, "run_id,attempts,group,model,jobs,", 33) == 0,
             "%s", proc.out);
-        ck_assert_msg(strstr(proc.out, ",reason_cancelled,reason_max_turns\r\n"
+        /* then the depth of its jobs' queue, the same on every line */
+        ck_assert_msg(strstr(proc.out, ",reason_cancelled,reason_max_turns,"
+                                       "queue_default_queued,"
+                                       "queue_default_waiting,"
+                                       "queue_default_running\r\n"
                                        "r1,latest,model,m1,3,2,1,0,0,0,0,"),
                       "%s", proc.out);
         ck_assert_msg(strstr(proc.out, "\r\nr1,latest,total,,7,3,1,1,2,0,2,"),
                       "%s", proc.out);
+        ck_assert_msg(strstr(proc.out, ",1,1,1,2,0,0\r\n"), "%s", proc.out);
         ck_assert_uint_eq(cq_check_count_lines(proc.out), 5);
         cq_check_proc_release(&proc);
         run_cli(table_args, &proc);

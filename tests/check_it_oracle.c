@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check_support.h"
+#include "support/heval_oracle.h"
 #include "support/pgtest.h"
 #include "support/proc.h"
 #include "coderq/common/buf.h"
@@ -28,7 +29,7 @@
 
 static char g_dsn[2048];
 static char g_dbname[64];
-static char g_python[4096];
+static const char *g_python;
 
 static void setup(void)
 {
@@ -37,23 +38,6 @@ static void setup(void)
 }
 
 static void teardown(void) { cq_pgtest_drop(g_dbname); }
-
-/* The venv's python: CQ_ORACLE_PYTHON, else the cache folder's venv. */
-static int find_python(void)
-{
-        const char *set = getenv("CQ_ORACLE_PYTHON");
-        const char *cache = getenv("CODERQ_CACHE_DIR");
-
-        if (set && *set)
-                snprintf(g_python, sizeof(g_python), "%s", set);
-        else if (cache && *cache)
-                snprintf(g_python, sizeof(g_python), "%s/venv/bin/python",
-                         cache);
-        else
-                snprintf(g_python, sizeof(g_python), "%s",
-                         cq_check_srcpath(".cache/venv/bin/python"));
-        return access(g_python, X_OK);
-}
 
 /* Run the oracle script with \p mode over the file \p path; its output
  * is returned (caller frees). */
@@ -357,8 +341,10 @@ int main(void)
 {
         Suite *s = suite_create("it_oracle");
         TCase *tc = tcase_create("passk");
+        bool ok;
 
-        if (find_python() != 0)
+        g_python = cq_oracle_python(&ok);
+        if (!ok)
                 return cq_check_skip_suite(
                     "it_oracle", "oracles",
                     "no python with the oracles at %s (scripts/setup.sh "

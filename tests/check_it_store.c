@@ -24,6 +24,7 @@
 #include "coderq/storage/artifacts.h"
 #include "coderq/storage/memory.h"
 #include "coderq/storage/queries.h"
+#include "coderq/storage/report.h"
 #include "coderq/storage/listen.h"
 #include "coderq/storage/probe.h"
 #include "coderq/storage/migrate.h"
@@ -2324,6 +2325,60 @@ START_TEST(run_queries_for_people)
                              json_array_get(rows, 2), "reason")),
                          "tests failed");
         json_decref(rows);
+        /* the report's rows: the same keys, then the evaluation's */
+        qexec("UPDATE jobs SET problem_id = 'p', sample_index = 2"
+              " WHERE job_id = 'b'");
+        ck_assert_int_eq(cq_store_report_run(store, "run1", &rows, &summary),
+                         CQ_OK);
+        ck_assert_uint_eq(json_array_size(rows), 4);
+        json_array_foreach(rows, i, row)
+        {
+                static const char *const eval[] = {
+                    "verdict",      "judge",      "hidden_passed",
+                    "hidden_total", "problem_id", "sample_index",
+                    "queue"};
+                size_t k = 0;
+
+                json_object_foreach(row, key, value)
+                {
+                        ck_assert_uint_lt(k, CQ_ARRAY_SIZE(keys) +
+                                                 CQ_ARRAY_SIZE(eval));
+                        ck_assert_str_eq(key,
+                                         k < CQ_ARRAY_SIZE(keys)
+                                             ? keys[k]
+                                             : eval[k - CQ_ARRAY_SIZE(keys)]);
+                        k++;
+                }
+                ck_assert_uint_eq(k, CQ_ARRAY_SIZE(keys) + CQ_ARRAY_SIZE(eval));
+        }
+        row = json_array_get(rows, 1);
+        ck_assert_str_eq(json_string_value(json_object_get(row, "job_id")),
+                         "b");
+        ck_assert_str_eq(json_string_value(json_object_get(row, "verdict")),
+                         "passed");
+        ck_assert_str_eq(json_string_value(json_object_get(row, "problem_id")),
+                         "p");
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(row, "sample_index")), 2);
+        ck_assert_str_eq(json_string_value(json_object_get(row, "queue")),
+                         "default");
+        ck_assert(
+            json_is_null(json_object_get(json_array_get(rows, 3), "verdict")));
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_object_get(summary, "total"), "jobs")),
+                         4);
+        ck_assert_uint_eq(json_array_size(json_object_get(summary, "models")),
+                          1);
+        json_decref(rows);
+        json_decref(summary);
+        ck_assert_int_eq(cq_store_report_run(store, "none", &rows, &summary),
+                         CQ_OK);
+        ck_assert_uint_eq(json_array_size(rows), 0);
+        ck_assert_int_eq(json_integer_value(json_object_get(
+                             json_object_get(summary, "total"), "jobs")),
+                         0);
+        json_decref(rows);
+        json_decref(summary);
         ck_assert_int_eq(cq_store_job_status(store, "c", &row), CQ_OK);
         ck_assert_str_eq(json_string_value(json_object_get(row, "status")),
                          "failed");

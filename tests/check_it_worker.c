@@ -696,6 +696,29 @@ static double sample(const char *text, const char *name)
         return -1;
 }
 
+/* The sum of coderq_queue_jobs{state=\p state} in \p text, and in
+ * *\p nqueuesp how many queues have that state's series. */
+static double queue_jobs(const char *text, const char *state, int *nqueuesp)
+{
+        const char *head = "coderq_queue_jobs{queue=\"";
+        const char *p = text;
+        char want[64];
+        double sum = 0;
+
+        snprintf(want, sizeof(want), "\",state=\"%s\"} ", state);
+        *nqueuesp = 0;
+        while ((p = strstr(p, head))) {
+                const char *end = strchr(p, '\n'), *at = strstr(p, want);
+
+                if ((p == text || p[-1] == '\n') && at && (!end || at < end)) {
+                        sum += strtod(at + strlen(want), NULL);
+                        ++*nqueuesp;
+                }
+                p += strlen(head);
+        }
+        return sum;
+}
+
 /* A TCP port nobody listens on now. */
 static int free_port(void)
 {
@@ -834,7 +857,7 @@ START_TEST(metrics_health_and_a_real_prometheus)
         char url[128], path[600], cmd[1400], *port_text, *body = NULL;
         cq_check_proc_t proc;
         const char *sh[] = {"/bin/sh", "-c", cmd, NULL};
-        int port, pport, i, waited, jobs = 3;
+        int port, pport, i, waited, jobs = 3, nqueues = 0;
         double v = -1, forked;
         pid_t prom;
         FILE *fp;
@@ -902,6 +925,7 @@ START_TEST(metrics_health_and_a_real_prometheus)
         ck_assert(sample(body, "coderq_dlq_messages_total") == 0);
         ck_assert(sample(body, "coderq_progress_events_dropped_total") == 0);
         ck_assert_ptr_nonnull(strstr(body, "# TYPE coderq_intake_lag gauge"));
+        ck_assert_ptr_nonnull(strstr(body, "# TYPE coderq_queue_jobs gauge"));
 
         /* The kernel server: up while it forks the pool's kernels, never
          * started again, every cold start one it missed. Killed, it is
@@ -951,6 +975,40 @@ START_TEST(metrics_health_and_a_real_prometheus)
         kt_services("start-pg");
         wait_http(port, "/readyz", 200, 60000);
         wait_http(port, "/healthz", 200, 1000);
+
+        /* Each named queue's jobs by state, from the view queue_depth: 2
+         * queued and 1 held back in a queue no worker serves, and one job
+         * in each of 70 more queues, of which 63 at most get series of
+         * their own beside idle's and default's; the rest count as
+         * "other" */
+        kt_pg_exec(
+            dsn,
+            "INSERT INTO jobs (job_id, spec, prompt, queue, run_after)"
+            " SELECT 'idle-' || g, '{}'::jsonb, 'p', 'idle', now() +"
+            " CASE WHEN g = 3 THEN interval '1 hour' ELSE '0' END"
+            " FROM generate_series(1, 3) g UNION ALL"
+            " SELECT 'many-' || g, '{}'::jsonb, 'p', 'q' || lpad(g::text, 2,"
+            " '0'), now() FROM generate_series(0, 69) g",
+            NULL);
+        ck_assert_msg(metric_until(port, &body,
+                                   "coderq_queue_jobs{queue=\"idle\","
+                                   "state=\"queued\"}",
+                                   2, 30000) == 2,
+                      "%s", body);
+        ck_assert(sample(body, "coderq_queue_jobs{queue=\"idle\",state="
+                               "\"waiting\"}") == 1);
+        ck_assert(sample(body, "coderq_queue_jobs{queue=\"idle\",state="
+                               "\"running\"}") == 0);
+        ck_assert(queue_jobs(body, "queued", &nqueues) == 72);
+        ck_assert(queue_jobs(body, "waiting", &nqueues) == 1);
+        ck_assert(queue_jobs(body, "running", &nqueues) == 0);
+        ck_assert_msg(nqueues == 65, "%d queues have series", nqueues);
+        ck_assert(sample(body, "coderq_queue_jobs{queue=\"other\",state="
+                               "\"queued\"}") >= 7);
+        ck_assert(sample(body, "coderq_queue_jobs{queue=\"q00\",state="
+                               "\"queued\"}") == 1);
+        ck_assert(sample(body, "coderq_queue_jobs{queue=\"q69\",state="
+                               "\"queued\"}") == -1);
 
         if (access("/usr/bin/promtool", X_OK) != 0 ||
             access("/usr/bin/prometheus", X_OK) != 0) {

@@ -6,62 +6,14 @@
  * looked-up values, arguments copied back, and the faults that are ours.
  * The judge runs as a plain /usr/bin/python3 here; the worker starts it
  * in a sandbox. */
-#include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "check_support.h"
 #include "coderq/agent/judge.h"
 #include "coderq/common/util.h"
-
-/* ------------------------------------------------------- the process */
-
-typedef struct proc {
-        cq_judge_proc_t base;
-        pid_t pid;
-} proc_t;
-
-static void proc_destroy(cq_judge_proc_t *base)
-{
-        proc_t *p = (proc_t *)base;
-        int status;
-
-        close(p->base.to_fd);
-        close(p->base.from_fd);
-        kill(p->pid, SIGKILL);
-        waitpid(p->pid, &status, 0);
-        free(p);
-}
-
-/* python3 -c PROGRAM 3, requests on its stdin, answers on its fd 3. */
-static cq_judge_proc_t *start_judge(void)
-{
-        int in[2], out[2];
-        proc_t *p = calloc(1, sizeof(*p));
-
-        ck_assert_ptr_nonnull(p);
-        ck_assert_int_eq(pipe2(in, O_CLOEXEC), 0);
-        ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
-        p->pid = fork();
-        ck_assert_int_ge(p->pid, 0);
-        if (p->pid == 0) {
-                dup2(in[0], 0);
-                dup2(out[1], 3);
-                execl("/usr/bin/python3", "python3", "-I", "-c",
-                      cq_judge_program(), "3", (char *)NULL);
-                _exit(127);
-        }
-        close(in[0]);
-        close(out[1]);
-        p->base.to_fd = in[1];
-        p->base.from_fd = out[0];
-        p->base.destroy = proc_destroy;
-        return &p->base;
-}
+#include "support/judge_proc.h"
 
 /* ------------------------------------------ the code under test, played */
 
@@ -144,7 +96,11 @@ static void judge(const char *code,
 {
         cq_judge_candidate_t cand = {play_call, play_lookup, NULL};
         cq_judge_limits_t limits = {0};
-        cq_judge_proc_t *proc = start_judge();
+        char errstr[128];
+        cq_judge_proc_t *proc = cq_check_judge_start(NULL, cq_judge_program(),
+                                                     errstr, sizeof(errstr));
+
+        ck_assert_msg(proc != NULL, "%s", errstr);
 
         g_played = played;
         g_nplayed = n;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* check_summary.c - the figures of a run as `coderq results --summary`
  * prints them: golden files tests/data/summary/<case>/{input.json, table,
- * json, csv} for each format, the line under the results table, and
- * figures that lack what the renderer needs. CQ_GOLDEN_UPDATE=1 rewrites
- * the expected files (then review the diff). */
+ * json, csv} for each format, the line under the results table, the
+ * depth of the queues, and figures that lack what the renderer needs.
+ * CQ_GOLDEN_UPDATE=1 rewrites the expected files (then review the diff). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +130,36 @@ START_TEST(summary_line_and_bad_input)
 }
 END_TEST
 
+/* The depth of the queues as `coderq status` prints it. */
+START_TEST(summary_queues_table_or_none)
+{
+        json_t *queues = json_pack("[{s:s, s:i, s:i, s:i}, {s:s, s:i, s:i, "
+                                   "s:i}]",
+                                   "queue", "default", "queued", 12, "waiting",
+                                   0, "running", 3, "queue", "a-long.queue_1",
+                                   "queued", 0, "waiting", 1, "running", 0);
+        json_t *none = json_array();
+        cq_buf_t buf;
+
+        cq_buf_init(&buf, 1 << 20);
+        ck_assert_int_eq(cq_summary_queues(queues, &buf), CQ_OK);
+        ck_assert_str_eq(buf.data, "QUEUE           QUEUED  WAITING  RUNNING\n"
+                                   "default             12        0        3\n"
+                                   "a-long.queue_1       0        1        "
+                                   "0\n");
+        cq_buf_reset(&buf);
+        ck_assert_int_eq(cq_summary_queues(none, &buf), CQ_OK);
+        ck_assert_str_eq(buf.data, "no queue holds a queued or running job\n");
+        cq_buf_release(&buf);
+        /* a cap too small for the table */
+        cq_buf_init(&buf, 16);
+        ck_assert_int_eq(cq_summary_queues(queues, &buf), CQ_ERR_TOO_LARGE);
+        cq_buf_release(&buf);
+        json_decref(queues);
+        json_decref(none);
+}
+END_TEST
+
 static Suite *summary_suite(void)
 {
         Suite *s = suite_create("summary");
@@ -138,6 +168,7 @@ static Suite *summary_suite(void)
         tcase_add_test(tc, summary_golden_cases);
         tcase_add_test(tc, summary_json_is_the_document);
         tcase_add_test(tc, summary_line_and_bad_input);
+        tcase_add_test(tc, summary_queues_table_or_none);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -40,14 +40,17 @@ typedef struct worker_metrics {
         cq_metrics_t *reg;
         cq_httpd_t *httpd;
         cq_agent_metrics_t agent; /* the agent loop's families */
-        cq_metric_t *finished, *kernels, *lag;
+        cq_metric_t *finished, *kernels, *lag, *queue_jobs;
         cq_series_t *claimed, *running, *slots, *queued, *outbox_pending,
             *outbox_failed, *pool_size, *pool_ready, *pool_starting,
             *kernel_failures, *intake_msgs, *dlq, *events_dropped, *events_sent,
             *outbox_claims, *outbox_empty, *server_up, *server_restarts,
             *server_refused;
         int64_t started_ms;
-        int64_t next_queue;       /* housekeeping thread only */
+        int64_t next_queue;          /* housekeeping thread only */
+        struct worker_queue *queues; /* coderq_queue_jobs' queues: the
+                                        housekeeping thread's */
+        size_t nqueues;
         atomic_llong beat_hk;     /* its loop's last round */
         atomic_llong beat_listen; /* the listener's */
         atomic_bool pg_ok;        /* the last count of the queue worked */

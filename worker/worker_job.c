@@ -617,13 +617,15 @@ static void finish_job(slot_t *slot,
                           cq_store_errmsg(slot->store), NULL);
         repro = repro_record(slot, job, res);
         report = json_pack(
-            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:s?, s:i, s:s?, s:o*, s:O*}",
+            "{s:b, s:s?, s:s?, s:I, s:I, s:O?, s:O*, s:s?, s:i, s:s?, s:o*,"
+            " s:O*}",
             "from_memory", res->from_memory, "memory_source_job",
             res->memory_source_job, "memory_scope",
             res->memory_source_job ? memory_scope(slot->w, job) : NULL, "cells",
             (json_int_t)res->cells, "duration_ms", (json_int_t)res->duration_ms,
-            "tests", res->tests, "last_error", res->last_error, "attempt",
-            attempt, "sandbox", sandbox, "repro", repro, "runs",
+            "tests", res->tests, "hidden", res->hidden, "last_error",
+            res->last_error, "attempt", attempt, "sandbox", sandbox, "repro",
+            repro, "runs",
             nb ? json_object_get(
                      json_object_get(
                          json_object_get(cq_nb_json(nb), "metadata"), "coderq"),
@@ -646,6 +648,10 @@ static void finish_job(slot_t *slot,
         fin.cost_usd = res->cost_usd;
         fin.notebook = nb ? cq_nb_json(nb) : NULL;
         fin.report = report;
+        fin.verdict = res->verdict;
+        fin.judge = res->judge;
+        fin.hidden_passed = res->hidden_passed;
+        fin.hidden_total = res->hidden_total;
         write_retry_init(&retry);
         do {
                 err = cq_store_finish(slot->store, &fin, &lost);
@@ -797,6 +803,17 @@ static void cannot_run(slot_t *slot,
         }
         finish_job(slot, job, claim->attempt, NULL, NULL, &res);
         cq_agent_result_release(&res);
+}
+
+/* Whether a run that failed did so by a fault of ours another try may
+ * mend (the agent says which): the LLM down past its retries, an
+ * interpreter or the judge lost, storage, our own. A refused request or
+ * an invalid job or input fails the same way again: it keeps its
+ * infra_error verdict and is not tried again. */
+static bool retry_infra(const cq_agent_result_t *res)
+{
+        return res->status == CQ_AGENT_FAILED && res->transient &&
+               res->verdict && strcmp(res->verdict, "infra_error") == 0;
 }
 
 static long count_role(const json_t *history, const char *role)
@@ -995,6 +1012,14 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         if (res.status == CQ_AGENT_CANCELLED) {
                 free(res.reason);
                 res.reason = strdup("cancelled by request");
+        }
+        if (retry_infra(&res) && claim->attempt < claim->max_attempts) {
+                /* Ours, not the model's (docs/EVALUATION.md#verdicts):
+                 * tried again from its checkpoint while attempts last. */
+                cannot_run(slot, claim, &job, CQ_ERR_RETRIABLE, res.reason_code,
+                           "%s",
+                           res.reason ? res.reason : "infrastructure error");
+                goto out;
         }
         finish_job(slot, &job, claim->attempt, sandbox, nb, &res);
 out:

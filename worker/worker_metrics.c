@@ -9,6 +9,7 @@
 #include "coderq/worker/worker.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coderq/worker/httpd.h"
@@ -18,8 +19,24 @@
 #include "coderq/common/util.h"
 #include "worker_int.h"
 
-/* How often housekeeping counts the queue (one statement). */
+/* How often housekeeping counts the queue (one statement) and reads the
+ * depth of each named queue (another). */
 #define QUEUE_EVERY_MS 2000
+
+/* The named queues coderq_queue_jobs has series of at most; the jobs of
+ * the others count under the queue "other", which has a slot of its own
+ * beyond these. */
+#define QUEUE_SERIES_MAX 64
+
+/* The states of coderq_queue_jobs, as the view queue_depth counts them. */
+static const char *const queue_states[] = {"queued", "waiting", "running"};
+
+/* A queue coderq_queue_jobs has series of, and its jobs this round. */
+struct worker_queue {
+        char name[CQ_QUEUE_NAME_MAX + 1];
+        cq_series_t *series[CQ_ARRAY_SIZE(queue_states)];
+        long long jobs[CQ_ARRAY_SIZE(queue_states)];
+};
 
 /* Add a family; on failure *failed is set and NULL returned. */
 static cq_metric_t *labelled(cq_worker_t *w,
@@ -87,6 +104,17 @@ static int add_families(cq_worker_t *w, char *errstr, size_t errstr_size)
                           "Jobs queued in PostgreSQL (all workers'), read "
                           "every 2 s",
                           errstr, errstr_size, &failed);
+        /* every state of the named queues and of "other", and the
+         * series the registry keeps for a combination past its bound,
+         * which queue_of() never lets it reach */
+        m->queue_jobs =
+            labelled(w, G, "coderq_queue_jobs",
+                     "Jobs of each named queue by state (queued: claimable "
+                     "now, waiting: held back, running), from the view "
+                     "queue_depth, read every 2 s",
+                     "queue", "state",
+                     CQ_ARRAY_SIZE(queue_states) * (QUEUE_SERIES_MAX + 1) + 1,
+                     errstr, errstr_size, &failed);
         m->outbox_pending = plain(w, G, "coderq_outbox_pending",
                                   "Completion events in the outbox not sent "
                                   "yet, read every 2 s",
@@ -368,6 +396,11 @@ int worker_metrics_init(cq_worker_t *w, char *errstr, size_t errstr_size)
                 cq_errstr_set(errstr, errstr_size, "out of memory");
                 return -1;
         }
+        w->m.queues = calloc(QUEUE_SERIES_MAX + 1, sizeof(*w->m.queues));
+        if (!w->m.queues) {
+                cq_errstr_set(errstr, errstr_size, "out of memory");
+                return -1;
+        }
         if (add_families(w, errstr, errstr_size) != 0)
                 return -1;
         cq_metrics_on_collect(w->m.reg, collect, w);
@@ -401,6 +434,9 @@ void worker_metrics_release(cq_worker_t *w)
 {
         cq_httpd_destroy(&w->m.httpd);
         cq_metrics_destroy(&w->m.reg);
+        free(w->m.queues);
+        w->m.queues = NULL;
+        w->m.nqueues = 0;
 }
 
 void worker_metrics_finished(cq_worker_t *w,
@@ -414,15 +450,70 @@ void worker_metrics_finished(cq_worker_t *w,
             1);
 }
 
+/* The queue \p name of coderq_queue_jobs: found, else given a slot while
+ * there is one for a named queue, else "other" (whose slot is kept). */
+static struct worker_queue *queue_of(worker_metrics_t *m, const char *name)
+{
+        struct worker_queue *q;
+        size_t k;
+
+        for (k = 0; k < m->nqueues; k++)
+                if (strcmp(m->queues[k].name, name) == 0)
+                        return &m->queues[k];
+        if (m->nqueues >= QUEUE_SERIES_MAX &&
+            strcmp(name, CQ_METRICS_OTHER) != 0)
+                return queue_of(m, CQ_METRICS_OTHER);
+        q = &m->queues[m->nqueues++];
+        snprintf(q->name, sizeof(q->name), "%s", name);
+        for (k = 0; k < CQ_ARRAY_SIZE(queue_states); k++)
+                q->series[k] = cq_metric_series(
+                    m->queue_jobs, (const char *[]){q->name, queue_states[k]});
+        return q;
+}
+
+static void queue_add(struct worker_queue *q, const cq_store_queue_depth_t *d)
+{
+        q->jobs[0] += d->queued;
+        q->jobs[1] += d->waiting;
+        q->jobs[2] += d->running;
+}
+
+/* coderq_queue_jobs from the depth of the queues: a queue that has no
+ * jobs left reads 0, not what it had. */
+static void set_queue_jobs(worker_metrics_t *m,
+                           const cq_store_queue_depth_t *depths,
+                           size_t n,
+                           const cq_store_queue_depth_t *rest)
+{
+        size_t i, k;
+
+        for (i = 0; i < m->nqueues; i++)
+                memset(m->queues[i].jobs, 0, sizeof(m->queues[i].jobs));
+        for (i = 0; i < n; i++)
+                queue_add(queue_of(m, depths[i].queue), &depths[i]);
+        if (rest->queued + rest->waiting + rest->running > 0)
+                queue_add(queue_of(m, CQ_METRICS_OTHER), rest);
+        for (i = 0; i < m->nqueues; i++)
+                for (k = 0; k < CQ_ARRAY_SIZE(queue_states); k++)
+                        cq_series_set(m->queues[i].series[k],
+                                      (double)m->queues[i].jobs[k]);
+}
+
 void worker_metrics_housekeep(cq_worker_t *w, cq_store_t *store, int64_t now)
 {
+        cq_store_queue_depth_t depths[QUEUE_SERIES_MAX], rest;
         cq_store_gauges_t g;
+        size_t n = 0;
 
         atomic_store(&w->m.beat_hk, now);
         if (now < w->m.next_queue)
                 return;
         w->m.next_queue = now + QUEUE_EVERY_MS;
-        if (cq_store_gauges(store, &g) != CQ_OK) {
+        /* the depth of each queue only for the metrics that show it */
+        if (cq_store_gauges(store, &g) != CQ_OK ||
+            (w->m.queues &&
+             cq_store_queue_depths(store, depths, CQ_ARRAY_SIZE(depths), &n,
+                                   &rest) != CQ_OK)) {
                 if (atomic_exchange(&w->m.pg_ok, false))
                         cq_log_kv(CQ_LOG_WARN, "could not count the queue",
                                   "error", cq_store_errmsg(store), NULL);
@@ -432,4 +523,6 @@ void worker_metrics_housekeep(cq_worker_t *w, cq_store_t *store, int64_t now)
         cq_series_set(w->m.queued, (double)g.queued);
         cq_series_set(w->m.outbox_pending, (double)g.outbox_pending);
         cq_series_set(w->m.outbox_failed, (double)g.outbox_failed);
+        if (w->m.queues)
+                set_queue_jobs(&w->m, depths, n, &rest);
 }

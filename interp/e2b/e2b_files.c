@@ -37,11 +37,12 @@ cq_err_t
 e2b_upload(cq_e2b_t *e2b, const char *name, const void *data, size_t len)
 {
         struct call call = {0};
-        char url[2048], path[PATH_BUF];
+        char url[2048], path[PATH_BUF], what[PATH_BUF + 32];
         curl_mime *mime = NULL;
         curl_mimepart *part;
         cq_err_t err = CQ_ERR_RETRIABLE;
 
+        snprintf(what, sizeof(what), "upload \"%s\" to E2B sandbox", name);
         mime = cq_http_mime_new(e2b->http);
         part = mime ? curl_mime_addpart(mime) : NULL;
         if (file_url(e2b, name, path, url, sizeof(url)) != 0 || !part ||
@@ -49,15 +50,11 @@ e2b_upload(cq_e2b_t *e2b, const char *name, const void *data, size_t len)
             curl_mime_filename(part, path) != CURLE_OK ||
             curl_mime_type(part, "application/octet-stream") != CURLE_OK ||
             curl_mime_data(part, data ? data : "", len) != CURLE_OK) {
-                e2b_set_error(e2b,
-                              "could not e2b_upload \"%s\" to E2B sandbox: out "
-                              "of memory",
-                              name);
+                e2b_set_error(e2b, "could not %s: out of memory", what);
                 err = CQ_ERR_FATAL;
                 goto out;
         }
-        e2b_call_init(&call, "e2b_upload a file to E2B sandbox", PLANE_ENVD,
-                      "POST", url, e2b_ok_200);
+        e2b_call_init(&call, what, PLANE_ENVD, "POST", url, e2b_ok_200);
         call.mime = mime;
         err = e2b_call_run(e2b, e2b->http, &call);
 out:
@@ -192,7 +189,8 @@ static bool rel_is_reported(const char *rel)
         }
 }
 
-/* ListDir HOME recursively into {relpath: "size|mtime"} (files only). */
+/* ListDir HOME recursively into {relpath: "size|mtime"} (regular files
+ * only). */
 cq_err_t e2b_list_files(cq_e2b_t *e2b, json_t **listp)
 {
         static const char body[] = "{\"path\":\"" HOME_DIR "\",\"depth\":32}";
@@ -241,7 +239,10 @@ cq_err_t e2b_list_files(cq_e2b_t *e2b, json_t **listp)
                     json_string_value(json_object_get(entry, "modifiedTime"));
                 char sig[128];
 
-                if (!type || !path || strcmp(type, "FILE_TYPE_FILE") != 0)
+                /* envd gives a symlink its target's type: files only, as
+                 * the local backend reports them, not links to them */
+                if (!type || !path || strcmp(type, "FILE_TYPE_FILE") != 0 ||
+                    json_object_get(entry, "symlinkTarget"))
                         continue;
                 if (strncmp(path, HOME_DIR "/", sizeof(HOME_DIR)) != 0)
                         continue;

@@ -608,7 +608,7 @@ cq_err_t e2b_start_sandbox(cq_e2b_t *e2b)
 }
 
 /* Replace a lost or broken sandbox: kill it (best effort), start another,
- * e2b_upload the job files again. */
+ * upload the job files again. */
 cq_err_t e2b_replace_sandbox(cq_e2b_t *e2b)
 {
         cq_err_t err;

@@ -24,7 +24,8 @@ Fault injection (API listener):
     POST /_fake/kill/<id>    kill a sandbox now (as if it died)
     POST /_fake/reset        clear faults and the request log
     GET  /_fake/stats        {"live": n, "created": n, ...}
-    GET  /_fake/log          the request log (method, path, port)
+    GET  /_fake/log          the request log (method, path, port, status,
+                             Content-Encoding)
     create faults may also be {"mode": "lost"} (the sandbox is made, the
     reply never sent) and carry "should_retry": true|false (the
     Should-Retry header of the error reply).
@@ -33,12 +34,18 @@ template "seeded" starts with /home/user/seed.txt and seed2.txt; other
 templates than those, "code-interpreter-v1" and "base" get a 404, and a
 timeout above --max-timeout-s a 400, as E2B answers. Create-time
 "metadata" is listed (GET /v2/sandboxes?metadata=k%3Dv filters on it) and
-"envVars" reach the kernels and commands.
+"envVars" reach the kernels and commands. As E2B does: /execute's
+"env_vars" hold for that run only; POST /files takes multipart or
+octet-stream bodies, gzip-encoded or not; a directory's entry says so in
+its type and permissions; commands run as "user" (uid 1000, where
+bubblewrap can map it: GET /_fake/stats says "users"); connect never
+shortens a sandbox's life, /timeout may.
 """
 
 import argparse
 import base64
 import datetime
+import gzip
 import json
 import os
 import queue
@@ -47,11 +54,13 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -68,6 +77,20 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 def now_iso():
     return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+def go_mode(mode):
+    """os.FileMode.String() of Go, which envd reports as permissions:
+    type letters (d directory, L symlink, D device, p pipe, S socket, u
+    setuid, g setgid, c char device, t sticky) or "-", then rwx bits."""
+    kinds = ((stat.S_ISDIR(mode), "d"), (stat.S_ISLNK(mode), "L"),
+             (stat.S_ISBLK(mode) or stat.S_ISCHR(mode), "D"),
+             (stat.S_ISFIFO(mode), "p"), (stat.S_ISSOCK(mode), "S"),
+             (mode & stat.S_ISUID, "u"), (mode & stat.S_ISGID, "g"),
+             (stat.S_ISCHR(mode), "c"), (mode & stat.S_ISVTX, "t"))
+    head = "".join(c for on, c in kinds if on) or "-"
+    return head + "".join(c if mode & (1 << (8 - i)) else "-"
+                          for i, c in enumerate("rwxrwxrwx"))
 
 
 def rfc3339(ts):
@@ -90,31 +113,76 @@ def kernel_dir():
     return KERNEL_DIR
 
 
+# Set by probe_jail() when bubblewrap can also map a process to uid 1000
+# in a user namespace: files for /etc/passwd and /etc/group that name it
+# "user", as E2B's templates do. None: commands run as the double's user.
+USER_DB = None
+USER_UID = 1000
+
+
+def bwrap_ok(args):
+    try:
+        return subprocess.run(["bwrap"] + args + ["true"],
+                              stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def user_db(run):
+    """/etc/passwd and /etc/group with "user" (uid and gid 1000, home
+    /home/user) in place of whatever the host has there."""
+    out = {}
+    for name, line in (("passwd", "user:x:%d:%d::%s:/bin/bash\n"
+                        % (USER_UID, USER_UID, HOME)),
+                       ("group", "user:x:%d:\n" % USER_UID)):
+        keep = []
+        try:
+            with open("/etc/" + name) as f:
+                for old in f:
+                    fields = old.split(":")
+                    if len(fields) > 2 and fields[0] != "user" and \
+                            fields[2] != str(USER_UID):
+                        keep.append(old if old.endswith("\n") else old + "\n")
+        except OSError:
+            pass
+        out[name] = os.path.join(run, name)
+        with open(out[name], "w") as f:
+            f.writelines(keep + [line])
+    return out
+
+
 def probe_jail():
-    """Can bubblewrap give a process a /home/user and /tmp of its own?"""
-    global RUN_DIR
+    """Can bubblewrap give a process a /home/user and /tmp of its own, and
+    run it as "user"?"""
+    global RUN_DIR, USER_DB
     if not shutil.which("bwrap"):
         return
-    try:
-        ok = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--tmpfs",
-                             "/home", "--dir", HOME, "--chdir", HOME,
-                             "true"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, timeout=30)
-    except (OSError, subprocess.SubprocessError):
+    if not bwrap_ok(["--dev-bind", "/", "/", "--tmpfs", "/home", "--dir",
+                     HOME, "--chdir", HOME]):
         return
-    if ok.returncode == 0:
-        RUN_DIR = tempfile.mkdtemp(prefix="fake-e2b-run-")
+    RUN_DIR = tempfile.mkdtemp(prefix="fake-e2b-run-")
+    if bwrap_ok(["--dev-bind", "/", "/", "--unshare-user", "--uid",
+                 str(USER_UID), "--gid", str(USER_UID)]):
+        USER_DB = user_db(RUN_DIR)
 
 
-def jail(root, tmp, cwd=HOME):
+def jail(root, tmp, cwd=HOME, user=None):
     """The bwrap prefix that runs a command as E2B would: /home/user is the
-    sandbox's home, /tmp its own, cwd and HOME /home/user. No
-    --die-with-parent: that parent is the request thread that started the
-    kernel, which ends with its connection."""
-    return ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home",
-            "--bind", root, HOME, "--bind", tmp, "/tmp",
-            "--bind", RUN_DIR, RUN_DIR, "--chdir", cwd,
-            "--setenv", "HOME", HOME, "--"]
+    sandbox's home, /tmp its own, cwd and HOME /home/user; with user
+    "user", as that user (uid 1000), as envd runs commands, and with
+    "root" HOME /root. No --die-with-parent: that parent is the request
+    thread that started the kernel, which ends with its connection."""
+    cmd = ["bwrap", "--dev-bind", "/", "/", "--tmpfs", "/home",
+           "--bind", root, HOME, "--bind", tmp, "/tmp",
+           "--bind", RUN_DIR, RUN_DIR, "--chdir", cwd,
+           "--setenv", "HOME", "/root" if user == "root" else HOME]
+    if user == "user" and USER_DB:
+        cmd += ["--unshare-user", "--uid", str(USER_UID), "--gid",
+                str(USER_UID), "--ro-bind", USER_DB["passwd"], "/etc/passwd",
+                "--ro-bind", USER_DB["group"], "/etc/group"]
+    return cmd + ["--"]
 
 
 class JailedKernelManager(KernelManager):
@@ -317,18 +385,18 @@ class State:
         self.faults = {"create": [], "execute": []}
         self.log = []
         self.stats = {"created": 0, "killed": 0, "expired": 0,
-                      "set_timeout": 0, "executions": 0, "create_calls": 0,
-                      "streams": 0}
+                      "set_timeout": 0, "connect": 0, "executions": 0,
+                      "create_calls": 0, "streams": 0}
 
     def too_long(self):
         # E2B states the plan's bound in hours
         return "Timeout cannot be greater than %d hours" % (
             self.max_timeout_s // 3600)
 
-    def record(self, method, path, port, status):
+    def record(self, method, path, port, status, encoding=None):
         with self.lock:
             self.log.append({"method": method, "path": path, "port": port,
-                             "status": status})
+                             "status": status, "encoding": encoding})
             if len(self.log) > 10000:
                 del self.log[:1000]
 
@@ -385,6 +453,37 @@ class ClientGone(Exception):
     pass
 
 
+def with_envs(code, envs):
+    """The cell the code-interpreter server runs for /execute with
+    env_vars: a line setting each, indented as the code's first line, then
+    the code (so tracebacks count those lines too)."""
+    if not envs:
+        return code
+    indent = ""
+    for line in code.split("\n"):
+        if line.strip():
+            indent = line[:len(line) - len(line.lstrip())]
+            break
+    sets = ["import os; os.environ[%r] = %r" % kv for kv in envs.items()]
+    return "\n".join([""] + [indent + s for s in sets] + [code])
+
+
+def reset_envs(kc, envs, create_envs):
+    """Silently restore each of envs to its create-time value, or unset
+    it. ipykernel aborts requests that arrive while it unwinds a failed
+    cell: send it again then."""
+    code = "\n".join(
+        "import os; os.environ[%r] = %r" % (k, create_envs[k])
+        if k in create_envs else "import os; os.environ.pop(%r, None)" % k
+        for k in envs)
+    for _ in range(50):
+        msg_id = kc.execute(code, silent=True, store_history=False,
+                            allow_stdin=False, stop_on_error=False)
+        if SandboxHandler.reply_status(kc, msg_id) != "aborted":
+            return
+        time.sleep(0.1)
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "fake-e2b/1"
@@ -429,6 +528,10 @@ class Handler(BaseHTTPRequestHandler):
             body = json.dumps(body).encode()
         elif isinstance(body, str):
             body = body.encode()
+        # logged first: a client that has the reply may read the log next
+        self.state.record(self.command, self.path,
+                          self.headers.get("E2b-Sandbox-Port"), status,
+                          self.headers.get("Content-Encoding"))
         self.send_response(status)
         if ctype and body:
             self.send_header("Content-Type", ctype)
@@ -438,8 +541,6 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if body and self.command != "HEAD":
             self.wfile.write(body)
-        self.state.record(self.command, self.path,
-                          self.headers.get("E2b-Sandbox-Port"), status)
 
     def api_error(self, status, message, headers=None):
         self.send(status, {"code": status, "message": message},
@@ -510,18 +611,28 @@ class ApiHandler(Handler):
         if op == "" and self.command == "GET":
             return self.send(200, sbx.detail())
         if op in ("/timeout", "/connect") and self.command == "POST":
-            if req is None or not isinstance(req.get("timeout", 0), int):
-                return self.api_error(400, "invalid body")
-            t = req.get("timeout", 15)
-            if t <= 0:
+            # /timeout sets the end to now + timeout, shortening too;
+            # connect only ever extends a running sandbox, by the 300 s
+            # the v2 API defaults to when no timeout is given (the SDKs
+            # send none unless asked)
+            default = 300 if op == "/connect" and path.startswith("/v2/") \
+                else None
+            t = req.get("timeout", default) if isinstance(req, dict) else None
+            if not isinstance(t, int) or isinstance(t, bool):
+                return self.api_error(400, "Error when parsing request: "
+                                      "timeout is required")
+            if t < 0 or (t == 0 and op == "/timeout"):
                 return self.api_error(400, "Timeout must be greater than 0")
             if t > st.max_timeout_s:
                 return self.api_error(400, st.too_long())
-            sbx.end = time.time() + t
             if op == "/timeout":
+                sbx.end = time.time() + t
                 with st.lock:
                     st.stats["set_timeout"] += 1
                 return self.send(204)
+            sbx.end = max(sbx.end, time.time() + t)
+            with st.lock:
+                st.stats["connect"] += 1
             return self.send(200, sbx.body())
         return self.api_error(404, "not found")
 
@@ -588,7 +699,8 @@ class ApiHandler(Handler):
             st.reap()
             with st.lock:
                 out = dict(st.stats, live=len(st.sandboxes),
-                           ids=list(st.sandboxes), jailed=bool(RUN_DIR))
+                           ids=list(st.sandboxes), jailed=bool(RUN_DIR),
+                           users=bool(USER_DB))
             return self.send(200, out)
         if path == "/_fake/log":
             with st.lock:
@@ -650,7 +762,7 @@ class SandboxHandler(Handler):
             if self.command == "GET":
                 return self.read_file(sbx, q.get("path", [None])[0])
             if self.command == "POST":
-                return self.write_files(sbx, q.get("path", [None])[0])
+                return self.write_files(sbx, q)
         if not self.token_ok(sbx):
             self.body()
             return self.send(401, {"code": 401, "message":
@@ -680,59 +792,122 @@ class SandboxHandler(Handler):
         local = sbx.local(path)
         if local is None:
             raise ValueError("path '%s' is outside %s" % (path, HOME))
+        if os.path.isdir(local):
+            raise ValueError("path is a directory: %s" % sbx.remote(local))
         os.makedirs(os.path.dirname(local), exist_ok=True)
         with open(local, "wb") as f:
             f.write(data)
         return {"path": sbx.remote(local), "name": os.path.basename(local),
                 "type": "file"}
 
-    def write_files(self, sbx, qpath):
-        raw = self.body()
-        ctype = self.headers.get("Content-Type", "")
-        out = []
+    def upload_body(self, raw):
+        """The body as envd reads it: Content-Encoding gzip is decoded
+        (what the SDKs send with gzip), identity or none taken as is,
+        anything else refused. ValueError says why."""
+        enc = self.headers.get("Content-Encoding", "").split(";")[0]
+        enc = enc.strip().lower()
+        if enc in ("", "identity"):
+            return raw
+        if enc != "gzip":
+            raise ValueError("unsupported Content-Encoding: %s, supported: "
+                             "[gzip]" % self.headers["Content-Encoding"])
         try:
-            if ctype.startswith("multipart/form-data"):
+            return gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as e:
+            raise ValueError("error decompressing request body: %s" % e)
+
+    def write_files(self, sbx, q):
+        """POST /files as envd takes it: application/octet-stream (the body
+        is the file at ?path=) or multipart/form-data (each "file" part;
+        ?path= when given, else the part's filename), gzip-encoded or not;
+        any other type is refused."""
+        raw = self.body()
+        qpath = q.get("path", [None])[0]
+        user = q.get("username", ["user"])[0]
+        ctype = self.headers.get("Content-Type", "")
+        mtype = ctype.split(";")[0].strip().lower()
+        out = []
+        if user not in ("user", "root"):
+            return self.send(401, {"code": 401, "message": "error looking up "
+                                   "user '%s': unknown user" % user})
+        try:
+            data = self.upload_body(raw)
+            if mtype == "application/octet-stream":
+                if not qpath:
+                    raise ValueError("path query parameter is required for "
+                                     "raw body upload")
+                out.append(self.store(sbx, qpath, data))
+            elif mtype.startswith("multipart/"):
                 m = re.search(r'boundary="?([^";]+)"?', ctype)
                 if not m:
-                    return self.send(400, {"code": 400, "message":
-                                           "missing boundary"})
+                    raise ValueError("error parsing multipart form: no "
+                                     "boundary")
                 delim = b"--" + m.group(1).encode()
-                for part in raw.split(delim)[1:]:
+                for part in data.split(delim)[1:]:
                     if part.startswith(b"--"):
                         break
-                    head, _, data = part.partition(b"\r\n\r\n")
-                    if data.endswith(b"\r\n"):
-                        data = data[:-2]
+                    head, _, body = part.partition(b"\r\n\r\n")
+                    if body.endswith(b"\r\n"):
+                        body = body[:-2]
                     disp = re.search(rb'name="([^"]*)"(?:; filename="([^"]*)")?',
                                      head)
                     if not disp or disp.group(1) != b"file":
                         continue
-                    fname = (disp.group(2) or b"").decode() or qpath
-                    out.append(self.store(sbx, fname, data))
+                    fname = qpath or (disp.group(2) or b"").decode()
+                    if any(sbx.local(e["path"]) == sbx.local(fname)
+                           for e in out):
+                        raise ValueError("you cannot upload multiple files "
+                                         "to the same path '%s' in one "
+                                         "upload request" % fname)
+                    out.append(self.store(sbx, fname, body))
             else:
-                if not qpath:
-                    return self.send(400, {"code": 400, "message":
-                                           "path is required"})
-                out.append(self.store(sbx, qpath, raw))
+                raise ValueError("unsupported content type: %s, expected "
+                                 "multipart/form-data or "
+                                 "application/octet-stream" % ctype)
         except ValueError as e:
             return self.send(400, {"code": 400, "message": str(e)})
-        if not out:
-            return self.send(400, {"code": 400, "message": "no file part"})
         return self.send(200, out)
 
+    def resolve(self, sbx, local):
+        """Where the symlink local leads, as a host path, following
+        links as the sandbox sees them; None when it leads nowhere."""
+        for _ in range(40):
+            if not os.path.islink(local):
+                return local if os.path.exists(local) else None
+            target = os.readlink(local)
+            if not target.startswith("/"):
+                target = os.path.join(sbx.remote(os.path.dirname(local)),
+                                      target)
+            local = sbx.local(target)
+            if local is None:
+                return None
+        return None
+
     def entry(self, sbx, local):
-        stt = os.lstat(local)
-        if os.path.islink(local):
-            ftype = "FILE_TYPE_SYMLINK"
-        elif os.path.isdir(local):
-            ftype = "FILE_TYPE_DIRECTORY"
+        """An EntryInfo as envd makes it: a symlink has its target's type
+        and mode and a symlinkTarget; permissions is Go's FileMode text
+        ("drwxr-xr-x", "Lrwxrwxrwx"); mode the permission bits."""
+        lst = os.lstat(local)
+        out = {"name": os.path.basename(local), "path": sbx.remote(local),
+               "size": str(lst.st_size), "permissions": go_mode(lst.st_mode),
+               "owner": "user", "group": "user",
+               "modifiedTime": rfc3339(lst.st_mtime)}
+        st = lst
+        if stat.S_ISLNK(lst.st_mode):
+            target = self.resolve(sbx, local)
+            out["symlinkTarget"] = sbx.remote(target) if target else \
+                sbx.remote(local)
+            st = os.stat(target) if target else None
+        if st is None:
+            out["type"] = "FILE_TYPE_UNSPECIFIED"
+        elif stat.S_ISDIR(st.st_mode):
+            out["type"] = "FILE_TYPE_DIRECTORY"
+        elif stat.S_ISREG(st.st_mode):
+            out["type"] = "FILE_TYPE_FILE"
         else:
-            ftype = "FILE_TYPE_FILE"
-        return {"name": os.path.basename(local), "type": ftype,
-                "path": sbx.remote(local), "size": str(stt.st_size),
-                "mode": stt.st_mode & 0o777,
-                "permissions": "-rw-r--r--", "owner": "user",
-                "group": "user", "modifiedTime": rfc3339(stt.st_mtime)}
+            out["type"] = "FILE_TYPE_UNSPECIFIED"
+        out["mode"] = stat.S_IMODE(st.st_mode) & 0o777 if st else 0
+        return out
 
     def fs_rpc(self, sbx, method):
         req = self.json_body()
@@ -811,13 +986,26 @@ class SandboxHandler(Handler):
         except (ValueError, KeyError, TypeError):
             return self.send(400, {"code": "invalid_argument",
                                    "message": "bad request"})
+        # envd runs a command as the user of "Authorization: Basic
+        # <user:>", else as the template's default user, "user"
+        user = "user"
+        auth = self.headers.get("Authorization", "")
+        if auth.startswith("Basic "):
+            try:
+                user = base64.b64decode(auth[6:]).decode().split(":")[0]
+            except ValueError:
+                user = ""
+        if user not in ("user", "root"):
+            return self.send(401, {"code": "unauthenticated", "message":
+                                   "error looking up user '%s'" % user})
         cwd = sbx.local(proc.get("cwd")) or sbx.root
         env = dict(os.environ, HOME=sbx.root)
+        if RUN_DIR:
+            env.update(HOME="/root" if user == "root" else HOME, USER=user,
+                       LOGNAME=user)
+            argv = jail(sbx.root, sbx.tmp, sbx.remote(cwd), user) + argv
         env.update(sbx.envs)
         env.update(proc.get("envs") or {})
-        if RUN_DIR:
-            env["HOME"] = HOME
-            argv = jail(sbx.root, sbx.tmp, sbx.remote(cwd)) + argv
         p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         out, err = p.communicate()
@@ -898,6 +1086,12 @@ class SandboxHandler(Handler):
         if not isinstance(req, dict) or not isinstance(req.get("code"), str):
             return self.send(422, {"detail": [{"loc": ["body", "code"],
                                                "msg": "field required"}]})
+        envs = req.get("env_vars") or {}
+        if not isinstance(envs, dict) or not all(
+                isinstance(k, str) and isinstance(v, str)
+                for k, v in envs.items()):
+            return self.send(422, {"detail": [{"loc": ["body", "env_vars"],
+                                               "msg": "str type expected"}]})
         if req.get("context_id") and req.get("language"):
             return self.send(400, "Only one of context_id or language can be "
                              "provided", "text/plain")
@@ -936,7 +1130,13 @@ class SandboxHandler(Handler):
             st.remove(sbx.id)
             return self.drop()
         with ctx.lock:
-            self.run_cell(sbx, ctx, req["code"], mode)
+            ended = self.run_cell(sbx, ctx, with_envs(req["code"], envs),
+                                  mode)
+            if envs and ended:
+                # the server resets them in a cell of its own once this
+                # one ended, before the next runs: env_vars hold for one
+                # run only
+                reset_envs(ctx.kc, envs, sbx.envs)
 
     def drop(self):
         """Reset the connection as a dying sandbox VM does."""
@@ -948,6 +1148,8 @@ class SandboxHandler(Handler):
             pass
 
     def run_cell(self, sbx, ctx, code, mode):
+        """Run code, streaming its outputs; True when the stream ended
+        with end_of_execution."""
         st = self.state
         kc = ctx.kc
         msg_id = kc.execute(code, allow_stdin=False, stop_on_error=True)
@@ -1003,6 +1205,7 @@ class SandboxHandler(Handler):
             self.chunk({"type": "end_of_execution"})
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+            return True
         except ClientGone:
             self.close_connection = True
             self.drain(ctx, msg_id, interrupt=True)

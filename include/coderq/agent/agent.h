@@ -16,6 +16,7 @@
 #include "coderq/common/config.h"
 #include "coderq/interp/interp.h"
 #include "coderq/common/job.h"
+#include "coderq/agent/judge.h"
 #include "coderq/agent/llm.h"
 #include "coderq/common/metrics.h"
 #include "coderq/agent/notebook.h"
@@ -167,6 +168,14 @@ typedef struct cq_agent_opts {
         void *new_interp_opaque;
         const cq_prices_t *prices; /* borrowed; NULL: every cost unknown */
         const cq_agent_metrics_t *metrics; /* borrowed; NULL: none */
+        /* Starts the judging interpreter of "code" tests (judge.h); NULL:
+         * such tests cannot be judged apart from the model's interpreter
+         * and fail as an infrastructure fault. */
+        cq_judge_start_fn *judge_start;
+        void *judge_opaque;
+        double case_time_factor; /* a case's limit: this many times the
+                                    reference's time (CODERQ_CASE_TIME_
+                                    FACTOR); at least the case's floor */
 } cq_agent_opts_t;
 
 /** @brief Defaults: 30 turns, 5 retries, 120 s cells, 1800 s jobs. */
@@ -250,6 +259,17 @@ typedef struct cq_agent_result {
         json_t *history;   /* the conversation; owned */
         cq_files_t images; /* images shown or saved by the code */
         int64_t duration_ms;
+        /* The evaluation's outcome (docs/EVALUATION.md#verdicts), static;
+         * NULL when it was cancelled or stopped. */
+        const char *verdict;
+        const char *judge; /* "separate", "model", or NULL: no tests ran */
+        int hidden_passed; /* the hidden tests' counts; hidden_total 0 */
+        int hidden_total;  /* when the job has none, or they did not run */
+        json_t *hidden;    /* their report, or NULL; owned */
+        /* It failed by a fault another try may mend (the LLM unavailable,
+         * an interpreter or the judge lost, our own): the caller may run
+         * it again from its checkpoint. */
+        bool transient;
 } cq_agent_result_t;
 
 void cq_agent_result_init(cq_agent_result_t *result);

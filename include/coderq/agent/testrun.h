@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* testrun.h - a job's tests (docs/JOBS.md#tests): turn them into one Python
  * cell that runs in the job's own kernel or, with "isolation": "fresh", in
- * a new interpreter after the job's solution (agent.c decides), and read
- * its report back.
+ * a new interpreter after the job's solution (answer_tests.c decides),
+ * and read its report back; and the cells that answer the judging
+ * interpreter's calls (judge.h) in the model's interpreter.
  *
  *   {"kind":"cases","function":"f","cases":[{"args":[..],"expected":..}]}
  *   {"kind":"code","code":"assert f(2) == 4"}
@@ -85,5 +86,34 @@ cq_testrun_fail(const json_t *tests, const char *why, cq_testrun_t *tr);
  */
 size_t
 cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out, size_t max);
+
+/**
+ * @brief The cell that answers one request of the judging interpreter in
+ *        the model's interpreter (judge.h): \p kind "call" (\p request:
+ *        {"name", "args", "kwargs", "mutates"}, tagged plain values) or
+ *        "lookup" ({"name"}), through the harness behind a fresh marker.
+ * @param marker (out) At least 33 bytes; the report line's marker.
+ * @returns Caller owns the returned value (free()); NULL with \p errstr.
+ */
+char *cq_testrun_judge_code(const char *kind,
+                            const json_t *request,
+                            char *marker,
+                            size_t marker_size,
+                            char *errstr,
+                            size_t errstr_size);
+
+/**
+ * @brief The judge's answer (judge.h's candidate hooks) from such a
+ *        cell's result: what the harness reported, or a failure of kind
+ *        timeout, died (the cell's status) or not_plain (no report, a
+ *        forged one, a value the harness would not write). The values it
+ *        carries are checked by the judge's side (cq_judge_value_check()).
+ * @param answerp (out) Caller owns the returned value.
+ * @returns 0, or -1 when out of memory.
+ */
+CQ_NODISCARD int cq_testrun_judge_answer(const char *kind,
+                                         const char *marker,
+                                         const cq_cell_result_t *res,
+                                         json_t **answerp);
 
 #endif

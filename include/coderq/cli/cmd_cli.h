@@ -7,6 +7,7 @@
 #define CODERQ_CMD_CLI_H
 
 #include "coderq/cli/cli.h"
+#include "coderq/cli/clifmt.h"
 #include "coderq/storage/store.h"
 
 cq_cmd_fn_t cq_cmd_submit;
@@ -22,6 +23,7 @@ cq_cmd_fn_t cq_cmd_worker;
 cq_cmd_fn_t cq_cmd_report;
 cq_cmd_fn_t cq_cmd_retry;
 cq_cmd_fn_t cq_cmd_budget;
+cq_cmd_fn_t cq_cmd_eval;
 
 /* The usage text of doctor, shared with its tests. */
 extern const char cq_cmd_doctor_usage[];
@@ -51,6 +53,57 @@ int cq_cli_opt(
  */
 int cq_cli_parse_long(
     const char *name, const char *text, long min, long max, long *valuep);
+
+/**
+ * @brief Parse a whole decimal number in [min, max] for option \p name.
+ * @returns 0, or -1 after printing an error line.
+ */
+int cq_cli_parse_double(
+    const char *name, const char *text, double min, double max, double *valuep);
+
+/** @brief Fill \p buf with \p n random bytes (getrandom()).
+ *  @returns 0, or -1 with errno set. */
+CQ_NODISCARD int cq_cli_random(void *buf, size_t n);
+
+/**
+ * @brief A new run id: "PREFIX-YYYYMMDD-HHMMSS-xxxxxx" (UTC, 6 random hex
+ *        digits), for \p size >= strlen(prefix) + 24.
+ * @returns 0, or -1 after printing an error line.
+ */
+CQ_NODISCARD int cq_cli_new_run_id(const char *prefix, char *out, size_t size);
+
+/** @brief Sleep \p ms milliseconds, signals notwithstanding. */
+void cq_cli_sleep_ms(long ms);
+
+/** @brief The progress line of a wait on stderr: redrawn in place on a
+ *         terminal, else a plain line at each change and every 30 s. */
+typedef struct cq_cli_progress {
+        bool tty;
+        bool shown;         /* a line is drawn and not ended */
+        char last[256];     /* not a terminal: the last line printed */
+        int64_t last_print; /* cq_now_ms() of it */
+} cq_cli_progress_t;
+
+void cq_cli_progress_init(cq_cli_progress_t *out);
+void cq_cli_progress_show(cq_cli_progress_t *out,
+                          const cq_progress_t *progress);
+/** @brief End the line drawn on a terminal (before printing more). */
+void cq_cli_progress_end(cq_cli_progress_t *out);
+
+/**
+ * @brief Send job messages as `coderq submit` does (the idempotent
+ *        producer, key = job id, the value as given), and print each
+ *        delivered id on stdout when \p print_ids.
+ * @param ids, values Borrowed; \p n of each, values NUL-terminated and
+ *        already validated.
+ * @returns An exit code: 0 all delivered, 1 some refused, 3 the producer
+ *          could not be configured, 4 Kafka unreachable.
+ */
+int cq_cli_send_jobs(const cq_config_t *cfg,
+                     const char *const *ids,
+                     const char *const *values,
+                     size_t n,
+                     bool print_ids);
 
 /**
  * @brief Send job messages as `coderq submit` does (the idempotent

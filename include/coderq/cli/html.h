@@ -74,26 +74,59 @@ typedef struct cq_html_meta {
 } cq_html_meta_t;
 
 /**
- * @brief The index page: the run's summary and a table of its jobs,
- *        sortable (click a header) and filterable (text box, status
- *        select) by its inline script. The page's URL fragment carries
- *        and restores the view: #q=TEXT&status=S&sort=KEY&dir=asc|desc.
- *        Known columns are formatted (tests, tokens, cost, duration,
- *        memory, ...); any other key of the rows becomes a column of its
- *        own when some row has a value for it, so fields added to the
- *        rows later show up as they are.
- * @param summary Borrowed; the run_summary object (or NULL). Every key is
- *        shown; nested objects and arrays of objects as nested lists and
- *        tables.
- * @param rows Borrowed; an array of flat objects (cq_store_run_results()).
+ * @brief The index page: the run's figures (cards, and every figure under
+ *        "All figures"); its models side by side (pass rate, pass@k when
+ *        the run has samples, verdicts and reasons counted, tokens, cost,
+ *        p50 and p95 duration); the table of its jobs; and, when some job
+ *        is a sample of a problem, a grid of problems by samples coloured
+ *        by verdict, each linking to its sample's page.
+ *
+ *        The table has a row per original job, its latest attempt (with
+ *        how many there were), and by default the columns job, title,
+ *        model, status, verdict (else the reason code), tests, turns,
+ *        cost and duration; every other key that some row has a value
+ *        for is a column too, hidden until chosen, so fields added to the
+ *        rows later show up as they are. Long ids are shortened, whole on
+ *        hover and in the page they link to. The inline script sorts
+ *        (click a header), filters (text box, status select) and chooses
+ *        columns; the page's URL fragment carries and restores the view:
+ *        #q=TEXT&status=S&sort=KEY&dir=asc|desc&cols=KEY,KEY...
+ * @param figures Borrowed; cq_store_report_run()'s figures (or NULL).
+ *        Every key is shown; nested objects and arrays of objects as
+ *        nested lists and tables.
+ * @param rows Borrowed; an array of flat objects, every attempt of the
+ *        run grouped by original job (cq_store_report_run()); one whose
+ *        "latest" is false is an earlier attempt, with a page of its own
+ *        but no row in the table.
  * @param names Borrowed; the page name of each row, in order.
  * @returns CQ_OK or CQ_ERR_TOO_LARGE / CQ_ERR_FATAL (out of memory).
  */
 CQ_NODISCARD cq_err_t cq_html_index(cq_buf_t *buf,
                                     const cq_html_meta_t *meta,
-                                    const json_t *summary,
+                                    const json_t *figures,
                                     const json_t *rows,
                                     const char (*names)[CQ_HTML_NAME_MAX]);
+
+/** @brief The attempts of one original job: \p n rows from \p first of
+ *         cq_html_index()'s \p rows (the original, then its retries) and
+ *         the page names of those rows; all borrowed. */
+typedef struct cq_html_attempts {
+        const json_t *rows;
+        const char (*names)[CQ_HTML_NAME_MAX];
+        size_t first, n;
+} cq_html_attempts_t;
+
+/**
+ * @brief The attempts of the original job of row \p i of \p rows (grouped
+ *        by original job, as cq_html_index() takes them): the rows around
+ *        \p i with the same original.
+ * @param names Borrowed; the page name of each row.
+ * @param att (out) Borrows \p rows and \p names.
+ */
+void cq_html_attempts(const json_t *rows,
+                      const char (*names)[CQ_HTML_NAME_MAX],
+                      size_t i,
+                      cq_html_attempts_t *att);
 
 /**
  * @brief A job's page, linking back to ../index.html: its overview, the
@@ -103,13 +136,18 @@ CQ_NODISCARD cq_err_t cq_html_index(cq_buf_t *buf,
  *        the notebook does not already show. Only image/png, image/jpeg,
  *        image/gif and image/svg+xml are drawn, each as a data: URI of
  *        its decoded bytes in an <img> (in which an SVG's scripts never
- *        run); other types are named, not drawn.
+ *        run); other types are named, not drawn. A job tried more than
+ *        once lists its attempts, each linking to its page: a retry links
+ *        to its original and the original to its retries.
  * @param doc Borrowed; cq_report_job_t.doc.
  * @param images Borrowed; may be NULL.
+ * @param attempts Borrowed; the attempts of the job's original job
+ *        (cq_html_attempts()), or NULL.
  */
 CQ_NODISCARD cq_err_t cq_html_job(cq_buf_t *buf,
                                   const cq_html_meta_t *meta,
                                   const json_t *doc,
-                                  const cq_images_t *images);
+                                  const cq_images_t *images,
+                                  const cq_html_attempts_t *attempts);
 
 #endif

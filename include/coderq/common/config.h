@@ -91,6 +91,7 @@ typedef struct cq_config {
         long max_retries;
         long cell_timeout_s;
         long job_timeout_s;
+        long case_time_factor;
         char *system_prompt;
         size_t tool_item_max;
         size_t tool_total_max;

@@ -47,8 +47,8 @@
  * agent calls it before the first cell) and keeps a copy for a replacement
  * sandbox. cq_interp_created_files() lists /home/user recursively once,
  * when called, and reports files new or changed (size, mtime) since the
- * sandbox started, leaving out the job's input files, hidden paths and
- * __pycache__. */
+ * sandbox started, leaving out the job's input files, hidden paths,
+ * __pycache__ and symlinks (envd lists a link with its target's type). */
 #ifndef CODERQ_E2B_H
 #define CODERQ_E2B_H
 

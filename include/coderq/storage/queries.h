@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* queries.h - what the command line reads and sets: a job's status,
- * a run's results, attempts, summary and figures, retries, run budgets
- * and exports.
+ * a run's results, attempts, summary and figures, the depth of the
+ * queues, retries, run budgets and exports.
  * Errors and threads as store.h says. */
 #ifndef CODERQ_STORAGE_QUERIES_H
 #define CODERQ_STORAGE_QUERIES_H
@@ -77,6 +77,21 @@ CQ_NODISCARD cq_err_t cq_store_run_figures(cq_store_t *store,
                                            json_t **docp);
 
 /**
+ * @brief The depth of the named queues, from the view queue_depth:
+ *        *\p rowsp = [{"queue", "queued" (a worker could claim them now),
+ *        "waiting" (queued, held back: a parent not done, a retry's
+ *        delay), "running"}, ...] by queue name.
+ * @param run_id NULL: every queue with queued or running jobs; else the
+ *        queues the jobs of that run are in, each with every job it holds
+ *        (the run's or not; 0s when it holds none queued or running), and
+ *        none for a run without jobs.
+ * @returns Caller owns *\p rowsp (json_decref).
+ */
+CQ_NODISCARD cq_err_t cq_store_queue_depth(cq_store_t *store,
+                                           const char *run_id,
+                                           json_t **rowsp);
+
+/**
  * @brief The run of the most recently created job that has a run_id.
  * @param runp (out) Caller owns the returned value (free()); NULL when no
  *        job has a run_id.
@@ -118,6 +133,43 @@ CQ_NODISCARD cq_err_t cq_store_jobs_exist(cq_store_t *store,
                                           const char *const *job_ids,
                                           size_t n,
                                           json_t **foundp);
+
+/**
+ * @brief How far the jobs \p job_ids have got: *\p countsp = {"running",
+ *        "succeeded", "failed", "cancelled"}, how many of them are in each
+ *        state (the rest are queued, or not stored yet). One statement,
+ *        however many jobs.
+ * @returns Caller owns *\p countsp (json_decref).
+ */
+CQ_NODISCARD cq_err_t cq_store_jobs_progress(cq_store_t *store,
+                                             const char *const *job_ids,
+                                             size_t n,
+                                             json_t **countsp);
+
+/**
+ * @brief What an evaluation reads of its samples (`coderq eval`, `coderq
+ *        results --format human-eval`): *\p rowsp = [{"job_id", "status",
+ *        "verdict" (null until finished, and for a cancelled job),
+ *        "reason", "problem_id", "sample_index", "task_id" (its message's
+ *        metadata.task_id as it is, or null), "prompt", "code" (its
+ *        message's solution, else the code of its cells that succeeded,
+ *        in order, or null), "tests" (its result's test report, or
+ *        null)}], one for each of \p job_ids that is stored, in no order.
+ * @returns Caller owns *\p rowsp (json_decref).
+ */
+CQ_NODISCARD cq_err_t cq_store_samples(cq_store_t *store,
+                                       const char *const *job_ids,
+                                       size_t n,
+                                       json_t **rowsp);
+
+/**
+ * @brief As cq_store_samples(), for the latest attempt of each original
+ *        job of run \p run_id, by problem (in the order the problems'
+ *        first jobs were created), sample index and original job.
+ */
+CQ_NODISCARD cq_err_t cq_store_run_samples(cq_store_t *store,
+                                           const char *run_id,
+                                           json_t **rowsp);
 
 /**
  * @brief Set the budget of run \p run_id in USD (\p usd < 0: remove it).

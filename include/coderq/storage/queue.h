@@ -218,6 +218,13 @@ typedef struct cq_finish {
         double cost_usd;        /* of the whole job; < 0: unknown */
         const json_t *notebook; /* final nbformat document; may be NULL */
         const json_t *report;   /* extra result details (object); or NULL */
+        /* The evaluation's outcome (docs/EVALUATION.md#verdicts); NULL:
+         * what the status and the reason code say. Ignored when
+         * cancelled. */
+        const char *verdict;
+        const char *judge; /* "separate", "model", or NULL: no tests */
+        int hidden_passed; /* hidden_total 0 (or -1): no hidden tests */
+        int hidden_total;
 } cq_finish_t;
 
 /**
