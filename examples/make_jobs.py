@@ -159,6 +159,10 @@ JOBS = [
         "and show the convergence of the error per iteration in a plot.",
         "tests": {
             "kind": "code",
+            # newton() takes functions, which cannot cross to a judge of
+            # its own (plain data only): the test runs beside the model's
+            # code, and its verdict is counted as bendable
+            "judge": "model",
             "code": "r = newton(lambda x: x**3 - 2*x - 5, lambda x: 3*x**2 - 2, 2.0)\n"
             "assert abs(r - 2.0945514815423265) < 1e-9\n"
             "assert abs(newton(lambda x: x*x - 2, lambda x: 2*x, 1.0) - 2**0.5) < 1e-12",
