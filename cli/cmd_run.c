@@ -272,10 +272,11 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
         cq_backend_describe_job(backend, job.backend, where, sizeof(where));
         printf(" (%s)\n", where);
         fflush(stdout);
-        if (cq_backend_acquire(backend, job.backend,
-                               cfg->kernel_startup_timeout_s * 1000, &interp,
-                               errstr, sizeof(errstr)) != CQ_OK) {
-                cq_cli_error("could not start a kernel: %s", errstr);
+        /* A job judged with no LLM gets a runner, not a kernel. */
+        if (cq_backend_acquire_for(backend, &job, 1,
+                                   cfg->kernel_startup_timeout_s * 1000,
+                                   &interp, errstr, sizeof(errstr)) != CQ_OK) {
+                cq_cli_error("could not start an interpreter: %s", errstr);
                 goto out;
         }
         nb = cq_nb_new(cq_interp_language_info(interp));
@@ -300,6 +301,8 @@ int cq_cmd_run(const cq_config_t *cfg, int argc, char **argv)
         fresh.startup_ms = cfg->kernel_startup_timeout_s * 1000;
         opts.new_interp = run_new_interp;
         opts.new_interp_opaque = &fresh;
+        opts.judge_start = cq_backend_judge_start;
+        opts.judge_opaque = backend;
         obs.on_event = print_event;
         obs.opaque = &turn;
         signal(SIGINT, on_signal);

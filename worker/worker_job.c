@@ -918,9 +918,10 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
                 start.history = history;
                 start.cells = cells;
         }
-        err = cq_backend_acquire_job(
-            w->backend, job.backend, w->cfg->kernel_startup_timeout_s * 1000,
-            job.job_id, claim->attempt, &interp, errstr, sizeof(errstr));
+        /* A job judged with no LLM gets a runner, not a kernel. */
+        err = cq_backend_acquire_for(w->backend, &job, claim->attempt,
+                                     w->cfg->kernel_startup_timeout_s * 1000,
+                                     &interp, errstr, sizeof(errstr));
         if (err != CQ_OK) {
                 cannot_run(slot, claim, &job, err, "interpreter",
                            "could not get an interpreter: %s", errstr);
@@ -960,6 +961,8 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         opts.stop = &w->stop_jobs;
         opts.new_interp = slot_new_interp;
         opts.new_interp_opaque = slot;
+        opts.judge_start = cq_backend_judge_start;
+        opts.judge_opaque = w->backend;
         opts.prices = w->prices;
         opts.metrics = &w->m.agent;
         /* Limits hold over the whole job: what the earlier attempts
