@@ -172,6 +172,56 @@ def percentile_rate(times):
     return (hi - lo) / span if span > 0 else float("nan")
 
 
+def coderq_env(a, llm_url):
+    """The environment of the run's coderq commands: the run's database
+    and topics, the LLM at llm_url, no key, no memory scope."""
+    env = dict(os.environ)
+    for k in ("CODERQ_LLM_API_KEY", "OPENAI_API_KEY",
+              "CODERQ_LLM_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY",
+              "CODERQ_MEMORY_SCOPE", "CODERQ_LLM_PROVIDER",
+              "CODERQ_LLM_MODEL", "CODERQ_BACKEND"):
+        env.pop(k, None)
+    env.update({
+        "CODERQ_PG_DSN": a.dsn, "CODERQ_KAFKA_BROKERS": a.brokers,
+        "CODERQ_TOPIC_JOBS": a.prefix + ".jobs",
+        "CODERQ_TOPIC_DLQ": a.prefix + ".dlq",
+        "CODERQ_TOPIC_RESULTS": a.prefix + ".results",
+        "CODERQ_TOPIC_EVENTS": a.prefix + ".events",
+        "CODERQ_KAFKA_GROUP": a.prefix,
+        "CODERQ_LLM_BASE_URL": llm_url,
+        "CODERQ_SLOTS": str(a.slots),
+        "CODERQ_SANDBOX": a.sandbox,
+        "CODERQ_LOG_LEVEL": "info",
+    })
+    return env
+
+
+def start_workers(a, env, procs):
+    """a.workers `coderq worker` processes, logging to DIR/worker-N.log;
+    also appended to procs."""
+    workers = []
+    for w in range(a.workers):
+        wenv = dict(env, CODERQ_WORKER_ID=f"{a.prefix}-w{w}")
+        p = subprocess.Popen(
+            [a.coderq, "worker"], env=wenv, stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(a.dir, f"worker-{w}.log"), "w"))
+        procs.append(p)
+        workers.append(p)
+    return workers
+
+
+def stop_all(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def main():
     ap = argparse.ArgumentParser()
     for a in ("--coderq", "--dsn", "--brokers", "--dir", "--run", "--prefix"):
@@ -190,17 +240,6 @@ def main():
     n = len(answers)
     procs = []
 
-    def stop_all():
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
     try:
         port_file = os.path.join(a.dir, "llm.port")
         llm = subprocess.Popen(
@@ -217,25 +256,9 @@ def main():
             time.sleep(0.05)
         port = int(open(port_file).read())
 
-        env = dict(os.environ)
-        for k in ("CODERQ_LLM_API_KEY", "OPENAI_API_KEY",
-                  "CODERQ_LLM_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY",
-                  "CODERQ_MEMORY_SCOPE", "CODERQ_LLM_PROVIDER",
-                  "CODERQ_LLM_MODEL", "CODERQ_BACKEND"):
-            env.pop(k, None)
-        env.update({
-            "CODERQ_PG_DSN": a.dsn, "CODERQ_KAFKA_BROKERS": a.brokers,
-            "CODERQ_TOPIC_JOBS": a.prefix + ".jobs",
-            "CODERQ_TOPIC_DLQ": a.prefix + ".dlq",
-            "CODERQ_TOPIC_RESULTS": a.prefix + ".results",
-            "CODERQ_TOPIC_EVENTS": a.prefix + ".events",
-            "CODERQ_KAFKA_GROUP": a.prefix,
-            "CODERQ_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1",
-            "CODERQ_SLOTS": str(a.slots), "CODERQ_KPOOL_SIZE": str(a.slots),
-            "CODERQ_SANDBOX": a.sandbox,
-            "CODERQ_LOG_LEVEL": "info",
-            "CODERQ_KERNEL_STARTUP_TIMEOUT_S": "300",
-        })
+        env = coderq_env(a, f"http://127.0.0.1:{port}/v1")
+        env.update({"CODERQ_KPOOL_SIZE": str(a.slots),
+                    "CODERQ_KERNEL_STARTUP_TIMEOUT_S": "300"})
 
         # The warm-up job creates the jobs topic before any worker
         # subscribes to it, and runs once through everything.
@@ -254,14 +277,7 @@ def main():
                         os.path.join(a.dir, "warmup.jsonl")],
                        env=env, check=True, stdout=subprocess.DEVNULL)
 
-        workers = []
-        for w in range(a.workers):
-            wenv = dict(env, CODERQ_WORKER_ID=f"{a.prefix}-w{w}")
-            p = subprocess.Popen(
-                [a.coderq, "worker"], env=wenv, stdout=subprocess.DEVNULL,
-                stderr=open(os.path.join(a.dir, f"worker-{w}.log"), "w"))
-            procs.append(p)
-            workers.append(p)
+        workers = start_workers(a, env, procs)
 
         say(f"waiting for the warm-up job and {a.workers} workers' kernel "
             f"pools")
@@ -332,7 +348,7 @@ def main():
         t1 = time.time()
         session.close()
     finally:
-        stop_all()
+        stop_all(procs)
 
     cpu = {k: (after[k][0] - before[k][0], after[k][1] - before[k][1])
            for k in roots}

