@@ -15,17 +15,18 @@ solution and one mutant of it, judged twice in one run:
 Measured for each: samples/s (samples over the command's wall time) and
 CPU per sample: for coderq every process involved, read from /proc as
 bench/eval_run.py reads it (the workers with their runners and judges,
-PostgreSQL, the broker) plus `coderq eval`'s own; for the package its
-process and all it reaped. Then per-sample agreement of the two results
+the broker, and of the shared PostgreSQL server only the backends
+connected to the run's database when it starts: the workers') plus
+`coderq eval`'s own; for the package its process and all it reaped. Then per-sample agreement of the two results
 files (passed or not): anything but 100% fails the run (exit 1).
 
 A mutant is the canonical solution with its first comparison, arithmetic
-or boolean operator that can be turned changed (`<` to `<=`, `+ 1`
+or boolean operator that can be changed (`<` to `<=`, `+ 1`
 dropped, `and` to `or`, ...), else a first line that returns None: most
 fail the tests, some do not, and both judges must say the same.
 
 Usage: heval_run.py --coderq BIN --python VENV_PYTHON --dsn DSN
-    --brokers HOST:PORT --pg-port N --kafka-port N --dir DIR --run RUN
+    --brokers HOST:PORT --kafka-port N --dir DIR --run RUN
     --prefix P [--problems N] [--workers 2] [--slots 2] [--sandbox auto]
 Last line: JSON.
 """
@@ -100,6 +101,22 @@ def run_measured(argv, env, cpu_meter, timeout, log):
     return wall, usage.ru_utime + usage.ru_stime
 
 
+def db_backends(dsn):
+    """The PostgreSQL backends connected to the run's own database (the
+    server is shared: other work's backends are not the run's)."""
+    db = " " + dsn.rsplit("/", 1)[-1].split("?")[0] + " "
+    pids = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith("postgres: ") and db in cmd:
+            pids.append(int(d))
+    return pids
+
+
 def verdicts(path):
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -111,7 +128,6 @@ def main():
     for a in ("--coderq", "--python", "--dsn", "--brokers", "--dir",
               "--run", "--prefix"):
         ap.add_argument(a, required=True)
-    ap.add_argument("--pg-port", type=int, required=True)
     ap.add_argument("--kafka-port", type=int, required=True)
     ap.add_argument("--problems", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
@@ -172,7 +188,7 @@ def main():
 
         roots = {
             "workers": [p.pid for p in workers],
-            "postgres": listening_pids(a.pg_port),
+            "postgres": db_backends(a.dsn),
             "kafka": listening_pids(a.kafka_port),
         }
         for k, v in roots.items():

@@ -41,7 +41,7 @@ if [ "${1:-}" = humaneval ]; then
         cq_bench_setup eval
         /usr/bin/python3 "$CQ_ROOT/bench/heval_run.py" --coderq "$build/coderq" \
                 --python "$python" --dsn "$CQ_BENCH_DSN" \
-                --brokers "$CODERQ_KAFKA_BROKERS" --pg-port "$CQ_PG_PORT" \
+                --brokers "$CODERQ_KAFKA_BROKERS" \
                 --kafka-port "$CQ_KAFKA_PORT" --dir "$CQ_BENCH_TMP" \
                 --run "heval-$$" --prefix "cqbench.heval.$$" \
                 --problems "$problems" --workers "${CQ_EVAL_WORKERS:-2}" \
