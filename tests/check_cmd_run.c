@@ -244,6 +244,48 @@ START_TEST(failed_job_exits_one_with_the_reason)
 }
 END_TEST
 
+/* A job with a solution is judged with no LLM call (no turn), its code
+ * tests in a judge of their own, started by the backend: a right
+ * solution passes, a wrong one is a wrong answer (exit 1). */
+START_TEST(solution_job_is_judged_apart)
+{
+        static const char *const solutions[2] = {
+            "def add(a, b):\\n    return a + b\\n",
+            "def add(a, b):\\n    return a - b\\n"};
+        static const char *const verdicts[2] = {"passed", "wrong_answer"};
+        char job[512], out[512], path[1024], text[1024];
+        json_t *result, *tests;
+        int i;
+
+        for (i = 0; i < 2; i++) {
+                snprintf(job, sizeof(job), "%s/solution-%d.json", dir, i);
+                snprintf(text, sizeof(text),
+                         "{\"job_id\":\"solution-%d\",\"prompt\":\"add\","
+                         "\"solution\":\"%s\",\"tests\":{\"kind\":"
+                         "\"code\",\"code\":\"assert add(1, 2) == 3\"}}\n",
+                         i, solutions[i]);
+                write_job(job, text);
+                snprintf(out, sizeof(out), "%s/solution-%d", dir, i);
+                ck_assert_int_eq(coderq_run(job, out, "demo"), i);
+                snprintf(path, sizeof(path), "%s/result.json", out);
+                result = load(path);
+                tests = json_object_get(result, "tests");
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(result, "status")),
+                    i ? "failed" : "succeeded");
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(tests, "judge")),
+                    "separate");
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(tests, "verdict")),
+                    verdicts[i]);
+                ck_assert_int_eq(
+                    json_integer_value(json_object_get(result, "turns")), 0);
+                json_decref(result);
+        }
+}
+END_TEST
+
 /* What the model and the kernel say reaches the terminal escaped: a cell
  * whose error moves the cursor and forges "succeeded" lines, and an
  * answer with an OSC title, a C1 CSI and a bidi override, print as
@@ -541,6 +583,7 @@ static Suite *cmd_run_suite(void)
         tcase_add_test(tc, demo_job_succeeds_and_writes_outputs);
         tcase_add_test(tc, e2b_backend_runs_the_same_job);
         tcase_add_test(tc, failed_job_exits_one_with_the_reason);
+        tcase_add_test(tc, solution_job_is_judged_apart);
         tcase_add_test(tc, untrusted_text_prints_escaped);
         tcase_add_test(tc, tests_that_never_ran_say_so);
         tcase_add_test(tc, invalid_job_is_one_clear_line_and_exit_two);
