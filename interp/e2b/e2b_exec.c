@@ -567,13 +567,14 @@ int e2b_interrupt(cq_interp_t *interp)
 cq_err_t e2b_restart(cq_interp_t *interp)
 {
         cq_e2b_t *e2b = (cq_e2b_t *)interp;
-        bool replaced;
 
         if (!e2b->sandbox_id[0] || e2b->lost)
                 return e2b_replace_sandbox(e2b);
         if (e2b_restart_context(e2b) == CQ_OK)
                 return CQ_OK;
-        return recover(e2b, &replaced);
+        /* recover() would try the restart once more: a sandbox whose
+         * context will not restart is replaced at once */
+        return e2b_replace_sandbox(e2b);
 }
 
 /* The environment, from the sandbox's default Python context: the job's

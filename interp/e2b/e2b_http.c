@@ -231,7 +231,8 @@ cq_err_t e2b_call_run(cq_e2b_t *e2b, cq_http_t *http, struct call *call)
         req.body_len = call->body_len;
         req.mime = call->mime;
         req.max = call->max_reply ? call->max_reply : e2b->max_body;
-        req.timeout_ms = e2b->request_timeout_ms;
+        req.timeout_ms =
+            call->timeout_ms > 0 ? call->timeout_ms : e2b->request_timeout_ms;
         req.on_header = on_header;
         for (attempt = 0; attempt < attempts; attempt++) {
                 struct hdr_sink hdr = {-1, ""};

@@ -27,12 +27,15 @@
 #define DEF_CREATE    "/v2/sandboxes"
 #define CONNECT_MS    10000L
 #define KILL_ATTEMPTS 3
-#define NONCE_LEN     16
-#define LIST_PAGES    20
-#define TAG_CREATE    "coderq_create"
-#define TAG_WORKER    "coderq_worker"
-#define TAG_JOB       "coderq_job"
-#define TAG_ATTEMPT   "coderq_attempt"
+/* a context restart: tries, and the deadline of each */
+#define RESTART_ATTEMPTS 2
+#define RESTART_MS       20000L
+#define NONCE_LEN        16
+#define LIST_PAGES       20
+#define TAG_CREATE       "coderq_create"
+#define TAG_WORKER       "coderq_worker"
+#define TAG_JOB          "coderq_job"
+#define TAG_ATTEMPT      "coderq_attempt"
 
 enum plane { PLANE_API, PLANE_ENVD, PLANE_CI, PLANE_CI_NOTOKEN };
 
@@ -103,10 +106,11 @@ struct call {
         const char *ctype; /* request Content-Type, or NULL */
         const void *body;
         size_t body_len;
-        curl_mime *mime;  /* borrowed, or NULL */
-        const long *ok;   /* accepted statuses, 0-terminated */
-        size_t max_reply; /* 0: e2b->max_body */
-        int attempts;     /* 0: e2b->max_attempts */
+        curl_mime *mime;    /* borrowed, or NULL */
+        const long *ok;     /* accepted statuses, 0-terminated */
+        size_t max_reply;   /* 0: e2b->max_body */
+        int attempts;       /* 0: e2b->max_attempts */
+        int64_t timeout_ms; /* each attempt's; 0: e2b->request_timeout_ms */
         /* Where errors go, when not the handle's own (cq_e2b_keepalive()
          * runs beside the owner thread). */
         char *errbuf;

@@ -542,6 +542,12 @@ cq_err_t e2b_restart_context(cq_e2b_t *e2b)
                  e2b->context_id);
         e2b_call_init(&call, "restart kernel context in E2B sandbox",
                       PLANE_CI_NOTOKEN, "POST", url, e2b_ok_200);
+        /* A restart answers in seconds or not at all: a kernel its code
+         * wedged (its sockets written over, say) is left with its sandbox,
+         * which the caller replaces, instead of waiting out every retry of
+         * the default deadline. */
+        call.attempts = RESTART_ATTEMPTS;
+        call.timeout_ms = RESTART_MS;
         err = e2b_call_run(e2b, e2b->http, &call);
         if (err == CQ_ERR_FATAL && call.status == 404)
                 err = create_context(e2b);
