@@ -364,7 +364,7 @@ send_line(int fd, const char *line, int64_t deadline, const char **whyp)
                 ssize_t w;
 
                 if (left <= 0) {
-                        *whyp = "the judge stopped reading";
+                        *whyp = NULL; /* the deadline: the caller says */
                         return -1;
                 }
                 if (poll(&pfd, 1, (int)(left > 1000 ? 1000 : left)) < 0 &&
@@ -458,8 +458,15 @@ recv_json(judge_reader_t *rd, int64_t deadline, const char **whyp)
         }
 }
 
-static int set_fault(cq_judge_result_t *jr, const char *why)
+/* A run stopped by \p why; NULL: the run's deadline passed (waiting on
+ * the code under test, or the tests, took the time), which is the tests'
+ * time and never a fault of ours. */
+static int stop_run(cq_judge_result_t *jr, const char *why)
 {
+        if (!why) {
+                jr->timed_out = true;
+                why = "the tests ran past their time";
+        }
         if (!jr->fault)
                 jr->fault = strdup(why);
         return jr->fault ? 0 : -1;
@@ -709,7 +716,7 @@ int cq_judge_run(cq_judge_proc_t *proc,
         msg = json_pack("{s:s, s:s, s:b}", "op", "run", "code", code, "mutates",
                         mutates);
         if (!msg || send_json(proc->to_fd, msg, limits->deadline_ms, &why)) {
-                rc = !msg ? -1 : set_fault(jr, why);
+                rc = !msg ? -1 : stop_run(jr, why);
                 goto out;
         }
         for (;;) {
@@ -718,11 +725,7 @@ int cq_judge_run(cq_judge_proc_t *proc,
 
                 msg = recv_json(&rd, limits->deadline_ms, &why);
                 if (!msg) {
-                        if (!why) {
-                                jr->timed_out = true;
-                                why = "the tests ran past their time";
-                        }
-                        rc = set_fault(jr, why);
+                        rc = stop_run(jr, why);
                         break;
                 }
                 op = json_string_value(json_object_get(msg, "op"));
@@ -735,7 +738,7 @@ int cq_judge_run(cq_judge_proc_t *proc,
                         why = "the judge's report is not in its form";
                         json_decref(msg);
                         if (r > 0)
-                                rc = set_fault(jr, why);
+                                rc = stop_run(jr, why);
                         else
                                 rc = r;
                         break;
@@ -745,7 +748,7 @@ int cq_judge_run(cq_judge_proc_t *proc,
                 }
                 json_decref(msg);
                 if (r != 0) {
-                        rc = r < 0 ? -1 : set_fault(jr, why);
+                        rc = r < 0 ? -1 : stop_run(jr, why);
                         break;
                 }
         }

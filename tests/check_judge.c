@@ -26,6 +26,7 @@ typedef struct played {
         int64_t time_ms;    /* how long each call "took" */
         int calls;
         int fault_at; /* >0: the Nth call fails on our side */
+        bool waits;   /* a call past its limit takes the limit, really */
 } played_t;
 
 static played_t *g_played;
@@ -60,6 +61,8 @@ static int play_call(void *opaque,
         if (p->fault_at && p->calls == p->fault_at)
                 return -1;
         if (p->time_ms > limit_ms) {
+                if (p->waits)
+                        cq_nap_ms(limit_ms, NULL);
                 *elapsed_ms = limit_ms;
                 *answerp = json_pack("{s:s, s:s, s:s}", "op", "fail", "kind",
                                      "timeout", "why", "ran past its limit");
@@ -385,6 +388,14 @@ START_TEST(limits_and_faults)
         /* test code past the run's time */
         judge("while True:\n    pass\n", false, slow, 1, 1500, &jr);
         ck_assert(jr.timed_out);
+        ck_assert_ptr_null(jr.fault);
+        cq_judge_result_release(&jr);
+        /* a call that takes what is left of the run's time: the tests'
+         * time too, never a fault of ours (the answer then finds the
+         * deadline gone) */
+        slow[0].waits = true;
+        judge("f()\n", false, slow, 1, 800, &jr);
+        ck_assert_msg(jr.timed_out, "fault: %s", jr.fault ? jr.fault : "-");
         ck_assert_ptr_null(jr.fault);
         cq_judge_result_release(&jr);
         /* a call we could not make: ours, not the model's */
