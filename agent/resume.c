@@ -89,6 +89,9 @@ int agent_take_up(run_t *run, const cq_agent_start_t *start)
         }
         if (replay(run, start->cells) != 0)
                 return -1;
+        /* Files the replayed cells made: when they appeared is not known */
+        if (json_array_size(start->cells) > 0)
+                agent_note_created_files(run, true);
         if (start->continue_job) {
                 run->result->turns = start->turns_done;
                 run->result->retries = start->retries_done;

@@ -1309,6 +1309,94 @@ START_TEST(cancel_and_sessions)
 }
 END_TEST
 
+/* A 1x1 PNG: the figure figures_keep_their_names shows and saves. */
+#define PNG_B64                                                                \
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwAD" \
+        "hgGAWjR9awAAAABJRU5ErkJggg=="
+
+/* Register as \p name a script of \p nturns placeholder replies (the
+ * turns of a parent's history, which the fake counts), then a tool call
+ * with each of \p codes, then a final answer. */
+static void register_cells(const char *name,
+                           int nturns,
+                           const char *const *codes,
+                           size_t ncodes)
+{
+        json_t *script = json_array();
+        char *text;
+        size_t i;
+        int k;
+
+        for (k = 0; k < nturns; k++)
+                json_array_append_new(
+                    script, json_pack("{s:s}", "content", "(parent's turn)"));
+        for (i = 0; i < ncodes; i++)
+                json_array_append_new(
+                    script,
+                    json_pack("{s:[{s:s}]}", "tool_calls", "code", codes[i]));
+        json_array_append_new(script, json_pack("{s:s}", "content", "done"));
+        text = json_dumps(script, 0);
+        register_script(name, text);
+        free(text);
+        json_decref(script);
+}
+
+/* The names of job \p n's images with their cells, "name:cell" by cell
+ * then name, "-" for no known cell; caller frees. */
+static char *image_names_of(int n)
+{
+        char id[192];
+
+        snprintf(id, sizeof(id), "%s-%03d", prefix, n);
+        return kt_pg_text(dsn,
+                          "SELECT COALESCE(string_agg(n.name || ':' ||"
+                          " COALESCE(n.cell_seq::text, '-'), ' '"
+                          " ORDER BY n.cell_seq NULLS LAST, n.name), '')"
+                          " FROM images i JOIN image_names n USING (image_id)"
+                          " WHERE i.job_id = $1",
+                          id);
+}
+
+/* The model saves a figure and shows it: both names are kept, with the
+ * cell that made them, the bytes once. */
+START_TEST(figures_keep_their_names)
+{
+        static const char *const parent[] = {
+            "import base64, os\n"
+            "from IPython.display import Image, display\n"
+            "PNG = base64.b64decode('" PNG_B64 "')\n"
+            "x = 1",
+            "display(Image(data=PNG))\n"
+            "open('revenue_by_region.png', 'wb').write(PNG)\n"
+            "os.makedirs('plots', exist_ok=True)\n"
+            "open('plots/costs.png', 'wb').write(b'costs')",
+        };
+        worker_t a;
+        rd_kafka_t *rk;
+        char extra[192], *names;
+
+        fresh("figures");
+        register_cells("fig_parent", 0, parent, CQ_ARRAY_SIZE(parent));
+        start_worker(&a, "wf", "30");
+        rk = kt_producer(brokers);
+        submit(rk, 0, "fig_parent", NULL);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished(1, WAIT_MS);
+        ck_assert_int_eq(count_status("succeeded"), 1);
+        names = image_names_of(0);
+        ck_assert_str_eq(names, "cell2-1.png:2 plots/costs.png:2 "
+                                "revenue_by_region.png:2");
+        free(names);
+        snprintf(extra, sizeof(extra), "%s-000", prefix);
+        ck_assert_int_eq(
+            kt_pg_long(dsn, "SELECT count(*) FROM images WHERE job_id = $1",
+                       extra),
+            2);
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+}
+END_TEST
+
 /* With a one-minute poll and relay interval, jobs submitted to an idle
  * worker must still be claimed and reported within seconds: PostgreSQL
  * announces them and a finished job kicks the relay. */
@@ -2879,6 +2967,7 @@ static Suite *worker_suite(void)
         tcase_add_test(tc, killed_worker_jobs_are_resumed_once);
         tcase_add_test(tc, sigterm_releases_jobs_to_another_worker);
         tcase_add_test(tc, cancel_and_sessions);
+        tcase_add_test(tc, figures_keep_their_names);
         tcase_add_test(tc, idle_worker_hears_of_new_jobs);
         tcase_add_test(tc, idle_slots_poll_once_per_worker);
         tcase_add_test(tc, broker_and_database_outages_lose_nothing);
