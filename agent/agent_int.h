@@ -21,9 +21,12 @@
 /* An image file seen in the work dir after a cell (images.c). */
 typedef struct seen_file {
         char *name;
-        size_t len; /* its size when last seen */
-        long cell;  /* the job's cell after which it appeared or last
-                       changed size; 0: not known (a replayed cell) */
+        size_t len;          /* its size when last seen */
+        long cell;           /* the job's cell after which it appeared or last
+                                changed size; 0: not known (a replayed cell) */
+        char parent_sha[65]; /* the digest of a session parent's file as
+                                its replayed cells left it; "" for the
+                                job's own */
 } seen_file_t;
 
 /* The state of one run. */
@@ -261,8 +264,12 @@ void agent_collect_output_images(run_t *run, const cq_cell_result_t *res);
  * since the last look appeared after the cell that just ran, or with
  * \p replayed after cells replayed (cell not known). */
 void agent_note_created_files(run_t *run, bool replayed);
+/* Note the image files the replayed cells of a session's parent left,
+ * with their digests: the parent's, not to be stored again. */
+void agent_note_parent_files(run_t *run);
 /* Image files the code saved anywhere under the work dir, each with the
- * cell after which it was seen; then the images ordered by cell. */
+ * cell after which it was seen, but for a parent's file left as it was;
+ * then the images ordered by cell. */
 void agent_collect_created_images(run_t *run);
 /* Free the images of \p images. */
 void agent_images_release(cq_agent_images_t *images);

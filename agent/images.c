@@ -3,7 +3,8 @@
  * and SVG outputs) and the image files its code saved under the work
  * dir, each with the job's cell that made it. A saved file's cell is the
  * one after which it was first seen, or last seen change size: the work
- * dir is looked at after every cell. */
+ * dir is looked at after every cell. A session's child leaves the files
+ * its parent's replayed cells made to the parent. */
 #include "coderq/agent/agent.h"
 
 #include <limits.h>
@@ -124,8 +125,9 @@ static seen_file_t *seen_find(const run_t *run, const char *name)
         return NULL;
 }
 
-/* Note the image file \p file seen after cell \p cell. */
-static void seen_note(run_t *run, const cq_file_t *file, long cell)
+/* Note the image file \p file seen after cell \p cell; the entry, NULL
+ * when out of memory (run->oom set). */
+static seen_file_t *seen_note(run_t *run, const cq_file_t *file, long cell)
 {
         seen_file_t *seen = seen_find(run, file->name), *v;
 
@@ -134,23 +136,25 @@ static void seen_note(run_t *run, const cq_file_t *file, long cell)
                         seen->len = file->len;
                         seen->cell = cell;
                 }
-                return;
+                return seen;
         }
         v = realloc(run->seen, (run->nseen + 1) * sizeof(*run->seen));
         if (!v) {
                 run->oom = true;
-                return;
+                return NULL;
         }
         run->seen = v;
         seen = &run->seen[run->nseen];
         seen->name = strdup(file->name);
         seen->len = file->len;
         seen->cell = cell;
+        seen->parent_sha[0] = '\0';
         if (!seen->name) {
                 run->oom = true;
-                return;
+                return NULL;
         }
         run->nseen++;
+        return seen;
 }
 
 /* The files created under the work dir, listed without their bytes,
@@ -177,6 +181,54 @@ void agent_note_created_files(run_t *run, bool replayed)
                         seen_note(run, &created.v[i],
                                   replayed ? 0 : cell_seq(run));
         cq_files_release(&created);
+}
+
+/* Read the image file \p name into \p file; -1 when it cannot be read
+ * (logged). */
+static int read_image(run_t *run, const char *name, cq_file_t *file)
+{
+        if (cq_interp_get_file(run->interp, name, run->opts->file_max, file) ==
+            CQ_OK)
+                return 0;
+        cq_log_kv(CQ_LOG_WARN, "could not read created image", "job_id",
+                  run->job->job_id, "file", name, "error",
+                  cq_interp_errmsg(run->interp), NULL);
+        return -1;
+}
+
+void agent_note_parent_files(run_t *run)
+{
+        cq_files_t created = {0};
+        size_t i;
+
+        if (list_created(run, &created) != 0)
+                return;
+        for (i = 0; i < created.n && !run->oom; i++) {
+                cq_file_t file = {0};
+                seen_file_t *seen;
+
+                if (strncmp(created.v[i].mime, "image/", 6) != 0 ||
+                    read_image(run, created.v[i].name, &file) != 0)
+                        continue;
+                seen = seen_note(run, &created.v[i], 0);
+                if (seen)
+                        cq_sha256_hex(file.data, file.len, seen->parent_sha);
+                free(file.name);
+                free(file.mime);
+                free(file.data);
+        }
+        cq_files_release(&created);
+}
+
+/* Whether \p file is a session parent's, as its replayed cells left it. */
+static bool parents(const seen_file_t *seen, const cq_file_t *file)
+{
+        char sha[65];
+
+        if (!seen || !seen->parent_sha[0])
+                return false;
+        cq_sha256_hex(file->data, file->len, sha);
+        return strcmp(sha, seen->parent_sha) == 0;
 }
 
 /* Order the images by cell, those of no known cell last; images of one
@@ -213,25 +265,21 @@ void agent_collect_created_images(run_t *run)
                 const seen_file_t *seen = seen_find(run, created.v[i].name);
                 cq_file_t file = {0};
 
-                if (strncmp(created.v[i].mime, "image/", 6) != 0)
+                if (strncmp(created.v[i].mime, "image/", 6) != 0 ||
+                    read_image(run, created.v[i].name, &file) != 0)
                         continue;
-                if (cq_interp_get_file(run->interp, created.v[i].name,
-                                       run->opts->file_max, &file) != CQ_OK) {
-                        cq_log_kv(CQ_LOG_WARN, "could not read created image",
-                                  "job_id", run->job->job_id, "file",
-                                  created.v[i].name, "error",
-                                  cq_interp_errmsg(run->interp), NULL);
-                        continue;
-                }
-                /* add_image() takes the bytes */
-                if (add_image(run, file.name, file.mime, file.data, file.len,
-                              seen ? seen->cell : 0) != 0) {
-                        free(file.name);
-                        free(file.mime);
-                        break;
+                if (parents(seen, &file)) {
+                        /* stored with the parent already */
+                        free(file.data);
+                } else {
+                        /* add_image() takes the bytes */
+                        (void)add_image(run, file.name, file.mime, file.data,
+                                        file.len, seen ? seen->cell : 0);
                 }
                 free(file.name);
                 free(file.mime);
+                if (run->oom)
+                        break;
         }
         cq_files_release(&created);
         sort_by_cell(&run->result->images);

@@ -1344,6 +1344,64 @@ START_TEST(figures_keep_their_names_and_cells)
 }
 END_TEST
 
+/* A session's child replays its parent's cells: the files they make are
+ * the parent's and stay out of the child's images, unless the child's own
+ * cells change them. */
+START_TEST(session_child_leaves_its_parents_files)
+{
+        static const char steps[] =
+            "[{\"tool_calls\":[{\"code\":\"open('shared.png', 'wb')"
+            ".write(b'parent')\\nopen('redrawn.png', 'wb')"
+            ".write(b'parent')\"}]},"
+            "{\"content\":\"parent done\"},"
+            "{\"tool_calls\":[{\"code\":\"open('redrawn.png', 'wb')"
+            ".write(b'child, redrawn')\\nopen('mine.png', 'wb')"
+            ".write(b'mine')\"}]},"
+            "{\"content\":\"child done\"}]";
+        fixture_t fx;
+        crash_t crash = {0};
+        cq_agent_start_t start = {0};
+        const cq_agent_image_t *img;
+        json_t *history;
+
+        /* The parent: its cell saves two figures, both its images. */
+        use_backend(_i);
+        fixture_init(&fx, "session_files", steps);
+        crash.cells = json_array();
+        {
+                cq_agent_observer_t obs = {0};
+
+                obs.on_cell = crash_on_cell;
+                obs.opaque = &crash;
+                fixture_run(&fx, &obs, NULL, NULL);
+        }
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_uint_eq(fx.result.images.n, 2);
+        history = json_incref(fx.result.history);
+        ck_assert_uint_eq(json_array_size(crash.cells), 1);
+        cq_agent_result_release(&fx.result);
+        cq_interp_destroy(&fx.interp);
+        fx.interp = new_interp();
+
+        /* The child: the parent's cell replayed, then its own. */
+        start.history = history;
+        start.cells = crash.cells;
+        start.parent_cells = 1;
+        fixture_run(&fx, NULL, NULL, &start);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_str_eq(fx.result.answer, "child done");
+        ck_assert_uint_eq(fx.result.images.n, 2);
+        img = image_named(&fx.result, "mine.png");
+        ck_assert_int_eq(img->cell, 1);
+        img = image_named(&fx.result, "redrawn.png");
+        ck_assert_int_eq(img->cell, 1);
+        ck_assert_uint_eq(img->len, strlen("child, redrawn"));
+        json_decref(history);
+        json_decref(crash.cells);
+        fixture_release(&fx);
+}
+END_TEST
+
 START_TEST(input_files_by_content_and_by_url_reach_the_kernel)
 {
         fixture_t fx;
@@ -1820,6 +1878,7 @@ static Suite *agent_suite(void)
         tcase_add_loop_test(tc, resume_replays_cells_and_does_not_repeat_turns,
                             0, 2);
         tcase_add_loop_test(tc, figures_keep_their_names_and_cells, 0, 2);
+        tcase_add_loop_test(tc, session_child_leaves_its_parents_files, 0, 2);
         tcase_add_test(tc, job_time_limit_ends_a_slow_llm_call);
         suite_add_tcase(s, tc);
         /* Limits of money and tokens, sampling, what a run used:

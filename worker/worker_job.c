@@ -914,6 +914,8 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
                                    errstr);
                         goto out;
                 }
+                /* what these cells make is the parent's, stored with it */
+                start.parent_cells = json_array_size(cells);
         }
         if (claim->has_checkpoint && json_array_size(cp.messages) > 0) {
                 append_codes(cells, cp.cells);

@@ -203,6 +203,11 @@ typedef struct cq_agent_start {
         const json_t *cells;   /* borrowed; array of code strings: every
                                   cell that ran to the end, failed ones
                                   included (they may have set state) */
+        size_t parent_cells;   /* the first parent_cells of cells are a
+                                  session's ancestors': the image files
+                                  they make are the parent's, stored with
+                                  it, and not again with this job unless
+                                  its own cells change them */
         bool continue_job;
         long turns_done;       /* continue_job: already spent */
         long retries_done;     /* continue_job: already spent */
