@@ -85,7 +85,7 @@ void cq_agent_result_release(cq_agent_result_t *result)
         json_decref(result->hidden);
         json_decref(result->repro);
         json_decref(result->history);
-        cq_files_release(&result->images);
+        agent_images_release(&result->images);
         cq_agent_result_init(result);
 }
 
@@ -230,6 +230,7 @@ cq_err_t agent_run_cell(run_t *run,
                 run->oom = true;
         run->cells_since_tests++;
         agent_collect_output_images(run, res);
+        agent_note_created_files(run, false);
         if (res->status == CQ_CELL_OK) {
                 agent_add_solution_cell(run, code);
                 run->fail_sig[0] = '\0';
@@ -1060,6 +1061,7 @@ cq_err_t cq_agent_run(const cq_job_t *job,
         run.obs = obs;
         run.nb = nb;
         run.result = result;
+        run.cells_done = start ? start->cells_done : 0;
         run.visible = job->visible;
         if (!run.visible.spec && job->tests) {
                 run.visible.spec = job->tests;
@@ -1087,6 +1089,7 @@ cq_err_t cq_agent_run(const cq_job_t *job,
         result->duration_ms = cq_now_ms() - t0;
         json_decref(run.solution);
         free(run.ref_ms);
+        agent_forget_files(&run);
         cq_agent_recall_release(&hint);
         return CQ_OK;
 fatal:

@@ -18,6 +18,17 @@
 
 #define SOLUTION_MAX ((size_t)64 << 20) /* fresh tests need it all */
 
+/* An image file seen in the work dir after a cell (images.c). */
+typedef struct seen_file {
+        char *name;
+        size_t len;          /* its size when last seen */
+        long cell;           /* the job's cell after which it appeared or last
+                                changed size; 0: not known (a replayed cell) */
+        char parent_sha[65]; /* the digest of a session parent's file as
+                                its replayed cells left it; "" for the
+                                job's own */
+} seen_file_t;
+
 /* The state of one run. */
 typedef struct run {
         const cq_job_t *job;
@@ -35,6 +46,9 @@ typedef struct run {
         long test_timeout_s;
         int64_t deadline_ms; /* monotonic */
         long image_seq;
+        long cells_done;   /* the job's cells stored before this run */
+        seen_file_t *seen; /* image files seen after the cells so far */
+        size_t nseen;
         cq_tooltext_opts_t topts;
         bool aborted;
         bool oom;
@@ -243,10 +257,24 @@ void agent_account(run_t *run,
 
 /* images.c */
 
-/* Images a cell showed, as files named cell<N>-<K>.<ext>. */
+/* Images the cell that just ran showed, as files named cell<N>-<K>.<ext>
+ * (N the job's number of the cell). */
 void agent_collect_output_images(run_t *run, const cq_cell_result_t *res);
-/* Image files the code saved anywhere under the work dir. */
+/* Note the image files in the work dir now: those new or of another size
+ * since the last look appeared after the cell that just ran, or with
+ * \p replayed after cells replayed (cell not known). */
+void agent_note_created_files(run_t *run, bool replayed);
+/* Note the image files the replayed cells of a session's parent left,
+ * with their digests: the parent's, not to be stored again. */
+void agent_note_parent_files(run_t *run);
+/* Image files the code saved anywhere under the work dir, each with the
+ * cell after which it was seen, but for a parent's file left as it was;
+ * then the images ordered by cell. */
 void agent_collect_created_images(run_t *run);
+/* Free the images of \p images. */
+void agent_images_release(cq_agent_images_t *images);
+/* Free what agent_note_created_files() noted. */
+void agent_forget_files(run_t *run);
 
 /* memory.c */
 

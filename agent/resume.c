@@ -27,14 +27,14 @@ static int reply_from_message(const json_t *msg, cq_llm_reply_t *reply)
         return rc;
 }
 
-/* Replay saved cells into the fresh kernel; they are not reported. */
-static int replay(run_t *run, const json_t *cells)
+/* Replay saved cells \p from to \p to (excluded) into the fresh kernel;
+ * they are not reported. */
+static int replay(run_t *run, const json_t *cells, size_t from, size_t to)
 {
         size_t i;
-        json_t *cell;
 
-        json_array_foreach(cells, i, cell)
-        {
+        for (i = from; i < to; i++) {
+                const json_t *cell = json_array_get(cells, i);
                 cq_cell_result_t res;
                 cq_exec_opts_t xo = {0};
                 cq_err_t err;
@@ -71,7 +71,7 @@ static int replay(run_t *run, const json_t *cells)
  * session, its parent's. */
 int agent_take_up(run_t *run, const cq_agent_start_t *start)
 {
-        size_t n = json_array_size(start->history), i;
+        size_t n = json_array_size(start->history), i, ncells, parent_cells;
 
         /* A session's copy of the parent's conversation is
          * checkpointed too, so the job resumes on its own. */
@@ -87,8 +87,20 @@ int agent_take_up(run_t *run, const cq_agent_start_t *start)
                         return -1;
                 }
         }
-        if (replay(run, start->cells) != 0)
+        ncells = json_array_size(start->cells);
+        parent_cells =
+            start->parent_cells < ncells ? start->parent_cells : ncells;
+        if (replay(run, start->cells, 0, parent_cells) != 0)
                 return -1;
+        /* The files the parent's cells left are the parent's, stored
+         * with it */
+        if (parent_cells > 0)
+                agent_note_parent_files(run);
+        if (replay(run, start->cells, parent_cells, ncells) != 0)
+                return -1;
+        /* Files the replayed cells made: when they appeared is not known */
+        if (ncells > 0)
+                agent_note_created_files(run, true);
         if (start->continue_job) {
                 run->result->turns = start->turns_done;
                 run->result->retries = start->retries_done;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* cmd_export.c - `coderq export JOB --out DIR`: the job's notebook
  * (written exactly as the notebook builder writes it), its images under
- * safe, unique names, and answer.md with the final answer. Everything
- * comes from one read-only snapshot of PostgreSQL. */
+ * every name they were stored under, made safe and unique, and answer.md
+ * with the final answer. Everything comes from one read-only snapshot of
+ * PostgreSQL. */
 #include "coderq/cli/cmd_cli.h"
 #include "coderq/storage/queries.h"
 

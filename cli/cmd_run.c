@@ -134,7 +134,7 @@ static int write_outputs(const char *dir,
                 return -1;
         images = json_array();
         for (i = 0; images && i < res->images.n; i++) {
-                const cq_file_t *img = &res->images.v[i];
+                const cq_agent_image_t *img = &res->images.v[i];
                 const char *base = strrchr(img->name, '/');
 
                 base = base ? base + 1 : img->name;

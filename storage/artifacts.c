@@ -2,7 +2,8 @@
 /* artifacts.c - what a running job leaves behind: its conversation, its
  * cells and notebook (the checkpoint a resumed job starts from), and its
  * images (bytea, binary format both ways, deduplicated by SHA-256 within
- * a job). Writes of a running job are guarded by its lease. */
+ * a job, each under every name it was stored under). Writes of a running
+ * job are guarded by its lease. */
 #include "coderq/storage/artifacts.h"
 
 #include <limits.h>
@@ -108,15 +109,26 @@ static const char SQL_CHECKPOINT_TURN[] =
     " SELECT outcome, EXISTS (SELECT 1 FROM j JOIN runs r"
     "  ON r.run_id = j.run_id WHERE r.budget_usd IS NOT NULL) FROM o";
 
+/* Bytes new to the job are stored, and the images_first_name trigger
+ * (migrations/0008_image_names.sql) names them; bytes stored already get
+ * the name as one more of theirs. Their row is not in the statement's
+ * snapshot when ins stores it, so each name is written once. */
 static const char SQL_PUT_IMAGE[] =
-    "INSERT INTO images (job_id, sha256, mime, name, cell_seq, bytes, data)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7)"
-    " ON CONFLICT (job_id, sha256) DO NOTHING RETURNING 1";
+    "WITH ins AS (INSERT INTO images (job_id, sha256, mime, name, cell_seq,"
+    "  bytes, data) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+    "  ON CONFLICT (job_id, sha256) DO NOTHING RETURNING 1),"
+    " named AS (INSERT INTO image_names (image_id, name, mime, cell_seq)"
+    "  SELECT i.image_id, $4, $3, $5 FROM images i"
+    "  WHERE i.job_id = $1 AND i.sha256 = $2"
+    "  ON CONFLICT (image_id, name) DO NOTHING RETURNING 1)"
+    " SELECT EXISTS (SELECT 1 FROM ins)";
 
-/* Read in binary format: text columns arrive as their bytes. */
+/* Read in binary format: text columns arrive as their bytes. One row per
+ * name: the bytes of an image come once for each of its names. */
 static const char SQL_GET_IMAGES[] =
-    "SELECT sha256, name, mime, COALESCE(cell_seq, 0)::text, data"
-    " FROM images WHERE job_id = $1 ORDER BY image_id";
+    "SELECT i.sha256, n.name, n.mime, COALESCE(n.cell_seq, 0)::text, i.data"
+    " FROM images i JOIN image_names n ON n.image_id = i.image_id"
+    " WHERE i.job_id = $1 ORDER BY n.name_id";
 
 /* One statement, so one snapshot: messages and cells agree. Cells that
  * raised are part of the state too (a cell can define a variable and fail
@@ -460,12 +472,13 @@ cq_err_t cq_store_put_image(cq_store_t *store,
                 sp_text(&sp, NULL);
         sp_long(&sp, (long long)len);
         sp_bin(&sp, data, len);
-        /* Retry-safe: the same bytes twice are one row. */
+        /* Retry-safe: the same bytes twice are one row, the same name of
+         * them one name. */
         err = store_exec(store, "store an image", SQL_PUT_IMAGE, &sp, 0, true,
                          &res);
         if (err == CQ_OK) {
                 if (createdp)
-                        *createdp = PQntuples(res) == 1;
+                        *createdp = PQgetvalue(res, 0, 0)[0] == 't';
                 if (sha256)
                         memcpy(sha256, hex, sizeof(hex));
         }

@@ -1052,6 +1052,38 @@ static int crash_on_retry(void *opaque, long retries)
         return 0;
 }
 
+/* Run \p fx as an attempt whose worker is gone once a message lands at
+ * index \p stop_at: the cells it reported go to crash->cells (caller
+ * decrefs). */
+static void run_until_crash(fixture_t *fx, crash_t *crash, size_t stop_at)
+{
+        cq_agent_observer_t obs = {0};
+
+        crash->stop_at = stop_at;
+        crash->cells = json_array();
+        obs.on_message = crash_on_message;
+        obs.on_cell = crash_on_cell;
+        obs.opaque = crash;
+        fixture_run(fx, &obs, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx->result.status), "aborted");
+}
+
+/* The first \p n messages of an aborted attempt's history, as its
+ * checkpoint kept them; the fixture is ready for the next attempt, on a
+ * fresh interpreter as a resumed job gets. Caller decrefs. */
+static json_t *next_attempt(fixture_t *fx, size_t n)
+{
+        json_t *saved = json_array();
+        size_t i;
+
+        for (i = 0; i < n; i++)
+                json_array_append(saved, json_array_get(fx->result.history, i));
+        cq_agent_result_release(&fx->result);
+        cq_interp_destroy(&fx->interp);
+        fx->interp = new_interp();
+        return saved;
+}
+
 /* Limits are the job's, not the attempt's: the retries an earlier attempt
  * counted (reported as they were counted) and the time it ran count. */
 START_TEST(resumed_job_keeps_counting_retries_and_time)
@@ -1083,14 +1115,9 @@ START_TEST(resumed_job_keeps_counting_retries_and_time)
         ck_assert_str_eq(cq_agent_status_name(fx.result.status), "aborted");
         ck_assert_int_eq(crash.nretry, 2);
         ck_assert_int_eq(crash.retries, 2);
-        saved = json_array();
-        for (i = 0; i < 8; i++)
-                json_array_append(saved, json_array_get(fx.result.history, i));
-        cq_agent_result_release(&fx.result);
-        cq_interp_destroy(&fx.interp);
+        saved = next_attempt(&fx, 8);
 
         /* Second attempt: one more failure is one too many for the job. */
-        fx.interp = new_interp();
         start.history = saved;
         start.cells = crash.cells;
         start.continue_job = true;
@@ -1167,7 +1194,6 @@ START_TEST(resume_replays_cells_and_does_not_repeat_turns)
             "{\"content\":\"1851\"}]";
         fixture_t fx;
         crash_t crash = {0};
-        cq_agent_observer_t obs = {0};
         cq_agent_start_t start = {0};
         json_t *saved, *reqs, *req;
         size_t i;
@@ -1177,23 +1203,12 @@ START_TEST(resume_replays_cells_and_does_not_repeat_turns)
          * (system, files, task, a1, t1, a2, t2 -> index 6). */
         use_backend(_i);
         fixture_init(&fx, "resume", steps);
-        crash.stop_at = 6;
-        crash.cells = json_array();
-        obs.on_message = crash_on_message;
-        obs.on_cell = crash_on_cell;
-        obs.opaque = &crash;
-        fixture_run(&fx, &obs, NULL, NULL);
-        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "aborted");
+        run_until_crash(&fx, &crash, 6);
         /* The checkpoint holds what was appended before the crash. */
-        saved = json_array();
-        for (i = 0; i < 6; i++)
-                json_array_append(saved, json_array_get(fx.result.history, i));
         ck_assert_uint_eq(json_array_size(crash.cells), 2);
-        cq_agent_result_release(&fx.result);
-        cq_interp_destroy(&fx.interp);
+        saved = next_attempt(&fx, 6);
 
         /* Second run: a fresh kernel, the saved history and cells. */
-        fx.interp = new_interp();
         start.history = saved;
         start.cells = crash.cells;
         start.continue_job = true;
@@ -1218,6 +1233,170 @@ START_TEST(resume_replays_cells_and_does_not_repeat_turns)
                               steps_seen[i]);
         json_decref(reqs);
         json_decref(saved);
+        json_decref(crash.cells);
+        fixture_release(&fx);
+}
+END_TEST
+
+/* A 1x1 PNG, shown and saved by the cells of figures_keep_their_names. */
+#define PNG_B64                                                                \
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwAD" \
+        "hgGAWjR9awAAAABJRU5ErkJggg=="
+
+static const cq_agent_image_t *image_named(const cq_agent_result_t *result,
+                                           const char *name)
+{
+        size_t i;
+
+        for (i = 0; i < result->images.n; i++)
+                if (strcmp(result->images.v[i].name, name) == 0)
+                        return &result->images.v[i];
+        ck_abort_msg("no image named %s", name);
+        return NULL;
+}
+
+/* A figure shown and saved keeps both names, each image knows the job's
+ * cell that made it (numbered on from the cells of an earlier attempt),
+ * and the images come by cell; a file replayed cells made has no known
+ * cell until a cell changes it. */
+START_TEST(figures_keep_their_names_and_cells)
+{
+        static const char *const codes[] = {
+            "import base64, os\n"
+            "from IPython.display import Image, display\n"
+            "PNG = base64.b64decode('" PNG_B64 "')\n"
+            "os.makedirs('plots', exist_ok=True)\n"
+            "open('plots/early.png', 'wb').write(b'early')\n"
+            "open('plots/kept.png', 'wb').write(b'kept')",
+            "x = 2",
+            "display(Image(data=PNG))\n"
+            "open('revenue_by_region.png', 'wb').write(PNG)\n"
+            "open('plots/early.png', 'wb').write(b'early, redrawn')",
+            "open('late.png', 'wb').write(b'late')",
+        };
+        fixture_t fx;
+        crash_t crash = {0};
+        cq_agent_start_t start = {0};
+        const cq_agent_image_t *shown, *saved_img, *img;
+        json_t *script, *saved;
+        char *steps;
+        size_t i, len;
+        unsigned char *png;
+
+        script = json_array();
+        for (i = 0; i < CQ_ARRAY_SIZE(codes); i++)
+                json_array_append_new(
+                    script,
+                    json_pack("{s:[{s:s}]}", "tool_calls", "code", codes[i]));
+        json_array_append_new(script, json_pack("{s:s}", "content", "done"));
+        steps = json_dumps(script, 0);
+        json_decref(script);
+
+        /* First attempt: gone when the second reply is checkpointed
+         * (system, files, task, a1, t1, a2 -> index 5), after one cell. */
+        use_backend(_i);
+        fixture_init(&fx, "figures", steps);
+        run_until_crash(&fx, &crash, 5);
+        ck_assert_uint_eq(json_array_size(crash.cells), 1);
+        saved = next_attempt(&fx, 5);
+
+        /* Second attempt: the job's cell 1 replayed, then cells 2 to 4. */
+        start.history = saved;
+        start.cells = crash.cells;
+        start.continue_job = true;
+        start.turns_done = 1;
+        start.cells_done = 1;
+        fixture_run(&fx, NULL, NULL, &start);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_int_eq(fx.result.cells, 3);
+        ck_assert_uint_eq(fx.result.images.n, 5);
+        png = cq_b64_decode(PNG_B64, strlen(PNG_B64), &len);
+        ck_assert_ptr_nonnull(png);
+        shown = image_named(&fx.result, "cell3-1.png");
+        ck_assert_str_eq(shown->mime, "image/png");
+        ck_assert_int_eq(shown->cell, 3);
+        saved_img = image_named(&fx.result, "revenue_by_region.png");
+        ck_assert_str_eq(saved_img->mime, "image/png");
+        ck_assert_int_eq(saved_img->cell, 3);
+        ck_assert_uint_eq(shown->len, len);
+        ck_assert_uint_eq(saved_img->len, len);
+        ck_assert_mem_eq(shown->data, png, len);
+        ck_assert_mem_eq(saved_img->data, png, len);
+        img = image_named(&fx.result, "plots/early.png");
+        ck_assert_int_eq(img->cell, 3); /* rewritten by cell 3 */
+        ck_assert_uint_eq(img->len, strlen("early, redrawn"));
+        img = image_named(&fx.result, "late.png");
+        ck_assert_int_eq(img->cell, 4);
+        img = image_named(&fx.result, "plots/kept.png");
+        ck_assert_int_eq(img->cell, 0); /* made by the replayed cell */
+        /* by cell, a cell's shown figures before its files, those of no
+         * known cell last */
+        ck_assert_str_eq(fx.result.images.v[0].name, "cell3-1.png");
+        ck_assert_str_eq(fx.result.images.v[4].name, "plots/kept.png");
+        for (i = 1; i < 4; i++)
+                ck_assert_int_le(fx.result.images.v[i - 1].cell,
+                                 fx.result.images.v[i].cell);
+        free(png);
+        free(steps);
+        json_decref(saved);
+        json_decref(crash.cells);
+        fixture_release(&fx);
+}
+END_TEST
+
+/* A session's child replays its parent's cells: the files they make are
+ * the parent's and stay out of the child's images, unless the child's own
+ * cells change them. */
+START_TEST(session_child_leaves_its_parents_files)
+{
+        static const char steps[] =
+            "[{\"tool_calls\":[{\"code\":\"open('shared.png', 'wb')"
+            ".write(b'parent')\\nopen('redrawn.png', 'wb')"
+            ".write(b'parent')\"}]},"
+            "{\"content\":\"parent done\"},"
+            "{\"tool_calls\":[{\"code\":\"open('redrawn.png', 'wb')"
+            ".write(b'child, redrawn')\\nopen('mine.png', 'wb')"
+            ".write(b'mine')\"}]},"
+            "{\"content\":\"child done\"}]";
+        fixture_t fx;
+        crash_t crash = {0};
+        cq_agent_start_t start = {0};
+        const cq_agent_image_t *img;
+        json_t *history;
+
+        /* The parent: its cell saves two figures, both its images. */
+        use_backend(_i);
+        fixture_init(&fx, "session_files", steps);
+        crash.cells = json_array();
+        {
+                cq_agent_observer_t obs = {0};
+
+                obs.on_cell = crash_on_cell;
+                obs.opaque = &crash;
+                fixture_run(&fx, &obs, NULL, NULL);
+        }
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_uint_eq(fx.result.images.n, 2);
+        history = json_incref(fx.result.history);
+        ck_assert_uint_eq(json_array_size(crash.cells), 1);
+        cq_agent_result_release(&fx.result);
+        cq_interp_destroy(&fx.interp);
+        fx.interp = new_interp();
+
+        /* The child: the parent's cell replayed, then its own. */
+        start.history = history;
+        start.cells = crash.cells;
+        start.parent_cells = 1;
+        fixture_run(&fx, NULL, NULL, &start);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_str_eq(fx.result.answer, "child done");
+        ck_assert_uint_eq(fx.result.images.n, 2);
+        img = image_named(&fx.result, "mine.png");
+        ck_assert_int_eq(img->cell, 1);
+        img = image_named(&fx.result, "redrawn.png");
+        ck_assert_int_eq(img->cell, 1);
+        ck_assert_uint_eq(img->len, strlen("child, redrawn"));
+        json_decref(history);
         json_decref(crash.cells);
         fixture_release(&fx);
 }
@@ -1698,6 +1877,8 @@ static Suite *agent_suite(void)
             tc, input_files_by_content_and_by_url_reach_the_kernel, 0, 2);
         tcase_add_loop_test(tc, resume_replays_cells_and_does_not_repeat_turns,
                             0, 2);
+        tcase_add_loop_test(tc, figures_keep_their_names_and_cells, 0, 2);
+        tcase_add_loop_test(tc, session_child_leaves_its_parents_files, 0, 2);
         tcase_add_test(tc, job_time_limit_ends_a_slow_llm_call);
         suite_add_tcase(s, tc);
         /* Limits of money and tokens, sampling, what a run used:

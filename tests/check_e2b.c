@@ -562,10 +562,12 @@ START_TEST(files_up_and_created_files_down)
         ck_assert(memcmp(files.v[1].data, "done", 4) == 0);
         cq_files_release(&files);
 
-        /* listing only */
+        /* listing only: no bytes, but the sizes */
         ck_assert_int_eq(cq_interp_created_files(interp, false, &files), CQ_OK);
         ck_assert_uint_eq(files.n, 2);
         ck_assert(files.v[0].data == NULL);
+        ck_assert_uint_eq(files.v[0].len, 9);
+        ck_assert_uint_eq(files.v[1].len, 4);
         cq_files_release(&files);
 
         ck_assert_int_eq(cq_interp_get_file(interp, "result.txt", 100, &file),

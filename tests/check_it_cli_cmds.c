@@ -1037,6 +1037,9 @@ START_TEST(export_writes_notebook_images_answer)
             {"plot.png", img_b, sizeof(img_b), "plot-2.png"},
             {"../../evil.png", img_c, sizeof(img_c), "evil.png"},
             {"..", img_d, sizeof(img_d), NULL},
+            /* the bytes of the first under a name of their own: the file
+             * the code saved of a figure it showed */
+            {"revenue.png", img_a, sizeof(img_a), "revenue.png"},
         };
         fin_args_t ok = {
             "succeeded", NULL, "The answer is **42**.", 2, 2, 3, 0, 10, 5, NULL,

@@ -5,9 +5,12 @@
  * unknown costs, durations pinned so p50/p95 are exact), which attempts
  * results and the summary show, what a retry picks and the ids it gives,
  * retries sent through the jobs topic and stored as the intake stores
- * them, run budget holds between two workers, and the figures a finished
- * job records. The CLI runs as the built coderq binary. */
+ * them, run budget holds between two workers, the figures a finished
+ * job records, and the SQL of the docs, which counts what the summary
+ * counts. The CLI runs as the built coderq binary. */
+#include <glob.h>
 #include <libpq-fe.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -852,6 +855,286 @@ START_TEST(finish_records_reason_code_and_cost)
 }
 END_TEST
 
+/* Run eval-1, as the queries of the docs name it: problem p1 has three
+ * samples (e1 failed, then passed on its retry; e2 failed twice; e3
+ * passed), e4 lost its LLM (infra_error, left out of every score), e5
+ * failed three times, e6 was cancelled and e7 waits. The summary counts
+ * 7 jobs, 2 succeeded and 3 failed; 7 attempts failed. */
+static void make_docs_run(void)
+{
+        static const crafted_t jobs[] = {
+            {"e1", "failed", "m1", "m1", "tests", NULL, 1, 1000, "0.1", 2, 100,
+             10, false},
+            {"e2", "failed", "m1", "m1", "tests", NULL, 1, 2000, "0.1", 2, 100,
+             10, false},
+            {"e3", "succeeded", "m1", "m1", NULL, NULL, 1, 3000, "0.1", 1, 100,
+             10, false},
+            {"e4", "failed", "m2", "m2", "llm", NULL, 1, 500, NULL, 0, 0, 0,
+             false},
+            {"e5", "failed", "m2", "m2", "max_turns", NULL, 1, 4000, "0.2", 9,
+             300, 30, false},
+            {"e6", "cancelled", "m2", "m2", "cancelled", NULL, 1, -1, "0", 0, 0,
+             0, false},
+            {"e7", "queued", "m1", NULL, NULL, NULL, 1, -1, "0", 0, 0, 0,
+             false},
+            {"e1~r2", "succeeded", "m1", "m1", NULL, "e1", 2, 1500, "0.1", 1,
+             100, 10, false},
+            {"e2~r2", "failed", "m1", "m1", "tests", "e2", 2, 2500, "0.1", 3,
+             100, 10, false},
+            {"e5~r2", "failed", "m2", "m2", "max_turns", "e5", 2, 4000, "0.2",
+             9, 300, 30, false},
+            {"e5~r3", "failed", "m2", "m2", "max_turns", "e5", 3, 4000, "0.2",
+             9, 300, 30, false},
+        };
+        PGconn *conn;
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(jobs); i++)
+                craft("eval-1", (int)i + 1, &jobs[i]);
+        conn = cq_pgtest_connect(g_dsn);
+        /* samples of p1, a retry keeping its sample's place */
+        cq_pgtest_exec(conn, "UPDATE jobs SET problem_id = 'p1', sample_index"
+                             " = CASE COALESCE(retry_of, job_id) WHEN 'e1'"
+                             " THEN 0 WHEN 'e2' THEN 1 ELSE 2 END"
+                             " WHERE COALESCE(retry_of, job_id)"
+                             " IN ('e1', 'e2', 'e3')");
+        cq_pgtest_exec(conn, "UPDATE jobs SET verdict = 'infra_error'"
+                             " WHERE job_id = 'e4'");
+        cq_pgtest_exec(conn, "UPDATE results r SET verdict = j.verdict"
+                             " FROM jobs j WHERE j.job_id = r.job_id");
+        PQfinish(conn);
+}
+
+/* One SQL statement of the docs, and where it is. */
+typedef struct doc_sql {
+        char *sql;
+        char where[160];
+} doc_sql_t;
+
+/* The statements of every ```sql block of \p rel, appended to \p v. */
+static size_t sql_of(const char *rel, doc_sql_t *v, size_t n, size_t max)
+{
+        char *text = cq_check_slurp(cq_check_srcpath(rel), NULL);
+        char *line, *next, stmt[4096];
+        size_t len = 0;
+        int lineno = 0, first = 0;
+        bool in = false;
+
+        for (line = text; *line; line = next) {
+                size_t l = strcspn(line, "\n");
+
+                next = line + l + (line[l] != '\0');
+                line[l] = '\0';
+                lineno++;
+                if (!in) {
+                        in = strcmp(line, "```sql") == 0;
+                        continue;
+                }
+                if (strncmp(line, "```", 3) == 0) {
+                        ck_assert_msg(len == 0, "%s:%d: a statement with no ;",
+                                      rel, first);
+                        in = false;
+                        continue;
+                }
+                if (len == 0)
+                        first = lineno;
+                ck_assert_msg(len + l + 2 < sizeof(stmt), "%s:%d: too long",
+                              rel, first);
+                memcpy(stmt + len, line, l);
+                len += l;
+                stmt[len++] = '\n';
+                stmt[len] = '\0';
+                if (l > 0 && line[l - 1] == ';') {
+                        ck_assert_uint_lt(n, max);
+                        v[n].sql = strdup(stmt);
+                        snprintf(v[n].where, sizeof(v[n].where), "%s:%d", rel,
+                                 first);
+                        n++;
+                        len = 0;
+                }
+        }
+        free(text);
+        return n;
+}
+
+/* The same statement with the tour's run named eval-1. */
+static char *as_eval_1(const char *sql)
+{
+        const char *tour = strstr(sql, "'tour'");
+        char *out;
+
+        if (!tour)
+                return strdup(sql);
+        ck_assert_int_ge(asprintf(&out, "%.*s'eval-1'%s", (int)(tour - sql),
+                                  sql, tour + strlen("'tour'")),
+                         0);
+        return out;
+}
+
+/* Numbers that agree: the value \p v of SQL (NULL: null) and the figure
+ * \p key of \p g. */
+static void
+agree(const doc_sql_t *q, const json_t *g, const char *key, const char *v)
+{
+        const json_t *f = json_object_get(g, key);
+
+        if (!v) {
+                ck_assert_msg(json_is_null(f),
+                              "%s: %s is null, not in the "
+                              "summary",
+                              q->where, key);
+                return;
+        }
+        ck_assert_msg(json_is_number(f), "%s: %s is %s, not in the summary",
+                      q->where, key, v);
+        ck_assert_msg(fabs(strtod(v, NULL) - json_number_value(f)) < 1e-9,
+                      "%s: %s is %s, the summary says %g", q->where, key, v,
+                      json_number_value(f));
+}
+
+static const char *value_of(const PGresult *res, int row, int col)
+{
+        return PQgetisnull(res, row, col) ? NULL : PQgetvalue(res, row, col);
+}
+
+/* A summary row (it has jobs): each figure as the summary's, of the
+ * same model or the total; over every attempt when it asks for them. */
+static void check_figures(const doc_sql_t *q,
+                          const PGresult *res,
+                          const json_t *latest,
+                          const json_t *all)
+{
+        static const char *const keys[] = {
+            "jobs",    "succeeded",   "failed",       "cancelled",
+            "queued",  "running",     "pending",      "pass_rate",
+            "retried", "from_memory", "infra_errors", "problems",
+            "samples"};
+        const json_t *doc = strstr(q->sql, ", true)") ? all : latest;
+        int model = PQfnumber(res, "model"), total = PQfnumber(res, "is_total");
+        size_t rows = 0;
+        int row, k;
+
+        /* a row per model, and the total unless it is by model only */
+        if (model >= 0)
+                rows += json_array_size(json_object_get(doc, "models"));
+        if (model < 0 || total >= 0)
+                rows++;
+        ck_assert_msg(PQntuples(res) == (int)rows, "%s: %d rows, not %zu",
+                      q->where, PQntuples(res), rows);
+        for (row = 0; row < PQntuples(res); row++) {
+                const json_t *g;
+
+                if (model < 0 ||
+                    (total >= 0 &&
+                     strcmp(PQgetvalue(res, row, total), "t") == 0))
+                        g = json_object_get(doc, "total");
+                else
+                        g = group(doc, value_of(res, row, model));
+                for (k = 0; k < (int)CQ_ARRAY_SIZE(keys); k++) {
+                        int col = PQfnumber(res, keys[k]);
+
+                        if (col >= 0)
+                                agree(q, g, keys[k], value_of(res, row, col));
+                }
+        }
+}
+
+/* A list of jobs: a row for each job the summary counts, of the status
+ * it filters; every attempt when it shows run_attempt. */
+static void check_rows(const doc_sql_t *q,
+                       const PGresult *res,
+                       const json_t *latest,
+                       const json_t *all)
+{
+        const json_t *doc = PQfnumber(res, "run_attempt") >= 0 ? all : latest;
+        const char *status = strstr(q->sql, "status = '");
+        char key[32] = "jobs";
+
+        if (status)
+                snprintf(key, sizeof(key), "%.*s",
+                         (int)strcspn(status + 10, "'"), status + 10);
+        ck_assert_msg(
+            PQntuples(res) == (int)fig(json_object_get(doc, "total"), key),
+            "%s: %d rows, the summary counts %g %s (%s attempts)", q->where,
+            PQntuples(res), fig(json_object_get(doc, "total"), key), key,
+            doc == all ? "all" : "latest");
+}
+
+/* `coderq results --run eval-1 --summary` as JSON, over \p args. */
+static json_t *summary_of(const char *const *args)
+{
+        cq_check_proc_t proc;
+        json_error_t jerr;
+        json_t *doc;
+
+        run_cli(args, &proc);
+        ck_assert_msg(proc.status == 0, "%s", proc.err);
+        doc = json_loads(proc.out, 0, &jerr);
+        ck_assert_msg(doc != NULL, "%s: %s", jerr.text, proc.out);
+        cq_check_proc_release(&proc);
+        return doc;
+}
+
+/* Every ```sql block of README.md and the docs runs, and what a query of
+ * a run counts is what `coderq results --summary` counts: the latest
+ * attempt of each original job (a retry replaces its original), every
+ * attempt only where the query says so. */
+START_TEST(docs_queries_count_what_the_summary_counts)
+{
+        static const char *const latest_args[] = {
+            "results",  "--run", "eval-1", "--summary",
+            "--format", "json",  NULL};
+        static const char *const all_args[] = {
+            "results",        "--run",    "eval-1", "--summary",
+            "--all-attempts", "--format", "json",   NULL};
+        doc_sql_t qs[64];
+        size_t n, i, runs = 0;
+        json_t *latest, *all;
+        glob_t g;
+        PGconn *conn;
+
+        make_docs_run();
+        latest = summary_of(latest_args);
+        all = summary_of(all_args);
+        /* the run as the queries should see it */
+        ck_assert_double_eq(fig(json_object_get(latest, "total"), "jobs"), 7);
+        ck_assert_double_eq(fig(json_object_get(latest, "total"), "failed"), 3);
+        ck_assert_double_eq(
+            fig(json_object_get(latest, "total"), "infra_errors"), 1);
+        ck_assert_double_eq(fig(json_object_get(all, "total"), "failed"), 7);
+
+        n = sql_of("README.md", qs, 0, CQ_ARRAY_SIZE(qs));
+        ck_assert_int_eq(glob(cq_check_srcpath("docs/*.md"), 0, NULL, &g), 0);
+        for (i = 0; i < g.gl_pathc; i++)
+                n = sql_of(strstr(g.gl_pathv[i], "docs/"), qs, n,
+                           CQ_ARRAY_SIZE(qs));
+        globfree(&g);
+        conn = cq_pgtest_connect(g_dsn);
+        for (i = 0; i < n; i++) {
+                char *sql = as_eval_1(qs[i].sql);
+                PGresult *res = PQexec(conn, sql);
+
+                ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK, "%s: %s",
+                              qs[i].where, PQerrorMessage(conn));
+                if (strstr(sql, "'eval-1'")) {
+                        if (PQfnumber(res, "jobs") >= 0)
+                                check_figures(&qs[i], res, latest, all);
+                        else
+                                check_rows(&qs[i], res, latest, all);
+                        runs++;
+                }
+                PQclear(res);
+                free(sql);
+                free(qs[i].sql);
+        }
+        PQfinish(conn);
+        /* the README's tour, JOBS.md's queries and DEPLOYING.md's */
+        ck_assert_uint_ge(runs, 8);
+        json_decref(latest);
+        json_decref(all);
+}
+END_TEST
+
 static Suite *eval_suite(void)
 {
         Suite *s = suite_create("eval");
@@ -865,6 +1148,7 @@ static Suite *eval_suite(void)
         tcase_add_test(tc, retry_sends_linked_jobs_through_kafka);
         tcase_add_test(tc, run_budget_holds_between_workers);
         tcase_add_test(tc, finish_records_reason_code_and_cost);
+        tcase_add_test(tc, docs_queries_count_what_the_summary_counts);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -1215,7 +1215,8 @@ START_TEST(image_20mb_round_trips_and_caps)
                       "%s", cq_store_errmsg(store));
         ck_assert(created);
         ck_assert_str_eq(sha, expect);
-        /* The same bytes again: one row. */
+        /* The same bytes under another name: stored once, both names
+         * kept, each with its cell. */
         ck_assert_int_eq(cq_store_put_image(store, "img", "again.png",
                                             "image/png", data, len, 4, NULL,
                                             &created),
@@ -1223,14 +1224,19 @@ START_TEST(image_20mb_round_trips_and_caps)
         ck_assert(!created);
         cq_images_init(&images);
         ck_assert_int_eq(cq_store_get_images(store, "img", &images), CQ_OK);
-        ck_assert_uint_eq(images.n, 1);
-        ck_assert_uint_eq(images.v[0].len, len);
-        ck_assert_int_eq(memcmp(images.v[0].data, data, len), 0);
-        ck_assert_str_eq(images.v[0].sha256, expect);
+        ck_assert_uint_eq(images.n, 2);
+        for (i = 0; i < images.n; i++) {
+                ck_assert_uint_eq(images.v[i].len, len);
+                ck_assert_int_eq(memcmp(images.v[i].data, data, len), 0);
+                ck_assert_str_eq(images.v[i].sha256, expect);
+                ck_assert_str_eq(images.v[i].mime, "image/png");
+        }
         ck_assert_str_eq(images.v[0].name, "plot.png");
-        ck_assert_str_eq(images.v[0].mime, "image/png");
         ck_assert_int_eq(images.v[0].cell_seq, 3);
+        ck_assert_str_eq(images.v[1].name, "again.png");
+        ck_assert_int_eq(images.v[1].cell_seq, 4);
         cq_images_release(&images);
+        ck_assert_int_eq(qn("SELECT count(*) FROM images", NULL), 1);
         ck_assert_int_eq(qn("SELECT octet_length(data) FROM images", NULL),
                          (long)len);
         {
@@ -1257,6 +1263,105 @@ START_TEST(image_20mb_round_trips_and_caps)
         cq_store_destroy(&small);
         cq_store_destroy(&store);
         free(data);
+}
+END_TEST
+
+/* The figure a cell showed and the file the code saved of it are the same
+ * bytes: stored once, under both names, each with its cell; every name
+ * reaches the completion event and job_overview counts them. */
+START_TEST(figure_keeps_every_name)
+{
+        static const struct {
+                const char *name, *data;
+                int cell;
+        } stored[] = {
+            {"cell3-1.png", "PNG-A", 3},
+            {"revenue_by_region.png", "PNG-A", 3},
+            {"revenue_by_region.png", "PNG-A", 3}, /* a retried write */
+            {"costs.png", "PNG-B", 5},
+            {"costs_again.png", "PNG-B", 0},
+        };
+        static const char *const want[] = {"cell3-1.png",
+                                           "revenue_by_region.png", "costs.png",
+                                           "costs_again.png"};
+        static const int want_cell[] = {3, 3, 5, 0};
+        cq_store_t *store = store_for("w", 120);
+        cq_images_t images;
+        cq_outbox_t box;
+        json_t *payload, *list, *entry;
+        char sha_a[65], sha_b[65], sha_c[65];
+        bool created;
+        size_t i;
+
+        memset(sha_c, 'c', 64);
+        sha_c[64] = '\0';
+        cq_sha256_hex("PNG-A", 5, sha_a);
+        cq_sha256_hex("PNG-B", 5, sha_b);
+        add_job(store, "fig", 0, NULL, "run");
+        free(claim_id(store));
+        for (i = 0; i < CQ_ARRAY_SIZE(stored); i++) {
+                ck_assert_msg(cq_store_put_image(store, "fig", stored[i].name,
+                                                 "image/png", stored[i].data, 5,
+                                                 stored[i].cell, NULL,
+                                                 &created) == CQ_OK,
+                              "%s", cq_store_errmsg(store));
+                /* the bytes are new at their first name only */
+                ck_assert(created == (i == 0 || i == 3));
+        }
+        ck_assert_int_eq(qn("SELECT count(*) FROM images", NULL), 2);
+        ck_assert_int_eq(qn("SELECT count(*) FROM image_names", NULL), 4);
+        /* an image's own cell is that of its first name */
+        ck_assert_int_eq(
+            qn("SELECT cell_seq FROM images WHERE sha256 = $1", sha_a), 3);
+        cq_images_init(&images);
+        ck_assert_int_eq(cq_store_get_images(store, "fig", &images), CQ_OK);
+        ck_assert_uint_eq(images.n, CQ_ARRAY_SIZE(want));
+        for (i = 0; i < images.n; i++) {
+                ck_assert_str_eq(images.v[i].name, want[i]);
+                ck_assert_int_eq(images.v[i].cell_seq, want_cell[i]);
+                ck_assert_str_eq(images.v[i].sha256, i < 2 ? sha_a : sha_b);
+                ck_assert_uint_eq(images.v[i].len, 5);
+                ck_assert_mem_eq(images.v[i].data, i < 2 ? "PNG-A" : "PNG-B",
+                                 5);
+        }
+        cq_images_release(&images);
+        /* A worker not yet upgraded inserts into images alone: its name is
+         * kept all the same. */
+        qexec("INSERT INTO images (job_id, sha256, mime, name, bytes, data)"
+              " VALUES ('fig', repeat('c', 64), 'image/svg+xml', 'old.svg',"
+              " 3, 'SVG')");
+        finish(store, "fig", "succeeded", NULL);
+        ck_assert_int_eq(
+            qn("SELECT images FROM job_overview WHERE job_id = 'fig'", NULL),
+            5);
+        cq_outbox_init(&box);
+        ck_assert_int_eq(cq_store_outbox_fetch(store, 10, &box), CQ_OK);
+        ck_assert_uint_eq(box.n, 1);
+        payload = json_loads(box.v[0].payload, 0, NULL);
+        ck_assert_ptr_nonnull(payload);
+        list = json_object_get(payload, "images");
+        ck_assert_uint_eq(json_array_size(list), 5);
+        json_array_foreach(list, i, entry)
+        {
+                const json_t *cell = json_object_get(entry, "cell_seq");
+
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(entry, "name")),
+                    i < 4 ? want[i] : "old.svg");
+                ck_assert_str_eq(
+                    json_string_value(json_object_get(entry, "sha256")),
+                    i < 2   ? sha_a
+                    : i < 4 ? sha_b
+                            : sha_c);
+                if (i < 4 && want_cell[i])
+                        ck_assert_int_eq(json_integer_value(cell),
+                                         want_cell[i]);
+                else
+                        ck_assert(json_is_null(cell));
+        }
+        json_decref(payload);
+        cq_outbox_release(&box);
+        cq_store_destroy(&store);
 }
 END_TEST
 
@@ -1556,6 +1661,55 @@ START_TEST(changed_applied_migration_is_refused)
         ck_assert_ptr_nonnull(strstr(errstr, "has no file"));
         ck_assert_int_eq(
             run_migrate_cli("postgresql://nobody@127.0.0.1:1/none", dir), 4);
+        each_migration(dir, true);
+        rmdir(dir);
+}
+END_TEST
+
+/* A database with images from before 0008: each keeps its name and cell. */
+START_TEST(image_names_migrate_stored_images)
+{
+        char dir[] = "/tmp/cq-migrations-XXXXXX";
+        char dsn[2048], dbname[64], path[512], errstr[1024];
+        const char *name = "0008_image_names.sql";
+        int applied = 0;
+        PGconn *conn;
+        PGresult *res;
+
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        each_migration(dir, false);
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        ck_assert_int_eq(unlink(path), 0);
+        cq_pgtest_create("cqt", false, dsn, sizeof(dsn), dbname,
+                         sizeof(dbname));
+        ck_assert_msg(cq_migrate_run(dsn, dir, NULL, NULL, &applied, errstr,
+                                     sizeof(errstr)) == CQ_OK,
+                      "%s", errstr);
+        conn = cq_pgtest_connect(dsn);
+        cq_pgtest_exec(conn,
+                       "INSERT INTO jobs (job_id, prompt, spec) VALUES"
+                       " ('old', 'p', '{}');"
+                       "INSERT INTO images (job_id, sha256, mime, name,"
+                       " cell_seq, bytes, data) VALUES"
+                       " ('old', repeat('a', 64), 'image/png', 'cell1-1.png',"
+                       "  1, 1, 'A'),"
+                       " ('old', repeat('b', 64), 'image/png', 'plot.png',"
+                       "  NULL, 1, 'B')");
+        each_migration(dir, true);
+        each_migration(dir, false);
+        ck_assert_msg(cq_migrate_run(dsn, dir, NULL, NULL, &applied, errstr,
+                                     sizeof(errstr)) == CQ_OK,
+                      "%s", errstr);
+        ck_assert_int_eq(applied, 1);
+        res = PQexec(conn, "SELECT string_agg(n.name || ':' ||"
+                           " COALESCE(n.cell_seq::text, '-'), ',' ORDER BY"
+                           " n.name_id) FROM image_names n JOIN images i"
+                           " USING (image_id) WHERE i.job_id = 'old'");
+        ck_assert_int_eq(PQresultStatus(res), PGRES_TUPLES_OK);
+        ck_assert_str_eq(PQgetvalue(res, 0, 0), "cell1-1.png:1,plot.png:-");
+        PQclear(res);
+        PQfinish(conn);
+        cq_pgtest_drop(dbname);
         each_migration(dir, true);
         rmdir(dir);
 }
@@ -3041,6 +3195,8 @@ static Suite *it_store_suite(void)
         tcase_add_test(tc, turn_is_one_checkpoint);
         tcase_add_test(tc, strings_and_bytes_stored_verbatim);
         tcase_add_test(tc, image_20mb_round_trips_and_caps);
+        tcase_add_test(tc, figure_keeps_every_name);
+        tcase_add_test(tc, image_names_migrate_stored_images);
         tcase_add_test(tc, notebook_jsonb_equals_what_was_written);
         tcase_add_test(tc, migrations_twice_noop_and_concurrent_safe);
         tcase_add_test(tc, changed_applied_migration_is_refused);

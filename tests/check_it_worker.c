@@ -1367,6 +1367,105 @@ START_TEST(cancel_and_sessions)
 }
 END_TEST
 
+/* A 1x1 PNG: the figure figures_keep_their_names shows and saves. */
+#define PNG_B64                                                                \
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwAD" \
+        "hgGAWjR9awAAAABJRU5ErkJggg=="
+
+/* Register as \p name a script of \p nturns placeholder replies (the
+ * turns of a parent's history, which the fake counts), then a tool call
+ * with each of \p codes, then a final answer. */
+static void register_cells(const char *name,
+                           int nturns,
+                           const char *const *codes,
+                           size_t ncodes)
+{
+        json_t *script = json_array();
+        char *text;
+        size_t i;
+        int k;
+
+        for (k = 0; k < nturns; k++)
+                json_array_append_new(
+                    script, json_pack("{s:s}", "content", "(parent's turn)"));
+        for (i = 0; i < ncodes; i++)
+                json_array_append_new(
+                    script,
+                    json_pack("{s:[{s:s}]}", "tool_calls", "code", codes[i]));
+        json_array_append_new(script, json_pack("{s:s}", "content", "done"));
+        text = json_dumps(script, 0);
+        register_script(name, text);
+        free(text);
+        json_decref(script);
+}
+
+/* The names of job \p n's images with their cells, "name:cell" by cell
+ * then name, "-" for no known cell; caller frees. */
+static char *image_names_of(int n)
+{
+        char id[192];
+
+        snprintf(id, sizeof(id), "%s-%03d", prefix, n);
+        return kt_pg_text(dsn,
+                          "SELECT COALESCE(string_agg(n.name || ':' ||"
+                          " COALESCE(n.cell_seq::text, '-'), ' '"
+                          " ORDER BY n.cell_seq NULLS LAST, n.name), '')"
+                          " FROM images i JOIN image_names n USING (image_id)"
+                          " WHERE i.job_id = $1",
+                          id);
+}
+
+/* The model saves a figure and shows it: both names are kept, with the
+ * cell that made them, the bytes once. A session's child leaves its
+ * parent's files to the parent and stores only what it made itself. */
+START_TEST(figures_keep_their_names)
+{
+        static const char *const parent[] = {
+            "import base64, os\n"
+            "from IPython.display import Image, display\n"
+            "PNG = base64.b64decode('" PNG_B64 "')\n"
+            "x = 1",
+            "display(Image(data=PNG))\n"
+            "open('revenue_by_region.png', 'wb').write(PNG)\n"
+            "os.makedirs('plots', exist_ok=True)\n"
+            "open('plots/costs.png', 'wb').write(b'costs')",
+        };
+        static const char *const child[] = {
+            "open('margin.png', 'wb').write(b'margin')",
+        };
+        worker_t a;
+        rd_kafka_t *rk;
+        char extra[192], *names;
+
+        fresh("figures");
+        register_cells("fig_parent", 0, parent, CQ_ARRAY_SIZE(parent));
+        register_cells("fig_child", 3, child, CQ_ARRAY_SIZE(child));
+        start_worker(&a, "wf", "30");
+        rk = kt_producer(brokers);
+        submit(rk, 0, "fig_parent", NULL);
+        snprintf(extra, sizeof(extra), "\"parent_job_id\":\"%s-000\"", prefix);
+        submit(rk, 1, "fig_child", extra);
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished(2, WAIT_MS);
+        ck_assert_int_eq(count_status("succeeded"), 2);
+        names = image_names_of(0);
+        ck_assert_str_eq(names, "cell2-1.png:2 plots/costs.png:2 "
+                                "revenue_by_region.png:2");
+        free(names);
+        snprintf(extra, sizeof(extra), "%s-000", prefix);
+        ck_assert_int_eq(
+            kt_pg_long(dsn, "SELECT count(*) FROM images WHERE job_id = $1",
+                       extra),
+            2);
+        /* the child's own file, after its first cell; not the parent's */
+        names = image_names_of(1);
+        ck_assert_str_eq(names, "margin.png:1");
+        free(names);
+        ck_assert_int_eq(stop_worker(&a, SIGTERM, 30000), 0);
+}
+END_TEST
+
 /* With a one-minute poll and relay interval, jobs submitted to an idle
  * worker must still be claimed and reported within seconds: PostgreSQL
  * announces them and a finished job kicks the relay. */
@@ -2921,6 +3020,18 @@ START_TEST(memory_default_scope_flags_and_hints)
 }
 END_TEST
 
+/* A test case of its own, run alone with CK_RUN_CASE=\p name: a fresh
+ * database and fake LLM, \p cleanup after each test. */
+static TCase *new_case(const char *name, void (*cleanup)(void))
+{
+        TCase *tc = tcase_create(name);
+
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_add_checked_fixture(tc, NULL, cleanup);
+        tcase_set_timeout(tc, 600);
+        return tc;
+}
+
 static Suite *worker_suite(void)
 {
         Suite *s = suite_create("worker");
@@ -2942,11 +3053,12 @@ static Suite *worker_suite(void)
         tcase_add_test(tc, broker_and_database_outages_lose_nothing);
         tcase_add_test(tc, nul_output_kept_and_refused_checkpoint_fails_job);
         suite_add_tcase(s, tc);
+        /* Figures and their names: CK_RUN_CASE=figures runs them alone. */
+        tc = new_case("figures", kill_leftovers);
+        tcase_add_test(tc, figures_keep_their_names);
+        suite_add_tcase(s, tc);
         /* Evaluation rules: CK_RUN_CASE=eval runs them alone. */
-        tc = tcase_create("eval");
-        tcase_add_unchecked_fixture(tc, setup, teardown);
-        tcase_add_checked_fixture(tc, NULL, kill_leftovers);
-        tcase_set_timeout(tc, 600);
+        tc = new_case("eval", kill_leftovers);
         tcase_add_test(tc, memory_only_inside_a_named_scope_and_model);
         tcase_add_test(tc, fresh_tests_and_test_deadlines);
         suite_add_tcase(s, tc);
@@ -2959,19 +3071,13 @@ static Suite *worker_suite(void)
         tcase_add_test(limits, resumed_job_keeps_its_running_time);
         suite_add_tcase(s, limits);
         /* The default sandbox and the memory rules: CK_RUN_CASE=trust. */
-        tc = tcase_create("trust");
-        tcase_add_unchecked_fixture(tc, setup, teardown);
-        tcase_add_checked_fixture(tc, NULL, no_extra);
-        tcase_set_timeout(tc, 600);
+        tc = new_case("trust", no_extra);
         tcase_add_test(tc, default_sandbox_runs_job_code_as_another_uid);
         tcase_add_test(tc, memory_default_scope_flags_and_hints);
         suite_add_tcase(s, tc);
         /* Budgets, sampling and retries of evaluation runs:
          * CK_RUN_CASE=budget runs them alone. */
-        tc = tcase_create("budget");
-        tcase_add_unchecked_fixture(tc, setup, teardown);
-        tcase_add_checked_fixture(tc, NULL, no_extra);
-        tcase_set_timeout(tc, 600);
+        tc = new_case("budget", no_extra);
         tcase_add_test(tc, job_budgets_stop_before_the_crossing_call);
         tcase_add_test(tc, run_budget_holds_across_jobs);
         tcase_add_test(tc, run_budget_set_while_a_job_runs_holds_it);
@@ -2983,10 +3089,7 @@ static Suite *worker_suite(void)
         tcase_add_test(e2b, long_llm_turn_keeps_the_e2b_sandbox);
         suite_add_tcase(s, e2b);
         /* CK_RUN_CASE=metrics: the metrics server and a real Prometheus */
-        tc = tcase_create("metrics");
-        tcase_add_unchecked_fixture(tc, setup, teardown);
-        tcase_add_checked_fixture(tc, NULL, metrics_cleanup);
-        tcase_set_timeout(tc, 600);
+        tc = new_case("metrics", metrics_cleanup);
         tcase_add_test(tc, metrics_health_and_a_real_prometheus);
         suite_add_tcase(s, tc);
         return s;

@@ -6,6 +6,7 @@
  * transaction), give it back or fail it. */
 #include "coderq/worker/worker.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -591,11 +592,12 @@ static void finish_job(slot_t *slot,
                                                                  : "failed";
 
         for (i = 0; i < res->images.n; i++) {
-                const cq_file_t *img = &res->images.v[i];
+                const cq_agent_image_t *img = &res->images.v[i];
 
-                err = cq_store_put_image(slot->store, job->job_id, img->name,
-                                         img->mime, img->data, img->len, 0,
-                                         NULL, NULL);
+                err = cq_store_put_image(
+                    slot->store, job->job_id, img->name, img->mime, img->data,
+                    img->len, img->cell <= INT_MAX ? (int)img->cell : 0, NULL,
+                    NULL);
                 if (err != CQ_OK)
                         cq_log_kv(CQ_LOG_WARN, "could not store an image",
                                   "job_id", job->job_id, "image", img->name,
@@ -904,6 +906,8 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
                                    errstr);
                         goto out;
                 }
+                /* what these cells make is the parent's, stored with it */
+                start.parent_cells = json_array_size(cells);
         }
         if (claim->has_checkpoint && json_array_size(cp.messages) > 0) {
                 append_codes(cells, cp.cells);
@@ -972,6 +976,8 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         /* Limits hold over the whole job: this attempt so far, and the
          * running time of the earlier ones. */
         start.elapsed_ms = claim->run_ms + (cq_now_ms() - claimed_ms);
+        /* This run's cells are stored after those: numbered on from them */
+        start.cells_done = cp.last_cell_seq;
         /* Memory only inside a scope the job (or the worker) names. */
         if (cq_agent_run(&job, interp, slot->llm, &opts, &obs,
                          job.memory.recall && memory_scope(w, &job) ? &mem

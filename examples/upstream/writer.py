@@ -204,8 +204,9 @@ def read_results(dsn, ids, out):
             ).fetchone()
             notebook = row[0] if row else None
             images = conn.execute(
-                "SELECT name, mime, data FROM images WHERE job_id = %s"
-                " ORDER BY image_id", (job_id,)).fetchall()
+                "SELECT n.name, n.mime, i.data FROM images i"
+                " JOIN image_names n USING (image_id) WHERE i.job_id = %s"
+                " ORDER BY n.name_id", (job_id,)).fetchall()
             answer = conn.execute(
                 "SELECT answer, tests_passed, tests_total FROM results"
                 " WHERE job_id = %s", (job_id,)).fetchone()

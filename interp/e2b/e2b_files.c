@@ -309,6 +309,9 @@ e2b_created_files(cq_interp_t *interp, bool with_data, cq_files_t *files)
                         continue;
                 file->name = strdup(rel);
                 file->mime = strdup(cq_mime_from_name(rel));
+                /* listed only, its size is known all the same, as a local
+                 * kernel's listing gives it ("?" gives 0) */
+                file->len = (size_t)strtoull(json_string_value(sig), NULL, 10);
                 out.n++;
                 if (!file->name || !file->mime) {
                         err = CQ_ERR_FATAL;

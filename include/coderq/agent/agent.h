@@ -203,10 +203,19 @@ typedef struct cq_agent_start {
         const json_t *cells;   /* borrowed; array of code strings: every
                                   cell that ran to the end, failed ones
                                   included (they may have set state) */
+        size_t parent_cells;   /* the first parent_cells of cells are a
+                                  session's ancestors': the image files
+                                  they make are the parent's, stored with
+                                  it, and not again with this job unless
+                                  its own cells change them */
         bool continue_job;
         long turns_done;       /* continue_job: already spent */
         long retries_done;     /* continue_job: already spent */
         int64_t elapsed_ms;    /* running time already spent by the job */
+        long cells_done;       /* the job's cells stored by earlier attempts
+                                  (replays excluded): this run's cells are
+                                  numbered on from there, as they are
+                                  stored */
         cq_usage_t usage_done; /* tokens of earlier attempts */
         double cost_done_usd;  /* their cost; < 0: unknown */
 } cq_agent_start_t;
@@ -220,6 +229,26 @@ typedef enum cq_agent_status {
 } cq_agent_status_t;
 
 const char *cq_agent_status_name(cq_agent_status_t status);
+
+/** @brief An image a run left: a figure a cell showed, or an image file
+ *         its code saved under the work dir. */
+typedef struct cq_agent_image {
+        char *name; /* cell<N>-<K>.<ext> for a figure shown (the K-th of
+                       the run, in cell N), else the file's path in the
+                       work dir */
+        char *mime;
+        unsigned char *data;
+        size_t len;
+        long cell; /* the job's cell that showed the figure, or after which
+                      the file appeared or last changed size; 0 when not
+                      known (a file a replayed cell made, or one that
+                      appeared after the last cell) */
+} cq_agent_image_t;
+
+typedef struct cq_agent_images {
+        cq_agent_image_t *v; /* by cell, those of no known cell last */
+        size_t n;
+} cq_agent_images_t;
 
 /** @brief What a run produced. Release with cq_agent_result_release(). */
 typedef struct cq_agent_result {
@@ -256,8 +285,10 @@ typedef struct cq_agent_result {
          * "model", "provider", "system_prompt_sha256", "coderq_version",
          * "backend", "python", "packages"}; owned, may be NULL. */
         json_t *repro;
-        json_t *history;   /* the conversation; owned */
-        cq_files_t images; /* images shown or saved by the code */
+        json_t *history;          /* the conversation; owned */
+        cq_agent_images_t images; /* images shown or saved by the code;
+                                     the same bytes under each of their
+                                     names */
         int64_t duration_ms;
         /* The evaluation's outcome (docs/EVALUATION.md#verdicts), static;
          * NULL when it was cancelled or stopped. */

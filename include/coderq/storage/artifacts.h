@@ -129,12 +129,14 @@ CQ_NODISCARD cq_err_t cq_store_load_checkpoint(cq_store_t *store,
 
 /* ------------------------------------------------------------ images */
 
-/** @brief One stored image. Release with cq_image_release(). */
+/** @brief One name of a stored image, with the image's bytes. Release
+ *         with cq_images_release(). */
 typedef struct cq_image {
         char sha256[65];
         char *name;
         char *mime;
-        int cell_seq; /* 0 when not from a cell */
+        int cell_seq; /* the cell that showed it or after which the file
+                         appeared; 0 when not known */
         unsigned char *data;
         size_t len;
 } cq_image_t;
@@ -148,12 +150,17 @@ void cq_images_init(cq_images_t *images);
 void cq_images_release(cq_images_t *images);
 
 /**
- * @brief Store an image of a job; the same bytes twice in one job are kept
- *        once (unique sha256 per job).
+ * @brief Store an image of a job under \p name. The same bytes twice in one
+ *        job are kept once (unique sha256 per job), under every name they
+ *        were stored with: a figure a cell showed and the file the code
+ *        saved of it keep both names. Retry-safe: the same bytes under the
+ *        same name are stored once.
  * @param data Borrowed, \p len bytes (any bytes, NUL included).
- * @param cell_seq The cell that produced it, or 0.
+ * @param cell_seq The cell that produced it under this name (the cell that
+ *        showed it, or after which the file appeared), or 0: not known.
  * @param sha256 (out, optional) 65 bytes: the hex digest.
- * @param createdp (out, optional) false when it was already stored.
+ * @param createdp (out, optional) false when the bytes were stored already
+ *        (under this name or another).
  * @returns CQ_ERR_TOO_LARGE over the image cap.
  */
 CQ_NODISCARD cq_err_t cq_store_put_image(cq_store_t *store,
@@ -166,7 +173,9 @@ CQ_NODISCARD cq_err_t cq_store_put_image(cq_store_t *store,
                                          char *sha256,
                                          bool *createdp);
 
-/** @brief All images of a job, in the order they were stored. */
+/** @brief All images of a job, one entry per name (the bytes repeated for
+ *         each name of the same image), in the order the names were
+ *         stored. */
 CQ_NODISCARD cq_err_t cq_store_get_images(cq_store_t *store,
                                           const char *job_id,
                                           cq_images_t *images);
