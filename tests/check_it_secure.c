@@ -625,9 +625,11 @@ START_TEST(postgres_tls)
         ck_assert_int_eq(
             cq_check_proc_run(doctor, secure_env(extra), 25000, &proc), 0);
         ck_assert_int_eq(proc.status, 4);
-        l = line_of(proc.out, "postgresql  FAIL  could not connect: ");
-        ck_assert_msg(l && strstr(l, "certificate verify failed"), "%s",
-                      proc.out);
+        l = line_of(proc.out, "postgresql  FAIL  could not connect "
+                              "(CODERQ_PG_DSN: ");
+        ck_assert_msg(l && strstr(l, "): SSL error: certificate verify "
+                                     "failed\n"),
+                      "%s", proc.out);
         cq_check_proc_release(&proc);
 
         snprintf(dsn, sizeof(dsn), "CODERQ_PG_DSN=%s sslmode='disable'", dbdsn);
