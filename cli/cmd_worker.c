@@ -69,7 +69,8 @@ int cq_cmd_worker(const cq_config_t *cfg, int argc, char **argv)
         signal(SIGPIPE, SIG_IGN);
         rc = cq_worker_run(worker, &worker_signals);
         if (rc == 1) {
-                /* The one line that says why: Kafka refused us. */
+                /* The one line that says why: Kafka or PostgreSQL
+                 * refused us, which waiting cannot fix. */
                 cq_cli_error("worker: %s", cq_worker_errmsg(worker));
                 cq_worker_destroy(&worker);
                 return CQ_EXIT_UNAVAILABLE;
