@@ -307,6 +307,53 @@ START_TEST(docker_files_keep_the_sandbox_on)
 }
 END_TEST
 
+/* With CODERQ_PG_DSN unset, a command that needs PostgreSQL says so in
+ * its one line, and which PG* variables libpq used instead: here a socket
+ * folder that does not exist, so nothing can answer. */
+START_TEST(commands_say_that_the_dsn_is_not_set)
+{
+        static const char *const env[] = {"CODERQ_PG_DSN",
+                                          "PGHOST=/nonexistent/coderq",
+                                          "PGPORT=1",
+                                          "PGHOSTADDR",
+                                          "PGDATABASE",
+                                          "PGUSER",
+                                          "PGSERVICE",
+                                          "PGSSLMODE",
+                                          "PGPASSWORD",
+                                          "CODERQ_KAFKA_BROKERS=127.0.0.1:1",
+                                          "CODERQ_KERNEL_SERVER=off",
+                                          NULL};
+        static const char want[] =
+            "could not connect to PostgreSQL (CODERQ_PG_DSN not set; libpq's "
+            "PG* variables apply: PGHOST=/nonexistent/coderq PGPORT=1): "
+            "connection to server on socket \"/nonexistent/coderq/.s.PGSQL.1\" "
+            "failed: No such file or directory\n";
+        static const char *const cmds[][2] = {
+            {"status", "job-1"}, {"results", NULL}, {"migrate", NULL}};
+        cq_check_proc_t proc;
+        const char *line;
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cmds); i++) {
+                run(&proc, env, cmds[i][0], cmds[i][1], NULL);
+                ck_assert_int_eq(proc.status, CQ_EXIT_UNAVAILABLE);
+                ck_assert_msg(strncmp(proc.err, "coderq: ", 8) == 0 &&
+                                  strcmp(proc.err + 8, want) == 0,
+                              "%s: %s", cmds[i][0], proc.err);
+                cq_check_proc_release(&proc);
+        }
+        run(&proc, env, "doctor", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_UNAVAILABLE);
+        line = strstr(proc.out, "postgresql  FAIL  could not connect "
+                                "(CODERQ_PG_DSN not set; libpq's PG* "
+                                "variables apply: PGHOST=/nonexistent/coderq "
+                                "PGPORT=1): connection to server on socket ");
+        ck_assert_msg(line == proc.out, "%s", proc.out);
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
 START_TEST(doctor_rejects_arguments)
 {
         cq_check_proc_t proc;
@@ -334,6 +381,7 @@ static Suite *cli_suite(void)
         tcase_add_test(tc, config_prints_every_variable_and_hides_secrets);
         tcase_add_test(tc, doctor_exits_4_when_services_are_unreachable);
         tcase_add_test(tc, doctor_rejects_arguments);
+        tcase_add_test(tc, commands_say_that_the_dsn_is_not_set);
         tcase_add_test(tc, docker_files_keep_the_sandbox_on);
         tcase_add_test(tc, docs_document_every_setting_and_command);
         tcase_add_test(tc, configuration_doc_is_what_the_table_generates);
