@@ -15,6 +15,8 @@
 #include "coderq/common/kprops.h"
 #include "coderq/common/log.h"
 #include "coderq/common/prices.h"
+#include "coderq/common/util.h"
+#include "coderq/storage/pgconn.h"
 
 extern char **environ;
 
@@ -24,7 +26,10 @@ static cq_cmd_fn_t cmd_config;
 static const cq_cmd_t commands[] = {
     {"config", "print the effective configuration",
      "usage: coderq config [--markdown]\n"
-     "Prints every setting with its current value (secrets as set/unset),\n"
+     "Prints every setting with its current value (secrets as set/unset;\n"
+     "the DSN's host, port, database and user, its password as set; the\n"
+     "userinfo of the Kafka bootstrap and of the LLM base URL, and the\n"
+     "URL's query values, redacted),\n"
      "then each librdkafka property from CODERQ_KAFKA_PROPERTIES and the\n"
      "CODERQ_KAFKA_PROP_* variables as kafka.NAME=VALUE  (SOURCE), secrets\n"
      "as (set).\n"
@@ -231,6 +236,49 @@ static void print_help(FILE *fp)
                     "error.\n");
 }
 
+/* \p brokers with each server's userinfo redacted, the separators kept. */
+static void redact_brokers(const char *brokers, char *out, size_t size)
+{
+        size_t used = 0;
+
+        out[0] = '\0';
+        while (used + 1 < size) {
+                size_t len = strcspn(brokers, ", "), sep;
+                char one[512], shown[600];
+
+                snprintf(one, sizeof(one), "%.*s", (int)len, brokers);
+                cq_url_redact(one, shown, sizeof(shown));
+                sep = strspn(brokers + len, ", ");
+                used += (size_t)snprintf(out + used, size - used, "%s%.*s",
+                                         shown, (int)sep, brokers + len);
+                brokers += len + sep;
+                if (!*brokers || used >= size)
+                        break;
+        }
+}
+
+/* A setting's value as config shows it: the DSN as the target libpq
+ * reads in it (its password as set), the Kafka bootstrap and the LLM base
+ * URL with their userinfo (and the URL's query values) redacted; other
+ * secrets as set or unset. */
+static void config_value(const cq_config_t *cfg,
+                         const cq_cfg_entry_t *entry,
+                         char *value,
+                         size_t size)
+{
+        if (strcmp(entry->env, "CODERQ_PG_DSN") == 0 && cfg->pg_dsn)
+                cq_pgconn_describe(cfg->pg_dsn, CQ_PGCONN_F_PASSWORD, value,
+                                   size);
+        else if (strcmp(entry->env, "CODERQ_KAFKA_BROKERS") == 0 &&
+                 cfg->kafka_brokers)
+                redact_brokers(cfg->kafka_brokers, value, size);
+        else if (strcmp(entry->env, "CODERQ_LLM_BASE_URL") == 0 &&
+                 cfg->llm_base_url)
+                cq_url_redact(cfg->llm_base_url, value, size);
+        else
+                cq_config_describe(cfg, entry, value, size);
+}
+
 static int cmd_config(const cq_config_t *cfg, int argc, char **argv)
 {
         const cq_cfg_entry_t *entries;
@@ -252,7 +300,7 @@ static int cmd_config(const cq_config_t *cfg, int argc, char **argv)
         }
         entries = cq_config_entries(&n);
         for (i = 0; i < n; i++) {
-                cq_config_describe(cfg, &entries[i], value, sizeof(value));
+                config_value(cfg, &entries[i], value, sizeof(value));
                 printf("%s=%s\n", entries[i].env, value);
         }
         /* The operator's librdkafka properties, in the order they apply;

@@ -159,7 +159,18 @@ START_TEST(config_prints_every_variable_and_hides_secrets)
 {
         static const char *const env[] = {
             "CODERQ_PG_DSN=postgresql://u:hunter2@db/x",
-            "CODERQ_KAFKA_BROKERS=kafka.example:9092", NULL};
+            "CODERQ_KAFKA_BROKERS=kafka.example:9092,u:hunter2@k2:9093",
+            "CODERQ_LLM_BASE_URL=https://u:hunter2@gw.example/v1?api-"
+            "version=1&key=hunter2",
+            "PGHOST",
+            "PGHOSTADDR",
+            "PGPORT",
+            "PGDATABASE",
+            "PGUSER",
+            "PGSERVICE",
+            "PGSSLMODE",
+            "PGPASSWORD",
+            NULL};
         cq_check_proc_t proc;
         const cq_cfg_entry_t *entries;
         size_t n, i;
@@ -173,8 +184,16 @@ START_TEST(config_prints_every_variable_and_hides_secrets)
                 snprintf(line, sizeof(line), "%s=", entries[i].env);
                 ck_assert_msg(strstr(proc.out, line) != NULL, "no %s", line);
         }
+        /* the DSN's target, the servers and the URL, their secrets not */
+        ck_assert_ptr_nonnull(strstr(proc.out, "\nCODERQ_PG_DSN=host=db "
+                                               "dbname=x user=u "
+                                               "password=(set)\n"));
         ck_assert_ptr_nonnull(
-            strstr(proc.out, "CODERQ_KAFKA_BROKERS=kafka.example:9092\n"));
+            strstr(proc.out, "\nCODERQ_KAFKA_BROKERS=kafka.example:9092,"
+                             "(redacted)@k2:9093\n"));
+        ck_assert_ptr_nonnull(
+            strstr(proc.out, "\nCODERQ_LLM_BASE_URL=https://(redacted)@"
+                             "gw.example/v1?api-version=1&key=(redacted)\n"));
         ck_assert_ptr_null(strstr(proc.out, "hunter2"));
         cq_check_proc_release(&proc);
 }

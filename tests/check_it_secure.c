@@ -460,7 +460,10 @@ START_TEST(whole_path_over_sasl_ssl)
         ck_assert_ptr_nonnull(strstr(proc.out,
                                      "\nkafka.sasl.password=(set)  "
                                      "(CODERQ_KAFKA_PROP_SASL_PASSWORD)\n"));
-        ck_assert_ptr_nonnull(strstr(proc.out, "\nCODERQ_PG_DSN=(set)\n"));
+        /* the DSN's target, TLS mode included, no password */
+        ck_assert_msg(strstr(proc.out, "\nCODERQ_PG_DSN=host=") &&
+                          strstr(proc.out, " sslmode=verify-full\n"),
+                      "%s", proc.out);
         cq_check_proc_release(&proc);
 }
 END_TEST
