@@ -373,6 +373,50 @@ START_TEST(commands_say_that_the_dsn_is_not_set)
 }
 END_TEST
 
+/* A worker whose provider needs a key and has none refuses to start,
+ * naming the variables that hold it, before it connects to anything. */
+START_TEST(worker_without_an_llm_key_refuses_to_start)
+{
+        static const char *const openai[] = {
+            "CODERQ_PG_DSN=host=127.0.0.1 port=1",
+            "CODERQ_LLM_PROVIDER=openai",
+            "CODERQ_LLM_BASE_URL",
+            "CODERQ_LLM_API_KEY",
+            "OPENAI_API_KEY",
+            "CODERQ_LLM_ANTHROPIC_API_KEY",
+            "ANTHROPIC_API_KEY",
+            NULL};
+        static const char *const anthropic[] = {
+            "CODERQ_PG_DSN=host=127.0.0.1 port=1",
+            "CODERQ_LLM_PROVIDER=anthropic",
+            "CODERQ_LLM_BASE_URL=https://llm.example.com:8443?key=k",
+            "CODERQ_LLM_API_KEY",
+            "OPENAI_API_KEY",
+            "CODERQ_LLM_ANTHROPIC_API_KEY",
+            "ANTHROPIC_API_KEY",
+            NULL};
+        cq_check_proc_t proc;
+
+        run(&proc, openai, "worker", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_CONFIG);
+        ck_assert_str_eq(proc.err,
+                         "coderq: worker: CODERQ_LLM_PROVIDER=openai needs an "
+                         "API key: set CODERQ_LLM_API_KEY (or "
+                         "OPENAI_API_KEY)\n");
+        cq_check_proc_release(&proc);
+        run(&proc, anthropic, "worker", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_CONFIG);
+        ck_assert_str_eq(proc.err,
+                         "coderq: worker: CODERQ_LLM_PROVIDER=anthropic needs "
+                         "an API key: set CODERQ_LLM_ANTHROPIC_API_KEY (or "
+                         "ANTHROPIC_API_KEY, or CODERQ_LLM_API_KEY) "
+                         "(CODERQ_LLM_BASE_URL "
+                         "https://llm.example.com:8443?key=(redacted) is not "
+                         "local)\n");
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
 START_TEST(doctor_rejects_arguments)
 {
         cq_check_proc_t proc;
@@ -401,6 +445,7 @@ static Suite *cli_suite(void)
         tcase_add_test(tc, doctor_exits_4_when_services_are_unreachable);
         tcase_add_test(tc, doctor_rejects_arguments);
         tcase_add_test(tc, commands_say_that_the_dsn_is_not_set);
+        tcase_add_test(tc, worker_without_an_llm_key_refuses_to_start);
         tcase_add_test(tc, docker_files_keep_the_sandbox_on);
         tcase_add_test(tc, docs_document_every_setting_and_command);
         tcase_add_test(tc, configuration_doc_is_what_the_table_generates);

@@ -2987,7 +2987,7 @@ START_TEST(worker_waits_for_postgres_that_is_not_up_yet)
 {
         static char pg[2400], metrics[64];
         static const char *extra[] = {pg, metrics, NULL};
-        char through[2300], nodb[2048];
+        char through[2300], nodb[2048], said_once[512];
         int port = free_port(), mport = free_port();
         cq_pgproxy_t *proxy;
         worker_t w;
@@ -3014,6 +3014,13 @@ START_TEST(worker_waits_for_postgres_that_is_not_up_yet)
                                    "waiting for it, not ready meanwhile",
                                    "warn"),
                          1);
+        /* the fake LLM is local and asks for no key: said once */
+        snprintf(said_once, sizeof(said_once),
+                 "no LLM API key: CODERQ_LLM_BASE_URL %s is local, so its "
+                 "requests go without one (set CODERQ_LLM_API_KEY (or "
+                 "OPENAI_API_KEY) if the server wants one)",
+                 cq_fake_llm_base_url(fake));
+        ck_assert_int_eq(log_count(&w, said_once, "warn"), 1);
         wait_readyz(mport, 503, "not ready: PostgreSQL is not reachable",
                     30000);
         ck_assert(worker_alive(&w));
@@ -3026,6 +3033,41 @@ START_TEST(worker_waits_for_postgres_that_is_not_up_yet)
                              "): database \"cqw_no_such_db\" does not exist\n");
         }
         cq_pgproxy_stop(&proxy);
+}
+END_TEST
+
+/* A worker with no LLM (CODERQ_LLM_PROVIDER=none) judges jobs with a
+ * solution; any other job fails at once, with reason code llm and a
+ * reason naming the setting, tried once, no request sent. It needs no
+ * key, so it says nothing of one. */
+START_TEST(worker_without_an_llm_judges_solutions_only)
+{
+        static const char *const extra[] = {"CODERQ_LLM_PROVIDER=none", NULL};
+        rd_kafka_t *rk;
+        json_t *reqs;
+        worker_t w;
+        char *row;
+
+        fresh("nollm");
+        child_extra = extra;
+        start_worker(&w, "wn", "30");
+        rk = kt_producer(brokers);
+        submit(rk, 0, "two_cells", NULL);
+        submit(rk, 1, "two_cells", "\"solution\":\"x = 6 * 7\\nprint(x)\"");
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished_or_dump(2, WAIT_MS);
+        row = job_row(0, "status, reason_code, attempts, reason");
+        ck_assert_str_eq(row, "failed|llm|1|" CQ_LLM_NONE_REASON);
+        free(row);
+        row = job_row(1, "status, coalesce(reason_code, '-'), turns");
+        ck_assert_str_eq(row, "succeeded|-|0");
+        free(row);
+        reqs = cq_fake_llm_requests(fake);
+        ck_assert_uint_eq(json_array_size(reqs), 0);
+        json_decref(reqs);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+        ck_assert_int_eq(log_count(&w, "job cannot run", "error"), 1);
 }
 END_TEST
 
@@ -3098,6 +3140,7 @@ static Suite *worker_suite(void)
         tcase_add_loop_test(tc, worker_refuses_what_waiting_cannot_fix, 0, 3);
         tcase_add_loop_test(tc, worker_waits_for_postgres_that_is_not_up_yet, 0,
                             2);
+        tcase_add_test(tc, worker_without_an_llm_judges_solutions_only);
         suite_add_tcase(s, tc);
         /* CK_RUN_CASE=metrics: the metrics server and a real Prometheus */
         tc = tcase_create("metrics");
