@@ -36,7 +36,7 @@ static const cq_cmd_t commands[] = {
      "--markdown prints the settings table as Markdown instead, values\n"
      "left out: docs/CONFIGURATION.md is this output.\n",
      cmd_config},
-    {"doctor", "check PostgreSQL, Kafka, Python and the sandbox",
+    {"doctor", "check PostgreSQL, Kafka, Python, the sandbox and the LLM key",
      cq_cmd_doctor_usage, cq_cmd_doctor},
     {"migrate", "apply pending PostgreSQL schema migrations",
      "usage: coderq migrate\n"

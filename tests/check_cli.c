@@ -205,7 +205,9 @@ START_TEST(doctor_exits_4_when_services_are_unreachable)
 {
         static const char *const env[] = {
             "CODERQ_PG_DSN=postgresql://nobody@127.0.0.1:1/nothing",
-            "CODERQ_KAFKA_BROKERS=127.0.0.1:1", NULL};
+            "CODERQ_KAFKA_BROKERS=127.0.0.1:1",
+            "CODERQ_LLM_BASE_URL=http://127.0.0.1:1/v1",
+            "CODERQ_LLM_API_KEY=sk-doctor-SECRET", NULL};
         cq_check_proc_t proc;
 
         run(&proc, env, "doctor", NULL, NULL);
@@ -219,7 +221,13 @@ START_TEST(doctor_exits_4_when_services_are_unreachable)
         ck_assert_ptr_nonnull(strstr(proc.out, "\npython "));
         ck_assert_ptr_nonnull(strstr(proc.out, "\nsandbox "));
         ck_assert_ptr_nonnull(strstr(proc.out, "\nkserver "));
-        ck_assert_uint_eq(cq_check_count_lines(proc.out), 5);
+        /* the LLM API too, its key never shown */
+        ck_assert_msg(strstr(proc.out, "\nllm         FAIL  openai: the API "
+                                       "did not answer (GET "
+                                       "http://127.0.0.1:1/v1/models: "),
+                      "%s", proc.out);
+        ck_assert_ptr_null(strstr(proc.out, "SECRET"));
+        ck_assert_uint_eq(cq_check_count_lines(proc.out), 6);
         cq_check_proc_release(&proc);
 }
 END_TEST
