@@ -222,10 +222,15 @@ static void print_help(FILE *fp)
 {
         size_t i;
 
-        fprintf(fp, "usage: coderq [--FLAG=VALUE ...] <command> [args]\n"
-                    "       coderq --help | --version\n"
-                    "       coderq <command> --help\n\n"
-                    "Commands:\n");
+        fprintf(fp,
+                "usage: coderq [--verbose] [--FLAG=VALUE ...] <command> "
+                "[args]\n"
+                "       coderq --help | --version\n"
+                "       coderq <command> --help\n\n"
+                "--verbose: a command other than worker prints the\n"
+                "worker's JSON log lines on stderr too (so does\n"
+                "CODERQ_LOG_LEVEL=debug); without it, only its own text.\n\n"
+                "Commands:\n");
         for (i = 0; i < CQ_ARRAY_SIZE(commands); i++)
                 fprintf(fp, "  %-10s %s\n", commands[i].name,
                         commands[i].summary);
@@ -342,6 +347,42 @@ static const cq_cmd_t *find_command(const char *name)
         return NULL;
 }
 
+/* Remove every --verbose before "--" from argv; true when there was one. */
+static bool take_verbose(int *argcp, char **argv)
+{
+        bool verbose = false;
+        int in, out = 1;
+
+        for (in = 1; in < *argcp; in++) {
+                if (strcmp(argv[in], "--") == 0) {
+                        while (in < *argcp)
+                                argv[out++] = argv[in++];
+                        break;
+                }
+                if (strcmp(argv[in], "--verbose") == 0)
+                        verbose = true;
+                else
+                        argv[out++] = argv[in];
+        }
+        argv[out] = NULL;
+        *argcp = out;
+        return verbose;
+}
+
+/* The worker logs JSON lines for its operators. Every other command speaks
+ * to a person, in its own text and one "coderq: ..." line on error; the
+ * log lines of what it runs (a sandbox, a kernel pool) come only with
+ * --verbose or at level debug. */
+static void
+set_log_level(const cq_cmd_t *cmd, const cq_config_t *cfg, bool verbose)
+{
+        if (strcmp(cmd->name, "worker") == 0 || verbose ||
+            cfg->log_level == CQ_LOG_DEBUG)
+                cq_log_set_level(cfg->log_level);
+        else
+                cq_log_set_level(CQ_LOG_OFF);
+}
+
 static bool wants_help(int argc, char **argv)
 {
         int i;
@@ -361,6 +402,7 @@ int cq_cli_main(int argc, char **argv)
         cq_config_t cfg;
         char errstr[512];
         const cq_cmd_t *cmd;
+        bool verbose = take_verbose(&argc, argv);
         int rc;
 
         if (argc >= 2 &&
@@ -388,7 +430,6 @@ int cq_cli_main(int argc, char **argv)
                 cq_config_release(&cfg);
                 return CQ_EXIT_CONFIG;
         }
-        cq_log_set_level(cfg.log_level);
         if (argc < 2) {
                 cq_cli_error("no command given; see coderq --help");
                 cq_config_release(&cfg);
@@ -406,6 +447,7 @@ int cq_cli_main(int argc, char **argv)
                 cq_config_release(&cfg);
                 return CQ_EXIT_OK;
         }
+        set_log_level(cmd, &cfg, verbose);
         rc = cmd->run(&cfg, argc - 1, argv + 1);
         cq_config_release(&cfg);
         return rc;

@@ -78,6 +78,8 @@ START_TEST(doctor_sees_the_services)
         ck_assert_ptr_nonnull(strstr(proc.out, "\nkserver     "));
         ck_assert_msg(strstr(proc.out, llm), "%s", proc.out);
         ck_assert_ptr_null(strstr(proc.out, "SECRET"));
+        /* its own lines only: no log line of the kernel server it tried */
+        ck_assert_msg(!strstr(proc.err, "\"level\":"), "%s", proc.err);
         ck_assert_uint_eq(cq_check_count_lines(proc.out), 6);
         cq_check_proc_release(&proc);
 }
