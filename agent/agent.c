@@ -918,6 +918,11 @@ static void converse(run_t *run,
                 judge_solution(run);
                 return;
         }
+        if (cq_llm_provider(run->llm) == CQ_LLM_NONE) {
+                agent_fail(run, CQ_AGENT_FAILED, "llm", "%s",
+                           CQ_LLM_NONE_REASON);
+                return;
+        }
         if (agent_begin(run, start, mem, hint) != 0)
                 return;
         if (run->result->from_memory)

@@ -54,15 +54,17 @@ enum attempt_kind {
 struct endpoint {
         struct curl_slist *headers;
         char *url;
-        char *url_shown; /* url without user:password@ and ?query */
+        char *url_shown;    /* url without user:password@ and ?query */
+        char *models_url;   /* the list of models (cq_llm_list_models()) */
+        char *models_shown; /* as url_shown */
 };
 
 struct cq_llm {
         cq_http_t *http;
-        struct endpoint ep[2]; /* by cq_llm_provider_t */
+        struct endpoint ep[2]; /* by cq_llm_provider_t, but none */
         cq_llm_provider_t conf_provider;
         cq_llm_provider_t provider; /* now */
-        const char *url_shown;      /* ep[provider].url_shown */
+        const char *url_shown;      /* ep[provider].url_shown; none: "" */
         char *api_key;              /* only for redaction; wiped on destroy */
         char *api_key2;             /* the anthropic key when it differs */
         const char *secrets[2];     /* both, for the HTTP client */
@@ -207,12 +209,16 @@ int cq_llm_provider_parse(const char *name, cq_llm_provider_t *providerp)
                 *providerp = CQ_LLM_ANTHROPIC;
                 return 0;
         }
+        if (name && strcmp(name, "none") == 0) {
+                *providerp = CQ_LLM_NONE;
+                return 0;
+        }
         return -1;
 }
 
 const char *cq_llm_provider_name(cq_llm_provider_t provider)
 {
-        return provider_of(provider)->name;
+        return provider == CQ_LLM_NONE ? "none" : provider_of(provider)->name;
 }
 
 static struct curl_slist *add_header(struct curl_slist **listp, const char *h)
@@ -224,7 +230,21 @@ static struct curl_slist *add_header(struct curl_slist **listp, const char *h)
         return l;
 }
 
-/* The URL and headers of one provider. Returns 0, -1 when out of memory. */
+/* \p base_len bytes of \p base, then \p path; NULL when out of memory. */
+static char *join_url(const char *base, size_t base_len, const char *path)
+{
+        size_t path_len = strlen(path);
+        char *url = malloc(base_len + path_len + 1);
+
+        if (url) {
+                memcpy(url, base, base_len);
+                memcpy(url + base_len, path, path_len + 1);
+        }
+        return url;
+}
+
+/* The URLs and headers of one provider. Returns 0, -1 when out of
+ * memory. */
 static int endpoint_init(struct endpoint *ep,
                          const llm_provider_t *prov,
                          const char *base_conf,
@@ -232,22 +252,20 @@ static int endpoint_init(struct endpoint *ep,
 {
         const char *base =
             base_conf && *base_conf ? base_conf : prov->default_base;
-        size_t base_len = strlen(base), path_len, klen;
-        const char *path;
+        size_t base_len = strlen(base), klen;
         char *auth = NULL;
         int rc = -1;
 
         while (base_len && base[base_len - 1] == '/')
                 base_len--;
-        path = prov->path(base, base_len);
-        path_len = strlen(path);
-        ep->url = malloc(base_len + path_len + 1);
-        if (!ep->url)
+        ep->url = join_url(base, base_len, prov->path(base, base_len));
+        ep->models_url =
+            join_url(base, base_len, prov->models_path(base, base_len));
+        if (!ep->url || !ep->models_url)
                 goto out;
-        memcpy(ep->url, base, base_len);
-        memcpy(ep->url + base_len, path, path_len + 1);
         ep->url_shown = cq_http_url_shown(ep->url);
-        if (!ep->url_shown)
+        ep->models_shown = cq_http_url_shown(ep->models_url);
+        if (!ep->url_shown || !ep->models_shown)
                 goto out;
         if (!add_header(&ep->headers, "Content-Type: application/json") ||
             !add_header(&ep->headers, "Accept: application/json") ||
@@ -289,6 +307,8 @@ static void endpoint_release(struct endpoint *ep)
         curl_slist_free_all(ep->headers);
         free(ep->url);
         free(ep->url_shown);
+        free(ep->models_url);
+        free(ep->models_shown);
         memset(ep, 0, sizeof(*ep));
 }
 
@@ -332,7 +352,8 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
                 return NULL;
         }
         if (conf->provider != CQ_LLM_OPENAI &&
-            conf->provider != CQ_LLM_ANTHROPIC) {
+            conf->provider != CQ_LLM_ANTHROPIC &&
+            conf->provider != CQ_LLM_NONE) {
                 cq_errstr_set(errstr, errstr_size,
                               "could not create LLM client: unknown "
                               "provider %d",
@@ -353,7 +374,9 @@ cq_llm_new(const cq_llm_conf_t *conf, char *errstr, size_t errstr_size)
             endpoint_init(&llm->ep[CQ_LLM_ANTHROPIC],
                           &cq_llm_provider_anthropic, base, akey) != 0)
                 goto out;
-        llm->url_shown = llm->ep[llm->provider].url_shown;
+        llm->url_shown = llm->provider == CQ_LLM_NONE
+                             ? ""
+                             : llm->ep[llm->provider].url_shown;
         if (conf->api_key && *conf->api_key) {
                 llm->api_key = strdup(conf->api_key);
                 if (!llm->api_key)
@@ -434,8 +457,11 @@ int cq_llm_set_provider(cq_llm_t *llm, const char *name)
 {
         cq_llm_provider_t provider = llm->conf_provider;
 
-        if (name && cq_llm_provider_parse(name, &provider) != 0)
+        if (name && (cq_llm_provider_parse(name, &provider) != 0 ||
+                     provider == CQ_LLM_NONE))
                 return -1;
+        if (llm->conf_provider == CQ_LLM_NONE)
+                return 0; /* no LLM to switch to */
         llm->provider = provider;
         llm->url_shown = llm->ep[provider].url_shown;
         return 0;
@@ -977,6 +1003,11 @@ cq_llm_chat(cq_llm_t *llm, const json_t *messages, cq_llm_reply_t *reply)
 
         llm->errmsg[0] = '\0';
         cq_llm_reply_release(reply);
+        if (llm->provider == CQ_LLM_NONE) {
+                llm_set_error(llm, "could not call the LLM: %s",
+                              CQ_LLM_NONE_REASON);
+                return CQ_ERR_FATAL;
+        }
         if (!json_is_array(messages) || json_array_size(messages) == 0) {
                 llm_set_error(llm, "could not call the LLM: messages must be "
                                    "a non-empty array");
@@ -1138,6 +1169,39 @@ out:
         reply->attempts = attempts;
         free(body);
         return rc;
+}
+
+cq_err_t cq_llm_list_models(cq_llm_t *llm, long *statusp)
+{
+        cq_http_req_t req = {0};
+        cq_http_res_t *res = &llm->res;
+        const struct endpoint *ep;
+
+        *statusp = 0;
+        llm->errmsg[0] = '\0';
+        if (llm->provider == CQ_LLM_NONE) {
+                llm_set_error(llm, "%s", CQ_LLM_NONE_REASON);
+                return CQ_ERR_FATAL;
+        }
+        ep = &llm->ep[llm->provider];
+        req.method = "GET";
+        req.url = ep->models_url;
+        req.headers = ep->headers;
+        req.max = llm->conf.response_max;
+        req.timeout_ms = llm->conf.timeout_s * 1000;
+        req.deadline_ms = llm->deadline_ms;
+        req.cancel = llm->cancel;
+        if (cq_http_perform(llm->http, &req, res) != CQ_HTTP_OK) {
+                llm_set_error(llm, "GET %s: %s", ep->models_shown, res->error);
+                return CQ_ERR_RETRIABLE;
+        }
+        *statusp = res->status;
+        llm_set_error(llm, "GET %s: HTTP %ld", ep->models_shown, res->status);
+        if (res->status >= 200 && res->status < 300)
+                return CQ_OK;
+        if (res->status == 429 || res->status == 408 || res->status >= 500)
+                return CQ_ERR_RETRIABLE;
+        return CQ_ERR_FATAL;
 }
 
 /* --- provider dispatch ---------------------------------------------- */

@@ -27,6 +27,14 @@ static const char *path(const char *base, size_t base_len)
         return "/v1/messages";
 }
 
+/* As path(): BASE/v1/models, or BASE/models. */
+static const char *models_path(const char *base, size_t base_len)
+{
+        if (base_len >= 3 && memcmp(base + base_len - 3, "/v1", 3) == 0)
+                return "/models";
+        return "/v1/models";
+}
+
 /* Append the text of a Chat Completions "content" (a string, or parts
  * with "text") to \p blocks as text blocks; empty text is dropped, the
  * API rejects it. Returns 0, -1 when out of memory. */
@@ -547,6 +555,7 @@ const llm_provider_t cq_llm_provider_anthropic = {
     .name = "anthropic",
     .default_base = "https://api.anthropic.com",
     .path = path,
+    .models_path = models_path,
     .build_body = build_body,
     .parse_reply = parse_reply,
 };

@@ -28,6 +28,8 @@ typedef struct llm_provider {
         const char *default_base; /* when conf.base_url is NULL */
         /* The path appended to a base URL (without a trailing slash). */
         const char *(*path)(const char *base, size_t base_len);
+        /* The same for the list of models (cq_llm_list_models()). */
+        const char *(*models_path)(const char *base, size_t base_len);
         /* Caller owns the returned value (free()); NULL when out of
          * memory. The history is never modified. */
         char *(*build_body)(const llm_req_t *req,

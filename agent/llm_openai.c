@@ -16,6 +16,13 @@ static const char *path(const char *base, size_t base_len)
         return "/chat/completions";
 }
 
+static const char *models_path(const char *base, size_t base_len)
+{
+        (void)base;
+        (void)base_len;
+        return "/models";
+}
+
 /* The body: {"messages": <verbatim>, "model", "max_tokens", ...}. The
  * messages are serialised separately so that the caller's const history is
  * never copied or modified. */
@@ -262,6 +269,7 @@ const llm_provider_t cq_llm_provider_openai = {
     .name = "openai",
     .default_base = "https://api.openai.com/v1",
     .path = path,
+    .models_path = models_path,
     .build_body = build_body,
     .parse_reply = parse_reply,
 };

@@ -15,6 +15,8 @@
 #include "coderq/common/kprops.h"
 #include "coderq/common/log.h"
 #include "coderq/common/prices.h"
+#include "coderq/common/util.h"
+#include "coderq/storage/pgconn.h"
 
 extern char **environ;
 
@@ -24,14 +26,17 @@ static cq_cmd_fn_t cmd_config;
 static const cq_cmd_t commands[] = {
     {"config", "print the effective configuration",
      "usage: coderq config [--markdown]\n"
-     "Prints every setting with its current value (secrets as set/unset),\n"
+     "Prints every setting with its current value (secrets as set/unset;\n"
+     "the DSN's host, port, database and user, its password as set; the\n"
+     "userinfo of the Kafka bootstrap and of the LLM base URL, and the\n"
+     "URL's query values, redacted),\n"
      "then each librdkafka property from CODERQ_KAFKA_PROPERTIES and the\n"
      "CODERQ_KAFKA_PROP_* variables as kafka.NAME=VALUE  (SOURCE), secrets\n"
      "as (set).\n"
      "--markdown prints the settings table as Markdown instead, values\n"
      "left out: docs/CONFIGURATION.md is this output.\n",
      cmd_config},
-    {"doctor", "check PostgreSQL, Kafka, Python and the sandbox",
+    {"doctor", "check PostgreSQL, Kafka, Python, the sandbox and the LLM key",
      cq_cmd_doctor_usage, cq_cmd_doctor},
     {"migrate", "apply pending PostgreSQL schema migrations",
      "usage: coderq migrate\n"
@@ -217,10 +222,15 @@ static void print_help(FILE *fp)
 {
         size_t i;
 
-        fprintf(fp, "usage: coderq [--FLAG=VALUE ...] <command> [args]\n"
-                    "       coderq --help | --version\n"
-                    "       coderq <command> --help\n\n"
-                    "Commands:\n");
+        fprintf(fp,
+                "usage: coderq [--verbose] [--FLAG=VALUE ...] <command> "
+                "[args]\n"
+                "       coderq --help | --version\n"
+                "       coderq <command> --help\n\n"
+                "--verbose: a command other than worker prints the\n"
+                "worker's JSON log lines on stderr too (so does\n"
+                "CODERQ_LOG_LEVEL=debug); without it, only its own text.\n\n"
+                "Commands:\n");
         for (i = 0; i < CQ_ARRAY_SIZE(commands); i++)
                 fprintf(fp, "  %-10s %s\n", commands[i].name,
                         commands[i].summary);
@@ -229,6 +239,49 @@ static void print_help(FILE *fp)
         fprintf(fp, "\nExit codes: 0 ok, 1 failed, 2 usage, 3 configuration, "
                     "4 service unavailable, 5 not found, 70 internal "
                     "error.\n");
+}
+
+/* \p brokers with each server's userinfo redacted, the separators kept. */
+static void redact_brokers(const char *brokers, char *out, size_t size)
+{
+        size_t used = 0;
+
+        out[0] = '\0';
+        while (used + 1 < size) {
+                size_t len = strcspn(brokers, ", "), sep;
+                char one[512], shown[600];
+
+                snprintf(one, sizeof(one), "%.*s", (int)len, brokers);
+                cq_url_redact(one, shown, sizeof(shown));
+                sep = strspn(brokers + len, ", ");
+                used += (size_t)snprintf(out + used, size - used, "%s%.*s",
+                                         shown, (int)sep, brokers + len);
+                brokers += len + sep;
+                if (!*brokers || used >= size)
+                        break;
+        }
+}
+
+/* A setting's value as config shows it: the DSN as the target libpq
+ * reads in it (its password as set), the Kafka bootstrap and the LLM base
+ * URL with their userinfo (and the URL's query values) redacted; other
+ * secrets as set or unset. */
+static void config_value(const cq_config_t *cfg,
+                         const cq_cfg_entry_t *entry,
+                         char *value,
+                         size_t size)
+{
+        if (strcmp(entry->env, "CODERQ_PG_DSN") == 0 && cfg->pg_dsn)
+                cq_pgconn_describe(cfg->pg_dsn, CQ_PGCONN_F_PASSWORD, value,
+                                   size);
+        else if (strcmp(entry->env, "CODERQ_KAFKA_BROKERS") == 0 &&
+                 cfg->kafka_brokers)
+                redact_brokers(cfg->kafka_brokers, value, size);
+        else if (strcmp(entry->env, "CODERQ_LLM_BASE_URL") == 0 &&
+                 cfg->llm_base_url)
+                cq_url_redact(cfg->llm_base_url, value, size);
+        else
+                cq_config_describe(cfg, entry, value, size);
 }
 
 static int cmd_config(const cq_config_t *cfg, int argc, char **argv)
@@ -252,7 +305,7 @@ static int cmd_config(const cq_config_t *cfg, int argc, char **argv)
         }
         entries = cq_config_entries(&n);
         for (i = 0; i < n; i++) {
-                cq_config_describe(cfg, &entries[i], value, sizeof(value));
+                config_value(cfg, &entries[i], value, sizeof(value));
                 printf("%s=%s\n", entries[i].env, value);
         }
         /* The operator's librdkafka properties, in the order they apply;
@@ -294,6 +347,42 @@ static const cq_cmd_t *find_command(const char *name)
         return NULL;
 }
 
+/* Remove every --verbose before "--" from argv; true when there was one. */
+static bool take_verbose(int *argcp, char **argv)
+{
+        bool verbose = false;
+        int in, out = 1;
+
+        for (in = 1; in < *argcp; in++) {
+                if (strcmp(argv[in], "--") == 0) {
+                        while (in < *argcp)
+                                argv[out++] = argv[in++];
+                        break;
+                }
+                if (strcmp(argv[in], "--verbose") == 0)
+                        verbose = true;
+                else
+                        argv[out++] = argv[in];
+        }
+        argv[out] = NULL;
+        *argcp = out;
+        return verbose;
+}
+
+/* The worker logs JSON lines for its operators. Every other command speaks
+ * to a person, in its own text and one "coderq: ..." line on error; the
+ * log lines of what it runs (a sandbox, a kernel pool) come only with
+ * --verbose or at level debug. */
+static void
+set_log_level(const cq_cmd_t *cmd, const cq_config_t *cfg, bool verbose)
+{
+        if (strcmp(cmd->name, "worker") == 0 || verbose ||
+            cfg->log_level == CQ_LOG_DEBUG)
+                cq_log_set_level(cfg->log_level);
+        else
+                cq_log_set_level(CQ_LOG_OFF);
+}
+
 static bool wants_help(int argc, char **argv)
 {
         int i;
@@ -313,6 +402,7 @@ int cq_cli_main(int argc, char **argv)
         cq_config_t cfg;
         char errstr[512];
         const cq_cmd_t *cmd;
+        bool verbose = take_verbose(&argc, argv);
         int rc;
 
         if (argc >= 2 &&
@@ -340,7 +430,6 @@ int cq_cli_main(int argc, char **argv)
                 cq_config_release(&cfg);
                 return CQ_EXIT_CONFIG;
         }
-        cq_log_set_level(cfg.log_level);
         if (argc < 2) {
                 cq_cli_error("no command given; see coderq --help");
                 cq_config_release(&cfg);
@@ -358,6 +447,7 @@ int cq_cli_main(int argc, char **argv)
                 cq_config_release(&cfg);
                 return CQ_EXIT_OK;
         }
+        set_log_level(cmd, &cfg, verbose);
         rc = cmd->run(&cfg, argc - 1, argv + 1);
         cq_config_release(&cfg);
         return rc;

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "coderq/agent/llm.h"
 #include "coderq/consumer/kafka.h"
 #include "coderq/consumer/kafka_conf.h"
 #include "coderq/local/kpool.h"
@@ -56,8 +57,13 @@ const char cq_cmd_doctor_usage[] =
     "              SERVER, CODERQ_KERNEL_PRELOAD) with its probe under that\n"
     "              sandbox: ok with its import time, or a warning that\n"
     "              kernels would start cold\n"
-    "Exit status: 0 all required checks passed, 4 PostgreSQL or Kafka is\n"
-    "unreachable, 1 python cannot import ipykernel or the sandbox fails.\n";
+    "  llm         the API key of CODERQ_LLM_PROVIDER, tried with one GET of\n"
+    "              the provider's list of models (never shown): ok, or a\n"
+    "              failure with the HTTP status (401, 403); a missing key\n"
+    "              fails as a worker would refuse it; none: no LLM\n"
+    "Exit status: 0 all required checks passed, 4 PostgreSQL, Kafka or the\n"
+    "LLM API is unreachable, 1 python cannot import ipykernel, the sandbox\n"
+    "fails, or the LLM API key is missing or refused.\n";
 
 enum check_state { CHECK_OK, CHECK_WARN, CHECK_FAIL };
 
@@ -371,6 +377,80 @@ static int check_tool(const char *name,
         return -1;
 }
 
+/* The LLM a worker's slots would call: its key, tried with the cheapest
+ * request that needs it (the list of models), never shown. A key that is
+ * missing or refused fails as a worker would (1); an API that does not
+ * answer fails as a service (4); an answer that says nothing about the
+ * key (404: a server without the list) is a warning. */
+static int check_llm(const cq_config_t *cfg)
+{
+        cq_llm_conf_t lconf;
+        cq_llm_t *llm;
+        const char *provider;
+        char keyerr[512], what[1024];
+        int key;
+        bool keyless; /* no key, a local server */
+        long status = 0;
+        int rc = 0;
+
+        cq_llm_conf_from_config(&lconf, cfg);
+        provider = cq_llm_provider_name(lconf.provider);
+        if (lconf.provider == CQ_LLM_NONE) {
+                report("llm", CHECK_OK,
+                       "none (CODERQ_LLM_PROVIDER=none): no LLM is called, "
+                       "only jobs with a solution run");
+                return 0;
+        }
+        key = cq_llm_conf_check_key(&lconf, keyerr, sizeof(keyerr));
+        if (key < 0) {
+                snprintf(what, sizeof(what), "%s: %s", provider, keyerr);
+                report("llm", CHECK_FAIL, what);
+                return -1;
+        }
+        keyless = key == 1;
+        lconf.connect_timeout_s = DOCTOR_TOOL_TIMEOUT_MS / 1000;
+        lconf.timeout_s = DOCTOR_TOOL_TIMEOUT_MS / 1000;
+        llm = cq_llm_new(&lconf, what, sizeof(what));
+        if (!llm) {
+                report("llm", CHECK_FAIL, what);
+                return -1;
+        }
+        switch (cq_llm_list_models(llm, &status)) {
+        case CQ_OK:
+                snprintf(what, sizeof(what), "%s: %s (%s)", provider,
+                         keyless ? "no API key, and the local server asks "
+                                   "for none"
+                                 : "the API key works",
+                         cq_llm_errmsg(llm));
+                report("llm", CHECK_OK, what);
+                break;
+        case CQ_ERR_RETRIABLE:
+                snprintf(what, sizeof(what), "%s: the API did not answer (%s)",
+                         provider, cq_llm_errmsg(llm));
+                report("llm", CHECK_FAIL, what);
+                rc = -2;
+                break;
+        default:
+                if (status == 401 || status == 403) {
+                        snprintf(what, sizeof(what), "%s: %s (%s)", provider,
+                                 keyless ? "no API key, and the server wants "
+                                           "one"
+                                         : "the API key was refused",
+                                 cq_llm_errmsg(llm));
+                        report("llm", CHECK_FAIL, what);
+                        rc = -1;
+                } else {
+                        snprintf(what, sizeof(what),
+                                 "%s: the API key could not be checked (%s)",
+                                 provider, cq_llm_errmsg(llm));
+                        report("llm", CHECK_WARN, what);
+                }
+                break;
+        }
+        cq_llm_destroy(&llm);
+        return rc;
+}
+
 /* The kernel server a worker would start, with its probe, confined by
  * \p sandbox: forked kernels or cold starts (a speed, not a safety,
  * matter: a warning at most). */
@@ -491,6 +571,16 @@ int cq_cmd_doctor(const cq_config_t *cfg, int argc, char **argv)
                 tools_ok = false;
         if (check_sandbox(cfg) != 0)
                 tools_ok = false;
+        switch (check_llm(cfg)) {
+        case 0:
+                break;
+        case -2:
+                services_ok = false;
+                break;
+        default:
+                tools_ok = false;
+                break;
+        }
         if (!services_ok)
                 return CQ_EXIT_UNAVAILABLE;
         return tools_ok ? CQ_EXIT_OK : CQ_EXIT_FAILED;

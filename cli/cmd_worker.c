@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coderq/agent/llm.h"
 #include "coderq/common/log.h"
 #include "coderq/common/util.h"
 #include "coderq/worker/worker.h"
@@ -19,6 +20,27 @@ static void on_signal(int sig)
 {
         if (++worker_signals >= 2)
                 _exit(128 + sig); /* the second signal: no cleanup */
+}
+
+/* Slots call the LLM: without the key its provider needs every job would
+ * fail on a 401, so the worker does not start; a local base URL (a
+ * self-hosted server) may need none, which is said once. */
+static int check_llm_key(const cq_config_t *cfg)
+{
+        cq_llm_conf_t lconf;
+        char errstr[512];
+
+        cq_llm_conf_from_config(&lconf, cfg);
+        switch (cq_llm_conf_check_key(&lconf, errstr, sizeof(errstr))) {
+        case 0:
+                return 0;
+        case 1:
+                cq_log_kv(CQ_LOG_WARN, errstr, NULL);
+                return 0;
+        default:
+                cq_cli_error("worker: %s", errstr);
+                return -1;
+        }
 }
 
 int cq_cmd_worker(const cq_config_t *cfg, int argc, char **argv)
@@ -47,6 +69,8 @@ int cq_cmd_worker(const cq_config_t *cfg, int argc, char **argv)
                 cq_cli_error("worker: CODERQ_PG_DSN is not set");
                 return CQ_EXIT_CONFIG;
         }
+        if (opts.slots > 0 && check_llm_key(cfg) != 0)
+                return CQ_EXIT_CONFIG;
         if (cq_nofile_raise(&was, &now) != 0) {
                 cq_log_kv(CQ_LOG_WARN, "could not raise the open-files limit",
                           "error", strerror(errno), NULL);
@@ -69,7 +93,8 @@ int cq_cmd_worker(const cq_config_t *cfg, int argc, char **argv)
         signal(SIGPIPE, SIG_IGN);
         rc = cq_worker_run(worker, &worker_signals);
         if (rc == 1) {
-                /* The one line that says why: Kafka refused us. */
+                /* The one line that says why: Kafka or PostgreSQL
+                 * refused us, which waiting cannot fix. */
                 cq_cli_error("worker: %s", cq_worker_errmsg(worker));
                 cq_worker_destroy(&worker);
                 return CQ_EXIT_UNAVAILABLE;

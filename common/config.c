@@ -51,9 +51,11 @@ static const cq_cfg_entry_t entries[] = {
      "sasl.mechanism) win over it; see "
      "docs/DEPLOYING.md#kafka-client-properties"},
     {"CODERQ_LLM_PROVIDER", NULL, "llm-provider", CQ_CFG_CHOICE,
-     F(llm_provider), "openai", 0, 0, "openai|anthropic",
+     F(llm_provider), "openai", 0, 0, "openai|anthropic|none",
      "wire format of the LLM API: openai (Chat Completions) or anthropic "
-     "(Messages API); a job's \"provider\" overrides it"},
+     "(Messages API); a job's \"provider\" overrides it. none: no LLM, for "
+     "workers that only judge jobs with a \"solution\" (coderq eval's); "
+     "any other job fails at once with reason code llm"},
     {"CODERQ_LLM_BASE_URL", NULL, "llm-base-url", CQ_CFG_STRING,
      F(llm_base_url), NULL, 0, 0, NULL,
      "base URL of the LLM API for every provider (unset: "
@@ -63,7 +65,9 @@ static const cq_cfg_entry_t entries[] = {
     {"CODERQ_LLM_API_KEY", "OPENAI_API_KEY", "llm-api-key", CQ_CFG_SECRET,
      F(llm_api_key), NULL, 0, 0, NULL,
      "API key: a Bearer token for openai, x-api-key for anthropic unless "
-     "CODERQ_LLM_ANTHROPIC_API_KEY is set (unset: no key header)"},
+     "CODERQ_LLM_ANTHROPIC_API_KEY is set (unset: no key header; a worker "
+     "then refuses to start unless CODERQ_LLM_BASE_URL is local, see "
+     "docs/DEPLOYING.md#llm-providers)"},
     {"CODERQ_LLM_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY",
      "llm-anthropic-api-key", CQ_CFG_SECRET, F(llm_anthropic_api_key), NULL, 0,
      0, NULL,

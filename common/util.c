@@ -395,3 +395,73 @@ int cq_nofile_raise(unsigned long long *was, unsigned long long *now)
                 *now = (unsigned long long)rl.rlim_cur;
         return 0;
 }
+
+/* Append \p n bytes of \p s to \p out (\p size bytes, *\p usedp taken),
+ * cutting at the end. */
+static void put(char *out, size_t size, size_t *usedp, const char *s, size_t n)
+{
+        if (*usedp + 1 >= size)
+                return;
+        if (n > size - 1 - *usedp)
+                n = size - 1 - *usedp;
+        memcpy(out + *usedp, s, n);
+        *usedp += n;
+        out[*usedp] = '\0';
+}
+
+/* Query parameters whose value is shown: a version, never a key. */
+static bool query_value_shown(const char *name, size_t len)
+{
+        return len == 11 && strncmp(name, "api-version", len) == 0;
+}
+
+void cq_url_redact(const char *url, char *out, size_t size)
+{
+        const char *scheme = strstr(url, "://");
+        const char *auth = scheme ? scheme + 3 : url;
+        size_t auth_len = strcspn(auth, "/?#"), used = 0;
+        const char *at = NULL, *p, *rest;
+
+        if (size == 0)
+                return;
+        out[0] = '\0';
+        for (p = auth; p < auth + auth_len; p++)
+                if (*p == '@')
+                        at = p;
+        put(out, size, &used, url, (size_t)(auth - url));
+        if (at) {
+                put(out, size, &used, CQ_URL_REDACTED "@",
+                    sizeof(CQ_URL_REDACTED));
+                auth_len -= (size_t)(at + 1 - auth);
+                auth = at + 1;
+        }
+        rest = auth + auth_len + strcspn(auth + auth_len, "?#");
+        put(out, size, &used, auth, (size_t)(rest - auth));
+        if (*rest == '?') {
+                const char *q = rest + 1;
+
+                put(out, size, &used, "?", 1);
+                for (;;) {
+                        size_t len = strcspn(q, "&#");
+                        const char *eq = memchr(q, '=', len);
+                        size_t name_len = eq ? (size_t)(eq - q) : len;
+
+                        if (eq && query_value_shown(q, name_len))
+                                put(out, size, &used, q, len);
+                        else if (eq)
+                                put(out, size, &used, q, name_len + 1);
+                        if (len > 0 && !(eq && query_value_shown(q, name_len)))
+                                put(out, size, &used, CQ_URL_REDACTED,
+                                    sizeof(CQ_URL_REDACTED) - 1);
+                        q += len;
+                        if (*q != '&')
+                                break;
+                        put(out, size, &used, "&", 1);
+                        q++;
+                }
+                rest = q;
+        }
+        if (*rest == '#')
+                put(out, size, &used, "#" CQ_URL_REDACTED,
+                    sizeof(CQ_URL_REDACTED));
+}

@@ -15,6 +15,7 @@
 
 #include "coderq/common/buf.h"
 #include "coderq/common/util.h"
+#include "coderq/storage/pgconn.h"
 #include "store_int.h"
 
 #ifndef CQ_MIGRATIONS_DIR
@@ -290,10 +291,10 @@ cq_err_t cq_migrate_run(const char *dsn,
         }
         conn = PQconnectdbParams(keys, vals, 1);
         if (!conn || PQstatus(conn) != CONNECTION_OK) {
-                cq_errstr_set(errstr, errstr_size,
-                              "could not connect to PostgreSQL: %s",
-                              conn ? PQerrorMessage(conn) : "out of memory");
-                errstr[strcspn(errstr, "\n")] = '\0';
+                /* exit 4 for every failed connection, as before */
+                (void)cq_pgconn_error("could not connect to PostgreSQL", dsn,
+                                      conn ? PQerrorMessage(conn) : NULL,
+                                      errstr, errstr_size);
                 err = CQ_ERR_RETRIABLE;
                 goto out;
         }

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coderq/storage/pgconn.h"
+
 struct cq_backlog {
         char *dsn; /* "" for libpq's PG* defaults */
         PGconn *conn;
@@ -114,8 +116,9 @@ int cq_store_probe(const char *dsn,
                 goto out;
         }
         if (PQstatus(conn) != CONNECTION_OK) {
-                cq_errstr_set(errstr, errstr_size, "could not connect: %s",
-                              PQerrorMessage(conn));
+                (void)cq_pgconn_error("could not connect", dsn,
+                                      PQerrorMessage(conn), errstr,
+                                      errstr_size);
                 goto out;
         }
         res = PQexec(conn, "SELECT current_setting('server_version'), "

@@ -15,6 +15,7 @@
 #include "coderq/common/buf.h"
 #include "coderq/common/log.h"
 #include "coderq/common/util.h"
+#include "coderq/storage/pgconn.h"
 #include "store_int.h"
 
 #define BACKOFF_FIRST_MS 50
@@ -255,15 +256,19 @@ static cq_err_t reconnect(cq_store_t *store)
         return CQ_ERR_RETRIABLE;
 }
 
-cq_store_t *
-cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size)
+cq_err_t cq_store_connect(const cq_store_opts_t *opts,
+                          cq_store_t **storep,
+                          char *errstr,
+                          size_t errstr_size)
 {
         cq_store_t *store = calloc(1, sizeof(*store));
+        cq_err_t err = CQ_ERR_FATAL;
 
+        *storep = NULL;
         if (!store) {
                 cq_errstr_set(errstr, errstr_size,
                               "could not create store: out of memory");
-                return NULL;
+                return CQ_ERR_RETRIABLE;
         }
         store->opts = *opts;
         store->dsn = opts->dsn ? strdup(opts->dsn) : NULL;
@@ -273,6 +278,7 @@ cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size)
         if ((opts->dsn && !store->dsn) || !store->owner || !store->topic) {
                 cq_errstr_set(errstr, errstr_size,
                               "could not create store: out of memory");
+                err = CQ_ERR_RETRIABLE;
                 goto fail;
         }
         store->queues = queues_literal(opts->queues, errstr, errstr_size);
@@ -287,19 +293,27 @@ cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size)
                 store->opts.max_attempts = 1;
         store->conn = connect_once(store->dsn);
         if (!store->conn || PQstatus(store->conn) != CONNECTION_OK) {
-                if (errstr) {
-                        cq_errstr_set(errstr, errstr_size,
-                                      "could not connect to PostgreSQL: %s",
-                                      store->conn ? PQerrorMessage(store->conn)
-                                                  : "out of memory");
-                        errstr[strcspn(errstr, "\n")] = '\0';
-                }
+                err = cq_pgconn_error(
+                    "could not connect to PostgreSQL", store->dsn,
+                    store->conn ? PQerrorMessage(store->conn) : NULL, errstr,
+                    errstr_size);
                 goto fail;
         }
-        return store;
+        *storep = store;
+        return CQ_OK;
 fail:
         cq_store_destroy(&store);
-        return NULL;
+        return err;
+}
+
+cq_store_t *
+cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size)
+{
+        cq_store_t *store = NULL;
+
+        if (cq_store_connect(opts, &store, errstr, errstr_size) != CQ_OK)
+                return NULL;
+        return store;
 }
 
 void cq_store_destroy(cq_store_t **storep)

@@ -159,7 +159,18 @@ START_TEST(config_prints_every_variable_and_hides_secrets)
 {
         static const char *const env[] = {
             "CODERQ_PG_DSN=postgresql://u:hunter2@db/x",
-            "CODERQ_KAFKA_BROKERS=kafka.example:9092", NULL};
+            "CODERQ_KAFKA_BROKERS=kafka.example:9092,u:hunter2@k2:9093",
+            "CODERQ_LLM_BASE_URL=https://u:hunter2@gw.example/v1?api-"
+            "version=1&key=hunter2",
+            "PGHOST",
+            "PGHOSTADDR",
+            "PGPORT",
+            "PGDATABASE",
+            "PGUSER",
+            "PGSERVICE",
+            "PGSSLMODE",
+            "PGPASSWORD",
+            NULL};
         cq_check_proc_t proc;
         const cq_cfg_entry_t *entries;
         size_t n, i;
@@ -173,8 +184,16 @@ START_TEST(config_prints_every_variable_and_hides_secrets)
                 snprintf(line, sizeof(line), "%s=", entries[i].env);
                 ck_assert_msg(strstr(proc.out, line) != NULL, "no %s", line);
         }
+        /* the DSN's target, the servers and the URL, their secrets not */
+        ck_assert_ptr_nonnull(strstr(proc.out, "\nCODERQ_PG_DSN=host=db "
+                                               "dbname=x user=u "
+                                               "password=(set)\n"));
         ck_assert_ptr_nonnull(
-            strstr(proc.out, "CODERQ_KAFKA_BROKERS=kafka.example:9092\n"));
+            strstr(proc.out, "\nCODERQ_KAFKA_BROKERS=kafka.example:9092,"
+                             "(redacted)@k2:9093\n"));
+        ck_assert_ptr_nonnull(
+            strstr(proc.out, "\nCODERQ_LLM_BASE_URL=https://(redacted)@"
+                             "gw.example/v1?api-version=1&key=(redacted)\n"));
         ck_assert_ptr_null(strstr(proc.out, "hunter2"));
         cq_check_proc_release(&proc);
 }
@@ -186,7 +205,9 @@ START_TEST(doctor_exits_4_when_services_are_unreachable)
 {
         static const char *const env[] = {
             "CODERQ_PG_DSN=postgresql://nobody@127.0.0.1:1/nothing",
-            "CODERQ_KAFKA_BROKERS=127.0.0.1:1", NULL};
+            "CODERQ_KAFKA_BROKERS=127.0.0.1:1",
+            "CODERQ_LLM_BASE_URL=http://127.0.0.1:1/v1",
+            "CODERQ_LLM_API_KEY=sk-doctor-SECRET", NULL};
         cq_check_proc_t proc;
 
         run(&proc, env, "doctor", NULL, NULL);
@@ -200,7 +221,13 @@ START_TEST(doctor_exits_4_when_services_are_unreachable)
         ck_assert_ptr_nonnull(strstr(proc.out, "\npython "));
         ck_assert_ptr_nonnull(strstr(proc.out, "\nsandbox "));
         ck_assert_ptr_nonnull(strstr(proc.out, "\nkserver "));
-        ck_assert_uint_eq(cq_check_count_lines(proc.out), 5);
+        /* the LLM API too, its key never shown */
+        ck_assert_msg(strstr(proc.out, "\nllm         FAIL  openai: the API "
+                                       "did not answer (GET "
+                                       "http://127.0.0.1:1/v1/models: "),
+                      "%s", proc.out);
+        ck_assert_ptr_null(strstr(proc.out, "SECRET"));
+        ck_assert_uint_eq(cq_check_count_lines(proc.out), 6);
         cq_check_proc_release(&proc);
 }
 END_TEST
@@ -307,6 +334,97 @@ START_TEST(docker_files_keep_the_sandbox_on)
 }
 END_TEST
 
+/* With CODERQ_PG_DSN unset, a command that needs PostgreSQL says so in
+ * its one line, and which PG* variables libpq used instead: here a socket
+ * folder that does not exist, so nothing can answer. */
+START_TEST(commands_say_that_the_dsn_is_not_set)
+{
+        static const char *const env[] = {"CODERQ_PG_DSN",
+                                          "PGHOST=/nonexistent/coderq",
+                                          "PGPORT=1",
+                                          "PGHOSTADDR",
+                                          "PGDATABASE",
+                                          "PGUSER",
+                                          "PGSERVICE",
+                                          "PGSSLMODE",
+                                          "PGPASSWORD",
+                                          "CODERQ_KAFKA_BROKERS=127.0.0.1:1",
+                                          "CODERQ_KERNEL_SERVER=off",
+                                          NULL};
+        static const char want[] =
+            "could not connect to PostgreSQL (CODERQ_PG_DSN not set; libpq's "
+            "PG* variables apply: PGHOST=/nonexistent/coderq PGPORT=1): "
+            "connection to server on socket \"/nonexistent/coderq/.s.PGSQL.1\" "
+            "failed: No such file or directory\n";
+        static const char *const cmds[][2] = {
+            {"status", "job-1"}, {"results", NULL}, {"migrate", NULL}};
+        cq_check_proc_t proc;
+        const char *line;
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cmds); i++) {
+                run(&proc, env, cmds[i][0], cmds[i][1], NULL);
+                ck_assert_int_eq(proc.status, CQ_EXIT_UNAVAILABLE);
+                ck_assert_msg(strncmp(proc.err, "coderq: ", 8) == 0 &&
+                                  strcmp(proc.err + 8, want) == 0,
+                              "%s: %s", cmds[i][0], proc.err);
+                cq_check_proc_release(&proc);
+        }
+        run(&proc, env, "doctor", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_UNAVAILABLE);
+        line = strstr(proc.out, "postgresql  FAIL  could not connect "
+                                "(CODERQ_PG_DSN not set; libpq's PG* "
+                                "variables apply: PGHOST=/nonexistent/coderq "
+                                "PGPORT=1): connection to server on socket ");
+        ck_assert_msg(line == proc.out, "%s", proc.out);
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
+/* A worker whose provider needs a key and has none refuses to start,
+ * naming the variables that hold it, before it connects to anything. */
+START_TEST(worker_without_an_llm_key_refuses_to_start)
+{
+        static const char *const openai[] = {
+            "CODERQ_PG_DSN=host=127.0.0.1 port=1",
+            "CODERQ_LLM_PROVIDER=openai",
+            "CODERQ_LLM_BASE_URL",
+            "CODERQ_LLM_API_KEY",
+            "OPENAI_API_KEY",
+            "CODERQ_LLM_ANTHROPIC_API_KEY",
+            "ANTHROPIC_API_KEY",
+            NULL};
+        static const char *const anthropic[] = {
+            "CODERQ_PG_DSN=host=127.0.0.1 port=1",
+            "CODERQ_LLM_PROVIDER=anthropic",
+            "CODERQ_LLM_BASE_URL=https://llm.example.com:8443?key=k",
+            "CODERQ_LLM_API_KEY",
+            "OPENAI_API_KEY",
+            "CODERQ_LLM_ANTHROPIC_API_KEY",
+            "ANTHROPIC_API_KEY",
+            NULL};
+        cq_check_proc_t proc;
+
+        run(&proc, openai, "worker", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_CONFIG);
+        ck_assert_str_eq(proc.err,
+                         "coderq: worker: CODERQ_LLM_PROVIDER=openai needs an "
+                         "API key: set CODERQ_LLM_API_KEY (or "
+                         "OPENAI_API_KEY)\n");
+        cq_check_proc_release(&proc);
+        run(&proc, anthropic, "worker", NULL, NULL);
+        ck_assert_int_eq(proc.status, CQ_EXIT_CONFIG);
+        ck_assert_str_eq(proc.err,
+                         "coderq: worker: CODERQ_LLM_PROVIDER=anthropic needs "
+                         "an API key: set CODERQ_LLM_ANTHROPIC_API_KEY (or "
+                         "ANTHROPIC_API_KEY, or CODERQ_LLM_API_KEY) "
+                         "(CODERQ_LLM_BASE_URL "
+                         "https://llm.example.com:8443?key=(redacted) is not "
+                         "local)\n");
+        cq_check_proc_release(&proc);
+}
+END_TEST
+
 START_TEST(doctor_rejects_arguments)
 {
         cq_check_proc_t proc;
@@ -334,6 +452,8 @@ static Suite *cli_suite(void)
         tcase_add_test(tc, config_prints_every_variable_and_hides_secrets);
         tcase_add_test(tc, doctor_exits_4_when_services_are_unreachable);
         tcase_add_test(tc, doctor_rejects_arguments);
+        tcase_add_test(tc, commands_say_that_the_dsn_is_not_set);
+        tcase_add_test(tc, worker_without_an_llm_key_refuses_to_start);
         tcase_add_test(tc, docker_files_keep_the_sandbox_on);
         tcase_add_test(tc, docs_document_every_setting_and_command);
         tcase_add_test(tc, configuration_doc_is_what_the_table_generates);

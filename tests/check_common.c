@@ -414,6 +414,39 @@ START_TEST(base64_round_trips_and_rejects_garbage)
 }
 END_TEST
 
+START_TEST(url_redact_hides_userinfo_and_query_values)
+{
+        static const struct {
+                const char *url, *want;
+        } cases[] = {
+            {"https://api.openai.com/v1", "https://api.openai.com/v1"},
+            {"http://me:tok@127.0.0.1:8000/v1",
+             "http://(redacted)@127.0.0.1:8000/v1"},
+            {"https://gw.example/v1?api-version=2024-06-01&api-key=sk-1",
+             "https://gw.example/v1?api-version=2024-06-01&api-key=(redacted)"},
+            {"https://gw.example/v1?sk-1&key=&x=1#frag",
+             "https://gw.example/v1?(redacted)&key=(redacted)&x=(redacted)#"
+             "(redacted)"},
+            {"https://u@p@host/x@y", "https://(redacted)@host/x@y"},
+            {"SASL_SSL://alice:pw@k1:9093", "SASL_SSL://(redacted)@k1:9093"},
+            {"bob:pw@k2:9092", "(redacted)@k2:9092"},
+            {"k3:9092", "k3:9092"},
+            {"", ""},
+        };
+        char out[256];
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                cq_url_redact(cases[i].url, out, sizeof(out));
+                ck_assert_msg(strcmp(out, cases[i].want) == 0,
+                              "%s: got %s, want %s", cases[i].url, out,
+                              cases[i].want);
+        }
+        cq_url_redact("http://me:tok@h/v1", out, 12);
+        ck_assert_str_eq(out, "http://(red");
+}
+END_TEST
+
 START_TEST(sha256_known_vector)
 {
         char hex[65];
@@ -840,6 +873,7 @@ static Suite *common_suite(void)
         tcase_add_test(tc, utf8_repair_replaces_bad_sequences);
         tcase_add_test(tc, base64_round_trips_and_rejects_garbage);
         tcase_add_test(tc, pylit_escapes_what_python_would_read);
+        tcase_add_test(tc, url_redact_hides_userinfo_and_query_values);
         tcase_add_test(tc, sha256_known_vector);
         tcase_add_test(tc, iso8601_has_six_digit_microseconds);
         tcase_add_test(tc, backoff_doubles_caps_and_jitters);

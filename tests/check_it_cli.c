@@ -1,32 +1,65 @@
 /* SPDX-License-Identifier: MIT */
 /* check_it_cli.c - the coderq executable against the running services:
- * doctor sees PostgreSQL and Kafka, and gives a worker's sandbox verdict. Needs
- * scripts/services.sh start and its env. */
+ * doctor sees PostgreSQL and Kafka, gives a worker's sandbox verdict, and
+ * tries the LLM key against the fake LLM. Needs scripts/services.sh start
+ * and its env. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
+
 #include "check_support.h"
 #include "coderq/cli/cli.h"
 #include "coderq/local/sandbox.h"
+#include "support/fake_llm.h"
 #include "support/proc.h"
+
+#define LLM_KEY "sk-doctor-SECRET-7c1e"
+
+static cq_fake_llm_t *fake;
+static char llm_url[160]; /* CODERQ_LLM_BASE_URL=the fake's */
+
+/* The fake LLM, taking LLM_KEY only. */
+static void setup(void)
+{
+        const char *args[] = {"--require-key", LLM_KEY, NULL};
+
+        ck_assert_int_eq(curl_global_init(CURL_GLOBAL_DEFAULT), CURLE_OK);
+        fake = cq_fake_llm_start(args);
+        ck_assert_ptr_nonnull(fake);
+        snprintf(llm_url, sizeof(llm_url), "CODERQ_LLM_BASE_URL=%s",
+                 cq_fake_llm_base_url(fake));
+}
+
+static void teardown(void)
+{
+        cq_fake_llm_stop(&fake);
+        curl_global_cleanup();
+}
 
 START_TEST(doctor_sees_the_services)
 {
         char path[4096];
         const char *dir = getenv("CQ_BINARY_DIR");
         const char *argv[] = {path, "doctor", NULL};
+        const char *env[] = {llm_url, "CODERQ_LLM_PROVIDER=openai",
+                             "CODERQ_LLM_API_KEY=" LLM_KEY, NULL};
         cq_check_proc_t proc;
-        char want[256];
+        char want[256], llm[256];
 
         /* fail early, with a clear message, when the env is missing */
         cq_check_env("CODERQ_PG_DSN");
         snprintf(want, sizeof(want), "1 broker, bootstrap %s\n",
                  cq_check_env("CODERQ_KAFKA_BROKERS"));
+        snprintf(llm, sizeof(llm),
+                 "\nllm         ok    openai: the API key works (GET "
+                 "%s/models: HTTP 200)\n",
+                 cq_fake_llm_base_url(fake));
         snprintf(path, sizeof(path), "%s/coderq", dir ? dir : CQ_BINARY_DIR);
-        ck_assert_int_eq(cq_check_proc_run(argv, NULL, 60000, &proc), 0);
+        ck_assert_int_eq(cq_check_proc_run(argv, env, 60000, &proc), 0);
         ck_assert_msg(proc.status == CQ_EXIT_OK, "doctor exited %d:\n%s%s",
                       proc.status, proc.out, proc.err);
         ck_assert_msg(
@@ -43,7 +76,11 @@ START_TEST(doctor_sees_the_services)
         ck_assert_msg(strstr(proc.out, want) != NULL, "%s", proc.out);
         ck_assert_ptr_nonnull(strstr(proc.out, "\npython      ok    "));
         ck_assert_ptr_nonnull(strstr(proc.out, "\nkserver     "));
-        ck_assert_uint_eq(cq_check_count_lines(proc.out), 5);
+        ck_assert_msg(strstr(proc.out, llm), "%s", proc.out);
+        ck_assert_ptr_null(strstr(proc.out, "SECRET"));
+        /* its own lines only: no log line of the kernel server it tried */
+        ck_assert_msg(!strstr(proc.err, "\"level\":"), "%s", proc.err);
+        ck_assert_uint_eq(cq_check_count_lines(proc.out), 6);
         cq_check_proc_release(&proc);
 }
 END_TEST
@@ -56,6 +93,8 @@ static const char *coderq(void)
         snprintf(path, sizeof(path), "%s/coderq", dir ? dir : CQ_BINARY_DIR);
         return path;
 }
+
+#define NO_LLM "CODERQ_LLM_PROVIDER=none"
 
 /* `coderq doctor` with \p env added; fails the test unless it exits with
  * \p status and its sandbox line starts with \p line. */
@@ -71,7 +110,8 @@ static void doctor_says(const char *const *env, int status, const char *line)
                       "want \"%s\" in:\n%s%s", line, proc.out, proc.err);
         ck_assert_msg(proc.status == status, "doctor exited %d, not %d:\n%s",
                       proc.status, status, proc.out);
-        ck_assert_uint_eq(cq_check_count_lines(proc.out), 5); /* with kserver */
+        /* with kserver and llm */
+        ck_assert_uint_eq(cq_check_count_lines(proc.out), 6);
         cq_check_proc_release(&proc);
 }
 
@@ -84,14 +124,15 @@ START_TEST(doctor_gives_the_workers_sandbox_verdict)
 {
         char top[256], link[300], root_env[320], link_env[320], want[512];
         char sandbox_env[] = "CODERQ_SANDBOX";
+        /* no LLM: its check is another test's */
         const char *on_nope[] = {sandbox_env, "CODERQ_WORK_ROOT=/proc/nope/cq",
-                                 NULL};
-        const char *off_link[] = {"CODERQ_SANDBOX=off", link_env, NULL};
+                                 NO_LLM, NULL};
+        const char *off_link[] = {"CODERQ_SANDBOX=off", link_env, NO_LLM, NULL};
         const char *dflt[] = {sandbox_env, "CODERQ_SANDBOX_UIDS", root_env,
-                              NULL};
+                              NO_LLM, NULL};
         const char *one_uid[] = {sandbox_env, "CODERQ_SANDBOX_UIDS=off",
-                                 root_env, NULL};
-        const char *off[] = {"CODERQ_SANDBOX=off", root_env, NULL};
+                                 root_env, NO_LLM, NULL};
+        const char *off[] = {"CODERQ_SANDBOX=off", root_env, NO_LLM, NULL};
         const char *wargv[] = {coderq(), "worker", NULL};
         cq_sandbox_opts_t so = {0};
         cq_sandbox_t *sandbox;
@@ -154,14 +195,89 @@ START_TEST(doctor_gives_the_workers_sandbox_verdict)
 }
 END_TEST
 
+/* doctor's llm line: the key tried with GET .../models, as each provider
+ * sends it, ok or FAIL with the status and never the key; no key at all
+ * fails as a worker would refuse it; none calls nothing. */
+START_TEST(doctor_tries_the_llm_key)
+{
+        static const struct {
+                const char *provider, *key, *base;
+                int status;
+                const char *line;
+        } cases[] = {
+            {"openai", "CODERQ_LLM_API_KEY=" LLM_KEY, NULL, CQ_EXIT_OK,
+             "ok    openai: the API key works (GET {base}/models: HTTP 200)"},
+            {"anthropic", "CODERQ_LLM_ANTHROPIC_API_KEY=" LLM_KEY, NULL,
+             CQ_EXIT_OK,
+             "ok    anthropic: the API key works (GET {base}/models: HTTP "
+             "200)"},
+            {"openai", "CODERQ_LLM_API_KEY=sk-wrong-SECRET", NULL,
+             CQ_EXIT_FAILED,
+             "FAIL  openai: the API key was refused (GET {base}/models: HTTP "
+             "401)"},
+            {"anthropic", "ANTHROPIC_API_KEY=sk-wrong-SECRET", NULL,
+             CQ_EXIT_FAILED,
+             "FAIL  anthropic: the API key was refused (GET {base}/models: "
+             "HTTP "
+             "401)"},
+            {"openai", NULL, NULL, CQ_EXIT_FAILED,
+             "FAIL  openai: no API key, and the server wants one (GET "
+             "{base}/models: HTTP 401)"},
+            {"openai", NULL, "CODERQ_LLM_BASE_URL=https://api.example.com/v1",
+             CQ_EXIT_FAILED,
+             "FAIL  openai: CODERQ_LLM_PROVIDER=openai needs an API key: set "
+             "CODERQ_LLM_API_KEY (or OPENAI_API_KEY) (CODERQ_LLM_BASE_URL "
+             "https://api.example.com/v1 is not local)"},
+            {"none", NULL, NULL, CQ_EXIT_OK,
+             "ok    none (CODERQ_LLM_PROVIDER=none): no LLM is called, only "
+             "jobs with a solution run"},
+        };
+        const char *argv[] = {coderq(), "doctor", NULL};
+        char provider[64], want[512], *url;
+        cq_check_proc_t proc;
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                const char *env[] = {provider,
+                                     cases[i].base ? cases[i].base : llm_url,
+                                     "CODERQ_LLM_API_KEY",
+                                     "OPENAI_API_KEY",
+                                     "CODERQ_LLM_ANTHROPIC_API_KEY",
+                                     "ANTHROPIC_API_KEY",
+                                     "CODERQ_KERNEL_SERVER=off",
+                                     cases[i].key,
+                                     NULL};
+                const char *line = cases[i].line;
+
+                snprintf(provider, sizeof(provider), "CODERQ_LLM_PROVIDER=%s",
+                         cases[i].provider);
+                url = strstr(line, "{base}");
+                snprintf(want, sizeof(want), "\nllm         %.*s%s%s\n",
+                         url ? (int)(url - line) : (int)strlen(line), line,
+                         url ? cq_fake_llm_base_url(fake) : "",
+                         url ? url + 6 : "");
+                ck_assert_int_eq(cq_check_proc_run(argv, env, 60000, &proc), 0);
+                ck_assert_msg(strstr(proc.out, want) &&
+                                  proc.status == cases[i].status,
+                              "case %zu: exit %d, want \"%s\" in:\n%s%s", i,
+                              proc.status, want + 1, proc.out, proc.err);
+                ck_assert_ptr_null(strstr(proc.out, "SECRET"));
+                ck_assert_ptr_null(strstr(proc.err, "SECRET"));
+                cq_check_proc_release(&proc);
+        }
+}
+END_TEST
+
 static Suite *it_cli_suite(void)
 {
         Suite *s = suite_create("it_cli");
         TCase *tc = tcase_create("doctor");
 
-        tcase_set_timeout(tc, 60);
+        tcase_set_timeout(tc, 120);
+        tcase_add_checked_fixture(tc, setup, teardown);
         tcase_add_test(tc, doctor_sees_the_services);
         tcase_add_test(tc, doctor_gives_the_workers_sandbox_verdict);
+        tcase_add_test(tc, doctor_tries_the_llm_key);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -460,7 +460,10 @@ START_TEST(whole_path_over_sasl_ssl)
         ck_assert_ptr_nonnull(strstr(proc.out,
                                      "\nkafka.sasl.password=(set)  "
                                      "(CODERQ_KAFKA_PROP_SASL_PASSWORD)\n"));
-        ck_assert_ptr_nonnull(strstr(proc.out, "\nCODERQ_PG_DSN=(set)\n"));
+        /* the DSN's target, TLS mode included, no password */
+        ck_assert_msg(strstr(proc.out, "\nCODERQ_PG_DSN=host=") &&
+                          strstr(proc.out, " sslmode=verify-full\n"),
+                      "%s", proc.out);
         cq_check_proc_release(&proc);
 }
 END_TEST
@@ -625,9 +628,11 @@ START_TEST(postgres_tls)
         ck_assert_int_eq(
             cq_check_proc_run(doctor, secure_env(extra), 25000, &proc), 0);
         ck_assert_int_eq(proc.status, 4);
-        l = line_of(proc.out, "postgresql  FAIL  could not connect: ");
-        ck_assert_msg(l && strstr(l, "certificate verify failed"), "%s",
-                      proc.out);
+        l = line_of(proc.out, "postgresql  FAIL  could not connect "
+                              "(CODERQ_PG_DSN: ");
+        ck_assert_msg(l && strstr(l, "): SSL error: certificate verify "
+                                     "failed\n"),
+                      "%s", proc.out);
         cq_check_proc_release(&proc);
 
         snprintf(dsn, sizeof(dsn), "CODERQ_PG_DSN=%s sslmode='disable'", dbdsn);

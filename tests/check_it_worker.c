@@ -22,6 +22,7 @@
 #include "check_support.h"
 #include "support/pgtest.h"
 #include "coderq/agent/agent.h"
+#include "coderq/cli/cli.h"
 #include "coderq/common/buf.h"
 #include "coderq/common/common.h"
 #include "coderq/agent/notebook.h"
@@ -33,6 +34,7 @@
 #include "support/fake_e2b.h"
 #include "support/fake_llm.h"
 #include "support/kafka_test.h"
+#include "support/pgproxy.h"
 #include "support/proc.h"
 
 #define WAIT_MS 240000
@@ -3032,6 +3034,212 @@ static TCase *new_case(const char *name, void (*cleanup)(void))
         return tc;
 }
 
+/* ------------------------------------------------------------ start-up */
+
+/* The lines of \p w's log that start with "coderq: " (what it said on
+ * stderr besides its JSON log), and how many there are. Caller frees. */
+static char *said(const worker_t *w, int *np)
+{
+        char path[512], line[4096];
+        cq_buf_t buf;
+        char *text;
+        FILE *fp;
+
+        *np = 0;
+        cq_buf_init(&buf, 1 << 20);
+        snprintf(path, sizeof(path), "%s/%s-%s.log", logdir, prefix, w->name);
+        fp = fopen(path, "r");
+        ck_assert_ptr_nonnull(fp);
+        while (fgets(line, sizeof(line), fp)) {
+                if (strncmp(line, "coderq: ", 8) != 0)
+                        continue;
+                ck_assert_int_eq(cq_buf_append_str(&buf, line), CQ_OK);
+                (*np)++;
+        }
+        fclose(fp);
+        text = cq_buf_take(&buf, NULL);
+        return text ? text : strdup("");
+}
+
+/* Whether /readyz of the worker at \p port answers \p status with \p text
+ * in its body, within \p ms. */
+static void wait_readyz(int port, long status, const char *text, int ms)
+{
+        char url[128], *body = NULL;
+        long got = 0;
+        int waited;
+
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/readyz", port);
+        for (waited = 0; waited < ms; waited += 200) {
+                free(body);
+                got = http_get(url, &body);
+                if (got == status && strstr(body, text))
+                        break;
+                kt_sleep_ms(200);
+        }
+        ck_assert_msg(got == status && strstr(body, text),
+                      "/readyz answered %ld \"%s\", not %ld \"%s\"", got, body,
+                      status, text);
+        free(body);
+}
+
+/* A worker exits 4 with \p w's one line, naming CODERQ_PG_DSN and where
+ * it points, and \p why. */
+static void
+refused_with(worker_t *w, int ms, const char *target, const char *why)
+{
+        static const char head[] = "coderq: worker: could not connect to "
+                                   "PostgreSQL (CODERQ_PG_DSN: host=127.0.0.1 ";
+        char *text;
+        int n;
+
+        ck_assert_int_eq(stop_worker(w, 0, ms), CQ_EXIT_UNAVAILABLE);
+        text = said(w, &n);
+        ck_assert_msg(n == 1, "%d lines: %s", n, text);
+        ck_assert_msg(strncmp(text, head, sizeof(head) - 1) == 0 &&
+                          strstr(text, target) && strstr(text, why) &&
+                          strstr(text, "): ") && text[strlen(text) - 1] == '\n',
+                      "%s", text);
+        free(text);
+}
+
+/* What waiting cannot fix stops a worker at once, before it starts a
+ * kernel: no such database, no such role, TLS it cannot have. */
+START_TEST(worker_refuses_what_waiting_cannot_fix)
+{
+        static char pg[2300];
+        static const char *extra[] = {pg, NULL};
+        char base[2048];
+        worker_t w;
+
+        fresh("refuse");
+        cq_pgtest_dsn_for(dsn, "cqw_no_such_db", base, sizeof(base));
+        switch (_i) {
+        case 0:
+                snprintf(pg, sizeof(pg), "CODERQ_PG_DSN=%s", base);
+                break;
+        case 1:
+                snprintf(pg, sizeof(pg), "CODERQ_PG_DSN=%s user=cqw_no_role",
+                         dsn);
+                break;
+        default:
+                snprintf(pg, sizeof(pg),
+                         "CODERQ_PG_DSN=%s sslmode=verify-full "
+                         "sslrootcert=/nonexistent/ca.pem",
+                         dsn);
+                break;
+        }
+        child_extra = extra;
+        start_worker(&w, "wr", "30");
+        switch (_i) {
+        case 0:
+                refused_with(&w, 30000, " dbname=cqw_no_such_db user=",
+                             "): database \"cqw_no_such_db\" does not exist\n");
+                break;
+        case 1:
+                refused_with(&w, 30000, " user=cqw_no_role",
+                             "): role \"cqw_no_role\" does not exist\n");
+                break;
+        default:
+                /* the root certificate, or a server without TLS */
+                refused_with(&w, 30000, " sslmode=verify-full", "): ");
+                break;
+        }
+        ck_assert_int_eq(log_count(&w, "interpreters ready", "info"), 0);
+}
+END_TEST
+
+/* A server that is not up yet is waited for while the worker runs, not
+ * ready until it answers; one that then refuses the database stops it as
+ * at start. */
+START_TEST(worker_waits_for_postgres_that_is_not_up_yet)
+{
+        static char pg[2400], metrics[64];
+        static const char *extra[] = {pg, metrics, NULL};
+        char through[2300], nodb[2048], said_once[512];
+        int port = free_port(), mport = free_port();
+        cq_pgproxy_t *proxy;
+        worker_t w;
+        char *v;
+
+        fresh("pgwait");
+        if (_i == 0)
+                snprintf(nodb, sizeof(nodb), "%s", dsn);
+        else
+                cq_pgtest_dsn_for(dsn, "cqw_no_such_db", nodb, sizeof(nodb));
+        /* where the proxy will listen, and nothing listens yet */
+        proxy = cq_pgproxy_start_on(dsn, port);
+        cq_pgproxy_dsn(proxy, nodb, through, sizeof(through));
+        cq_pgproxy_stop(&proxy);
+        snprintf(pg, sizeof(pg), "CODERQ_PG_DSN=%s", through);
+        snprintf(metrics, sizeof(metrics), "CODERQ_METRICS_ADDR=127.0.0.1:%d",
+                 mport);
+        child_extra = extra;
+        start_worker(&w, "wp", "30");
+        v = log_field(&w, "worker started", "worker", 60000);
+        free(v);
+        ck_assert_int_eq(log_count(&w,
+                                   "PostgreSQL is not reachable yet: "
+                                   "waiting for it, not ready meanwhile",
+                                   "warn"),
+                         1);
+        /* the fake LLM is local and asks for no key: said once */
+        snprintf(said_once, sizeof(said_once),
+                 "no LLM API key: CODERQ_LLM_BASE_URL %s is local, so its "
+                 "requests go without one (set CODERQ_LLM_API_KEY (or "
+                 "OPENAI_API_KEY) if the server wants one)",
+                 cq_fake_llm_base_url(fake));
+        ck_assert_int_eq(log_count(&w, said_once, "warn"), 1);
+        wait_readyz(mport, 503, "not ready: PostgreSQL is not reachable",
+                    30000);
+        ck_assert(worker_alive(&w));
+        proxy = cq_pgproxy_start_on(dsn, port);
+        if (_i == 0) {
+                wait_readyz(mport, 200, "ready", 60000);
+                ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+        } else {
+                refused_with(&w, 60000, " dbname=cqw_no_such_db ",
+                             "): database \"cqw_no_such_db\" does not exist\n");
+        }
+        cq_pgproxy_stop(&proxy);
+}
+END_TEST
+
+/* A worker with no LLM (CODERQ_LLM_PROVIDER=none) judges jobs with a
+ * solution; any other job fails at once, with reason code llm and a
+ * reason naming the setting, tried once, no request sent. It needs no
+ * key, so it says nothing of one. */
+START_TEST(worker_without_an_llm_judges_solutions_only)
+{
+        static const char *const extra[] = {"CODERQ_LLM_PROVIDER=none", NULL};
+        rd_kafka_t *rk;
+        json_t *reqs;
+        worker_t w;
+        char *row;
+
+        fresh("nollm");
+        child_extra = extra;
+        start_worker(&w, "wn", "30");
+        rk = kt_producer(brokers);
+        submit(rk, 0, "two_cells", NULL);
+        submit(rk, 1, "two_cells", "\"solution\":\"x = 6 * 7\\nprint(x)\"");
+        kt_flush(rk);
+        kt_producer_destroy(rk);
+        wait_finished_or_dump(2, WAIT_MS);
+        row = job_row(0, "status, reason_code, attempts, reason");
+        ck_assert_str_eq(row, "failed|llm|1|" CQ_LLM_NONE_REASON);
+        free(row);
+        row = job_row(1, "status, coalesce(reason_code, '-'), turns");
+        ck_assert_str_eq(row, "succeeded|-|0");
+        free(row);
+        reqs = cq_fake_llm_requests(fake);
+        ck_assert_uint_eq(json_array_size(reqs), 0);
+        json_decref(reqs);
+        ck_assert_int_eq(stop_worker(&w, SIGTERM, 30000), 0);
+        ck_assert_int_eq(log_count(&w, "job cannot run", "error"), 1);
+}
+END_TEST
+
 static Suite *worker_suite(void)
 {
         Suite *s = suite_create("worker");
@@ -3088,6 +3296,13 @@ static Suite *worker_suite(void)
         tcase_set_timeout(e2b, 300);
         tcase_add_test(e2b, long_llm_turn_keeps_the_e2b_sandbox);
         suite_add_tcase(s, e2b);
+        /* CK_RUN_CASE=startup: PostgreSQL refused or not up yet at start */
+        tc = new_case("startup", no_extra);
+        tcase_add_loop_test(tc, worker_refuses_what_waiting_cannot_fix, 0, 3);
+        tcase_add_loop_test(tc, worker_waits_for_postgres_that_is_not_up_yet, 0,
+                            2);
+        tcase_add_test(tc, worker_without_an_llm_judges_solutions_only);
+        suite_add_tcase(s, tc);
         /* CK_RUN_CASE=metrics: the metrics server and a real Prometheus */
         tc = new_case("metrics", metrics_cleanup);
         tcase_add_test(tc, metrics_health_and_a_real_prometheus);

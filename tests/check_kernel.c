@@ -60,6 +60,31 @@ static void write_text(const char *path, const char *text)
         ck_assert_int_eq(fclose(fp), 0);
 }
 
+/* The command line of process \p pid (/proc/PID/cmdline, its first
+ * \p size - 1 bytes) as ps shows it: NULs as spaces, the trailing ones
+ * dropped. Returns its length; 0 when the process is gone. */
+static size_t cmdline_of(const char *pid, char *buf, size_t size)
+{
+        char path[300];
+        size_t len, i;
+        FILE *fp;
+
+        snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
+        fp = fopen(path, "rb");
+        buf[0] = '\0';
+        if (!fp)
+                return 0;
+        len = fread(buf, 1, size - 1, fp);
+        fclose(fp);
+        for (i = 0; i < len; i++)
+                if (buf[i] == '\0')
+                        buf[i] = ' ';
+        while (len > 0 && buf[len - 1] == ' ')
+                len--;
+        buf[len] = '\0';
+        return len;
+}
+
 /* Pids (at most \p max) of the processes whose command line mentions
  * \p needle; returns how many there are. */
 static size_t pids_naming(const char *needle, pid_t *out, size_t max)
@@ -70,23 +95,12 @@ static size_t pids_naming(const char *needle, pid_t *out, size_t max)
 
         ck_assert_ptr_nonnull(proc);
         while ((de = readdir(proc))) {
-                char path[300], buf[4096];
-                size_t len, i;
-                FILE *fp;
+                char buf[4096];
 
                 if (de->d_name[0] < '0' || de->d_name[0] > '9')
                         continue;
-                snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
-                fp = fopen(path, "rb");
-                if (!fp)
-                        continue;
-                len = fread(buf, 1, sizeof(buf) - 1, fp);
-                fclose(fp);
-                for (i = 0; i < len; i++)
-                        if (buf[i] == '\0')
-                                buf[i] = ' ';
-                buf[len] = '\0';
-                if (!strstr(buf, needle))
+                if (!cmdline_of(de->d_name, buf, sizeof(buf)) ||
+                    !strstr(buf, needle))
                         continue;
                 if (n < max)
                         out[n] = (pid_t)strtol(de->d_name, NULL, 10);
@@ -3170,6 +3184,39 @@ END_TEST
  * outlives the kernel otherwise, reparented to an init or the server) is
  * killed before the cell's result says the kernel died, and the next
  * cell gets a fresh kernel. */
+/* ps shows the kernel server as a short command, not its program:
+ * kserver.py goes in on a descriptor. A forked kernel still shows a cold
+ * kernel's command line, written over the room the server's argv
+ * leaves. */
+START_TEST(kserver_command_line_is_short)
+{
+        cq_kserver_t *ks = server_with(NULL, "numpy");
+        cq_interp_t *interp;
+        char pid[32], buf[8192];
+        pid_t pids[8];
+        size_t n, i, len;
+        bool titled = false;
+
+        snprintf(pid, sizeof(pid), "%ld", (long)cq_kserver_pid(ks));
+        len = cmdline_of(pid, buf, sizeof(buf));
+        ck_assert_msg(len > 0 && len < 1024, "%zu bytes: %.300s", len, buf);
+        ck_assert_msg(strstr(buf, " -s -c exec(compile(open(6, ") &&
+                          !strstr(buf, "def "),
+                      "%s", buf);
+        interp = start_forked(NULL, ks);
+        n = kernel_pids(pids, CQ_ARRAY_SIZE(pids));
+        for (i = 0; i < n && i < CQ_ARRAY_SIZE(pids); i++) {
+                snprintf(pid, sizeof(pid), "%ld", (long)pids[i]);
+                cmdline_of(pid, buf, sizeof(buf));
+                if (strstr(buf, " -m ipykernel_launcher -f "))
+                        titled = true;
+        }
+        ck_assert_msg(titled, "no forked kernel shows its command line");
+        cq_interp_destroy(&interp);
+        cq_kserver_destroy(&ks);
+}
+END_TEST
+
 START_TEST(kernels_die_with_their_group)
 {
         cq_kserver_t *ks;
@@ -4241,6 +4288,11 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, kserver_reply_parser);
         tcase_add_test(tc, broken_server_is_an_error);
         tcase_add_test(tc, nothing_left_behind);
+        suite_add_tcase(s, tc);
+        /* The server's command line: CK_RUN_CASE=cmdline. */
+        tc = tcase_create("cmdline");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, kserver_command_line_is_short);
         suite_add_tcase(s, tc);
         /* The kernel keyrings: CK_RUN_CASE=keyring. */
         tc = tcase_create("keyring");

@@ -736,6 +736,124 @@ START_TEST(cancel_aborts_a_slow_reply)
 }
 END_TEST
 
+/* GET .../models tries the key as each provider sends it: a Bearer token
+ * for openai at BASE/models, x-api-key and anthropic-version for
+ * anthropic at BASE/models when BASE ends in /v1 (BASE/v1/models
+ * otherwise); the status of a refused key, never the key. */
+START_TEST(list_models_tries_the_key)
+{
+        const char *args[] = {"--require-key", TEST_KEY, NULL};
+        cq_llm_conf_t conf;
+        cq_llm_t *llm;
+        json_t *reqs, *r;
+        long status = -1;
+        char want[256];
+
+        cq_fake_llm_stop(&fake);
+        fake = cq_fake_llm_start(args);
+        ck_assert_ptr_nonnull(fake);
+        test_conf(&conf, "demo");
+        llm = new_llm(&conf);
+        ck_assert_int_eq(cq_llm_list_models(llm, &status), CQ_OK);
+        ck_assert_int_eq(status, 200);
+        snprintf(want, sizeof(want), "GET %s/models: HTTP 200",
+                 cq_fake_llm_base_url(fake));
+        ck_assert_str_eq(cq_llm_errmsg(llm), want);
+        ck_assert_int_eq(cq_llm_set_provider(llm, "anthropic"), 0);
+        ck_assert_int_eq(cq_llm_list_models(llm, &status), CQ_OK);
+        cq_llm_destroy(&llm);
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 2);
+        r = json_array_get(reqs, 0);
+        ck_assert_str_eq(json_string_value(json_object_get(r, "path")),
+                         "/v1/models");
+        ck_assert_str_eq(json_string_value(json_object_get(r, "api")),
+                         "openai");
+        ck_assert_str_eq(json_string_value(json_object_get(r, "authorization")),
+                         "Bearer " TEST_KEY);
+        r = json_array_get(reqs, 1);
+        ck_assert_str_eq(json_string_value(json_object_get(r, "path")),
+                         "/v1/models");
+        ck_assert_str_eq(json_string_value(json_object_get(r, "api")),
+                         "anthropic");
+        ck_assert_str_eq(json_string_value(json_object_get(r, "x_api_key")),
+                         TEST_KEY);
+        json_decref(reqs);
+
+        /* a wrong key, and none: 401, the key nowhere in the message */
+        conf.api_key = "sk-wrong-SECRET-key";
+        llm = new_llm(&conf);
+        ck_assert_int_eq(cq_llm_list_models(llm, &status), CQ_ERR_FATAL);
+        ck_assert_int_eq(status, 401);
+        snprintf(want, sizeof(want), "GET %s/models: HTTP 401",
+                 cq_fake_llm_base_url(fake));
+        ck_assert_str_eq(cq_llm_errmsg(llm), want);
+        cq_llm_destroy(&llm);
+        conf.api_key = NULL;
+        conf.provider = CQ_LLM_ANTHROPIC;
+        llm = new_llm(&conf);
+        ck_assert_int_eq(cq_llm_list_models(llm, &status), CQ_ERR_FATAL);
+        ck_assert_int_eq(status, 401);
+        cq_llm_destroy(&llm);
+
+        /* no server: no status, worth another try */
+        conf.base_url = "http://127.0.0.1:1/v1";
+        conf.provider = CQ_LLM_OPENAI;
+        llm = new_llm(&conf);
+        ck_assert_int_eq(cq_llm_list_models(llm, &status), CQ_ERR_RETRIABLE);
+        ck_assert_int_eq(status, 0);
+        ck_assert_msg(strncmp(cq_llm_errmsg(llm),
+                              "GET http://127.0.0.1:1/v1/models: ", 34) == 0,
+                      "%s", cq_llm_errmsg(llm));
+        cq_llm_destroy(&llm);
+}
+END_TEST
+
+/* With provider none there is no LLM: a job's provider does not bring
+ * one back, and a call or a key check fails at once, sending nothing and
+ * naming the setting. */
+START_TEST(provider_none_calls_nothing)
+{
+        cq_llm_conf_t conf;
+        cq_llm_provider_t provider = CQ_LLM_OPENAI;
+        cq_llm_reply_t reply;
+        json_t *history = start_history(), *reqs;
+        cq_llm_t *llm;
+        long status = -1;
+
+        ck_assert_int_eq(cq_llm_provider_parse("none", &provider), 0);
+        ck_assert_int_eq(provider, CQ_LLM_NONE);
+        ck_assert_str_eq(cq_llm_provider_name(CQ_LLM_NONE), "none");
+        test_conf(&conf, "demo");
+        conf.provider = CQ_LLM_NONE;
+        llm = new_llm(&conf);
+        ck_assert_int_eq(cq_llm_provider(llm), CQ_LLM_NONE);
+        ck_assert_int_eq(cq_llm_set_provider(llm, "anthropic"), 0);
+        ck_assert_int_eq(cq_llm_provider(llm), CQ_LLM_NONE);
+        ck_assert_int_eq(cq_llm_set_provider(llm, "nope"), -1);
+        cq_llm_reply_init(&reply);
+        ck_assert_int_eq(cq_llm_chat(llm, history, &reply), CQ_ERR_FATAL);
+        ck_assert_str_eq(cq_llm_errmsg(llm),
+                         "could not call the LLM: " CQ_LLM_NONE_REASON);
+        ck_assert_ptr_nonnull(
+            strstr(cq_llm_errmsg(llm), "CODERQ_LLM_PROVIDER is none"));
+        ck_assert_int_eq(cq_llm_list_models(llm, &status), CQ_ERR_FATAL);
+        ck_assert_int_eq(status, 0);
+        reqs = requests();
+        ck_assert_uint_eq(json_array_size(reqs), 0);
+        json_decref(reqs);
+        cq_llm_reply_release(&reply);
+        cq_llm_destroy(&llm);
+        /* nor may a job ask for none on a client that has an LLM */
+        conf.provider = CQ_LLM_OPENAI;
+        llm = new_llm(&conf);
+        ck_assert_int_eq(cq_llm_set_provider(llm, "none"), -1);
+        ck_assert_int_eq(cq_llm_provider(llm), CQ_LLM_OPENAI);
+        cq_llm_destroy(&llm);
+        json_decref(history);
+}
+END_TEST
+
 START_TEST(provider_variations)
 {
         cq_llm_conf_t conf;
@@ -1078,6 +1196,89 @@ START_TEST(estimate_tokens_counts_code_and_reasoning)
                       "tool", "tool_call_id", "c1", "content", "abcdef");
         ck_assert_int_eq(cq_llm_estimate_tokens(msgs), 3 + 4 + 1 + 4 + 1 + 2);
         json_decref(msgs);
+}
+END_TEST
+
+/* A worker's check of the key before it starts: each provider's key and
+ * the variables that hold it, none needing none, and a local base URL
+ * (a self-hosted server) getting a warning instead of a refusal. */
+START_TEST(key_check_names_the_variables)
+{
+        static const struct {
+                const char *url;
+                bool local;
+        } urls[] = {
+            {"http://127.0.0.1:8000/v1", true},
+            {"http://localhost:11434/v1", true},
+            {"http://LOCALHOST./v1", true},
+            {"http://[::1]:8000/v1", true},
+            {"http://10.1.2.3/v1", true},
+            {"http://192.168.1.20:8080", true},
+            {"http://[fd00::5]/v1", true},
+            {"http://gpu-box.local:8000/v1", true},
+            {"http://vllm:8000/v1", true},
+            {"http://u:p@127.0.0.1/v1", true},
+            {"https://api.openai.com/v1", false},
+            {"https://8.8.8.8/v1", false},
+            {"https://llm.example.com", false},
+            {"https://[2001:4860::8888]/v1", false},
+            {"https://127.0.0.1.example.com/v1", false},
+            {"127.0.0.1:8000", false},
+            {"http://", false},
+        };
+        cq_llm_conf_t conf;
+        char errstr[512];
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(urls); i++)
+                ck_assert_msg(cq_llm_url_is_local(urls[i].url) == urls[i].local,
+                              "%s", urls[i].url);
+
+        cq_llm_conf_init(&conf);
+        ck_assert_int_eq(cq_llm_conf_check_key(&conf, errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_str_eq(errstr, "CODERQ_LLM_PROVIDER=openai needs an API "
+                                 "key: set CODERQ_LLM_API_KEY (or "
+                                 "OPENAI_API_KEY)");
+        conf.api_key = "";
+        ck_assert_int_eq(cq_llm_conf_check_key(&conf, errstr, sizeof(errstr)),
+                         -1);
+        conf.api_key = "sk-1";
+        ck_assert_int_eq(cq_llm_conf_check_key(&conf, errstr, sizeof(errstr)),
+                         0);
+        conf.provider = CQ_LLM_ANTHROPIC;
+        ck_assert_int_eq(cq_llm_conf_check_key(&conf, errstr, sizeof(errstr)),
+                         0); /* CODERQ_LLM_API_KEY serves anthropic too */
+        conf.api_key = NULL;
+        conf.base_url = "https://u:p@gw.example.com?key=k";
+        ck_assert_int_eq(cq_llm_conf_check_key(&conf, errstr, sizeof(errstr)),
+                         0); /* credentials of its own */
+        conf.base_url = "https://gw.example.com/v1?key=k";
+        ck_assert_int_eq(cq_llm_conf_check_key(&conf, errstr, sizeof(errstr)),
+                         -1);
+        ck_assert_str_eq(errstr,
+                         "CODERQ_LLM_PROVIDER=anthropic needs an API key: set "
+                         "CODERQ_LLM_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY, "
+                         "or CODERQ_LLM_API_KEY) (CODERQ_LLM_BASE_URL "
+                         "https://gw.example.com/v1?key=(redacted) is not "
+                         "local)");
+        conf.anthropic_api_key = "sk-ant-1";
+        ck_assert_int_eq(cq_llm_conf_check_key(&conf, errstr, sizeof(errstr)),
+                         0);
+        conf.anthropic_api_key = NULL;
+        conf.base_url = "http://127.0.0.1:8000";
+        ck_assert_int_eq(cq_llm_conf_check_key(&conf, errstr, sizeof(errstr)),
+                         1);
+        ck_assert_str_eq(errstr, "no LLM API key: CODERQ_LLM_BASE_URL "
+                                 "http://127.0.0.1:8000 is local, so its "
+                                 "requests go without one (set "
+                                 "CODERQ_LLM_ANTHROPIC_API_KEY (or "
+                                 "ANTHROPIC_API_KEY, or CODERQ_LLM_API_KEY) "
+                                 "if the server wants one)");
+        conf.provider = CQ_LLM_NONE;
+        conf.base_url = NULL;
+        ck_assert_int_eq(cq_llm_conf_check_key(&conf, errstr, sizeof(errstr)),
+                         0);
 }
 END_TEST
 
@@ -2103,6 +2304,8 @@ static Suite *cq_llm_suite(void)
         tcase_add_test(tc, cancel_aborts_a_slow_reply);
         tcase_add_test(tc, deadline_ends_a_slow_reply);
         tcase_add_test(tc, provider_variations);
+        tcase_add_test(tc, list_models_tries_the_key);
+        tcase_add_test(tc, provider_none_calls_nothing);
         tcase_add_test(tc, connection_refused_is_retriable);
         tcase_add_test(tc, bad_arguments_fail_without_a_request);
         tcase_add_test(tc, timeout_is_retriable);
@@ -2119,6 +2322,7 @@ static Suite *cq_llm_suite(void)
         tcase_add_test(pure, sampling_in_request_bodies);
         tcase_add_test(pure, estimate_tokens_counts_code_and_reasoning);
         tcase_add_test(pure, settings_rows);
+        tcase_add_test(pure, key_check_names_the_variables);
         tcase_add_test(pure, parser_golden_replies);
         tcase_add_test(pure, parser_random_bytes_and_mutations);
         tcase_add_test(pure, parser_malformed_shapes);

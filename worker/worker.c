@@ -37,23 +37,44 @@ void cq_worker_opts_from_config(cq_worker_opts_t *opts, const cq_config_t *cfg)
         opts->drain_s = cfg->drain_s;
 }
 
+/* Remember why PostgreSQL refused the worker before it ever connected;
+ * the first such reason wins, and the main thread stops the worker. */
+static void pg_refuse(cq_worker_t *w, const char *why)
+{
+        if (atomic_exchange(&w->pg_claimed, true))
+                return;
+        snprintf(w->pg_why, sizeof(w->pg_why), "%s", why);
+        atomic_store(&w->pg_refused, true);
+}
+
 /* A store for the calling thread, retrying until it connects or \p stop:
  * 200 ms apart, doubling to 6.4 s. Each thread waits on its own, so no
- * jitter. */
+ * jitter. A failure waiting cannot fix (no such database, credentials,
+ * TLS) before any connection of the worker worked ends the worker: NULL,
+ * and the main thread stops it. After one worked, it is logged as an
+ * error and retried (a password being rotated, a database restored). */
 static cq_store_t *
 connect_store(cq_worker_t *w, const atomic_int *stop, const char *who)
 {
         int failures = 0;
 
         while (!atomic_load(stop)) {
-                char errstr[512];
-                cq_store_t *store =
-                    cq_store_new(&w->sopts, errstr, sizeof(errstr));
+                char errstr[640];
+                cq_store_t *store = NULL;
+                cq_err_t err =
+                    cq_store_connect(&w->sopts, &store, errstr, sizeof(errstr));
 
-                if (store)
+                if (err == CQ_OK) {
+                        atomic_store(&w->pg_seen, true);
                         return store;
-                cq_log_kv(CQ_LOG_WARN, "could not connect to PostgreSQL",
-                          "thread", who, "error", errstr, NULL);
+                }
+                if (err == CQ_ERR_FATAL && !atomic_load(&w->pg_seen)) {
+                        pg_refuse(w, errstr);
+                        return NULL;
+                }
+                cq_log_kv(err == CQ_ERR_FATAL ? CQ_LOG_ERROR : CQ_LOG_WARN,
+                          "could not connect to PostgreSQL", "thread", who,
+                          "error", errstr, NULL);
                 cq_nap_ms(cq_backoff_ms(++failures, 200, 6400, CQ_JITTER_NONE),
                           stop);
         }
@@ -397,6 +418,32 @@ static void *relay_main(void *arg)
 
 /* ----------------------------------------------------------- lifecycle */
 
+/* The worker's first connection, before anything else starts: a setting
+ * waiting cannot fix (no such database, credentials, TLS) fails the
+ * start with its one line; a server that cannot be reached yet is waited
+ * for by every thread while the worker runs, not ready meanwhile. */
+static int first_connect(cq_worker_t *w, char *errstr, size_t errstr_size)
+{
+        cq_store_t *store = NULL;
+        char why[640];
+
+        switch (cq_store_connect(&w->sopts, &store, why, sizeof(why))) {
+        case CQ_OK:
+                atomic_store(&w->pg_seen, true);
+                cq_store_destroy(&store);
+                return 0;
+        case CQ_ERR_FATAL:
+                cq_errstr_set(errstr, errstr_size, "%s", why);
+                return -1;
+        default:
+                cq_log_kv(CQ_LOG_WARN,
+                          "PostgreSQL is not reachable yet: waiting for it, "
+                          "not ready meanwhile",
+                          "error", why, NULL);
+                return 0;
+        }
+}
+
 cq_worker_t *cq_worker_new(const cq_config_t *cfg,
                            const cq_worker_opts_t *opts,
                            char *errstr,
@@ -427,6 +474,8 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
         w->kopts.client_id = w->id;
         w->kopts.store = &w->sopts;
         cq_llm_conf_from_config(&w->lconf, cfg);
+        if (first_connect(w, errstr, errstr_size) != 0)
+                goto fail;
         if (worker_metrics_init(w, errstr, errstr_size) != 0)
                 goto fail;
         w->limiter = cq_llm_limiter_new((double)cfg->llm_rate_max);
@@ -578,6 +627,18 @@ static bool kafka_refused(cq_worker_t *w)
         return true;
 }
 
+/* Whether waiting cannot help: PostgreSQL refused the worker before any
+ * of its connections worked, or Kafka refused its credentials or TLS;
+ * then w->errmsg says so. */
+static bool waiting_cannot_help(cq_worker_t *w)
+{
+        if (atomic_load(&w->pg_refused)) {
+                snprintf(w->errmsg, sizeof(w->errmsg), "%s", w->pg_why);
+                return true;
+        }
+        return kafka_refused(w);
+}
+
 const char *cq_worker_errmsg(const cq_worker_t *worker)
 {
         return worker->errmsg;
@@ -614,11 +675,12 @@ int cq_worker_run(cq_worker_t *w, volatile sig_atomic_t *signals)
                 atomic_store(&w->m.watch_intake, w->intake_started);
                 atomic_store(&w->m.watch_relay, w->relay_started);
                 atomic_store(&w->m.running_loop, true);
-                while (*signals == 0 && !(refused = kafka_refused(w)))
+                while (*signals == 0 && !(refused = waiting_cannot_help(w)))
                         cq_nap_ms(200, NULL);
                 if (refused)
-                        cq_log_kv(CQ_LOG_ERROR, "stopping: Kafka refused us",
-                                  "error", w->errmsg, NULL);
+                        cq_log_kv(CQ_LOG_ERROR,
+                                  "stopping: waiting cannot fix this", "error",
+                                  w->errmsg, NULL);
         } else {
                 rc = -1;
         }

@@ -81,6 +81,12 @@ struct cq_worker {
         int intake_rc;
         atomic_bool intake_auth; /* the intake stopped: Kafka refused it */
         char errmsg[640];        /* why cq_worker_run() returned 1 */
+        /* Until one connection to PostgreSQL worked, a failure waiting
+         * cannot fix (cq_pgconn_classify()) stops the worker: the first
+         * thread to see one claims pg_why, writes it, then raises
+         * pg_refused. */
+        atomic_bool pg_seen, pg_claimed, pg_refused;
+        char pg_why[640];
         atomic_int stop_intake, stop_relay, stop_claims, stop_jobs, stop_hk;
         slot_t *slots;
         /* Idle slots wait here between claims. The listener adds a token

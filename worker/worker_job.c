@@ -885,6 +885,13 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
                 finish_job(slot, &bare, claim->attempt, NULL, NULL, &res);
                 goto out;
         }
+        if (!job.solution && cq_llm_provider(slot->llm) == CQ_LLM_NONE) {
+                /* no try on this worker can mend it: fail it before a
+                 * kernel starts, not again and again */
+                cannot_run(slot, claim, &job, CQ_ERR_FATAL, "llm", "%s",
+                           CQ_LLM_NONE_REASON);
+                goto out;
+        }
         if (!cells)
                 goto out;
         memset(&ctx, 0, sizeof(ctx));

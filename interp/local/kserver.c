@@ -372,26 +372,35 @@ static void server_stop(cq_kserver_t *ks)
         ks->stats.app_prepared = false;
 }
 
+/* Write all \p len bytes of \p buf to \p fd. Returns 0, -1 (errno). */
+static int write_all(int fd, const void *buf, size_t len)
+{
+        size_t off = 0;
+
+        while (off < len) {
+                ssize_t n = write(fd, (const char *)buf + off, len - off);
+
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0) {
+                        if (n == 0)
+                                errno = EIO;
+                        return -1;
+                }
+                off += (size_t)n;
+        }
+        return 0;
+}
+
 /* kinit/kinit.c's program in a sealed memfd, for the server to run (fd 5 in
  * it): -1 when that cannot be, and the server builds sandboxed kernels'
  * outer process and pid 1 by forking itself instead. */
 static int kinit_memfd(void)
 {
         int fd = memfd_create("coderq-kinit", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        size_t off = 0;
 
-        if (fd < 0)
+        if (fd < 0 || write_all(fd, cq_kinit_elf, cq_kinit_elf_len) != 0)
                 goto fail;
-        while (off < cq_kinit_elf_len) {
-                ssize_t n =
-                    write(fd, cq_kinit_elf + off, cq_kinit_elf_len - off);
-
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n <= 0)
-                        goto fail;
-                off += (size_t)n;
-        }
         if (fchmod(fd, 0500) != 0 || fcntl(fd, F_ADD_SEALS,
                                            F_SEAL_WRITE | F_SEAL_SHRINK |
                                                F_SEAL_GROW | F_SEAL_SEAL) != 0)
@@ -437,28 +446,71 @@ static char **with_env_room(char **envp)
         return more;
 }
 
+/* The server's program, kserver.py, goes in on this descriptor, read
+ * by a short -c program: on the command line ps would show all of it. */
+#define PROGRAM_FD   6
+#define PROGRAM_BOOT "exec(compile(open(6, 'rb').read(), 'kserver.py', 'exec'))"
+
+/* Empty arguments after the server's own: the bytes of its argv block a
+ * forked kernel writes its command line over (kserver.py set_cmdline()),
+ * one NUL each, nothing for ps to show. */
+#define ARGV_ROOM 4096
+
+/* kserver.py in an unnamed file at offset 0, for PROGRAM_FD; -1 (errno)
+ * when that cannot be. A new one per start: the server's read moves the
+ * offset it shares. */
+static int program_memfd(void)
+{
+        int fd = memfd_create("coderq-kserver", MFD_CLOEXEC);
+
+        if (fd < 0)
+                return -1;
+        if (write_all(fd, cq_kserver_py, strlen(cq_kserver_py)) != 0 ||
+            lseek(fd, 0, SEEK_SET) != 0) {
+                int e = errno;
+
+                close(fd);
+                errno = e;
+                return -1;
+        }
+        return fd;
+}
+
+/* The server's argv: python -s -c PROGRAM_BOOT, its fds and settings,
+ * ARGV_ROOM empty strings; NULL when out of memory. The strings are
+ * borrowed (execve() does not write through them); free() the array. */
+static char **server_argv(cq_kserver_t *ks)
+{
+        /* -s: no user site dir, as a cold kernel has none (-P would
+         * leave the '' a forked kernel's start removes) */
+        const char *const fixed[] = {ks->python,
+                                     "-s",
+                                     "-c",
+                                     PROGRAM_BOOT,
+                                     "3",
+                                     "4",
+                                     ks->preload,
+                                     cq_kernel_mpl_rc,
+                                     ks->kinit_fd >= 0 ? "5" : "-1",
+                                     ks->light ? "light" : "kernels"};
+        size_t n = CQ_ARRAY_SIZE(fixed), i;
+        char **argv = calloc(n + ARGV_ROOM + 1, sizeof(*argv));
+
+        if (!argv)
+                return NULL;
+        for (i = 0; i < n; i++)
+                argv[i] = (char *)(uintptr_t)fixed[i];
+        for (; i < n + ARGV_ROOM; i++)
+                argv[i] = (char *)(uintptr_t) "";
+        return argv;
+}
+
 /* Start a server process; its ready message is read later. Under lock. */
 static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
 {
         char logpath[PATH_MAX + 16], err[300];
-        /* execve() does not write through argv */
-        /* -s: no user site dir, as a cold kernel has none (-P would
-         * leave the '' a forked kernel's start removes) */
-        char *argv[] = {ks->python,
-                        (char *)(uintptr_t) "-s",
-                        (char *)(uintptr_t) "-c",
-                        (char *)(uintptr_t)cq_kserver_py,
-                        (char *)(uintptr_t) "3",
-                        (char *)(uintptr_t) "4",
-                        ks->preload,
-                        (char *)(uintptr_t)cq_kernel_mpl_rc,
-                        ks->kinit_fd >= 0 ? (char *)(uintptr_t) "5"
-                                          : (char *)(uintptr_t) "-1",
-                        ks->light ? (char *)(uintptr_t) "light"
-                                  : (char *)(uintptr_t) "kernels",
-                        NULL};
-        char **envp = NULL;
-        int sv[2] = {-1, -1}, logfd = -1, nullfd = -1, rc = -1;
+        char **argv = server_argv(ks), **envp = NULL;
+        int sv[2] = {-1, -1}, logfd = -1, nullfd = -1, progfd = -1, rc = -1;
         pid_t pid;
 
         if (cq_work_dir_new(ks->work_root, ks->dir, sizeof(ks->dir), err,
@@ -475,7 +527,8 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
          * writing) is what a cold kernel gets; its own dirs for
          * matplotlib's font list and IPython; nothing of ours. */
         envp = with_env_room(cq_kernel_environ(ks->dir, ks->dir, false, 0));
-        if (logfd < 0 || nullfd < 0 || !envp ||
+        progfd = program_memfd();
+        if (logfd < 0 || nullfd < 0 || !envp || !argv || progfd < 0 ||
             socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
                 cq_errstr_set(errstr, errstr_size, "could not prepare: %s",
                               strerror(errno ? errno : ENOMEM));
@@ -489,7 +542,7 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
         }
         if (pid == 0) {
                 sigset_t none;
-                int s, l, k, tty;
+                int s, l, k, p, tty;
 
                 /* Only async-signal-safe calls until execve(). A group of
                  * its own, no terminal (as kernel.c's spawn()). */
@@ -504,12 +557,15 @@ static int server_start(cq_kserver_t *ks, char *errstr, size_t errstr_size)
                 s = fcntl(sv[1], F_DUPFD, 10);
                 l = fcntl(ks->life_r, F_DUPFD, 10);
                 k = ks->kinit_fd >= 0 ? fcntl(ks->kinit_fd, F_DUPFD, 10) : -1;
-                if (s < 0 || l < 0 || (ks->kinit_fd >= 0 && k < 0) ||
+                p = fcntl(progfd, F_DUPFD, 10);
+                if (s < 0 || l < 0 || (ks->kinit_fd >= 0 && k < 0) || p < 0 ||
                     dup2(nullfd, 0) < 0 || dup2(logfd, 1) < 0 ||
                     dup2(logfd, 2) < 0 || dup2(s, 3) < 0 || dup2(l, 4) < 0 ||
-                    (k >= 0 && dup2(k, 5) < 0))
+                    (k >= 0 && dup2(k, 5) < 0) || dup2(p, PROGRAM_FD) < 0)
                         _exit(126);
-                syscall(SYS_close_range, k >= 0 ? 6U : 5U, ~0U, 0U);
+                if (k < 0)
+                        close(5);
+                syscall(SYS_close_range, PROGRAM_FD + 1U, ~0U, 0U);
                 if (chdir(ks->dir) != 0)
                         _exit(126);
                 execve(argv[0], argv, envp);
@@ -532,6 +588,9 @@ out:
                 close(logfd);
         if (nullfd >= 0)
                 close(nullfd);
+        if (progfd >= 0)
+                close(progfd);
+        free(argv);
         cq_sandbox_argv_free(envp);
         if (rc && ks->dir[0]) {
                 cq_work_dir_remove(ks->dir);

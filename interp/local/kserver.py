@@ -1377,7 +1377,8 @@ def set_environ(env):
 def set_cmdline(words):
     """What /proc/PID/cmdline (ps) shows of the kernel and its parent: the
     command a cold kernel runs, written over this process's own copy of
-    the server's argv (the long -c program leaves room)."""
+    the server's argv (the empty arguments after its own leave room:
+    ARGV_ROOM in kserver.c)."""
     with open('/proc/self/stat') as f:
         fields = f.read().rsplit(')', 1)[1].split()
     start, end = int(fields[45]), int(fields[46])

@@ -80,6 +80,11 @@ before the next non-tool message, tools schema present); an invalid one
 gets 400 with the reason. Every request is recorded: GET /_fake/requests
 returns them as a JSON array (--log FILE appends JSONL). GET /_fake/health
 answers {"ok": true}.
+
+GET .../models (/v1/models) lists one model, "demo", in the shape of the
+API the request speaks (the Messages API's when it sends
+anthropic-version); with --require-key another key, or none, gets 401.
+It is recorded as a chat request is, with "method": "GET".
 """
 
 import argparse
@@ -414,8 +419,56 @@ class Handler(BaseHTTPRequestHandler):
             with state.lock:
                 data = json.dumps(state.requests).encode()
             self.send_bytes(200, data)
+        elif self.path.rstrip("/").endswith("/models"):
+            self.models()
         else:
             self.send_error_json(404, "no route GET " + self.path)
+
+    def key_ok(self, anthropic):
+        """Whether the request carries the --require-key key (any request
+        does without it): x-api-key for the Messages API, else a Bearer
+        token."""
+        want = self.server.state.args.require_key
+        if want is None:
+            return True
+        if anthropic:
+            return self.headers.get("x-api-key") == want
+        return self.headers.get("Authorization") == "Bearer " + want
+
+    def models(self):
+        """GET .../models: the list of models, as both APIs give it; an
+        anthropic-version header makes it the Messages API's (the key in
+        x-api-key). With --require-key another key, or none, gets 401."""
+        state = self.server.state
+        anthropic = self.headers.get("anthropic-version") is not None
+        entry = {"ts": time.time(), "path": self.path, "method": "GET",
+                 "api": "anthropic" if anthropic else "openai",
+                 "authorization": self.headers.get("Authorization"),
+                 "x_api_key": self.headers.get("x-api-key"),
+                 "anthropic_version": self.headers.get("anthropic-version")}
+        if not self.key_ok(anthropic):
+            entry.update(status=401)
+            state.record(entry)
+            if anthropic:
+                self.send_anthropic_error(401, "invalid x-api-key")
+            else:
+                self.send_error_json(401, "Incorrect API key provided.",
+                                     code="invalid_api_key")
+            return
+        entry.update(status=200)
+        state.record(entry)
+        if anthropic:
+            self.send_json(200, {"data": [{"type": "model", "id": "demo",
+                                           "display_name": "Demo",
+                                           "created_at":
+                                           "2026-01-01T00:00:00Z"}],
+                                 "has_more": False, "first_id": "demo",
+                                 "last_id": "demo"})
+        else:
+            self.send_json(200, {"object": "list",
+                                 "data": [{"id": "demo", "object": "model",
+                                           "created": 0,
+                                           "owned_by": "coderq"}]})
 
     def do_DELETE(self):
         if self.path == "/_fake/requests":
@@ -498,13 +551,7 @@ class Handler(BaseHTTPRequestHandler):
             fail(400, err)
             return
         entry["valid"] = True
-        want = state.args.require_key
-        if anthropic:
-            key_ok = self.headers.get("x-api-key") == want
-        else:
-            key_ok = self.headers.get("Authorization") == "Bearer " + \
-                str(want)
-        if want is not None and not key_ok:
+        if not self.key_ok(anthropic):
             entry.update(status=401)
             state.record(entry)
             fail(401, "invalid x-api-key" if anthropic

@@ -281,10 +281,15 @@ static void resolve_target(cq_pgproxy_t *proxy, const char *dsn)
 
 cq_pgproxy_t *cq_pgproxy_start(const char *dsn)
 {
+        return cq_pgproxy_start_on(dsn, 0);
+}
+
+cq_pgproxy_t *cq_pgproxy_start_on(const char *dsn, int port)
+{
         cq_pgproxy_t *proxy = calloc(1, sizeof(*proxy));
         struct sockaddr_in addr;
         socklen_t len = sizeof(addr);
-        int i;
+        int i, one = 1;
 
         ck_assert_ptr_nonnull(proxy);
         for (i = 0; i < MAX_PAIRS; i++)
@@ -298,6 +303,11 @@ cq_pgproxy_t *cq_pgproxy_start(const char *dsn)
         memset(&addr, 0, sizeof(addr));
         addr.sin_family = AF_INET;
         addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        addr.sin_port = htons((uint16_t)port);
+        /* a port a proxy used before may be taken again at once */
+        ck_assert_int_eq(setsockopt(proxy->listen_fd, SOL_SOCKET, SO_REUSEADDR,
+                                    &one, sizeof(one)),
+                         0);
         ck_assert_int_eq(
             bind(proxy->listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
         ck_assert_int_eq(listen(proxy->listen_fd, 16), 0);

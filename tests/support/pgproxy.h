@@ -21,6 +21,11 @@ typedef struct cq_pgproxy cq_pgproxy_t;
  */
 cq_pgproxy_t *cq_pgproxy_start(const char *dsn);
 
+/** @brief cq_pgproxy_start() on loopback port \p port (0: an ephemeral
+ *         one): a server that a test brings up where clients already
+ *         knock. */
+cq_pgproxy_t *cq_pgproxy_start_on(const char *dsn, int port);
+
 /** @brief \p dsn routed through the proxy (no TLS), into \p out. */
 void cq_pgproxy_dsn(const cq_pgproxy_t *proxy,
                     const char *dsn,

@@ -46,17 +46,24 @@
 typedef enum cq_llm_provider {
         CQ_LLM_OPENAI,    /* "openai": Chat Completions */
         CQ_LLM_ANTHROPIC, /* "anthropic": Messages API */
+        CQ_LLM_NONE,      /* "none": no LLM; every call fails at once (a
+                             worker that only judges jobs' solutions) */
 } cq_llm_provider_t;
 
+/** @brief Why a job that needs the model cannot run with CQ_LLM_NONE. */
+#define CQ_LLM_NONE_REASON                                                     \
+        "CODERQ_LLM_PROVIDER is none: no LLM is called here, so only a job "   \
+        "with a \"solution\" can run"
+
 /**
- * @brief Parse a provider name ("openai" or "anthropic").
- * @returns 0, or -1 when \p name is neither.
+ * @brief Parse a provider name ("openai", "anthropic" or "none").
+ * @returns 0, or -1 when \p name is none of them.
  * @locality Any thread.
  */
 CQ_NODISCARD int cq_llm_provider_parse(const char *name,
                                        cq_llm_provider_t *providerp);
 
-/** @brief "openai" or "anthropic". */
+/** @brief "openai", "anthropic" or "none". */
 const char *cq_llm_provider_name(cq_llm_provider_t provider);
 
 /** @brief Why the model stopped, across providers. */
@@ -111,7 +118,8 @@ double cq_llm_limiter_rate(cq_llm_limiter_t *lim, const char *key);
 /** @brief How to reach the model. Strings are borrowed by cq_llm_new(),
  *         which copies them. */
 typedef struct cq_llm_conf {
-        cq_llm_provider_t provider;    /* default CQ_LLM_OPENAI */
+        cq_llm_provider_t provider;    /* default CQ_LLM_OPENAI; CQ_LLM_NONE:
+                                          every call fails at once */
         const char *base_url;          /* NULL: the provider's default,
                                           https://api.openai.com/v1 (requests go to
                                           {base}/chat/completions) or
@@ -136,6 +144,30 @@ typedef struct cq_llm_conf {
 
 /** @brief Defaults for every field (model and key unset). */
 void cq_llm_conf_init(cq_llm_conf_t *conf);
+
+/**
+ * @brief Whether \p conf's provider has the API key it needs: openai
+ *        api_key, anthropic anthropic_api_key or api_key; none needs
+ *        none. A server at a local base URL (a loopback or other
+ *        non-public address, localhost, a *.localhost or *.local name, or
+ *        a name without a dot, as a container's or a service's) is often
+ *        self-hosted and asks for none.
+ * @param errstr (out) With 1, the warning to give; with -1, the error,
+ *        naming the variables that hold the key.
+ * @returns 0 the key is there or none is needed; 1 there is none but the
+ *          base URL is local; -1 there is none.
+ * @locality Any thread.
+ */
+int cq_llm_conf_check_key(const cq_llm_conf_t *conf,
+                          char *errstr,
+                          size_t errstr_size);
+
+/**
+ * @brief Whether the host of \p url is local, as cq_llm_conf_check_key()
+ *        reads it; no name is resolved.
+ * @locality Any thread.
+ */
+bool cq_llm_url_is_local(const char *url);
 
 /**
  * @brief Fill \p conf from the CODERQ_LLM_* settings.
@@ -205,8 +237,11 @@ CQ_NODISCARD int cq_llm_set_model(cq_llm_t *llm, const char *model);
 
 /**
  * @brief Use provider \p name ("openai", "anthropic") instead of the
- *        configured one (a job's override); NULL restores it.
- * @returns 0, or -1 when \p name is unknown (the provider is unchanged).
+ *        configured one (a job's override); NULL restores it. A client
+ *        configured with none stays none whatever \p name is: it has no
+ *        LLM to switch to.
+ * @returns 0, or -1 when \p name is unknown or "none" (the provider is
+ *          unchanged).
  */
 CQ_NODISCARD int cq_llm_set_provider(cq_llm_t *llm, const char *name);
 
@@ -281,6 +316,21 @@ void cq_llm_set_deadline(cq_llm_t *llm, int64_t deadline_ms);
 CQ_NODISCARD cq_err_t cq_llm_chat(cq_llm_t *llm,
                                   const json_t *messages,
                                   cq_llm_reply_t *reply);
+
+/**
+ * @brief GET the provider's list of models (BASE/models; for anthropic
+ *        BASE/v1/models, or BASE/models when the base ends in /v1): the
+ *        cheapest request that shows whether the server takes the key,
+ *        for coderq doctor. One attempt, within the client's timeouts.
+ * @param statusp (out) The response's status; 0 when none came.
+ * @returns CQ_OK for a 2xx; CQ_ERR_RETRIABLE for 408, 429, 5xx or no
+ *          response; CQ_ERR_FATAL for another status or a client
+ *          configured with none. cq_llm_errmsg() then names the request,
+ *          the URL without userinfo and query, and its outcome ("GET
+ *          http://h/v1/models: HTTP 401"), on CQ_OK too.
+ * @locality The thread that owns \p llm.
+ */
+CQ_NODISCARD cq_err_t cq_llm_list_models(cq_llm_t *llm, long *statusp);
 
 /** @brief The last error, never containing the API key; borrowed, valid
  *         until the next call on \p llm. "" when none. */

@@ -13,6 +13,7 @@ typedef enum cq_log_level {
         CQ_LOG_INFO = 1,
         CQ_LOG_WARN = 2,
         CQ_LOG_ERROR = 3,
+        CQ_LOG_OFF = 4, /* no line at all; never parsed, only set */
 } cq_log_level_t;
 
 /**

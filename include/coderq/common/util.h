@@ -125,4 +125,18 @@ bool cq_relpath_is_safe(const char *name);
  */
 int cq_nofile_raise(unsigned long long *was, unsigned long long *now);
 
+/** @brief What cq_url_redact() puts in place of a secret. */
+#define CQ_URL_REDACTED "(redacted)"
+
+/**
+ * @brief \p url as a listing may show it (coderq config): its userinfo
+ *        ("user:password@"), the value of every query parameter but
+ *        api-version (a key travels as "?key=" or "?api-key=" on some
+ *        gateways) and a fragment replaced by CQ_URL_REDACTED, the rest
+ *        as it is. Without "://" it is read as [userinfo@]host[:port], as
+ *        a Kafka bootstrap server is written.
+ * @param out NUL-terminated, cut to \p size.
+ */
+void cq_url_redact(const char *url, char *out, size_t size);
+
 #endif

@@ -52,9 +52,10 @@ typedef struct cq_store_probe {
  *        the server's version and database, and disconnect: coderq
  *        doctor's check.
  * @param probe (out) Filled on success; zeroed first.
- * @returns 0, or -1 with \p errstr filled ("could not connect: <libpq's
- *          reason>", "could not run a query: <libpq's reason>"; libpq's
- *          reasons may span lines).
+ * @returns 0, or -1 with \p errstr filled ("could not connect
+ *          (CODERQ_PG_DSN: <target>): <reason>" in one line, as
+ *          cq_pgconn_error() says it; "could not run a query: <libpq's
+ *          reason>", which may span lines).
  * @locality Any thread.
  */
 int cq_store_probe(const char *dsn,

@@ -75,6 +75,23 @@ void cq_store_opts_from_config(cq_store_opts_t *opts, const cq_config_t *cfg);
 cq_store_t *
 cq_store_new(const cq_store_opts_t *opts, char *errstr, size_t errstr_size);
 
+/**
+ * @brief cq_store_new() that says whether trying again can help.
+ * @param storep (out) On CQ_OK the handle; caller owns it, free with
+ *        cq_store_destroy(). NULL on error.
+ * @returns CQ_OK; CQ_ERR_FATAL when waiting cannot help (no such
+ *          database, refused credentials or TLS, an invalid DSN or
+ *          queue list: see cq_pgconn_classify()); CQ_ERR_RETRIABLE when
+ *          the server could not be reached (or out of memory). \p errstr
+ *          is then "could not connect to PostgreSQL (CODERQ_PG_DSN: host=..
+ *          port=.. dbname=.. user=..): reason".
+ * @locality Any thread; the handle then belongs to that thread.
+ */
+CQ_NODISCARD cq_err_t cq_store_connect(const cq_store_opts_t *opts,
+                                       cq_store_t **storep,
+                                       char *errstr,
+                                       size_t errstr_size);
+
 void cq_store_destroy(cq_store_t **storep);
 
 /** @brief The last error. Borrowed; valid until the next call. */
