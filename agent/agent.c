@@ -214,6 +214,15 @@ cq_err_t agent_run_cell(run_t *run,
         err = cq_interp_execute(run->interp, code, &xo, res);
         if (err != CQ_OK)
                 return err;
+        if (res->status == CQ_CELL_CANCELLED && run->opts->stop &&
+            atomic_load(run->opts->stop) != 0) {
+                /* A draining worker interrupted it: not the code's doing,
+                 * so it is no cell of the job's. Nothing of it is
+                 * recorded; the run ends aborted, a reply whose call it
+                 * answered kept, and the resumed job runs it again. */
+                run->aborted = true;
+                return CQ_OK;
+        }
         run->result->cells++;
         if (run->opts->metrics)
                 cq_series_observe(
@@ -379,7 +388,7 @@ static bool stuck_on_cell(run_t *run, const char *code)
 /* Run the code of \p call into \p res, not reported yet; its tool
  * message's text in *\p textp. A failed cell is a failed attempt, with
  * its reflection prompt. 0, or -1 when the interpreter failed (result
- * set). */
+ * set) or a drain interrupted the cell (the run is aborted). */
 static int call_cell(run_t *run,
                      const cq_llm_tool_call_t *call,
                      cq_cell_result_t *res,
@@ -393,6 +402,8 @@ static int call_cell(run_t *run,
                            cq_interp_errmsg(run->interp));
                 return -1;
         }
+        if (run->aborted)
+                return -1;
         *textp = cq_tooltext_format(res, &run->topts, NULL);
         if (res->status != CQ_CELL_OK) {
                 agent_cell_error_summary(res, &run->result->last_error);

@@ -114,7 +114,9 @@ int64_t agent_remaining_ms(const run_t *run);
 void agent_add_solution_cell(run_t *run, const char *code);
 /* Run one cell and record it everywhere; with \p deferred the caller
  * reports it (agent_append_turn(), with the tool message that answers it).
- * CQ_OK, or the interpreter's error (cq_interp_errmsg()). */
+ * CQ_OK, or the interpreter's error (cq_interp_errmsg()). A cell a drain
+ * interrupted (cancelled while opts->stop is raised) is recorded nowhere
+ * and aborts the run: CQ_OK with run->aborted set. */
 cq_err_t agent_run_cell(run_t *run,
                         const char *code,
                         cq_cell_result_t *res,

@@ -496,7 +496,9 @@ static int create_topic(const char *brokers, const char *topic, int parts)
                 fprintf(stderr, "bench_e2e: %s\n", errstr);
                 return -1;
         }
-        nt = rd_kafka_NewTopic_new(topic, parts, 1, errstr, sizeof(errstr));
+        /* the brokers' default replication: 1 on the single broker, 3 on
+         * the cluster (scripts/bench/capacity.sh) */
+        nt = rd_kafka_NewTopic_new(topic, parts, -1, errstr, sizeof(errstr));
         q = rd_kafka_queue_new(rk);
         rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
         ev = rd_kafka_queue_poll(q, 30000);

@@ -40,6 +40,7 @@ struct cq_producer {
         atomic_uint recreated;
         atomic_bool auth_failed; /* an authentication or TLS failure */
         char auth_why[512];      /* its reason; under mtx */
+        atomic_llong flush_by;   /* cq_producer_flush_by(); 0: none */
 };
 
 /* Called with prod->mtx held. */
@@ -299,6 +300,29 @@ fail:
         return NULL;
 }
 
+void cq_producer_flush_by(cq_producer_t *prod, int64_t deadline_ms)
+{
+        atomic_store(&prod->flush_by, deadline_ms);
+}
+
+/* The flush of cq_producer_destroy(): flush_timeout_ms, cut short by
+ * cq_producer_flush_by(); none for a client the broker refuses, which
+ * can deliver nothing. */
+static int destroy_flush_ms(cq_producer_t *prod)
+{
+        int64_t by = atomic_load(&prod->flush_by), left;
+
+        if (atomic_load(&prod->auth_failed))
+                return 0;
+        if (!by)
+                return prod->opts.flush_timeout_ms;
+        left = by - cq_now_ms();
+        return left <= 0 ? 0
+               : left < prod->opts.flush_timeout_ms
+                   ? (int)left
+                   : prod->opts.flush_timeout_ms;
+}
+
 void cq_producer_destroy(cq_producer_t **prodp)
 {
         cq_producer_t *prod = *prodp;
@@ -309,10 +333,7 @@ void cq_producer_destroy(cq_producer_t **prodp)
                 atomic_store(&prod->stop, 1);
                 pthread_join(prod->thread, NULL);
         }
-        /* A client the broker refuses can deliver nothing: no flush. */
-        client_destroy(
-            prod, prod->rk,
-            atomic_load(&prod->auth_failed) ? 0 : prod->opts.flush_timeout_ms);
+        client_destroy(prod, prod->rk, destroy_flush_ms(prod));
         pthread_cond_destroy(&prod->cond);
         pthread_mutex_destroy(&prod->mtx);
         pthread_rwlock_destroy(&prod->lock);

@@ -65,6 +65,7 @@ struct cq_relay {
         atomic_ullong inflight;
         atomic_bool st_pg_down;
         atomic_bool kicked;      /* cq_relay_kick(): pump now */
+        atomic_llong flush_by;   /* cq_relay_flush_by(); 0: none */
         atomic_llong st_beat_ms; /* the run loop's last round */
 };
 
@@ -734,9 +735,14 @@ void cq_relay_kick(cq_relay_t *relay)
         cq_producer_wake(relay->prod, &relay->kicked);
 }
 
+void cq_relay_flush_by(cq_relay_t *relay, int64_t deadline_ms)
+{
+        atomic_store(&relay->flush_by, deadline_ms);
+}
+
 int cq_relay_run(cq_relay_t *relay, const atomic_int *stop)
 {
-        int64_t next = 0, deadline, period = relay->opts.relay_interval_ms;
+        int64_t next = 0, deadline, by, period = relay->opts.relay_interval_ms;
 
         while (!atomic_load(stop)) {
                 int64_t now = cq_now_ms();
@@ -759,10 +765,17 @@ int cq_relay_run(cq_relay_t *relay, const atomic_int *stop)
                         cq_producer_wait(relay->prod, wait > 100 ? 100 : wait,
                                          &relay->kicked);
         }
+        /* A job of this process that finished as the stop came has its
+         * row sent by this relay, not left to another's next poll. */
+        if (atomic_exchange(&relay->kicked, false))
+                (void)pump(relay);
         /* Bounded flush: wait for the reports in flight, mark what
          * arrived; the rest keeps its claim until it expires (it may
          * still be delivered while the producer closes). */
         deadline = cq_now_ms() + relay->opts.flush_timeout_ms;
+        by = atomic_load(&relay->flush_by);
+        if (by && by < deadline)
+                deadline = by;
         for (;;) {
                 reap(relay);
                 if (relay->n == 0 || cq_now_ms() >= deadline)

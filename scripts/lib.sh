@@ -99,7 +99,50 @@ cq_bench_cleanup() {
         else
                 rm -rf "$CQ_BENCH_TMP"
         fi
+        if [ -n "${CQ_BENCH_LLM_PID:-}" ]; then
+                kill "$CQ_BENCH_LLM_PID" 2>/dev/null || true
+                wait "$CQ_BENCH_LLM_PID" 2>/dev/null || true
+        fi
+        if [ "${CQ_BENCH_CLUSTER_STARTED:-0}" = 1 ]; then
+                "$CQ_ROOT/scripts/services.sh" stop --cluster || true
+        fi
         if [ "$CQ_BENCH_STARTED" = 1 ]; then
                 cq_services stop || true
         fi
+}
+
+# cq_bench_cluster: after cq_bench_setup, the 3-broker cluster
+# (services.sh start --cluster; stopped again at exit when this started
+# it), its brokers in $CQ_BENCH_BROKERS.
+cq_bench_cluster() {
+        local status
+        status=$("$CQ_ROOT/scripts/services.sh" status 2>/dev/null || true)
+        if [[ $status != *"node 1 on "* ]]; then
+                cq_say "starting the 3-broker cluster"
+                CQ_BENCH_CLUSTER_STARTED=1
+                "$CQ_ROOT/scripts/services.sh" start --cluster >/dev/null
+        fi
+        CQ_BENCH_BROKERS=$("$CQ_ROOT/scripts/services.sh" env --cluster |
+                sed -n "s/^export CODERQ_KAFKA_BROKERS='\(.*\)'$/\1/p")
+        [ -n "$CQ_BENCH_BROKERS" ] || cq_die "could not read the cluster's brokers"
+}
+
+# cq_bench_fake_llm NAME STEPS: after cq_bench_setup, the fake LLM
+# (stopped at exit) with one script NAME of STEPS (a JSON array); its
+# base URL in $CQ_BENCH_LLM_BASE, its pid in $CQ_BENCH_LLM_PID.
+cq_bench_fake_llm() {
+        /usr/bin/python3 "$CQ_ROOT/tests/fakes/fake_llm.py" --port-file "$CQ_BENCH_TMP/port" >/dev/null &
+        CQ_BENCH_LLM_PID=$!
+        for _ in $(seq 100); do [ -s "$CQ_BENCH_TMP/port" ] && break; sleep 0.05; done
+        [ -s "$CQ_BENCH_TMP/port" ] || cq_die "the fake LLM did not start"
+        CQ_BENCH_LLM_BASE="http://127.0.0.1:$(cat "$CQ_BENCH_TMP/port")/v1"
+        /usr/bin/python3 - "$CQ_BENCH_LLM_BASE" "$1" "$2" <<'PY'
+import http.client, json, sys, urllib.parse
+url = urllib.parse.urlparse(sys.argv[1])
+c = http.client.HTTPConnection(url.hostname, url.port)
+c.request("POST", "/_fake/scripts", json.dumps({"name": sys.argv[2], "steps": json.loads(sys.argv[3])}),
+          {"Content-Type": "application/json"})
+r = c.getresponse()
+assert r.status == 200, r.read()
+PY
 }

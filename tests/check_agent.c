@@ -913,8 +913,10 @@ END_TEST
 typedef struct holder {
         json_t *log;
         atomic_int stop;
+        atomic_int cancel;
         bool stop_at_reply;
         bool refuse_alone;
+        bool drain_at_cell; /* stop and cancel as the first cell starts */
 } holder_t;
 
 static int holder_on_message(void *opaque, size_t index, const json_t *msg)
@@ -941,6 +943,18 @@ static void holder_on_event(void *opaque, const char *type, const json_t *data)
         (void)data;
         if (h->stop_at_reply && strcmp(type, "llm.reply") == 0)
                 atomic_store(&h->stop, 1);
+        if (h->drain_at_cell && strcmp(type, "cell.started") == 0) {
+                atomic_store(&h->stop, 1);
+                atomic_store(&h->cancel, 1);
+        }
+}
+
+/* No run under a holder counts a failed attempt. */
+static int holder_on_retry(void *opaque, long retries)
+{
+        (void)opaque;
+        ck_abort_msg("a failed attempt was counted (%ld)", retries);
+        return 0;
 }
 
 /* Run \p steps under a holder observer (raising the stop flag at the
@@ -1014,6 +1028,86 @@ START_TEST(held_reply_refused_stops_all_checkpoints)
         use_backend(_i);
         expect_holder("held_refused", slow_cell_steps, false, true,
                       "t-@0:3 t-@3:1", true);
+}
+END_TEST
+
+/* A draining worker stops its jobs at their next checkpoint, then at its
+ * deadline cancels the cells still running: such a cell is not the
+ * code's doing and is no cell of the job's. Nothing of it is checkpointed
+ * (no cell, no tool message, no failed attempt), the run is aborted with
+ * the reply that called it kept, and the resumed job runs the cell again
+ * instead of asking the LLM again. */
+START_TEST(cell_a_drain_interrupts_is_not_recorded)
+{
+        static const char code[] = "import time; time.sleep(3); x = 7";
+        fixture_t fx;
+        cq_agent_observer_t obs = {0};
+        cq_agent_start_t start = {0};
+        holder_t h = {0};
+        json_t *saved, *reqs, *cells = json_array();
+        char steps[256], want[128], *text;
+        size_t i;
+
+        use_backend(_i);
+        snprintf(steps, sizeof(steps),
+                 "[{\"tool_calls\":[{\"code\":\"%s\"}]},"
+                 "{\"content\":\"7\"}]",
+                 code);
+        fixture_init(&fx, "drained_cell", steps);
+        h.log = json_array();
+        h.drain_at_cell = true;
+        atomic_init(&h.stop, 0);
+        atomic_init(&h.cancel, 0);
+        fx.opts.stop = &h.stop;
+        fx.opts.cancel = &h.cancel;
+        obs.on_message = holder_on_message;
+        obs.on_turn = holder_on_turn;
+        obs.on_event = holder_on_event;
+        obs.on_retry = holder_on_retry;
+        obs.opaque = &h;
+        fixture_run(&fx, &obs, NULL, NULL);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "aborted");
+        text = log_text(h.log);
+        ck_assert_str_eq(text, "t-@0:3 t-@3:1");
+        free(text);
+        ck_assert_int_eq(fx.result.cells, 0);
+        ck_assert_int_eq(fx.result.retries, 0);
+        ck_assert_uint_eq(json_array_size(fx.result.history), 4);
+        saved = json_deep_copy(fx.result.history);
+        cq_agent_result_release(&fx.result);
+        cq_interp_destroy(&fx.interp);
+
+        /* Resumed: the reply's call is answered by running the cell, the
+         * LLM is asked for the next step only. */
+        fx.interp = new_interp();
+        fx.opts.stop = NULL;
+        fx.opts.cancel = NULL;
+        json_array_clear(h.log);
+        h.drain_at_cell = false;
+        start.history = saved;
+        start.cells = cells;
+        start.continue_job = true;
+        start.turns_done = 1;
+        fixture_run(&fx, &obs, NULL, &start);
+        ck_assert_str_eq(cq_agent_status_name(fx.result.status), "succeeded");
+        ck_assert_str_eq(fx.result.answer, "7");
+        ck_assert_int_eq(fx.result.cells, 1);
+        ck_assert_int_eq(fx.result.retries, 0);
+        text = log_text(h.log);
+        snprintf(want, sizeof(want), "t%s@4:1 m5:assistant", code);
+        ck_assert_str_eq(text, want);
+        free(text);
+        reqs = requests_for(fx.script);
+        ck_assert_uint_eq(json_array_size(reqs), 2);
+        for (i = 0; i < 2; i++)
+                ck_assert_int_eq(json_integer_value(json_object_get(
+                                     json_array_get(reqs, i), "step")),
+                                 (json_int_t)i);
+        json_decref(reqs);
+        json_decref(saved);
+        json_decref(cells);
+        json_decref(h.log);
+        fixture_release(&fx);
 }
 END_TEST
 
@@ -1855,6 +1949,7 @@ static Suite *agent_suite(void)
             tc, held_reply_is_checkpointed_alone_when_its_cell_is_slow, 0, 2);
         tcase_add_loop_test(tc, held_reply_is_kept_when_the_run_stops, 0, 2);
         tcase_add_loop_test(tc, held_reply_refused_stops_all_checkpoints, 0, 2);
+        tcase_add_loop_test(tc, cell_a_drain_interrupts_is_not_recorded, 0, 2);
         tcase_add_loop_test(tc, turn_limit_fails, 0, 2);
         tcase_add_loop_test(tc, tests_fail_then_pass, 0, 2);
         tcase_add_loop_test(tc, tests_never_pass_fails, 0, 2);

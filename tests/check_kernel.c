@@ -586,25 +586,39 @@ static void *act_when_running(void *arg)
         return cq_check_act_when_running(arg);
 }
 
+/* Set keep = 5 in \p interp, then run MARKED_SLEEP there with \p cell's
+ * cancel flag raised (to its cancel_value) once the cell runs: the result
+ * in \p res, cancelled. Returns the time from the raise to the result. */
+static int64_t
+run_cancelled(cq_interp_t *interp, running_cell_t *cell, cq_cell_result_t *res)
+{
+        cq_exec_opts_t opts = {0};
+        pthread_t thread;
+        int64_t took;
+
+        snprintf(cell->mark, sizeof(cell->mark), "%s/running.mark",
+                 cq_kernel_work_dir(cq_local_interp_kernel(interp)));
+        assert_stdout(interp, "import time\nkeep = 5", "");
+        opts.cancel = cell->cancel;
+        pthread_create(&thread, NULL, act_when_running, cell);
+        cq_cell_result_init(res);
+        ck_assert_int_eq(cq_interp_execute(interp, MARKED_SLEEP, &opts, res),
+                         CQ_OK);
+        took = cq_now_ms() - cell->acted_ms;
+        pthread_join(thread, NULL);
+        ck_assert_msg(cell->ran, "the cell never ran");
+        ck_assert_int_eq(res->status, CQ_CELL_CANCELLED);
+        return took;
+}
+
 static void cancel_and_interrupt(cq_interp_t *interp)
 {
         cq_cell_result_t res;
-        cq_exec_opts_t opts = {0};
         atomic_int cancel = 0;
         running_cell_t cell = {.cancel = &cancel, .interp = interp};
         pthread_t thread;
 
-        snprintf(cell.mark, sizeof(cell.mark), "%s/running.mark",
-                 cq_kernel_work_dir(cq_local_interp_kernel(interp)));
-        assert_stdout(interp, "import time\nkeep = 5", "");
-        opts.cancel = &cancel;
-        pthread_create(&thread, NULL, act_when_running, &cell);
-        cq_cell_result_init(&res);
-        ck_assert_int_eq(cq_interp_execute(interp, MARKED_SLEEP, &opts, &res),
-                         CQ_OK);
-        pthread_join(thread, NULL);
-        ck_assert_msg(cell.ran, "the cell never ran");
-        ck_assert_int_eq(res.status, CQ_CELL_CANCELLED);
+        (void)run_cancelled(interp, &cell, &res);
         ck_assert(!res.state_lost);
         ck_assert_str_eq(json_string_value(json_object_get(
                              find_output(&res, "error"), "ename")),
@@ -666,6 +680,36 @@ START_TEST(timeout_and_death_replace_the_kernel)
         assert_stdout(interp, "z = 3", "");
         ck_assert_int_eq(cq_interp_restart(interp), CQ_OK);
         assert_stdout(interp, "print('z' in dir())", "False\n");
+        cq_interp_destroy(&interp);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+/* A cell abandoned (CQ_INTERP_CANCEL_ABANDON: a worker draining) is not
+ * waited for: no interrupt, no KeyboardInterrupt for the kernel to
+ * format, its kernel killed at once. The next cell finds the kernel dead
+ * and starts a fresh one. */
+START_TEST(abandoned_cell_is_not_waited_for)
+{
+        cq_interp_t *interp = start_local(NULL, 0);
+        cq_cell_result_t res;
+        atomic_int cancel = 0;
+        running_cell_t cell = {.cancel = &cancel,
+                               .cancel_value = CQ_INTERP_CANCEL_ABANDON,
+                               .interp = interp};
+        int64_t took = run_cancelled(interp, &cell, &res);
+
+        ck_assert(res.state_lost);
+        ck_assert_str_eq(json_string_value(json_object_get(
+                             find_output(&res, "error"), "ename")),
+                         "Cancelled");
+        /* a look at the flag (100 ms slices), not a reply */
+        ck_assert_msg(took < 1000, "abandoned after %lld ms", (long long)took);
+        cq_cell_result_release(&res);
+        run(interp, "print(keep)", 30000, &res);
+        ck_assert_int_eq(res.status, CQ_CELL_DIED);
+        cq_cell_result_release(&res);
+        assert_stdout(interp, "print('keep' in dir())", "False\n");
         cq_interp_destroy(&interp);
         ck_assert_int_eq(count_kernels(), 0);
 }
@@ -1556,6 +1600,52 @@ START_TEST(acquire_starts_its_own_when_the_pool_has_none)
         ck_assert_uint_eq(st.own_starts, 1);
         ck_assert_uint_eq(st.started, 0);
         ck_assert_uint_eq(st.ready, 0);
+        cq_interp_destroy(&k);
+        cq_kpool_destroy(&pool);
+        ck_assert_int_eq(count_kernels(), 0);
+}
+END_TEST
+
+/* Whether at most *\p arg kernels are alive (a zombie's command line is
+ * empty: it does not count). */
+static bool kernels_at_most(void *arg)
+{
+        return count_kernels() <= *(const int *)arg;
+}
+
+/* A worker that drains takes no more jobs: its pool starts no more
+ * kernels and kills the ready ones at once, so that its exit does not
+ * wait for them; a job that still asks gets a kernel of its own. */
+START_TEST(drained_pool_kills_its_ready_kernels_and_starts_none)
+{
+        cq_kpool_stats_t st;
+        cq_kpool_t *pool;
+        cq_interp_t *k;
+        char errstr[512] = "";
+        int before, want;
+
+        pool = new_pool(2, 2, 0);
+        wait_ready(pool, 2);
+        before = count_kernels();
+        ck_assert_int_ge(before, 2);
+        cq_kpool_drain(pool);
+        ck_assert_uint_eq(cq_kpool_ready(pool), 0);
+        want = before - 2;
+        ck_assert_msg(cq_check_wait_until(kernels_at_most, &want, 30000),
+                      "%d kernels alive after the drain, %d before",
+                      count_kernels(), before);
+        /* nothing refills it */
+        usleep(500 * 1000);
+        cq_kpool_stats(pool, &st);
+        ck_assert_uint_eq(st.ready, 0);
+        ck_assert_uint_eq(st.starting, 0);
+        ck_assert_uint_eq(st.started, 2);
+        /* a job that still asks does not wait for a refill */
+        k = cq_kpool_acquire(pool, 60000, errstr, sizeof(errstr));
+        ck_assert_msg(k != NULL, "%s", errstr);
+        assert_stdout(k, "print(6 * 7)", "42\n");
+        cq_kpool_stats(pool, &st);
+        ck_assert_uint_eq(st.own_starts, 1);
         cq_interp_destroy(&k);
         cq_kpool_destroy(&pool);
         ck_assert_int_eq(count_kernels(), 0);
@@ -4262,6 +4352,7 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, files_created_and_inputs);
         tcase_add_test(tc, fifo_in_work_dir_does_not_block);
         tcase_add_test(tc, timeout_and_death_replace_the_kernel);
+        tcase_add_test(tc, abandoned_cell_is_not_waited_for);
         tcase_add_test(tc, output_flood_is_bounded);
         tcase_add_test(tc, every_byte_counts_against_the_cap);
         tcase_add_test(tc, frames_without_end_do_not_grow_the_worker);
@@ -4272,6 +4363,8 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, pool_hands_out_ready_kernels);
         tcase_add_test(tc, pool_starts_kernels_in_parallel);
         tcase_add_test(tc, acquire_starts_its_own_when_the_pool_has_none);
+        tcase_add_test(tc,
+                       drained_pool_kills_its_ready_kernels_and_starts_none);
         tcase_add_test(tc, sweep_removes_dirs_of_dead_workers);
         tcase_add_test(tc, kernel_has_no_controlling_terminal);
         tcase_add_test(tc, config_and_start_failure);

@@ -102,6 +102,7 @@ struct cq_worker {
         atomic_bool listening; /* listener up: it polls, slots need not */
         atomic_ullong wakeups; /* jobs announced to this worker */
         atomic_ullong claims, claims_empty;
+        atomic_ullong finished, released; /* jobs finished, given back */
         worker_metrics_t m;
 };
 

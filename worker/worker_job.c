@@ -687,6 +687,7 @@ static void finish_job(slot_t *slot,
                           "job_id", job->job_id, NULL);
                 return;
         }
+        atomic_fetch_add(&slot->w->finished, 1);
         cq_log_kv(CQ_LOG_INFO, "job finished", "job_id", job->job_id, "status",
                   status, "reason", res->reason, NULL);
         worker_metrics_finished(slot->w, status, res->reason_code);
@@ -712,14 +713,16 @@ static void give_back(slot_t *slot, const char *job_id)
                           "job_id", job_id, NULL);
                 return;
         }
-        if (cq_store_release(slot->store, job_id) != CQ_OK)
+        if (cq_store_release(slot->store, job_id) != CQ_OK) {
                 cq_log_kv(CQ_LOG_WARN,
                           "could not release job; its lease will expire",
                           "job_id", job_id, "error",
                           cq_store_errmsg(slot->store), NULL);
-        else
+        } else {
+                atomic_fetch_add(&slot->w->released, 1);
                 cq_log_kv(CQ_LOG_INFO, "job released at a checkpoint", "job_id",
                           job_id, NULL);
+        }
 }
 
 static void cannot_run(slot_t *slot,
@@ -894,6 +897,12 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         }
         if (!cells)
                 goto out;
+        /* Claimed as the drain began: no kernel is started for a job
+         * that would stop at its first checkpoint. */
+        if (atomic_load(&w->stop_jobs)) {
+                give_back(slot, job.job_id);
+                goto out;
+        }
         memset(&ctx, 0, sizeof(ctx));
         if (claim->has_checkpoint) {
                 err = cq_store_load_checkpoint(slot->store, job.job_id, &cp);

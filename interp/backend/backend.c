@@ -569,6 +569,12 @@ void cq_backend_log_pool(cq_backend_t *backend)
         json_decref(fields);
 }
 
+void cq_backend_drain(cq_backend_t *backend)
+{
+        if (backend && backend->pool)
+                cq_kpool_drain(backend->pool);
+}
+
 void cq_backend_destroy(cq_backend_t **backendp)
 {
         cq_backend_t *backend = *backendp;

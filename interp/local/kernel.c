@@ -1154,6 +1154,8 @@ typedef enum cell_state {
         CELL_REPLIED,     /* replied: the idle status ends its outputs */
         CELL_DONE,        /* replied, and idle or waited for long enough */
         CELL_KILL,        /* hung or broke its connection: replace it */
+        CELL_ABANDONED,   /* cancelled with CQ_INTERP_CANCEL_ABANDON: not
+                           * waited for; the kernel is killed */
         CELL_DIED,        /* the kernel died: replace it */
         CELL_FAILED,      /* a request could not be sent: no result */
 } cell_state_t;
@@ -1222,11 +1224,22 @@ static cell_state_t cell_start(cell_t *c)
         return CELL_RUNNING;
 }
 
+/* Whether the cell's cancel flag says to abandon it. */
+static bool abandoned(const cell_t *c)
+{
+        return c->opts->cancel &&
+               atomic_load(c->opts->cancel) == CQ_INTERP_CANCEL_ABANDON;
+}
+
 /* CELL_RUNNING: its deadline or a cancel interrupts the cell. */
 static cell_state_t cell_running(cell_t *c, int64_t now)
 {
         bool cancel = c->opts->cancel && atomic_load(c->opts->cancel) != 0;
 
+        if (abandoned(c)) {
+                c->stop = CELL_STOP_CANCEL;
+                return CELL_ABANDONED;
+        }
         if (c->deadline && now >= c->deadline)
                 c->stop = CELL_STOP_TIMEOUT;
         else if (cancel)
@@ -1248,6 +1261,10 @@ static bool grace_over(const cell_t *c, int64_t now)
 /* CELL_INTERRUPTED: a cell that does not stop in time is killed. */
 static cell_state_t cell_interrupted(cell_t *c, int64_t now)
 {
+        if (abandoned(c)) {
+                c->stop = CELL_STOP_CANCEL;
+                return CELL_ABANDONED;
+        }
         return grace_over(c, now) ? CELL_KILL : CELL_INTERRUPTED;
 }
 
@@ -1409,7 +1426,7 @@ static cell_state_t cell_turn(cell_t *c, cell_state_t state)
                 state = cell_interrupted(c, now);
         else
                 state = cell_replied(c, now);
-        if (state == CELL_DONE || state == CELL_KILL)
+        if (state == CELL_DONE || state == CELL_KILL || state == CELL_ABANDONED)
                 return state;
         /* in the sandbox cq_kernel_interrupt() cannot signal the kernel:
          * the thread that owns control sends the request */
@@ -1472,6 +1489,15 @@ static bool cell_end_status(cell_t *c, cell_state_t state)
                                         "is lost"));
                 return true;
         }
+        if (state == CELL_ABANDONED) {
+                res->status = CQ_CELL_CANCELLED;
+                res->state_lost = true;
+                add_output(&c->col,
+                           status_error("Cancelled",
+                                        "the cell was abandoned and its "
+                                        "kernel killed; its state is lost"));
+                return false;
+        }
         if (c->stop == CELL_STOP_CANCEL) {
                 res->status = CQ_CELL_CANCELLED;
                 if (state == CELL_KILL)
@@ -1514,6 +1540,8 @@ static cq_err_t cell_finish(cell_t *c, cell_state_t state)
                 res->state_lost = true;
                 if (respawn(c->kernel) != CQ_OK)
                         err = CQ_ERR_RETRIABLE;
+        } else if (state == CELL_ABANDONED) {
+                cq_kernel_kill(c->kernel); /* reaped by its destroy */
         }
         return err;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check_support.h"
+#include "coderq/common/util.h"
 
 void cq_check_cell(cq_interp_t *interp,
                    const char *code,
@@ -87,8 +88,10 @@ void *cq_check_act_when_running(void *arg)
         cq_check_running_t *cell = arg;
 
         cell->ran = cq_check_wait_until(mark_exists, cell, 30000);
+        cell->acted_ms = cq_now_ms();
         if (cell->cancel)
-                atomic_store(cell->cancel, 1);
+                atomic_store(cell->cancel,
+                             cell->cancel_value ? cell->cancel_value : 1);
         else
                 cell->interrupt = cq_interp_interrupt(cell->interp);
         return NULL;

@@ -62,9 +62,11 @@ void cq_check_kservers_stop(void);
 typedef struct cq_check_running {
         char mark[PATH_MAX]; /* the mark's path */
         atomic_int *cancel;  /* raised when set, else interp interrupted */
+        int cancel_value;    /* what it is raised to; 0: 1 */
         cq_interp_t *interp;
-        bool ran;      /* the mark appeared */
-        int interrupt; /* cq_interp_interrupt()'s result */
+        bool ran;         /* the mark appeared */
+        int interrupt;    /* cq_interp_interrupt()'s result */
+        int64_t acted_ms; /* when it acted */
 } cq_check_running_t;
 
 /** @brief A pthread start routine on a cq_check_running_t: once the mark

@@ -223,6 +223,35 @@ json_t *cq_fake_llm_requests(cq_fake_llm_t *fake)
         return call(fake, "GET", "/_fake/requests", NULL);
 }
 
+int cq_fake_llm_count_steps(
+    cq_fake_llm_t *fake, const char *prefix, int njobs, int nsteps, int *counts)
+{
+        json_t *reqs = cq_fake_llm_requests(fake), *req;
+        char tag[160];
+        size_t i;
+
+        if (!reqs)
+                return -1;
+        memset(counts, 0, sizeof(*counts) * (size_t)njobs * (size_t)nsteps);
+        snprintf(tag, sizeof(tag), "Job %s-", prefix);
+        json_array_foreach(reqs, i, req)
+        {
+                char *body = json_dumps(json_object_get(req, "body"), 0);
+                const char *at = body ? strstr(body, tag) : NULL;
+                json_int_t step =
+                    json_integer_value(json_object_get(req, "step"));
+                int job;
+
+                if (at && sscanf(at + strlen(tag), "%3d:", &job) == 1 &&
+                    job >= 0 && job < njobs && step >= 0 && step < nsteps &&
+                    json_integer_value(json_object_get(req, "status")) == 200)
+                        counts[job * nsteps + step]++;
+                free(body);
+        }
+        json_decref(reqs);
+        return 0;
+}
+
 int cq_fake_llm_reset(cq_fake_llm_t *fake)
 {
         json_t *reply = call(fake, "POST", "/_fake/reset", "{}");

@@ -38,6 +38,21 @@ pid_t cq_fake_llm_pid(const cq_fake_llm_t *fake);
  */
 json_t *cq_fake_llm_requests(cq_fake_llm_t *fake);
 
+/**
+ * @brief How often the fake answered (status 200) each step of each job,
+ *        from the requests it recorded: counts[j * nsteps + s] for step s
+ *        (the assistant messages in the request) of the job whose prompt
+ *        holds "Job <prefix>-<j as 3 digits>:", j < njobs, s < nsteps. A
+ *        count above 1 is a turn the job asked for again.
+ * @param counts (out) njobs * nsteps counts.
+ * @returns 0, or -1 when the requests could not be read.
+ */
+int cq_fake_llm_count_steps(cq_fake_llm_t *fake,
+                            const char *prefix,
+                            int njobs,
+                            int nsteps,
+                            int *counts);
+
 /** @brief Forget recorded requests and fault counters. @returns 0 or -1. */
 int cq_fake_llm_reset(cq_fake_llm_t *fake);
 

@@ -162,7 +162,11 @@ typedef struct cq_agent_opts {
                                      running cell is interrupted */
         const atomic_int *stop;   /* borrowed; raise to stop at the next
                                      checkpoint (the worker is shutting
-                                     down): status CQ_AGENT_ABORTED */
+                                     down): status CQ_AGENT_ABORTED. A
+                                     cell \p cancel interrupts while it
+                                     is raised is not recorded (no cell,
+                                     no tool message, no retry): the
+                                     resumed job runs it again */
         cq_agent_new_interp_t *new_interp; /* tests.isolation "fresh";
                                               NULL: such tests fail */
         void *new_interp_opaque;

@@ -227,6 +227,15 @@ typedef struct cq_backend_pool {
  */
 bool cq_backend_pool(cq_backend_t *backend, cq_backend_pool_t *pool);
 
+/**
+ * @brief The worker takes no more jobs: the kernel pool starts no more
+ *        kernels and kills its ready ones now, so that the worker's exit
+ *        does not wait for them (cq_kpool_drain()). Interpreters can still
+ *        be had. No-op without a pool.
+ * @locality Any thread; not while cq_backend_destroy() runs.
+ */
+void cq_backend_drain(cq_backend_t *backend);
+
 /** @brief Stop the pool; interpreters must be destroyed first. */
 void cq_backend_destroy(cq_backend_t **backendp);
 

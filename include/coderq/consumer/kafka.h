@@ -132,10 +132,19 @@ typedef struct cq_producer cq_producer_t;
 cq_producer_t *
 cq_producer_new(const cq_kafka_opts_t *opts, char *errstr, size_t errstr_size);
 
-/** @brief Flush (bounded by opts.flush_timeout_ms), stop the thread and
- *         destroy. Call after every intake, relay and events handle using
- *         it is destroyed. */
+/** @brief Flush (bounded by opts.flush_timeout_ms, and by the deadline of
+ *         cq_producer_flush_by()), stop the thread and destroy. Call after
+ *         every intake, relay and events handle using it is destroyed. */
 void cq_producer_destroy(cq_producer_t **prodp);
+
+/**
+ * @brief End cq_producer_destroy()'s flush by \p deadline_ms (cq_now_ms()'s
+ *        clock) at the latest: a draining worker has a deadline of its
+ *        own. What is still undelivered then is purged, as at the end of
+ *        any flush.
+ * @locality Any thread.
+ */
+void cq_producer_flush_by(cq_producer_t *prod, int64_t deadline_ms);
 
 /**
  * @brief Whether the producer's client met an authentication or TLS
@@ -362,8 +371,11 @@ cq_relay_t *cq_relay_new(const cq_kafka_opts_t *opts,
  *        reason a retry can fix (or possibly persisted) releases the row
  *        with a backoff; a permanent error (cq_kafka_err_permanent())
  *        marks it failed, logged at error and counted in "rejected". On
- *        stop, waits at most flush_timeout_ms for the reports in flight;
- *        rows still in flight keep their claim until it expires. A poll
+ *        stop, claims once more if it was kicked meanwhile (a job of this
+ *        process finished as the stop came), then waits at most
+ *        flush_timeout_ms, and not past the deadline of
+ *        cq_relay_flush_by(), for the reports in flight; rows still in
+ *        flight keep their claim until it expires. A poll
  *        that finds nothing doubles the period up to relay_idle_ms; one
  *        that finds a row, or a kick that does, sets it back.
  * @returns 0.
@@ -377,6 +389,14 @@ int cq_relay_run(cq_relay_t *relay, const atomic_int *stop);
  * @locality Any thread.
  */
 void cq_relay_kick(cq_relay_t *relay);
+
+/**
+ * @brief End the relay's flush at stop (cq_relay_run()) by \p deadline_ms
+ *        (cq_now_ms()'s clock) at the latest: a draining worker has a
+ *        deadline of its own.
+ * @locality Any thread.
+ */
+void cq_relay_flush_by(cq_relay_t *relay, int64_t deadline_ms);
 
 /** @locality Any thread. */
 void cq_relay_stats(cq_relay_t *relay, cq_relay_stats_t *stats);

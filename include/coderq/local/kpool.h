@@ -136,6 +136,17 @@ void cq_kpool_hooks(cq_kpool_t *pool, cq_local_hooks_t *hooks);
  *         valid until cq_kpool_destroy(). @locality Any thread. */
 cq_kserver_t *cq_kpool_kserver(cq_kpool_t *pool);
 
+/**
+ * @brief The pool's owner takes no more jobs (a worker draining): the
+ *        refill threads start no more kernels, the ready ones are killed
+ *        now (they die while the jobs drain, not when the pool is
+ *        destroyed) and a start under way is killed when it ends.
+ *        cq_kpool_acquire() still works, starting the caller's own kernel
+ *        without waiting.
+ * @locality Any thread; not while cq_kpool_destroy() runs.
+ */
+void cq_kpool_drain(cq_kpool_t *pool);
+
 /** @brief Kernels ready now. @locality Any thread. */
 size_t cq_kpool_ready(cq_kpool_t *pool);
 
