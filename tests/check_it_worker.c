@@ -2939,10 +2939,17 @@ static Suite *worker_suite(void)
         tcase_add_test(tc, cancel_and_sessions);
         tcase_add_test(tc, idle_worker_hears_of_new_jobs);
         tcase_add_test(tc, idle_slots_poll_once_per_worker);
-        tcase_add_test(tc, broker_and_database_outages_lose_nothing);
         tcase_add_test(tc, nul_output_kept_and_refused_checkpoint_fails_job);
         suite_add_tcase(s, tc);
-        /* Evaluation rules: CK_RUN_CASE=eval runs them alone. */
+        /* It stops and restarts the shared services, so CTest runs this
+         * case alone (RUN_SERIAL): CQ_CHECK_CASE=outage. */
+        tc = tcase_create("outage");
+        tcase_add_unchecked_fixture(tc, setup, teardown);
+        tcase_add_checked_fixture(tc, NULL, kill_leftovers);
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, broker_and_database_outages_lose_nothing);
+        suite_add_tcase(s, tc);
+        /* Evaluation rules: CQ_CHECK_CASE=eval runs them alone. */
         tc = tcase_create("eval");
         tcase_add_unchecked_fixture(tc, setup, teardown);
         tcase_add_checked_fixture(tc, NULL, kill_leftovers);
@@ -2958,7 +2965,7 @@ static Suite *worker_suite(void)
         tcase_add_test(limits, resumed_job_keeps_its_retry_count);
         tcase_add_test(limits, resumed_job_keeps_its_running_time);
         suite_add_tcase(s, limits);
-        /* The default sandbox and the memory rules: CK_RUN_CASE=trust. */
+        /* The default sandbox and the memory rules: CQ_CHECK_CASE=trust. */
         tc = tcase_create("trust");
         tcase_add_unchecked_fixture(tc, setup, teardown);
         tcase_add_checked_fixture(tc, NULL, no_extra);
@@ -2967,7 +2974,7 @@ static Suite *worker_suite(void)
         tcase_add_test(tc, memory_default_scope_flags_and_hints);
         suite_add_tcase(s, tc);
         /* Budgets, sampling and retries of evaluation runs:
-         * CK_RUN_CASE=budget runs them alone. */
+         * CQ_CHECK_CASE=budget runs them alone. */
         tc = tcase_create("budget");
         tcase_add_unchecked_fixture(tc, setup, teardown);
         tcase_add_checked_fixture(tc, NULL, no_extra);
@@ -2982,7 +2989,7 @@ static Suite *worker_suite(void)
         tcase_set_timeout(e2b, 300);
         tcase_add_test(e2b, long_llm_turn_keeps_the_e2b_sandbox);
         suite_add_tcase(s, e2b);
-        /* CK_RUN_CASE=metrics: the metrics server and a real Prometheus */
+        /* CQ_CHECK_CASE=metrics: the metrics server and a real Prometheus */
         tc = tcase_create("metrics");
         tcase_add_unchecked_fixture(tc, setup, teardown);
         tcase_add_checked_fixture(tc, NULL, metrics_cleanup);
