@@ -3,13 +3,20 @@
 # local services, a Release build (build/), an ASan+UBSan build
 # (build-asan/), a ThreadSanitizer build (build-tsan/) and a libFuzzer
 # build (build-fuzz/, clang), all with -Werror, lint (clang-format, banned
-# functions, the room map of scripts/rooms.sh), then every CTest suite
-# under Release and ASan, the unit suites and check_it_worker under TSan
-# (label "tsan"), and each fuzz target for CQ_FUZZ_SECONDS (default 20)
-# over its seed corpus. The last line is "N passed, N failed" (", N
-# skipped" when a suite skipped) over all of it; the exit status is
-# non-zero on any failure. A second run is incremental: setup and services
-# are no-ops and the builds only recompile what changed.
+# functions, the room map of scripts/rooms.sh), then every CTest entry
+# once, under ASan+UBSan; the entries labelled "tsan" (the suites that run
+# threads, tests/CMakeLists.txt) under TSan; and each fuzz target for
+# CQ_FUZZ_SECONDS (default 10), two at a time, over its seed corpus. The
+# Release build is built, warned and linted, but its suites run only with
+# --release-tests: the sanitizer builds run the same code through the
+# same suites, and the README's first command runs the Release binary end
+# to end. CTest runs CQ_TEST_JOBS entries at a time (default 3: most wait
+# on kernels, brokers and sockets more than on a core); entries that stop
+# or restart the shared services run alone (RUN_SERIAL). The last line is
+# "N passed, N failed" (", N skipped" when an entry skipped) over all of
+# it; the exit status is non-zero on any failure. A second run is
+# incremental: setup and services are no-ops and the builds only
+# recompile what changed.
 #
 # Skips: a suite that cannot run a test here (node and npm absent,
 # bubblewrap not working, no chromium, no prometheus, no oracles venv or
@@ -27,6 +34,7 @@
 #   --no-asan  skip the ASan+UBSan build and its test run
 #   --no-tsan  skip the ThreadSanitizer build and its test run
 #   --no-fuzz  skip the fuzz build and the fuzzing
+#   --release-tests  run every suite under the Release build too
 #   --stop     stop the services at the end (default: leave them running)
 #   --no-cache rerun every suite even when nothing changed (see below)
 #   -h|--help  this text
@@ -46,6 +54,7 @@ tsan=1
 fuzz=1
 stop=0
 use_cache=1
+release_tests=0
 for arg in "$@"; do
         case $arg in
         --unit) unit_only=1 ;;
@@ -54,13 +63,14 @@ for arg in "$@"; do
         --no-fuzz) fuzz=0 ;;
         --stop) stop=1 ;;
         --no-cache) use_cache=0 ;;
+        --release-tests) release_tests=1 ;;
         -h | --help)
                 sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
                 exit 0
                 ;;
         *)
                 echo "usage: $0 [--unit] [--no-asan] [--no-tsan] [--no-fuzz]" \
-                        "[--stop] [--no-cache]" >&2
+                        "[--stop] [--no-cache] [--release-tests]" >&2
                 exit 2
                 ;;
         esac
@@ -220,11 +230,12 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 # Only the Tsan build's executables see these. The suppressions cover
 # third-party libraries only (each justified in the file).
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1 second_deadlock_stack=1 suppressions=$CQ_ROOT/tests/tsan/suppressions.txt}
-ctest_args=(-j2 --output-on-failure)
+ctest_args=(-j"${CQ_TEST_JOBS:-3}" --output-on-failure)
 [ "$unit_only" -eq 1 ] && ctest_args+=(-L unit)
-# The Tsan build runs the suites labelled "tsan" (with --unit: "unit").
+# The Tsan build runs the entries labelled "tsan" (with --unit, those
+# that are also "unit": CTest's -L options must all match).
 build_args() {
-        if [ "$1" = Tsan ] && [ "$unit_only" -eq 0 ]; then
+        if [ "$1" = Tsan ]; then
                 echo "-L tsan"
         fi
 }
@@ -264,7 +275,15 @@ list_all_files() {
 passed=0
 failed=0
 skipped=0
+test_builds=()
 for b in "${builds[@]}"; do
+        # Release alone (--no-asan) still runs its suites
+        if [ "${b#*:}" != Release ] || [ "$release_tests" -eq 1 ] ||
+                [ "$asan" -eq 0 ]; then
+                test_builds+=("$b")
+        fi
+done
+for b in "${test_builds[@]}"; do
         dir=${b%:*}
         key=$(cache_key "$dir" "${b#*:}")
         if [ "$use_cache" -eq 1 ] && [ -f "$dir/test-cache" ] &&
@@ -328,28 +347,45 @@ done
 # and leaves the reproducer under build-fuzz/crash/.
 if [ "$fuzz" -eq 1 ]; then
         fdir=$CQ_ROOT/build-fuzz
-        secs=${CQ_FUZZ_SECONDS:-20}
-        for exe in "$fdir"/tests/fuzz/fuzz_*; do
-                name=${exe##*/fuzz_}
+        secs=${CQ_FUZZ_SECONDS:-10}
+        targets=("$fdir"/tests/fuzz/fuzz_*)
+        # One target; its status, and its log says why when it failed.
+        fuzz_one() {
+                local exe=$1 name=${1##*/fuzz_}
                 mkdir -p "$fdir/corpus/$name" "$fdir/crash"
-                cq_say "fuzzing $name for $secs s"
-                if "$exe" -max_total_time="$secs" -rss_limit_mb=2048 \
+                "$exe" -max_total_time="$secs" -rss_limit_mb=2048 \
                         -timeout=10 -max_len=65536 -print_final_stats=1 \
                         -artifact_prefix="$fdir/crash/$name-" \
                         "$fdir/corpus/$name" "$CQ_ROOT/tests/fuzz/corpus/$name" \
-                        >"$fdir/fuzz-$name.log" 2>&1; then
-                        grep -E '^stat::number_of_executed_units' \
-                                "$fdir/fuzz-$name.log" | sed "s/^/  $name: /" || true
-                        passed=$((passed + 1))
-                else
-                        tail -n 60 "$fdir/fuzz-$name.log"
-                        art=$(grep -oE 'Test unit written to [^ ]+' \
-                                "$fdir/fuzz-$name.log" | tail -n 1 |
-                                sed 's/Test unit written to //')
-                        echo "fuzz_$name FAILED; reproduce with:" \
-                                "$exe ${art:-<the input above>}" >&2
-                        failed=$((failed + 1))
-                fi
+                        >"$fdir/fuzz-$name.log" 2>&1
+        }
+        cq_say "fuzzing ${#targets[@]} targets for $secs s each, two at a time"
+        i=0
+        while [ "$i" -lt "${#targets[@]}" ]; do
+                pids=()
+                for exe in "${targets[@]:$i:2}"; do
+                        fuzz_one "$exe" &
+                        pids+=("$!:$exe")
+                done
+                for p in "${pids[@]}"; do
+                        exe=${p#*:}
+                        name=${exe##*/fuzz_}
+                        if wait "${p%%:*}"; then
+                                grep -E '^stat::number_of_executed_units' \
+                                        "$fdir/fuzz-$name.log" |
+                                        sed "s/^/  $name: /" || true
+                                passed=$((passed + 1))
+                        else
+                                tail -n 60 "$fdir/fuzz-$name.log"
+                                art=$(grep -oE 'Test unit written to [^ ]+' \
+                                        "$fdir/fuzz-$name.log" | tail -n 1 |
+                                        sed 's/Test unit written to //')
+                                echo "fuzz_$name FAILED; reproduce with:" \
+                                        "$exe ${art:-<the input above>}" >&2
+                                failed=$((failed + 1))
+                        fi
+                done
+                i=$((i + 2))
         done
         phase_end fuzz
 fi

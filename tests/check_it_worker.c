@@ -3022,7 +3022,7 @@ START_TEST(memory_default_scope_flags_and_hints)
 }
 END_TEST
 
-/* A test case of its own, run alone with CK_RUN_CASE=\p name: a fresh
+/* A test case of its own, run alone with CQ_CHECK_CASE=\p name: a fresh
  * database and fake LLM, \p cleanup after each test. */
 static TCase *new_case(const char *name, void (*cleanup)(void))
 {
@@ -3258,14 +3258,18 @@ static Suite *worker_suite(void)
         tcase_add_test(tc, cancel_and_sessions);
         tcase_add_test(tc, idle_worker_hears_of_new_jobs);
         tcase_add_test(tc, idle_slots_poll_once_per_worker);
-        tcase_add_test(tc, broker_and_database_outages_lose_nothing);
         tcase_add_test(tc, nul_output_kept_and_refused_checkpoint_fails_job);
         suite_add_tcase(s, tc);
-        /* Figures and their names: CK_RUN_CASE=figures runs them alone. */
+        /* It stops and restarts the shared services, so CTest runs this
+         * case alone (RUN_SERIAL): CQ_CHECK_CASE=outage. */
+        tc = new_case("outage", kill_leftovers);
+        tcase_add_test(tc, broker_and_database_outages_lose_nothing);
+        suite_add_tcase(s, tc);
+        /* Figures and their names: CQ_CHECK_CASE=figures runs them alone. */
         tc = new_case("figures", kill_leftovers);
         tcase_add_test(tc, figures_keep_their_names);
         suite_add_tcase(s, tc);
-        /* Evaluation rules: CK_RUN_CASE=eval runs them alone. */
+        /* Evaluation rules: CQ_CHECK_CASE=eval runs them alone. */
         tc = new_case("eval", kill_leftovers);
         tcase_add_test(tc, memory_only_inside_a_named_scope_and_model);
         tcase_add_test(tc, fresh_tests_and_test_deadlines);
@@ -3278,13 +3282,13 @@ static Suite *worker_suite(void)
         tcase_add_test(limits, resumed_job_keeps_its_retry_count);
         tcase_add_test(limits, resumed_job_keeps_its_running_time);
         suite_add_tcase(s, limits);
-        /* The default sandbox and the memory rules: CK_RUN_CASE=trust. */
+        /* The default sandbox and the memory rules: CQ_CHECK_CASE=trust. */
         tc = new_case("trust", no_extra);
         tcase_add_test(tc, default_sandbox_runs_job_code_as_another_uid);
         tcase_add_test(tc, memory_default_scope_flags_and_hints);
         suite_add_tcase(s, tc);
         /* Budgets, sampling and retries of evaluation runs:
-         * CK_RUN_CASE=budget runs them alone. */
+         * CQ_CHECK_CASE=budget runs them alone. */
         tc = new_case("budget", no_extra);
         tcase_add_test(tc, job_budgets_stop_before_the_crossing_call);
         tcase_add_test(tc, run_budget_holds_across_jobs);
@@ -3296,14 +3300,14 @@ static Suite *worker_suite(void)
         tcase_set_timeout(e2b, 300);
         tcase_add_test(e2b, long_llm_turn_keeps_the_e2b_sandbox);
         suite_add_tcase(s, e2b);
-        /* CK_RUN_CASE=startup: PostgreSQL refused or not up yet at start */
+        /* CQ_CHECK_CASE=startup: PostgreSQL refused or not up yet at start */
         tc = new_case("startup", no_extra);
         tcase_add_loop_test(tc, worker_refuses_what_waiting_cannot_fix, 0, 3);
         tcase_add_loop_test(tc, worker_waits_for_postgres_that_is_not_up_yet, 0,
                             2);
         tcase_add_test(tc, worker_without_an_llm_judges_solutions_only);
         suite_add_tcase(s, tc);
-        /* CK_RUN_CASE=metrics: the metrics server and a real Prometheus */
+        /* CQ_CHECK_CASE=metrics: the metrics server and a real Prometheus */
         tc = new_case("metrics", metrics_cleanup);
         tcase_add_test(tc, metrics_health_and_a_real_prometheus);
         suite_add_tcase(s, tc);

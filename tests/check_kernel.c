@@ -2051,8 +2051,11 @@ static int run_broken_probe(const char *require)
 
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
-                Suite *s = suite_create("skip");
-                TCase *tc = tcase_create("skip");
+                /* not a case of this suite (tests/CMakeLists.txt reads
+                 * the quoted tcase names): a suite of its own, run here */
+                const char *name = "skip";
+                Suite *s = suite_create(name);
+                TCase *tc = tcase_create(name);
 
                 tcase_add_test(tc, probe_with_a_broken_bwrap);
                 suite_add_tcase(s, tc);
@@ -4360,6 +4363,10 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, sandbox_bounds_its_tmpfs);
         tcase_add_test(tc, sandboxed_kernel_dirs_are_on_its_tmpfs);
         tcase_add_test(tc, cjk_labels_render_without_tofu);
+        suite_add_tcase(s, tc);
+        /* The pool and the kernel server: CQ_CHECK_CASE=pool. */
+        tc = tcase_create("pool");
+        tcase_set_timeout(tc, 240);
         tcase_add_test(tc, pool_hands_out_ready_kernels);
         tcase_add_test(tc, pool_starts_kernels_in_parallel);
         tcase_add_test(tc, acquire_starts_its_own_when_the_pool_has_none);
@@ -4367,6 +4374,13 @@ static Suite *cq_kernel_suite(void)
                        drained_pool_kills_its_ready_kernels_and_starts_none);
         tcase_add_test(tc, sweep_removes_dirs_of_dead_workers);
         tcase_add_test(tc, kernel_has_no_controlling_terminal);
+        tcase_add_test(tc, killed_server_is_restarted);
+        tcase_add_test(tc, kserver_reply_parser);
+        tcase_add_test(tc, broken_server_is_an_error);
+        suite_add_tcase(s, tc);
+        /* Start-up and the sandbox's edges: CQ_CHECK_CASE=sandbox. */
+        tc = tcase_create("sandbox");
+        tcase_set_timeout(tc, 240);
         tcase_add_test(tc, config_and_start_failure);
         tcase_add_test(tc, fresh_work_root_runs_sandboxed);
         tcase_add_test(tc, sandbox_on_fails_closed);
@@ -4377,36 +4391,36 @@ static Suite *cq_kernel_suite(void)
         tcase_add_test(tc, backend_makes_the_process_non_dumpable);
         tcase_add_test(tc, forked_kernels_are_strangers);
         tcase_add_test(tc, forked_kernel_sockets_are_on_its_tmp);
-        tcase_add_test(tc, killed_server_is_restarted);
-        tcase_add_test(tc, kserver_reply_parser);
-        tcase_add_test(tc, broken_server_is_an_error);
         tcase_add_test(tc, nothing_left_behind);
         suite_add_tcase(s, tc);
-        /* The server's command line: CK_RUN_CASE=cmdline. */
+        /* The server's command line: CQ_CHECK_CASE=cmdline. */
         tc = tcase_create("cmdline");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, kserver_command_line_is_short);
         suite_add_tcase(s, tc);
-        /* The kernel keyrings: CK_RUN_CASE=keyring. */
+        /* The kernel keyrings: CQ_CHECK_CASE=keyring. */
         tc = tcase_create("keyring");
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, kernels_share_no_keyring);
         tcase_add_test(tc, keyring_filter_fails_closed);
         suite_add_tcase(s, tc);
-        /* What the worker does in work dirs as root: CK_RUN_CASE=workdir. */
+        /* What the worker does in work dirs as root: CQ_CHECK_CASE=workdir. */
         tc = tcase_create("workdir");
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, work_dir_removal_is_flat);
         tcase_add_test(tc, input_ownership_follows_no_planted_symlink);
         tcase_add_test(tc, job_cannot_choose_less_isolation);
         suite_add_tcase(s, tc);
-        /* No kernel: CK_RUN_CASE=probe runs it alone. */
+        /* No kernel: CQ_CHECK_CASE=probe runs it alone. */
         tc = tcase_create("probe");
+        /* they start interpreters: Check's default of 4 s is too short
+         * on a loaded machine */
+        tcase_set_timeout(tc, 120);
         tcase_add_test(tc, env_probe_skips_the_work_dir);
         tcase_add_test(tc, restart_runs_nothing_the_job_planted);
         tcase_add_test(tc, fd_output_survives_split_and_invalid_utf8);
         suite_add_tcase(s, tc);
-        /* The server's prebuilt shell: CK_RUN_CASE=shell runs it alone. */
+        /* The server's prebuilt shell: CQ_CHECK_CASE=shell runs it alone. */
         tc = tcase_create("shell");
         tcase_set_timeout(tc, 240);
         tcase_add_test(tc, forked_kernels_get_a_fresh_shell);

@@ -18,7 +18,9 @@
 /**
  * @brief Run \p suite and return the process exit status: 0 when every test
  *        passed, CQ_CHECK_SKIPPED when none failed and some skipped, else
- *        EXIT_FAILURE.
+ *        EXIT_FAILURE. With CQ_CHECK_CASE set, only the case of that name
+ *        runs (tests/CMakeLists.txt gives each case of a suite of several
+ *        a CTest entry of its own); a name the suite has not fails.
  */
 int cq_check_run(Suite *suite);
 
