@@ -836,6 +836,197 @@ static long count_role(const json_t *history, const char *role)
         return n;
 }
 
+/* The slot takes \p claim: busy, flags down, said and published. */
+static void slot_take(slot_t *slot, const cq_claim_t *claim)
+{
+        cq_worker_t *w = slot->w;
+
+        pthread_mutex_lock(&slot->lock);
+        snprintf(slot->job_id, sizeof(slot->job_id), "%s", claim->job_id);
+        slot->busy = true;
+        pthread_mutex_unlock(&slot->lock);
+        atomic_store(&slot->cancel, 0);
+        atomic_store(&slot->user_cancel, 0);
+        atomic_store(&slot->lost, 0);
+        cq_log_kv(CQ_LOG_INFO, "job claimed", "job_id", claim->job_id, "worker",
+                  w->id, NULL);
+        publish(slot, claim->job_id, "job.claimed",
+                json_pack("{s:s, s:i, s:b}", "worker", w->id, "attempt",
+                          claim->attempt, "resumed", claim->has_checkpoint));
+}
+
+static void slot_free(slot_t *slot)
+{
+        pthread_mutex_lock(&slot->lock);
+        slot->job_id[0] = '\0';
+        slot->busy = false;
+        pthread_mutex_unlock(&slot->lock);
+}
+
+/* The intake validated the spec; one that no longer parses (an older or
+ * newer schema) fails the job, clearly, with what it had spent. */
+static void
+fail_unparsable(slot_t *slot, const cq_claim_t *claim, const char *why)
+{
+        cq_agent_result_t res;
+        cq_job_t bare;
+
+        cq_agent_result_init(&res);
+        cq_job_init(&bare);
+        bare.job_id = claim->job_id;
+        res.status = CQ_AGENT_FAILED;
+        res.reason = strdup(why);
+        res.reason_code = "invalid_job";
+        res.prompt_tokens = claim->usage.prompt_tokens;
+        res.completion_tokens = claim->usage.completion_tokens;
+        res.cost_usd = claim->cost_usd;
+        finish_job(slot, &bare, claim->attempt, NULL, NULL, &res);
+        cq_agent_result_release(&res);
+}
+
+/* Where the job starts from: its checkpoint, its parent's session, or
+ * nothing (\p start, \p cells and \p historyp filled). false after the
+ * job was failed or given back for it. */
+static bool load_start(slot_t *slot,
+                       cq_claim_t *claim,
+                       cq_job_t *job,
+                       cq_checkpoint_t *cp,
+                       json_t *cells,
+                       json_t **historyp,
+                       cq_agent_start_t *start)
+{
+        char errstr[1024];
+        cq_err_t err;
+
+        if (claim->has_checkpoint) {
+                err = cq_store_load_checkpoint(slot->store, job->job_id, cp);
+                if (err != CQ_OK) {
+                        cannot_run(slot, claim, job, err, "storage",
+                                   "could not load its checkpoint: %s",
+                                   cq_store_errmsg(slot->store));
+                        return false;
+                }
+        }
+        if (job->parent_job_id) {
+                err = load_session(slot, job, cells, historyp, errstr,
+                                   sizeof(errstr));
+                if (err != CQ_OK) {
+                        cannot_run(slot, claim, job, err, "storage",
+                                   "could not load the parent session: %s",
+                                   errstr);
+                        return false;
+                }
+                /* what these cells make is the parent's, stored with it */
+                start->parent_cells = json_array_size(cells);
+        }
+        if (claim->has_checkpoint && json_array_size(cp->messages) > 0) {
+                append_codes(cells, cp->cells);
+                start->history = cp->messages;
+                start->cells = cells;
+                start->continue_job = true;
+                /* A session's history begins with the parent's turns. */
+                start->turns_done = count_role(cp->messages, "assistant") -
+                                    count_role(*historyp, "assistant");
+                start->retries_done = claim->retries;
+        } else if (job->parent_job_id) {
+                start->history = *historyp;
+                start->cells = cells;
+        }
+        /* Limits hold over the whole job: what the earlier attempts spent
+         * counts, and their running time. */
+        start->usage_done = claim->usage;
+        start->cost_done_usd = claim->cost_usd;
+        /* This run's cells are stored after those: numbered on from them */
+        start->cells_done = cp->last_cell_seq;
+        return true;
+}
+
+/* The agent's options, observers and memory for \p ctx's job. */
+static void wire_agent(job_ctx_t *ctx,
+                       cq_agent_opts_t *opts,
+                       cq_agent_observer_t *obs,
+                       cq_agent_memory_t *mem)
+{
+        slot_t *slot = ctx->slot;
+        cq_worker_t *w = slot->w;
+
+        obs->on_message = obs_message;
+        obs->on_cell = obs_cell;
+        obs->on_turn = obs_turn;
+        obs->on_event = obs_event;
+        obs->on_retry = obs_retry;
+        obs->on_usage = obs_usage;
+        obs->reserve = obs_reserve;
+        obs->opaque = ctx;
+        mem->lookup = mem_lookup;
+        mem->opaque = ctx;
+        cq_agent_opts_from_config(opts, w->cfg);
+        opts->cancel = &slot->cancel;
+        opts->stop = &w->stop_jobs;
+        opts->new_interp = slot_new_interp;
+        opts->new_interp_opaque = slot;
+        opts->judge_start = cq_backend_judge_start;
+        opts->judge_opaque = w->backend;
+        opts->prices = w->prices;
+        opts->metrics = &w->m.agent;
+}
+
+/* What becomes of the job after the agent ran: finished, given back, or
+ * tried again. */
+static void settle(job_ctx_t *ctx,
+                   cq_claim_t *claim,
+                   cq_job_t *job,
+                   const char *sandbox,
+                   cq_agent_result_t *res)
+{
+        slot_t *slot = ctx->slot;
+
+        /* The last call's usage, when no message carried it (the loop
+         * ended right after the call): before the job finishes or goes
+         * back. */
+        if (ctx->ckpt_err == CQ_OK && !atomic_load(&slot->lost) &&
+            flush_usage(ctx) != 0 && ctx->ckpt_err == CQ_ERR_RETRIABLE)
+                res->status = CQ_AGENT_ABORTED; /* a failed try, as before */
+        if (ctx->ckpt_err != CQ_OK && ctx->ckpt_err != CQ_ERR_RETRIABLE &&
+            !atomic_load(&slot->lost)) {
+                /* The store refused what the job produced: another run
+                 * would produce and be refused the same, so the job fails
+                 * saying why instead of going back to the queue. */
+                res->status = CQ_AGENT_FAILED;
+                free(res->reason);
+                res->reason = strdup(ctx->ckpt_errmsg);
+                res->reason_code = "storage";
+                finish_job(slot, job, claim->attempt, sandbox, ctx->nb, res);
+                return;
+        }
+        if (res->status == CQ_AGENT_ABORTED ||
+            (res->status == CQ_AGENT_CANCELLED &&
+             !atomic_load(&slot->user_cancel)) ||
+            atomic_load(&slot->lost)) {
+                /* A shutdown gives the job back as it is; a checkpoint
+                 * that could not be written is a failed try. */
+                if (ctx->ckpt_err != CQ_OK && !atomic_load(&slot->lost))
+                        cannot_run(slot, claim, job, CQ_ERR_RETRIABLE,
+                                   "storage", "%s", ctx->ckpt_errmsg);
+                else
+                        give_back(slot, job->job_id);
+                return;
+        }
+        if (res->status == CQ_AGENT_CANCELLED) {
+                free(res->reason);
+                res->reason = strdup("cancelled by request");
+        }
+        if (retry_infra(res) && claim->attempt < claim->max_attempts) {
+                /* Ours, not the model's (docs/EVALUATION.md#verdicts):
+                 * tried again from its checkpoint while attempts last. */
+                cannot_run(slot, claim, job, CQ_ERR_RETRIABLE, res->reason_code,
+                           "%s",
+                           res->reason ? res->reason : "infrastructure error");
+                return;
+        }
+        finish_job(slot, job, claim->attempt, sandbox, ctx->nb, res);
+}
+
 void worker_run_job(slot_t *slot, cq_claim_t *claim)
 {
         cq_worker_t *w = slot->w;
@@ -859,33 +1050,10 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         cq_checkpoint_init(&cp);
         cq_agent_result_init(&res);
         memset(&ctx, 0, sizeof(ctx));
-        pthread_mutex_lock(&slot->lock);
-        snprintf(slot->job_id, sizeof(slot->job_id), "%s", claim->job_id);
-        slot->busy = true;
-        pthread_mutex_unlock(&slot->lock);
-        atomic_store(&slot->cancel, 0);
-        atomic_store(&slot->user_cancel, 0);
-        atomic_store(&slot->lost, 0);
-        cq_log_kv(CQ_LOG_INFO, "job claimed", "job_id", claim->job_id, "worker",
-                  w->id, NULL);
-        publish(slot, claim->job_id, "job.claimed",
-                json_pack("{s:s, s:i, s:b}", "worker", w->id, "attempt",
-                          claim->attempt, "resumed", claim->has_checkpoint));
+        slot_take(slot, claim);
         if (cq_job_from_json(claim->spec, CQ_JOB_F_STORED, &job, errstr,
                              sizeof(errstr)) != CQ_OK) {
-                /* The intake validated it; a spec that no longer parses
-                 * (an older or newer schema) fails the job, clearly. */
-                cq_job_t bare;
-
-                cq_job_init(&bare);
-                bare.job_id = claim->job_id;
-                res.status = CQ_AGENT_FAILED;
-                res.reason = strdup(errstr);
-                res.reason_code = "invalid_job";
-                res.prompt_tokens = claim->usage.prompt_tokens;
-                res.completion_tokens = claim->usage.completion_tokens;
-                res.cost_usd = claim->cost_usd;
-                finish_job(slot, &bare, claim->attempt, NULL, NULL, &res);
+                fail_unparsable(slot, claim, errstr);
                 goto out;
         }
         if (!job.solution && cq_llm_provider(slot->llm) == CQ_LLM_NONE) {
@@ -903,41 +1071,8 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
                 give_back(slot, job.job_id);
                 goto out;
         }
-        memset(&ctx, 0, sizeof(ctx));
-        if (claim->has_checkpoint) {
-                err = cq_store_load_checkpoint(slot->store, job.job_id, &cp);
-                if (err != CQ_OK) {
-                        cannot_run(slot, claim, &job, err, "storage",
-                                   "could not load its checkpoint: %s",
-                                   cq_store_errmsg(slot->store));
-                        goto out;
-                }
-        }
-        if (job.parent_job_id) {
-                err = load_session(slot, &job, cells, &history, errstr,
-                                   sizeof(errstr));
-                if (err != CQ_OK) {
-                        cannot_run(slot, claim, &job, err, "storage",
-                                   "could not load the parent session: %s",
-                                   errstr);
-                        goto out;
-                }
-                /* what these cells make is the parent's, stored with it */
-                start.parent_cells = json_array_size(cells);
-        }
-        if (claim->has_checkpoint && json_array_size(cp.messages) > 0) {
-                append_codes(cells, cp.cells);
-                start.history = cp.messages;
-                start.cells = cells;
-                start.continue_job = true;
-                /* A session's history begins with the parent's turns. */
-                start.turns_done = count_role(cp.messages, "assistant") -
-                                   count_role(history, "assistant");
-                start.retries_done = claim->retries;
-        } else if (job.parent_job_id) {
-                start.history = history;
-                start.cells = cells;
-        }
+        if (!load_start(slot, claim, &job, &cp, cells, &history, &start))
+                goto out;
         /* A job judged with no LLM gets a runner, not a kernel. */
         err = cq_backend_acquire_for(w->backend, &job, claim->attempt,
                                      w->cfg->kernel_startup_timeout_s * 1000,
@@ -964,36 +1099,10 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
         ctx.nb = nb;
         ctx.next_cell_seq = cp.last_cell_seq + 1;
         ctx.run_budget = claim->run_budget;
-        ctx.usage_pending = false;
         ctx.ckpt_err = CQ_OK;
-        obs.on_message = obs_message;
-        obs.on_cell = obs_cell;
-        obs.on_turn = obs_turn;
-        obs.on_event = obs_event;
-        obs.on_retry = obs_retry;
-        obs.on_usage = obs_usage;
-        obs.reserve = obs_reserve;
-        obs.opaque = &ctx;
-        mem.lookup = mem_lookup;
-        mem.opaque = &ctx;
-        cq_agent_opts_from_config(&opts, w->cfg);
-        opts.cancel = &slot->cancel;
-        opts.stop = &w->stop_jobs;
-        opts.new_interp = slot_new_interp;
-        opts.new_interp_opaque = slot;
-        opts.judge_start = cq_backend_judge_start;
-        opts.judge_opaque = w->backend;
-        opts.prices = w->prices;
-        opts.metrics = &w->m.agent;
-        /* Limits hold over the whole job: what the earlier attempts
-         * spent counts. */
-        start.usage_done = claim->usage;
-        start.cost_done_usd = claim->cost_usd;
-        /* Limits hold over the whole job: this attempt so far, and the
-         * running time of the earlier ones. */
+        wire_agent(&ctx, &opts, &obs, &mem);
+        /* the running time of the earlier attempts, and this one's */
         start.elapsed_ms = claim->run_ms + (cq_now_ms() - claimed_ms);
-        /* This run's cells are stored after those: numbered on from them */
-        start.cells_done = cp.last_cell_seq;
         /* Memory only inside a scope the job (or the worker) names. */
         if (cq_agent_run(&job, interp, slot->llm, &opts, &obs,
                          job.memory.recall && memory_scope(w, &job) ? &mem
@@ -1003,50 +1112,7 @@ void worker_run_job(slot_t *slot, cq_claim_t *claim)
                            "the agent could not run: out of memory");
                 goto out;
         }
-        /* The last call's usage, when no message carried it (the loop
-         * ended right after the call): before the job finishes or goes
-         * back. */
-        if (ctx.ckpt_err == CQ_OK && !atomic_load(&slot->lost) &&
-            flush_usage(&ctx) != 0 && ctx.ckpt_err == CQ_ERR_RETRIABLE)
-                res.status = CQ_AGENT_ABORTED; /* a failed try, as before */
-        if (ctx.ckpt_err != CQ_OK && ctx.ckpt_err != CQ_ERR_RETRIABLE &&
-            !atomic_load(&slot->lost)) {
-                /* The store refused what the job produced: another run
-                 * would produce and be refused the same, so the job fails
-                 * saying why instead of going back to the queue. */
-                res.status = CQ_AGENT_FAILED;
-                free(res.reason);
-                res.reason = strdup(ctx.ckpt_errmsg);
-                res.reason_code = "storage";
-                finish_job(slot, &job, claim->attempt, sandbox, nb, &res);
-                goto out;
-        }
-        if (res.status == CQ_AGENT_ABORTED ||
-            (res.status == CQ_AGENT_CANCELLED &&
-             !atomic_load(&slot->user_cancel)) ||
-            atomic_load(&slot->lost)) {
-                /* A shutdown gives the job back as it is; a checkpoint
-                 * that could not be written is a failed try. */
-                if (ctx.ckpt_err != CQ_OK && !atomic_load(&slot->lost))
-                        cannot_run(slot, claim, &job, CQ_ERR_RETRIABLE,
-                                   "storage", "%s", ctx.ckpt_errmsg);
-                else
-                        give_back(slot, job.job_id);
-                goto out;
-        }
-        if (res.status == CQ_AGENT_CANCELLED) {
-                free(res.reason);
-                res.reason = strdup("cancelled by request");
-        }
-        if (retry_infra(&res) && claim->attempt < claim->max_attempts) {
-                /* Ours, not the model's (docs/EVALUATION.md#verdicts):
-                 * tried again from its checkpoint while attempts last. */
-                cannot_run(slot, claim, &job, CQ_ERR_RETRIABLE, res.reason_code,
-                           "%s",
-                           res.reason ? res.reason : "infrastructure error");
-                goto out;
-        }
-        finish_job(slot, &job, claim->attempt, sandbox, nb, &res);
+        settle(&ctx, claim, &job, sandbox, &res);
 out:
         cq_interp_destroy(&interp);
         cq_nb_destroy(&nb);
@@ -1055,8 +1121,5 @@ out:
         json_decref(cells);
         json_decref(history);
         cq_job_release(&job);
-        pthread_mutex_lock(&slot->lock);
-        slot->job_id[0] = '\0';
-        slot->busy = false;
-        pthread_mutex_unlock(&slot->lock);
+        slot_free(slot);
 }
