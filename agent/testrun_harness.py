@@ -157,7 +157,7 @@ def _enc(v, parts, budget, depth):
     elif _is(t, _np_scalars):
         _enc(v.item(), parts, budget, depth)
     else:
-        raise _NotPlain('a value of type %s' % _describe(t))
+        _enc(_as_base(v, t), parts, budget, depth)
 def _call(f, a):
     so, se = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = _SINK
@@ -214,6 +214,37 @@ _bytes = b''.__class__
 _complex = (0j).__class__
 _set = set().__class__
 _frozenset = frozenset().__class__
+# A subclass of a plain type (a Counter, a namedtuple, an IntEnum) crosses
+# as its base type's value, read with the base type's own methods, so an
+# override of the subclass changes nothing: the judge compares a plain
+# value the function could have returned itself.
+_TO_BASE = (
+    (_int, _int.__int__),
+    (_float, _float.__float__),
+    (_complex, _complex.__complex__),
+    (_str, _str.__str__),
+    (_bytes, lambda v: _bytes.__getitem__(v, slice(None))),
+    (_list, lambda v: _list(_list.__iter__(v))),
+    (_tuple, lambda v: _tuple(_tuple.__iter__(v))),
+    (_set, lambda v: _set(_set.__iter__(v))),
+    (_frozenset, lambda v: _frozenset(_frozenset.__iter__(v))),
+    (_dict, lambda v: _dict(_items(v))),
+)
+def _as_base(v, t):
+    try:
+        mro = _mro(t)
+    except Exception:
+        mro = ()
+    for b, to_base in _TO_BASE:
+        if b is not t and _is(b, mro):
+            try:
+                w = to_base(v)
+            except Exception:
+                break
+            if _type(w) is b:
+                return w
+            break
+    raise _NotPlain('a value of type %s' % _describe(t))
 _b64e = base64.b64encode
 _b64d = base64.b64decode
 def _renc(v, parts, budget, depth):
@@ -279,7 +310,7 @@ def _renc(v, parts, budget, depth):
                                  ('complex64', 'complex128')):
         _renc(v.item(), parts, budget, depth)
     else:
-        raise _NotPlain('a value of type %s' % _describe(t))
+        _renc(_as_base(v, t), parts, budget, depth)
 def _rdec(v):
     """The judge's tagged form as Python values (the call's arguments)."""
     t = _type(v)
