@@ -110,19 +110,21 @@ static const char SQL_ORPHANS[] =
     "UPDATE jobs c SET status = 'failed', finished_at = now(),"
     " updated_at = now(),"
     " reason = format('parent job %s %s', p.job_id, p.status),"
-    " reason_code = 'parent'"
+    " reason_code = 'parent', verdict = 'infra_error'"
     " FROM jobs p"
     " WHERE c.status = 'queued' AND c.parent_job_id = p.job_id"
     "  AND p.status IN ('failed', 'cancelled')"
     " RETURNING c.job_id";
 
 /* A child whose parent never arrived: the parent's message may come after
- * the child's (another partition), but not forever. */
+ * the child's (another partition), but not forever. Like an orphan, it
+ * never ran: not the model's doing, so out of the scores. */
 static const char SQL_NO_PARENT[] =
     "UPDATE jobs c SET status = 'failed', finished_at = now(),"
     " updated_at = now(),"
     " reason = format('parent job %s does not exist after %s s',"
-    "                 c.parent_job_id, $1::int), reason_code = 'parent'"
+    "                 c.parent_job_id, $1::int), reason_code = 'parent',"
+    " verdict = 'infra_error'"
     " WHERE c.status = 'queued' AND c.parent_job_id IS NOT NULL"
     "  AND c.created_at < now() - make_interval(secs => $1::int)"
     "  AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.job_id = c.parent_job_id)"

@@ -1932,13 +1932,22 @@ START_TEST(repro_records_what_the_run_used)
 }
 END_TEST
 
-static Suite *agent_suite(void)
+/* A case of its own (a CTest entry of its own, tests/CMakeLists.txt),
+ * with the suite's fixture. */
+static TCase *agent_case(const char *name)
 {
-        Suite *s = suite_create("agent");
-        TCase *tc = tcase_create("loop");
+        TCase *tc = tcase_create(name);
 
         tcase_add_unchecked_fixture(tc, setup, teardown);
         tcase_set_timeout(tc, 120);
+        return tc;
+}
+
+static Suite *agent_suite(void)
+{
+        Suite *s = suite_create("agent");
+        TCase *tc = agent_case("loop");
+
         tcase_add_loop_test(tc, success_first_try, 0, 2);
         tcase_add_loop_test(tc, error_then_reflection_then_fixed, 0, 2);
         tcase_add_loop_test(tc, retry_limit_fails_with_last_error, 0, 2);
@@ -1951,6 +1960,9 @@ static Suite *agent_suite(void)
         tcase_add_loop_test(tc, held_reply_refused_stops_all_checkpoints, 0, 2);
         tcase_add_loop_test(tc, cell_a_drain_interrupts_is_not_recorded, 0, 2);
         tcase_add_loop_test(tc, turn_limit_fails, 0, 2);
+        suite_add_tcase(s, tc);
+        /* Tests, and what the model may see of them: CQ_CHECK_CASE=tests. */
+        tc = agent_case("tests");
         tcase_add_loop_test(tc, tests_fail_then_pass, 0, 2);
         tcase_add_loop_test(tc, tests_never_pass_fails, 0, 2);
         tcase_add_loop_test(tc, fresh_tests_run_on_the_successful_cells_alone,
@@ -1958,6 +1970,9 @@ static Suite *agent_suite(void)
         tcase_add_loop_test(tc, hanging_or_killing_tests_fail_with_a_reason, 0,
                             2);
         tcase_add_loop_test(tc, tests_cannot_read_their_expected_values, 0, 2);
+        suite_add_tcase(s, tc);
+        /* The LLM providers and their replies: CQ_CHECK_CASE=llm. */
+        tc = agent_case("llm");
         tcase_add_loop_test(tc, two_tool_calls_both_answered_in_order, 0, 2);
         tcase_add_loop_test(tc, job_provider_anthropic, 0, 2);
         tcase_add_loop_test(tc, rate_limited_then_success, 0, 2);
@@ -1967,6 +1982,10 @@ static Suite *agent_suite(void)
         tcase_add_loop_test(tc, tool_output_is_bounded, 0, 2);
         tcase_add_loop_test(tc, old_tool_outputs_are_elided_near_the_window, 0,
                             2);
+        suite_add_tcase(s, tc);
+        /* Memory, inputs, resumes, figures and sessions: CQ_CHECK_CASE=resume.
+         */
+        tc = agent_case("resume");
         tcase_add_loop_test(tc, memory_hit_skips_the_llm, 0, 2);
         tcase_add_loop_test(
             tc, input_files_by_content_and_by_url_reach_the_kernel, 0, 2);
@@ -1977,10 +1996,8 @@ static Suite *agent_suite(void)
         tcase_add_test(tc, job_time_limit_ends_a_slow_llm_call);
         suite_add_tcase(s, tc);
         /* Limits of money and tokens, sampling, what a run used:
-         * CK_RUN_CASE=budget runs them alone. */
-        tc = tcase_create("budget");
-        tcase_add_unchecked_fixture(tc, setup, teardown);
-        tcase_set_timeout(tc, 120);
+         * CQ_CHECK_CASE=budget runs them alone. */
+        tc = agent_case("budget");
         tcase_add_test(tc, budget_estimate_refuses_the_crossing_call);
         tcase_add_test(tc, budget_counts_earlier_attempts_and_unknown_costs);
         tcase_add_test(tc, sampling_parameters_reach_the_request);

@@ -789,6 +789,9 @@ static void cannot_run(slot_t *slot,
         }
         cq_agent_result_init(&res);
         res.status = CQ_AGENT_FAILED;
+        /* the model's code never ran, or ran to no verdict by our fault:
+         * left out of the scores (docs/EVALUATION.md#verdicts) */
+        res.verdict = "infra_error";
         res.retries = claim->retries;
         res.last_error = strdup(why);
         /* What earlier attempts spent stays the job's. */
@@ -875,6 +878,7 @@ fail_unparsable(slot_t *slot, const cq_claim_t *claim, const char *why)
         cq_job_init(&bare);
         bare.job_id = claim->job_id;
         res.status = CQ_AGENT_FAILED;
+        res.verdict = "infra_error"; /* not the model's doing */
         res.reason = strdup(why);
         res.reason_code = "invalid_job";
         res.prompt_tokens = claim->usage.prompt_tokens;
@@ -996,6 +1000,8 @@ static void settle(job_ctx_t *ctx,
                 free(res->reason);
                 res->reason = strdup(ctx->ckpt_errmsg);
                 res->reason_code = "storage";
+                /* whatever the run earned, it was not kept */
+                res->verdict = "infra_error";
                 finish_job(slot, job, claim->attempt, sandbox, ctx->nb, res);
                 return;
         }
