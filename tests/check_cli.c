@@ -9,6 +9,8 @@
 
 #include "check_support.h"
 #include "coderq/cli/cli.h"
+#include "coderq/cli/cmd_cli.h"
+#include "coderq/common/log.h"
 #include "coderq/common/config.h"
 #include "support/proc.h"
 
@@ -381,6 +383,32 @@ START_TEST(commands_say_that_the_dsn_is_not_set)
 }
 END_TEST
 
+/* submit mutes its Kafka producer's warnings: below error they show
+ * only at debug, and a log that is off (the quiet default) stays off
+ * rather than coming back on at error. */
+START_TEST(submit_leaves_a_quiet_log_off)
+{
+        static const struct {
+                cq_log_level_t level, want;
+        } cases[] = {{CQ_LOG_OFF, CQ_LOG_OFF},
+                     {CQ_LOG_DEBUG, CQ_LOG_DEBUG},
+                     {CQ_LOG_INFO, CQ_LOG_ERROR},
+                     {CQ_LOG_WARN, CQ_LOG_ERROR},
+                     {CQ_LOG_ERROR, CQ_LOG_ERROR}};
+        cq_log_level_t before = cq_log_get_level();
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                cq_log_set_level(cases[i].level);
+                cq_cli_quiet_clients();
+                ck_assert_msg(cq_log_get_level() == cases[i].want,
+                              "from %s: %s", cq_log_level_name(cases[i].level),
+                              cq_log_level_name(cq_log_get_level()));
+        }
+        cq_log_set_level(before);
+}
+END_TEST
+
 /* A worker whose provider needs a key and has none refuses to start,
  * naming the variables that hold it, before it connects to anything. */
 START_TEST(worker_without_an_llm_key_refuses_to_start)
@@ -445,6 +473,7 @@ static Suite *cli_suite(void)
         tcase_add_test(tc, help_lists_every_variable_and_command);
         tcase_add_test(tc, no_arguments_is_a_usage_error_with_help_on_stderr);
         tcase_add_test(tc, version_prints_the_project_version);
+        tcase_add_test(tc, submit_leaves_a_quiet_log_off);
         tcase_add_test(tc, unknown_command_exits_2);
         tcase_add_test(tc, invalid_log_level_exits_3_naming_the_variable);
         tcase_add_test(tc, invalid_flag_value_exits_3_naming_the_flag);
