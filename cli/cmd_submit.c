@@ -22,7 +22,6 @@
 #include "coderq/cli/jobfile.h"
 #include "coderq/common/job.h"
 #include "coderq/consumer/kafka.h"
-#include "coderq/common/log.h"
 #include "coderq/common/util.h"
 
 /* Delivery of every message must be decided within this time (librdkafka
@@ -526,11 +525,7 @@ produce_all(const cq_config_t *cfg, sub_batch_t *batch, bool print_ids)
         size_t i, failed = 0;
         int rc = CQ_EXIT_INTERNAL;
 
-        /* The producer logs the client's warnings for a worker's
-         * operators; a command says what failed in its one line, so they
-         * show only at debug, as before. */
-        if (cq_log_get_level() > CQ_LOG_DEBUG)
-                cq_log_set_level(CQ_LOG_ERROR);
+        cq_cli_quiet_clients();
         cq_kafka_opts_from_config(&kopts, cfg);
         kopts.client_id = "coderq-submit";
         kopts.message_timeout_ms = SUBMIT_DELIVERY_TIMEOUT_MS;

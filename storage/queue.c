@@ -44,16 +44,26 @@ static const char SQL_UPSERT_MANY[] =
 /* The parent check is inside the locked subquery, so a child becomes
  * claimable in the same statement that sees its parent succeeded. It is a
  * scalar subquery on purpose: an EXISTS under OR is planned as a hashed
- * subplan that scans every succeeded job, where this is one index probe. */
+ * subplan that scans every succeeded job, where this is one index probe.
+ * One locked subquery per queue, each reading jobs_claim_idx in order and
+ * stopping at its first free job, and the best of those wins: given the
+ * array whole (queue = ANY), PostgreSQL cannot read that index in order
+ * and sorts every queued job instead. A worker of several queues locks
+ * the head of each of them for the instant of the claim; a claim running
+ * beside it skips those as it skips any job being claimed. */
 static const char SQL_CLAIM[] =
     "WITH next AS ("
-    " SELECT j.job_id FROM jobs j"
-    " WHERE j.status = 'queued' AND j.queue = ANY ($3::text[])"
-    "  AND j.run_after <= now() AND j.attempts < j.max_attempts"
-    "  AND (j.parent_job_id IS NULL OR (SELECT p.status FROM jobs p"
-    "       WHERE p.job_id = j.parent_job_id) = 'succeeded')"
-    " ORDER BY j.priority DESC, j.created_at, j.job_id"
-    " LIMIT 1 FOR UPDATE OF j SKIP LOCKED)"
+    " SELECT c.job_id FROM unnest($3::text[]) AS q (name)"
+    " CROSS JOIN LATERAL ("
+    "  SELECT j.job_id, j.priority, j.created_at FROM jobs j"
+    "  WHERE j.status = 'queued' AND j.queue = q.name"
+    "   AND j.run_after <= now() AND j.attempts < j.max_attempts"
+    "   AND (j.parent_job_id IS NULL OR (SELECT p.status FROM jobs p"
+    "        WHERE p.job_id = j.parent_job_id) = 'succeeded')"
+    "  ORDER BY j.priority DESC, j.created_at, j.job_id"
+    "  LIMIT 1 FOR UPDATE OF j SKIP LOCKED) AS c"
+    " ORDER BY c.priority DESC, c.created_at, c.job_id"
+    " LIMIT 1)"
     " UPDATE jobs SET status = 'running', lease_owner = $1,"
     "  lease_until = now() + make_interval(secs => $2::int),"
     "  heartbeat_at = now(), attempts = jobs.attempts + 1,"

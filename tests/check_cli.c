@@ -3,12 +3,16 @@
  * subprocess: help, version, usage and configuration errors, per-command
  * help, and doctor against services that are certainly not there. Needs
  * nothing running. */
+#include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check_support.h"
 #include "coderq/cli/cli.h"
+#include "coderq/cli/cmd_cli.h"
+#include "coderq/common/log.h"
 #include "coderq/common/config.h"
 #include "support/proc.h"
 
@@ -276,6 +280,184 @@ START_TEST(docs_document_every_setting_and_command)
 }
 END_TEST
 
+/* The next --flag in \p text at or after *atp (a flag starts a word:
+ * not "a--b"), copied into \p flag; false when there is none. */
+static bool
+next_flag(const char *text, const char **atp, char *flag, size_t size)
+{
+        const char *p = *atp;
+
+        while ((p = strstr(p, "--")) != NULL) {
+                size_t n = 2;
+                bool starts = p == text || !(isalnum((unsigned char)p[-1]) ||
+                                             p[-1] == '-' || p[-1] == '*');
+
+                if (starts && islower((unsigned char)p[2])) {
+                        while (islower((unsigned char)p[n]) ||
+                               isdigit((unsigned char)p[n]) || p[n] == '-')
+                                n++;
+                        ck_assert_uint_lt(n, size);
+                        memcpy(flag, p, n);
+                        flag[n] = '\0';
+                        *atp = p + n;
+                        return true;
+                }
+                p += 2;
+        }
+        return false;
+}
+
+/* Whether \p text names the flag \p flag as a whole word. */
+static bool has_flag(const char *text, const char *flag)
+{
+        const char *at = text;
+        char found[64];
+
+        while (next_flag(text, &at, found, sizeof(found)))
+                if (strcmp(found, flag) == 0)
+                        return true;
+        return false;
+}
+
+/* The string literals of the C source \p src, joined by newlines, comments
+ * and character constants left out; caller frees. */
+static char *string_literals(const char *src)
+{
+        char *out = malloc(strlen(src) + 1), *o = out;
+        const char *p = src;
+
+        ck_assert_ptr_nonnull(out);
+        while (*p) {
+                if (p[0] == '/' && p[1] == '*') {
+                        p = strstr(p + 2, "*/");
+                        ck_assert_ptr_nonnull(p);
+                        p += 2;
+                } else if (*p == '\'' || *p == '"') {
+                        char quote = *p++;
+
+                        while (*p && *p != quote) {
+                                if (*p == '\\' && p[1])
+                                        p++;
+                                if (quote == '"')
+                                        *o++ = *p;
+                                p++;
+                        }
+                        if (*p)
+                                p++;
+                        if (quote == '"')
+                                *o++ = '\n';
+                } else {
+                        p++;
+                }
+        }
+        *o = '\0';
+        return out;
+}
+
+/* The section of docs/CLI.md on `coderq NAME`, up to the next heading;
+ * caller frees. */
+static char *doc_section(const char *doc, const char *name)
+{
+        char head[64];
+        const char *start, *end, *h3, *h2;
+
+        snprintf(head, sizeof(head), "\n### `coderq %s`\n", name);
+        start = strstr(doc, head);
+        ck_assert_msg(start != NULL, "docs/CLI.md has no section %s", head + 1);
+        start += strlen(head);
+        h3 = strstr(start, "\n### ");
+        h2 = strstr(start, "\n## ");
+        end = h3 && (!h2 || h3 < h2) ? h3 : h2;
+        if (!end)
+                end = start + strlen(start);
+        return strndup(start, (size_t)(end - start));
+}
+
+/* Every flag a command's source takes is in its --help and in its section
+ * of docs/CLI.md, and every flag of its --help is in that section. */
+START_TEST(help_and_docs_name_every_flag_of_each_command)
+{
+        const cq_cmd_t *cmds;
+        char *doc = slurp("docs/CLI.md");
+        size_t n, i;
+
+        cmds = cq_cli_commands(&n);
+        for (i = 0; i < n; i++) {
+                char path[64], flag[64];
+                char *section = doc_section(doc, cmds[i].name);
+                const char *at = cmds[i].usage;
+                FILE *fp;
+
+                while (next_flag(cmds[i].usage, &at, flag, sizeof(flag)))
+                        ck_assert_msg(has_flag(section, flag),
+                                      "docs/CLI.md on coderq %s lacks %s "
+                                      "of its --help",
+                                      cmds[i].name, flag);
+                snprintf(path, sizeof(path), "cli/cmd_%s.c", cmds[i].name);
+                fp = fopen(cq_check_srcpath(path), "r");
+                if (fp) {
+                        char *src = NULL, *lits;
+                        size_t len = 0;
+
+                        ck_assert_int_gt(getdelim(&src, &len, '\0', fp), 0);
+                        fclose(fp);
+                        lits = string_literals(src);
+                        at = lits;
+                        while (next_flag(lits, &at, flag, sizeof(flag))) {
+                                if (strcmp(flag, "--help") == 0)
+                                        continue;
+                                ck_assert_msg(has_flag(cmds[i].usage, flag),
+                                              "coderq %s --help lacks %s",
+                                              cmds[i].name, flag);
+                                ck_assert_msg(has_flag(section, flag),
+                                              "docs/CLI.md on coderq %s "
+                                              "lacks %s",
+                                              cmds[i].name, flag);
+                        }
+                        free(lits);
+                        free(src);
+                }
+                free(section);
+        }
+        free(doc);
+}
+END_TEST
+
+/* The help of submit, status and results says what docs/CLI.md says:
+ * the three forms of a jobs file and --problems; the queues' depth. */
+START_TEST(help_says_what_the_docs_say)
+{
+        const cq_cmd_t *cmds;
+        size_t n, i;
+        bool seen[3] = {false, false, false};
+
+        cmds = cq_cli_commands(&n);
+        for (i = 0; i < n; i++) {
+                const char *u = cmds[i].usage;
+
+                if (strcmp(cmds[i].name, "submit") == 0) {
+                        ck_assert_msg(strstr(u, "JSON Lines") &&
+                                          strstr(u, "a JSON array of jobs") &&
+                                          strstr(u, "one JSON object") &&
+                                          strstr(u, "--problems FILE"),
+                                      "%s", u);
+                        seen[0] = true;
+                } else if (strcmp(cmds[i].name, "status") == 0) {
+                        ck_assert_msg(strstr(u, "[--queue-depth]") &&
+                                          strstr(u, "depth of every queue") &&
+                                          strstr(cmds[i].summary, "queues"),
+                                      "%s", u);
+                        seen[1] = true;
+                } else if (strcmp(cmds[i].name, "results") == 0) {
+                        ck_assert_msg(strstr(u, "depth of the queues"), "%s",
+                                      u);
+                        seen[2] = true;
+                }
+        }
+        ck_assert(seen[0] && seen[1] && seen[2]);
+}
+END_TEST
+
 /* docs/CONFIGURATION.md is generated from the settings table: the file
  * in the tree is exactly what the built coderq prints for it. */
 START_TEST(configuration_doc_is_what_the_table_generates)
@@ -381,6 +563,32 @@ START_TEST(commands_say_that_the_dsn_is_not_set)
 }
 END_TEST
 
+/* submit mutes its Kafka producer's warnings: below error they show
+ * only at debug, and a log that is off (the quiet default) stays off
+ * rather than coming back on at error. */
+START_TEST(submit_leaves_a_quiet_log_off)
+{
+        static const struct {
+                cq_log_level_t level, want;
+        } cases[] = {{CQ_LOG_OFF, CQ_LOG_OFF},
+                     {CQ_LOG_DEBUG, CQ_LOG_DEBUG},
+                     {CQ_LOG_INFO, CQ_LOG_ERROR},
+                     {CQ_LOG_WARN, CQ_LOG_ERROR},
+                     {CQ_LOG_ERROR, CQ_LOG_ERROR}};
+        cq_log_level_t before = cq_log_get_level();
+        size_t i;
+
+        for (i = 0; i < CQ_ARRAY_SIZE(cases); i++) {
+                cq_log_set_level(cases[i].level);
+                cq_cli_quiet_clients();
+                ck_assert_msg(cq_log_get_level() == cases[i].want,
+                              "from %s: %s", cq_log_level_name(cases[i].level),
+                              cq_log_level_name(cq_log_get_level()));
+        }
+        cq_log_set_level(before);
+}
+END_TEST
+
 /* A worker whose provider needs a key and has none refuses to start,
  * naming the variables that hold it, before it connects to anything. */
 START_TEST(worker_without_an_llm_key_refuses_to_start)
@@ -445,6 +653,9 @@ static Suite *cli_suite(void)
         tcase_add_test(tc, help_lists_every_variable_and_command);
         tcase_add_test(tc, no_arguments_is_a_usage_error_with_help_on_stderr);
         tcase_add_test(tc, version_prints_the_project_version);
+        tcase_add_test(tc, submit_leaves_a_quiet_log_off);
+        tcase_add_test(tc, help_and_docs_name_every_flag_of_each_command);
+        tcase_add_test(tc, help_says_what_the_docs_say);
         tcase_add_test(tc, unknown_command_exits_2);
         tcase_add_test(tc, invalid_log_level_exits_3_naming_the_variable);
         tcase_add_test(tc, invalid_flag_value_exits_3_naming_the_flag);

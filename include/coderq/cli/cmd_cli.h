@@ -72,6 +72,16 @@ CQ_NODISCARD int cq_cli_random(void *buf, size_t n);
  */
 CQ_NODISCARD int cq_cli_new_run_id(const char *prefix, char *out, size_t size);
 
+/**
+ * @brief Keep the warnings of the clients a command runs (the Kafka
+ *        producer logs them for a worker's operators) off its terminal:
+ *        a command says what failed in its one line, so below error they
+ *        show only at debug. A log that is off (the commands' quiet
+ *        default, no --verbose) stays off.
+ * @locality The main thread, before the clients start.
+ */
+void cq_cli_quiet_clients(void);
+
 /** @brief Sleep \p ms milliseconds, signals notwithstanding. */
 void cq_cli_sleep_ms(long ms);
 
