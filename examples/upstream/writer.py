@@ -73,7 +73,11 @@ def session_jobs(session, model):
             "prompt": "Upstream question 1: using df from before, which "
                       "region has the highest mean units_sold? Define "
                       "best_region() returning its name.",
-            "tests": {"kind": "code",
+            # The test reads the session's df, which lives in the model's
+            # kernel and is no plain data: it runs there ("judge":
+            # "model"), and its verdict is counted as one the model's
+            # code could have bent (docs/EVALUATION.md).
+            "tests": {"kind": "code", "judge": "model",
                       "code": "assert best_region() == "
                               "df.groupby('region')['units_sold'].mean().idxmax()"},
         },

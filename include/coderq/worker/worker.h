@@ -17,10 +17,10 @@ typedef struct cq_worker cq_worker_t;
 
 /** @brief What a worker runs. */
 typedef struct cq_worker_opts {
-        bool intake;     /* consume the jobs topic */
-        bool relay;      /* publish completion events */
-        bool events;     /* publish progress events */
-        long slots;      /* job threads; 0 runs only intake and relay */
+        bool intake;  /* consume the jobs topic */
+        bool relay;   /* publish completion events */
+        bool events;  /* publish progress events */
+        long slots;   /* job threads; 0 runs only intake and relay */
         long drain_s; /* deadline to bring jobs to a checkpoint */
 } cq_worker_opts_t;
 
