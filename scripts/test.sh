@@ -12,7 +12,8 @@
 # same suites, and the README's first command runs the Release binary end
 # to end. CTest runs CQ_TEST_JOBS entries at a time (default 3: most wait
 # on kernels, brokers and sockets more than on a core); entries that stop
-# or restart the shared services run alone (RUN_SERIAL). The last line is
+# or restart the shared services run beside no other integration entry
+# (the services locks of tests/CMakeLists.txt). The last line is
 # "N passed, N failed" (", N skipped" when an entry skipped) over all of
 # it; the exit status is non-zero on any failure. A second run is
 # incremental: setup and services are no-ops and the builds only

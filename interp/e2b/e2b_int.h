@@ -27,6 +27,7 @@
 #define DEF_CREATE    "/v2/sandboxes"
 #define CONNECT_MS    10000L
 #define KILL_ATTEMPTS 3
+#define KILL_MS       15000L /* each kill attempt's deadline */
 /* a context restart: tries, and the deadline of each */
 #define RESTART_ATTEMPTS 2
 #define RESTART_MS       20000L

@@ -50,6 +50,8 @@ cq_err_t e2b_kill_sandbox(cq_e2b_t *e2b, const char *id)
                       e2b_ok_kill);
         call.attempts = e2b->max_attempts > KILL_ATTEMPTS ? KILL_ATTEMPTS
                                                           : e2b->max_attempts;
+        /* a kill answers at once; one that hangs is left to the TTL */
+        call.timeout_ms = KILL_MS;
         err = e2b_call_run(e2b, e2b->http, &call);
         cq_buf_release(&call.reply);
         if (err != CQ_OK)
