@@ -21,10 +21,12 @@
 /* The harness (testrun_harness.py, built in as cq_testrun_harness_py),
  * one Python program for both kinds. It runs by exec() in a namespace of
  * its own whose builtins are the real module, so a variable the model
- * named len, type or print cannot change it, and it leaves no name
- * behind. It reads _ARGS: the user namespace, the kind, the calls (base64
- * JSON: one list of arguments per case) or the test code (base64), the
- * function name (base64) and the marker.
+ * named len, type or print cannot change it, and it leaves no name in
+ * the user namespace; it keeps itself in sys.modules, where a judge
+ * call's stub (harness_stub_py) finds it. It reads _ARGS: the user
+ * namespace, the kind, the calls (base64 JSON: one list of arguments per
+ * case) or the test code (base64), the function name (base64) and the
+ * marker.
  *
  * It never sees an expected value: it calls the function once per case
  * and writes what came back, as plain data, into its report; C compares
