@@ -24,10 +24,14 @@
 typedef struct cand {
         run_t *run;
         cq_interp_t *interp; /* where the code under test runs */
+        bool loaded;         /* a call's cell loaded the harness in interp */
 } cand_t;
 
 /* One request of the judge's as a cell in the candidate's interpreter:
- * its answer, or -1 when the interpreter itself failed (not the code). */
+ * its answer, or -1 when the interpreter itself failed (not the code).
+ * The first call sends the whole harness, which stays loaded; later
+ * calls send a stub that runs it, and the whole harness again only when
+ * the stub finds none (the interpreter was replaced or restarted). */
 static int cand_exec(cand_t *cd,
                      const char *kind,
                      const json_t *request,
@@ -36,24 +40,39 @@ static int cand_exec(cand_t *cd,
                      int64_t *elapsed)
 {
         char marker[40], errstr[256];
-        char *code = cq_testrun_judge_code(
-            kind, request, marker, sizeof(marker), errstr, sizeof(errstr));
+        char *code = NULL;
         cq_cell_result_t res;
         cq_exec_opts_t xo = {0};
+        bool loaded;
         int64_t t0;
-        int rc = -1;
+        int rc = 1;
 
         *answerp = NULL;
-        if (!code)
-                return -1;
         cq_cell_result_init(&res);
         xo.timeout_ms = limit_ms > 0 ? limit_ms : 1;
         xo.cancel = cd->run->opts->cancel;
-        t0 = cq_now_ms();
-        if (cq_interp_execute(cd->interp, code, &xo, &res) == CQ_OK) {
+        while (rc == 1) {
+                loaded = cd->loaded;
+                rc = -1;
+                code = cq_testrun_judge_code(kind, request, loaded, marker,
+                                             sizeof(marker), errstr,
+                                             sizeof(errstr));
+                if (!code)
+                        break;
+                cq_cell_result_release(&res);
+                cq_cell_result_init(&res);
+                t0 = cq_now_ms();
+                if (cq_interp_execute(cd->interp, code, &xo, &res) != CQ_OK)
+                        break;
                 if (elapsed)
                         *elapsed = cq_now_ms() - t0;
-                rc = cq_testrun_judge_answer(kind, marker, &res, answerp);
+                cd->loaded = true;
+                rc = cq_testrun_judge_answer(kind, loaded, marker, &res,
+                                             answerp);
+                if (rc == 1)
+                        cd->loaded = false; /* resent whole, once */
+                free(code);
+                code = NULL;
         }
         cq_cell_result_release(&res);
         free(code);
@@ -217,7 +236,7 @@ int agent_judge_code(run_t *run,
                      const char **verdictp,
                      cq_judge_result_t *jrp)
 {
-        cand_t cd = {run, interp};
+        cand_t cd = {run, interp, false};
         cq_judge_candidate_t cand = {cand_call, cand_lookup, &cd};
         cq_judge_limits_t limits = {0};
         cq_judge_result_t jr;

@@ -1,6 +1,5 @@
 import sys, json, base64, traceback
-_ns, _kind, _data, _fname, _marker = _ARGS  # noqa: F821 (exec()'s globals)
-_out = sys.stdout
+_ns = _kind = _data = _fname = _marker = _out = None  # set by _run()
 _type = ().__class__.__class__
 _bool = True.__class__
 _int = (0).__class__
@@ -38,22 +37,33 @@ def _native(t):
         return False
 _np_array = None
 _np_scalars = ()
-_np = _dget(sys.modules, 'numpy')
-if _np is not None:
+_np_seen = None
+def _numpy():
+    """numpy's own array and scalar types, looked up again whenever
+    sys.modules['numpy'] is another object than at the last call (the
+    model's code may import numpy between calls)."""
+    global _np_array, _np_scalars, _np_seen
+    np = _dget(sys.modules, 'numpy')
+    if np is _np_seen:
+        return
+    _np_seen = np
+    _np_array = None
+    _np_scalars = ()
+    if np is None:
+        return
     try:
-        _np_array = _np.ndarray
-        _np_scalars = tuple([_np.dtype(c).type for c in '?bhilqpBHILQPefd'] +
-                            [_np.str_])
-        if not _native(_np_array) or _qualname(_np_array) != 'ndarray':
-            _np_array = None
-        for _t in _np_scalars:
-            if not _native(_t):
-                _np_array = None
-        if _np_array is None:
-            _np_scalars = ()
+        array = np.ndarray
+        scalars = tuple([np.dtype(c).type for c in '?bhilqpBHILQPefd'] +
+                        [np.str_])
+        if not _native(array) or _qualname(array) != 'ndarray':
+            return
+        for t in scalars:
+            if not _native(t):
+                return
+        _np_array = array
+        _np_scalars = scalars
     except Exception:
-        _np_array = None
-        _np_scalars = ()
+        pass
 class _NotPlain(Exception):
     pass
 class _Sink:
@@ -399,14 +409,29 @@ def _lookup(name):
         return (head + '"not_plain":' + _text(e.args[0]) + ',"type":' +
                 _text(_describe(_type(v))) + '}')
     return head + '"value":' + _join('', parts) + '}'
-if _kind == 'cases':
-    _report = _cases(json.loads(base64.b64decode(_data)),
-                     base64.b64decode(_fname).decode())
-elif _kind == 'call':
-    _report = [_one_call(json.loads(base64.b64decode(_data)))]
-elif _kind == 'lookup':
-    _report = [_lookup(base64.b64decode(_fname).decode())]
-else:
-    _report = _code(base64.b64decode(_data).decode())
-_out.write('\n' + _marker + '{"cases":[' + _join(',', _report) + ']}\n')
-_out.flush()
+def _run(args):
+    """One run: args are the user namespace, the kind, the data, the
+    function name and the marker. The report goes to the stream the run
+    started with."""
+    global _ns, _kind, _data, _fname, _marker, _out
+    _ns, _kind, _data, _fname, _marker = args
+    _out = sys.stdout
+    _numpy()
+    if _kind == 'cases':
+        report = _cases(json.loads(base64.b64decode(_data)),
+                        base64.b64decode(_fname).decode())
+    elif _kind == 'call':
+        report = [_one_call(json.loads(base64.b64decode(_data)))]
+    elif _kind == 'lookup':
+        report = [_lookup(base64.b64decode(_fname).decode())]
+    else:
+        report = _code(base64.b64decode(_data).decode())
+    _out.write('\n' + _marker + '{"cases":[' + _join(',', report) + ']}\n')
+    _out.flush()
+# Kept for the next calls of this interpreter, which send only the
+# arguments (testrun.c's stub); the model's code can reach it, as it can
+# reach everything here.
+_self = _type(sys)('_coderq_testrun')
+_self.run = _run
+sys.modules['_coderq_testrun'] = _self
+_run(_ARGS)  # noqa: F821 (exec()'s globals)

@@ -472,6 +472,60 @@ START_TEST(mutated_arguments_when_stated)
 }
 END_TEST
 
+/* The harness is sent with the first call and kept in the model's
+ * interpreter: the later calls find the same one. When it is gone (here
+ * the model's code drops it; a replaced or restarted interpreter has none
+ * either) the next call sends it again, and the verdict is unchanged. */
+START_TEST(the_harness_is_loaded_once)
+{
+        static const char *const adds[] = {
+            "import sys\\n"
+            "seen = []\\n"
+            "def add(a, b):\\n"
+            "    seen.append(id(sys.modules.get('_coderq_testrun')))\\n"
+            "    return a + b\\n",
+            "import sys\\n"
+            "seen = []\\n"
+            "def add(a, b):\\n"
+            "    seen.append(sys.modules.pop('_coderq_testrun', None) is not "
+            "None)\\n"
+            "    return a + b\\n",
+        };
+        /* what the calls saw: one harness; a harness each time */
+        static const char *const exprs[] = {"len(seen), len(set(seen))",
+                                            "seen"};
+        static const char *const saw[] = {"3 1", "[True, True, True]"};
+        size_t i;
+
+        on_e2b = _i == 1;
+        for (i = 0; i < CQ_ARRAY_SIZE(adds); i++) {
+                fixture_t fx;
+                char steps[1024], name[32], *seen;
+
+                snprintf(steps, sizeof(steps),
+                         "[{\"tool_calls\":[{\"code\":\"%s\"}]},"
+                         "{\"content\":\"Done.\"}]",
+                         adds[i]);
+                snprintf(name, sizeof(name), "once%zu", i);
+                fixture_init(&fx, name,
+                             ADD_JOB("{\"kind\":\"code\",\"code\":"
+                                     "\"def check(candidate):\\n"
+                                     "    assert candidate(2, 3) == 5\\n"
+                                     "    assert candidate(-1, 1) == 0\\n"
+                                     "    assert candidate(0, 0) == 0\\n"
+                                     "check(add)\\n\"}"),
+                             steps);
+                fixture_run(&fx);
+                ck_assert_str_eq(fx.result.verdict, "passed");
+                seen = in_kernel(&fx, exprs[i]);
+                ck_assert_msg(strcmp(seen, saw[i]) == 0, "add %zu: %s", i,
+                              seen);
+                free(seen);
+                fixture_release(&fx);
+        }
+}
+END_TEST
+
 /* No judging interpreter: ours to mend, never the model's verdict. */
 START_TEST(no_judge_is_an_infrastructure_error)
 {
@@ -505,6 +559,7 @@ static Suite *agent_judge_suite(void)
         tcase_add_test(tc, a_stuck_model_is_stopped);
         tcase_add_test(tc, case_limits_are_calibrated_on_the_reference);
         tcase_add_test(tc, mutated_arguments_when_stated);
+        tcase_add_loop_test(tc, the_harness_is_loaded_once, 0, 2);
         tcase_add_test(tc, no_judge_is_an_infrastructure_error);
         suite_add_tcase(s, tc);
         return s;

@@ -92,11 +92,17 @@ cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out, size_t max);
  *        the model's interpreter (judge.h): \p kind "call" (\p request:
  *        {"name", "args", "kwargs", "mutates"}, tagged plain values) or
  *        "lookup" ({"name"}), through the harness behind a fresh marker.
+ * @param loaded Whether an earlier cell of this function's has run in the
+ *               interpreter: then the cell is a small stub that runs the
+ *               harness kept there (about 13 KB less to send and compile
+ *               per call), else the cell carries the whole harness, which
+ *               stays loaded for the next calls.
  * @param marker (out) At least 33 bytes; the report line's marker.
  * @returns Caller owns the returned value (free()); NULL with \p errstr.
  */
 char *cq_testrun_judge_code(const char *kind,
                             const json_t *request,
+                            bool loaded,
                             char *marker,
                             size_t marker_size,
                             char *errstr,
@@ -108,10 +114,15 @@ char *cq_testrun_judge_code(const char *kind,
  *        timeout, died (the cell's status) or not_plain (no report, a
  *        forged one, a value the harness would not write). The values it
  *        carries are checked by the judge's side (cq_judge_value_check()).
+ * @param loaded The \p loaded given to cq_testrun_judge_code().
  * @param answerp (out) Caller owns the returned value.
- * @returns 0, or -1 when out of memory.
+ * @returns 0; 1 (\p answerp NULL) when \p loaded and the stub found no
+ *          harness in the interpreter (it was replaced or restarted, or
+ *          the model's code removed it): send the call again with the
+ *          whole harness; -1 when out of memory.
  */
 CQ_NODISCARD int cq_testrun_judge_answer(const char *kind,
+                                         bool loaded,
                                          const char *marker,
                                          const cq_cell_result_t *res,
                                          json_t **answerp);
