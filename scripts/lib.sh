@@ -69,17 +69,23 @@ cq_build() {
 }
 
 # cq_bench_setup NAME: what the end-to-end benchmarks share: the services
-# (started when they are not running, and stopped again at exit), a
-# temporary folder $CQ_BENCH_TMP (kept at exit when CQ_KEEP_LOGS is set)
-# and a migrated database of their own, $CQ_BENCH_DSN (dropped at exit).
+# (each started when it is not running, and only those stopped again at
+# exit), a temporary folder $CQ_BENCH_TMP (kept at exit when CQ_KEEP_LOGS
+# is set) and a migrated database of their own, $CQ_BENCH_DSN (dropped at
+# exit).
 # A script with more to clean up defines cq_bench_cleanup_more first.
 cq_bench_setup() {
         eval "$("$CQ_ROOT/scripts/services.sh" env)"
-        CQ_BENCH_STARTED=0
-        if ! psql "$CODERQ_PG_DSN" -XAtqc 'select 1' >/dev/null 2>&1 ||
-                ! (exec 3<>"/dev/tcp/127.0.0.1/$CQ_KAFKA_PORT") 2>/dev/null; then
+        # what was down here is started, and only that is stopped at exit:
+        # a service that ran before (another run's, or one an outage test
+        # of someone else stopped a moment) is left as it was
+        CQ_BENCH_STOP=()
+        psql "$CODERQ_PG_DSN" -XAtqc 'select 1' >/dev/null 2>&1 ||
+                CQ_BENCH_STOP+=(stop-pg)
+        (exec 3<>"/dev/tcp/127.0.0.1/$CQ_KAFKA_PORT") 2>/dev/null ||
+                CQ_BENCH_STOP+=(stop-kafka)
+        if [ "${#CQ_BENCH_STOP[@]}" -gt 0 ]; then
                 cq_services start
-                CQ_BENCH_STARTED=1
         fi
         CQ_BENCH_TMP=$(mktemp -d)
         CQ_BENCH_DB=cqbench_$1_$$
@@ -106,9 +112,10 @@ cq_bench_cleanup() {
         if [ "${CQ_BENCH_CLUSTER_STARTED:-0}" = 1 ]; then
                 "$CQ_ROOT/scripts/services.sh" stop --cluster || true
         fi
-        if [ "$CQ_BENCH_STARTED" = 1 ]; then
-                cq_services stop || true
-        fi
+        local verb
+        for verb in "${CQ_BENCH_STOP[@]}"; do
+                cq_services "$verb" || true
+        done
 }
 
 # cq_bench_cluster: after cq_bench_setup, the 3-broker cluster
