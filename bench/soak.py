@@ -2,7 +2,8 @@
 # soak.py - JOBS one-cell jobs through two `coderq worker` processes on the
 # 3-broker cluster, one of them killed with SIGKILL a third of the way in
 # (and started again), one broker stopped and started two thirds of the
-# way in. The jobs go in as a steady producer upstream sends them, CHUNK
+# way in (CQ_SOAK_BROKER_RESTARTS=N: N times, evenly from a third to the
+# end, to tell a step paid once from one paid at each restart). The jobs go in as a steady producer upstream sends them, CHUNK
 # at a time whenever fewer than CHUNK / 2 are unfinished; every worker's RSS and open descriptors sampled every
 # SAMPLE_S seconds into OUT/soak.csv and plotted into OUT/soak.png.
 # Checks that every job ends succeeded (none stuck) and that each
@@ -23,6 +24,7 @@ SAMPLE_S = float(os.environ.get("CQ_SOAK_SAMPLE_S", "10"))
 WARMUP_PCT = 20
 SLOTS = os.environ.get("CQ_SOAK_SLOTS", "8")
 STUCK_S = 600  # how long the jobs may go without one finishing
+BROKER_RESTARTS = int(os.environ.get("CQ_SOAK_BROKER_RESTARTS", "1"))
 CHUNK = 500
 
 
@@ -156,7 +158,8 @@ def main():
                 "'failed', 'cancelled')), count(*) FILTER (WHERE status = "
                 "'succeeded') FROM jobs WHERE run_id = '%s'" % prefix)
     rows, events = [], []
-    killed = restarted_broker = False
+    killed = False
+    restarts = 0
     next_sample = time.time()
     last_done, last_change = 0, time.time()
     while True:
@@ -183,8 +186,12 @@ def main():
             print("soak: %.0f s: killed w2 with SIGKILL at %d jobs" % (now - t0, done),
                   flush=True)
             lives["w2"] = fleet.start("w2")
-        if not restarted_broker and done >= 2 * njobs // 3:
-            restarted_broker = True
+        # the k-th restart at (k + 1) / (N + 1) of the way from a third
+        # to the end: two thirds for one
+        at = njobs // 3 + (2 * njobs // 3) * (restarts + 1) // \
+            (BROKER_RESTARTS + 1)
+        if restarts < BROKER_RESTARTS and done >= at:
+            restarts += 1
             events.append((now - t0, "broker 2 stopped"))
             subprocess.run([services, "kill-broker", "2"], check=True,
                            stdout=subprocess.DEVNULL)

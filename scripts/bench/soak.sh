@@ -3,7 +3,8 @@
 # fake LLM through 2 workers (CQ_SOAK_SLOTS slots each, default 8) on the
 # 3-broker cluster and one PostgreSQL, a worker killed with SIGKILL a
 # third of the way in and a broker stopped for 10 s two thirds of the way
-# in (bench/soak.py). Every worker's RSS and open descriptors are sampled
+# in (CQ_SOAK_BROKER_RESTARTS=N: N times, evenly from a third to the end;
+# bench/soak.py). Every worker's RSS and open descriptors are sampled
 # every CQ_SOAK_SAMPLE_S seconds (default 10) into soak.csv and plotted
 # into soak.png (matplotlib, Debian's python3-matplotlib) in CQ_SOAK_OUT
 # (default bench/results; CQ_KEEP_LOGS=1 keeps the workers' logs).
