@@ -364,7 +364,10 @@ send_line(int fd, const char *line, int64_t deadline, const char **whyp)
                 ssize_t w;
 
                 if (left <= 0) {
-                        *whyp = NULL; /* the deadline: the caller says */
+                        /* the judge let its pipe fill while there was
+                         * time: ours (a deadline used up by the code under
+                         * test is caught before, in do_call()) */
+                        *whyp = "the judge stopped reading";
                         return -1;
                 }
                 if (poll(&pfd, 1, (int)(left > 1000 ? 1000 : left)) < 0 &&
@@ -458,9 +461,9 @@ recv_json(judge_reader_t *rd, int64_t deadline, const char **whyp)
         }
 }
 
-/* A run stopped by \p why; NULL: the run's deadline passed (waiting on
- * the code under test, or the tests, took the time), which is the tests'
- * time and never a fault of ours. */
+/* A run stopped by \p why; NULL: the run's deadline passed (the code
+ * under test, or the tests, took the time), which is the tests' time and
+ * never a fault of ours. */
 static int stop_run(cq_judge_result_t *jr, const char *why)
 {
         if (!why) {
@@ -619,6 +622,13 @@ static int do_call(cq_judge_proc_t *proc,
         if (cand->call(cand->opaque, req, limit, &answer, &elapsed) != 0) {
                 json_decref(answer);
                 *whyp = "the code under test could not be called";
+                return 1;
+        }
+        if (cq_now_ms() >= limits->deadline_ms) {
+                /* the call took what was left of the run's time: the
+                 * tests' time, a timeout, and no answer is sent */
+                json_decref(answer);
+                *whyp = NULL;
                 return 1;
         }
         answer = checked_answer(answer);

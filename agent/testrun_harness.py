@@ -240,6 +240,7 @@ _TO_BASE = (
     (_frozenset, lambda v: _frozenset(_frozenset.__iter__(v))),
     (_dict, lambda v: _dict(_items(v))),
 )
+_CONTAINERS = (_list, _tuple, _set, _frozenset, _dict)
 def _as_base(v, t):
     try:
         mro = _mro(t)
@@ -248,7 +249,13 @@ def _as_base(v, t):
     for b, to_base in _TO_BASE:
         if b is not t and _is(b, mro):
             try:
+                # the base's own length, before anything is copied: over
+                # the bound it fails as the base type would
+                if _is(b, _CONTAINERS) and b.__len__(v) > _MAX_ITEMS:
+                    raise _NotPlain('more than %d values' % _MAX_ITEMS)
                 w = to_base(v)
+            except _NotPlain:
+                raise
             except Exception:
                 break
             if _type(w) is b:
