@@ -15,7 +15,7 @@
 #include "coderq/agent/llm.h"
 #include "coderq/agent/notebook.h"
 #include "coderq/common/util.h"
-#include "coderq/local/interp_local.h"
+#include "support/cells.h"
 #include "support/fake_e2b.h"
 #include "support/fake_llm.h"
 #include "support/judge_proc.h"
@@ -57,24 +57,10 @@ typedef struct fixture {
         char script[96];
 } fixture_t;
 
+/* An interpreter of the test's backend. */
 static cq_interp_t *new_interp(void)
 {
-        cq_local_opts_t lo;
-        char err[512] = "";
-        cq_interp_t *interp;
-
-        if (on_e2b) {
-                interp = cq_fake_e2b_interp(&e2b, err, sizeof(err));
-                ck_assert_msg(interp != NULL, "no sandbox: %s", err);
-                return interp;
-        }
-        memset(&lo, 0, sizeof(lo));
-        lo.kernel.python = "/usr/bin/python3";
-        lo.kernel.startup_timeout_ms = 60000;
-        lo.kernel.output_max = 1 << 20;
-        interp = cq_local_interp_new(&lo, err, sizeof(err));
-        ck_assert_msg(interp != NULL, "no kernel: %s", err);
-        return interp;
+        return cq_check_agent_interp(on_e2b ? &e2b : NULL);
 }
 
 static cq_interp_t *fresh_interp(void *opaque,

@@ -8,6 +8,7 @@
 
 #include "check_support.h"
 #include "coderq/common/util.h"
+#include "coderq/local/interp_local.h"
 
 void cq_check_cell(cq_interp_t *interp,
                    const char *code,
@@ -95,6 +96,26 @@ void *cq_check_act_when_running(void *arg)
         else
                 cell->interrupt = cq_interp_interrupt(cell->interp);
         return NULL;
+}
+
+cq_interp_t *cq_check_agent_interp(const cq_fake_e2b_t *e2b)
+{
+        cq_local_opts_t lo;
+        char err[512] = "";
+        cq_interp_t *interp;
+
+        if (e2b) {
+                interp = cq_fake_e2b_interp(e2b, err, sizeof(err));
+                ck_assert_msg(interp != NULL, "no sandbox: %s", err);
+                return interp;
+        }
+        memset(&lo, 0, sizeof(lo));
+        lo.kernel.python = "/usr/bin/python3";
+        lo.kernel.startup_timeout_ms = 60000;
+        lo.kernel.output_max = 1 << 20;
+        interp = cq_local_interp_new(&lo, err, sizeof(err));
+        ck_assert_msg(interp != NULL, "no kernel: %s", err);
+        return interp;
 }
 
 bool cq_check_forked_mode(void)

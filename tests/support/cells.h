@@ -13,6 +13,7 @@
 #include "coderq/interp/interp.h"
 #include "coderq/local/kserver.h"
 #include "coderq/local/sandbox.h"
+#include "support/fake_e2b.h"
 
 /** @brief Run \p code within \p timeout_ms (0: none) into \p res (which
  *         this initialises); the interpreter must give a result. */
@@ -32,6 +33,14 @@ const json_t *cq_check_find_output(const cq_cell_result_t *res,
 /** @brief Run \p code (30 s at most) and check that its stdout is
  *         \p want. */
 void cq_check_stdout(cq_interp_t *interp, const char *code, const char *want);
+
+/**
+ * @brief A new interpreter for an agent test: an E2B sandbox of \p e2b's
+ *        double, or (\p e2b NULL) a local kernel of /usr/bin/python3 with
+ *        no sandbox, a 60 s start and 1 MiB of output. Fails the test when
+ *        it cannot be had. Caller owns it (cq_interp_destroy()).
+ */
+cq_interp_t *cq_check_agent_interp(const cq_fake_e2b_t *e2b);
 
 /** @brief Whether the suite runs with every local interpreter forked by a
  *         kernel server: CQ_CHECK_KSERVER=on (ctest's *_forked runs,
