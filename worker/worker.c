@@ -9,6 +9,9 @@
 #include "coderq/worker/worker.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -231,6 +234,7 @@ static void *hk_main(void *arg)
         cq_worker_t *w = arg;
         cq_store_t *store = connect_store(w, &w->stop_hk, "housekeeping");
         int64_t last_hb = 0, last_requeue = 0, last_cancel = 0;
+        int64_t last_trim = cq_now_ms();
         int64_t hb_ms = (int64_t)w->sopts.lease_s * 1000 / 3;
         long n = w->opts.slots;
         const char **ids = calloc((size_t)n + 1, sizeof(*ids));
@@ -321,6 +325,18 @@ static void *hk_main(void *arg)
                         if (failed && w->relay)
                                 cq_relay_kick(w->relay);
                 }
+                /* Each slot thread and each librdkafka thread mallocs in
+                 * an arena of its own, and glibc gives back only the
+                 * free space at an arena's top: a burst (a reconnect's
+                 * buffers, a large answer) would stay in RSS for the
+                 * worker's life and a long run's RSS creep up. Freed
+                 * pages go back to the kernel every 30 s. */
+#ifdef __GLIBC__
+                if (now - last_trim >= 30000) {
+                        last_trim = now;
+                        malloc_trim(0);
+                }
+#endif
                 cq_nap_ms(250, &w->stop_hk);
         }
 out:
