@@ -437,8 +437,11 @@ def _run(args):
     _out.flush()
 # Kept for the next calls of this interpreter, which send only the
 # arguments (testrun.c's stub); the model's code can reach it, as it can
-# reach everything here.
+# reach everything here. A forked runner runs this file at its start,
+# before any job code, with no _ARGS (cq_testrun_harness()): then it is
+# only kept.
 _self = _type(sys)('_coderq_testrun')
 _self.run = _run
 sys.modules['_coderq_testrun'] = _self
-_run(_ARGS)  # noqa: F821 (exec()'s globals)
+if '_ARGS' in globals():
+    _run(_ARGS)  # noqa: F821 (exec()'s globals)

@@ -25,6 +25,7 @@
 
 #include "check_support.h"
 #include "coderq/agent/judge.h"
+#include "coderq/agent/testrun.h"
 #include "coderq/backend/backend.h"
 #include "coderq/common/config.h"
 #include "coderq/common/job.h"
@@ -950,6 +951,32 @@ static void parse_job(const char *json, cq_job_t *job)
                       "%s", errstr);
 }
 
+/* A judge's first call (cq_testrun_judge_code() with loaded false) in
+ * \p interp: the lookup of add, answered as a function. */
+static void first_call_finds_add(cq_interp_t *interp)
+{
+        json_t *req = json_pack("{s:s}", "name", "add"), *answer = NULL;
+        char marker[40], errstr[256];
+        char *code =
+            cq_testrun_judge_code("lookup", req, false, marker, sizeof(marker),
+                                  errstr, sizeof(errstr));
+        cq_exec_opts_t xo = {0};
+        cq_cell_result_t res;
+
+        ck_assert_msg(code != NULL, "%s", errstr);
+        cq_cell_result_init(&res);
+        xo.timeout_ms = 30000;
+        ck_assert_int_eq(cq_interp_execute(interp, code, &xo, &res), CQ_OK);
+        ck_assert_int_eq(
+            cq_testrun_judge_answer("lookup", false, marker, &res, &answer), 0);
+        ck_assert_str_eq(json_string_value(json_object_get(answer, "op")),
+                         "function");
+        json_decref(answer);
+        cq_cell_result_release(&res);
+        free(code);
+        json_decref(req);
+}
+
 /* A local job with a solution gets a runner, confined as the kernels
  * are; one with input files, or whose solution speaks IPython, a kernel;
  * so does one with no solution. */
@@ -974,6 +1001,7 @@ START_TEST(backend_runs_solutions_in_runners)
         backend_config(&cfg, "local");
         backend = cq_backend_new(&cfg, 0, errstr, sizeof(errstr));
         ck_assert_msg(backend != NULL, "%s", errstr);
+        cq_backend_set_runner_preload(backend, cq_testrun_harness());
         for (i = 0; i < CQ_ARRAY_SIZE(kernel_jobs); i++) {
                 parse_job(kernel_jobs[i], &job);
                 ck_assert_msg(!cq_backend_job_runner(backend, &job),
@@ -992,8 +1020,30 @@ START_TEST(backend_runs_solutions_in_runners)
         ck_assert(cq_runner_forked(interp) == cq_check_forked_mode());
         ck_assert_str_eq(cq_backend_sandbox_mode(backend, interp),
                          cq_backend_sandbox_mode(backend, NULL));
+        /* the harness is there before any job code when forked (a cold
+         * start runs no preload), and left no name in the job's
+         * namespace */
+        cq_check_stdout(interp,
+                        "import sys\n"
+                        "print('_coderq_testrun' in sys.modules, "
+                        "[k for k in globals() if not k.startswith('__') "
+                        "and k != 'sys'])",
+                        cq_check_forked_mode() ? "True []\n" : "False []\n");
         cq_check_stdout(interp, job.solution, "");
         cq_check_stdout(interp, "print(add(1, 2))", "3\n");
+        /* a judge's first call runs the harness kept there, which it
+         * does not replace; a cold runner's gets it from the call, and
+         * keeps it */
+        cq_check_stdout(interp,
+                        "h = sys.modules.get('_coderq_testrun')\n"
+                        "if h is not None:\n"
+                        "    h.seen = True\n",
+                        "");
+        first_call_finds_add(interp);
+        cq_check_stdout(interp,
+                        "print(getattr(sys.modules['_coderq_testrun'], "
+                        "'seen', False))",
+                        cq_check_forked_mode() ? "True\n" : "False\n");
         /* the first runner's environment report is every runner's */
         ck_assert_int_eq(cq_backend_acquire_for(backend, &job, 1, 60000, &other,
                                                 errstr, sizeof(errstr)),

@@ -23,6 +23,7 @@
 #include "coderq/backend/backend.h"
 #include "coderq/consumer/kafka.h"
 #include "coderq/agent/llm.h"
+#include "coderq/agent/testrun.h"
 #include "coderq/common/log.h"
 #include "coderq/interp/interp.h"
 #include "coderq/common/prices.h"
@@ -531,6 +532,8 @@ cq_worker_t *cq_worker_new(const cq_config_t *cfg,
                     cq_backend_track_e2b(w->backend, w->id, errstr,
                                          errstr_size) != 0)
                         goto fail;
+                /* forked runners start with the test harness compiled */
+                cq_backend_set_runner_preload(w->backend, cq_testrun_harness());
                 cq_log_kv(CQ_LOG_INFO, "interpreters ready", "backend",
                           cq_backend_describe(w->backend), NULL);
         }

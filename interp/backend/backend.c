@@ -50,8 +50,9 @@ struct cq_backend {
         char describe[384];
         /* What the first runner reported of its Python, which every
          * runner of this python shares (NULL: none reported yet). */
-        pthread_mutex_t lock; /* guards runner_env */
+        pthread_mutex_t lock; /* guards runner_env and runner_preload */
         json_t *runner_env;
+        const char *runner_preload; /* borrowed; NULL: none */
 };
 
 /* The configured backend: CODERQ_BACKEND, else local kernels. */
@@ -362,6 +363,13 @@ bool cq_backend_job_runner(const cq_backend_t *backend, const cq_job_t *job)
                job->nfiles == 0 && !ipython_syntax(job->solution);
 }
 
+void cq_backend_set_runner_preload(cq_backend_t *backend, const char *source)
+{
+        pthread_mutex_lock(&backend->lock);
+        backend->runner_preload = source;
+        pthread_mutex_unlock(&backend->lock);
+}
+
 /* A runner confined as the local kernels are, forked by the pool's
  * kernel server when it can; every runner after the first that reported
  * its environment reports the same (one python, one set of packages). */
@@ -374,10 +382,11 @@ start_runner(cq_backend_t *backend, char *errstr, size_t errstr_size)
         cq_interp_t *interp;
         json_t *env;
 
+        memset(&ro, 0, sizeof(ro));
         pthread_mutex_lock(&backend->lock);
         env = json_deep_copy(backend->runner_env);
+        ro.preload = backend->runner_preload;
         pthread_mutex_unlock(&backend->lock);
-        memset(&ro, 0, sizeof(ro));
         ro.python = cfg->python;
         ro.sandbox = backend->sandbox;
         ro.kserver = light_server(backend);

@@ -729,6 +729,11 @@ build_request(const char *op, const cq_kserver_req_t *req, const char *program)
                 json_decref(msg);
                 msg = NULL;
         }
+        if (msg && program && req->preload &&
+            json_object_set_new(msg, "preload", json_string(req->preload))) {
+                json_decref(msg);
+                msg = NULL;
+        }
         if (msg && req->warm && req->warm_out &&
             (json_object_set_new(msg, "warm", json_string(req->warm)) ||
              json_object_set_new(msg, "warm_out",

@@ -26,6 +26,7 @@ for _v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS',
 START_ENV = dict(os.environ)
 IMPORT_ENV = {}
 
+import builtins
 import codecs
 import ctypes
 import errno
@@ -395,6 +396,11 @@ def run_program(req, fds, parent):
                                        closefd=False, buffering=1)
     code = 0
     try:
+        if req.get('_preload') is not None:
+            # ours (a runner's test harness), before any job code, in a
+            # namespace of its own: what it keeps, it keeps in sys.modules
+            exec(req['_preload'], {'__builtins__': builtins,
+                                   '__name__': '_coderq_preload'})
         exec(req['_code'], main.__dict__)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else e.code is not None
@@ -1708,6 +1714,10 @@ def serve(sock, life_fd):
                     if len(fds) != 4:
                         raise Fail('%s takes four fds (its 0-3)' % op)
                     req['_code'] = compiled(op, req.get('program'))
+                    req['_preload'] = None
+                    if req.get('preload') is not None:
+                        req['_preload'] = compiled(op + ' preload',
+                                                   req['preload'])
                 elif len(fds) != 1:
                     raise Fail('spawn takes one fd (the log)')
                 if op == 'probe':

@@ -90,6 +90,7 @@ static int start_forked(pyproc_t *pp, char *const *envp, const int fds[4])
         req.sandbox = pp->opts.sandbox;
         req.id = &pp->id;
         req.log_fd = -1;
+        req.preload = pp->opts.preload;
         if (cq_kserver_run(ks, pp->opts.op, &req, pp->opts.program, fds, &child,
                            err, sizeof(err))) {
                 cq_log_kv(CQ_LOG_INFO, "starting cold", "what", pp->opts.op,

@@ -29,6 +29,9 @@ typedef struct pyproc_opts {
         const cq_sandbox_t *sandbox; /* NULL: no sandbox, no rlimits */
         cq_kserver_t *kserver;       /* NULL: always cold */
         const char *work_root;       /* NULL: the default */
+        /* NULL, or what a forked start runs before the program
+         * (cq_kserver_req_t's preload); a cold start runs none */
+        const char *preload;
 } pyproc_opts_t;
 
 typedef struct pyproc {

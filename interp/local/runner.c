@@ -74,7 +74,7 @@ typedef struct stream {
 typedef struct runner {
         cq_interp_t base; /* first: cq_interp_t * casts to this */
         pyproc_t pp;
-        char *python, *work_root;
+        char *python, *work_root, *preload;
         /* its arguments: the start's marker and the output cap */
         char start_marker[MARKER_LEN + 1];
         char out_max[24];
@@ -988,6 +988,7 @@ static void runner_teardown(void *arg)
         free(r->in);
         free(r->python);
         free(r->work_root);
+        free(r->preload);
         free(r);
 }
 
@@ -1068,6 +1069,7 @@ static runner_t *runner_alloc(const cq_runner_opts_t *opts)
         r->args[2] = NULL;
         r->python = strdup(opts->python ? opts->python : "/usr/bin/python3");
         r->work_root = opts->work_root ? strdup(opts->work_root) : NULL;
+        r->preload = opts->preload ? strdup(opts->preload) : NULL;
         r->env = opts->env ? json_incref((json_t *)(uintptr_t)opts->env) : NULL;
         memset(&po, 0, sizeof(po));
         po.op = "runner";
@@ -1078,8 +1080,10 @@ static runner_t *runner_alloc(const cq_runner_opts_t *opts)
         po.sandbox = opts->sandbox;
         po.kserver = opts->kserver;
         po.work_root = r->work_root;
+        po.preload = r->preload;
         pyproc_init(&r->pp, &po);
-        if (!r->python || (opts->work_root && !r->work_root)) {
+        if (!r->python || (opts->work_root && !r->work_root) ||
+            (opts->preload && !r->preload)) {
                 runner_destroy(&r->base);
                 return NULL;
         }

@@ -88,15 +88,27 @@ size_t
 cq_testrun_failures(const cq_testrun_t *tr, cq_test_failure_t *out, size_t max);
 
 /**
+ * @brief The test harness's Python source (testrun_harness.py): run with
+ *        no _ARGS, it only registers itself in sys.modules, where the
+ *        cells of cq_testrun_code() and cq_testrun_judge_code() find it
+ *        and need not compile it. What a runner runs at its start
+ *        (cq_backend_set_runner_preload()).
+ * @returns A static string.
+ */
+const char *cq_testrun_harness(void);
+
+/**
  * @brief The cell that answers one request of the judging interpreter in
  *        the model's interpreter (judge.h): \p kind "call" (\p request:
  *        {"name", "args", "kwargs", "mutates"}, tagged plain values) or
  *        "lookup" ({"name"}), through the harness behind a fresh marker.
  * @param loaded Whether an earlier cell of this function's has run in the
  *               interpreter: then the cell is a small stub that runs the
- *               harness kept there (about 13 KB less to send and compile
- *               per call), else the cell carries the whole harness, which
- *               stays loaded for the next calls.
+ *               harness kept there (about 15 KB less to send per call),
+ *               else the cell carries the whole harness too, which it
+ *               runs only where none is kept (a forked runner has it
+ *               from its start: cq_testrun_harness()), and which then
+ *               stays for the next calls.
  * @param marker (out) At least 33 bytes; the report line's marker.
  * @returns Caller owns the returned value (free()); NULL with \p errstr.
  */

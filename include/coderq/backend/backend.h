@@ -33,6 +33,17 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
                              char *errstr,
                              size_t errstr_size);
 
+/**
+ * @brief Have every runner started from now on run \p source at its
+ *        start, before any job code (cq_runner_opts_t's preload): the
+ *        test harness (cq_testrun_harness()), set by the commands that
+ *        judge, so that a judge's calls find it compiled.
+ * @param source Borrowed; must outlive the backend (a program's static
+ *        text). NULL: none.
+ * @locality Any thread.
+ */
+void cq_backend_set_runner_preload(cq_backend_t *backend, const char *source);
+
 /** @brief A sandbox mode no build of coderq gives: what
  *         cq_backend_weaker_sandbox() makes of a name it does not know. */
 #define CQ_SANDBOX_MODE_UNKNOWN "unknown"

@@ -116,6 +116,12 @@ typedef struct cq_kserver_req {
          * CQ_KERNEL_BOXED_MPLCONFIGDIR/matplotlibrc on the kernel's /tmp
          * (a directory 0700 and a file 0600 of the kernel's uid) */
         const char *mplrc;
+        /* NULL, or Python source a runner or a judge (cq_kserver_run())
+         * runs before its program, in a namespace of its own, so that
+         * what it defines is there before any job code runs (a runner's:
+         * the test harness); the server keeps it compiled as it keeps
+         * the program, and the child runs the compiled code */
+        const char *preload;
 } cq_kserver_req_t;
 
 /** The longest matplotlibrc a spawn request carries (kinit's settings). */
@@ -154,13 +160,15 @@ CQ_NODISCARD int cq_kserver_spawn(cq_kserver_t *ks,
  *        (req->argv its arguments), with \p fds as its descriptors 0-3,
  *        in req's work dir and confined exactly as a kernel of req's
  *        sandbox (namespaces, filesystem, uid, rlimits, the keyring
- *        filter, req's environment). req->log_fd, warm and mplrc are not
+ *        filter, req's environment), after req->preload when there is
+ *        one. req->log_fd, warm and mplrc are not
  *        used: what goes wrong in its start is written to fds[2]. Fails,
  *        restarts and backs off as cq_kserver_spawn(); the caller then
  *        starts it cold. Not counted in the kernel stats.
  * @param op "runner" or "judge": the server keeps each one's program
  *        compiled (compiling runs none of it).
- * @param program Borrowed; it and req must fit CQ_KSERVER_MSG_MAX.
+ * @param program Borrowed; it, req and its preload must fit
+ *        CQ_KSERVER_MSG_MAX.
  * @param child (out) On 0; the caller owns child->pidfd.
  * @returns 0, or -1 with \p errstr filled (no process left behind).
  * @locality Any thread.

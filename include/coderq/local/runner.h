@@ -38,6 +38,12 @@ typedef struct cq_runner_opts {
          * clean-up off the destroying thread (the kernel pool's reaper,
          * cq_kpool_hooks()); copied. Its gate is not used. */
         const cq_local_hooks_t *hooks;
+        /* NULL, or Python source a forked runner runs at its start, in a
+         * namespace of its own, before the first cell (the test harness,
+         * cq_testrun_harness(), which registers itself in sys.modules so
+         * that a judge's calls find it compiled); a cold start runs none,
+         * and the harness then goes in with the first call */
+        const char *preload;
 } cq_runner_opts_t;
 
 /**
