@@ -90,6 +90,10 @@ cq_bench_setup() {
         CQ_BENCH_TMP=$(mktemp -d)
         CQ_BENCH_DB=cqbench_$1_$$
         trap cq_bench_cleanup EXIT
+        # one a bench killed before its cleanup left, under a pid since
+        # reused: no live bench has this pid but this one
+        psql "$CODERQ_PG_DSN" -Xqc "DROP DATABASE IF EXISTS $CQ_BENCH_DB WITH (FORCE)" \
+                >/dev/null 2>&1
         psql "$CODERQ_PG_DSN" -Xqc "CREATE DATABASE $CQ_BENCH_DB" >/dev/null
         CQ_BENCH_DSN=${CODERQ_PG_DSN%/*}/$CQ_BENCH_DB
         CODERQ_PG_DSN=$CQ_BENCH_DSN "${CQ_BUILD:-$CQ_ROOT/build}/coderq" migrate >/dev/null
