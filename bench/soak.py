@@ -3,19 +3,29 @@
 # 3-broker cluster, one of them killed with SIGKILL a third of the way in
 # (and started again), one broker stopped and started two thirds of the
 # way in (CQ_SOAK_BROKER_RESTARTS=N: N times, evenly from a third to the
-# end, to tell a step paid once from one paid at each restart). The jobs go in as a steady producer upstream sends them, CHUNK
-# at a time whenever fewer than CHUNK / 2 are unfinished; every worker's RSS and open descriptors sampled every
-# SAMPLE_S seconds into OUT/soak.csv and plotted into OUT/soak.png.
-# Checks that every job ends succeeded (none stuck) and that each
-# worker's RSS and descriptors drift less than 5% after the warm-up (the
-# first WARMUP_PCT% of its samples; the mean of its last 3 samples against
-# the mean of the 3 after the warm-up). Run by scripts/bench/soak.sh.
+# end, to tell a step paid once from one paid at each restart). The jobs
+# go in as a steady producer upstream sends them, CHUNK at a time
+# whenever fewer than CHUNK / 2 are unfinished; every worker's RSS and
+# open descriptors are measured every SAMPLE_S seconds (each measurement
+# the medians of BURST reads over 2 s) into OUT/soak.csv and plotted into
+# OUT/soak.png. The feed pauses at rest three times: after the warm-up
+# (WARMUP_PCT% of the jobs), after the restarted worker's (45%), and at
+# the end; each time, once nothing is in flight and REST_S has passed,
+# each worker's RSS and descriptors are measured again.
+# Checks that every job ends succeeded (none stuck), that each worker's
+# RSS drifts less than 5% after the warm-up (the first WARMUP_PCT% of its
+# samples; the median of the last quarter of the rest against the median
+# of its first quarter), and that its descriptors at rest drift less than
+# 5% from its first rest to its last: descriptors swing with the jobs and
+# kernels in flight, which hold their sockets and pipes, so a leak shows
+# at rest. Run by scripts/bench/soak.sh.
 # Worker logs and job files go to TMP.
 # usage: soak.py CODERQ SERVICES_SH DSN BROKERS LLM_BASE OUT TMP JOBS
 import csv
 import json
 import os
 import signal
+from statistics import median
 import subprocess
 import sys
 import time
@@ -26,6 +36,8 @@ SLOTS = os.environ.get("CQ_SOAK_SLOTS", "8")
 STUCK_S = 600  # how long the jobs may go without one finishing
 BROKER_RESTARTS = int(os.environ.get("CQ_SOAK_BROKER_RESTARTS", "1"))
 CHUNK = 500
+REST_S = 10  # a pause at rest: the kernel pools refill
+BURST, BURST_GAP_S = 21, 0.1  # one measurement: 21 reads over 2 s
 
 
 def psql(dsn, sql):
@@ -50,6 +62,25 @@ def nfds(pid):
         return len(os.listdir("/proc/%d/fd" % pid))
     except OSError:
         return None
+
+
+def burst(procs):
+    """One measurement of each process: the medians of BURST reads of its
+    RSS and descriptors BURST_GAP_S apart. A single read catches the jobs
+    in flight at one instant, each holding its interpreter's pipes and
+    sockets, and swings 100 to 160 descriptors between two reads; the
+    median over two seconds is the worker at its steady load."""
+    reads = {name: ([], []) for name in procs}
+    for i in range(BURST):
+        if i:
+            time.sleep(BURST_GAP_S)
+        for name, p in procs.items():
+            r, f = rss_kb(p.pid), nfds(p.pid)
+            if r is not None and f is not None:
+                reads[name][0].append(r)
+                reads[name][1].append(f)
+    return {name: (median(r), median(f)) for name, (r, f) in reads.items()
+            if r}
 
 
 class Fleet:
@@ -94,30 +125,64 @@ class Fleet:
 
 
 def drift(rows, key):
-    """Per worker life: % change from the 3 samples after the warm-up to
-    the last 3, or None when it lived too short."""
+    """Per worker life: % change from the median of the first quarter of
+    its samples after the warm-up to the median of the last quarter, or
+    None when it lived too short. Medians of windows, not single samples:
+    descriptors swing with the jobs in flight (each a runner's pipes and
+    sockets), and a drift is a trend, not one sample's swing."""
     out = {}
     for life in sorted({r["life"] for r in rows}):
         v = [r[key] for r in rows if r["life"] == life and r[key] is not None]
         k = len(v) * WARMUP_PCT // 100
-        if len(v) - k < 6:
+        rest = v[k:]
+        q = len(rest) // 4
+        if q < 3:
             continue
-        a, b = sum(v[k:k + 3]) / 3, sum(v[-3:]) / 3
+        a, b = median(rest[:q]), median(rest[-q:])
         out[life] = 100.0 * (b - a) / a
     return out
 
 
-def plot(rows, path, events):
+def rest(fleet, lives, rested, label, t):
+    """Each live worker's RSS and descriptors at rest (nothing in flight,
+    its kernel pool refilled): what it holds for itself, which a leak
+    would raise, without the jobs in flight that swing the samples."""
+    live = {n: p for n, p in fleet.procs.items() if p.poll() is None}
+    for name, (rss, fds) in burst(live).items():
+        rested.append({"life": lives[name], "at": label, "t": round(t, 1),
+                       "rss_kb": rss, "fds": fds})
+
+
+def rest_drift(rested, key):
+    """Per worker life: % change from its first rest to its last, or
+    None when it rested once."""
+    out = {}
+    for life in sorted({r["life"] for r in rested}):
+        v = [r[key] for r in rested if r["life"] == life]
+        if len(v) >= 2:
+            out[life] = 100.0 * (v[-1] - v[0]) / v[0]
+    return out
+
+
+def plot(rows, path, events, rested):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
     for life in sorted({r["life"] for r in rows}):
         t = [r["t"] for r in rows if r["life"] == life]
-        ax1.plot(t, [r["rss_kb"] / 1024 for r in rows if r["life"] == life],
-                 marker=".", label=life)
+        line, = ax1.plot(t, [r["rss_kb"] / 1024 for r in rows
+                             if r["life"] == life], marker=".", label=life)
         ax2.plot(t, [r["fds"] for r in rows if r["life"] == life],
-                 marker=".", label=life)
+                 marker=".", label=life, color=line.get_color())
+        at = [r for r in rested if r["life"] == life]
+        if at:
+            ax1.plot([r["t"] for r in at], [r["rss_kb"] / 1024 for r in at],
+                     "D", color=line.get_color(), markersize=7,
+                     label=life + " at rest")
+            ax2.plot([r["t"] for r in at], [r["fds"] for r in at], "D",
+                     color=line.get_color(), markersize=7,
+                     label=life + " at rest")
     for at, what in events:
         for ax in (ax1, ax2):
             ax.axvline(at, color="grey", linestyle=":")
@@ -126,8 +191,10 @@ def plot(rows, path, events):
     ax1.set_ylabel("worker RSS (MiB)")
     ax2.set_ylabel("open descriptors")
     ax2.set_xlabel("seconds")
-    ax1.legend(fontsize=8)
-    ax1.set_title("soak: worker RSS and descriptors every %g s" % SAMPLE_S)
+    ax1.legend(fontsize=7, ncol=2)
+    ax1.set_title("soak: worker RSS and descriptors every %g s, and at rest "
+                  "(diamonds: nothing in flight, kernel pools full)" % SAMPLE_S,
+                  fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -158,6 +225,10 @@ def main():
                 "'failed', 'cancelled')), count(*) FILTER (WHERE status = "
                 "'succeeded') FROM jobs WHERE run_id = '%s'" % prefix)
     rows, events = [], []
+    # pauses at rest after the warm-up, after the restarted worker's, and
+    # at the end: (life, when, rss_kb, fds)
+    rests = [njobs * WARMUP_PCT // 100, njobs * 45 // 100]
+    rested = []
     killed = False
     restarts = 0
     next_sample = time.time()
@@ -165,17 +236,28 @@ def main():
     while True:
         now = time.time()
         done, ok = (int(x) for x in psql(dsn, done_sql).split("|"))
-        if sent < njobs and sent - done < CHUNK // 2:
-            sent += send(min(CHUNK, njobs - sent))
+        if rests and sent >= rests[0] and done >= sent:
+            # a pause at rest: nothing in flight, the pools refilled
+            at = rests.pop(0)
+            time.sleep(REST_S)
+            rest(fleet, lives, rested, "%d jobs" % at, time.time() - t0)
+            events.append((time.time() - t0, "at rest"))
+            print("soak: %.0f s: at rest after %d jobs" % (time.time() - t0, at),
+                  flush=True)
+            last_change = time.time()
+        elif (sent < njobs and sent - done < CHUNK // 2 and
+              not (rests and sent >= rests[0])):
+            # up to the next rest, where the feed waits for the jobs
+            sent += send(min(CHUNK, njobs - sent,
+                             rests[0] - sent if rests else CHUNK))
         if done != last_done:
             last_done, last_change = done, now
         if now >= next_sample:
             next_sample += SAMPLE_S
-            for name, p in fleet.procs.items():
-                if p.poll() is None:
-                    rows.append({"t": round(now - t0, 1), "life": lives[name],
-                                 "rss_kb": rss_kb(p.pid), "fds": nfds(p.pid),
-                                 "done": done})
+            live = {n: p for n, p in fleet.procs.items() if p.poll() is None}
+            for name, (rss, fds) in burst(live).items():
+                rows.append({"t": round(now - t0, 1), "life": lives[name],
+                             "rss_kb": rss, "fds": fds, "done": done})
             print("soak: %.0f s: %d of %d jobs done" % (now - t0, done, njobs),
                   flush=True)
         if not killed and done >= njobs // 3:
@@ -205,29 +287,50 @@ def main():
             break
         time.sleep(1)
     wall = time.time() - t0
+    if done >= njobs:
+        time.sleep(REST_S)
+        rest(fleet, lives, rested, "the end", time.time() - t0)
     fleet.stop_all()
     with open(os.path.join(out, "soak.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["t", "life", "rss_kb", "fds", "done"])
         w.writeheader()
         w.writerows(rows)
-    plot(rows, os.path.join(out, "soak.png"), events)
+    plot(rows, os.path.join(out, "soak.png"), events, rested)
     stuck = psql(dsn, "SELECT count(*) FROM jobs WHERE run_id = '%s' AND status "
                  "NOT IN ('succeeded', 'failed', 'cancelled')" % prefix)
     attempts = psql(dsn, "SELECT coalesce(max(attempts), 0) FROM jobs WHERE "
                     "run_id = '%s'" % prefix)
     rd, fd = drift(rows, "rss_kb"), drift(rows, "fds")
-    worst = max([abs(x) for x in list(rd.values()) + list(fd.values())] or [0])
-    for life in rd:
-        print("soak: %s: RSS drift %+.2f%%, descriptors drift %+.2f%% after warm-up"
-              % (life, rd[life], fd.get(life, 0.0)))
+    rrd, rfd = rest_drift(rested, "rss_kb"), rest_drift(rested, "fds")
+    for r in rested:
+        print("soak: %s at rest after %s: RSS %.1f MiB, %d descriptors"
+              % (r["life"], r["at"], r["rss_kb"] / 1024, r["fds"]))
+    for life in sorted(set(rd) | set(rfd)):
+        print("soak: %s: RSS drift %s every %g s, %s at rest; descriptors "
+              "%s at rest (%s every %g s, with the jobs in flight)"
+              % (life, pct(rd.get(life)), SAMPLE_S, pct(rrd.get(life)),
+                 pct(rfd.get(life)), pct(fd.get(life)), SAMPLE_S))
+    # the bound: RSS over the run and descriptors at rest
+    held = list(rd.values()) + list(rfd.values())
+    worst = max([abs(x) for x in held] or [0])
     res = {"bench": "soak", "jobs": njobs, "done": last_done, "succeeded": ok,
            "stuck": int(stuck), "wall_s": round(wall, 1),
            "jobs_per_s": round(last_done / wall, 2), "max_attempts": int(attempts),
-           "rss_drift_pct": {k: round(v, 2) for k, v in rd.items()},
-           "fds_drift_pct": {k: round(v, 2) for k, v in fd.items()},
-           "worst_drift_pct": round(worst, 2), "samples": len(rows)}
+           "rss_drift_pct": rnd(rd), "rss_rest_drift_pct": rnd(rrd),
+           "fds_rest_drift_pct": rnd(rfd), "fds_inflight_drift_pct": rnd(fd),
+           "at_rest": rested, "worst_drift_pct": round(worst, 2),
+           "samples": len(rows)}
     print(json.dumps(res))
-    sys.exit(0 if ok == njobs and int(stuck) == 0 and worst < 5 else 1)
+    sys.exit(0 if ok == njobs and int(stuck) == 0 and worst < 5 and rfd
+             else 1)
+
+
+def pct(v):
+    return "n/a" if v is None else "%+.2f%%" % v
+
+
+def rnd(d):
+    return {k: round(v, 2) for k, v in d.items()}
 
 
 if __name__ == "__main__":

@@ -4,13 +4,15 @@
 # 3-broker cluster and one PostgreSQL, a worker killed with SIGKILL a
 # third of the way in and a broker stopped for 10 s two thirds of the way
 # in (CQ_SOAK_BROKER_RESTARTS=N: N times, evenly from a third to the end;
-# bench/soak.py). Every worker's RSS and open descriptors are sampled
-# every CQ_SOAK_SAMPLE_S seconds (default 10) into soak.csv and plotted
-# into soak.png (matplotlib, Debian's python3-matplotlib) in CQ_SOAK_OUT
-# (default bench/results; CQ_KEEP_LOGS=1 keeps the workers' logs).
-# Fails when a job is stuck or fails, or RSS or descriptors drift 5% or
-# more after the warm-up. Starts what is not running (and stops it
-# again). Last line: JSON.
+# bench/soak.py). Every worker's RSS and open descriptors are measured
+# every CQ_SOAK_SAMPLE_S seconds (default 10; each the medians of 21 reads
+# over 2 s) into soak.csv and plotted into soak.png (matplotlib, Debian's
+# python3-matplotlib) in CQ_SOAK_OUT (default bench/results;
+# CQ_KEEP_LOGS=1 keeps the workers' logs), and again at rest (nothing in
+# flight) after 20% of the jobs, after 45% and at the end. Fails when a
+# job is stuck or fails, or RSS drifts 5% or more after the warm-up, or
+# descriptors at rest 5% or more from a worker's first rest to its last.
+# Starts what is not running (and stops it again). Last line: JSON.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 
