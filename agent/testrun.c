@@ -71,11 +71,12 @@ static const char harness_stub_py[] =
     "else:\n"
     "    _h.run(_ARGS)\n";
 
-/* The cell of a run or a first call: it runs the harness kept in the
- * interpreter (a forked runner has it from its start,
- * cq_testrun_harness()), or, where there is none, the whole harness,
- * which its _HARNESS carries (base64) and which then stays. A forked
- * runner so compiles none of its 15 KB per job (about 3 ms of CPU). */
+/* The cell of a judge's first call or of a run of "cases": it runs the
+ * harness kept in the interpreter (a forked runner has it from its
+ * start, cq_testrun_harness()), or, where there is none, the whole
+ * harness, which its _HARNESS carries (base64) and which then stays. A
+ * forked runner so compiles none of its 15 KB per job (about 3 ms of
+ * CPU). */
 static const char harness_load_py[] =
     "import sys\n"
     "_h = sys.modules.get('_coderq_testrun')\n"
@@ -239,11 +240,24 @@ char *cq_testrun_code(const json_t *tests,
                               "tests \"kind\" must be \"cases\" or \"code\"");
                 goto out;
         }
-        b64h =
-            cq_b64_encode(harness_load_py, sizeof(harness_load_py) - 1, NULL);
-        b64w = cq_b64_encode(cq_testrun_harness_py,
-                             strlen(cq_testrun_harness_py), NULL);
-        if (!b64h || !b64w || !b64a || !b64b)
+        /* "code" tests run here, in the model's interpreter, when the job
+         * asks for that judge (what the verdict then records as
+         * bendable): the harness runs them fresh from this cell, as it
+         * always did, rather than a module the model's code could have
+         * put in its place. "cases" send no expected value here, so the
+         * harness kept in the interpreter is as good as a fresh one. */
+        if (strcmp(kind, "code") == 0) {
+                b64h = cq_b64_encode(cq_testrun_harness_py,
+                                     strlen(cq_testrun_harness_py), NULL);
+        } else {
+                b64h = cq_b64_encode(harness_load_py,
+                                     sizeof(harness_load_py) - 1, NULL);
+                b64w = cq_b64_encode(cq_testrun_harness_py,
+                                     strlen(cq_testrun_harness_py), NULL);
+                if (!b64w)
+                        goto oom;
+        }
+        if (!b64h || !b64a || !b64b)
                 goto oom;
         args[0] = kind;
         args[1] = b64a;

@@ -974,6 +974,89 @@ START_TEST(malformed_reports_fail_and_never_pass)
 }
 END_TEST
 
+/* A prelude that runs the harness as a forked runner does at its start
+ * (cq_testrun_harness(), no _ARGS) and marks the module it kept. */
+static char *preloaded_prelude(void)
+{
+        const char *src = cq_testrun_harness();
+        char *b64 = cq_b64_encode(src, strlen(src), NULL), *text = NULL;
+
+        ck_assert_ptr_nonnull(b64);
+        ck_assert_int_ge(
+            asprintf(&text,
+                     "import sys\n"
+                     "exec(__import__('base64').b64decode('%s').decode(), "
+                     "{'__builtins__': __import__('builtins')})\n"
+                     "sys.modules['_coderq_testrun'].kept = 'yes'\n"
+                     "def add(a, b):\n    return a + b\n",
+                     b64),
+            0);
+        free(b64);
+        return text;
+}
+
+/* Where the interpreter already holds the harness (a forked runner),
+ * the cases' cell runs that one and compiles no other; the preload
+ * itself ran nothing (no _ARGS, no report). */
+START_TEST(cases_run_the_harness_kept_in_the_interpreter)
+{
+        static const char tests_json[] =
+            "{\"kind\":\"cases\",\"function\":\"add\",\"cases\":["
+            "{\"args\":[1,2],\"expected\":3},"
+            "{\"args\":[2,2],\"expected\":5}]}";
+        json_t *tests = json_loads(tests_json, 0, NULL);
+        char marker[40], err[256] = "", *prelude = preloaded_prelude();
+        char *code, *with_check, *out;
+        cq_cell_result_t res;
+        cq_testrun_t tr;
+
+        ck_assert_ptr_nonnull(tests);
+        code = cq_testrun_code(tests, marker, sizeof(marker), err, sizeof(err));
+        ck_assert_msg(code != NULL, "%s", err);
+        ck_assert_int_ge(asprintf(&with_check,
+                                  "%s\nprint('kept:', getattr(sys.modules"
+                                  "['_coderq_testrun'], 'kept', 'no'))\n",
+                                  code),
+                         0);
+        out = run_python(prelude, with_check);
+        ck_assert_msg(strstr(out, "kept: yes\n"), "%s", out);
+        result_with_stdout(&res, out);
+        ck_assert_int_eq(cq_testrun_parse(tests, marker, &res, &tr), 0);
+        ck_assert_int_eq(tr.passed, 1);
+        ck_assert_int_eq(tr.total, 2);
+        cq_testrun_release(&tr);
+        cq_cell_result_release(&res);
+        free(out);
+        free(with_check);
+        free(code);
+        free(prelude);
+        json_decref(tests);
+}
+END_TEST
+
+/* "code" tests the model's interpreter runs (the bendable judge) run in
+ * a harness fresh from their cell, never in a module the model's code
+ * put where the harness keeps itself: a planted one that reports success
+ * is not run, and the failing assertion fails. */
+START_TEST(code_tests_ignore_a_planted_harness)
+{
+        cq_testrun_t tr;
+
+        run_tests("import sys, types\n"
+                  "x = 40\n"
+                  "fake = types.ModuleType('_coderq_testrun')\n"
+                  "def run(args):\n"
+                  "    sys.stdout.write('\\n' + args[4] + "
+                  "'{\"cases\":[{\"case\":0,\"ok\":true}]}\\n')\n"
+                  "fake.run = run\n"
+                  "sys.modules['_coderq_testrun'] = fake\n",
+                  "{\"kind\":\"code\",\"code\":\"assert x == 42\"}", &tr);
+        ck_assert_int_eq(tr.total, 1);
+        ck_assert_int_eq(tr.passed, 0);
+        cq_testrun_release(&tr);
+}
+END_TEST
+
 static Suite *testrun_suite(void)
 {
         Suite *s = suite_create("testrun");
@@ -997,6 +1080,8 @@ static Suite *testrun_suite(void)
         tcase_add_test(tc, cases_compare_in_c_by_the_documented_rules);
         tcase_add_test(tc, cases_show_values_as_python_would);
         tcase_add_test(tc, malformed_reports_fail_and_never_pass);
+        tcase_add_test(tc, cases_run_the_harness_kept_in_the_interpreter);
+        tcase_add_test(tc, code_tests_ignore_a_planted_harness);
         suite_add_tcase(s, tc);
         return s;
 }
