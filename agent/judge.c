@@ -751,6 +751,8 @@ int cq_judge_run(cq_judge_proc_t *proc,
                                 rc = stop_run(jr, why);
                         else
                                 rc = r;
+                        /* it said all, and nothing after its last word */
+                        jr->reusable = r == 0 && rd.buf.len == 0;
                         break;
                 } else {
                         why = "the judge wrote a message of no known kind";
@@ -771,6 +773,21 @@ out:
                 jr->fault = NULL;
         }
         return rc;
+}
+
+void cq_judge_key(const char *code, bool mutates, char key[CQ_JUDGE_KEY_SIZE])
+{
+        size_t len = code ? strlen(code) : 0;
+        char *both = code ? malloc(len + 2) : NULL;
+
+        if (!both) {
+                key[0] = '\0'; /* no key: none kept, none taken */
+                return;
+        }
+        both[0] = mutates ? 'm' : '-';
+        memcpy(both + 1, code, len + 1);
+        cq_sha256_hex(both, len + 1, key);
+        free(both);
 }
 
 const char *cq_judge_program(void) { return cq_judge_py; }

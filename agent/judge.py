@@ -8,7 +8,8 @@
 # the comparisons of the test happen here, where no code of the model runs.
 #
 # Protocol: one JSON object per line, requests on stdin, answers on the
-# descriptor named by argv[1] (stdout is the test's own, captured).
+# descriptor named by argv[1] (stdout is the test's own, captured). A
+# judge takes runs one after another until its stdin closes.
 #   worker -> judge: {"op": "run", "code": SRC, "mutates": BOOL}
 #   judge -> worker: {"op": "lookup", "name": N}
 #       worker: {"op": "function"} | {"op": "value", "value": V}
@@ -234,12 +235,24 @@ def _origin(exc):
     return "test"
 
 
+# The last test code compiled, as (source, code object): a judge kept for
+# more runs runs the same test code each time (the worker keeps it for
+# that code alone).
+_compiled = [None, None]
+
+
+def _compile(code):
+    if _compiled[0] != code:
+        _compiled[:] = [code, compile(code, "<tests>", "exec")]
+    return _compiled[1]
+
+
 def run(judge, code):
     out = io.StringIO()
     sys.stdout = sys.stderr = out
     error = None
     try:
-        exec(compile(code, "<tests>", "exec"), Globals(judge))
+        exec(_compile(code), Globals(judge))
     except BaseException as e:  # noqa: B036 (every failure is the verdict)
         if isinstance(e, SystemExit) and e.code in (None, 0):
             error = None  # the test itself ended early, with success
@@ -259,11 +272,15 @@ def run(judge, code):
 
 
 def main():
+    """One run per request, until the worker closes our stdin: a judge
+    whose run ended cleanly may be kept for more runs of the same test
+    code (docs/EVALUATION.md, "The judge"), each in globals of its own."""
     chan = _Channel(int(sys.argv[1]))
-    request = chan.recv()
-    judge = Judge(chan)
-    judge.mutates = bool(request.get("mutates"))
-    chan.send(run(judge, request["code"]))
+    while True:
+        request = chan.recv()
+        judge = Judge(chan)
+        judge.mutates = bool(request.get("mutates"))
+        chan.send(run(judge, request["code"]))
 
 
 if __name__ == "__main__":

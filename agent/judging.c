@@ -228,6 +228,24 @@ static int judged_report(const cq_judge_result_t *jr, cq_testrun_t *tr)
         return tr->report ? 0 : -1;
 }
 
+/* A judge for test code of \p key: one kept for it (\p keptp set), else
+ * a new one; NULL with \p errstr filled. */
+static cq_judge_proc_t *take_judge(
+    run_t *run, const char *key, bool *keptp, char *errstr, size_t errstr_size)
+{
+        cq_judge_proc_t *proc = NULL;
+
+        *keptp = false;
+        if (run->opts->judge_take && key[0])
+                proc = run->opts->judge_take(run->opts->judge_opaque, key);
+        if (proc) {
+                *keptp = true;
+                return proc;
+        }
+        return run->opts->judge_start(run->opts->judge_opaque,
+                                      cq_judge_program(), errstr, errstr_size);
+}
+
 int agent_judge_code(run_t *run,
                      const cq_job_tests_t *set,
                      cq_interp_t *interp,
@@ -241,8 +259,11 @@ int agent_judge_code(run_t *run,
         cq_judge_limits_t limits = {0};
         cq_judge_result_t jr;
         cq_judge_proc_t *proc;
+        const char *code =
+            json_string_value(json_object_get(set->spec, "code"));
         int64_t *per_call = NULL;
-        char errstr[512];
+        char errstr[512], key[CQ_JUDGE_KEY_SIZE];
+        bool kept;
         size_t i;
         int rc = -1;
 
@@ -253,9 +274,8 @@ int agent_judge_code(run_t *run,
                            "worker has none");
                 return 1;
         }
-        proc =
-            run->opts->judge_start(run->opts->judge_opaque, cq_judge_program(),
-                                   errstr, sizeof(errstr));
+        cq_judge_key(code, set->mutates, key);
+        proc = take_judge(run, key, &kept, errstr, sizeof(errstr));
         if (!proc) {
                 agent_fail(run, CQ_AGENT_FAILED, "judge",
                            "could not start the judging interpreter: %s",
@@ -273,10 +293,32 @@ int agent_judge_code(run_t *run,
                 limits.call_ms_of = per_call;
                 limits.ncall_ms = run->nref_ms;
         }
-        if (cq_judge_run(proc,
-                         json_string_value(json_object_get(set->spec, "code")),
-                         set->mutates, &cand, &limits, &jr) != 0)
+        if (cq_judge_run(proc, code, set->mutates, &cand, &limits, &jr) != 0)
                 goto out;
+        if (jr.fault && kept && jr.calls == 0) {
+                /* A kept judge that failed before the code under test was
+                 * called (it died while it waited): once more, in a judge
+                 * of its own. */
+                cq_log_kv(CQ_LOG_INFO, "a kept judge failed; starting one",
+                          "job_id", run->job->job_id, "error", jr.fault, NULL);
+                proc->destroy(proc);
+                cq_judge_result_release(&jr);
+                proc = run->opts->judge_start(run->opts->judge_opaque,
+                                              cq_judge_program(), errstr,
+                                              sizeof(errstr));
+                if (!proc) {
+                        agent_fail(run, CQ_AGENT_FAILED, "judge",
+                                   "could not start the judging "
+                                   "interpreter: %s",
+                                   errstr);
+                        rc = 1;
+                        goto out;
+                }
+                limits.deadline_ms = cq_now_ms() + run_ms;
+                if (cq_judge_run(proc, code, set->mutates, &cand, &limits,
+                                 &jr) != 0)
+                        goto out;
+        }
         if (jr.fault) {
                 agent_fail(run, CQ_AGENT_FAILED, "judge",
                            "the tests could not be judged: %s", jr.fault);
@@ -294,7 +336,10 @@ int agent_judge_code(run_t *run,
 out:
         if (rc < 0)
                 run->oom = true;
-        proc->destroy(proc);
+        if (proc &&
+            !(rc == 0 && jr.reusable && run->opts->judge_keep && key[0] &&
+              run->opts->judge_keep(run->opts->judge_opaque, key, proc)))
+                proc->destroy(proc);
         free(per_call);
         cq_judge_result_release(&jr);
         return rc;

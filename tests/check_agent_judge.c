@@ -7,6 +7,8 @@
  * On a real local ipykernel and, for the judge itself, on the E2B double;
  * the fake LLM plays the model. */
 #include <curl/curl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,7 @@
 #include "coderq/agent/agent.h"
 #include "coderq/agent/llm.h"
 #include "coderq/agent/notebook.h"
+#include "coderq/backend/judges.h"
 #include "coderq/common/util.h"
 #include "support/cells.h"
 #include "support/fake_e2b.h"
@@ -512,6 +515,124 @@ START_TEST(the_harness_is_loaded_once)
 }
 END_TEST
 
+/* ---------------------------------------------------- kept judges */
+
+/* The worker's keeper (judges.h) behind the fixture's starts. */
+typedef struct keeper {
+        int starts;
+        pid_t last; /* the judge started last */
+        cq_judges_t *kept;
+        bool kill_taken; /* a judge taken dies before it is used */
+} keeper_t;
+
+static cq_judge_proc_t *
+keeper_start(void *opaque, const char *program, char *errstr, size_t size)
+{
+        keeper_t *k = opaque;
+        cq_judge_proc_t *proc =
+            cq_check_judge_start(&k->starts, program, errstr, size);
+
+        if (proc)
+                k->last = cq_check_judge_pid(proc);
+        return proc;
+}
+
+static cq_judge_proc_t *keeper_take(void *opaque, const char *key)
+{
+        keeper_t *k = opaque;
+        cq_judge_proc_t *proc = cq_judges_take(k->kept, key);
+
+        if (proc && k->kill_taken) {
+                struct pollfd p = {proc->from_fd, POLLIN, 0};
+
+                ck_assert_int_eq(kill(k->last, SIGKILL), 0);
+                ck_assert_int_eq(poll(&p, 1, 10000), 1); /* it is gone */
+        }
+        return proc;
+}
+
+static bool keeper_keep(void *opaque, const char *key, cq_judge_proc_t *proc)
+{
+        return cq_judges_keep(((keeper_t *)opaque)->kept, key, proc);
+}
+
+/* A job judged with no LLM: \p solution against the code tests \p code
+ * (JSON-escaped), with the keeper; its verdict. */
+static void judged_with(keeper_t *k,
+                        const char *solution,
+                        const char *code,
+                        const char *verdict)
+{
+        fixture_t fx;
+        char spec[2048];
+
+        snprintf(spec, sizeof(spec),
+                 "{\"job_id\":\"j\",\"prompt\":\"p\",\"solution\":\"%s\","
+                 "\"tests\":{\"kind\":\"code\",\"code\":\"%s\","
+                 "\"case_timeout_s\":2}}",
+                 solution, code);
+        fixture_init(&fx, "kept", spec, NULL);
+        fx.opts.judge_start = keeper_start;
+        fx.opts.judge_take = keeper_take;
+        fx.opts.judge_keep = keeper_keep;
+        fx.opts.judge_opaque = k;
+        fixture_run(&fx);
+        ck_assert_msg(strcmp(fx.result.verdict, verdict) == 0,
+                      "%s, not %s (%s)", fx.result.verdict, verdict,
+                      fx.result.reason ? fx.result.reason : "");
+        fixture_release(&fx);
+}
+
+#define RIGHT "def add(a, b):\\n    return a + b\\n"
+#define WRONG "def add(a, b):\\n    return a - b\\n"
+#define LOOPS "def add(a, b):\\n    while True: pass\\n"
+#define TESTS_A                                                                \
+        "assert 'seen' not in globals()\\nseen = add(2, 3)\\nassert seen == "  \
+        "5\\n"
+#define TESTS_B "assert add(1, 1) == 2\\n"
+
+/* The samples of one problem share a judge, each run in globals of its
+ * own; other test code gets a judge of its own; a judge that died while
+ * it waited, or between its take and its run, costs a start, never a
+ * verdict. */
+START_TEST(judges_are_kept_for_their_test_code)
+{
+        keeper_t k = {0};
+        cq_judges_stats_t st;
+
+        on_e2b = false;
+        signal(SIGPIPE, SIG_IGN);
+        k.kept = cq_judges_new(2, 60000, 100);
+        judged_with(&k, RIGHT, TESTS_A, "passed");
+        judged_with(&k, WRONG, TESTS_A, "wrong_answer");
+        judged_with(&k, RIGHT, TESTS_A, "passed");
+        ck_assert_int_eq(k.starts, 1);
+        /* a call past its limit is a verdict; the judge stays good */
+        judged_with(&k, LOOPS, TESTS_A, "timeout");
+        judged_with(&k, RIGHT, TESTS_A, "passed");
+        ck_assert_int_eq(k.starts, 1);
+        judged_with(&k, RIGHT, TESTS_B, "passed");
+        ck_assert_int_eq(k.starts, 2);
+        cq_judges_stats(k.kept, &st);
+        ck_assert_uint_eq(st.taken, 4);
+        ck_assert_uint_eq(st.idle, 2);
+
+        /* died while it waited: found dead, a new one */
+        ck_assert_int_eq(kill(k.last, SIGKILL), 0); /* B's */
+        cq_nap_ms(200, NULL);
+        judged_with(&k, WRONG, TESTS_B, "wrong_answer");
+        ck_assert_int_eq(k.starts, 3);
+        /* dies after its take: the run starts a judge and runs again */
+        k.kill_taken = true;
+        judged_with(&k, RIGHT, TESTS_B, "passed");
+        ck_assert_int_eq(k.starts, 4);
+        k.kill_taken = false;
+        judged_with(&k, RIGHT, TESTS_B, "passed");
+        ck_assert_int_eq(k.starts, 4);
+        cq_judges_destroy(&k.kept);
+}
+END_TEST
+
 /* No judging interpreter: ours to mend, never the model's verdict. */
 START_TEST(no_judge_is_an_infrastructure_error)
 {
@@ -547,6 +668,7 @@ static Suite *agent_judge_suite(void)
         tcase_add_test(tc, mutated_arguments_when_stated);
         tcase_add_loop_test(tc, the_harness_is_loaded_once, 0, 2);
         tcase_add_test(tc, no_judge_is_an_infrastructure_error);
+        tcase_add_test(tc, judges_are_kept_for_their_test_code);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -427,12 +427,96 @@ START_TEST(names_the_test_lacks)
 }
 END_TEST
 
+/* One judge, runs one after another: each in globals of its own, each
+ * with its own count of calls; a clean end leaves it reusable, and a run
+ * that did not end cleanly (past its time, something written after its
+ * report) does not. */
+START_TEST(a_judge_takes_runs_one_after_another)
+{
+        played_t played[] = {
+            {.name = "f", .answer = "{\"op\":\"return\",\"value\":2}"}};
+        static const char code[] = "assert 'seen' not in globals()\n"
+                                   "seen = f(1)\n"
+                                   "assert seen == 2\n";
+        cq_judge_candidate_t cand = {play_call, play_lookup, NULL};
+        cq_judge_limits_t limits = {0};
+        cq_judge_result_t jr;
+        char errstr[128];
+        cq_judge_proc_t *proc = cq_check_judge_start(NULL, cq_judge_program(),
+                                                     errstr, sizeof(errstr));
+        int i;
+
+        ck_assert_msg(proc != NULL, "%s", errstr);
+        g_played = played;
+        g_nplayed = 1;
+        limits.call_ms = 1000;
+        for (i = 0; i < 3; i++) {
+                limits.deadline_ms = cq_now_ms() + 30000;
+                ck_assert_int_eq(
+                    cq_judge_run(proc, code, false, &cand, &limits, &jr), 0);
+                ck_assert_msg(jr.ok, "run %d: %s", i,
+                              jr.fault ? jr.fault
+                                       : json_dumps(jr.error, JSON_COMPACT));
+                ck_assert_int_eq(jr.calls, 1);
+                ck_assert(jr.reusable);
+                cq_judge_result_release(&jr);
+        }
+        /* other test code in the same process runs too (the keeper never
+         * asks this; the judge does not depend on it) */
+        limits.deadline_ms = cq_now_ms() + 30000;
+        ck_assert_int_eq(cq_judge_run(proc, "assert f(0) == 3\n", false, &cand,
+                                      &limits, &jr),
+                         0);
+        ck_assert(!jr.ok);
+        ck_assert(jr.reusable);
+        cq_judge_result_release(&jr);
+        /* past the run's time: not reusable (it is still running) */
+        limits.deadline_ms = cq_now_ms() + 500;
+        ck_assert_int_eq(cq_judge_run(proc, "while True:\n    pass\n", false,
+                                      &cand, &limits, &jr),
+                         0);
+        ck_assert(jr.timed_out);
+        ck_assert(!jr.reusable);
+        cq_judge_result_release(&jr);
+        proc->destroy(proc);
+
+        /* a line written after the report: not reusable. The test code
+         * doubles the judge's report from its next run on (the call that
+         * sends this run's report was bound before the test ran). */
+        proc = cq_check_judge_start(NULL, cq_judge_program(), errstr,
+                                    sizeof(errstr));
+        ck_assert_msg(proc != NULL, "%s", errstr);
+        for (i = 0; i < 2; i++) {
+                limits.deadline_ms = cq_now_ms() + 30000;
+                ck_assert_int_eq(
+                    cq_judge_run(proc,
+                                 "import json, sys\n"
+                                 "C = sys.modules['__main__']._Channel\n"
+                                 "def twice(self, msg, w=C.send):\n"
+                                 "    if msg.get('op') != 'done':\n"
+                                 "        return w(self, msg)\n"
+                                 "    line = json.dumps(msg) + '\\n'\n"
+                                 "    self.out.write(line + line)\n"
+                                 "    self.out.flush()\n"
+                                 "if C.send.__name__ != 'twice':\n"
+                                 "    C.send = twice\n",
+                                 false, &cand, &limits, &jr),
+                    0);
+                ck_assert(jr.ok);
+                ck_assert(jr.reusable == (i == 0));
+                cq_judge_result_release(&jr);
+        }
+        proc->destroy(proc);
+}
+END_TEST
+
 static Suite *judge_suite(void)
 {
         Suite *s = suite_create("judge");
         TCase *tc = tcase_create("core");
 
         tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, a_judge_takes_runs_one_after_another);
         tcase_add_test(tc, tagged_values_are_checked_with_bounds);
         tcase_add_test(tc, values_are_shown_as_python_does);
         tcase_add_test(tc, a_right_answer_passes_a_wrong_one_fails);

@@ -43,9 +43,9 @@ typedef struct worker_metrics {
         cq_metric_t *finished, *kernels, *lag, *queue_jobs;
         cq_series_t *claimed, *running, *slots, *queued, *outbox_pending,
             *outbox_failed, *pool_size, *pool_ready, *pool_starting,
-            *kernel_failures, *intake_msgs, *dlq, *events_dropped, *events_sent,
-            *outbox_claims, *outbox_empty, *server_up, *server_restarts,
-            *server_refused;
+            *judges_idle, *judges_kept, *judges_taken, *kernel_failures,
+            *intake_msgs, *dlq, *events_dropped, *events_sent, *outbox_claims,
+            *outbox_empty, *server_up, *server_restarts, *server_refused;
         int64_t started_ms;
         int64_t next_queue;          /* housekeeping thread only */
         struct worker_queue *queues; /* coderq_queue_jobs' queues: the

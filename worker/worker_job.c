@@ -970,6 +970,8 @@ static void wire_agent(job_ctx_t *ctx,
         opts->new_interp = slot_new_interp;
         opts->new_interp_opaque = slot;
         opts->judge_start = cq_backend_judge_start;
+        opts->judge_take = cq_backend_judge_take;
+        opts->judge_keep = cq_backend_judge_keep;
         opts->judge_opaque = w->backend;
         opts->prices = w->prices;
         opts->metrics = &w->m.agent;

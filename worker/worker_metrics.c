@@ -133,6 +133,18 @@ static int add_families(cq_worker_t *w, char *errstr, size_t errstr_size)
         m->pool_starting =
             plain(w, G, "coderq_kernel_pool_starting",
                   "Local kernels starting now", errstr, errstr_size, &failed);
+        m->judges_idle = plain(w, G, "coderq_judges_idle",
+                               "Judging interpreters kept, waiting for a "
+                               "run of the test code they ran",
+                               errstr, errstr_size, &failed);
+        m->judges_kept = plain(w, C, "coderq_judges_kept_total",
+                               "Judging interpreters kept after a run that "
+                               "ended cleanly",
+                               errstr, errstr_size, &failed);
+        m->judges_taken = plain(w, C, "coderq_judges_taken_total",
+                                "Runs of code tests that took a kept judging "
+                                "interpreter instead of starting one",
+                                errstr, errstr_size, &failed);
         m->kernels = labelled(w, C, "coderq_kernels_started_total",
                               "Local kernels started, by kind (cold: a new "
                               "process, forked: by the kernel server)",
@@ -193,6 +205,7 @@ static void collect(void *opaque)
         cq_worker_t *w = opaque;
         worker_metrics_t *m = &w->m;
         cq_backend_pool_t pool;
+        cq_judges_stats_t judges;
         long i, busy = 0;
 
         for (i = 0; i < w->opts.slots; i++) {
@@ -202,6 +215,10 @@ static void collect(void *opaque)
         }
         cq_series_set(m->running, (double)busy);
         cq_series_set(m->slots, (double)w->opts.slots);
+        cq_backend_judges(w->backend, &judges);
+        cq_series_set(m->judges_idle, (double)judges.idle);
+        cq_series_set(m->judges_kept, (double)judges.kept);
+        cq_series_set(m->judges_taken, (double)judges.taken);
         if (cq_backend_pool(w->backend, &pool)) {
                 cq_series_set(m->pool_size, (double)pool.size);
                 cq_series_set(m->pool_ready, (double)pool.ready);

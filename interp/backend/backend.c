@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "coderq/backend/judges.h"
 #include "coderq/e2b/e2b.h"
 #include "coderq/local/interp_local.h"
 #include "coderq/local/judgeproc.h"
@@ -32,6 +33,11 @@
  * pid 1 builds its filesystem meanwhile), so starts from several slots
  * queue at one; one per CPU, up to this. */
 #define LIGHT_MAX 4
+/* A judge kept for the next run of its test code ends after this long
+ * without one, or after this many runs (docs/EVALUATION.md, "The
+ * judge"). At most as many wait as the worker has slots. */
+#define JUDGE_IDLE_MS  30000
+#define JUDGE_RUNS_MAX 100
 
 struct cq_backend {
         const cq_config_t *cfg;
@@ -53,6 +59,7 @@ struct cq_backend {
         pthread_mutex_t lock; /* guards runner_env and runner_preload */
         json_t *runner_env;
         const char *runner_preload; /* borrowed; NULL: none */
+        cq_judges_t *judges;        /* judges kept for their test code */
 };
 
 /* The configured backend: CODERQ_BACKEND, else local kernels. */
@@ -203,6 +210,12 @@ cq_backend_t *cq_backend_new(const cq_config_t *cfg,
         }
         if (start_light(backend, errstr, errstr_size))
                 goto fail;
+        backend->judges = cq_judges_new(cfg->slots > 0 ? (size_t)cfg->slots : 1,
+                                        JUDGE_IDLE_MS, JUDGE_RUNS_MAX);
+        if (!backend->judges) {
+                cq_errstr_set(errstr, errstr_size, "out of memory");
+                goto fail;
+        }
         log_judges(backend);
         return backend;
 fail:
@@ -235,6 +248,7 @@ void cq_backend_housekeep(cq_backend_t *backend)
 
         if (!backend)
                 return;
+        (void)cq_judges_expire(backend->judges, cq_now_ms());
         /* down, not yet due or still importing: -1, and nothing waited */
         if (backend->pool)
                 (void)cq_kserver_wait(cq_kpool_kserver(backend->pool), 0);
@@ -448,6 +462,23 @@ cq_interp_proc_t *cq_backend_judge_start(void *opaque,
         return cq_judgeproc_start(&jo, program, errstr, errstr_size);
 }
 
+cq_interp_proc_t *cq_backend_judge_take(void *opaque, const char *key)
+{
+        return cq_judges_take(((cq_backend_t *)opaque)->judges, key);
+}
+
+bool cq_backend_judge_keep(void *opaque,
+                           const char *key,
+                           cq_interp_proc_t *proc)
+{
+        return cq_judges_keep(((cq_backend_t *)opaque)->judges, key, proc);
+}
+
+void cq_backend_judges(cq_backend_t *backend, cq_judges_stats_t *st)
+{
+        cq_judges_stats(backend ? backend->judges : NULL, st);
+}
+
 const char *cq_backend_describe(const cq_backend_t *backend)
 {
         return backend->describe;
@@ -592,6 +623,8 @@ void cq_backend_destroy(cq_backend_t **backendp)
         if (!backend)
                 return;
         *backendp = NULL;
+        /* before the pool: a judge's teardown may be deferred to it */
+        cq_judges_destroy(&backend->judges);
         cq_kpool_destroy(&backend->pool);
         for (i = 0; i < backend->nlight; i++)
                 cq_kserver_destroy(&backend->light[i]);

@@ -27,6 +27,11 @@ static void proc_destroy(cq_judge_proc_t *base)
         free(p);
 }
 
+pid_t cq_check_judge_pid(const cq_judge_proc_t *proc)
+{
+        return ((const proc_t *)proc)->pid;
+}
+
 cq_judge_proc_t *cq_check_judge_start(void *opaque,
                                       const char *program,
                                       char *errstr,

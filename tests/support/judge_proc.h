@@ -6,6 +6,7 @@
 #define CODERQ_CHECK_JUDGE_PROC_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "coderq/agent/judge.h"
 
@@ -15,5 +16,8 @@ cq_judge_proc_t *cq_check_judge_start(void *opaque,
                                       const char *program,
                                       char *errstr,
                                       size_t errstr_size);
+
+/** @brief The process id of \p proc, from cq_check_judge_start(). */
+pid_t cq_check_judge_pid(const cq_judge_proc_t *proc);
 
 #endif

@@ -176,6 +176,10 @@ typedef struct cq_agent_opts {
          * such tests cannot be judged apart from the model's interpreter
          * and fail as an infrastructure fault. */
         cq_judge_start_fn *judge_start;
+        /* Judges kept between runs of the same test code (judge.h), both
+         * with judge_opaque; NULL: every run starts a judge of its own. */
+        cq_judge_take_fn *judge_take;
+        cq_judge_keep_fn *judge_keep;
         void *judge_opaque;
         double case_time_factor; /* a case's limit: this many times the
                                     reference's time (CODERQ_CASE_TIME_

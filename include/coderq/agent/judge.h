@@ -88,6 +88,34 @@ typedef cq_judge_proc_t *(cq_judge_start_fn)(void *opaque,
                                              char *errstr,
                                              size_t errstr_size);
 
+/**
+ * @brief A judging interpreter kept for test code whose key is \p key
+ *        (cq_judge_key()), ready for its next run, or NULL when none is
+ *        kept. Supplied with cq_judge_start_fn (the worker:
+ *        cq_backend_judge_take()). A judge is only ever kept for the
+ *        test code that it ran: runs of other test code never share it.
+ * @returns Caller owns the returned value, as cq_judge_start_fn's.
+ */
+typedef cq_judge_proc_t *(cq_judge_take_fn)(void *opaque, const char *key);
+
+/**
+ * @brief Keep \p proc, whose last run (of the test code of \p key) ended
+ *        reusable (cq_judge_result_t.reusable), for a later run of the
+ *        same test code.
+ * @returns true when it took \p proc (it owns it now); false: the caller
+ *          still owns it (and destroys it).
+ */
+typedef bool(cq_judge_keep_fn)(void *opaque,
+                               const char *key,
+                               cq_judge_proc_t *proc);
+
+/** @brief The size of a key of test code, with its NUL. */
+#define CQ_JUDGE_KEY_SIZE 65
+
+/** @brief The key under which a judge that ran \p code (with \p mutates)
+ *         is kept: hex SHA-256 of both, into \p key. */
+void cq_judge_key(const char *code, bool mutates, char key[CQ_JUDGE_KEY_SIZE]);
+
 /** @brief agent/judge.py, built in. Borrowed; static. */
 const char *cq_judge_program(void);
 
@@ -108,6 +136,10 @@ typedef struct cq_judge_result {
          * model's. Owned. */
         char *fault;
         bool timed_out; /* the whole run passed its deadline */
+        /* The run ended with the judge's report and nothing after it: the
+         * judge waits for another run, and may be kept for one of the same
+         * test code (cq_judge_keep_fn). */
+        bool reusable;
 } cq_judge_result_t;
 
 void cq_judge_result_init(cq_judge_result_t *jr);

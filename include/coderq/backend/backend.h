@@ -11,6 +11,7 @@
 #include "coderq/common/common.h"
 #include "coderq/common/config.h"
 #include "coderq/common/job.h"
+#include "coderq/backend/judges.h"
 #include "coderq/interp/interp.h"
 
 typedef struct cq_backend cq_backend_t;
@@ -142,6 +143,22 @@ cq_interp_proc_t *cq_backend_judge_start(void *backend,
                                          const char *program,
                                          char *errstr,
                                          size_t errstr_size);
+
+/**
+ * @brief A judge kept for the test code of \p key, or NULL (judge.h's
+ *        cq_judge_take_fn, \p backend its opaque; judges.h). At most
+ *        CODERQ_SLOTS judges wait, each for 30 s and 100 runs at most.
+ */
+cq_interp_proc_t *cq_backend_judge_take(void *backend, const char *key);
+
+/** @brief Keep \p proc for the next run of the test code of \p key
+ *         (judge.h's cq_judge_keep_fn). @returns true when kept. */
+bool cq_backend_judge_keep(void *backend,
+                           const char *key,
+                           cq_interp_proc_t *proc);
+
+/** @brief How many judges wait, were kept and were taken again. */
+void cq_backend_judges(cq_backend_t *backend, cq_judges_stats_t *st);
 
 /**
  * @brief Track this worker's E2B sandboxes (when E2B_API_KEY is set):
