@@ -131,6 +131,15 @@ void cq_cli_sleep_ms(long ms)
                 ;
 }
 
+long cq_cli_follow_interval(long interval, size_t left, size_t finished)
+{
+        if (finished > 0 && left <= finished)
+                return 100;
+        if (interval < 250)
+                return 250;
+        return interval >= 500 ? 1000 : interval * 2;
+}
+
 void cq_cli_progress_init(cq_cli_progress_t *out)
 {
         memset(out, 0, sizeof(*out));

@@ -121,7 +121,8 @@ static int follow(cq_store_t *store, const char *const *ids, size_t n)
 {
         cq_cli_progress_t shown;
         cq_progress_t progress;
-        long interval = 250;
+        long interval = 0;
+        size_t done, last_done = 0;
         json_t *counts;
         cq_err_t err;
 
@@ -146,14 +147,18 @@ static int follow(cq_store_t *store, const char *const *ids, size_t n)
                                           progress.cancelled;
                         json_decref(counts);
                         cq_cli_progress_show(&shown, &progress);
-                        if (progress.succeeded + progress.failed +
-                                progress.cancelled ==
-                            n)
+                        done = progress.succeeded + progress.failed +
+                               progress.cancelled;
+                        if (done == n)
                                 break;
+                        interval = cq_cli_follow_interval(
+                            interval, n - done,
+                            done > last_done ? done - last_done : 0);
+                        last_done = done;
+                } else {
+                        interval = cq_cli_follow_interval(interval, n, 0);
                 }
                 cq_cli_sleep_ms(interval);
-                if (interval < 1000)
-                        interval *= 2;
         }
         cq_cli_progress_end(&shown);
         return CQ_EXIT_OK;

@@ -702,8 +702,8 @@ static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
         cq_cli_progress_t shown;
         bool timed_out = false;
         int64_t start = cq_now_ms();
-        long interval = 250;
-        size_t i, done;
+        long interval = 0;
+        size_t i, done, last_done = 0;
         int rc;
 
         rc = cq_cli_store_open(cfg, &store);
@@ -747,9 +747,11 @@ static int wait_all(const cq_config_t *cfg, sub_batch_t *batch, long timeout_s)
                         timed_out = true;
                         break;
                 }
+                interval = cq_cli_follow_interval(
+                    interval, batch->n - done,
+                    done > last_done ? done - last_done : 0);
+                last_done = done;
                 cq_cli_sleep_ms(interval);
-                if (interval < 1000)
-                        interval *= 2;
         }
         cq_cli_progress_end(&shown);
         if (print_summary(batch)) {

@@ -644,12 +644,30 @@ START_TEST(doctor_rejects_arguments)
 }
 END_TEST
 
+/* --wait looks at its jobs at 250 ms, then 500 ms, then every second,
+ * and every 100 ms once the jobs left would finish within a look. */
+START_TEST(waits_look_often_near_the_end)
+{
+        long i = cq_cli_follow_interval(0, 100, 0);
+
+        ck_assert_int_eq(i, 250);
+        ck_assert_int_eq(i = cq_cli_follow_interval(i, 100, 3), 500);
+        ck_assert_int_eq(i = cq_cli_follow_interval(i, 100, 3), 1000);
+        ck_assert_int_eq(i = cq_cli_follow_interval(i, 100, 30), 1000);
+        ck_assert_int_eq(i = cq_cli_follow_interval(i, 30, 30), 100);
+        ck_assert_int_eq(i = cq_cli_follow_interval(i, 2, 1), 250);
+        ck_assert_int_eq(i = cq_cli_follow_interval(i, 1, 1), 100);
+        ck_assert_int_eq(cq_cli_follow_interval(1000, 5, 0), 1000);
+}
+END_TEST
+
 static Suite *cli_suite(void)
 {
         Suite *s = suite_create("cli");
         TCase *tc = tcase_create("cli");
 
         tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, waits_look_often_near_the_end);
         tcase_add_test(tc, help_lists_every_variable_and_command);
         tcase_add_test(tc, no_arguments_is_a_usage_error_with_help_on_stderr);
         tcase_add_test(tc, version_prints_the_project_version);

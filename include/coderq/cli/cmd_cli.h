@@ -85,6 +85,13 @@ void cq_cli_quiet_clients(void);
 /** @brief Sleep \p ms milliseconds, signals notwithstanding. */
 void cq_cli_sleep_ms(long ms);
 
+/** @brief The wait before the next look at jobs followed with --wait,
+ *         after a wait of \p interval ms (0: the first): 250 ms doubling
+ *         to 1 s, and 100 ms while the jobs \p left are no more than
+ *         those that finished since the last look (\p finished), so that
+ *         the command ends soon after its last job. */
+long cq_cli_follow_interval(long interval, size_t left, size_t finished);
+
 /** @brief The progress line of a wait on stderr: redrawn in place on a
  *         terminal, else a plain line at each change and every 30 s. */
 typedef struct cq_cli_progress {
