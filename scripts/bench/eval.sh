@@ -26,7 +26,11 @@
 # core leaves CPU idle) and by the package's own
 # evaluate_functional_correctness on the same samples, with as many
 # workers as cores (CQ_EVAL_ANCHOR_WORKERS sets another number), in one run
-# (bench/heval_run.py): per-sample agreement (anything but 100% exits 1),
+# (bench/heval_run.py), coderq after a warm-up run of CQ_EVAL_WARMUP
+# samples (default 1000, not measured: the broker's JIT and PostgreSQL's
+# caches as in a service that has been running); CQ_EVAL_ROUNDS (default
+# 3) rounds of the two in turn, the figures those of the median round:
+# per-sample agreement in every round (anything but 100% exits 1),
 # samples/s and CPU per sample of each. The package is the venv's of
 # scripts/setup.sh (CQ_ORACLE_PYTHON names another python).
 set -euo pipefail
@@ -49,7 +53,9 @@ if [ "${1:-}" = humaneval ]; then
                 --problems "$problems" --samples "${CQ_EVAL_SAMPLES:-10}" \
                 --workers "${CQ_EVAL_WORKERS:-2}" \
                 --slots "${CQ_EVAL_SLOTS:-2}" --sandbox "${CQ_EVAL_SANDBOX:-auto}" \
-                --anchor-workers "${CQ_EVAL_ANCHOR_WORKERS:-0}"
+                --anchor-workers "${CQ_EVAL_ANCHOR_WORKERS:-0}" \
+                --warmup "${CQ_EVAL_WARMUP:-1000}" \
+                --rounds "${CQ_EVAL_ROUNDS:-3}"
         exit
 fi
 jobs=${1:-${CQ_EVAL_JOBS:-200}}
