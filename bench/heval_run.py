@@ -46,7 +46,7 @@ both judges must say the same.
 
 Usage: heval_run.py --coderq BIN --python VENV_PYTHON --dsn DSN
     --brokers HOST:PORT --kafka-port N --dir DIR --run RUN
-    --prefix P [--problems N] [--samples 10] [--workers 2] [--slots 2]
+    --prefix P [--problems N] [--samples 10] [--workers 1] [--slots 2*CPUS]
     [--anchor-workers N] [--warmup 1000] [--rounds 3]
     [--sandbox auto]
 Last line: JSON.
@@ -165,8 +165,8 @@ def main():
     ap.add_argument("--kafka-port", type=int, required=True)
     ap.add_argument("--problems", type=int, default=0)
     ap.add_argument("--samples", type=int, default=10)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--slots", type=int, default=2 * (os.cpu_count() or 1))
     ap.add_argument("--anchor-workers", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
@@ -281,7 +281,8 @@ def main():
         "cpu_ms_per_sample": round(1000 * med["cpu_total"] / n, 1),
         "anchor_cpu_ms_per_sample": round(1000 * med["he_cpu"] / n, 1),
         "cpu_ratio": round(med["cpu_total"] / med["he_cpu"], 3),
-        "slots": a.workers * a.slots, "anchor_workers": anchor_workers,
+        "workers": a.workers, "slots": a.workers * a.slots,
+        "anchor_workers": anchor_workers,
         "warmup_samples": min(max(0, a.warmup), n)},
         separators=(",", ":")))
     sys.exit(0 if same == n else 1)

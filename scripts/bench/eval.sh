@@ -21,9 +21,10 @@
 # the package at run time), each with CQ_EVAL_SAMPLES samples (default 10:
 # its canonical solution and mutants of it alternating, right and wrong
 # mixed), judged with no LLM by `coderq eval --wait` through Kafka to
-# CQ_EVAL_WORKERS (default 2) x CQ_EVAL_SLOTS (default 2: a slot's
-# sample waits on its starts, its calls and PostgreSQL, so one slot per
-# core leaves CPU idle) and by the package's own
+# CQ_EVAL_WORKERS (default 1: one worker per machine, as a worker is
+# deployed) x CQ_EVAL_SLOTS (default two per core: a slot's sample waits
+# on its starts, its calls and PostgreSQL, so one slot per core leaves
+# CPU idle) and by the package's own
 # evaluate_functional_correctness on the same samples, with as many
 # workers as cores (CQ_EVAL_ANCHOR_WORKERS sets another number), in one run
 # (bench/heval_run.py), coderq after a warm-up run of CQ_EVAL_WARMUP
@@ -51,8 +52,9 @@ if [ "${1:-}" = humaneval ]; then
                 --kafka-port "$CQ_KAFKA_PORT" --dir "$CQ_BENCH_TMP" \
                 --run "heval-$$" --prefix "cqbench.heval.$$" \
                 --problems "$problems" --samples "${CQ_EVAL_SAMPLES:-10}" \
-                --workers "${CQ_EVAL_WORKERS:-2}" \
-                --slots "${CQ_EVAL_SLOTS:-2}" --sandbox "${CQ_EVAL_SANDBOX:-auto}" \
+                --workers "${CQ_EVAL_WORKERS:-1}" \
+                --slots "${CQ_EVAL_SLOTS:-$((2 * $(nproc)))}" \
+                --sandbox "${CQ_EVAL_SANDBOX:-auto}" \
                 --anchor-workers "${CQ_EVAL_ANCHOR_WORKERS:-0}" \
                 --warmup "${CQ_EVAL_WARMUP:-1000}" \
                 --rounds "${CQ_EVAL_ROUNDS:-3}"
