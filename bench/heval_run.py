@@ -18,7 +18,7 @@ right and wrong, judged twice in one run:
     samples and problems, with as many workers as cores (as the field
     runs it; --anchor-workers N sets another number).
 
-Both run ROUNDS times (default 3), in turn: coderq (its workers started
+Both run ROUNDS times (default 5), in turn: coderq (its workers started
 for the round, and stopped before the package runs), then the package.
 Measured for each: samples/s (samples over the command's wall time) and
 CPU per sample: the whole machine's busy time while the command ran
@@ -47,7 +47,7 @@ both judges must say the same.
 Usage: heval_run.py --coderq BIN --python VENV_PYTHON --dsn DSN
     --brokers HOST:PORT --kafka-port N --dir DIR --run RUN
     --prefix P [--problems N] [--samples 10] [--workers 1] [--slots 2*CPUS]
-    [--anchor-workers N] [--warmup 1000] [--rounds 3]
+    [--anchor-workers N] [--warmup 1000] [--rounds 5]
     [--sandbox auto]
 Last line: JSON.
 """
@@ -169,7 +169,7 @@ def main():
     ap.add_argument("--slots", type=int, default=2 * (os.cpu_count() or 1))
     ap.add_argument("--anchor-workers", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=1000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--sandbox", default="auto")
     ap.add_argument("--timeout", type=int, default=1800)
     a = ap.parse_args()

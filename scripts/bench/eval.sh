@@ -30,7 +30,7 @@
 # (bench/heval_run.py), coderq after a warm-up run of CQ_EVAL_WARMUP
 # samples (default 1000, not measured: the broker's JIT and PostgreSQL's
 # caches as in a service that has been running); CQ_EVAL_ROUNDS (default
-# 3) rounds of the two in turn, the figures those of the median round:
+# 5) rounds of the two in turn, the figures those of the median round:
 # per-sample agreement in every round (anything but 100% exits 1),
 # samples/s and CPU per sample of each. The package is the venv's of
 # scripts/setup.sh (CQ_ORACLE_PYTHON names another python).
@@ -57,7 +57,7 @@ if [ "${1:-}" = humaneval ]; then
                 --sandbox "${CQ_EVAL_SANDBOX:-auto}" \
                 --anchor-workers "${CQ_EVAL_ANCHOR_WORKERS:-0}" \
                 --warmup "${CQ_EVAL_WARMUP:-1000}" \
-                --rounds "${CQ_EVAL_ROUNDS:-3}"
+                --rounds "${CQ_EVAL_ROUNDS:-5}"
         exit
 fi
 jobs=${1:-${CQ_EVAL_JOBS:-200}}
