@@ -777,17 +777,14 @@ out:
 
 void cq_judge_key(const char *code, bool mutates, char key[CQ_JUDGE_KEY_SIZE])
 {
-        size_t len = code ? strlen(code) : 0;
-        char *both = code ? malloc(len + 2) : NULL;
-
-        if (!both) {
-                key[0] = '\0'; /* no key: none kept, none taken */
+        key[0] = '\0'; /* no code, or no digest: none kept, none taken */
+        if (!code)
                 return;
+        cq_sha256_hex(code, strlen(code), key);
+        if (key[0]) {
+                key[64] = mutates ? 'm' : '-';
+                key[65] = '\0';
         }
-        both[0] = mutates ? 'm' : '-';
-        memcpy(both + 1, code, len + 1);
-        cq_sha256_hex(both, len + 1, key);
-        free(both);
 }
 
 const char *cq_judge_program(void) { return cq_judge_py; }

@@ -228,20 +228,22 @@ static int judged_report(const cq_judge_result_t *jr, cq_testrun_t *tr)
         return tr->report ? 0 : -1;
 }
 
-/* A judge for test code of \p key: one kept for it (\p keptp set), else
- * a new one; NULL with \p errstr filled. */
-static cq_judge_proc_t *take_judge(
-    run_t *run, const char *key, bool *keptp, char *errstr, size_t errstr_size)
+/* A judge for test code of \p key: one kept for it (\p keptp set)
+ * unless \p fresh, else a new one; NULL with \p errstr filled. */
+static cq_judge_proc_t *take_judge(run_t *run,
+                                   const char *key,
+                                   bool fresh,
+                                   bool *keptp,
+                                   char *errstr,
+                                   size_t errstr_size)
 {
         cq_judge_proc_t *proc = NULL;
 
-        *keptp = false;
-        if (run->opts->judge_take && key[0])
+        if (!fresh && run->opts->judge_take && key[0])
                 proc = run->opts->judge_take(run->opts->judge_opaque, key);
-        if (proc) {
-                *keptp = true;
+        *keptp = proc != NULL;
+        if (proc)
                 return proc;
-        }
         return run->opts->judge_start(run->opts->judge_opaque,
                                       cq_judge_program(), errstr, errstr_size);
 }
@@ -258,12 +260,12 @@ int agent_judge_code(run_t *run,
         cq_judge_candidate_t cand = {cand_call, cand_lookup, &cd};
         cq_judge_limits_t limits = {0};
         cq_judge_result_t jr;
-        cq_judge_proc_t *proc;
+        cq_judge_proc_t *proc = NULL;
         const char *code =
             json_string_value(json_object_get(set->spec, "code"));
         int64_t *per_call = NULL;
         char errstr[512], key[CQ_JUDGE_KEY_SIZE];
-        bool kept;
+        bool kept, retried;
         size_t i;
         int rc = -1;
 
@@ -275,14 +277,6 @@ int agent_judge_code(run_t *run,
                 return 1;
         }
         cq_judge_key(code, set->mutates, key);
-        proc = take_judge(run, key, &kept, errstr, sizeof(errstr));
-        if (!proc) {
-                agent_fail(run, CQ_AGENT_FAILED, "judge",
-                           "could not start the judging interpreter: %s",
-                           errstr);
-                return 1;
-        }
-        limits.deadline_ms = cq_now_ms() + run_ms;
         limits.call_ms = agent_case_limit_ms(run, (size_t)-1, run_ms);
         if (run->nref_ms > 0) {
                 per_call = calloc(run->nref_ms, sizeof(*per_call));
@@ -293,19 +287,12 @@ int agent_judge_code(run_t *run,
                 limits.call_ms_of = per_call;
                 limits.ncall_ms = run->nref_ms;
         }
-        if (cq_judge_run(proc, code, set->mutates, &cand, &limits, &jr) != 0)
-                goto out;
-        if (jr.fault && kept && jr.calls == 0) {
-                /* A kept judge that failed before the code under test was
-                 * called (it died while it waited): once more, in a judge
-                 * of its own. */
-                cq_log_kv(CQ_LOG_INFO, "a kept judge failed; starting one",
-                          "job_id", run->job->job_id, "error", jr.fault, NULL);
-                proc->destroy(proc);
-                cq_judge_result_release(&jr);
-                proc = run->opts->judge_start(run->opts->judge_opaque,
-                                              cq_judge_program(), errstr,
-                                              sizeof(errstr));
+        /* At most twice: a kept judge that failed before the code under
+         * test was called (it died while it waited) is replaced by a new
+         * one, which runs the tests again. */
+        for (retried = false;; retried = true) {
+                proc = take_judge(run, key, retried, &kept, errstr,
+                                  sizeof(errstr));
                 if (!proc) {
                         agent_fail(run, CQ_AGENT_FAILED, "judge",
                                    "could not start the judging "
@@ -318,6 +305,13 @@ int agent_judge_code(run_t *run,
                 if (cq_judge_run(proc, code, set->mutates, &cand, &limits,
                                  &jr) != 0)
                         goto out;
+                if (!(jr.fault && kept && jr.calls == 0))
+                        break;
+                cq_log_kv(CQ_LOG_INFO, "a kept judge failed; starting one",
+                          "job_id", run->job->job_id, "error", jr.fault, NULL);
+                proc->destroy(proc);
+                proc = NULL;
+                cq_judge_result_release(&jr);
         }
         if (jr.fault) {
                 agent_fail(run, CQ_AGENT_FAILED, "judge",

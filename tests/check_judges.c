@@ -129,7 +129,7 @@ START_TEST(the_number_kept_is_bounded)
         cq_judges_t *j = cq_judges_new(2, 60000, 100), *none;
         fake_t *f[3];
         cq_judges_stats_t st;
-        char longkey[80];
+        char longkey[100];
         int i;
 
         for (i = 0; i < 3; i++) {

@@ -12,7 +12,8 @@
 
 #include "coderq/common/util.h"
 
-#define KEY_MAX 65
+/* a key's length at most, with its NUL (cq_judge_key()'s are 66) */
+#define KEY_MAX 80
 
 typedef struct kept {
         cq_interp_proc_t base; /* first: what takers see */

@@ -110,10 +110,11 @@ typedef bool(cq_judge_keep_fn)(void *opaque,
                                cq_judge_proc_t *proc);
 
 /** @brief The size of a key of test code, with its NUL. */
-#define CQ_JUDGE_KEY_SIZE 65
+#define CQ_JUDGE_KEY_SIZE 66
 
 /** @brief The key under which a judge that ran \p code (with \p mutates)
- *         is kept: hex SHA-256 of both, into \p key. */
+ *         is kept, into \p key: the hex SHA-256 of the code, then 'm'
+ *         or '-' for the flag; "" when there is none. */
 void cq_judge_key(const char *code, bool mutates, char key[CQ_JUDGE_KEY_SIZE]);
 
 /** @brief agent/judge.py, built in. Borrowed; static. */
